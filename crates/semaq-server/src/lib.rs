@@ -1,0 +1,28 @@
+//! The SemaQ broker.
+//!
+//! Follow one message through the rooms in this order:
+//!
+//! - [`server`]: binds the listeners, accepts connections (bounded), runs until shutdown.
+//! - [`connection`]: one client: reads bytes, parses ops with `semaq_wire`, authorizes, dispatches.
+//! - [`router`]: the subject trie that maps a published subject to the subscriptions it reaches.
+//! - [`outbound`]: each client's bounded outbound buffer and the task that writes it to the socket.
+//! - [`auth`]: who may connect and what each user may publish and subscribe to.
+//! - [`tls`]: rustls configuration for the client listener.
+//! - [`monitor`]: the HTTP endpoints (`/varz`, `/connz`, `/subsz`, `/healthz`).
+//! - [`stats`]: counters shared by the rooms above.
+//!
+//! Settings come from [`options`], filled by [`config_file`] (nats-server's format) and then
+//! [`flags`] (nats-server's command line). Every default bound lives in [`limits`].
+
+pub mod auth;
+pub mod config_file;
+pub mod connection;
+pub mod flags;
+pub mod limits;
+pub mod monitor;
+pub mod options;
+pub mod outbound;
+pub mod router;
+pub mod server;
+pub mod stats;
+pub mod tls;

@@ -1,0 +1,35 @@
+//! Every bound the broker enforces by default, in one place. Units come last in each name.
+//! Options (flags and the config file) may override those marked "configurable".
+
+use std::time::Duration;
+
+/// Largest message, headers and payload together (configurable: `max_payload`).
+pub const PAYLOAD_BYTES_MAX: usize = 1024 * 1024;
+/// Longest protocol control line (configurable: `max_control_line`).
+pub const CONTROL_LINE_BYTES_MAX: usize = 4096;
+/// Bytes queued for one client before it is a slow consumer (configurable: `max_pending`).
+pub const PENDING_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Concurrent client connections (configurable: `max_connections`).
+pub const CONNECTIONS_MAX: usize = 64 * 1024;
+/// Subscriptions one connection may hold (configurable: `max_subscriptions`, 0 = this default).
+pub const SUBSCRIPTIONS_PER_CONNECTION_MAX: usize = 1024 * 1024;
+/// How often an idle client is pinged (configurable: `ping_interval`).
+pub const PING_INTERVAL: Duration = Duration::from_secs(120);
+/// Unanswered server pings before a client is closed as stale (configurable: `ping_max`).
+pub const PINGS_OUTSTANDING_MAX: u32 = 2;
+/// Time a client has to send CONNECT (configurable: `authorization.timeout`).
+pub const AUTH_TIMEOUT: Duration = Duration::from_secs(2);
+/// Time a TLS handshake may take.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Time a single socket write may block before the client counts as slow (configurable: `write_deadline`).
+pub const WRITE_DEADLINE: Duration = Duration::from_secs(10);
+/// Time shutdown waits for connections to flush what they have queued.
+pub const SHUTDOWN_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+/// Bytes read from a socket in one call.
+pub const READ_BUFFER_BYTES: usize = 64 * 1024;
+/// Bytes written to a socket in one call; larger batches are split.
+pub const WRITE_BATCH_BYTES_MAX: usize = 1024 * 1024;
+/// Cached subject-match results in the router before the cache is trimmed.
+pub const ROUTER_CACHE_ENTRIES_MAX: usize = 4096;
+/// Connections listed by one `/connz` page.
+pub const CONNZ_PAGE_ENTRIES_MAX: usize = 1024;

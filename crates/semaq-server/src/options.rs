@@ -1,0 +1,185 @@
+//! The broker's settings: defaults, then the config file, then command-line flags on top.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::limits;
+
+/// Everything that configures a running server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Options {
+    /// Name reported in INFO and monitoring; generated when unset.
+    pub server_name: Option<String>,
+    /// Address the client listener binds.
+    pub host: String,
+    /// Client port; 0 picks a free port (nats-server's `-p -1`).
+    pub port: u16,
+    /// Address the monitoring HTTP listener binds.
+    pub http_host: String,
+    /// Monitoring port; `None` turns monitoring off, `Some(0)` picks a free port.
+    pub http_port: Option<u16>,
+    /// JetStream enabled.
+    pub jetstream: bool,
+    /// Where streams, consumers and the schema registry live.
+    pub store_dir: PathBuf,
+    /// Memory storage limit for JetStream, bytes.
+    pub jetstream_memory_bytes_max: Option<u64>,
+    /// File storage limit for JetStream, bytes.
+    pub jetstream_file_bytes_max: Option<u64>,
+    /// JetStream domain.
+    pub jetstream_domain: Option<String>,
+    /// Largest message accepted, headers included.
+    pub payload_bytes_max: usize,
+    /// Longest control line accepted.
+    pub control_line_bytes_max: usize,
+    /// Bytes queued per client before it is disconnected as a slow consumer.
+    pub pending_bytes_max: usize,
+    /// Concurrent connections accepted.
+    pub connections_max: usize,
+    /// Subscriptions per connection.
+    pub subscriptions_per_connection_max: usize,
+    /// Interval between server pings to a client.
+    pub ping_interval: Duration,
+    /// Unanswered pings before a client is closed.
+    pub pings_outstanding_max: u32,
+    /// Time a client has to authenticate.
+    pub auth_timeout: Duration,
+    /// Time one socket write may block.
+    pub write_deadline: Duration,
+    /// Who may connect, and what they may do.
+    pub auth: AuthOptions,
+    /// TLS for client connections.
+    pub tls: Option<TlsOptions>,
+    /// Log to this file instead of standard error.
+    pub log_file: Option<PathBuf>,
+    /// Write the process id here.
+    pub pid_file: Option<PathBuf>,
+    /// Write `<name>_<pid>.ports` JSON with the bound URLs in this directory.
+    pub ports_file_dir: Option<PathBuf>,
+    /// Debug logging.
+    pub debug: bool,
+    /// Protocol trace logging.
+    pub trace: bool,
+    /// Named accounts with their users.
+    pub accounts: Vec<Account>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            server_name: None,
+            host: "127.0.0.1".to_string(),
+            port: 4222,
+            http_host: "127.0.0.1".to_string(),
+            http_port: Some(8222),
+            jetstream: true,
+            store_dir: PathBuf::from("./semaq-data"),
+            jetstream_memory_bytes_max: None,
+            jetstream_file_bytes_max: None,
+            jetstream_domain: None,
+            payload_bytes_max: limits::PAYLOAD_BYTES_MAX,
+            control_line_bytes_max: limits::CONTROL_LINE_BYTES_MAX,
+            pending_bytes_max: limits::PENDING_BYTES_MAX,
+            connections_max: limits::CONNECTIONS_MAX,
+            subscriptions_per_connection_max: limits::SUBSCRIPTIONS_PER_CONNECTION_MAX,
+            ping_interval: limits::PING_INTERVAL,
+            pings_outstanding_max: limits::PINGS_OUTSTANDING_MAX,
+            auth_timeout: limits::AUTH_TIMEOUT,
+            write_deadline: limits::WRITE_DEADLINE,
+            auth: AuthOptions::default(),
+            tls: None,
+            log_file: None,
+            pid_file: None,
+            ports_file_dir: None,
+            debug: false,
+            trace: false,
+            accounts: Vec::new(),
+        }
+    }
+}
+
+/// Authentication settings; with none set, anyone may connect.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AuthOptions {
+    /// A shared token (`--auth`, `authorization { token }`).
+    pub token: Option<String>,
+    /// Users with passwords (`--user/--pass`, `authorization { user, password }` or `users [...]`).
+    pub users: Vec<User>,
+    /// Clients that send no credentials are treated as this user.
+    pub no_auth_user: Option<String>,
+}
+
+impl AuthOptions {
+    /// Whether clients must present credentials.
+    pub fn is_required(&self, accounts: &[Account]) -> bool {
+        self.token.is_some() || !self.users.is_empty() || accounts.iter().any(|account| !account.users.is_empty())
+    }
+}
+
+/// One user and what it may do.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct User {
+    /// Login name.
+    pub username: String,
+    /// Password, compared in constant time. A value starting with `$2` would be bcrypt (not supported).
+    pub password: String,
+    /// Publish/subscribe restrictions; `None` allows everything.
+    pub permissions: Option<Permissions>,
+}
+
+/// Publish and subscribe restrictions of a user.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Permissions {
+    /// Subjects the user may publish to.
+    pub publish: Option<SubjectPermission>,
+    /// Subjects the user may subscribe to.
+    pub subscribe: Option<SubjectPermission>,
+}
+
+/// Allow and deny lists of subject filters (wildcards allowed). Deny wins over allow.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SubjectPermission {
+    /// When non-empty, only matching subjects are allowed.
+    pub allow: Vec<String>,
+    /// Matching subjects are refused.
+    pub deny: Vec<String>,
+}
+
+/// TLS settings for the client listener.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TlsOptions {
+    /// PEM certificate chain.
+    pub cert_file: PathBuf,
+    /// PEM private key.
+    pub key_file: PathBuf,
+    /// PEM CA bundle for verifying client certificates.
+    pub ca_file: Option<PathBuf>,
+    /// Require and verify client certificates (mutual TLS).
+    pub verify: bool,
+    /// Handshake timeout.
+    pub timeout: Duration,
+}
+
+/// A named account (nats-server `accounts { NAME { users [...] } }`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Account {
+    /// Account name.
+    pub name: String,
+    /// Users that belong to it.
+    pub users: Vec<User>,
+    /// JetStream enabled for the account, with its limits.
+    pub jetstream: Option<AccountJetStream>,
+}
+
+/// JetStream limits of an account.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AccountJetStream {
+    /// Memory storage, bytes.
+    pub memory_bytes_max: Option<u64>,
+    /// File storage, bytes.
+    pub file_bytes_max: Option<u64>,
+    /// Streams.
+    pub streams_max: Option<u64>,
+    /// Consumers.
+    pub consumers_max: Option<u64>,
+}

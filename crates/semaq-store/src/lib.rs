@@ -1,0 +1,1 @@
+//! Streams on disk and in memory (see the durable streams issue).
