@@ -22,6 +22,14 @@ impl PartialEq for SubscriberRef {
     }
 }
 
+impl Eq for SubscriberRef {}
+
+impl std::hash::Hash for SubscriberRef {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        Arc::as_ptr(&self.0).hash(state);
+    }
+}
+
 /// One message on its way to subscribers.
 #[derive(Debug, Clone, Copy)]
 pub struct Message<'a> {
