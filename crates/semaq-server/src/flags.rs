@@ -11,7 +11,7 @@ pub fn parse(args: &[String]) -> Result<Flags, FlagError> {
     while i < args.len() { let v = args.get(i+1).cloned().unwrap_or_default();
         match args[i].as_str() { "-p" => { f.port = Some(if v == "-1" {0} else {v.parse().map_err(|_| FlagError::Bad(v.clone()))?}); i+=1 }
         "-m" => { f.http = Some(if v == "-1" {0} else {v.parse().map_err(|_| FlagError::Bad(v.clone()))?}); i+=1 }
-        "-sd" => { f.sd = Some(v.into()); i+=1 } "-c" => { f.config_file = Some(v.into()); i+=1 } "-js" => {}
+        "-sd" => { f.sd = Some(v.into()); i+=1 } "-c" => { f.config_file = Some(v.into()); i+=1 } "-js" => {} "-a" => { i+=1 }
         other => return Err(FlagError::Bad(other.into())) } i+=1 }
     Ok(f)
 }

@@ -33,3 +33,5 @@ pub const WRITE_BATCH_BYTES_MAX: usize = 1024 * 1024;
 pub const ROUTER_CACHE_ENTRIES_MAX: usize = 4096;
 /// Connections listed by one `/connz` page.
 pub const CONNZ_PAGE_ENTRIES_MAX: usize = 1024;
+/// Time allowed to deliver the `-ERR 'Slow Consumer'` line to a client that is not reading.
+pub const SLOW_CONSUMER_NOTICE_TIMEOUT: Duration = Duration::from_millis(250);

@@ -204,11 +204,15 @@ impl Outbound {
             let notified = self.wake_writer.notified();
             let (mut batch, close_reason) = self.take(spare);
             if !batch.is_empty() {
+                let deadline = match close_reason {
+                    Some(CloseReason::SlowConsumer) => limits::SLOW_CONSUMER_NOTICE_TIMEOUT,
+                    _ => write_deadline,
+                };
                 let write = async {
                     socket.write_all(&batch).await?;
                     socket.flush().await
                 };
-                match tokio::time::timeout(write_deadline, write).await {
+                match tokio::time::timeout(deadline, write).await {
                     Ok(Ok(())) => self.written(),
                     Ok(Err(_)) => {
                         self.close(CloseReason::IoError);
@@ -216,7 +220,7 @@ impl Outbound {
                     }
                     Err(_) => {
                         self.close(CloseReason::WriteTimeout);
-                        return CloseReason::WriteTimeout;
+                        return close_reason.unwrap_or(CloseReason::WriteTimeout);
                     }
                 }
             }
