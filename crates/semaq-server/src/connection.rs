@@ -230,23 +230,16 @@ impl Connection {
         let mut buffer = BytesMut::with_capacity(limits::READ_BUFFER_BYTES);
         let ping_interval = self.shared.options.ping_interval;
         let mut ping_timer = tokio::time::interval_at(tokio::time::Instant::now() + ping_interval, ping_interval);
-        let auth_deadline = tokio::time::Instant::now() + self.shared.options.auth_timeout;
+        let auth_timer = tokio::time::sleep(self.shared.options.auth_timeout);
         let auth_required = self.shared.auth.is_required();
+        let client = self.client.clone();
+        let closed = client.outbound.closed();
+        tokio::pin!(auth_timer, closed);
         loop {
             if buffer.capacity() - buffer.len() < limits::READ_BUFFER_BYTES / 4 {
                 buffer.reserve(limits::READ_BUFFER_BYTES.max(self.parser.bytes_wanted()));
             }
             tokio::select! {
-                _ = self.client.outbound.closed() => return self.client.outbound.close_reason().unwrap_or(CloseReason::ServerShutdown),
-                _ = tokio::time::sleep_until(auth_deadline), if auth_required && !self.connected => {
-                    self.client.outbound.close_with_error(CloseReason::AuthenticationFailure, "Authentication Timeout");
-                    return CloseReason::AuthenticationFailure;
-                }
-                _ = ping_timer.tick() => {
-                    if let Some(reason) = self.ping() {
-                        return reason;
-                    }
-                }
                 read = reader.read_buf(&mut buffer) => match read {
                     Ok(0) => return CloseReason::ClientClosed,
                     Ok(_) => {
@@ -258,6 +251,16 @@ impl Connection {
                     }
                     Err(_) => return CloseReason::IoError,
                 },
+                _ = &mut closed => return client.outbound.close_reason().unwrap_or(CloseReason::ServerShutdown),
+                _ = &mut auth_timer, if auth_required && !self.connected => {
+                    client.outbound.close_with_error(CloseReason::AuthenticationFailure, "Authentication Timeout");
+                    return CloseReason::AuthenticationFailure;
+                }
+                _ = ping_timer.tick() => {
+                    if let Some(reason) = self.ping() {
+                        return reason;
+                    }
+                }
             }
         }
     }

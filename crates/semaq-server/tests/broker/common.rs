@@ -130,6 +130,17 @@ impl TestServer {
     }
 }
 
+/// Waits until the server has processed everything `client` sent before. async-nats' `flush`
+/// only empties the client's socket buffer; a request that nobody answers comes back with a
+/// 503 status only after the server has read every earlier op of the connection.
+pub async fn sync(client: &async_nats::Client) {
+    let outcome = client.request("_SEMAQ_TEST.sync", bytes::Bytes::new()).await;
+    assert!(
+        matches!(&outcome, Err(error) if error.kind() == async_nats::RequestErrorKind::NoResponders),
+        "sync round trip: {outcome:?}"
+    );
+}
+
 /// Sends a signal with the `kill` command (no libc in tests).
 pub fn unsafe_kill(pid: u32, signal: &str) {
     let _ = Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status();

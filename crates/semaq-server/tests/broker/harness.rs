@@ -3,7 +3,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::common::TestServer;
+use crate::common::{sync, TestServer};
 
 #[tokio::test]
 async fn starts_like_nats_server_from_a_config_file_with_a_ports_file() {
@@ -103,7 +103,7 @@ async fn sigterm_flushes_pending_messages_and_exits_zero() {
     for _ in 0..1000 {
         client.publish("bye", "x".into()).await.unwrap();
     }
-    client.flush().await.unwrap();
+    sync(&client).await;
     let started = Instant::now();
     assert_eq!(server.terminate(), Some(0));
     assert!(started.elapsed() < Duration::from_secs(8));

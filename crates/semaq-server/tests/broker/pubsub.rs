@@ -5,7 +5,7 @@ use std::time::Duration;
 use async_nats::HeaderMap;
 use futures::StreamExt;
 
-use crate::common::TestServer;
+use crate::common::{sync, TestServer};
 
 const RECEIVE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -70,7 +70,7 @@ async fn a_queue_group_delivers_each_message_to_exactly_one_member() {
     for _ in 0..3 {
         let client = server.client().await;
         let subscriber = client.queue_subscribe("work", "workers".into()).await.unwrap();
-        client.flush().await.unwrap();
+        sync(&client).await;
         members.push((client, subscriber));
     }
     let mut plain = publisher.subscribe("work").await.unwrap();
@@ -103,7 +103,7 @@ async fn request_reply_round_trips() {
     let server = TestServer::start();
     let responder = server.client().await;
     let mut requests = responder.subscribe("math.double").await.unwrap();
-    responder.flush().await.unwrap();
+    sync(&responder).await;
     tokio::spawn(async move {
         while let Some(request) = requests.next().await {
             let n: i64 = std::str::from_utf8(&request.payload).unwrap().parse().unwrap();
@@ -173,10 +173,9 @@ async fn echo_off_hides_a_clients_own_messages() {
     let other = server.client().await;
     let mut own = quiet.subscribe("chat").await.unwrap();
     let mut theirs = other.subscribe("chat").await.unwrap();
-    quiet.flush().await.unwrap();
-    other.flush().await.unwrap();
+    sync(&quiet).await;
+    sync(&other).await;
     quiet.publish("chat", "from quiet".into()).await.unwrap();
-    quiet.flush().await.unwrap();
     assert_eq!(next(&mut theirs).await.payload, "from quiet");
     nothing_more(&mut own).await;
     other.publish("chat", "from other".into()).await.unwrap();

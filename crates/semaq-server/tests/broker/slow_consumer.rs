@@ -1,21 +1,21 @@
 //! A client that stops reading is cut off without stalling anyone else.
 
-use std::io::Write;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 
-use crate::common::TestServer;
+use crate::common::{sync, TestServer};
 
 #[tokio::test]
 async fn a_slow_consumer_is_disconnected_and_other_clients_are_unaffected() {
     let server = TestServer::with_config("max_pending: 256KB\n", &[]);
     // A subscriber that never reads: its socket buffers fill, then its pending bytes grow.
-    let mut stalled = std::net::TcpStream::connect(server.addr).unwrap();
-    stalled.write_all(b"CONNECT {}\r\nSUB firehose 1\r\nPING\r\n").unwrap();
+    let mut stalled = server.raw();
+    stalled.send(b"CONNECT {}\r\nSUB firehose 1\r\nPING\r\n");
+    stalled.expect("PONG");
     let healthy = server.client().await;
     let mut subscriber = healthy.subscribe("firehose").await.unwrap();
-    healthy.flush().await.unwrap();
+    sync(&healthy).await;
     let publisher = server.client().await;
     let payload = bytes::Bytes::from(vec![b'x'; 1024]);
     const TOTAL: usize = 40_000;
