@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::SystemTime;
 
@@ -18,7 +18,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::net::TcpStream;
 
 use crate::auth::{ClientPermissions, Grant};
-use crate::delivery::{self, FlushSet, Message, SubscriberRef};
+use crate::delivery::{self, FlushSet, Message, Sink, SubscriberRef, Subscription};
 use crate::limits;
 use crate::outbound::{CloseReason, Outbound};
 use crate::server::Shared;
@@ -106,43 +106,6 @@ impl Client {
         let filters = details.permissions.as_ref().is_some_and(|p| p.filters_deliveries());
         self.filters_deliveries.store(filters, Ordering::Relaxed);
         let _ = self.details.set(details);
-    }
-}
-
-/// One `SUB`: where matching messages go, and its auto-unsubscribe budget.
-#[derive(Debug)]
-pub struct Subscription {
-    /// The subscribing client.
-    pub client: Arc<Client>,
-    /// Subject filter.
-    pub subject: ByteString,
-    /// Queue group.
-    pub queue: Option<ByteString>,
-    /// The client's id for it.
-    pub sid: ByteString,
-    /// Deliveries after which it ends; 0 = unlimited.
-    max_msgs: AtomicU64,
-    /// Deliveries so far.
-    delivered: AtomicU64,
-}
-
-impl Subscription {
-    /// Reserves one delivery; false when the auto-unsubscribe budget is spent.
-    pub fn claim_delivery(&self) -> bool {
-        let delivered = self.delivered.fetch_add(1, Ordering::AcqRel) + 1;
-        let max = self.max_msgs.load(Ordering::Acquire);
-        max == 0 || delivered <= max
-    }
-
-    /// Whether the budget is now spent, so the subscription should leave the router.
-    pub fn is_exhausted(&self) -> bool {
-        let max = self.max_msgs.load(Ordering::Acquire);
-        max != 0 && self.delivered.load(Ordering::Acquire) >= max
-    }
-
-    /// Deliveries so far.
-    pub fn delivered(&self) -> u64 {
-        self.delivered.load(Ordering::Relaxed)
     }
 }
 
@@ -437,14 +400,7 @@ impl Connection {
             self.send_err("Maximum Subscriptions Exceeded");
             return;
         }
-        let subscription = Arc::new(Subscription {
-            client: self.client.clone(),
-            subject,
-            queue,
-            sid: sid.clone(),
-            max_msgs: AtomicU64::new(0),
-            delivered: AtomicU64::new(0),
-        });
+        let subscription = Arc::new(Subscription::new(Sink::Client(self.client.clone()), subject, queue, sid.clone()));
         let reference = SubscriberRef(subscription.clone());
         if self.shared.router.insert(&subscription.subject, subscription.queue.as_deref(), reference).is_err() {
             self.send_err("Invalid Subject");
@@ -461,7 +417,7 @@ impl Connection {
             return;
         };
         match max_msgs {
-            Some(max) if max > subscription.delivered() => subscription.max_msgs.store(max, Ordering::Release),
+            Some(max) if max > subscription.delivered() => subscription.set_max_msgs(max),
             _ => {
                 self.subscriptions.remove(sid);
                 self.remove_from_router(&subscription);

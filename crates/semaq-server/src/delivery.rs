@@ -5,12 +5,85 @@
 //! batch through a [`FlushSet`], not once per message.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use semaq_wire::encode;
+use semaq_wire::{encode, ByteString};
 
-use crate::connection::{Client, Subscription};
+use crate::connection::Client;
 use crate::router::{Matches, Router};
+
+/// Where a subscription's messages go.
+#[derive(Debug, Clone)]
+pub enum Sink {
+    /// A client connection.
+    Client(Arc<Client>),
+    /// A part of the server itself (the JetStream API, a stream capturing its subjects, ...).
+    Internal(Arc<dyn InternalSink>),
+}
+
+/// A server component that receives published messages. It must not block: it runs on the
+/// publisher's read loop, so it queues work (bounded) for its own task.
+pub trait InternalSink: Send + Sync + std::fmt::Debug {
+    /// Takes one message; returns false when it cannot (it is then not counted as delivered).
+    fn receive(&self, message: &Message<'_>) -> bool;
+}
+
+/// One `SUB` (or an internal subscription): where matching messages go, and its
+/// auto-unsubscribe budget.
+#[derive(Debug)]
+pub struct Subscription {
+    /// Where deliveries go.
+    pub sink: Sink,
+    /// Subject filter.
+    pub subject: ByteString,
+    /// Queue group.
+    pub queue: Option<ByteString>,
+    /// The client's id for it.
+    pub sid: ByteString,
+    /// Deliveries after which it ends; 0 = unlimited.
+    max_msgs: AtomicU64,
+    /// Deliveries so far.
+    delivered: AtomicU64,
+}
+
+impl Subscription {
+    /// A subscription without a delivery limit.
+    pub fn new(sink: Sink, subject: ByteString, queue: Option<ByteString>, sid: ByteString) -> Self {
+        Self { sink, subject, queue, sid, max_msgs: AtomicU64::new(0), delivered: AtomicU64::new(0) }
+    }
+
+    /// Ends the subscription after `max` deliveries in all.
+    pub fn set_max_msgs(&self, max: u64) {
+        self.max_msgs.store(max, Ordering::Release);
+    }
+
+    /// Reserves one delivery; false when the auto-unsubscribe budget is spent.
+    pub fn claim_delivery(&self) -> bool {
+        let delivered = self.delivered.fetch_add(1, Ordering::AcqRel) + 1;
+        let max = self.max_msgs.load(Ordering::Acquire);
+        max == 0 || delivered <= max
+    }
+
+    /// Whether the budget is now spent, so the subscription should leave the router.
+    pub fn is_exhausted(&self) -> bool {
+        let max = self.max_msgs.load(Ordering::Acquire);
+        max != 0 && self.delivered.load(Ordering::Acquire) >= max
+    }
+
+    /// Deliveries so far.
+    pub fn delivered(&self) -> u64 {
+        self.delivered.load(Ordering::Relaxed)
+    }
+
+    /// The client behind it, for client subscriptions.
+    pub fn client(&self) -> Option<&Arc<Client>> {
+        match &self.sink {
+            Sink::Client(client) => Some(client),
+            Sink::Internal(_) => None,
+        }
+    }
+}
 
 /// A subscription as the router holds it; equal only to itself.
 #[derive(Debug, Clone)]
@@ -99,7 +172,7 @@ pub fn fan_out(
 }
 
 fn may_receive(subscription: &Subscription, message: &Message<'_>, publisher: Option<&Client>) -> bool {
-    let client = &subscription.client;
+    let Sink::Client(client) = &subscription.sink else { return true };
     if publisher.is_some_and(|publisher| publisher.id == client.id && !client.echo()) {
         return false;
     }
@@ -119,7 +192,10 @@ pub fn deliver(
     if subscription.is_exhausted() {
         router.remove(&subscription.subject, subscription.queue.as_deref(), &SubscriberRef(subscription.clone()));
     }
-    let client = &subscription.client;
+    let client = match &subscription.sink {
+        Sink::Client(client) => client,
+        Sink::Internal(sink) => return sink.receive(message),
+    };
     let headers = if client.headers() { message.headers } else { None };
     let subject = message.subject.as_bytes();
     let sid = subscription.sid.as_bytes();

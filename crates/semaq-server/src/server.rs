@@ -15,11 +15,11 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::auth::Authenticator;
 use crate::connection::{self, Client};
-use crate::delivery::SubscriberRef;
+use crate::delivery::{self, FlushSet, InternalSink, Message, Sink, SubscriberRef, Subscription};
 use crate::limits;
 use crate::options::Options;
 use crate::outbound::CloseReason;
-use crate::router::Router;
+use crate::router::{Router, RouterError};
 use crate::stats::{bump, ServerStats};
 use crate::tls;
 
@@ -181,6 +181,44 @@ impl Shared {
 }
 
 impl Shared {
+    /// Publishes a message from the server itself (API replies, acks, consumer deliveries):
+    /// routed by `route_subject`, delivered showing `message.subject`. Returns the deliveries.
+    pub fn publish_as(&self, route_subject: &str, message: &Message<'_>) -> usize {
+        let matches = self.router.matches(route_subject);
+        let mut flush = FlushSet::default();
+        let delivered = delivery::fan_out(&self.router, &matches, message, None, &mut flush);
+        flush.flush();
+        delivered
+    }
+
+    /// Publishes a message from the server itself to `subject`.
+    pub fn publish(&self, subject: &str, headers: Option<&[u8]>, payload: &[u8]) -> usize {
+        self.publish_as(subject, &Message { subject, reply: None, headers, payload })
+    }
+
+    /// Subscribes a server component to `filter`.
+    pub fn subscribe_internal(
+        &self,
+        filter: &str,
+        queue: Option<&str>,
+        sink: Arc<dyn InternalSink>,
+    ) -> Result<Arc<Subscription>, RouterError> {
+        let subscription = Arc::new(Subscription::new(
+            Sink::Internal(sink),
+            filter.into(),
+            queue.map(Into::into),
+            "internal".into(),
+        ));
+        self.router.insert(filter, queue, SubscriberRef(subscription.clone()))?;
+        Ok(subscription)
+    }
+
+    /// Removes a subscription made with [`Shared::subscribe_internal`].
+    pub fn unsubscribe_internal(&self, subscription: &Arc<Subscription>) {
+        let reference = SubscriberRef(subscription.clone());
+        self.router.remove(&subscription.subject, subscription.queue.as_deref(), &reference);
+    }
+
     /// Messages and bytes received and delivered since start: closed connections' totals plus
     /// the open ones'. Counting per connection keeps publishers off one shared cache line.
     pub fn traffic_totals(&self) -> ((u64, u64), (u64, u64)) {
