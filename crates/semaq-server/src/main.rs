@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use anyhow::Context;
 use semaq_server::options::Options;
 use semaq_server::server::{Server, SEMAQ_VERSION};
-use semaq_server::{clock, config_file, flags};
+use semaq_server::{clock, flags};
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
@@ -32,12 +32,7 @@ fn run() -> anyhow::Result<()> {
         println!("semaq-server version {SEMAQ_VERSION}");
         return Ok(());
     }
-    let mut options = Options::default();
-    let mut warnings = Vec::new();
-    if let Some(path) = &flags.config_file {
-        warnings = config_file::load(path, &mut options).with_context(|| format!("config file {}", path.display()))?;
-    }
-    flags.apply(&mut options);
+    let (options, warnings) = flags.resolve()?;
     init_logging(&options)?;
     for warning in warnings {
         tracing::warn!("{warning}");
