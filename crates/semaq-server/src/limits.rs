@@ -53,3 +53,19 @@ pub const JETSTREAM_API_QUEUE_REQUESTS_MAX: usize = 4096;
 pub const API_LIST_NAMES_MAX: usize = 1024;
 /// Infos returned by one `STREAM.LIST` / `CONSUMER.LIST` page.
 pub const API_LIST_INFOS_MAX: usize = 256;
+/// Messages scanned to count a filtered consumer's `num_pending`; the count is capped there.
+pub const NUM_PENDING_SCAN_MESSAGES_MAX: usize = 100_000;
+/// Interval at which durable consumers save changed state.
+pub const CONSUMER_STATE_SAVE_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+/// Push consumers: bytes delivered between flow-control requests.
+pub const FLOW_CONTROL_BYTES: u64 = 1024 * 1024;
+/// Messages one consumer pump delivers before yielding.
+pub const PUMP_MESSAGES_MAX: usize = 1024;
+/// Inactivity after which an ephemeral consumer without `inactive_threshold` is removed.
+pub const EPHEMERAL_INACTIVE_THRESHOLD: std::time::Duration = std::time::Duration::from_secs(5);
+/// Messages one pull request may ask for.
+pub const PULL_BATCH_MESSAGES_MAX: u64 = 1_000_000;
+/// Longest a consumer task sleeps without a reason to wake (it re-checks push interest).
+pub const CONSUMER_IDLE_WAKE: std::time::Duration = std::time::Duration::from_millis(250);
+/// Characters in a generated ephemeral consumer name.
+pub const EPHEMERAL_NAME_CHARS: usize = 8;

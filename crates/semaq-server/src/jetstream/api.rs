@@ -13,6 +13,8 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::config::StreamConfig;
+use super::consumer::Consumer;
+use super::consumers::{self, CreateRequest, CreateSubject};
 use super::errors::ApiError;
 use super::stream::{store_error, Stream};
 use super::JetStream;
@@ -65,7 +67,7 @@ async fn serve(shared: Weak<Shared>, jetstream: Arc<JetStream>, mut requests: mp
         let Some(shared) = shared.upgrade() else { return };
         let Some(reply) = request.reply.clone() else { continue };
         let tokens: Vec<&str> = request.subject.split('.').skip(2).collect();
-        let response = handle(&shared, &jetstream, &tokens, &request.payload);
+        let response = handle(&shared, &jetstream, &reply, &tokens, &request.payload);
         if let Some(response) = response {
             shared.publish(&reply, None, response.to_string().as_bytes());
         }
@@ -96,7 +98,7 @@ fn parse<T: DeserializeOwned + Default>(payload: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(payload).map_err(ApiError::invalid_json)
 }
 
-fn handle(shared: &Shared, jetstream: &JetStream, tokens: &[&str], payload: &[u8]) -> Option<Value> {
+fn handle(shared: &Shared, jetstream: &JetStream, reply: &str, tokens: &[&str], payload: &[u8]) -> Option<Value> {
     let response = match tokens {
         ["INFO"] => respond("account_info", Ok(account_info(shared, jetstream))),
         ["STREAM", "CREATE", name] => respond("stream_create", create_stream(jetstream, name, payload)),
@@ -110,6 +112,37 @@ fn handle(shared: &Shared, jetstream: &JetStream, tokens: &[&str], payload: &[u8
         ["STREAM", "LIST"] => respond("stream_list", stream_list(jetstream, payload)),
         ["STREAM", "MSG", "GET", name] => respond("stream_msg_get", get_message(jetstream, name, payload)),
         ["STREAM", "MSG", "DELETE", name] => respond("stream_msg_delete", delete_message(jetstream, name, payload)),
+        ["CONSUMER", "CREATE", stream] => {
+            respond("consumer_create", create_consumer(jetstream, stream, CreateSubject::default(), payload))
+        }
+        ["CONSUMER", "CREATE", stream, name, filter @ ..] => {
+            let filter = (!filter.is_empty()).then(|| filter.join("."));
+            let subject = CreateSubject { name: Some(name), filter, durable: false };
+            respond("consumer_create", create_consumer(jetstream, stream, subject, payload))
+        }
+        ["CONSUMER", "DURABLE", "CREATE", stream, name] => {
+            let subject = CreateSubject { name: Some(name), filter: None, durable: true };
+            respond("consumer_create", create_consumer(jetstream, stream, subject, payload))
+        }
+        ["CONSUMER", "INFO", stream, name] => {
+            respond("consumer_info", find_consumer(jetstream, stream, name).map(|c| c.info()))
+        }
+        ["CONSUMER", "DELETE", stream, name] => respond("consumer_delete", delete_consumer(jetstream, stream, name)),
+        ["CONSUMER", "NAMES", stream] => respond("consumer_names", consumer_names(jetstream, stream, payload)),
+        ["CONSUMER", "LIST", stream] => respond("consumer_list", consumer_list(jetstream, stream, payload)),
+        ["CONSUMER", "MSG", "NEXT", stream, name] => {
+            match find_consumer(jetstream, stream, name) {
+                Ok(consumer) => {
+                    consumer.request_next(reply, payload);
+                    return None;
+                }
+                Err(error) => {
+                    let status = format!("NATS/1.0 404 {}\r\n\r\n", error.description);
+                    shared.publish(reply, Some(status.as_bytes()), b"");
+                    return None;
+                }
+            }
+        }
         _ => respond("error", Err(ApiError::bad_request())),
     };
     Some(response)
@@ -344,4 +377,60 @@ fn delete_message(jetstream: &JetStream, name: &str, payload: &[u8]) -> Result<V
     }
     stream.notify_changed();
     Ok(json!({ "success": true }))
+}
+
+fn create_consumer(
+    jetstream: &JetStream,
+    stream_name: &str,
+    subject: CreateSubject<'_>,
+    payload: &[u8],
+) -> Result<Value, ApiError> {
+    let stream = jetstream.stream(stream_name).ok_or_else(ApiError::stream_not_found)?;
+    if payload.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::consumer_config_required());
+    }
+    let request: CreateRequest = serde_json::from_slice(payload).map_err(ApiError::invalid_json)?;
+    let consumer = consumers::create(&stream, request, subject)?;
+    Ok(consumer.info())
+}
+
+fn find_consumer(jetstream: &JetStream, stream: &str, name: &str) -> Result<Arc<Consumer>, ApiError> {
+    let stream = jetstream.stream(stream).ok_or_else(ApiError::stream_not_found)?;
+    stream.consumer(name).ok_or_else(ApiError::consumer_not_found)
+}
+
+fn delete_consumer(jetstream: &JetStream, stream: &str, name: &str) -> Result<Value, ApiError> {
+    let stream = jetstream.stream(stream).ok_or_else(ApiError::stream_not_found)?;
+    if !stream.remove_consumer(name) {
+        return Err(ApiError::consumer_not_found());
+    }
+    Ok(json!({ "success": true }))
+}
+
+fn consumer_names(jetstream: &JetStream, stream: &str, payload: &[u8]) -> Result<Value, ApiError> {
+    let request: ListRequest = parse(payload)?;
+    let stream = jetstream.stream(stream).ok_or_else(ApiError::stream_not_found)?;
+    let consumers = stream.consumers();
+    let names: Vec<String> =
+        consumers.iter().skip(request.offset).take(limits::API_LIST_NAMES_MAX).map(|c| c.name.clone()).collect();
+    Ok(json!({
+        "total": consumers.len(),
+        "offset": request.offset,
+        "limit": limits::API_LIST_NAMES_MAX,
+        "consumers": names,
+    }))
+}
+
+fn consumer_list(jetstream: &JetStream, stream: &str, payload: &[u8]) -> Result<Value, ApiError> {
+    let request: ListRequest = parse(payload)?;
+    let stream = jetstream.stream(stream).ok_or_else(ApiError::stream_not_found)?;
+    let consumers = stream.consumers();
+    let infos: Vec<Value> =
+        consumers.iter().skip(request.offset).take(limits::API_LIST_INFOS_MAX).map(|c| c.info()).collect();
+    Ok(json!({
+        "total": consumers.len(),
+        "offset": request.offset,
+        "limit": limits::API_LIST_INFOS_MAX,
+        "consumers": infos,
+    }))
 }

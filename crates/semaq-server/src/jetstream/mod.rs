@@ -10,6 +10,8 @@
 
 pub mod api;
 pub mod config;
+pub mod consumer;
+pub mod consumers;
 pub mod errors;
 pub mod stream;
 
@@ -140,8 +142,10 @@ impl JetStream {
             }
         };
         let sync_policy = self.sync_policy_for(&config);
-        let stream = Stream::start(config, created, store, sync_policy, self.shared.clone());
+        let dir = (config.storage == Storage::File).then(|| self.stream_dir(&config.name));
+        let stream = Stream::start(config, created, store, sync_policy, dir, self.shared.clone());
         stream.capture();
+        consumers::restore(&stream);
         self.write_streams().insert(stream.name.clone(), stream.clone());
         Ok(stream)
     }

@@ -18,6 +18,7 @@ use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch};
 
 use super::config::StreamConfig;
+use super::consumer::Consumer;
 use super::errors::ApiError;
 use crate::delivery::{InternalSink, Message, Subscription};
 use crate::limits;
@@ -137,6 +138,8 @@ pub struct Stream {
     /// The last stored sequence, watched by consumers.
     last_seq: watch::Sender<u64>,
     subscriptions: Mutex<Vec<Arc<Subscription>>>,
+    consumers: Mutex<std::collections::BTreeMap<String, Arc<Consumer>>>,
+    dir: Option<std::path::PathBuf>,
     stop: tokio::sync::Notify,
     shared: Weak<Shared>,
 }
@@ -159,6 +162,7 @@ impl Stream {
         created: SystemTime,
         store: Box<dyn StreamStore>,
         sync_policy: SyncPolicy,
+        dir: Option<std::path::PathBuf>,
         shared: Weak<Shared>,
     ) -> Arc<Self> {
         let (ingest, inbound) = mpsc::channel(limits::STREAM_INGEST_QUEUE_MESSAGES_MAX);
@@ -172,6 +176,8 @@ impl Stream {
             ingest,
             last_seq: watch::channel(last_seq).0,
             subscriptions: Mutex::new(Vec::new()),
+            consumers: Mutex::new(std::collections::BTreeMap::new()),
+            dir,
             stop: tokio::sync::Notify::new(),
             shared,
         });
@@ -237,10 +243,76 @@ impl Stream {
         }
     }
 
-    /// Stops capturing and ingesting; what was stored is synced and the store closed.
+    /// Stops capturing, ingesting and every consumer; what was stored is synced and the store closed.
     pub fn stop(&self) {
         self.release();
+        for consumer in self.consumers() {
+            consumer.stop();
+        }
         self.stop.notify_one();
+    }
+
+    /// The server, for components that publish.
+    pub fn shared(&self) -> Weak<Shared> {
+        self.shared.clone()
+    }
+
+    /// Where the stream keeps its files (`None` for memory streams).
+    pub fn dir(&self) -> Option<&std::path::Path> {
+        self.dir.as_deref()
+    }
+
+    /// All consumers, by name.
+    pub fn consumers(&self) -> Vec<Arc<Consumer>> {
+        lock(&self.consumers).values().cloned().collect()
+    }
+
+    /// A consumer by name.
+    pub fn consumer(&self, name: &str) -> Option<Arc<Consumer>> {
+        lock(&self.consumers).get(name).cloned()
+    }
+
+    /// Consumers attached.
+    pub fn consumer_count(&self) -> usize {
+        lock(&self.consumers).len()
+    }
+
+    /// Registers a started consumer.
+    pub fn add_consumer(&self, consumer: Arc<Consumer>) {
+        lock(&self.consumers).insert(consumer.name.clone(), consumer);
+    }
+
+    /// Stops and forgets a consumer, removing its files; false when there was none.
+    pub fn remove_consumer(&self, name: &str) -> bool {
+        let Some(consumer) = lock(&self.consumers).remove(name) else { return false };
+        consumer.stop();
+        consumer.remove_files();
+        true
+    }
+
+    /// Applies retention after acks: a workqueue drops what was acked, an interest stream what
+    /// every interested consumer acked.
+    pub fn acknowledged(&self, seqs: &[u64]) {
+        let retention = self.config().retention;
+        if retention == super::config::Retention::Limits || seqs.is_empty() {
+            return;
+        }
+        let consumers = self.consumers();
+        let mut removed = false;
+        for seq in seqs {
+            let subject = match self.store().get(*seq) {
+                Ok(Some(message)) => message.subject,
+                _ => continue,
+            };
+            let done = retention == super::config::Retention::Workqueue
+                || consumers.iter().all(|consumer| consumer.has_acked(*seq, &subject));
+            if done {
+                removed |= self.store().delete(*seq).unwrap_or(false);
+            }
+        }
+        if removed {
+            self.notify_changed();
+        }
     }
 
     /// Rebuilds the dedup window from the newest stored messages' `Nats-Msg-Id` headers.

@@ -1,0 +1,182 @@
+//! A consumer: a cursor over a stream with delivery and acknowledgement state.
+//!
+//! - `validate`: defaults and nats-server's checks for a consumer config.
+//! - `state`: what has been delivered, what awaits an ack, and the waiting pull requests.
+//! - `pump`: the consumer's task, which hands messages to pull requests or the push subject.
+//! - `acks`: `+ACK`, `-NAK`, `+WPI`, `+TERM`, `+NXT` from `$JS.ACK.>` replies.
+//! - `persist`: durable consumers' config and state on disk.
+//!
+//! Lock order: a consumer's `state` before its stream's `store`; deliveries are published only
+//! after `state` is released, so a delivery can never re-enter a consumer.
+
+mod acks;
+mod persist;
+pub use self::persist::load as persist_load;
+mod pump;
+mod state;
+pub mod validate;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::{json, Value};
+use tokio::sync::Notify;
+
+pub use self::acks::{AckKind, AckSubject};
+use self::state::State;
+use super::config::{AckPolicy, ConsumerConfig};
+use super::stream::Stream;
+use crate::clock;
+use crate::server::{lock, Shared};
+
+/// A consumer of one stream.
+pub struct Consumer {
+    /// Consumer name.
+    pub name: String,
+    /// Name of its stream.
+    pub stream_name: String,
+    config: Mutex<ConsumerConfig>,
+    /// When it was created.
+    pub created: SystemTime,
+    /// Durable consumers survive restarts and inactivity.
+    pub durable: bool,
+    state: Mutex<State>,
+    wake: Notify,
+    stopped: std::sync::atomic::AtomicBool,
+    stream: Weak<Stream>,
+    shared: Weak<Shared>,
+    dir: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for Consumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumer").field("stream", &self.stream_name).field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+impl Consumer {
+    /// Creates a consumer positioned by its deliver policy (or by restored state) and starts its task.
+    pub fn start(
+        stream: &Arc<Stream>,
+        name: String,
+        config: ConsumerConfig,
+        created: SystemTime,
+        dir: Option<PathBuf>,
+        restored: Option<persist::SavedState>,
+    ) -> Arc<Self> {
+        let durable = config.durable_name.is_some();
+        let state = match restored {
+            Some(saved) => State::restore(saved, ack_wait(&config)),
+            None => State::positioned(stream, &config),
+        };
+        let consumer = Arc::new(Self {
+            name,
+            stream_name: stream.name.clone(),
+            config: Mutex::new(config),
+            created,
+            durable,
+            state: Mutex::new(state),
+            wake: Notify::new(),
+            stopped: std::sync::atomic::AtomicBool::new(false),
+            stream: Arc::downgrade(stream),
+            shared: stream.shared(),
+            dir,
+        });
+        tokio::spawn(pump::run(consumer.clone(), stream.watch_last_seq()));
+        consumer
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> ConsumerConfig {
+        lock(&self.config).clone()
+    }
+
+    /// Replaces the configuration with an allowed update.
+    pub fn set_config(&self, config: ConsumerConfig) {
+        *lock(&self.config) = config;
+        self.save_config();
+        self.wake.notify_one();
+    }
+
+    /// The stream, while it exists.
+    pub fn stream(&self) -> Option<Arc<Stream>> {
+        self.stream.upgrade()
+    }
+
+    /// Stops the task; durable state is saved first.
+    pub fn stop(&self) {
+        self.stopped.store(true, std::sync::atomic::Ordering::Release);
+        self.wake.notify_one();
+    }
+
+    fn is_stopped(&self) -> bool {
+        self.stopped.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Wakes the task (new pull request, ack, flow control response).
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Whether this consumer has acknowledged (or will never deliver) stream sequence `seq` on `subject`.
+    pub fn has_acked(&self, seq: u64, subject: &str) -> bool {
+        let config = self.config();
+        if !validate::filter_matches(&config, subject) {
+            return true;
+        }
+        lock(&self.state).has_acked(seq)
+    }
+
+    /// The consumer info body.
+    pub fn info(&self) -> Value {
+        let config = self.config();
+        let stream = self.stream();
+        let state = lock(&self.state);
+        let num_pending = stream.as_ref().map_or(0, |s| state.num_pending(s, &config));
+        let mut info = json!({
+            "stream_name": self.stream_name,
+            "name": self.name,
+            "created": clock::rfc3339(self.created),
+            "config": config,
+            "delivered": {
+                "consumer_seq": state.delivered_consumer_seq,
+                "stream_seq": state.delivered_stream_seq,
+            },
+            "ack_floor": {
+                "consumer_seq": state.ack_floor_consumer_seq,
+                "stream_seq": state.ack_floor_stream_seq,
+            },
+            "num_ack_pending": state.pending.len(),
+            "num_redelivered": state.num_redelivered(),
+            "num_waiting": state.waiting.len(),
+            "num_pending": num_pending,
+            "ts": clock::rfc3339(SystemTime::now()),
+        });
+        if config.deliver_subject.is_some() {
+            info["push_bound"] = json!(state.push_bound);
+        }
+        info
+    }
+}
+
+/// The ack wait of a config, with nats-server's default.
+pub fn ack_wait(config: &ConsumerConfig) -> Duration {
+    if config.ack_wait > 0 {
+        Duration::from_nanos(config.ack_wait as u64)
+    } else {
+        Duration::from_nanos(super::config::ACK_WAIT_DEFAULT_NS as u64)
+    }
+}
+
+/// When a delivery made now (the `deliveries`-th) is due for redelivery.
+pub fn redelivery_deadline(config: &ConsumerConfig, deliveries: u64, now: Instant) -> Instant {
+    if config.ack_policy == AckPolicy::None {
+        return now;
+    }
+    let index = (deliveries.saturating_sub(1) as usize).min(config.backoff.len().saturating_sub(1));
+    match config.backoff.get(index) {
+        Some(delay) if *delay > 0 => now + Duration::from_nanos(*delay as u64),
+        _ => now + ack_wait(config),
+    }
+}

@@ -1,0 +1,489 @@
+//! The consumer's task: it wakes on new messages, acks, pull requests and timers, and hands
+//! messages to waiting pull requests or to the push subject.
+//!
+//! Each round computes what to send while holding the consumer's state, then publishes after
+//! releasing it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use serde::Deserialize;
+use tokio::sync::watch;
+
+use super::state::{next_matching, Pending, PullRequest, State};
+use super::{redelivery_deadline, Consumer};
+use crate::delivery::Message;
+use crate::jetstream::config::{AckPolicy, ConsumerConfig};
+use crate::jetstream::stream::Stream;
+use crate::limits;
+use crate::server::{lock, Shared};
+
+/// The body of `CONSUMER.MSG.NEXT`: a JSON request, a bare batch number, or empty (one message).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct PullRequestBody {
+    /// Messages wanted.
+    pub batch: u64,
+    /// Nanoseconds until the request expires.
+    pub expires: i64,
+    /// Answer at once when nothing is available.
+    pub no_wait: bool,
+    /// Bytes wanted at most.
+    pub max_bytes: u64,
+    /// Nanoseconds between idle heartbeats.
+    pub idle_heartbeat: i64,
+}
+
+impl PullRequestBody {
+    /// Parses a request body.
+    pub fn parse(body: &[u8]) -> Result<Self, String> {
+        let text = std::str::from_utf8(body).map_err(|e| e.to_string())?.trim();
+        if text.is_empty() {
+            return Ok(Self { batch: 1, ..Self::default() });
+        }
+        if let Ok(batch) = text.parse::<u64>() {
+            return Ok(Self { batch, ..Self::default() });
+        }
+        let mut request: Self = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        if request.batch == 0 {
+            request.batch = 1;
+        }
+        Ok(request)
+    }
+}
+
+/// One message or status to publish once the state lock is released.
+#[derive(Debug)]
+struct Outgoing {
+    route: String,
+    subject: String,
+    reply: Option<String>,
+    headers: Option<Bytes>,
+    payload: Bytes,
+}
+
+impl Outgoing {
+    fn status(route: &str, headers: String) -> Self {
+        Outgoing {
+            route: route.to_string(),
+            subject: route.to_string(),
+            reply: None,
+            headers: Some(Bytes::from(headers)),
+            payload: Bytes::new(),
+        }
+    }
+}
+
+fn status_line(code: u16, text: &str, extra: &[(&str, u64)]) -> String {
+    let mut headers = format!("NATS/1.0 {code} {text}\r\n");
+    for (name, value) in extra {
+        headers.push_str(&format!("{name}: {value}\r\n"));
+    }
+    headers.push_str("\r\n");
+    headers
+}
+
+fn pending_headers(request: &PullRequest) -> [(&'static str, u64); 2] {
+    [("Nats-Pending-Messages", request.batch_remaining), ("Nats-Pending-Bytes", request.bytes_remaining.unwrap_or(0))]
+}
+
+impl Consumer {
+    /// Queues a pull request (`CONSUMER.MSG.NEXT` or `+NXT`), or answers it at once with a status.
+    pub fn request_next(&self, reply: &str, body: &[u8]) {
+        let Some(shared) = self.shared.upgrade() else { return };
+        let config = self.config();
+        let reject = |code: u16, text: String| {
+            shared.publish(reply, Some(status_line(code, &text, &[]).as_bytes()), b"");
+        };
+        if config.deliver_subject.is_some() {
+            return reject(409, "Consumer is push based".into());
+        }
+        let request = match PullRequestBody::parse(body) {
+            Ok(request) => request,
+            Err(error) => return reject(400, format!("Bad Request - {error}")),
+        };
+        if config.max_batch > 0 && request.batch > config.max_batch as u64 {
+            return reject(409, format!("Exceeded MaxRequestBatch of {}", config.max_batch));
+        }
+        if config.max_expires > 0 && request.expires > config.max_expires {
+            return reject(409, format!("Exceeded MaxRequestExpires of {}ms", config.max_expires / 1_000_000));
+        }
+        if config.max_bytes > 0 && request.max_bytes > config.max_bytes as u64 {
+            return reject(409, format!("Exceeded MaxRequestMaxBytes of {}", config.max_bytes));
+        }
+        let now = Instant::now();
+        let heartbeat = (request.idle_heartbeat > 0).then(|| Duration::from_nanos(request.idle_heartbeat as u64));
+        let waiting = PullRequest {
+            reply: reply.to_string(),
+            batch_remaining: request.batch.min(limits::PULL_BATCH_MESSAGES_MAX),
+            bytes_remaining: (request.max_bytes > 0).then_some(request.max_bytes),
+            expires: (request.expires > 0).then(|| now + Duration::from_nanos(request.expires as u64)),
+            no_wait: request.no_wait,
+            heartbeat,
+            next_heartbeat: heartbeat.map(|every| now + every),
+            delivered: 0,
+        };
+        {
+            let mut state = lock(&self.state);
+            state.last_activity = Some(now);
+            if state.waiting.len() as i64 >= config.max_waiting.max(1) {
+                drop(state);
+                return reject(409, "Exceeded MaxWaiting".into());
+            }
+            state.waiting.push_back(waiting);
+        }
+        self.wake();
+    }
+}
+
+/// Runs the consumer until it is stopped or its stream goes away.
+pub async fn run(consumer: Arc<Consumer>, mut last_seq: watch::Receiver<u64>) {
+    let mut save_timer = tokio::time::interval(limits::CONSUMER_STATE_SAVE_INTERVAL);
+    loop {
+        if consumer.is_stopped() {
+            break;
+        }
+        let (Some(stream), Some(shared)) = (consumer.stream(), consumer.shared.upgrade()) else { break };
+        let next_wake = consumer.pump(&stream, &shared);
+        if consumer.inactive_too_long() {
+            tracing::debug!(consumer = %consumer.name, "removing inactive ephemeral consumer");
+            stream.remove_consumer(&consumer.name);
+            break;
+        }
+        drop((stream, shared));
+        let sleep = tokio::time::sleep_until(tokio::time::Instant::from_std(next_wake));
+        tokio::select! {
+            _ = consumer.wake.notified() => {}
+            changed = last_seq.changed() => if changed.is_err() { break },
+            _ = sleep => {}
+            _ = save_timer.tick() => consumer.save_state(),
+        }
+    }
+    consumer.save_state();
+}
+
+impl Consumer {
+    /// A push subscriber answered flow-control request `id`: delivery resumes.
+    pub fn flow_control_response(&self, id: u64) {
+        let mut state = lock(&self.state);
+        if state.flow_control_outstanding.is_some_and(|outstanding| outstanding <= id) {
+            state.flow_control_outstanding = None;
+        }
+        drop(state);
+        self.wake();
+    }
+
+    fn inactive_too_long(&self) -> bool {
+        if self.durable {
+            return false;
+        }
+        let config = self.config();
+        let threshold = if config.inactive_threshold > 0 {
+            Duration::from_nanos(config.inactive_threshold as u64)
+        } else {
+            limits::EPHEMERAL_INACTIVE_THRESHOLD
+        };
+        let state = lock(&self.state);
+        state.waiting.is_empty() && !state.push_bound && state.last_activity.is_some_and(|at| at.elapsed() > threshold)
+    }
+
+    /// One round of deliveries; returns when the task should look again at the latest.
+    fn pump(&self, stream: &Stream, shared: &Shared) -> Instant {
+        let config = self.config();
+        let now = Instant::now();
+        let last_seq = stream.state().last_seq;
+        let mut outgoing = Vec::new();
+        let next_wake = {
+            let mut state = lock(&self.state);
+            self.expire_requests(&mut state, now, &mut outgoing);
+            collect_due(&mut state, &config, now);
+            if let Some(deliver) = &config.deliver_subject {
+                let bound = !shared.router.matches(deliver).is_empty();
+                state.push_bound = bound;
+                if bound {
+                    state.last_activity = Some(now);
+                    self.deliver_push(&mut state, &config, stream, deliver, (now, last_seq), &mut outgoing);
+                }
+            } else {
+                self.deliver_pull(&mut state, &config, stream, (now, last_seq), &mut outgoing);
+            }
+            next_wake(&state, &config, now)
+        };
+        for message in outgoing {
+            let message_view = Message {
+                subject: &message.subject,
+                reply: message.reply.as_deref(),
+                headers: message.headers.as_deref(),
+                payload: &message.payload,
+            };
+            shared.publish_as(&message.route, &message_view);
+        }
+        next_wake
+    }
+
+    fn expire_requests(&self, state: &mut State, now: Instant, outgoing: &mut Vec<Outgoing>) {
+        let mut kept = std::collections::VecDeque::with_capacity(state.waiting.len());
+        for mut request in state.waiting.drain(..) {
+            if request.expires.is_some_and(|at| at <= now) {
+                let headers = status_line(408, "Request Timeout", &pending_headers(&request));
+                outgoing.push(Outgoing::status(&request.reply, headers));
+                continue;
+            }
+            if let (Some(due), Some(every)) = (request.next_heartbeat, request.heartbeat) {
+                if due <= now {
+                    outgoing.push(Outgoing::status(&request.reply, status_line(100, "Idle Heartbeat", &[])));
+                    request.next_heartbeat = Some(now + every);
+                }
+            }
+            kept.push_back(request);
+        }
+        state.waiting = kept;
+    }
+
+    fn deliver_pull(
+        &self,
+        state: &mut State,
+        config: &ConsumerConfig,
+        stream: &Stream,
+        (now, last_seq): (Instant, u64),
+        outgoing: &mut Vec<Outgoing>,
+    ) {
+        let mut delivered = 0;
+        while let Some(request) = state.waiting.front() {
+            if delivered >= limits::PUMP_MESSAGES_MAX {
+                return;
+            }
+            let Some(next) = self.next_message(state, config, stream) else {
+                if request.no_wait {
+                    let request = state.waiting.pop_front().unwrap_or_else(|| unreachable_request());
+                    outgoing.push(Outgoing::status(&request.reply, status_line(404, "No Messages", &[])));
+                    continue;
+                }
+                return;
+            };
+            let size = (next.headers.as_ref().map_or(0, Bytes::len) + next.payload.len()) as u64;
+            if request.bytes_remaining.is_some_and(|left| size > left) {
+                let request = state.waiting.pop_front().unwrap_or_else(|| unreachable_request());
+                let headers = status_line(409, "Message Size Exceeds MaxBytes", &pending_headers(&request));
+                outgoing.push(Outgoing::status(&request.reply, headers));
+                continue;
+            }
+            let reply = request.reply.clone();
+            outgoing.push(self.record_delivery(state, config, next, &reply, (now, last_seq)));
+            delivered += 1;
+            let Some(request) = state.waiting.front_mut() else { return };
+            request.batch_remaining -= 1;
+            request.delivered += 1;
+            request.bytes_remaining = request.bytes_remaining.map(|left| left.saturating_sub(size));
+            request.next_heartbeat = request.heartbeat.map(|every| now + every);
+            if request.batch_remaining == 0 || request.bytes_remaining == Some(0) {
+                state.waiting.pop_front();
+            }
+        }
+    }
+
+    fn deliver_push(
+        &self,
+        state: &mut State,
+        config: &ConsumerConfig,
+        stream: &Stream,
+        deliver: &str,
+        (now, last_seq): (Instant, u64),
+        outgoing: &mut Vec<Outgoing>,
+    ) {
+        let mut delivered = 0;
+        while delivered < limits::PUMP_MESSAGES_MAX && state.flow_control_outstanding.is_none() {
+            let Some(next) = self.next_message(state, config, stream) else { break };
+            let size = (next.headers.as_ref().map_or(0, Bytes::len) + next.payload.len()) as u64;
+            outgoing.push(self.record_delivery(state, config, next, deliver, (now, last_seq)));
+            delivered += 1;
+            state.last_push = Some(now);
+            state.bytes_since_flow_control += size;
+            if config.flow_control && state.bytes_since_flow_control >= limits::FLOW_CONTROL_BYTES {
+                state.flow_control_count += 1;
+                state.flow_control_outstanding = Some(state.flow_control_count);
+                state.bytes_since_flow_control = 0;
+                let reply = format!("$JS.FC.{}.{}.{}", self.stream_name, self.name, state.flow_control_count);
+                let mut request = Outgoing::status(deliver, status_line(100, "FlowControl Request", &[]));
+                request.reply = Some(reply);
+                outgoing.push(request);
+            }
+        }
+        let idle_heartbeat = (config.idle_heartbeat > 0).then(|| Duration::from_nanos(config.idle_heartbeat as u64));
+        if let Some(every) = idle_heartbeat {
+            if delivered == 0 && state.last_push.is_none_or(|at| now.duration_since(at) >= every) {
+                let last = [
+                    ("Nats-Last-Consumer", state.delivered_consumer_seq),
+                    ("Nats-Last-Stream", state.delivered_stream_seq),
+                ];
+                outgoing.push(Outgoing::status(deliver, status_line(100, "Idle Heartbeat", &last)));
+                state.last_push = Some(now);
+            }
+        }
+    }
+
+    /// The next message to send: a due redelivery, then the initial list, then the stream.
+    fn next_message(&self, state: &mut State, config: &ConsumerConfig, stream: &Stream) -> Option<Candidate> {
+        let store = stream.store();
+        while let Some(seq) = state.redeliveries.pop_first() {
+            match store.get(seq) {
+                Ok(Some(message)) => return Some(Candidate::from(message, true)),
+                _ => {
+                    state.pending.remove(&seq);
+                    state.update_ack_floor();
+                }
+            }
+        }
+        let capacity_left = config.ack_policy == AckPolicy::None
+            || config.max_ack_pending <= 0
+            || (state.pending.len() as i64) < config.max_ack_pending;
+        if !capacity_left {
+            return None;
+        }
+        while let Some(seq) = state.initial.pop_front() {
+            if let Ok(Some(message)) = store.get(seq) {
+                return Some(Candidate::from(message, false));
+            }
+        }
+        match next_matching(&**store, state.next_seq, config) {
+            Ok(Some(message)) => {
+                state.next_seq = message.seq + 1;
+                Some(Candidate::from(message, false))
+            }
+            Ok(None) => {
+                state.next_seq = state.next_seq.max(store.state().last_seq + 1);
+                None
+            }
+            Err(error) => {
+                tracing::error!(consumer = %self.name, %error, "cannot read the stream");
+                None
+            }
+        }
+    }
+
+    /// Assigns the delivery its consumer sequence, tracks it for acks and builds the message.
+    fn record_delivery(
+        &self,
+        state: &mut State,
+        config: &ConsumerConfig,
+        message: Candidate,
+        route: &str,
+        (now, last_seq): (Instant, u64),
+    ) -> Outgoing {
+        state.delivered_consumer_seq += 1;
+        let consumer_seq = state.delivered_consumer_seq;
+        if !message.redelivery {
+            state.delivered_stream_seq = state.delivered_stream_seq.max(message.seq);
+        }
+        let deliveries = state.pending.get(&message.seq).map_or(1, |p| p.deliveries + 1);
+        if config.ack_policy == AckPolicy::None {
+            state.update_ack_floor();
+        } else {
+            let deadline = Some(redelivery_deadline(config, deliveries, now));
+            state.pending.insert(message.seq, Pending { consumer_seq, deliveries, deadline });
+        }
+        state.dirty = true;
+        // Messages after this one, as clients show "pending"; exact for unfiltered consumers.
+        let remaining = last_seq.saturating_sub(message.seq.max(state.next_seq.saturating_sub(1)));
+        let ack = format!(
+            "$JS.ACK.{}.{}.{}.{}.{}.{}.{}",
+            self.stream_name, self.name, deliveries, message.seq, consumer_seq, message.timestamp_ns, remaining
+        );
+        let headers = if config.headers_only {
+            let mut block = message.headers.as_deref().map(|h| String::from_utf8_lossy(h).into_owned());
+            let size = format!("Nats-Msg-Size: {}\r\n\r\n", message.payload.len());
+            let text = match block.take() {
+                Some(existing) => existing.trim_end_matches("\r\n").to_string() + "\r\n" + &size,
+                None => format!("NATS/1.0\r\n{size}"),
+            };
+            Some(Bytes::from(text))
+        } else {
+            message.headers
+        };
+        let payload = if config.headers_only { Bytes::new() } else { message.payload };
+        Outgoing { route: route.to_string(), subject: message.subject, reply: Some(ack), headers, payload }
+    }
+}
+
+fn unreachable_request() -> PullRequest {
+    PullRequest {
+        reply: String::new(),
+        batch_remaining: 0,
+        bytes_remaining: None,
+        expires: None,
+        no_wait: true,
+        heartbeat: None,
+        next_heartbeat: None,
+        delivered: 0,
+    }
+}
+
+/// A stored message about to be delivered.
+struct Candidate {
+    seq: u64,
+    subject: String,
+    headers: Option<Bytes>,
+    payload: Bytes,
+    timestamp_ns: i64,
+    redelivery: bool,
+}
+
+impl Candidate {
+    fn from(message: semaq_store::StoredMessage, redelivery: bool) -> Self {
+        Candidate {
+            seq: message.seq,
+            subject: message.subject,
+            headers: message.headers,
+            payload: message.payload,
+            timestamp_ns: message.timestamp_ns,
+            redelivery,
+        }
+    }
+}
+
+/// Moves deliveries whose ack wait ran out into the redelivery queue, or drops them at max_deliver.
+fn collect_due(state: &mut State, config: &ConsumerConfig, now: Instant) {
+    if config.ack_policy == AckPolicy::None {
+        return;
+    }
+    let due: Vec<(u64, u64)> = state
+        .pending
+        .iter()
+        .filter(|(_, p)| p.deadline.is_some_and(|at| at <= now))
+        .map(|(seq, p)| (*seq, p.deliveries))
+        .collect();
+    for (seq, deliveries) in due {
+        if config.max_deliver > 0 && deliveries as i64 >= config.max_deliver {
+            state.pending.remove(&seq);
+            state.update_ack_floor();
+            continue;
+        }
+        if let Some(pending) = state.pending.get_mut(&seq) {
+            pending.deadline = None;
+        }
+        state.redeliveries.insert(seq);
+    }
+}
+
+/// The earliest moment something needs attention (a redelivery, an expiry, a heartbeat).
+fn next_wake(state: &State, config: &ConsumerConfig, now: Instant) -> Instant {
+    let mut wake = now + limits::CONSUMER_IDLE_WAKE;
+    let mut consider = |at: Option<Instant>| {
+        if let Some(at) = at {
+            wake = wake.min(at.max(now));
+        }
+    };
+    for pending in state.pending.values() {
+        consider(pending.deadline);
+    }
+    for request in &state.waiting {
+        consider(request.expires);
+        consider(request.next_heartbeat);
+    }
+    if config.idle_heartbeat > 0 && config.deliver_subject.is_some() {
+        let every = Duration::from_nanos(config.idle_heartbeat as u64);
+        consider(Some(state.last_push.map_or(now, |at| at + every)));
+    }
+    wake
+}

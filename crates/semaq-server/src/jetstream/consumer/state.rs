@@ -1,0 +1,244 @@
+//! What a consumer has delivered, what awaits an ack, and who is waiting for messages.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use super::persist::SavedState;
+use super::validate;
+use crate::jetstream::config::{ConsumerConfig, DeliverPolicy};
+use crate::jetstream::stream::Stream;
+
+/// One delivered message awaiting its ack.
+#[derive(Debug, Clone)]
+pub struct Pending {
+    /// Consumer sequence of the latest delivery.
+    pub consumer_seq: u64,
+    /// Deliveries so far.
+    pub deliveries: u64,
+    /// When it is redelivered unless acked; `None` while queued for redelivery.
+    pub deadline: Option<Instant>,
+}
+
+/// A pull request (`CONSUMER.MSG.NEXT`) waiting for messages.
+#[derive(Debug, Clone)]
+pub struct PullRequest {
+    /// Where messages and status replies go.
+    pub reply: String,
+    /// Messages still wanted.
+    pub batch_remaining: u64,
+    /// Bytes still wanted, when limited.
+    pub bytes_remaining: Option<u64>,
+    /// When it ends with `408 Request Timeout`.
+    pub expires: Option<Instant>,
+    /// End with `404 No Messages` as soon as nothing is available.
+    pub no_wait: bool,
+    /// Interval of `100 Idle Heartbeat` status messages while idle.
+    pub heartbeat: Option<Duration>,
+    /// When the next heartbeat is due.
+    pub next_heartbeat: Option<Instant>,
+    /// Messages delivered to it so far.
+    pub delivered: u64,
+}
+
+/// A consumer's delivery state.
+#[derive(Debug, Default)]
+pub struct State {
+    /// Next stream sequence to look at for a first delivery.
+    pub next_seq: u64,
+    /// Stream sequences still to deliver first, in order (deliver policy `last_per_subject`).
+    pub initial: VecDeque<u64>,
+    /// Highest consumer sequence assigned.
+    pub delivered_consumer_seq: u64,
+    /// Stream sequence of the latest delivery.
+    pub delivered_stream_seq: u64,
+    /// Everything at or below this consumer sequence is acknowledged.
+    pub ack_floor_consumer_seq: u64,
+    /// Everything at or below this stream sequence is acknowledged.
+    pub ack_floor_stream_seq: u64,
+    /// Deliveries awaiting an ack, by stream sequence.
+    pub pending: BTreeMap<u64, Pending>,
+    /// Stream sequences due for redelivery, oldest first.
+    pub redeliveries: BTreeSet<u64>,
+    /// Pull requests, oldest first.
+    pub waiting: VecDeque<PullRequest>,
+    /// Last time a client showed interest (pull request, ack, push subscriber).
+    pub last_activity: Option<Instant>,
+    /// Whether a push consumer's deliver subject has a subscriber.
+    pub push_bound: bool,
+    /// A flow-control request awaits its response (push).
+    pub flow_control_outstanding: Option<u64>,
+    /// Bytes delivered since the last flow-control request.
+    pub bytes_since_flow_control: u64,
+    /// Flow-control requests sent.
+    pub flow_control_count: u64,
+    /// Last push delivery or heartbeat.
+    pub last_push: Option<Instant>,
+    /// Changed since last saved.
+    pub dirty: bool,
+}
+
+impl State {
+    /// The starting position for a new consumer, by its deliver policy.
+    pub fn positioned(stream: &Stream, config: &ConsumerConfig) -> Self {
+        let store = stream.store();
+        let stream_state = store.state();
+        let first = stream_state.first_seq.max(1);
+        let mut state = State { last_activity: Some(Instant::now()), ..State::default() };
+        state.next_seq = match config.deliver_policy {
+            DeliverPolicy::All => first,
+            DeliverPolicy::New => stream_state.last_seq + 1,
+            DeliverPolicy::ByStartSequence => config.opt_start_seq.unwrap_or(first).max(first),
+            DeliverPolicy::ByStartTime => {
+                let start_ns = config.opt_start_time.as_deref().and_then(validate::parse_rfc3339_ns).unwrap_or(0);
+                first_at_or_after(stream, start_ns, first, stream_state.last_seq)
+            }
+            DeliverPolicy::Last => {
+                let filters = validate::filters(config);
+                let last = filters
+                    .iter()
+                    .filter_map(|filter| store.get_last_for_subject(filter).ok().flatten().map(|m| m.seq))
+                    .max();
+                last.unwrap_or(stream_state.last_seq + 1)
+            }
+            DeliverPolicy::LastPerSubject => {
+                let mut seqs = BTreeSet::new();
+                for filter in validate::filters(config) {
+                    for subject in store.subjects_state(Some(&filter)).keys() {
+                        if let Ok(Some(message)) = store.get_last_for_subject(subject) {
+                            seqs.insert(message.seq);
+                        }
+                    }
+                }
+                state.initial = seqs.into_iter().collect();
+                stream_state.last_seq + 1
+            }
+        };
+        state.ack_floor_stream_seq = state.next_seq.saturating_sub(1);
+        state.delivered_stream_seq = state.ack_floor_stream_seq;
+        state
+    }
+
+    /// State read back from disk; pending deliveries are redelivered after one ack wait.
+    pub fn restore(saved: SavedState, ack_wait: Duration) -> Self {
+        let deadline = Instant::now() + ack_wait;
+        let pending = saved
+            .pending
+            .into_iter()
+            .map(|(stream_seq, consumer_seq, deliveries)| {
+                (stream_seq, Pending { consumer_seq, deliveries, deadline: Some(deadline) })
+            })
+            .collect();
+        State {
+            next_seq: saved.next_seq,
+            delivered_consumer_seq: saved.delivered_consumer_seq,
+            delivered_stream_seq: saved.delivered_stream_seq,
+            ack_floor_consumer_seq: saved.ack_floor_consumer_seq,
+            ack_floor_stream_seq: saved.ack_floor_stream_seq,
+            pending,
+            last_activity: Some(Instant::now()),
+            ..State::default()
+        }
+    }
+
+    /// What is saved for a durable consumer.
+    pub fn save(&self) -> SavedState {
+        SavedState {
+            next_seq: self.next_seq,
+            delivered_consumer_seq: self.delivered_consumer_seq,
+            delivered_stream_seq: self.delivered_stream_seq,
+            ack_floor_consumer_seq: self.ack_floor_consumer_seq,
+            ack_floor_stream_seq: self.ack_floor_stream_seq,
+            pending: self.pending.iter().map(|(seq, p)| (*seq, p.consumer_seq, p.deliveries)).collect(),
+        }
+    }
+
+    /// Deliveries that were redelivered at least once.
+    pub fn num_redelivered(&self) -> usize {
+        self.pending.values().filter(|p| p.deliveries > 1).count()
+    }
+
+    /// Messages in the stream not yet delivered to this consumer (matching its filters).
+    pub fn num_pending(&self, stream: &Stream, config: &ConsumerConfig) -> u64 {
+        let store = stream.store();
+        let stream_state = store.state();
+        let from = self.next_seq.max(stream_state.first_seq);
+        let initial = self.initial.len() as u64;
+        if stream_state.last_seq < from {
+            return initial;
+        }
+        if validate::filters(config).iter().any(|f| f == ">") {
+            let below = stream_state.msgs.min(from.saturating_sub(stream_state.first_seq));
+            return initial + stream_state.msgs.saturating_sub(below);
+        }
+        // Filtered: count matching subjects, minus those already passed. Bounded by the subjects map.
+        let mut count = 0;
+        let mut seq = from;
+        let mut steps = 0;
+        while let Ok(Some(message)) = next_matching(&**store, seq, config) {
+            count += 1;
+            seq = message.seq + 1;
+            steps += 1;
+            if steps >= crate::limits::NUM_PENDING_SCAN_MESSAGES_MAX {
+                break;
+            }
+        }
+        initial + count
+    }
+
+    /// Whether `seq` is acknowledged (or skipped) by this consumer.
+    pub fn has_acked(&self, seq: u64) -> bool {
+        seq <= self.ack_floor_stream_seq || (seq < self.next_seq && !self.pending.contains_key(&seq))
+    }
+
+    /// Moves the ack floor up to just below the oldest pending delivery.
+    pub fn update_ack_floor(&mut self) {
+        match self.pending.iter().next() {
+            Some((seq, pending)) => {
+                self.ack_floor_stream_seq = seq.saturating_sub(1);
+                self.ack_floor_consumer_seq = pending.consumer_seq.saturating_sub(1);
+            }
+            None => {
+                self.ack_floor_stream_seq = self.delivered_stream_seq.max(self.ack_floor_stream_seq);
+                self.ack_floor_consumer_seq = self.delivered_consumer_seq;
+            }
+        }
+        self.dirty = true;
+    }
+}
+
+/// The first message at or after `from` matching the consumer's filters.
+pub fn next_matching(
+    store: &dyn semaq_store::StreamStore,
+    from: u64,
+    config: &ConsumerConfig,
+) -> semaq_store::StoreResult<Option<semaq_store::StoredMessage>> {
+    let filters = validate::filters(config);
+    if filters.len() == 1 {
+        let filter = filters[0].as_str();
+        return store.get_next(from, (filter != ">").then_some(filter));
+    }
+    let mut best: Option<semaq_store::StoredMessage> = None;
+    for filter in &filters {
+        if let Some(message) = store.get_next(from, Some(filter))? {
+            if best.as_ref().is_none_or(|b| message.seq < b.seq) {
+                best = Some(message);
+            }
+        }
+    }
+    Ok(best)
+}
+
+/// Binary search for the first sequence whose message is at or after `start_ns`.
+fn first_at_or_after(stream: &Stream, start_ns: i64, first: u64, last: u64) -> u64 {
+    let store = stream.store();
+    let (mut low, mut high) = (first, last + 1);
+    while low < high {
+        let middle = low + (high - low) / 2;
+        match store.get_next(middle, None) {
+            Ok(Some(message)) if message.timestamp_ns < start_ns => low = message.seq + 1,
+            Ok(Some(_)) => high = middle,
+            _ => high = middle,
+        }
+    }
+    low
+}

@@ -1,0 +1,274 @@
+//! Consumer config defaults and nats-server's checks.
+
+use semaq_wire::subject;
+
+use crate::jetstream::config::{
+    AckPolicy, ConsumerConfig, DeliverPolicy, Retention, StreamConfig, MAX_ACK_PENDING_DEFAULT, MAX_WAITING_DEFAULT,
+};
+use crate::jetstream::errors::ApiError;
+use crate::jetstream::is_valid_name;
+
+/// Shortest idle heartbeat nats-server accepts, nanoseconds.
+const HEARTBEAT_MIN_NS: i64 = 100_000_000;
+
+/// The subject filters of a config; `[">"]` when unfiltered.
+pub fn filters(config: &ConsumerConfig) -> Vec<String> {
+    if !config.filter_subjects.is_empty() {
+        return config.filter_subjects.clone();
+    }
+    match config.filter_subject.as_deref() {
+        Some(filter) if !filter.is_empty() => vec![filter.to_string()],
+        _ => vec![">".to_string()],
+    }
+}
+
+/// Whether `subject` passes the consumer's filters.
+pub fn filter_matches(config: &ConsumerConfig, subject: &str) -> bool {
+    filters(config).iter().any(|filter| subject::matches(filter, subject))
+}
+
+/// Parses `2026-11-29T08:56:48.123456789Z` (UTC or with an offset) into unix nanoseconds.
+pub fn parse_rfc3339_ns(text: &str) -> Option<i64> {
+    let (date, time) = text.split_once(['T', 't'])?;
+    let mut date_parts = date.split('-');
+    let year: i64 = date_parts.next()?.parse().ok()?;
+    let month: i64 = date_parts.next()?.parse().ok()?;
+    let day: i64 = date_parts.next()?.parse().ok()?;
+    let (clock_part, offset_seconds) = split_offset(time)?;
+    let mut clock = clock_part.split(':');
+    let hour: i64 = clock.next()?.parse().ok()?;
+    let minute: i64 = clock.next()?.parse().ok()?;
+    let seconds_text = clock.next()?;
+    let (whole, fraction) = seconds_text.split_once('.').unwrap_or((seconds_text, ""));
+    let second: i64 = whole.parse().ok()?;
+    let nanos: i64 = format!("{fraction:0<9}").get(..9)?.parse().ok()?;
+    let days = days_from_civil(year, month, day);
+    let seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offset_seconds;
+    Some(seconds * 1_000_000_000 + nanos)
+}
+
+fn split_offset(time: &str) -> Option<(&str, i64)> {
+    if let Some(clock) = time.strip_suffix(['Z', 'z']) {
+        return Some((clock, 0));
+    }
+    let position = time.rfind(['+', '-'])?;
+    let (clock, offset) = time.split_at(position);
+    let sign = if offset.starts_with('-') { -1 } else { 1 };
+    let (hours, minutes) = offset[1..].split_once(':')?;
+    Some((clock, sign * (hours.parse::<i64>().ok()? * 3600 + minutes.parse::<i64>().ok()? * 60)))
+}
+
+/// Days since 1970-01-01 (Howard Hinnant's days-from-civil).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let yoe = year - era * 400;
+    let doy = (153 * (month + if month > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// Fills nats-server's defaults and checks the config against its stream.
+pub fn normalize(mut config: ConsumerConfig, stream: &StreamConfig) -> Result<ConsumerConfig, ApiError> {
+    if let (Some(durable), Some(name)) = (&config.durable_name, &config.name) {
+        if durable != name {
+            return Err(ApiError::durable_and_name_mismatch());
+        }
+    }
+    for name in config.durable_name.iter().chain(config.name.iter()) {
+        if !is_valid_name(name) {
+            return Err(ApiError::bad_durable_name());
+        }
+    }
+    check_filters(&config, stream)?;
+    check_delivery(&config)?;
+    check_timing(&config)?;
+    check_workqueue(&config, stream)?;
+    if config.ack_policy != AckPolicy::None {
+        if config.ack_wait == 0 {
+            config.ack_wait = crate::jetstream::config::ACK_WAIT_DEFAULT_NS;
+        }
+        if config.max_ack_pending == 0 {
+            config.max_ack_pending = MAX_ACK_PENDING_DEFAULT;
+        }
+    } else if config.max_ack_pending > 0 {
+        return Err(ApiError::max_ack_pending_requires_ack());
+    }
+    if config.max_deliver == 0 {
+        config.max_deliver = -1;
+    }
+    if config.deliver_subject.is_none() && config.max_waiting == 0 {
+        config.max_waiting = MAX_WAITING_DEFAULT;
+    }
+    Ok(config)
+}
+
+fn check_filters(config: &ConsumerConfig, stream: &StreamConfig) -> Result<(), ApiError> {
+    let single = config.filter_subject.as_deref().filter(|f| !f.is_empty());
+    if single.is_some() && !config.filter_subjects.is_empty() {
+        return Err(ApiError::duplicate_filter_subjects());
+    }
+    let given: Vec<&str> = single.into_iter().chain(config.filter_subjects.iter().map(String::as_str)).collect();
+    for (i, filter) in given.iter().enumerate() {
+        if !subject::is_valid_filter(filter) {
+            return Err(ApiError::filter_not_subset());
+        }
+        if !stream.subjects.iter().any(|s| subject::overlaps(filter, s)) {
+            return Err(ApiError::filter_not_subset());
+        }
+        if given[i + 1..].iter().any(|other| subject::overlaps(filter, other)) {
+            return Err(ApiError::overlapping_filter_subjects());
+        }
+    }
+    Ok(())
+}
+
+fn check_delivery(config: &ConsumerConfig) -> Result<(), ApiError> {
+    match &config.deliver_subject {
+        Some(deliver) => {
+            if !subject::is_valid_literal(deliver) {
+                return Err(ApiError::deliver_to_wildcards());
+            }
+            if config.max_waiting != 0 {
+                return Err(ApiError::push_max_waiting());
+            }
+            if config.flow_control && config.idle_heartbeat <= 0 {
+                return Err(ApiError::flow_control_needs_heartbeats());
+            }
+        }
+        None => {
+            if config.idle_heartbeat != 0 {
+                return Err(ApiError::heartbeat_requires_push());
+            }
+            if config.flow_control {
+                return Err(ApiError::flow_control_requires_push());
+            }
+            if config.max_waiting < 0 {
+                return Err(ApiError::max_waiting_negative());
+            }
+        }
+    }
+    if config.idle_heartbeat > 0 && config.idle_heartbeat < HEARTBEAT_MIN_NS {
+        return Err(ApiError::small_heartbeat());
+    }
+    match config.deliver_policy {
+        DeliverPolicy::ByStartSequence if config.opt_start_seq.unwrap_or(0) == 0 => {
+            Err(ApiError::consumer_create("consumer delivery policy is deliver by start sequence, but optional start sequence is not set"))
+        }
+        DeliverPolicy::ByStartTime
+            if config.opt_start_time.as_deref().and_then(parse_rfc3339_ns).is_none() =>
+        {
+            Err(ApiError::consumer_create("consumer delivery policy is deliver by start time, but optional start time is not set"))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn check_timing(config: &ConsumerConfig) -> Result<(), ApiError> {
+    if config.ack_wait < 0 {
+        return Err(ApiError::ack_wait_negative());
+    }
+    if config.backoff.iter().any(|delay| *delay <= 0) {
+        return Err(ApiError::backoff_negative());
+    }
+    if !config.backoff.is_empty() && config.max_deliver != -1 && config.max_deliver <= config.backoff.len() as i64 {
+        return Err(ApiError::max_deliver_backoff());
+    }
+    Ok(())
+}
+
+fn check_workqueue(config: &ConsumerConfig, stream: &StreamConfig) -> Result<(), ApiError> {
+    if stream.retention != Retention::Workqueue {
+        return Ok(());
+    }
+    if config.ack_policy != AckPolicy::Explicit {
+        return Err(ApiError::workqueue_requires_explicit_ack());
+    }
+    if config.deliver_policy != DeliverPolicy::All {
+        return Err(ApiError::workqueue_deliver_all());
+    }
+    Ok(())
+}
+
+/// Workqueue streams allow one unfiltered consumer, or filtered ones that do not overlap.
+pub fn check_workqueue_unique(new: &ConsumerConfig, others: &[ConsumerConfig]) -> Result<(), ApiError> {
+    let new_filters = filters(new);
+    for other in others {
+        let other_filters = filters(other);
+        let unfiltered = |f: &[String]| f.iter().any(|s| s == ">");
+        if unfiltered(&new_filters) || unfiltered(&other_filters) {
+            return Err(ApiError::workqueue_multiple_unfiltered());
+        }
+        if new_filters.iter().any(|a| other_filters.iter().any(|b| subject::overlaps(a, b))) {
+            return Err(ApiError::workqueue_not_unique());
+        }
+    }
+    Ok(())
+}
+
+/// Fields nats-server lets an update change; anything else must stay as it was.
+pub fn check_update(old: &ConsumerConfig, new: &ConsumerConfig) -> Result<(), ApiError> {
+    let mut comparable = new.clone();
+    comparable.description = old.description.clone();
+    comparable.ack_wait = old.ack_wait;
+    comparable.max_deliver = old.max_deliver;
+    comparable.backoff = old.backoff.clone();
+    comparable.max_ack_pending = old.max_ack_pending;
+    comparable.max_waiting = old.max_waiting;
+    comparable.headers_only = old.headers_only;
+    comparable.max_batch = old.max_batch;
+    comparable.max_expires = old.max_expires;
+    comparable.max_bytes = old.max_bytes;
+    comparable.inactive_threshold = old.inactive_threshold;
+    comparable.filter_subject = old.filter_subject.clone();
+    comparable.filter_subjects = old.filter_subjects.clone();
+    comparable.metadata = old.metadata.clone();
+    comparable.rate_limit_bps = old.rate_limit_bps;
+    if comparable != *old {
+        return Err(ApiError::consumer_create("consumer configuration update can not change delivery or ack settings"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_parses_utc_and_offsets() {
+        assert_eq!(parse_rfc3339_ns("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(parse_rfc3339_ns("1970-01-01T00:00:01.5Z"), Some(1_500_000_000));
+        assert_eq!(parse_rfc3339_ns("1970-01-01T01:00:00+01:00"), Some(0));
+        assert_eq!(parse_rfc3339_ns("2000-03-01T00:00:00Z"), Some(951_868_800_000_000_000));
+        assert_eq!(parse_rfc3339_ns("nonsense"), None);
+    }
+
+    #[test]
+    fn defaults_follow_nats_server() {
+        let stream = StreamConfig { subjects: vec!["orders.>".into()], ..StreamConfig::default() };
+        let config = normalize(ConsumerConfig::default(), &stream).unwrap();
+        assert_eq!(config.ack_wait, 30_000_000_000);
+        assert_eq!(config.max_ack_pending, 1000);
+        assert_eq!(config.max_waiting, 512);
+        assert_eq!(config.max_deliver, -1);
+    }
+
+    #[test]
+    fn bad_configs_get_nats_error_codes() {
+        let stream = StreamConfig { subjects: vec!["orders.>".into()], ..StreamConfig::default() };
+        let check = |config: ConsumerConfig| normalize(config, &stream).unwrap_err().err_code;
+        let with = |f: fn(&mut ConsumerConfig)| {
+            let mut config = ConsumerConfig::default();
+            f(&mut config);
+            config
+        };
+        assert_eq!(check(with(|c| c.filter_subject = Some("payments".into()))), 10093);
+        assert_eq!(check(with(|c| c.durable_name = Some("a.b".into()))), 10103);
+        assert_eq!(check(with(|c| c.idle_heartbeat = 1_000_000_000)), 10088);
+        assert_eq!(check(with(|c| c.flow_control = true)), 10089);
+        assert_eq!(check(with(|c| { c.filter_subject = Some("orders.a".into()); c.filter_subjects = vec!["orders.b".into()] })), 10136);
+        assert_eq!(check(with(|c| c.filter_subjects = vec!["orders.*".into(), "orders.a".into()])), 10138);
+        assert_eq!(check(with(|c| { c.deliver_subject = Some("x.*".into()) })), 10079);
+        assert_eq!(check(with(|c| { c.backoff = vec![1, 2]; c.max_deliver = 2 })), 10116);
+    }
+}

@@ -1,0 +1,193 @@
+//! Creating, restoring and acknowledging consumers, and the `$JS.ACK.>` / `$JS.FC.>` subscriptions.
+
+use std::sync::{Arc, Weak};
+use std::time::SystemTime;
+
+use serde::Deserialize;
+
+use super::config::{ConsumerConfig, Retention};
+use super::consumer::{self, validate, AckKind, Consumer};
+use super::errors::ApiError;
+use super::stream::Stream;
+use super::JetStream;
+use crate::delivery::{InternalSink, Message};
+use crate::limits;
+use crate::server::Shared;
+
+/// Body of `CONSUMER.CREATE` and `CONSUMER.DURABLE.CREATE`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct CreateRequest {
+    /// The stream, as the request names it.
+    pub stream_name: String,
+    /// The consumer config.
+    pub config: Option<ConsumerConfig>,
+    /// `create`, `update`, or empty for either.
+    pub action: String,
+}
+
+/// What the API subject says about the consumer being created.
+#[derive(Debug, Default)]
+pub struct CreateSubject<'a> {
+    /// Name from `CONSUMER.CREATE.<stream>.<name>` or `CONSUMER.DURABLE.CREATE.<stream>.<name>`.
+    pub name: Option<&'a str>,
+    /// Filter from `CONSUMER.CREATE.<stream>.<name>.<filter>`.
+    pub filter: Option<String>,
+    /// The legacy durable form.
+    pub durable: bool,
+}
+
+fn random_name() -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    (0..limits::EPHEMERAL_NAME_CHARS).map(|_| ALPHABET[rand::random::<u32>() as usize % ALPHABET.len()] as char).collect()
+}
+
+/// Creates (or, where allowed, updates) a consumer as a create request asks.
+pub fn create(stream: &Arc<Stream>, request: CreateRequest, subject: CreateSubject<'_>) -> Result<Arc<Consumer>, ApiError> {
+    if !request.stream_name.is_empty() && request.stream_name != stream.name {
+        return Err(ApiError::stream_mismatch());
+    }
+    let mut config = request.config.ok_or_else(ApiError::consumer_config_required)?;
+    if let Some(name) = subject.name {
+        let named = config.name.as_deref().or(config.durable_name.as_deref());
+        if named.is_some_and(|named| named != name) {
+            return Err(ApiError::durable_name_mismatch());
+        }
+        if subject.durable {
+            config.durable_name = Some(name.to_string());
+        }
+        if config.name.is_none() {
+            config.name = Some(name.to_string());
+        }
+    } else if subject.durable {
+        return Err(ApiError::durable_name_not_set());
+    }
+    if let Some(filter) = subject.filter {
+        match config.filter_subject.as_deref() {
+            Some(given) if given != filter => return Err(ApiError::filter_subject_mismatch()),
+            _ => config.filter_subject = Some(filter),
+        }
+    }
+    if config.name.is_none() {
+        config.name = Some(config.durable_name.clone().unwrap_or_else(random_name));
+    }
+    let stream_config = stream.config();
+    let config = validate::normalize(config, &stream_config)?;
+    let name = config.name.clone().unwrap_or_default();
+    if let Some(existing) = stream.consumer(&name) {
+        return update_existing(&existing, config, &request.action);
+    }
+    if request.action == "update" {
+        return Err(ApiError::consumer_not_found());
+    }
+    let others = stream.consumers();
+    if stream_config.max_consumers > 0 && others.len() as i64 >= stream_config.max_consumers
+        || others.len() >= limits::CONSUMERS_PER_STREAM_MAX
+    {
+        return Err(ApiError::max_consumers());
+    }
+    if stream_config.retention == Retention::Workqueue {
+        let configs: Vec<ConsumerConfig> = others.iter().map(|c| c.config()).collect();
+        validate::check_workqueue_unique(&config, &configs)?;
+    }
+    let durable = config.durable_name.is_some();
+    let dir = stream.dir().filter(|_| durable).map(|dir| dir.join("consumers").join(&name));
+    let consumer = Consumer::start(stream, name, config, SystemTime::now(), dir, None);
+    consumer.save_config();
+    stream.add_consumer(consumer.clone());
+    Ok(consumer)
+}
+
+fn update_existing(existing: &Arc<Consumer>, config: ConsumerConfig, action: &str) -> Result<Arc<Consumer>, ApiError> {
+    let current = existing.config();
+    if current == config {
+        return Ok(existing.clone());
+    }
+    if action == "create" {
+        return Err(ApiError::consumer_exists());
+    }
+    validate::check_update(&current, &config)?;
+    existing.set_config(config);
+    Ok(existing.clone())
+}
+
+/// Restores a stream's durable consumers from disk.
+pub fn restore(stream: &Arc<Stream>) {
+    let Some(dir) = stream.dir().map(|dir| dir.join("consumers")) else { return };
+    let Ok(entries) = std::fs::read_dir(&dir) else { return };
+    for entry in entries.flatten() {
+        let Some((saved, state)) = consumer::persist_load(&entry.path()) else {
+            tracing::warn!("skipping unreadable consumer in {}", entry.path().display());
+            continue;
+        };
+        let created = saved.created();
+        let consumer = Consumer::start(stream, saved.name, saved.config, created, Some(entry.path()), state);
+        stream.add_consumer(consumer);
+    }
+}
+
+/// Routes `$JS.ACK.>` replies to their consumers.
+#[derive(Debug)]
+struct AckSink {
+    jetstream: Weak<JetStream>,
+    shared: Weak<Shared>,
+}
+
+impl InternalSink for AckSink {
+    fn receive(&self, message: &Message<'_>) -> bool {
+        let Some(ack) = consumer::AckSubject::parse(message.subject) else { return true };
+        let Some(jetstream) = self.jetstream.upgrade() else { return false };
+        let Some(stream) = jetstream.stream(ack.stream) else { return true };
+        let Some(consumer) = stream.consumer(ack.consumer) else { return true };
+        let kind = AckKind::parse(message.payload);
+        let acknowledged = consumer.acknowledge(ack.stream_seq, &kind);
+        stream.acknowledged(&acknowledged);
+        if let Some(reply) = message.reply {
+            match &kind {
+                AckKind::Next(_) => consumer.request_next(reply, next_body(message.payload)),
+                // The ack itself is acknowledged: the client knows it landed (double ack).
+                _ => {
+                    if let Some(shared) = self.shared.upgrade() {
+                        shared.publish(reply, None, b"");
+                    }
+                }
+            }
+        }
+        true
+    }
+}
+
+fn next_body(payload: &[u8]) -> &[u8] {
+    let text = payload.strip_prefix(b"+NXT").unwrap_or(payload);
+    let start = text.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(text.len());
+    &text[start..]
+}
+
+/// Routes `$JS.FC.<stream>.<consumer>.<id>` flow-control responses.
+#[derive(Debug)]
+struct FlowControlSink {
+    jetstream: Weak<JetStream>,
+}
+
+impl InternalSink for FlowControlSink {
+    fn receive(&self, message: &Message<'_>) -> bool {
+        let tokens: Vec<&str> = message.subject.split('.').collect();
+        let ["$JS", "FC", stream, consumer, id] = tokens.as_slice() else { return true };
+        let Some(stream) = self.jetstream.upgrade().and_then(|js| js.stream(stream)) else { return true };
+        if let (Some(consumer), Ok(id)) = (stream.consumer(consumer), id.parse()) {
+            consumer.flow_control_response(id);
+        }
+        true
+    }
+}
+
+/// Subscribes to acks and flow-control responses.
+pub fn subscribe(shared: &Arc<Shared>, jetstream: &Arc<JetStream>) {
+    let acks = Arc::new(AckSink { jetstream: Arc::downgrade(jetstream), shared: Arc::downgrade(shared) });
+    let flow = Arc::new(FlowControlSink { jetstream: Arc::downgrade(jetstream) });
+    for (subject, sink) in [("$JS.ACK.>", acks as Arc<dyn InternalSink>), ("$JS.FC.>", flow)] {
+        if let Err(error) = shared.subscribe_internal(subject, None, sink) {
+            tracing::error!(%subject, %error, "cannot subscribe");
+        }
+    }
+}
