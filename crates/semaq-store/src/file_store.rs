@@ -98,7 +98,7 @@ impl FileStore {
             let range = format!("{SEGMENT_SIZE_MIN_BYTES}..={SEGMENT_SIZE_MAX_BYTES}");
             return Err(StoreError::InvalidConfig(format!("segment size {segment_size} outside {range}")));
         }
-        let Recovered { segments, ledger, meta, report } = recover(&config.dir, config.limits)?;
+        let Recovered { segments, ledger, meta, report, active_next_seq } = recover(&config.dir, config.limits)?;
         let corruption = CorruptionLog { reports: Vec::new(), more_count: 0 };
         let mut store = FileStore {
             dir: config.dir,
@@ -112,6 +112,11 @@ impl FileStore {
         };
         for report in store.recovery.corruption.clone() {
             store.report_corruption(report);
+        }
+        if store.ledger.next_seq() != active_next_seq {
+            // A purge moved the floor past the active segment's records but crashed before the
+            // fresh segment existed: appends must not continue there with a sequence gap.
+            store.roll()?;
         }
         // Limits may have been lowered, or removals lost with unsynced writes: apply them again.
         store.ledger.enforce_count_limits();
@@ -220,17 +225,21 @@ impl FileStore {
         Ok(())
     }
 
-    /// When nothing is live, replaces every segment with a fresh empty one so the disk space
-    /// comes back at once; the new segment's name keeps the sequence.
+    /// When nothing is live, replaces every segment with one empty segment so the disk space
+    /// comes back at once; its name (the next sequence) keeps sequences from being reused.
     fn release_if_empty(&mut self) -> StoreResult<()> {
-        let header_bytes = segment_header::SIZE_BYTES as u64;
-        let only_empty = self.segments.len() == 1 && self.segments[0].len() <= header_bytes;
-        if self.ledger.state().msgs > 0 || only_empty {
+        let active_empty = self.active().len() <= segment_header::SIZE_BYTES as u64;
+        if self.ledger.state().msgs > 0 || (active_empty && self.segments.len() == 1) {
             return Ok(());
         }
         self.persist_floor()?;
-        let fresh = Segment::create(&self.dir, self.ledger.next_seq())?;
-        for segment in std::mem::replace(&mut self.segments, vec![fresh]) {
+        if !active_empty {
+            // The active segment holds records, so its name is below the next sequence: no clash.
+            let fresh = Segment::create(&self.dir, self.ledger.next_seq())?;
+            self.segments.push(fresh);
+        }
+        let last = self.segments.len() - 1;
+        for segment in self.segments.drain(..last) {
             segment.remove_files(&self.dir)?;
         }
         Ok(())

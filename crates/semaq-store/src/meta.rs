@@ -35,7 +35,7 @@ impl MetaFile {
             .truncate(false)
             .open(&path)
             .map_err(io_error("open", &path))?;
-        let mut raw = vec![0u8; ms::SIZE_BYTES * ms::SLOT_COUNT];
+        let mut raw = [0u8; ms::SIZE_BYTES * ms::SLOT_COUNT];
         let length = file.metadata().map_err(io_error("stat", &path))?.len() as usize;
         let readable = length.min(raw.len());
         file.read_exact_at(&mut raw[..readable], 0).map_err(io_error("read", &path))?;

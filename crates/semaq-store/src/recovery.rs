@@ -45,6 +45,9 @@ pub(crate) struct Recovered {
     pub ledger: Ledger<u32>,
     pub meta: MetaFile,
     pub report: RecoveryReport,
+    /// The sequence the active segment's next record must carry for its records to stay
+    /// contiguous; the persisted floor can move `ledger.next_seq()` past it.
+    pub active_next_seq: u64,
 }
 
 /// Opens (creating if needed) the stream in `dir`.
@@ -75,6 +78,7 @@ pub(crate) fn recover(dir: &Path, limits: StoreLimits) -> StoreResult<Recovered>
     if segments.is_empty() {
         segments.push(Segment::create(dir, ledger.next_seq().max(floor_seq))?);
     }
+    let active_next_seq = ledger.next_seq();
     for segment in &segments {
         apply_deletes(dir, segment, &mut ledger, &mut report)?;
     }
@@ -82,7 +86,7 @@ pub(crate) fn recover(dir: &Path, limits: StoreLimits) -> StoreResult<Recovered>
     ledger.take_removed();
     ledger.remove_below(floor_seq);
     report.segments_count = segments.len();
-    Ok(Recovered { segments, ledger, meta, report })
+    Ok(Recovered { segments, ledger, meta, report, active_next_seq })
 }
 
 /// First sequences of the segments in `dir`, sorted; orphaned index and delete files removed.

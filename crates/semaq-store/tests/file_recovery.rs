@@ -369,3 +369,35 @@ fn segment_size_is_checked() {
     config.segment_size_bytes = 10;
     assert!(matches!(FileStore::open(config), Err(StoreError::InvalidConfig(_))));
 }
+
+#[test]
+fn a_purge_interrupted_after_its_floor_was_written_is_finished_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open_file(dir.path(), limits());
+    append_range(&mut store, 1, 250);
+    store.sync().unwrap();
+    let saved: Vec<(std::path::PathBuf, Vec<u8>)> =
+        logs(dir.path()).into_iter().map(|path| (path.clone(), fs::read(&path).unwrap())).collect();
+    append_range(&mut store, 251, 300);
+    assert_eq!(store.purge(&PurgeRequest::default()).unwrap(), 300);
+    drop(store);
+    // The crash: the floor reached the disk; the segment removals, the fresh segment and the
+    // unsynced appends 251..=300 did not.
+    for log in logs(dir.path()) {
+        fs::remove_file(log).unwrap();
+    }
+    for (path, bytes) in &saved {
+        fs::write(path, bytes).unwrap();
+    }
+
+    let mut store = open_file(dir.path(), limits());
+    let state = store.state();
+    assert_eq!((state.msgs, state.first_seq, state.last_seq, state.corruption), (0, 301, 300, None));
+    assert_eq!(store.append("s", None, &payload(301), 301).unwrap().0, 301);
+    store.close().unwrap();
+    drop(store);
+    let store = open_file(dir.path(), limits());
+    let state = store.state();
+    assert_eq!((state.msgs, state.first_seq, state.last_seq, state.corruption), (1, 301, 301, None));
+    assert_eq!(store.recovery_report().torn_bytes_truncated, 0);
+}

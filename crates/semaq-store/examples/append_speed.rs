@@ -1,0 +1,62 @@
+//! Measures appends without sync, one group-commit sync, and reopen, for the file store and the
+//! memory store. Run: `cargo run --release -p semaq-store --example append_speed [count] [payload_bytes]`.
+//! Uses a temporary directory (set TMPDIR to measure another disk).
+
+use std::time::Instant;
+
+use semaq_store::{FileStore, FileStoreConfig, MemoryStore, StoreLimits, StreamStore};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let count: u64 = args.next().map_or(Ok(1_000_000), |arg| arg.parse())?;
+    let payload_bytes: usize = args.next().map_or(Ok(128), |arg| arg.parse())?;
+    let payload = vec![0x5a; payload_bytes];
+    println!("{count} messages x {payload_bytes} B payload, subject \"bench.orders\"");
+
+    let dir = tempfile::tempdir()?;
+    let mut store = FileStore::open(FileStoreConfig::new(dir.path()))?;
+    let started = Instant::now();
+    for ts in 0..count {
+        store.append("bench.orders", None, &payload, ts as i64)?;
+    }
+    report("file append (no sync)", count, payload_bytes, started);
+    let started = Instant::now();
+    store.sync()?;
+    println!("{:<28} {:>10.1} ms", "file sync (once)", started.elapsed().as_secs_f64() * 1e3);
+    let stored_bytes = store.stored_bytes();
+    drop(store);
+
+    let started = Instant::now();
+    let store = FileStore::open(FileStoreConfig::new(dir.path()))?;
+    let report_ = store.recovery_report();
+    println!(
+        "{:<28} {:>10.1} ms  ({} segments, {:.1} MiB on disk, {:.1} MiB of logs scanned, {:.1} MiB of index read)",
+        "file reopen",
+        started.elapsed().as_secs_f64() * 1e3,
+        report_.segments_count,
+        stored_bytes as f64 / 1048576.0,
+        report_.log_bytes_scanned as f64 / 1048576.0,
+        report_.index_bytes_read as f64 / 1048576.0
+    );
+    let started = Instant::now();
+    let mut from = 1;
+    while let Some(message) = store.get_next(from, None)? {
+        from = message.seq + 1;
+    }
+    report("file read all (get_next)", count, payload_bytes, started);
+
+    let mut memory = MemoryStore::new(StoreLimits::default());
+    let started = Instant::now();
+    for ts in 0..count {
+        memory.append("bench.orders", None, &payload, ts as i64)?;
+    }
+    report("memory append", count, payload_bytes, started);
+    Ok(())
+}
+
+fn report(what: &str, count: u64, payload_bytes: usize, started: Instant) {
+    let seconds = started.elapsed().as_secs_f64();
+    let rate = count as f64 / seconds;
+    let megabytes = rate * payload_bytes as f64 / 1048576.0;
+    println!("{what:<28} {:>10.1} ms  {:>12.0} msg/s  {:>8.1} MiB/s payload", seconds * 1e3, rate, megabytes);
+}
