@@ -45,6 +45,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     report("file read all (get_next)", count, payload_bytes, started);
 
+    group_commit(&payload)?;
+
     let mut memory = MemoryStore::new(StoreLimits::default());
     let started = Instant::now();
     for ts in 0..count {
@@ -59,4 +61,34 @@ fn report(what: &str, count: u64, payload_bytes: usize, started: Instant) {
     let rate = count as f64 / seconds;
     let megabytes = rate * payload_bytes as f64 / 1048576.0;
     println!("{what:<28} {:>10.1} ms  {:>12.0} msg/s  {:>8.1} MiB/s payload", seconds * 1e3, rate, megabytes);
+}
+
+/// Batches of 100 appends, each followed by one `sync`, as the server's stream task does.
+fn group_commit(payload: &[u8]) -> Result<(), Box<dyn std::error::Error>> {
+    const BATCHES: usize = 200;
+    const BATCH_MESSAGES: usize = 100;
+    let dir = tempfile::tempdir()?;
+    let mut store = FileStore::open(FileStoreConfig::new(dir.path()))?;
+    let mut sync_times_us = Vec::with_capacity(BATCHES);
+    let started = Instant::now();
+    for batch in 0..BATCHES {
+        for index in 0..BATCH_MESSAGES {
+            store.append("bench.orders", None, payload, (batch * BATCH_MESSAGES + index) as i64)?;
+        }
+        let sync_started = Instant::now();
+        store.sync()?;
+        sync_times_us.push(sync_started.elapsed().as_micros() as u64);
+    }
+    sync_times_us.sort_unstable();
+    let count = (BATCHES * BATCH_MESSAGES) as u64;
+    report("file group commit (100/sync)", count, payload.len(), started);
+    let percentile = |p: usize| sync_times_us[(sync_times_us.len() - 1) * p / 100];
+    println!(
+        "{:<28} p50 {} us, p99 {} us, max {} us",
+        "  sync latency",
+        percentile(50),
+        percentile(99),
+        percentile(100)
+    );
+    Ok(())
 }

@@ -19,6 +19,9 @@ struct SubjectEntry {
     first_hint: u64,
     /// Upper bound of the subject's last live sequence, lazily moved back for the same reason.
     last_hint: u64,
+    /// Whether the bounds are exact; with one message left, an exact bound gives the other.
+    first_exact: bool,
+    last_exact: bool,
 }
 
 /// The table of live subjects.
@@ -46,11 +49,19 @@ impl Subjects {
             if let Some(Some(entry)) = self.entries.get_mut(id as usize) {
                 entry.count += 1;
                 entry.last_hint = seq;
+                entry.last_exact = true;
             }
             return id;
         }
         let name: Arc<str> = Arc::from(name);
-        let entry = SubjectEntry { name: name.clone(), count: 1, first_hint: seq, last_hint: seq };
+        let entry = SubjectEntry {
+            name: name.clone(),
+            count: 1,
+            first_hint: seq,
+            last_hint: seq,
+            first_exact: true,
+            last_exact: true,
+        };
         let id = match self.free.pop() {
             Some(id) => {
                 self.entries[id as usize] = Some(entry);
@@ -80,9 +91,17 @@ impl Subjects {
         }
         if entry.first_hint == seq {
             entry.first_hint = seq + 1;
+            entry.first_exact = false;
         }
         if entry.last_hint == seq {
             entry.last_hint = seq - 1;
+            entry.last_exact = false;
+        }
+        // The common key-value case (one message per subject) then needs no scan at all.
+        if entry.count == 1 && entry.last_exact {
+            (entry.first_hint, entry.first_exact) = (entry.last_hint, true);
+        } else if entry.count == 1 && entry.first_exact {
+            (entry.last_hint, entry.last_exact) = (entry.first_hint, true);
         }
     }
 
@@ -99,7 +118,7 @@ impl Subjects {
     /// Records the exact first sequence once a scan has found it.
     pub(crate) fn set_first(&mut self, id: SubjectId, seq: u64) {
         if let Some(Some(entry)) = self.entries.get_mut(id as usize) {
-            entry.first_hint = seq;
+            (entry.first_hint, entry.first_exact) = (seq, true);
         }
     }
 
@@ -194,8 +213,22 @@ mod tests {
         subjects.add("a", 9);
         subjects.remove(a, 1);
         subjects.remove(a, 9);
-        let (first, last) = subjects.bounds(a).unwrap();
-        assert!(first <= 5 && last >= 5);
+        assert_eq!(subjects.bounds(a), Some((2, 8)), "both ends moved: bounds around 5, not exact");
+        subjects.set_first(a, 5);
+        subjects.add("a", 12);
+        subjects.remove(a, 12);
+        assert_eq!(subjects.bounds(a), Some((5, 5)), "one message left: the exact first pins the last");
+    }
+
+    #[test]
+    fn one_message_per_subject_keeps_exact_bounds_without_scans() {
+        let mut subjects = Subjects::default();
+        let key = subjects.add("kv.key", 1);
+        for seq in 2..100 {
+            subjects.add("kv.key", seq);
+            subjects.remove(key, seq - 1);
+            assert_eq!(subjects.bounds(key), Some((seq, seq)));
+        }
     }
 
     #[test]
