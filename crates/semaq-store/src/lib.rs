@@ -60,7 +60,8 @@ pub trait StreamStore: Send {
     ) -> StoreResult<(u64, i64)>;
     /// The live message at `seq`; `Err(Corrupt)` when its bytes fail their checksum.
     fn get(&self, seq: u64) -> StoreResult<Option<StoredMessage>>;
-    /// The first live message with sequence ≥ `from_seq` whose subject matches `filter` (wildcards allowed).
+    /// The first live message with sequence ≥ `from_seq` whose subject matches `filter` (wildcards
+    /// allowed); reads no payload but the one returned. `Err(Corrupt { seq })`: ask from `seq + 1` to skip it.
     fn get_next(&self, from_seq: u64, filter: Option<&str>) -> StoreResult<Option<StoredMessage>>;
     /// The newest live message whose subject matches `filter` (wildcards allowed).
     fn get_last_for_subject(&self, filter: &str) -> StoreResult<Option<StoredMessage>>;
