@@ -50,6 +50,9 @@ pub enum StoreError {
         /// What was wrong.
         detail: String,
     },
+    /// Another open store (in this process or another) holds the stream directory.
+    #[error("stream directory {0} is already open")]
+    Locked(PathBuf),
     /// An earlier write or fsync failed, so what is on disk is unknown; reopen the store.
     #[error("store stopped after a failed write ({0}); reopen it to recover")]
     Poisoned(String),

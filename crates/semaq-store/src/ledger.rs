@@ -443,3 +443,27 @@ fn check_subject(subject: &str) -> StoreResult<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_store_slot_costs_24_bytes() {
+        // The memory budget in docs/design.md depends on it.
+        assert_eq!(std::mem::size_of::<Slot<u32>>(), 24);
+    }
+
+    #[test]
+    fn removing_the_front_skips_the_gaps_behind_it() {
+        let mut ledger: Ledger<u32> = Ledger::new(1, StoreLimits::default());
+        for _ in 0..4 {
+            ledger.push("s", 40, 0, 0);
+        }
+        assert!(ledger.remove(2) && ledger.remove(3));
+        assert_eq!(ledger.take_removed(), vec![2, 3], "middle removals are reported for delete logs");
+        assert!(ledger.remove(1));
+        assert_eq!((ledger.first_seq(), ledger.state().num_deleted), (4, 0));
+        assert!(ledger.take_removed().is_empty(), "front removals are covered by the floor");
+    }
+}

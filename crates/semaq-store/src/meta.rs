@@ -3,12 +3,16 @@
 //! Two fixed slots written alternately, each with a generation and a checksum, so a torn write
 //! of one slot leaves the other intact: updating the floor costs one small write and one fsync,
 //! never a rename.
+//!
+//! The open meta file also carries the directory's lock: an exclusive `flock` held for the
+//! store's lifetime, so two stores can never append to one stream.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use crate::error::{io_error, StoreResult};
+use crate::error::{io_error, StoreError, StoreResult};
 use crate::limits::meta_slot as ms;
 use crate::record::{read_u32, read_u64};
 
@@ -35,6 +39,7 @@ impl MetaFile {
             .truncate(false)
             .open(&path)
             .map_err(io_error("open", &path))?;
+        lock_exclusive(&file, dir)?;
         let mut raw = [0u8; ms::SIZE_BYTES * ms::SLOT_COUNT];
         let length = file.metadata().map_err(io_error("stat", &path))?.len() as usize;
         let readable = length.min(raw.len());
@@ -62,6 +67,21 @@ impl MetaFile {
     }
 }
 
+/// Takes the directory lock, failing at once if another store holds it. The lock belongs to
+/// this open file and goes away when it is closed (the store dropped) or the process dies.
+fn lock_exclusive(file: &File, dir: &Path) -> StoreResult<()> {
+    // SAFETY: `flock` only reads the descriptor, which `file` keeps open for the call.
+    let result = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if result == 0 {
+        return Ok(());
+    }
+    let error = std::io::Error::last_os_error();
+    if error.kind() == std::io::ErrorKind::WouldBlock {
+        return Err(StoreError::Locked(dir.to_path_buf()));
+    }
+    Err(io_error("lock", dir)(error))
+}
+
 fn encode_slot(generation: u64, floor_seq: u64) -> [u8; ms::SIZE_BYTES] {
     let mut raw = [0u8; ms::SIZE_BYTES];
     raw[ms::MAGIC_OFFSET..ms::MAGIC_OFFSET + 4].copy_from_slice(&ms::MAGIC.to_le_bytes());
@@ -86,12 +106,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_directory_is_opened_by_one_store_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = MetaFile::open(dir.path()).unwrap();
+        assert!(matches!(MetaFile::open(dir.path()), Err(StoreError::Locked(_))));
+        drop(first);
+        MetaFile::open(dir.path()).unwrap();
+    }
+
+    #[test]
     fn the_newest_intact_slot_wins_and_a_torn_slot_falls_back() {
         let dir = tempfile::tempdir().unwrap();
         let mut meta = MetaFile::open(dir.path()).unwrap();
         assert_eq!(meta.floor_seq(), 0);
         meta.write_floor(10).unwrap();
         meta.write_floor(20).unwrap();
+        drop(meta);
         assert_eq!(MetaFile::open(dir.path()).unwrap().floor_seq(), 20);
         // Tear the newest slot (generation 2 lives in slot 0).
         let file = OpenOptions::new().write(true).open(dir.path().join(META_FILE_NAME)).unwrap();

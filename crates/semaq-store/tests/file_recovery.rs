@@ -401,3 +401,13 @@ fn a_purge_interrupted_after_its_floor_was_written_is_finished_at_open() {
     assert_eq!((state.msgs, state.first_seq, state.last_seq, state.corruption), (1, 301, 301, None));
     assert_eq!(store.recovery_report().torn_bytes_truncated, 0);
 }
+
+#[test]
+fn a_stream_directory_is_open_in_one_store_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_file(dir.path(), limits());
+    let second = FileStore::open(semaq_store::FileStoreConfig::new(dir.path()));
+    assert!(matches!(second, Err(StoreError::Locked(_))), "{second:?}");
+    drop(store);
+    FileStore::open(semaq_store::FileStoreConfig::new(dir.path())).unwrap();
+}
