@@ -288,22 +288,6 @@ impl FileStore {
         }
         Ok(seq)
     }
-
-    /// Removes sealed segments in the middle whose every message is gone.
-    fn drop_empty_sealed_segments(&mut self) -> StoreResult<()> {
-        let mut position = 0;
-        while position + 1 < self.segments.len() {
-            let (first_seq, end_seq) = (self.segments[position].first_seq, self.segments[position + 1].first_seq);
-            if (first_seq..end_seq).any(|seq| self.ledger.live_slot(seq).is_some()) {
-                position += 1;
-                continue;
-            }
-            self.persist_floor()?;
-            let segment = self.segments.remove(position);
-            segment.remove_files(&self.dir)?;
-        }
-        Ok(())
-    }
 }
 
 impl StreamStore for FileStore {
@@ -401,8 +385,9 @@ impl StreamStore for FileStore {
 
     fn compact(&mut self) -> StoreResult<()> {
         self.guarded(|store| {
+            // Sealed segments in the middle are kept even when empty: removing them would leave
+            // a gap in the sequences on disk, which recovery treats as damage.
             store.drop_front_segments()?;
-            store.drop_empty_sealed_segments()?;
             store.release_if_empty()?;
             store.sync()
         })

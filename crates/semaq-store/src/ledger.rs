@@ -167,14 +167,6 @@ impl<B: Default> Ledger<B> {
         self.next_seq
     }
 
-    /// Moves `next_seq` forward (to a persisted floor, or past a gap between segments).
-    pub(crate) fn advance_to(&mut self, seq: u64) {
-        while self.next_seq < seq && !self.slots.is_empty() {
-            self.push_gap(SlotState::Deleted, 0);
-        }
-        self.next_seq = self.next_seq.max(seq);
-    }
-
     /// Removes the live message at `seq`; false when there is none.
     pub(crate) fn remove(&mut self, seq: u64) -> bool {
         let first = self.first_seq();
@@ -213,7 +205,10 @@ impl<B: Default> Ledger<B> {
             let first = self.first_seq();
             removed += u64::from(self.remove(first));
         }
-        self.advance_to(floor);
+        // Everything below the floor is gone, so nothing is left to keep contiguous with.
+        if self.slots.is_empty() {
+            self.next_seq = self.next_seq.max(floor);
+        }
         removed
     }
 

@@ -18,6 +18,10 @@ pub const SUBJECT_LENGTH_MAX_BYTES: usize = 4 * 1024;
 /// whatever `max_msg_size` says.
 pub const RECORD_SIZE_MAX_BYTES: usize = 64 * 1024 * 1024;
 
+/// Most missing sequences recovery fills with placeholders between two segments (24 bytes
+/// each); a larger gap means a stray or misnamed file, and open refuses the directory.
+pub const GAP_FILL_MAX_COUNT: u64 = 1 << 24;
+
 /// Bytes buffered in memory for the active segment before they are handed to the OS.
 pub const WRITE_BUFFER_BYTES: usize = 256 * 1024;
 /// Distinct corruption reports kept for `state()`; later ones are only counted.

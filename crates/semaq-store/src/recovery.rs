@@ -8,10 +8,10 @@ use std::fs;
 use std::path::Path;
 
 use crate::delete_log;
-use crate::error::{io_error, StoreResult};
+use crate::error::{io_error, StoreError, StoreResult};
 use crate::index::{self, IndexFile};
 use crate::ledger::{Ledger, SlotState};
-use crate::limits::{index_entry as ie, record_header as rh, segment_header as sh};
+use crate::limits::{index_entry as ie, record_header as rh, segment_header as sh, GAP_FILL_MAX_COUNT};
 use crate::meta::MetaFile;
 use crate::record;
 use crate::segment::{
@@ -60,6 +60,10 @@ pub(crate) fn recover(dir: &Path, limits: StoreLimits) -> StoreResult<Recovered>
     let mut firsts = list_segments(dir)?;
     report.segments_removed_count = remove_below_floor(dir, &mut firsts, floor_seq)?;
     let start_seq = firsts.first().copied().unwrap_or(floor_seq).max(1);
+    if floor_seq > 0 && start_seq > floor_seq {
+        // Front segments are removed only after the floor passed them.
+        report.corruption.push(format!("seqs {floor_seq}..{start_seq} (exclusive) missing: no segment holds them"));
+    }
     let mut ledger = Ledger::new(start_seq, limits);
     let mut segments = Vec::with_capacity(firsts.len());
     for (position, &first_seq) in firsts.iter().enumerate() {
@@ -68,7 +72,7 @@ pub(crate) fn recover(dir: &Path, limits: StoreLimits) -> StoreResult<Recovered>
             report.corruption.push(format!("segment {first_seq}: overlaps sequences already loaded; skipped"));
             continue;
         }
-        ledger.advance_to(first_seq);
+        fill_gap(&mut ledger, first_seq, &mut report)?;
         let segment = match end_seq {
             Some(end_seq) => load_sealed(dir, first_seq, end_seq, &mut ledger, &mut report)?,
             None => load_active(dir, first_seq, &mut ledger, &mut report)?,
@@ -87,6 +91,25 @@ pub(crate) fn recover(dir: &Path, limits: StoreLimits) -> StoreResult<Recovered>
     ledger.remove_below(floor_seq);
     report.segments_count = segments.len();
     Ok(Recovered { segments, ledger, meta, report, active_next_seq })
+}
+
+/// Accounts for sequences between the last one loaded and a segment starting at `first_seq`.
+/// Nothing the store does leaves such a gap, so it is reported; the sequences count as lost.
+fn fill_gap(ledger: &mut Ledger<u32>, first_seq: u64, report: &mut RecoveryReport) -> StoreResult<()> {
+    let missing_from = ledger.next_seq();
+    if first_seq == missing_from {
+        return Ok(());
+    }
+    if first_seq - missing_from > GAP_FILL_MAX_COUNT {
+        let detail =
+            format!("segment {first_seq} starts {} sequences after the previous one", first_seq - missing_from);
+        return Err(StoreError::Corrupt { seq: missing_from, detail });
+    }
+    report.corruption.push(format!("seqs {missing_from}..{first_seq} (exclusive) missing: no segment holds them"));
+    while ledger.next_seq() < first_seq {
+        ledger.push_dead(SlotState::Lost, 0);
+    }
+    Ok(())
 }
 
 /// First sequences of the segments in `dir`, sorted; orphaned index and delete files removed.

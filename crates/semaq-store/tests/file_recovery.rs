@@ -411,3 +411,23 @@ fn a_stream_directory_is_open_in_one_store_at_a_time() {
     drop(store);
     FileStore::open(semaq_store::FileStoreConfig::new(dir.path())).unwrap();
 }
+
+#[test]
+fn a_missing_segment_in_the_middle_is_reported_and_the_rest_stays_available() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open_file(dir.path(), limits());
+    append_range(&mut store, 1, 400);
+    store.close().unwrap();
+    drop(store);
+    let logs = logs(dir.path());
+    let (gone, next) = (first_seq_of(&logs[1]), first_seq_of(&logs[2]));
+    fs::remove_file(&logs[1]).unwrap();
+
+    let mut store = open_file(dir.path(), limits());
+    let corruption = store.state().corruption.expect("reported");
+    assert!(corruption.contains(&format!("seqs {gone}..{next} (exclusive) missing")), "{corruption}");
+    assert_eq!(store.state().msgs, 400 - (next - gone));
+    assert!(store.get(gone - 1).unwrap().is_some() && store.get(next).unwrap().is_some());
+    assert_eq!(store.get_next(gone, None).unwrap().unwrap().seq, next);
+    assert_eq!(store.append("s", None, &payload(401), 401).unwrap().0, 401);
+}
