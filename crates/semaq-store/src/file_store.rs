@@ -374,9 +374,8 @@ impl StreamStore for FileStore {
 
     fn sync(&mut self) -> StoreResult<()> {
         self.guarded(|store| {
-            let dir = store.dir.clone();
             for segment in &mut store.segments {
-                segment.sync(&dir)?;
+                segment.sync(&store.dir)?;
             }
             // After the records: a floor must never be durable ahead of what it was computed from.
             store.persist_floor()

@@ -151,8 +151,9 @@ pub(crate) enum SubjectFilter<'f> {
     All,
     /// A literal subject; `None` when no live message has it.
     Literal(Option<SubjectId>),
-    /// A filter with `*` or `>` tokens; answers cached per id for the length of one call.
-    Wildcard { pattern: &'f str, cache: HashMap<SubjectId, bool> },
+    /// A filter with `*` or `>` tokens; answers cached per id for the length of one call, and the
+    /// last answer kept apart because runs of one subject are common.
+    Wildcard { pattern: &'f str, cache: HashMap<SubjectId, bool>, last: Option<(SubjectId, bool)> },
 }
 
 impl<'f> SubjectFilter<'f> {
@@ -161,7 +162,7 @@ impl<'f> SubjectFilter<'f> {
         match filter {
             None | Some(">") => SubjectFilter::All,
             Some(pattern) if semaq_wire::subject::has_wildcard(pattern) => {
-                SubjectFilter::Wildcard { pattern, cache: HashMap::new() }
+                SubjectFilter::Wildcard { pattern, cache: HashMap::new(), last: None }
             }
             Some(literal) => SubjectFilter::Literal(subjects.id(literal)),
         }
@@ -172,9 +173,15 @@ impl<'f> SubjectFilter<'f> {
         match self {
             SubjectFilter::All => true,
             SubjectFilter::Literal(literal) => *literal == Some(id),
-            SubjectFilter::Wildcard { pattern, cache } => {
-                *cache.entry(id).or_insert_with(|| semaq_wire::subject::matches(pattern, subjects.name(id)))
-            }
+            SubjectFilter::Wildcard { pattern, cache, last } => match *last {
+                Some((last_id, answer)) if last_id == id => answer,
+                _ => {
+                    let answer =
+                        *cache.entry(id).or_insert_with(|| semaq_wire::subject::matches(pattern, subjects.name(id)));
+                    *last = Some((id, answer));
+                    answer
+                }
+            },
         }
     }
 
