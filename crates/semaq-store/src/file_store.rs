@@ -180,13 +180,19 @@ impl FileStore {
         let Some(slot) = self.ledger.live_slot(seq) else { return Ok(None) };
         let Some(segment) = self.segment_for(seq) else { return Ok(None) };
         let bytes = segment.read(slot.body, slot.size)?;
+        // The record must agree with the index about everything both know.
         let decoded = record::decode(bytes, seq).and_then(|message| {
-            let expected = self.ledger.subject_name(slot);
-            if message.subject == expected {
-                Ok(message)
-            } else {
-                Err(format!("record subject {:?} differs from index subject {expected:?}", message.subject))
+            let subject = self.ledger.subject_name(slot);
+            if message.subject != subject {
+                return Err(format!("record subject {:?} differs from index subject {subject:?}", message.subject));
             }
+            if message.timestamp_ns != slot.timestamp_ns {
+                return Err(format!(
+                    "record time {} differs from index time {}",
+                    message.timestamp_ns, slot.timestamp_ns
+                ));
+            }
+            Ok(message)
         });
         decoded.map(Some).map_err(|detail| {
             self.report_corruption(format!("segment {}: seq {seq}: {detail}", segment.first_seq));
