@@ -1,1 +1,90 @@
-//! Streams on disk and in memory (see the durable streams issue).
+//! Streams on disk and in memory: the store JetStream streams sit on.
+//!
+//! One trait, [`StreamStore`], two stores run through the same tests: [`FileStore`] (an
+//! append-only, segmented, checksummed log per stream) and [`MemoryStore`]. Synchronous and
+//! single-owner: the server drives a store from one task, appends a batch, calls
+//! [`StreamStore::sync`] once, then acknowledges the batch (group commit).
+//!
+//! Modules, in the order a message moves through them:
+//! - [`types`]: what crosses the API (messages, state, limits, purge requests); [`error`]: `StoreError`.
+//! - `limits`: every fixed limit and every byte layout, as named constants.
+//! - `ledger`: one metadata slot per sequence (never a payload), live counts, and every decision
+//!   about what limits and purges remove; `subjects`: the per-subject map it keeps.
+//! - `record`: the bytes of one message on disk; `segment`: one log file and its active-write
+//!   buffer; `index`: a sealed segment's index file; `delete_log`: per-segment deletions;
+//!   `meta`: the persisted floor below which everything is gone.
+//! - `recovery`: opening a directory: trust sealed indexes, scan the active segment, cut a torn
+//!   tail, report damage.
+//! - [`file_store`] and [`memory_store`]: the two stores.
+//!
+//! `docs/design.md` draws the file formats, states the durability promise and argues recovery.
+
+use std::collections::BTreeMap;
+
+pub mod error;
+pub mod file_store;
+pub mod memory_store;
+pub mod types;
+
+mod delete_log;
+mod index;
+mod ledger;
+mod limits;
+mod meta;
+mod record;
+mod recovery;
+mod segment;
+mod subjects;
+
+pub use error::{StoreError, StoreResult};
+pub use file_store::{FileStore, FileStoreConfig, RecoveryReport};
+pub use limits::{RECORD_SIZE_MAX_BYTES, SEGMENT_SIZE_DEFAULT_BYTES, SUBJECT_LENGTH_MAX_BYTES};
+pub use memory_store::MemoryStore;
+pub use types::{DiscardPolicy, PurgeRequest, StoreLimits, StoredMessage, StreamState};
+
+/// Bytes a message counts for in `max_bytes` and `StreamState::bytes`: its stored record size
+/// (fixed header + subject + headers + payload).
+pub fn stored_size_bytes(subject: &str, headers: Option<&[u8]>, payload: &[u8]) -> u64 {
+    record::record_size(subject, headers, payload) as u64
+}
+
+/// A stream's message store. Sequences start at 1, grow by one per append and are never reused.
+pub trait StreamStore: Send {
+    /// Stores a message and returns its sequence and timestamp (unix ns, as given); durable after `sync`.
+    fn append(
+        &mut self,
+        subject: &str,
+        headers: Option<&[u8]>,
+        payload: &[u8],
+        timestamp_ns: i64,
+    ) -> StoreResult<(u64, i64)>;
+    /// The live message at `seq`; `Err(Corrupt)` when its bytes fail their checksum.
+    fn get(&self, seq: u64) -> StoreResult<Option<StoredMessage>>;
+    /// The first live message with sequence ≥ `from_seq` whose subject matches `filter` (wildcards
+    /// allowed); reads no payload but the one returned. `Err(Corrupt { seq })`: ask from `seq + 1` to skip it.
+    fn get_next(&self, from_seq: u64, filter: Option<&str>) -> StoreResult<Option<StoredMessage>>;
+    /// The newest live message whose subject matches `filter` (wildcards allowed).
+    fn get_last_for_subject(&self, filter: &str) -> StoreResult<Option<StoredMessage>>;
+    /// Removes the message at `seq`; false when there was none. Durable when it returns.
+    fn delete(&mut self, seq: u64) -> StoreResult<bool>;
+    /// Removes what the request names and returns how many messages went. Durable when it returns.
+    fn purge(&mut self, request: &PurgeRequest) -> StoreResult<u64>;
+    /// Counts, bounds and any damage found.
+    fn state(&self) -> StreamState;
+    /// Live message count per subject matching `filter` (all subjects for `None`).
+    fn subjects_state(&self, filter: Option<&str>) -> BTreeMap<String, u64>;
+    /// Applies every limit at time `now_ns` (max_age expiry among them); returns how many went.
+    fn enforce_limits(&mut self, now_ns: i64) -> StoreResult<u64>;
+    /// Replaces the limits and applies the count limits at once; returns how many went.
+    fn update_limits(&mut self, limits: StoreLimits) -> StoreResult<u64>;
+    /// The limits in force.
+    fn limits(&self) -> &StoreLimits;
+    /// Makes every change so far durable; cheap when nothing changed.
+    fn sync(&mut self) -> StoreResult<()>;
+    /// Gives back disk space held by removed messages where that is cheap (whole segments).
+    fn compact(&mut self) -> StoreResult<()>;
+    /// Syncs and releases what can be released; the store should be dropped afterwards.
+    fn close(&mut self) -> StoreResult<()>;
+    /// Bytes the store occupies on its medium (disk files, or live record sizes in memory).
+    fn stored_bytes(&self) -> u64;
+}

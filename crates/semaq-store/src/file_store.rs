@@ -1,0 +1,418 @@
+//! The store for `storage: file`: an append-only, segmented, checksummed log per stream.
+//!
+//! Appends go to the active (last) segment through a write buffer; `sync` makes them durable.
+//! Reads use the in-memory ledger to find a record's segment, offset and length, then read and
+//! verify exactly that record. See `docs/design.md` for the format and the durability promise.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use crate::error::{StoreError, StoreResult};
+use crate::index;
+use crate::ledger::Ledger;
+use crate::limits::{
+    segment_header, CORRUPTION_REPORTS_MAX_COUNT, SEGMENT_SIZE_DEFAULT_BYTES, SEGMENT_SIZE_MAX_BYTES,
+    SEGMENT_SIZE_MIN_BYTES,
+};
+use crate::meta::MetaFile;
+use crate::record::{self, record_size};
+pub use crate::recovery::RecoveryReport;
+use crate::recovery::{recover, Recovered};
+use crate::segment::Segment;
+use crate::types::{PurgeRequest, StoreLimits, StoredMessage, StreamState};
+use crate::StreamStore;
+
+/// Where and how a file store keeps a stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileStoreConfig {
+    /// The stream's own directory (created if missing; the store owns every file in it).
+    pub dir: PathBuf,
+    /// Size at which the active segment is sealed; between the store's min and max.
+    pub segment_size_bytes: u64,
+    /// Retention limits.
+    pub limits: StoreLimits,
+}
+
+impl FileStoreConfig {
+    /// Default segment size, no limits.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        FileStoreConfig {
+            dir: dir.into(),
+            segment_size_bytes: SEGMENT_SIZE_DEFAULT_BYTES,
+            limits: StoreLimits::default(),
+        }
+    }
+}
+
+/// Damage reports, kept for `state()`.
+#[derive(Debug, Default)]
+struct CorruptionLog {
+    reports: Vec<String>,
+    more_count: u64,
+}
+
+impl CorruptionLog {
+    fn add(&mut self, report: String) {
+        if self.reports.contains(&report) {
+            return;
+        }
+        if self.reports.len() < CORRUPTION_REPORTS_MAX_COUNT {
+            self.reports.push(report);
+        } else {
+            self.more_count += 1;
+        }
+    }
+
+    fn summary(&self) -> Option<String> {
+        let mut summary = self.reports.join("; ");
+        if self.more_count > 0 {
+            summary.push_str(&format!("; and {} more", self.more_count));
+        }
+        (!summary.is_empty()).then_some(summary)
+    }
+}
+
+/// A stream stored on disk.
+#[derive(Debug)]
+pub struct FileStore {
+    dir: PathBuf,
+    segment_size_bytes: u64,
+    /// Sorted by first sequence; the last one is active (takes appends), the others are sealed.
+    segments: Vec<Segment>,
+    ledger: Ledger<u32>,
+    meta: MetaFile,
+    /// Behind a mutex because reads take `&self` and may find damage.
+    corruption: Mutex<CorruptionLog>,
+    recovery: RecoveryReport,
+    /// Set when a write or fsync failed: the page cache may then differ from the disk, so the
+    /// store refuses further changes rather than acknowledge on top of an unknown state.
+    poisoned: Option<String>,
+}
+
+impl FileStore {
+    /// Opens the stream in `config.dir`, recovering from whatever a crash left (see `recovery_report`).
+    pub fn open(config: FileStoreConfig) -> StoreResult<Self> {
+        let segment_size = config.segment_size_bytes;
+        if !(SEGMENT_SIZE_MIN_BYTES..=SEGMENT_SIZE_MAX_BYTES).contains(&segment_size) {
+            let range = format!("{SEGMENT_SIZE_MIN_BYTES}..={SEGMENT_SIZE_MAX_BYTES}");
+            return Err(StoreError::InvalidConfig(format!("segment size {segment_size} outside {range}")));
+        }
+        let Recovered { segments, ledger, meta, report, active_next_seq } = recover(&config.dir, config.limits)?;
+        let corruption = CorruptionLog { reports: Vec::new(), more_count: 0 };
+        let mut store = FileStore {
+            dir: config.dir,
+            segment_size_bytes: segment_size,
+            segments,
+            ledger,
+            meta,
+            corruption: Mutex::new(corruption),
+            recovery: report,
+            poisoned: None,
+        };
+        for report in store.recovery.corruption.clone() {
+            store.report_corruption(report);
+        }
+        if store.ledger.next_seq() != active_next_seq {
+            // A purge moved the floor past the active segment's records but crashed before the
+            // fresh segment existed: appends must not continue there with a sequence gap.
+            store.roll()?;
+        }
+        // Limits may have been lowered, or removals lost with unsynced writes: apply them again.
+        store.ledger.enforce_count_limits();
+        store.settle()?;
+        store.sync()?;
+        Ok(store)
+    }
+
+    /// What opening the store found: scans, rebuilt indexes, torn bytes cut, damage.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.recovery
+    }
+
+    /// The stream's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Number of segments (sealed ones plus the active one).
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    fn report_corruption(&self, report: String) {
+        // A poisoned mutex only means another reader panicked mid-push; the list is still usable.
+        let mut log = self.corruption.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        log.add(report);
+    }
+
+    fn check_writable(&self) -> StoreResult<()> {
+        match &self.poisoned {
+            Some(reason) => Err(StoreError::Poisoned(reason.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Runs a write step; a failure poisons the store.
+    fn guarded<T>(&mut self, step: impl FnOnce(&mut Self) -> StoreResult<T>) -> StoreResult<T> {
+        self.check_writable()?;
+        let result = step(self);
+        if let Err(error) = &result {
+            if matches!(error, StoreError::Io { .. }) {
+                self.poisoned = Some(error.to_string());
+            }
+        }
+        result
+    }
+
+    fn segment_for(&self, seq: u64) -> Option<&Segment> {
+        let position = self.segments.partition_point(|segment| segment.first_seq <= seq).checked_sub(1)?;
+        self.segments.get(position)
+    }
+
+    fn active(&mut self) -> &mut Segment {
+        // `open` guarantees at least one segment and nothing removes the last one without a successor.
+        let last = self.segments.len() - 1;
+        &mut self.segments[last]
+    }
+
+    fn read_message(&self, seq: u64) -> StoreResult<Option<StoredMessage>> {
+        let Some(slot) = self.ledger.live_slot(seq) else { return Ok(None) };
+        let Some(segment) = self.segment_for(seq) else { return Ok(None) };
+        let bytes = segment.read(slot.body, slot.size)?;
+        // The record must agree with the index about everything both know.
+        let decoded = record::decode(bytes, seq).and_then(|message| {
+            let subject = self.ledger.subject_name(slot);
+            if message.subject != subject {
+                return Err(format!("record subject {:?} differs from index subject {subject:?}", message.subject));
+            }
+            if message.timestamp_ns != slot.timestamp_ns {
+                return Err(format!(
+                    "record time {} differs from index time {}",
+                    message.timestamp_ns, slot.timestamp_ns
+                ));
+            }
+            Ok(message)
+        });
+        decoded.map(Some).map_err(|detail| {
+            self.report_corruption(format!("segment {}: seq {seq}: {detail}", segment.first_seq));
+            StoreError::Corrupt { seq, detail }
+        })
+    }
+
+    /// After removals: queue delete records for sequences removed from the middle, and drop
+    /// segments that hold nothing live at the front.
+    fn settle(&mut self) -> StoreResult<()> {
+        let first_seq = self.ledger.first_seq();
+        for seq in self.ledger.take_removed() {
+            if seq < first_seq {
+                continue; // the floor covers it
+            }
+            let position = self.segments.partition_point(|segment| segment.first_seq <= seq);
+            if let Some(segment) = position.checked_sub(1).and_then(|position| self.segments.get_mut(position)) {
+                segment.record_delete(seq);
+            }
+        }
+        self.drop_front_segments()
+    }
+
+    /// Removes leading segments whose every sequence is below the first live one. The floor is
+    /// persisted first, so a crash cannot bring their messages back.
+    fn drop_front_segments(&mut self) -> StoreResult<()> {
+        let first_seq = self.ledger.first_seq();
+        let dead = self.segments.windows(2).take_while(|pair| pair[1].first_seq <= first_seq).count();
+        if dead == 0 {
+            return Ok(());
+        }
+        self.persist_floor()?;
+        for segment in self.segments.drain(..dead) {
+            segment.remove_files(&self.dir)?;
+        }
+        Ok(())
+    }
+
+    /// When nothing is live, replaces every segment with one empty segment so the disk space
+    /// comes back at once; its name (the next sequence) keeps sequences from being reused.
+    fn release_if_empty(&mut self) -> StoreResult<()> {
+        let active_empty = self.active().len() <= segment_header::SIZE_BYTES as u64;
+        if self.ledger.state().msgs > 0 || (active_empty && self.segments.len() == 1) {
+            return Ok(());
+        }
+        self.persist_floor()?;
+        if !active_empty {
+            // The active segment holds records, so its name is below the next sequence: no clash.
+            let fresh = Segment::create(&self.dir, self.ledger.next_seq())?;
+            self.segments.push(fresh);
+        }
+        let last = self.segments.len() - 1;
+        for segment in self.segments.drain(..last) {
+            segment.remove_files(&self.dir)?;
+        }
+        Ok(())
+    }
+
+    fn persist_floor(&mut self) -> StoreResult<()> {
+        let floor_seq = self.ledger.first_seq();
+        if floor_seq > self.meta.floor_seq() {
+            self.meta.write_floor(floor_seq)?;
+        }
+        Ok(())
+    }
+
+    /// Seals the active segment and starts a new one at the next sequence.
+    fn roll(&mut self) -> StoreResult<()> {
+        let end_seq = self.ledger.next_seq();
+        let last = self.segments.len() - 1;
+        let active = &mut self.segments[last];
+        let index = index::build(&self.ledger, active.first_seq, end_seq, active.len());
+        active.seal(&self.dir, &index)?;
+        let next = Segment::create(&self.dir, end_seq)?;
+        self.segments.push(next);
+        Ok(())
+    }
+
+    fn append_step(
+        &mut self,
+        subject: &str,
+        headers: Option<&[u8]>,
+        payload: &[u8],
+        timestamp_ns: i64,
+    ) -> StoreResult<u64> {
+        let size = record_size(subject, headers, payload);
+        let message_size = headers.map_or(0, <[u8]>::len) + payload.len();
+        self.ledger.check_append(subject, message_size, size)?;
+        let active_length = self.active().len();
+        if active_length > segment_header::SIZE_BYTES as u64 && active_length + size as u64 > self.segment_size_bytes {
+            self.roll()?;
+        }
+        let seq = self.ledger.next_seq();
+        let offset = self.active().append(seq, timestamp_ns, subject, headers, payload)?;
+        let pushed = self.ledger.push(subject, size as u32, timestamp_ns, offset);
+        debug_assert_eq!(pushed, seq);
+        if self.ledger.enforce_after_append(seq) > 0 {
+            self.settle()?;
+        }
+        Ok(seq)
+    }
+}
+
+impl StreamStore for FileStore {
+    fn append(
+        &mut self,
+        subject: &str,
+        headers: Option<&[u8]>,
+        payload: &[u8],
+        timestamp_ns: i64,
+    ) -> StoreResult<(u64, i64)> {
+        let seq = self.guarded(|store| store.append_step(subject, headers, payload, timestamp_ns))?;
+        Ok((seq, timestamp_ns))
+    }
+
+    fn get(&self, seq: u64) -> StoreResult<Option<StoredMessage>> {
+        self.read_message(seq)
+    }
+
+    fn get_next(&self, from_seq: u64, filter: Option<&str>) -> StoreResult<Option<StoredMessage>> {
+        match self.ledger.next_match(from_seq, filter) {
+            Some(seq) => self.read_message(seq),
+            None => Ok(None),
+        }
+    }
+
+    fn get_last_for_subject(&self, filter: &str) -> StoreResult<Option<StoredMessage>> {
+        match self.ledger.last_match(filter) {
+            Some(seq) => self.read_message(seq),
+            None => Ok(None),
+        }
+    }
+
+    fn delete(&mut self, seq: u64) -> StoreResult<bool> {
+        self.guarded(|store| {
+            let removed = store.ledger.remove(seq);
+            store.settle()?;
+            store.sync()?;
+            Ok(removed)
+        })
+    }
+
+    fn purge(&mut self, request: &PurgeRequest) -> StoreResult<u64> {
+        self.guarded(|store| {
+            let purged = store.ledger.purge(request)?;
+            store.settle()?;
+            store.release_if_empty()?;
+            store.sync()?;
+            Ok(purged)
+        })
+    }
+
+    fn state(&self) -> StreamState {
+        let mut state = self.ledger.state();
+        state.corruption = self.corruption.lock().unwrap_or_else(std::sync::PoisonError::into_inner).summary();
+        state
+    }
+
+    fn subjects_state(&self, filter: Option<&str>) -> BTreeMap<String, u64> {
+        self.ledger.subjects_state(filter)
+    }
+
+    fn enforce_limits(&mut self, now_ns: i64) -> StoreResult<u64> {
+        self.guarded(|store| {
+            let removed = store.ledger.expire(now_ns) + store.ledger.enforce_count_limits();
+            store.settle()?;
+            store.release_if_empty()?;
+            Ok(removed)
+        })
+    }
+
+    fn update_limits(&mut self, limits: StoreLimits) -> StoreResult<u64> {
+        self.guarded(|store| {
+            store.ledger.set_limits(limits);
+            let removed = store.ledger.enforce_count_limits();
+            store.settle()?;
+            store.release_if_empty()?;
+            Ok(removed)
+        })
+    }
+
+    fn limits(&self) -> &StoreLimits {
+        self.ledger.limits()
+    }
+
+    fn sync(&mut self) -> StoreResult<()> {
+        self.guarded(|store| {
+            for segment in &mut store.segments {
+                segment.sync(&store.dir)?;
+            }
+            // After the records: a floor must never be durable ahead of what it was computed from.
+            store.persist_floor()
+        })
+    }
+
+    fn compact(&mut self) -> StoreResult<()> {
+        self.guarded(|store| {
+            // Sealed segments in the middle are kept even when empty: removing them would leave
+            // a gap in the sequences on disk, which recovery treats as damage.
+            store.drop_front_segments()?;
+            store.release_if_empty()?;
+            store.sync()
+        })
+    }
+
+    fn close(&mut self) -> StoreResult<()> {
+        self.sync()
+    }
+
+    fn stored_bytes(&self) -> u64 {
+        self.segments.iter().map(Segment::stored_bytes).sum()
+    }
+}
+
+impl Drop for FileStore {
+    fn drop(&mut self) {
+        // Hand buffered appends to the OS so a clean shutdown without `close` loses nothing a
+        // process crash would not; durability still comes only from `sync`.
+        if self.poisoned.is_none() {
+            let _ = self.active().flush();
+        }
+    }
+}

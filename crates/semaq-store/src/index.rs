@@ -1,0 +1,224 @@
+//! A sealed segment's index file: fixed-size entries (one per sequence) and the segment's subject
+//! table, so opening a stream learns every message's place, size, time and subject without
+//! reading a payload.
+//!
+//! Written once, when the segment is sealed (or rebuilt by a scan); never modified. Pure
+//! encode/decode here; the caller does the I/O.
+
+use std::collections::HashMap;
+
+use crate::ledger::{Ledger, SlotState};
+use crate::limits::{index_entry as ie, index_header as ih, index_subject};
+use crate::record::{read_u32, read_u64};
+use crate::subjects::SubjectId;
+
+/// One decoded entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct IndexEntry {
+    pub seq: u64,
+    pub timestamp_ns: i64,
+    pub offset: u32,
+    pub length: u32,
+    pub subject_index: u32,
+    pub flags: u32,
+}
+
+/// Builds an index file: entries in sequence order, then the subject table they point into.
+#[derive(Debug, Default)]
+pub(crate) struct IndexBuilder {
+    entries: Vec<u8>,
+    subjects: Vec<u8>,
+    entry_count: u32,
+    subject_count: u32,
+}
+
+impl IndexBuilder {
+    /// Appends the entry for the next sequence.
+    pub(crate) fn push(&mut self, entry: &IndexEntry) {
+        let mut raw = [0u8; ie::SIZE_BYTES];
+        raw[ie::SEQ_OFFSET..ie::SEQ_OFFSET + 8].copy_from_slice(&entry.seq.to_le_bytes());
+        raw[ie::TIMESTAMP_OFFSET..ie::TIMESTAMP_OFFSET + 8].copy_from_slice(&entry.timestamp_ns.to_le_bytes());
+        raw[ie::OFFSET_OFFSET..ie::OFFSET_OFFSET + 4].copy_from_slice(&entry.offset.to_le_bytes());
+        raw[ie::LENGTH_OFFSET..ie::LENGTH_OFFSET + 4].copy_from_slice(&entry.length.to_le_bytes());
+        raw[ie::SUBJECT_INDEX_OFFSET..ie::SUBJECT_INDEX_OFFSET + 4].copy_from_slice(&entry.subject_index.to_le_bytes());
+        raw[ie::FLAGS_OFFSET..ie::FLAGS_OFFSET + 4].copy_from_slice(&entry.flags.to_le_bytes());
+        self.entries.extend_from_slice(&raw);
+        self.entry_count += 1;
+    }
+
+    /// Adds a subject to the table and returns its index (the caller deduplicates).
+    pub(crate) fn add_subject(&mut self, subject: &str) -> u32 {
+        self.subjects.extend_from_slice(&(subject.len() as u16).to_le_bytes());
+        self.subjects.extend_from_slice(subject.as_bytes());
+        self.subject_count += 1;
+        self.subject_count - 1
+    }
+
+    /// The finished file bytes for a segment starting at `first_seq` whose log is `log_length` long.
+    pub(crate) fn finish(self, first_seq: u64, log_length: u64) -> Vec<u8> {
+        let mut body_hasher = crc32fast::Hasher::new();
+        body_hasher.update(&self.entries);
+        body_hasher.update(&self.subjects);
+        let mut out = vec![0u8; ih::SIZE_BYTES];
+        out[ih::MAGIC_OFFSET..ih::MAGIC_OFFSET + 4].copy_from_slice(&ih::MAGIC.to_le_bytes());
+        out[ih::VERSION_OFFSET..ih::VERSION_OFFSET + 4].copy_from_slice(&ih::VERSION.to_le_bytes());
+        out[ih::FIRST_SEQ_OFFSET..ih::FIRST_SEQ_OFFSET + 8].copy_from_slice(&first_seq.to_le_bytes());
+        out[ih::LOG_LENGTH_OFFSET..ih::LOG_LENGTH_OFFSET + 8].copy_from_slice(&log_length.to_le_bytes());
+        out[ih::ENTRY_COUNT_OFFSET..ih::ENTRY_COUNT_OFFSET + 4].copy_from_slice(&self.entry_count.to_le_bytes());
+        out[ih::SUBJECT_COUNT_OFFSET..ih::SUBJECT_COUNT_OFFSET + 4].copy_from_slice(&self.subject_count.to_le_bytes());
+        let subjects_length = self.subjects.len() as u32;
+        out[ih::SUBJECTS_LENGTH_OFFSET..ih::SUBJECTS_LENGTH_OFFSET + 4].copy_from_slice(&subjects_length.to_le_bytes());
+        out[ih::BODY_CRC_OFFSET..ih::BODY_CRC_OFFSET + 4].copy_from_slice(&body_hasher.finalize().to_le_bytes());
+        let header_crc = crc32fast::hash(&out[..ih::HEADER_CRC_OFFSET]);
+        out[ih::HEADER_CRC_OFFSET..ih::HEADER_CRC_OFFSET + 4].copy_from_slice(&header_crc.to_le_bytes());
+        out.extend_from_slice(&self.entries);
+        out.extend_from_slice(&self.subjects);
+        out
+    }
+}
+
+/// A validated index file, decoded lazily entry by entry.
+#[derive(Debug)]
+pub(crate) struct IndexFile<'a> {
+    entries: &'a [u8],
+    /// The segment's subjects, by subject index.
+    pub subjects: Vec<&'a str>,
+}
+
+impl<'a> IndexFile<'a> {
+    /// Validates `bytes` as the index of the segment starting at `first_seq` whose log is now
+    /// `log_length` long; any mismatch means the index must be rebuilt from the log.
+    pub(crate) fn parse(bytes: &'a [u8], first_seq: u64, log_length: u64) -> Result<Self, &'static str> {
+        if bytes.len() < ih::SIZE_BYTES {
+            return Err("index shorter than its header");
+        }
+        let header_intact = read_u32(bytes, ih::MAGIC_OFFSET) == ih::MAGIC
+            && read_u32(bytes, ih::VERSION_OFFSET) == ih::VERSION
+            && crc32fast::hash(&bytes[..ih::HEADER_CRC_OFFSET]) == read_u32(bytes, ih::HEADER_CRC_OFFSET);
+        if !header_intact {
+            return Err("index header damaged");
+        }
+        if read_u64(bytes, ih::FIRST_SEQ_OFFSET) != first_seq || read_u64(bytes, ih::LOG_LENGTH_OFFSET) != log_length {
+            return Err("index describes another log");
+        }
+        let entries_length = read_u32(bytes, ih::ENTRY_COUNT_OFFSET) as usize * ie::SIZE_BYTES;
+        let subjects_length = read_u32(bytes, ih::SUBJECTS_LENGTH_OFFSET) as usize;
+        if bytes.len() != ih::SIZE_BYTES + entries_length + subjects_length {
+            return Err("index length differs from its header");
+        }
+        let body = &bytes[ih::SIZE_BYTES..];
+        if crc32fast::hash(body) != read_u32(bytes, ih::BODY_CRC_OFFSET) {
+            return Err("index checksum mismatch");
+        }
+        let subject_count = read_u32(bytes, ih::SUBJECT_COUNT_OFFSET) as usize;
+        let subjects = parse_subjects(&body[entries_length..], subject_count)?;
+        Ok(IndexFile { entries: &body[..entries_length], subjects })
+    }
+
+    /// Number of entries (sequences covered).
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len() / ie::SIZE_BYTES
+    }
+
+    /// The entries in sequence order.
+    pub(crate) fn entries(&self) -> impl Iterator<Item = IndexEntry> + 'a {
+        self.entries.chunks_exact(ie::SIZE_BYTES).map(|raw| IndexEntry {
+            seq: read_u64(raw, ie::SEQ_OFFSET),
+            timestamp_ns: read_u64(raw, ie::TIMESTAMP_OFFSET) as i64,
+            offset: read_u32(raw, ie::OFFSET_OFFSET),
+            length: read_u32(raw, ie::LENGTH_OFFSET),
+            subject_index: read_u32(raw, ie::SUBJECT_INDEX_OFFSET),
+            flags: read_u32(raw, ie::FLAGS_OFFSET),
+        })
+    }
+}
+
+fn parse_subjects(mut table: &[u8], count: usize) -> Result<Vec<&str>, &'static str> {
+    let mut subjects = Vec::with_capacity(count.min(table.len() / index_subject::LENGTH_PREFIX_BYTES));
+    for _ in 0..count {
+        if table.len() < index_subject::LENGTH_PREFIX_BYTES {
+            return Err("subject table truncated");
+        }
+        let length = u16::from_le_bytes([table[0], table[1]]) as usize;
+        let rest = &table[index_subject::LENGTH_PREFIX_BYTES..];
+        if rest.len() < length {
+            return Err("subject table truncated");
+        }
+        subjects.push(std::str::from_utf8(&rest[..length]).map_err(|_| "subject is not UTF-8")?);
+        table = &rest[length..];
+    }
+    if !table.is_empty() {
+        return Err("subject table has trailing bytes");
+    }
+    Ok(subjects)
+}
+
+/// The index of the segment holding sequences `first_seq..end_seq`, built from the ledger
+/// (at seal, or after a rebuild scan). Sequences the ledger no longer tracks were removed from
+/// the front and are written as deleted.
+pub(crate) fn build(ledger: &Ledger<u32>, first_seq: u64, end_seq: u64, log_length: u64) -> Vec<u8> {
+    let mut builder = IndexBuilder::default();
+    let mut local_subjects: HashMap<SubjectId, u32> = HashMap::new();
+    for seq in first_seq..end_seq {
+        let mut entry = IndexEntry {
+            seq,
+            timestamp_ns: 0,
+            offset: 0,
+            length: 0,
+            subject_index: ie::SUBJECT_NONE,
+            flags: ie::FLAG_DELETED,
+        };
+        if let Some(slot) = ledger.slot(seq) {
+            entry.timestamp_ns = slot.timestamp_ns;
+            match slot.state {
+                SlotState::Live => {
+                    let subject_index = *local_subjects
+                        .entry(slot.subject)
+                        .or_insert_with(|| builder.add_subject(ledger.subject_name(slot)));
+                    entry = IndexEntry { offset: slot.body, length: slot.size, subject_index, flags: 0, ..entry };
+                }
+                SlotState::Lost => entry.flags = ie::FLAG_LOST,
+                SlotState::Deleted => {}
+            }
+        }
+        builder.push(&entry);
+    }
+    builder.finish(first_seq, log_length)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Vec<u8> {
+        let mut builder = IndexBuilder::default();
+        let subject = builder.add_subject("a.b");
+        for seq in 10..13 {
+            let entry =
+                IndexEntry { seq, timestamp_ns: seq as i64, offset: 24, length: 40, subject_index: subject, flags: 0 };
+            builder.push(&entry);
+        }
+        builder.finish(10, 1000)
+    }
+
+    #[test]
+    fn an_index_round_trips() {
+        let bytes = sample();
+        let index = IndexFile::parse(&bytes, 10, 1000).unwrap();
+        assert_eq!(index.len(), 3);
+        assert_eq!(index.subjects, vec!["a.b"]);
+        assert_eq!(index.entries().map(|entry| entry.seq).collect::<Vec<_>>(), vec![10, 11, 12]);
+    }
+
+    #[test]
+    fn a_damaged_short_or_stale_index_is_refused() {
+        let bytes = sample();
+        assert!(IndexFile::parse(&bytes, 10, 1001).is_err(), "log grew since sealing");
+        assert!(IndexFile::parse(&bytes[..bytes.len() - 1], 10, 1000).is_err());
+        for index in 0..bytes.len() {
+            let mut damaged = bytes.clone();
+            damaged[index] ^= 0x01;
+            assert!(IndexFile::parse(&damaged, 10, 1000).is_err(), "flip at byte {index} went unnoticed");
+        }
+    }
+}

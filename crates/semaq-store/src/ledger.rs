@@ -1,0 +1,464 @@
+//! What both stores share: one metadata slot per sequence (no payloads), the live counts, the
+//! subject table, and every decision about which messages the limits and purges remove.
+//!
+//! A store keeps its bytes elsewhere and hangs a per-slot `body` here: the file store a record
+//! offset, the memory store the message itself. Invariant after every public call: the front
+//! slot is live, or there are no slots and `first_seq == next_seq`.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use crate::error::{StoreError, StoreResult};
+use crate::limits::{RECORD_SIZE_MAX_BYTES, SUBJECT_LENGTH_MAX_BYTES};
+use crate::subjects::{SubjectFilter, SubjectId, Subjects};
+use crate::types::{DiscardPolicy, PurgeRequest, StoreLimits, StreamState};
+
+/// Whether a sequence still holds a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SlotState {
+    Live,
+    /// Removed by delete, purge or a limit.
+    Deleted,
+    /// Its record was destroyed by corruption.
+    Lost,
+}
+
+/// Metadata of one sequence.
+#[derive(Debug, Clone)]
+pub(crate) struct Slot<B> {
+    pub timestamp_ns: i64,
+    /// Stored record size in bytes (what `max_bytes` counts).
+    pub size: u32,
+    /// Meaningful only while `state == Live`.
+    pub subject: SubjectId,
+    pub state: SlotState,
+    pub body: B,
+}
+
+/// The shared in-memory metadata of a stream.
+#[derive(Debug)]
+pub(crate) struct Ledger<B> {
+    /// Sequence the next append gets.
+    next_seq: u64,
+    /// One slot per sequence from `first_seq()` to `next_seq - 1`.
+    slots: VecDeque<Slot<B>>,
+    last_ts: i64,
+    live_msgs: u64,
+    live_bytes: u64,
+    subjects: Subjects,
+    limits: StoreLimits,
+    /// Sequences removed from the middle since the last `take_removed`; the file store writes
+    /// them to delete logs (front removals need no record: the floor covers them).
+    removed: Vec<u64>,
+}
+
+impl<B: Default> Ledger<B> {
+    /// An empty ledger whose first append gets `next_seq`.
+    pub(crate) fn new(next_seq: u64, limits: StoreLimits) -> Self {
+        Ledger {
+            next_seq: next_seq.max(1),
+            slots: VecDeque::new(),
+            last_ts: 0,
+            live_msgs: 0,
+            live_bytes: 0,
+            subjects: Subjects::default(),
+            limits,
+            removed: Vec::new(),
+        }
+    }
+
+    /// Sequence of the oldest slot (live by the invariant), or `next_seq` when empty.
+    pub(crate) fn first_seq(&self) -> u64 {
+        self.next_seq - self.slots.len() as u64
+    }
+
+    /// Highest sequence assigned so far (0 before any).
+    pub(crate) fn last_seq(&self) -> u64 {
+        self.next_seq - 1
+    }
+
+    /// The slot of `seq`, if it is still tracked.
+    pub(crate) fn slot(&self, seq: u64) -> Option<&Slot<B>> {
+        let index = seq.checked_sub(self.first_seq())?;
+        self.slots.get(usize::try_from(index).ok()?)
+    }
+
+    /// The live slot of `seq`.
+    pub(crate) fn live_slot(&self, seq: u64) -> Option<&Slot<B>> {
+        self.slot(seq).filter(|slot| slot.state == SlotState::Live)
+    }
+
+    /// Current limits.
+    pub(crate) fn limits(&self) -> &StoreLimits {
+        &self.limits
+    }
+
+    /// Replaces the limits (the caller then runs `enforce_count_limits`).
+    pub(crate) fn set_limits(&mut self, limits: StoreLimits) {
+        self.limits = limits;
+    }
+
+    /// Sequences removed from the middle since the last call, for durable delete records.
+    pub(crate) fn take_removed(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.removed)
+    }
+
+    /// Refuses a message that breaks a hard limit or a discard-new limit; `record_size` is its stored size.
+    pub(crate) fn check_append(&self, subject: &str, message_size: usize, record_size: usize) -> StoreResult<()> {
+        check_subject(subject)?;
+        let max_message = self.limits.max_msg_size.map_or(usize::MAX, |max| max as usize);
+        if message_size > max_message {
+            return Err(StoreError::MessageTooLarge { size_bytes: message_size, max_bytes: max_message });
+        }
+        if record_size > RECORD_SIZE_MAX_BYTES {
+            let max_bytes = RECORD_SIZE_MAX_BYTES - (record_size - message_size);
+            return Err(StoreError::MessageTooLarge { size_bytes: message_size, max_bytes });
+        }
+        if self.limits.discard == DiscardPolicy::New {
+            self.check_discard_new(subject, record_size)?;
+        }
+        Ok(())
+    }
+
+    fn check_discard_new(&self, subject: &str, record_size: usize) -> StoreResult<()> {
+        if self.limits.max_msgs.is_some_and(|max| self.live_msgs >= max) {
+            return Err(StoreError::MaxMsgs);
+        }
+        if self.limits.max_bytes.is_some_and(|max| self.live_bytes + record_size as u64 > max) {
+            return Err(StoreError::MaxBytes);
+        }
+        if self.limits.discard_new_per_subject {
+            let count = self.subjects.id(subject).map_or(0, |id| self.subjects.count(id));
+            if self.limits.max_msgs_per_subject.is_some_and(|max| count >= max) {
+                return Err(StoreError::MaxMsgsPerSubject);
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds a live message (already checked) and returns its sequence.
+    pub(crate) fn push(&mut self, subject: &str, size: u32, timestamp_ns: i64, body: B) -> u64 {
+        let seq = self.next_seq;
+        let subject = self.subjects.add(subject, seq);
+        self.slots.push_back(Slot { timestamp_ns, size, subject, state: SlotState::Live, body });
+        self.next_seq += 1;
+        self.last_ts = timestamp_ns;
+        self.live_msgs += 1;
+        self.live_bytes += u64::from(size);
+        seq
+    }
+
+    /// Adds a sequence that holds nothing (loaded as deleted or lost), keeping sequences contiguous.
+    pub(crate) fn push_dead(&mut self, state: SlotState, timestamp_ns: i64) {
+        self.push_gap(state, timestamp_ns);
+        self.last_ts = timestamp_ns;
+    }
+
+    fn push_gap(&mut self, state: SlotState, timestamp_ns: i64) {
+        debug_assert!(state != SlotState::Live);
+        if !self.slots.is_empty() {
+            self.slots.push_back(Slot { timestamp_ns, size: 0, subject: 0, state, body: B::default() });
+        }
+        // With no slots there is nothing live to keep in front of it: the sequence just passes.
+        self.next_seq += 1;
+    }
+
+    /// Sequence the next append gets.
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Removes the live message at `seq`; false when there is none.
+    pub(crate) fn remove(&mut self, seq: u64) -> bool {
+        let first = self.first_seq();
+        let Some(index) = seq.checked_sub(first).and_then(|index| usize::try_from(index).ok()) else {
+            return false;
+        };
+        let Some(slot) = self.slots.get_mut(index) else {
+            return false;
+        };
+        if slot.state != SlotState::Live {
+            return false;
+        }
+        slot.state = SlotState::Deleted;
+        slot.body = B::default();
+        self.live_msgs -= 1;
+        self.live_bytes -= u64::from(slot.size);
+        self.subjects.remove(slot.subject, seq);
+        if index == 0 {
+            self.trim_front();
+        } else {
+            self.removed.push(seq);
+        }
+        true
+    }
+
+    fn trim_front(&mut self) {
+        while self.slots.front().is_some_and(|slot| slot.state != SlotState::Live) {
+            self.slots.pop_front();
+        }
+    }
+
+    /// Removes every message below `floor` (loading a persisted floor, or purge up to a sequence).
+    pub(crate) fn remove_below(&mut self, floor: u64) -> u64 {
+        let mut removed = 0;
+        while self.first_seq() < floor.min(self.next_seq) {
+            let first = self.first_seq();
+            removed += u64::from(self.remove(first));
+        }
+        // Everything below the floor is gone, so nothing is left to keep contiguous with.
+        if self.slots.is_empty() {
+            self.next_seq = self.next_seq.max(floor);
+        }
+        removed
+    }
+
+    /// Applies discard-old `max_msgs` / `max_bytes` and the per-subject limit to every subject.
+    pub(crate) fn enforce_count_limits(&mut self) -> u64 {
+        let over: Vec<SubjectId> = match self.per_subject_max() {
+            Some(max) => self.subjects.iter().filter(|&(_, _, count)| count > max).map(|(id, _, _)| id).collect(),
+            None => Vec::new(),
+        };
+        let removed: u64 = over.into_iter().map(|id| self.enforce_subject(id)).sum();
+        removed + self.enforce_discard_old()
+    }
+
+    /// The same limits after appending `seq`: only its subject can be over its limit.
+    pub(crate) fn enforce_after_append(&mut self, seq: u64) -> u64 {
+        let removed = self.live_slot(seq).map(|slot| slot.subject).map_or(0, |id| self.enforce_subject(id));
+        removed + self.enforce_discard_old()
+    }
+
+    /// The per-subject maximum when it removes old messages (rather than refusing new ones).
+    fn per_subject_max(&self) -> Option<u64> {
+        let refuses = self.limits.discard == DiscardPolicy::New && self.limits.discard_new_per_subject;
+        self.limits.max_msgs_per_subject.filter(|_| !refuses)
+    }
+
+    fn enforce_subject(&mut self, id: SubjectId) -> u64 {
+        let Some(max) = self.per_subject_max() else { return 0 };
+        let mut removed = 0;
+        while self.subjects.count(id) > max {
+            let Some(first) = self.subject_first(id) else { break };
+            removed += u64::from(self.remove(first));
+        }
+        removed
+    }
+
+    fn enforce_discard_old(&mut self) -> u64 {
+        if self.limits.discard != DiscardPolicy::Old {
+            return 0;
+        }
+        let max_msgs = self.limits.max_msgs.unwrap_or(u64::MAX);
+        let max_bytes = self.limits.max_bytes.unwrap_or(u64::MAX);
+        let mut removed = 0;
+        while self.live_msgs > max_msgs || self.live_bytes > max_bytes {
+            let first = self.first_seq();
+            removed += u64::from(self.remove(first));
+        }
+        removed
+    }
+
+    /// Removes messages from the front that are at least `max_age` old at `now_ns`.
+    pub(crate) fn expire(&mut self, now_ns: i64) -> u64 {
+        let Some(max_age) = self.limits.max_age else { return 0 };
+        let max_age_ns = i64::try_from(max_age.as_nanos()).unwrap_or(i64::MAX);
+        let cutoff_ns = now_ns.saturating_sub(max_age_ns);
+        let mut removed = 0;
+        // Timestamps are in append order in practice; a message that is not yet expired stops
+        // the sweep, as in JetStream.
+        while let Some(front) = self.slots.front() {
+            if front.timestamp_ns > cutoff_ns {
+                break;
+            }
+            let first = self.first_seq();
+            removed += u64::from(self.remove(first));
+        }
+        removed
+    }
+
+    /// Exact first live sequence of subject `id`, tightening the stored bound.
+    fn subject_first(&mut self, id: SubjectId) -> Option<u64> {
+        let (hint, _) = self.subjects.bounds(id)?;
+        let mut seq = hint.max(self.first_seq());
+        while seq < self.next_seq {
+            if self.live_slot(seq).is_some_and(|slot| slot.subject == id) {
+                self.subjects.set_first(id, seq);
+                return Some(seq);
+            }
+            seq += 1;
+        }
+        None
+    }
+
+    /// Removes everything; `next_seq` stays, so sequences are never reused. Returns how many went.
+    pub(crate) fn clear(&mut self) -> u64 {
+        let purged = self.live_msgs;
+        self.slots.clear();
+        self.subjects.clear();
+        self.live_msgs = 0;
+        self.live_bytes = 0;
+        self.removed.clear();
+        purged
+    }
+
+    /// Applies a purge request; returns how many messages went.
+    pub(crate) fn purge(&mut self, request: &PurgeRequest) -> StoreResult<u64> {
+        if request.keep.is_some() && request.up_to_seq.is_some() {
+            return Err(StoreError::InvalidPurge);
+        }
+        let everything = matches!(request.subject.as_deref(), None | Some(">"));
+        if !everything {
+            return Ok(self.purge_filtered(request));
+        }
+        if let Some(keep) = request.keep {
+            let mut purged = 0;
+            while self.live_msgs > keep {
+                let first = self.first_seq();
+                purged += u64::from(self.remove(first));
+            }
+            return Ok(purged);
+        }
+        if let Some(up_to_seq) = request.up_to_seq {
+            let mut purged = 0;
+            while self.first_seq() < up_to_seq.min(self.next_seq) {
+                let first = self.first_seq();
+                purged += u64::from(self.remove(first));
+            }
+            return Ok(purged);
+        }
+        Ok(self.clear())
+    }
+
+    fn purge_filtered(&mut self, request: &PurgeRequest) -> u64 {
+        let mut filter = SubjectFilter::new(request.subject.as_deref(), &self.subjects);
+        let end = request.up_to_seq.unwrap_or(self.next_seq).min(self.next_seq);
+        let mut doomed = Vec::new();
+        let mut kept_per_subject: HashMap<SubjectId, u64> = HashMap::new();
+        let keep = request.keep.unwrap_or(0);
+        // Newest first, so `keep` spares the newest of each subject.
+        let mut seq = end;
+        while seq > self.first_seq() {
+            seq -= 1;
+            let Some(slot) = self.live_slot(seq) else { continue };
+            let id = slot.subject;
+            if !filter.matches(id, &self.subjects) {
+                continue;
+            }
+            let kept = kept_per_subject.entry(id).or_insert(0);
+            if *kept < keep {
+                *kept += 1;
+            } else {
+                doomed.push(seq);
+            }
+        }
+        // Oldest first, so front removals trim as they go.
+        doomed.iter().rev().map(|&seq| u64::from(self.remove(seq))).sum()
+    }
+
+    /// First live sequence at or after `from_seq` whose subject matches `filter`.
+    pub(crate) fn next_match(&self, from_seq: u64, filter: Option<&str>) -> Option<u64> {
+        let mut filter = SubjectFilter::new(filter, &self.subjects);
+        let (mut seq, mut end) = (from_seq.max(self.first_seq()), self.next_seq);
+        if let SubjectFilter::Literal(literal) = filter {
+            let (first, last) = self.subjects.bounds(literal?)?;
+            seq = seq.max(first);
+            end = end.min(last + 1);
+        }
+        while seq < end {
+            if let Some(slot) = self.live_slot(seq) {
+                if filter.matches(slot.subject, &self.subjects) {
+                    return Some(seq);
+                }
+            }
+            seq += 1;
+        }
+        None
+    }
+
+    /// Last live sequence whose subject matches `filter`.
+    pub(crate) fn last_match(&self, filter: &str) -> Option<u64> {
+        let mut matcher = SubjectFilter::new(Some(filter), &self.subjects);
+        let (first, mut seq) = (self.first_seq(), self.next_seq);
+        let mut lowest = first;
+        if let SubjectFilter::Literal(literal) = matcher {
+            let (subject_first, subject_last) = self.subjects.bounds(literal?)?;
+            seq = seq.min(subject_last + 1);
+            lowest = lowest.max(subject_first);
+        }
+        while seq > lowest {
+            seq -= 1;
+            if let Some(slot) = self.live_slot(seq) {
+                if matcher.matches(slot.subject, &self.subjects) {
+                    return Some(seq);
+                }
+            }
+        }
+        None
+    }
+
+    /// Live message count per subject matching `filter`.
+    pub(crate) fn subjects_state(&self, filter: Option<&str>) -> BTreeMap<String, u64> {
+        let matcher = SubjectFilter::new(filter, &self.subjects);
+        self.subjects
+            .iter()
+            .filter(|(_, name, _)| matcher.matches_name(name, &self.subjects))
+            .map(|(_, name, count)| (name.to_string(), count))
+            .collect()
+    }
+
+    /// Counts and bounds (the store adds `corruption`).
+    pub(crate) fn state(&self) -> StreamState {
+        let first_ts = self.slots.front().map_or(0, |slot| slot.timestamp_ns);
+        StreamState {
+            msgs: self.live_msgs,
+            bytes: self.live_bytes,
+            first_seq: self.first_seq(),
+            first_ts,
+            last_seq: self.last_seq(),
+            last_ts: self.last_ts,
+            num_subjects: self.subjects.len() as u64,
+            num_deleted: self.slots.len() as u64 - self.live_msgs,
+            corruption: None,
+        }
+    }
+
+    /// The live subject name of a slot.
+    pub(crate) fn subject_name(&self, slot: &Slot<B>) -> &str {
+        self.subjects.name(slot.subject)
+    }
+}
+
+/// A subject a message may be stored under: literal, well-formed, not too long.
+fn check_subject(subject: &str) -> StoreResult<()> {
+    if subject.len() > SUBJECT_LENGTH_MAX_BYTES {
+        return Err(StoreError::InvalidSubject(format!("longer than {SUBJECT_LENGTH_MAX_BYTES} bytes")));
+    }
+    if !semaq_wire::subject::is_valid_literal(subject) {
+        return Err(StoreError::InvalidSubject(subject.to_string()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_store_slot_costs_24_bytes() {
+        // The memory budget in docs/design.md depends on it.
+        assert_eq!(std::mem::size_of::<Slot<u32>>(), 24);
+    }
+
+    #[test]
+    fn removing_the_front_skips_the_gaps_behind_it() {
+        let mut ledger: Ledger<u32> = Ledger::new(1, StoreLimits::default());
+        for _ in 0..4 {
+            ledger.push("s", 40, 0, 0);
+        }
+        assert!(ledger.remove(2) && ledger.remove(3));
+        assert_eq!(ledger.take_removed(), vec![2, 3], "middle removals are reported for delete logs");
+        assert!(ledger.remove(1));
+        assert_eq!((ledger.first_seq(), ledger.state().num_deleted), (4, 0));
+        assert!(ledger.take_removed().is_empty(), "front removals are covered by the floor");
+    }
+}

@@ -1,0 +1,171 @@
+//! Every fixed limit and every on-disk layout constant of the store, in one place.
+//!
+//! Names carry their unit last (`_bytes`, `_count`). Layouts are given as byte offsets so the
+//! encoders and decoders in `record.rs`, `index.rs`, `delete_log.rs` and `meta.rs` share one truth,
+//! and `docs/design.md` draws the same tables.
+
+/// Default size at which the active segment is sealed and a new one started.
+pub const SEGMENT_SIZE_DEFAULT_BYTES: u64 = 64 * 1024 * 1024;
+/// Smallest segment size a store accepts (tests use small segments to force rollover).
+pub const SEGMENT_SIZE_MIN_BYTES: u64 = 4 * 1024;
+/// Largest segment size: record offsets inside a segment are `u32`, and a segment may exceed
+/// its size by one record, so the cap leaves room for one maximal record below 4 GiB.
+pub const SEGMENT_SIZE_MAX_BYTES: u64 = 1024 * 1024 * 1024;
+
+/// Longest subject, in bytes (the record header stores it as `u16`).
+pub const SUBJECT_LENGTH_MAX_BYTES: usize = 4 * 1024;
+/// Largest record (header + subject + headers + payload); a single message never exceeds it,
+/// whatever `max_msg_size` says.
+pub const RECORD_SIZE_MAX_BYTES: usize = 64 * 1024 * 1024;
+
+/// Most missing sequences recovery fills with placeholders between two segments (24 bytes
+/// each); a larger gap means a stray or misnamed file, and open refuses the directory.
+pub const GAP_FILL_MAX_COUNT: u64 = 1 << 24;
+
+/// Bytes buffered in memory for the active segment before they are handed to the OS.
+pub const WRITE_BUFFER_BYTES: usize = 256 * 1024;
+/// Distinct corruption reports kept for `state()`; later ones are only counted.
+pub const CORRUPTION_REPORTS_MAX_COUNT: usize = 16;
+
+/// Segment file header: `magic u32 | version u32 | first_seq u64 | reserved u32 | crc32 u32`.
+pub mod segment_header {
+    /// "SQLG" little-endian.
+    pub const MAGIC: u32 = u32::from_le_bytes(*b"SQLG");
+    /// Format version of the segment log.
+    pub const VERSION: u32 = 1;
+    /// Offset of the magic.
+    pub const MAGIC_OFFSET: usize = 0;
+    /// Offset of the version.
+    pub const VERSION_OFFSET: usize = 4;
+    /// Offset of the first sequence (pairs with the file name).
+    pub const FIRST_SEQ_OFFSET: usize = 8;
+    /// Offset of the CRC32 over bytes `0..CRC_OFFSET`.
+    pub const CRC_OFFSET: usize = 20;
+    /// Total header size; the first record starts here.
+    pub const SIZE_BYTES: usize = 24;
+}
+
+/// Record header, followed by `subject`, then `headers`, then `payload`.
+///
+/// `length u32 | crc32 u32 | seq u64 | timestamp_ns i64 | subject_length u16 | flags u16 | headers_length u32`
+pub mod record_header {
+    /// Offset of the total record length (header included).
+    pub const LENGTH_OFFSET: usize = 0;
+    /// Offset of the CRC32 over bytes `SEQ_OFFSET..length`.
+    pub const CRC_OFFSET: usize = 4;
+    /// Offset of the sequence number.
+    pub const SEQ_OFFSET: usize = 8;
+    /// Offset of the caller's timestamp (unix nanoseconds).
+    pub const TIMESTAMP_OFFSET: usize = 16;
+    /// Offset of the subject length.
+    pub const SUBJECT_LENGTH_OFFSET: usize = 24;
+    /// Offset of the flags.
+    pub const FLAGS_OFFSET: usize = 26;
+    /// Offset of the header block length.
+    pub const HEADERS_LENGTH_OFFSET: usize = 28;
+    /// Total header size.
+    pub const SIZE_BYTES: usize = 32;
+    /// Flag: the message carries a header block (even an empty one), so `None` and `Some(b"")` differ.
+    pub const FLAG_HAS_HEADERS: u16 = 1;
+}
+
+/// Index file header; entries follow it, then the segment's subject table.
+///
+/// `magic u32 | version u32 | first_seq u64 | log_length u64 | entry_count u32 | subject_count u32 |
+///  subjects_length u32 | body_crc32 u32 | reserved u32 | header_crc32 u32`
+pub mod index_header {
+    /// "SQIX" little-endian.
+    pub const MAGIC: u32 = u32::from_le_bytes(*b"SQIX");
+    /// Format version of the index.
+    pub const VERSION: u32 = 1;
+    /// Offset of the magic.
+    pub const MAGIC_OFFSET: usize = 0;
+    /// Offset of the version.
+    pub const VERSION_OFFSET: usize = 4;
+    /// Offset of the segment's first sequence.
+    pub const FIRST_SEQ_OFFSET: usize = 8;
+    /// Offset of the length of the log file the index describes.
+    pub const LOG_LENGTH_OFFSET: usize = 16;
+    /// Offset of the entry count.
+    pub const ENTRY_COUNT_OFFSET: usize = 24;
+    /// Offset of the subject table's entry count.
+    pub const SUBJECT_COUNT_OFFSET: usize = 28;
+    /// Offset of the subject table's length in bytes.
+    pub const SUBJECTS_LENGTH_OFFSET: usize = 32;
+    /// Offset of the CRC32 over entries and subject table.
+    pub const BODY_CRC_OFFSET: usize = 36;
+    /// Offset of the CRC32 over bytes `0..HEADER_CRC_OFFSET`.
+    pub const HEADER_CRC_OFFSET: usize = 44;
+    /// Total header size.
+    pub const SIZE_BYTES: usize = 48;
+}
+
+/// One index entry per sequence of the segment, gaps included.
+///
+/// `seq u64 | timestamp_ns i64 | offset u32 | length u32 | subject_index u32 | flags u32`
+pub mod index_entry {
+    /// Offset of the sequence number.
+    pub const SEQ_OFFSET: usize = 0;
+    /// Offset of the timestamp.
+    pub const TIMESTAMP_OFFSET: usize = 8;
+    /// Offset of the record's byte offset in the log.
+    pub const OFFSET_OFFSET: usize = 16;
+    /// Offset of the record's total length.
+    pub const LENGTH_OFFSET: usize = 20;
+    /// Offset of the index into the segment's subject table.
+    pub const SUBJECT_INDEX_OFFSET: usize = 24;
+    /// Offset of the flags.
+    pub const FLAGS_OFFSET: usize = 28;
+    /// Total entry size.
+    pub const SIZE_BYTES: usize = 32;
+    /// Flag: the message had been deleted when the segment was sealed.
+    pub const FLAG_DELETED: u32 = 1;
+    /// Flag: the record was lost to corruption; no bytes back this sequence.
+    pub const FLAG_LOST: u32 = 2;
+    /// Subject index of an entry that has no subject (deleted or lost).
+    pub const SUBJECT_NONE: u32 = u32::MAX;
+}
+
+/// Subject table entry inside an index file: `length u16 | subject bytes`.
+pub mod index_subject {
+    /// Size of the length prefix.
+    pub const LENGTH_PREFIX_BYTES: usize = 2;
+}
+
+/// Delete log entry (`.del`, one per segment that has deletions): `seq u64 | crc32 u32`.
+pub mod delete_entry {
+    /// Offset of the deleted sequence.
+    pub const SEQ_OFFSET: usize = 0;
+    /// Offset of the CRC32 over the sequence bytes.
+    pub const CRC_OFFSET: usize = 8;
+    /// Total entry size.
+    pub const SIZE_BYTES: usize = 12;
+}
+
+/// Stream meta file: two slots written alternately, the valid one with the highest generation wins.
+///
+/// slot: `magic u32 | version u32 | generation u64 | floor_seq u64 | reserved u32 | crc32 u32`
+pub mod meta_slot {
+    /// "SQMT" little-endian.
+    pub const MAGIC: u32 = u32::from_le_bytes(*b"SQMT");
+    /// Format version of the meta file.
+    pub const VERSION: u32 = 1;
+    /// Offset of the magic.
+    pub const MAGIC_OFFSET: usize = 0;
+    /// Offset of the version.
+    pub const VERSION_OFFSET: usize = 4;
+    /// Offset of the write generation.
+    pub const GENERATION_OFFSET: usize = 8;
+    /// Offset of the floor: every sequence below it is gone.
+    pub const FLOOR_SEQ_OFFSET: usize = 16;
+    /// Offset of the CRC32 over bytes `0..CRC_OFFSET`.
+    pub const CRC_OFFSET: usize = 28;
+    /// Size of one slot.
+    pub const SIZE_BYTES: usize = 32;
+    /// Number of slots in the file.
+    pub const SLOT_COUNT: usize = 2;
+}
+
+const _: () = assert!(SEGMENT_SIZE_MAX_BYTES + RECORD_SIZE_MAX_BYTES as u64 <= u32::MAX as u64);
+const _: () = assert!(SUBJECT_LENGTH_MAX_BYTES <= u16::MAX as usize);
+const _: () = assert!(SEGMENT_SIZE_MIN_BYTES as usize > segment_header::SIZE_BYTES + record_header::SIZE_BYTES);

@@ -1,0 +1,131 @@
+//! The stream's meta file: the floor, below which every sequence is gone.
+//!
+//! Two fixed slots written alternately, each with a generation and a checksum, so a torn write
+//! of one slot leaves the other intact: updating the floor costs one small write and one fsync,
+//! never a rename.
+//!
+//! The open meta file also carries the directory's lock: an exclusive `flock` held for the
+//! store's lifetime, so two stores can never append to one stream.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use crate::error::{io_error, StoreError, StoreResult};
+use crate::limits::meta_slot as ms;
+use crate::record::{read_u32, read_u64};
+
+/// File name of the meta file inside a stream directory.
+pub(crate) const META_FILE_NAME: &str = "stream.meta";
+
+/// The open meta file and what it last said.
+#[derive(Debug)]
+pub(crate) struct MetaFile {
+    file: File,
+    path: PathBuf,
+    generation: u64,
+    floor_seq: u64,
+}
+
+impl MetaFile {
+    /// Opens (creating if needed) the meta file in `dir` and reads the newest intact slot.
+    pub(crate) fn open(dir: &Path) -> StoreResult<Self> {
+        let path = dir.join(META_FILE_NAME);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(io_error("open", &path))?;
+        lock_exclusive(&file, dir)?;
+        let mut raw = [0u8; ms::SIZE_BYTES * ms::SLOT_COUNT];
+        let length = file.metadata().map_err(io_error("stat", &path))?.len() as usize;
+        let readable = length.min(raw.len());
+        file.read_exact_at(&mut raw[..readable], 0).map_err(io_error("read", &path))?;
+        let newest = raw.chunks_exact(ms::SIZE_BYTES).filter_map(decode_slot).max_by_key(|&(generation, _)| generation);
+        let (generation, floor_seq) = newest.unwrap_or((0, 0));
+        Ok(MetaFile { file, path, generation, floor_seq })
+    }
+
+    /// The persisted floor (0 when none was ever written).
+    pub(crate) fn floor_seq(&self) -> u64 {
+        self.floor_seq
+    }
+
+    /// Persists a new floor: written to the older slot, then fsynced.
+    pub(crate) fn write_floor(&mut self, floor_seq: u64) -> StoreResult<()> {
+        let generation = self.generation + 1;
+        let slot = encode_slot(generation, floor_seq);
+        let offset = (generation % ms::SLOT_COUNT as u64) * ms::SIZE_BYTES as u64;
+        self.file.write_all_at(&slot, offset).map_err(io_error("write", &self.path))?;
+        self.file.sync_data().map_err(io_error("fsync", &self.path))?;
+        self.generation = generation;
+        self.floor_seq = floor_seq;
+        Ok(())
+    }
+}
+
+/// Takes the directory lock, failing at once if another store holds it. The lock belongs to
+/// this open file and goes away when it is closed (the store dropped) or the process dies.
+fn lock_exclusive(file: &File, dir: &Path) -> StoreResult<()> {
+    // SAFETY: `flock` only reads the descriptor, which `file` keeps open for the call.
+    let result = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if result == 0 {
+        return Ok(());
+    }
+    let error = std::io::Error::last_os_error();
+    if error.kind() == std::io::ErrorKind::WouldBlock {
+        return Err(StoreError::Locked(dir.to_path_buf()));
+    }
+    Err(io_error("lock", dir)(error))
+}
+
+fn encode_slot(generation: u64, floor_seq: u64) -> [u8; ms::SIZE_BYTES] {
+    let mut raw = [0u8; ms::SIZE_BYTES];
+    raw[ms::MAGIC_OFFSET..ms::MAGIC_OFFSET + 4].copy_from_slice(&ms::MAGIC.to_le_bytes());
+    raw[ms::VERSION_OFFSET..ms::VERSION_OFFSET + 4].copy_from_slice(&ms::VERSION.to_le_bytes());
+    raw[ms::GENERATION_OFFSET..ms::GENERATION_OFFSET + 8].copy_from_slice(&generation.to_le_bytes());
+    raw[ms::FLOOR_SEQ_OFFSET..ms::FLOOR_SEQ_OFFSET + 8].copy_from_slice(&floor_seq.to_le_bytes());
+    let crc = crc32fast::hash(&raw[..ms::CRC_OFFSET]);
+    raw[ms::CRC_OFFSET..ms::CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
+    raw
+}
+
+/// `(generation, floor)` of an intact slot.
+fn decode_slot(raw: &[u8]) -> Option<(u64, u64)> {
+    let intact = read_u32(raw, ms::MAGIC_OFFSET) == ms::MAGIC
+        && read_u32(raw, ms::VERSION_OFFSET) == ms::VERSION
+        && crc32fast::hash(&raw[..ms::CRC_OFFSET]) == read_u32(raw, ms::CRC_OFFSET);
+    intact.then(|| (read_u64(raw, ms::GENERATION_OFFSET), read_u64(raw, ms::FLOOR_SEQ_OFFSET)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_directory_is_opened_by_one_store_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = MetaFile::open(dir.path()).unwrap();
+        assert!(matches!(MetaFile::open(dir.path()), Err(StoreError::Locked(_))));
+        drop(first);
+        MetaFile::open(dir.path()).unwrap();
+    }
+
+    #[test]
+    fn the_newest_intact_slot_wins_and_a_torn_slot_falls_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut meta = MetaFile::open(dir.path()).unwrap();
+        assert_eq!(meta.floor_seq(), 0);
+        meta.write_floor(10).unwrap();
+        meta.write_floor(20).unwrap();
+        drop(meta);
+        assert_eq!(MetaFile::open(dir.path()).unwrap().floor_seq(), 20);
+        // Tear the newest slot (generation 2 lives in slot 0).
+        let file = OpenOptions::new().write(true).open(dir.path().join(META_FILE_NAME)).unwrap();
+        file.write_all_at(&[0xff; 4], ms::FLOOR_SEQ_OFFSET as u64).unwrap();
+        assert_eq!(MetaFile::open(dir.path()).unwrap().floor_seq(), 10);
+    }
+}

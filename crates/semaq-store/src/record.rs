@@ -1,0 +1,241 @@
+//! The bytes of one stored message (a record) and of a segment file's header.
+//!
+//! Pure functions: no I/O. Every decode verifies the checksum right after reading (paired with
+//! the encode that computed it right before writing).
+
+use bytes::Bytes;
+
+use crate::limits::{record_header as rh, segment_header as sh, RECORD_SIZE_MAX_BYTES, SUBJECT_LENGTH_MAX_BYTES};
+use crate::types::StoredMessage;
+
+/// The decoded fixed part of a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RecordHeader {
+    /// Total record length, header included.
+    pub length: u32,
+    pub seq: u64,
+    pub timestamp_ns: i64,
+    pub subject_length: u16,
+    pub flags: u16,
+    pub headers_length: u32,
+}
+
+/// Why bytes at an offset are not a valid record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FrameError {
+    /// Fewer bytes remain than the header, or than the declared length.
+    Short,
+    /// The declared length or inner lengths are impossible.
+    BadLength,
+    /// The CRC does not match the bytes.
+    BadChecksum,
+    /// The subject is not UTF-8.
+    BadSubject,
+}
+
+impl FrameError {
+    /// A short description for corruption reports.
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            FrameError::Short => "record runs past end of file",
+            FrameError::BadLength => "impossible record length",
+            FrameError::BadChecksum => "checksum mismatch",
+            FrameError::BadSubject => "subject is not UTF-8",
+        }
+    }
+}
+
+/// Total record size for these parts.
+pub(crate) fn record_size(subject: &str, headers: Option<&[u8]>, payload: &[u8]) -> usize {
+    rh::SIZE_BYTES + subject.len() + headers.map_or(0, <[u8]>::len) + payload.len()
+}
+
+/// Appends one record to `out`. The caller has checked sizes against the limits.
+pub(crate) fn encode(
+    out: &mut Vec<u8>,
+    seq: u64,
+    timestamp_ns: i64,
+    subject: &str,
+    headers: Option<&[u8]>,
+    payload: &[u8],
+) {
+    let length = record_size(subject, headers, payload);
+    debug_assert!(length <= RECORD_SIZE_MAX_BYTES && subject.len() <= SUBJECT_LENGTH_MAX_BYTES);
+    let start = out.len();
+    let flags = if headers.is_some() { rh::FLAG_HAS_HEADERS } else { 0 };
+    let headers = headers.unwrap_or_default();
+    out.extend_from_slice(&(length as u32).to_le_bytes());
+    out.extend_from_slice(&[0; 4]); // crc, filled below once the bytes it covers exist
+    out.extend_from_slice(&seq.to_le_bytes());
+    out.extend_from_slice(&timestamp_ns.to_le_bytes());
+    out.extend_from_slice(&(subject.len() as u16).to_le_bytes());
+    out.extend_from_slice(&flags.to_le_bytes());
+    out.extend_from_slice(&(headers.len() as u32).to_le_bytes());
+    out.extend_from_slice(subject.as_bytes());
+    out.extend_from_slice(headers);
+    out.extend_from_slice(payload);
+    let crc = crc32fast::hash(&out[start + rh::SEQ_OFFSET..]);
+    out[start + rh::CRC_OFFSET..start + rh::CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Validates the record at the start of `bytes` (which may continue past it): framing, then checksum.
+pub(crate) fn check(bytes: &[u8]) -> Result<RecordHeader, FrameError> {
+    let header = check_framing(bytes)?;
+    let record = &bytes[..header.length as usize];
+    let stored_crc = read_u32(record, rh::CRC_OFFSET);
+    if crc32fast::hash(&record[rh::SEQ_OFFSET..]) != stored_crc {
+        return Err(FrameError::BadChecksum);
+    }
+    let subject = &record[rh::SIZE_BYTES..rh::SIZE_BYTES + header.subject_length as usize];
+    std::str::from_utf8(subject).map_err(|_| FrameError::BadSubject)?;
+    Ok(header)
+}
+
+/// Validates lengths only (cheap: no checksum), for scanning and resynchronising.
+pub(crate) fn check_framing(bytes: &[u8]) -> Result<RecordHeader, FrameError> {
+    if bytes.len() < rh::SIZE_BYTES {
+        return Err(FrameError::Short);
+    }
+    let header = RecordHeader {
+        length: read_u32(bytes, rh::LENGTH_OFFSET),
+        seq: read_u64(bytes, rh::SEQ_OFFSET),
+        timestamp_ns: read_u64(bytes, rh::TIMESTAMP_OFFSET) as i64,
+        subject_length: read_u16(bytes, rh::SUBJECT_LENGTH_OFFSET),
+        flags: read_u16(bytes, rh::FLAGS_OFFSET),
+        headers_length: read_u32(bytes, rh::HEADERS_LENGTH_OFFSET),
+    };
+    let length = header.length as usize;
+    let inner = rh::SIZE_BYTES + header.subject_length as usize + header.headers_length as usize;
+    let lengths_possible = length <= RECORD_SIZE_MAX_BYTES
+        && header.subject_length > 0
+        && header.subject_length as usize <= SUBJECT_LENGTH_MAX_BYTES
+        && inner <= length;
+    if !lengths_possible {
+        return Err(FrameError::BadLength);
+    }
+    if bytes.len() < length {
+        return Err(FrameError::Short);
+    }
+    Ok(header)
+}
+
+/// The subject of a record already validated by `check`.
+pub(crate) fn subject_of<'a>(record: &'a [u8], header: &RecordHeader) -> &'a str {
+    let subject = &record[rh::SIZE_BYTES..rh::SIZE_BYTES + header.subject_length as usize];
+    // `check` verified UTF-8; an empty string here would only hide a caller bug.
+    std::str::from_utf8(subject).unwrap_or_default()
+}
+
+/// Verifies a whole record read back from disk and splits it into a message without copying.
+pub(crate) fn decode(record: Bytes, expected_seq: u64) -> Result<StoredMessage, String> {
+    let header = check(&record).map_err(|error| error.describe().to_string())?;
+    if header.length as usize != record.len() {
+        return Err(format!("record length {} differs from index length {}", header.length, record.len()));
+    }
+    if header.seq != expected_seq {
+        return Err(format!("record holds seq {}", header.seq));
+    }
+    let subject_end = rh::SIZE_BYTES + header.subject_length as usize;
+    let headers_end = subject_end + header.headers_length as usize;
+    let subject = subject_of(&record, &header).to_string();
+    let headers = (header.flags & rh::FLAG_HAS_HEADERS != 0).then(|| record.slice(subject_end..headers_end));
+    Ok(StoredMessage {
+        seq: header.seq,
+        subject,
+        headers,
+        payload: record.slice(headers_end..),
+        timestamp_ns: header.timestamp_ns,
+    })
+}
+
+/// The header every segment file starts with.
+pub(crate) fn encode_segment_header(first_seq: u64) -> [u8; sh::SIZE_BYTES] {
+    let mut out = [0u8; sh::SIZE_BYTES];
+    out[sh::MAGIC_OFFSET..sh::MAGIC_OFFSET + 4].copy_from_slice(&sh::MAGIC.to_le_bytes());
+    out[sh::VERSION_OFFSET..sh::VERSION_OFFSET + 4].copy_from_slice(&sh::VERSION.to_le_bytes());
+    out[sh::FIRST_SEQ_OFFSET..sh::FIRST_SEQ_OFFSET + 8].copy_from_slice(&first_seq.to_le_bytes());
+    let crc = crc32fast::hash(&out[..sh::CRC_OFFSET]);
+    out[sh::CRC_OFFSET..sh::CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// The first sequence a segment header declares, if the header is intact and of this version.
+pub(crate) fn decode_segment_header(bytes: &[u8]) -> Option<u64> {
+    if bytes.len() < sh::SIZE_BYTES {
+        return None;
+    }
+    let intact = read_u32(bytes, sh::MAGIC_OFFSET) == sh::MAGIC
+        && read_u32(bytes, sh::VERSION_OFFSET) == sh::VERSION
+        && crc32fast::hash(&bytes[..sh::CRC_OFFSET]) == read_u32(bytes, sh::CRC_OFFSET);
+    intact.then(|| read_u64(bytes, sh::FIRST_SEQ_OFFSET))
+}
+
+/// Little-endian `u16` at `offset`; the caller has checked the bounds.
+pub(crate) fn read_u16(bytes: &[u8], offset: usize) -> u16 {
+    let mut raw = [0u8; 2];
+    raw.copy_from_slice(&bytes[offset..offset + 2]);
+    u16::from_le_bytes(raw)
+}
+
+/// Little-endian `u32` at `offset`; the caller has checked the bounds.
+pub(crate) fn read_u32(bytes: &[u8], offset: usize) -> u32 {
+    let mut raw = [0u8; 4];
+    raw.copy_from_slice(&bytes[offset..offset + 4]);
+    u32::from_le_bytes(raw)
+}
+
+/// Little-endian `u64` at `offset`; the caller has checked the bounds.
+pub(crate) fn read_u64(bytes: &[u8], offset: usize) -> u64 {
+    let mut raw = [0u8; 8];
+    raw.copy_from_slice(&bytes[offset..offset + 8]);
+    u64::from_le_bytes(raw)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn encoded(seq: u64, headers: Option<&[u8]>) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode(&mut out, seq, 42, "orders.eu", headers, b"payload");
+        out
+    }
+
+    #[test]
+    fn a_record_round_trips_and_keeps_none_apart_from_empty_headers() {
+        for headers in [None, Some(&b""[..]), Some(&b"NATS/1.0\r\nA: b\r\n\r\n"[..])] {
+            let bytes = encoded(7, headers);
+            assert_eq!(bytes.len(), record_size("orders.eu", headers, b"payload"));
+            let message = decode(Bytes::from(bytes), 7).unwrap();
+            assert_eq!(message.subject, "orders.eu");
+            assert_eq!(message.headers.as_deref(), headers);
+            assert_eq!(&message.payload[..], b"payload");
+            assert_eq!(message.timestamp_ns, 42);
+        }
+    }
+
+    #[test]
+    fn any_flipped_bit_is_caught() {
+        let bytes = encoded(7, Some(b"h"));
+        for index in 0..bytes.len() {
+            let mut damaged = bytes.clone();
+            damaged[index] ^= 0x10;
+            assert!(decode(Bytes::from(damaged), 7).is_err(), "flip at byte {index} went unnoticed");
+        }
+    }
+
+    #[test]
+    fn a_truncated_record_is_short() {
+        let bytes = encoded(1, None);
+        assert_eq!(check(&bytes[..bytes.len() - 1]), Err(FrameError::Short));
+        assert_eq!(check(&bytes[..10]), Err(FrameError::Short));
+    }
+
+    #[test]
+    fn segment_header_round_trips_and_rejects_damage() {
+        let mut header = encode_segment_header(99);
+        assert_eq!(decode_segment_header(&header), Some(99));
+        header[9] ^= 1;
+        assert_eq!(decode_segment_header(&header), None);
+    }
+}

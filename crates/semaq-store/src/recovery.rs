@@ -1,0 +1,449 @@
+//! Opening a stream directory: find the segments, trust the index of each sealed segment whose
+//! sizes match, scan only the active (last) segment and segments whose index is missing or
+//! stale, cut a torn tail, and report damage instead of hiding it.
+//!
+//! Why this is correct is argued in `docs/design.md` ("Recovery").
+
+use std::fs;
+use std::path::Path;
+
+use crate::delete_log;
+use crate::error::{io_error, StoreError, StoreResult};
+use crate::index::{self, IndexFile};
+use crate::ledger::{Ledger, SlotState};
+use crate::limits::{index_entry as ie, record_header as rh, segment_header as sh, GAP_FILL_MAX_COUNT};
+use crate::meta::MetaFile;
+use crate::record;
+use crate::segment::{
+    self, parse_segment_name, remove_if_present, segment_path, Segment, DELETE_EXTENSION, INDEX_EXTENSION,
+    LOG_EXTENSION,
+};
+use crate::types::StoreLimits;
+
+/// What opening a file store found and did; worth a log line.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Segments loaded.
+    pub segments_count: usize,
+    /// Sealed segments whose index was missing or stale and was rebuilt by a scan.
+    pub indexes_rebuilt_count: usize,
+    /// Log bytes read by scans (the active segment and rebuilt ones); payloads elsewhere are not read.
+    pub log_bytes_scanned: u64,
+    /// Index bytes read.
+    pub index_bytes_read: u64,
+    /// Bytes cut from the end of the active segment: a write that never completed.
+    pub torn_bytes_truncated: u64,
+    /// Segments removed because every message in them was below the persisted floor.
+    pub segments_removed_count: usize,
+    /// Damage found: each entry names the file, the bytes and the sequences affected.
+    pub corruption: Vec<String>,
+}
+
+/// Everything a `FileStore` is made of, as found on disk.
+pub(crate) struct Recovered {
+    pub segments: Vec<Segment>,
+    pub ledger: Ledger<u32>,
+    pub meta: MetaFile,
+    pub report: RecoveryReport,
+    /// The sequence the active segment's next record must carry for its records to stay
+    /// contiguous; the persisted floor can move `ledger.next_seq()` past it.
+    pub active_next_seq: u64,
+}
+
+/// Opens (creating if needed) the stream in `dir`.
+pub(crate) fn recover(dir: &Path, limits: StoreLimits) -> StoreResult<Recovered> {
+    fs::create_dir_all(dir).map_err(io_error("create", dir))?;
+    let meta = MetaFile::open(dir)?;
+    segment::sync_dir(dir)?;
+    let floor_seq = meta.floor_seq();
+    let mut report = RecoveryReport::default();
+    let mut firsts = list_segments(dir)?;
+    report.segments_removed_count = remove_below_floor(dir, &mut firsts, floor_seq)?;
+    let start_seq = firsts.first().copied().unwrap_or(floor_seq).max(1);
+    if floor_seq > 0 && start_seq > floor_seq {
+        // Front segments are removed only after the floor passed them.
+        report.corruption.push(format!("seqs {floor_seq}..{start_seq} (exclusive) missing: no segment holds them"));
+    }
+    let mut ledger = Ledger::new(start_seq, limits);
+    let mut segments = Vec::with_capacity(firsts.len());
+    for (position, &first_seq) in firsts.iter().enumerate() {
+        let end_seq = firsts.get(position + 1).copied();
+        if first_seq < ledger.next_seq() {
+            report.corruption.push(format!("segment {first_seq}: overlaps sequences already loaded; skipped"));
+            continue;
+        }
+        fill_gap(&mut ledger, first_seq, &mut report)?;
+        let segment = match end_seq {
+            Some(end_seq) => load_sealed(dir, first_seq, end_seq, &mut ledger, &mut report)?,
+            None => load_active(dir, first_seq, &mut ledger, &mut report)?,
+        };
+        segments.push(segment);
+    }
+    if segments.is_empty() {
+        segments.push(Segment::create(dir, ledger.next_seq().max(floor_seq))?);
+    }
+    let active_next_seq = ledger.next_seq();
+    for segment in &segments {
+        apply_deletes(dir, segment, &mut ledger, &mut report)?;
+    }
+    // Deletions read back are already durable: nothing to write again.
+    ledger.take_removed();
+    ledger.remove_below(floor_seq);
+    report.segments_count = segments.len();
+    Ok(Recovered { segments, ledger, meta, report, active_next_seq })
+}
+
+/// Accounts for sequences between the last one loaded and a segment starting at `first_seq`.
+/// Nothing the store does leaves such a gap, so it is reported; the sequences count as lost.
+fn fill_gap(ledger: &mut Ledger<u32>, first_seq: u64, report: &mut RecoveryReport) -> StoreResult<()> {
+    let missing_from = ledger.next_seq();
+    if first_seq == missing_from {
+        return Ok(());
+    }
+    if first_seq - missing_from > GAP_FILL_MAX_COUNT {
+        let detail =
+            format!("segment {first_seq} starts {} sequences after the previous one", first_seq - missing_from);
+        return Err(StoreError::Corrupt { seq: missing_from, detail });
+    }
+    report.corruption.push(format!("seqs {missing_from}..{first_seq} (exclusive) missing: no segment holds them"));
+    while ledger.next_seq() < first_seq {
+        ledger.push_dead(SlotState::Lost, 0);
+    }
+    Ok(())
+}
+
+/// First sequences of the segments in `dir`, sorted; orphaned index and delete files removed.
+fn list_segments(dir: &Path) -> StoreResult<Vec<u64>> {
+    let mut logs = Vec::new();
+    let mut others = Vec::new();
+    for entry in fs::read_dir(dir).map_err(io_error("list", dir))? {
+        let entry = entry.map_err(io_error("list", dir))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Some(first_seq) = parse_segment_name(name, LOG_EXTENSION) {
+            logs.push(first_seq);
+        }
+        for extension in [INDEX_EXTENSION, DELETE_EXTENSION] {
+            if let Some(first_seq) = parse_segment_name(name, extension) {
+                others.push((first_seq, extension));
+            }
+        }
+    }
+    logs.sort_unstable();
+    for (first_seq, extension) in others {
+        if logs.binary_search(&first_seq).is_err() {
+            // A segment removal that crashed after deleting the log (see Segment::remove_files).
+            remove_if_present(&segment_path(dir, first_seq, extension))?;
+        }
+    }
+    Ok(logs)
+}
+
+/// Deletes segments that end below the floor (a purge or segment drop that crashed midway).
+fn remove_below_floor(dir: &Path, firsts: &mut Vec<u64>, floor_seq: u64) -> StoreResult<usize> {
+    // Segment i holds sequences below firsts[i + 1]; the last segment is always kept, since
+    // it is where appends continue.
+    let doomed = firsts.windows(2).take_while(|pair| pair[1] <= floor_seq).count();
+    for &first_seq in &firsts[..doomed] {
+        for extension in [LOG_EXTENSION, INDEX_EXTENSION, DELETE_EXTENSION] {
+            remove_if_present(&segment_path(dir, first_seq, extension))?;
+        }
+    }
+    firsts.drain(..doomed);
+    Ok(doomed)
+}
+
+/// Loads a sealed segment holding `first_seq..end_seq`: from its index when that is valid,
+/// otherwise by scanning its log and writing a fresh index.
+fn load_sealed(
+    dir: &Path,
+    first_seq: u64,
+    end_seq: u64,
+    ledger: &mut Ledger<u32>,
+    report: &mut RecoveryReport,
+) -> StoreResult<Segment> {
+    let mut segment = Segment::open(dir, first_seq, true)?;
+    let log_length = segment.len();
+    let index_path = segment.path(dir, INDEX_EXTENSION);
+    let index_bytes = match fs::read(&index_path) {
+        Ok(bytes) => bytes,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(error) => return Err(io_error("read", &index_path)(error)),
+    };
+    report.index_bytes_read += index_bytes.len() as u64;
+    if let Ok(index) = IndexFile::parse(&index_bytes, first_seq, log_length) {
+        if index_fits(&index, first_seq, end_seq, log_length) {
+            load_index(&index, ledger, report, first_seq);
+            segment.set_index_bytes(index_bytes.len() as u64);
+            return Ok(segment);
+        }
+    }
+    scan_into(dir, &segment, ledger, report, Some(end_seq))?;
+    let rebuilt = index::build(ledger, first_seq, ledger.next_seq(), log_length);
+    segment::write_index(&index_path, &rebuilt)?;
+    segment.set_index_bytes(rebuilt.len() as u64);
+    report.indexes_rebuilt_count += 1;
+    Ok(segment)
+}
+
+/// Whether every entry is where it claims to be (checked before any is loaded).
+fn index_fits(index: &IndexFile<'_>, first_seq: u64, end_seq: u64, log_length: u64) -> bool {
+    let subject_count = index.subjects.len() as u32;
+    let entries_fit = index.entries().enumerate().all(|(position, entry)| {
+        let placed = entry.seq == first_seq + position as u64;
+        let live = entry.flags & (ie::FLAG_DELETED | ie::FLAG_LOST) == 0;
+        let within = u64::from(entry.offset) + u64::from(entry.length) <= log_length
+            && entry.offset as usize >= sh::SIZE_BYTES
+            && entry.length as usize > rh::SIZE_BYTES
+            && entry.subject_index < subject_count;
+        placed && (!live || within)
+    });
+    entries_fit && first_seq + index.len() as u64 <= end_seq
+}
+
+fn load_index(index: &IndexFile<'_>, ledger: &mut Ledger<u32>, report: &mut RecoveryReport, first_seq: u64) {
+    let mut lost_count = 0u64;
+    for entry in index.entries() {
+        if entry.flags & ie::FLAG_LOST != 0 {
+            ledger.push_dead(SlotState::Lost, entry.timestamp_ns);
+            lost_count += 1;
+        } else if entry.flags & ie::FLAG_DELETED != 0 {
+            ledger.push_dead(SlotState::Deleted, entry.timestamp_ns);
+        } else {
+            let subject = index.subjects[entry.subject_index as usize];
+            ledger.push(subject, entry.length, entry.timestamp_ns, entry.offset);
+        }
+    }
+    if lost_count > 0 {
+        report.corruption.push(format!("segment {first_seq}: {lost_count} messages lost to earlier corruption"));
+    }
+}
+
+/// Loads the active segment by scanning it, cutting a torn tail.
+fn load_active(
+    dir: &Path,
+    first_seq: u64,
+    ledger: &mut Ledger<u32>,
+    report: &mut RecoveryReport,
+) -> StoreResult<Segment> {
+    let mut segment = Segment::open(dir, first_seq, false)?;
+    // An index left from a seal whose successor segment never became durable: the log is
+    // scanned anyway, and the next seal writes a fresh one.
+    remove_if_present(&segment.path(dir, INDEX_EXTENSION))?;
+    if segment.len() < sh::SIZE_BYTES as u64 {
+        // Crashed while creating the segment: nothing was ever appended to it.
+        drop(segment);
+        return Segment::create(dir, first_seq);
+    }
+    let valid_end = scan_into(dir, &segment, ledger, report, None)?;
+    if valid_end < segment.len() {
+        report.torn_bytes_truncated += segment.len() - valid_end;
+        segment.truncate(valid_end)?;
+    }
+    Ok(segment)
+}
+
+/// Scans a log into the ledger and returns where its valid records end. For a sealed segment
+/// (`end_seq` given) an unreadable tail is damage and its sequences are lost; for the active
+/// segment it is a torn write, left to the caller to cut.
+fn scan_into(
+    dir: &Path,
+    segment: &Segment,
+    ledger: &mut Ledger<u32>,
+    report: &mut RecoveryReport,
+    end_seq: Option<u64>,
+) -> StoreResult<u64> {
+    let path = segment.path(dir, LOG_EXTENSION);
+    let bytes = fs::read(&path).map_err(io_error("read", &path))?;
+    report.log_bytes_scanned += bytes.len() as u64;
+    let first_seq = segment.first_seq;
+    if record::decode_segment_header(&bytes) != Some(first_seq) {
+        report.corruption.push(format!("segment {first_seq}: file header damaged or names another sequence"));
+    }
+    let scan = scan_log(&bytes, first_seq, |event| match event {
+        Scanned::Record { timestamp_ns, offset, length, subject, .. } => {
+            ledger.push(subject, length, timestamp_ns, offset);
+        }
+        Scanned::Lost => ledger.push_dead(SlotState::Lost, 0),
+    });
+    report.corruption.extend(scan.damage.iter().map(|damage| format!("segment {first_seq}: {damage}")));
+    if let (Some((offset, reason)), Some(end_seq)) = (scan.bad_tail, end_seq) {
+        let lost_from = ledger.next_seq();
+        while ledger.next_seq() < end_seq {
+            ledger.push_dead(SlotState::Lost, 0);
+        }
+        report.corruption.push(format!(
+            "segment {first_seq}: bytes {offset}..{} unreadable ({reason}); seqs {lost_from}..{end_seq} (exclusive) lost",
+            bytes.len()
+        ));
+    }
+    Ok(scan.valid_end)
+}
+
+/// One step of a log scan.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Scanned<'a> {
+    /// A record that passed its checks.
+    Record { seq: u64, timestamp_ns: i64, offset: u32, length: u32, subject: &'a str },
+    /// The next sequence's record is destroyed.
+    Lost,
+}
+
+/// How a scan ended.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct ScanEnd {
+    /// Offset just past the last record accepted.
+    pub valid_end: u64,
+    /// Unreadable stretches followed by readable records (holes), described.
+    pub damage: Vec<String>,
+    /// Where an unreadable stretch with no readable record after it starts, and why.
+    pub bad_tail: Option<(u64, &'static str)>,
+}
+
+/// Walks the records of a whole log file, reporting each one, and steps over damage when a
+/// readable record with a plausible sequence can be found after it.
+pub(crate) fn scan_log<'a>(bytes: &'a [u8], first_seq: u64, mut emit: impl FnMut(Scanned<'a>)) -> ScanEnd {
+    let mut end = ScanEnd::default();
+    let mut offset = sh::SIZE_BYTES.min(bytes.len());
+    let mut expected = first_seq;
+    while offset < bytes.len() {
+        let reason = match record::check(&bytes[offset..]) {
+            Ok(header) if header.seq == expected => {
+                let subject = record::subject_of(&bytes[offset..], &header);
+                let timestamp_ns = header.timestamp_ns;
+                emit(Scanned::Record {
+                    seq: expected,
+                    timestamp_ns,
+                    offset: offset as u32,
+                    length: header.length,
+                    subject,
+                });
+                offset += header.length as usize;
+                expected += 1;
+                continue;
+            }
+            Ok(_) => "unexpected sequence",
+            Err(error) => error.describe(),
+        };
+        let Some((next_offset, next_seq)) = resync(bytes, offset, expected) else {
+            end.bad_tail = Some((offset as u64, reason));
+            break;
+        };
+        end.damage.push(format!(
+            "bytes {offset}..{next_offset} unreadable ({reason}); seqs {expected}..{next_seq} (exclusive) lost"
+        ));
+        for _ in expected..next_seq {
+            emit(Scanned::Lost);
+        }
+        offset = next_offset;
+        expected = next_seq;
+    }
+    end.valid_end = offset as u64;
+    end
+}
+
+/// The next offset after `damage_start` holding an intact record whose sequence could follow
+/// `expected` given how many bytes were skipped (each lost record took at least a header and a
+/// one-byte subject).
+fn resync(bytes: &[u8], damage_start: usize, expected: u64) -> Option<(usize, u64)> {
+    let smallest_record_bytes = rh::SIZE_BYTES + 1;
+    (damage_start + 1..bytes.len().saturating_sub(rh::SIZE_BYTES) + 1).find_map(|candidate| {
+        let header = record::check_framing(&bytes[candidate..]).ok()?;
+        let skipped_max = ((candidate - damage_start) / smallest_record_bytes) as u64;
+        let plausible = header.seq >= expected && header.seq <= expected + skipped_max;
+        let intact = plausible && record::check(&bytes[candidate..]).is_ok();
+        intact.then_some((candidate, header.seq))
+    })
+}
+
+/// Applies a segment's delete log to the ledger; cuts a torn last entry so appends stay aligned.
+fn apply_deletes(
+    dir: &Path,
+    segment: &Segment,
+    ledger: &mut Ledger<u32>,
+    report: &mut RecoveryReport,
+) -> StoreResult<()> {
+    let path = segment.path(dir, DELETE_EXTENSION);
+    let bytes = match fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(error) => return Err(io_error("read", &path)(error)),
+    };
+    let log = delete_log::decode(&bytes);
+    for seq in log.seqs {
+        ledger.remove(seq);
+    }
+    if log.damaged_count > 0 {
+        let first_seq = segment.first_seq;
+        report.corruption.push(format!("segment {first_seq}: {} delete records damaged", log.damaged_count));
+    }
+    if log.torn_bytes > 0 {
+        let file = fs::OpenOptions::new().write(true).open(&path).map_err(io_error("open", &path))?;
+        let whole = (bytes.len() - log.torn_bytes) as u64;
+        file.set_len(whole).and_then(|()| file.sync_all()).map_err(io_error("truncate", &path))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log_of(seqs: &[u64]) -> Vec<u8> {
+        let mut bytes = record::encode_segment_header(1).to_vec();
+        for &seq in seqs {
+            record::encode(&mut bytes, seq, 0, "s", None, b"0123456789");
+        }
+        bytes
+    }
+
+    fn scan_events(bytes: &[u8]) -> (Vec<Option<u64>>, ScanEnd) {
+        let mut events = Vec::new();
+        let end = scan_log(bytes, 1, |event| {
+            events.push(match event {
+                Scanned::Record { seq, .. } => Some(seq),
+                Scanned::Lost => None,
+            })
+        });
+        (events, end)
+    }
+
+    #[test]
+    fn a_clean_log_scans_to_its_end() {
+        let bytes = log_of(&[1, 2, 3]);
+        let (events, end) = scan_events(&bytes);
+        assert_eq!(events, vec![Some(1), Some(2), Some(3)]);
+        assert_eq!(end, ScanEnd { valid_end: bytes.len() as u64, ..ScanEnd::default() });
+    }
+
+    #[test]
+    fn a_partial_last_record_is_a_bad_tail() {
+        let bytes = log_of(&[1, 2, 3]);
+        let record_length = (bytes.len() - sh::SIZE_BYTES) / 3;
+        let (events, end) = scan_events(&bytes[..bytes.len() - 5]);
+        assert_eq!(events, vec![Some(1), Some(2)]);
+        assert_eq!(end.valid_end as usize, sh::SIZE_BYTES + 2 * record_length);
+        assert!(end.bad_tail.is_some() && end.damage.is_empty());
+    }
+
+    #[test]
+    fn a_damaged_middle_record_is_a_hole_and_the_rest_is_kept() {
+        let mut bytes = log_of(&[1, 2, 3]);
+        let record_length = (bytes.len() - sh::SIZE_BYTES) / 3;
+        bytes[sh::SIZE_BYTES + record_length + rh::SIZE_BYTES + 3] ^= 0xff;
+        let (events, end) = scan_events(&bytes);
+        assert_eq!(events, vec![Some(1), None, Some(3)]);
+        assert_eq!(end.damage.len(), 1);
+        assert_eq!(end.bad_tail, None);
+    }
+
+    #[test]
+    fn a_damaged_length_field_is_stepped_over() {
+        let mut bytes = log_of(&[1, 2, 3, 4]);
+        let record_length = (bytes.len() - sh::SIZE_BYTES) / 4;
+        bytes[sh::SIZE_BYTES + record_length + 2] = 0x7f;
+        let (events, end) = scan_events(&bytes);
+        assert_eq!(events, vec![Some(1), None, Some(3), Some(4)]);
+        assert_eq!(end.valid_end as usize, bytes.len());
+    }
+}

@@ -1,0 +1,261 @@
+//! One segment: a log file named by its first sequence, its delete log, and (once sealed) its
+//! index file. The active segment buffers appends in memory and hands them to the OS in large
+//! writes; reads of bytes still in that buffer are served from it.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use bytes::{Bytes, BytesMut};
+
+use crate::delete_log;
+use crate::error::{io_error, StoreResult};
+use crate::limits::WRITE_BUFFER_BYTES;
+use crate::record;
+
+/// Extension of a segment's log file.
+pub(crate) const LOG_EXTENSION: &str = "log";
+/// Extension of a sealed segment's index file.
+pub(crate) const INDEX_EXTENSION: &str = "idx";
+/// Extension of a segment's delete log.
+pub(crate) const DELETE_EXTENSION: &str = "del";
+
+/// `<dir>/<first_seq, 20 digits>.<extension>`: names sort in sequence order.
+pub(crate) fn segment_path(dir: &Path, first_seq: u64, extension: &str) -> PathBuf {
+    dir.join(format!("{first_seq:020}.{extension}"))
+}
+
+/// The first sequence encoded in a segment file name with `extension`, if it is one.
+pub(crate) fn parse_segment_name(name: &str, extension: &str) -> Option<u64> {
+    let stem = name.strip_suffix(extension)?.strip_suffix('.')?;
+    (stem.len() == 20 && stem.bytes().all(|byte| byte.is_ascii_digit())).then(|| stem.parse().ok()).flatten()
+}
+
+/// Makes a directory's entries (created or renamed files) durable.
+pub(crate) fn sync_dir(dir: &Path) -> StoreResult<()> {
+    File::open(dir).and_then(|handle| handle.sync_all()).map_err(io_error("fsync", dir))
+}
+
+/// One segment of a stream.
+#[derive(Debug)]
+pub(crate) struct Segment {
+    /// Sequence of the first record; also the file name.
+    pub first_seq: u64,
+    log_path: PathBuf,
+    log: File,
+    /// Bytes already handed to the OS.
+    written_bytes: u64,
+    /// Bytes known to be on stable storage.
+    synced_bytes: u64,
+    /// Appended bytes not yet handed to the OS (active segment only).
+    pending: Vec<u8>,
+    /// Size of the index file, once sealed.
+    index_bytes: u64,
+    /// Delete log size on disk plus entries waiting in `delete_pending`.
+    delete_bytes: u64,
+    delete_pending: Vec<u8>,
+    /// The delete log has bytes handed to the OS but not fsynced.
+    delete_unsynced: bool,
+    sealed: bool,
+}
+
+impl Segment {
+    /// Creates a new, empty active segment whose first record will be `first_seq`; durable on return.
+    pub(crate) fn create(dir: &Path, first_seq: u64) -> StoreResult<Self> {
+        let log_path = segment_path(dir, first_seq, LOG_EXTENSION);
+        let mut log = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&log_path)
+            .map_err(io_error("create", &log_path))?;
+        let header = record::encode_segment_header(first_seq);
+        log.write_all(&header).map_err(io_error("write", &log_path))?;
+        log.sync_all().map_err(io_error("fsync", &log_path))?;
+        sync_dir(dir)?;
+        let length = header.len() as u64;
+        Ok(Segment::from_parts(first_seq, log_path, log, length, false))
+    }
+
+    /// Opens an existing segment whose log recovery has validated (and cut, if torn).
+    pub(crate) fn open(dir: &Path, first_seq: u64, sealed: bool) -> StoreResult<Self> {
+        let log_path = segment_path(dir, first_seq, LOG_EXTENSION);
+        let log = OpenOptions::new().read(true).write(true).open(&log_path).map_err(io_error("open", &log_path))?;
+        let length = log.metadata().map_err(io_error("stat", &log_path))?.len();
+        let mut segment = Segment::from_parts(first_seq, log_path, log, length, sealed);
+        segment.delete_bytes = fs::metadata(segment.path(dir, DELETE_EXTENSION)).map_or(0, |meta| meta.len());
+        Ok(segment)
+    }
+
+    fn from_parts(first_seq: u64, log_path: PathBuf, log: File, length: u64, sealed: bool) -> Self {
+        Segment {
+            first_seq,
+            log_path,
+            log,
+            written_bytes: length,
+            synced_bytes: length,
+            pending: Vec::new(),
+            index_bytes: 0,
+            delete_bytes: 0,
+            delete_pending: Vec::new(),
+            delete_unsynced: false,
+            sealed,
+        }
+    }
+
+    /// A sibling file of this segment.
+    pub(crate) fn path(&self, dir: &Path, extension: &str) -> PathBuf {
+        segment_path(dir, self.first_seq, extension)
+    }
+
+    /// Length of the log including buffered appends.
+    pub(crate) fn len(&self) -> u64 {
+        self.written_bytes + self.pending.len() as u64
+    }
+
+    /// Bytes this segment occupies on disk, index and delete log included.
+    pub(crate) fn stored_bytes(&self) -> u64 {
+        self.len() + self.index_bytes + self.delete_bytes
+    }
+
+    /// Records the size of an index file found valid or written by recovery.
+    pub(crate) fn set_index_bytes(&mut self, index_bytes: u64) {
+        self.index_bytes = index_bytes;
+    }
+
+    /// Appends one record and returns its offset in the log.
+    pub(crate) fn append(
+        &mut self,
+        seq: u64,
+        timestamp_ns: i64,
+        subject: &str,
+        headers: Option<&[u8]>,
+        payload: &[u8],
+    ) -> StoreResult<u32> {
+        debug_assert!(!self.sealed);
+        let offset = self.len();
+        record::encode(&mut self.pending, seq, timestamp_ns, subject, headers, payload);
+        if self.pending.len() >= WRITE_BUFFER_BYTES {
+            self.flush()?;
+        }
+        // Segment sizes are capped so that offsets fit (see limits.rs).
+        Ok(offset as u32)
+    }
+
+    /// Hands buffered appends to the OS (no fsync).
+    pub(crate) fn flush(&mut self) -> StoreResult<()> {
+        if !self.pending.is_empty() {
+            self.log.write_all_at(&self.pending, self.written_bytes).map_err(io_error("write", &self.log_path))?;
+            self.written_bytes += self.pending.len() as u64;
+            self.pending.clear();
+        }
+        Ok(())
+    }
+
+    /// Reads `length` bytes at `offset`, from the write buffer when they are still there.
+    pub(crate) fn read(&self, offset: u32, length: u32) -> StoreResult<Bytes> {
+        let (offset, length) = (u64::from(offset), length as usize);
+        if offset >= self.written_bytes {
+            let start = (offset - self.written_bytes) as usize;
+            let bytes = self.pending.get(start..start + length).unwrap_or_default();
+            return Ok(Bytes::copy_from_slice(bytes));
+        }
+        let mut buffer = BytesMut::zeroed(length);
+        self.log.read_exact_at(&mut buffer, offset).map_err(io_error("read", &self.log_path))?;
+        Ok(buffer.freeze())
+    }
+
+    /// Queues a deletion record for `seq` (written at the next sync).
+    pub(crate) fn record_delete(&mut self, seq: u64) {
+        self.delete_pending.extend_from_slice(&delete_log::encode(seq));
+        self.delete_bytes += crate::limits::delete_entry::SIZE_BYTES as u64;
+    }
+
+    /// Makes appends and deletions durable; does nothing when nothing changed.
+    pub(crate) fn sync(&mut self, dir: &Path) -> StoreResult<()> {
+        self.flush()?;
+        if self.synced_bytes < self.written_bytes {
+            self.log.sync_data().map_err(io_error("fsync", &self.log_path))?;
+            self.synced_bytes = self.written_bytes;
+        }
+        self.sync_deletes(dir)
+    }
+
+    fn sync_deletes(&mut self, dir: &Path) -> StoreResult<()> {
+        if self.delete_pending.is_empty() && !self.delete_unsynced {
+            return Ok(());
+        }
+        let path = self.path(dir, DELETE_EXTENSION);
+        let existed = path.exists();
+        let mut file = OpenOptions::new().create(true).append(true).open(&path).map_err(io_error("open", &path))?;
+        self.delete_unsynced = true;
+        file.write_all(&self.delete_pending).map_err(io_error("write", &path))?;
+        self.delete_pending.clear();
+        file.sync_data().map_err(io_error("fsync", &path))?;
+        if !existed {
+            sync_dir(dir)?;
+        }
+        self.delete_unsynced = false;
+        Ok(())
+    }
+
+    /// Seals the segment: log fsynced, then the index written and fsynced. Returns after both.
+    pub(crate) fn seal(&mut self, dir: &Path, index: &[u8]) -> StoreResult<()> {
+        self.sync(dir)?;
+        write_index(&self.path(dir, INDEX_EXTENSION), index)?;
+        self.index_bytes = index.len() as u64;
+        self.sealed = true;
+        self.pending = Vec::new();
+        Ok(())
+    }
+
+    /// Cuts the log back to `length` (a torn tail) and makes that durable.
+    pub(crate) fn truncate(&mut self, length: u64) -> StoreResult<()> {
+        self.log.set_len(length).map_err(io_error("truncate", &self.log_path))?;
+        self.log.sync_all().map_err(io_error("fsync", &self.log_path))?;
+        self.written_bytes = length;
+        self.synced_bytes = length;
+        Ok(())
+    }
+
+    /// Deletes the segment's files: log first, so a crash leaves at most orphans that recovery removes.
+    pub(crate) fn remove_files(&self, dir: &Path) -> StoreResult<()> {
+        fs::remove_file(&self.log_path).map_err(io_error("remove", &self.log_path))?;
+        for extension in [INDEX_EXTENSION, DELETE_EXTENSION] {
+            remove_if_present(&self.path(dir, extension))?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes a whole index file and fsyncs it (recovery rejects a partial one and rebuilds it).
+pub(crate) fn write_index(path: &Path, index: &[u8]) -> StoreResult<()> {
+    let mut file = File::create(path).map_err(io_error("create", path))?;
+    file.write_all(index).map_err(io_error("write", path))?;
+    file.sync_all().map_err(io_error("fsync", path))
+}
+
+/// Removes a file that may not exist.
+pub(crate) fn remove_if_present(path: &Path) -> StoreResult<()> {
+    match fs::remove_file(path) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(io_error("remove", path)(error)),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_sort_by_sequence_and_parse_back() {
+        let dir = Path::new("d");
+        let name = segment_path(dir, 42, LOG_EXTENSION);
+        assert_eq!(name, Path::new("d/00000000000000000042.log"));
+        assert_eq!(parse_segment_name("00000000000000000042.log", LOG_EXTENSION), Some(42));
+        assert_eq!(parse_segment_name("42.log", LOG_EXTENSION), None);
+        assert_eq!(parse_segment_name("00000000000000000042.idx", LOG_EXTENSION), None);
+    }
+}

@@ -1,0 +1,106 @@
+//! Helpers shared by the integration tests: fresh stores of each kind, and crash simulation.
+
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use semaq_store::{FileStore, FileStoreConfig, MemoryStore, StoreLimits, StreamStore};
+use tempfile::TempDir;
+
+/// Small enough that a few dozen messages span several segments.
+pub const SMALL_SEGMENT_BYTES: u64 = 4 * 1024;
+
+/// A fresh store of one kind; the directory (if any) lives as long as the value.
+pub struct Fresh {
+    pub store: Box<dyn StreamStore>,
+    pub dir: Option<TempDir>,
+}
+
+/// The two kinds every contract test runs against.
+pub fn memory(limits: StoreLimits) -> Fresh {
+    Fresh { store: Box::new(MemoryStore::new(limits)), dir: None }
+}
+
+/// A file store in a new temporary directory, with small segments.
+pub fn file(limits: StoreLimits) -> Fresh {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_file(dir.path(), limits);
+    Fresh { store: Box::new(store), dir: Some(dir) }
+}
+
+/// Opens (or reopens) a file store with small segments.
+pub fn open_file(dir: &Path, limits: StoreLimits) -> FileStore {
+    let config = FileStoreConfig { dir: dir.to_path_buf(), segment_size_bytes: SMALL_SEGMENT_BYTES, limits };
+    FileStore::open(config).unwrap()
+}
+
+/// Runs the body once per store kind, as two tests: `<name>::memory` and `<name>::file`.
+#[macro_export]
+macro_rules! for_both_stores {
+    ($(fn $name:ident($fresh:ident : $limits:expr) $body:block)*) => {$(
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            fn run(mut $fresh: $crate::common::Fresh) $body
+            #[test]
+            fn memory() { run($crate::common::memory($limits)) }
+            #[test]
+            fn file() { run($crate::common::file($limits)) }
+        }
+    )*};
+}
+
+/// Appends `count` messages to `subject` with timestamps 1, 2, ... offset by `first_ts`.
+pub fn append_many(store: &mut dyn StreamStore, subject: &str, count: u64, first_ts: i64) -> Vec<u64> {
+    (0..count)
+        .map(|index| {
+            let payload = format!("{subject}-{index}");
+            store.append(subject, None, payload.as_bytes(), first_ts + index as i64).unwrap().0
+        })
+        .collect()
+}
+
+/// Every file in a directory with its length: what a test treats as "synced".
+pub fn file_lengths(dir: &Path) -> HashMap<PathBuf, u64> {
+    fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| {
+            let entry = entry.unwrap();
+            (entry.path(), entry.metadata().unwrap().len())
+        })
+        .collect()
+}
+
+/// Simulates power loss: every file goes back to the length it had at the last sync; files
+/// created since then keep only `new_file_bytes` (a segment's header is durable on creation).
+pub fn lose_unsynced(dir: &Path, synced: &HashMap<PathBuf, u64>, new_file_bytes: u64) {
+    for (path, length) in file_lengths(dir) {
+        let keep = synced.get(&path).copied().unwrap_or(new_file_bytes).min(length);
+        fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(keep).unwrap();
+    }
+}
+
+/// The segment log files in a directory, sorted by name (= by first sequence).
+pub fn logs(dir: &Path) -> Vec<PathBuf> {
+    with_extension(dir, "log")
+}
+
+/// Files with an extension, sorted by name.
+pub fn with_extension(dir: &Path, extension: &str) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|found| found == extension))
+        .collect();
+    paths.sort();
+    paths
+}
+
+/// Flips one byte of a file.
+pub fn flip_byte(path: &Path, offset: u64) {
+    let mut bytes = fs::read(path).unwrap();
+    bytes[offset as usize] ^= 0xff;
+    fs::write(path, bytes).unwrap();
+}
