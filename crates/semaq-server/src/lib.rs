@@ -8,6 +8,7 @@
 //! - [`outbound`]: each client's bounded outbound buffer and the task that writes it to the socket.
 //! - [`auth`]: who may connect and what each user may publish and subscribe to.
 //! - [`tls`]: rustls configuration for the client listener.
+//! - [`jetstream`]: streams (capture → checks → store append → ack) and consumers (delivery, acks).
 //! - [`monitor`]: the HTTP endpoints (`/varz`, `/connz`, `/subsz`, `/healthz`).
 //! - [`stats`]: counters shared by the rooms above.
 //!
@@ -20,6 +21,7 @@ pub mod config_file;
 pub mod connection;
 pub mod delivery;
 pub mod flags;
+pub mod jetstream;
 pub mod limits;
 pub mod monitor;
 pub mod options;

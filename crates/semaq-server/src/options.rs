@@ -28,6 +28,8 @@ pub struct Options {
     pub jetstream_file_bytes_max: Option<u64>,
     /// JetStream domain.
     pub jetstream_domain: Option<String>,
+    /// When streams fsync: `always` (default), `never`, or an interval like `100ms`.
+    pub jetstream_sync: Option<String>,
     /// Largest message accepted, headers included.
     pub payload_bytes_max: usize,
     /// Longest control line accepted.
@@ -77,6 +79,7 @@ impl Default for Options {
             jetstream_memory_bytes_max: None,
             jetstream_file_bytes_max: None,
             jetstream_domain: None,
+            jetstream_sync: None,
             payload_bytes_max: limits::PAYLOAD_BYTES_MAX,
             control_line_bytes_max: limits::CONTROL_LINE_BYTES_MAX,
             pending_bytes_max: limits::PENDING_BYTES_MAX,

@@ -16,6 +16,7 @@ use tokio_rustls::TlsAcceptor;
 use crate::auth::Authenticator;
 use crate::connection::{self, Client};
 use crate::delivery::{self, FlushSet, InternalSink, Message, Sink, SubscriberRef, Subscription};
+use crate::jetstream::JetStream;
 use crate::limits;
 use crate::options::Options;
 use crate::outbound::CloseReason;
@@ -42,6 +43,9 @@ pub enum StartError {
     /// TLS could not be configured.
     #[error(transparent)]
     Tls(#[from] tls::TlsError),
+    /// JetStream could not start.
+    #[error(transparent)]
+    JetStream(#[from] crate::jetstream::JetStreamError),
     /// A file (pid, ports, store directory) could not be written.
     #[error("cannot write {path}: {source}")]
     Write {
@@ -94,6 +98,8 @@ pub struct Shared {
     pub clients: Mutex<HashMap<u64, Arc<Client>>>,
     /// Recently closed connections.
     pub closed_clients: Mutex<std::collections::VecDeque<ClosedClient>>,
+    /// Streams and consumers, when JetStream is on.
+    pub jetstream: std::sync::OnceLock<Arc<JetStream>>,
     next_client_id: AtomicU64,
 }
 
@@ -122,6 +128,7 @@ impl Shared {
             http_addr: Mutex::new(None),
             clients: Mutex::new(HashMap::new()),
             closed_clients: Mutex::new(std::collections::VecDeque::new()),
+            jetstream: std::sync::OnceLock::new(),
             next_client_id: AtomicU64::new(1),
             options,
         })
@@ -146,7 +153,7 @@ impl Shared {
             port: bound.port(),
             headers: true,
             max_payload: self.options.payload_bytes_max,
-            jetstream: false,
+            jetstream: self.jetstream.get().is_some(),
             client_id,
             client_ip: addr.ip().to_string(),
             auth_required,
@@ -271,7 +278,14 @@ impl Server {
             }
             None => None,
         };
-        Ok(Self { shared: Arc::new(shared), listener, http_listener })
+        let shared = Arc::new(shared);
+        if shared.options.jetstream {
+            let jetstream = JetStream::start(&shared)?;
+            crate::jetstream::api::start(&shared, jetstream.clone());
+            crate::jetstream::consumers::subscribe(&shared, &jetstream);
+            let _ = shared.jetstream.set(jetstream);
+        }
+        Ok(Self { shared, listener, http_listener })
     }
 
     /// The shared state (for tests and monitoring).
@@ -330,6 +344,9 @@ impl Server {
         drop(listener);
         tracing::info!("Initiating Shutdown...");
         shutdown_connections(&shared, connections).await;
+        if let Some(jetstream) = shared.jetstream.get() {
+            jetstream.shutdown();
+        }
         if let Some(task) = http_task {
             task.abort();
         }

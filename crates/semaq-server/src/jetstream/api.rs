@@ -92,7 +92,7 @@ fn respond(kind: &str, result: Result<Value, ApiError>) -> Value {
 
 /// Parses a request body; an empty body is the type's default.
 fn parse<T: DeserializeOwned + Default>(payload: &[u8]) -> Result<T, ApiError> {
-    if payload.iter().all(u8::is_ascii_whitespace) {
+    if payload.iter().all(u8::is_ascii_whitespace) || payload.trim_ascii() == b"null" {
         return Ok(T::default());
     }
     serde_json::from_slice(payload).map_err(ApiError::invalid_json)
@@ -130,19 +130,17 @@ fn handle(shared: &Shared, jetstream: &JetStream, reply: &str, tokens: &[&str], 
         ["CONSUMER", "DELETE", stream, name] => respond("consumer_delete", delete_consumer(jetstream, stream, name)),
         ["CONSUMER", "NAMES", stream] => respond("consumer_names", consumer_names(jetstream, stream, payload)),
         ["CONSUMER", "LIST", stream] => respond("consumer_list", consumer_list(jetstream, stream, payload)),
-        ["CONSUMER", "MSG", "NEXT", stream, name] => {
-            match find_consumer(jetstream, stream, name) {
-                Ok(consumer) => {
-                    consumer.request_next(reply, payload);
-                    return None;
-                }
-                Err(error) => {
-                    let status = format!("NATS/1.0 404 {}\r\n\r\n", error.description);
-                    shared.publish(reply, Some(status.as_bytes()), b"");
-                    return None;
-                }
+        ["CONSUMER", "MSG", "NEXT", stream, name] => match find_consumer(jetstream, stream, name) {
+            Ok(consumer) => {
+                consumer.request_next(reply, payload);
+                return None;
             }
-        }
+            Err(error) => {
+                let status = format!("NATS/1.0 404 {}\r\n\r\n", error.description);
+                shared.publish(reply, Some(status.as_bytes()), b"");
+                return None;
+            }
+        },
         _ => respond("error", Err(ApiError::bad_request())),
     };
     Some(response)

@@ -39,11 +39,17 @@ pub struct CreateSubject<'a> {
 
 fn random_name() -> String {
     const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-    (0..limits::EPHEMERAL_NAME_CHARS).map(|_| ALPHABET[rand::random::<u32>() as usize % ALPHABET.len()] as char).collect()
+    (0..limits::EPHEMERAL_NAME_CHARS)
+        .map(|_| ALPHABET[rand::random::<u32>() as usize % ALPHABET.len()] as char)
+        .collect()
 }
 
 /// Creates (or, where allowed, updates) a consumer as a create request asks.
-pub fn create(stream: &Arc<Stream>, request: CreateRequest, subject: CreateSubject<'_>) -> Result<Arc<Consumer>, ApiError> {
+pub fn create(
+    stream: &Arc<Stream>,
+    request: CreateRequest,
+    subject: CreateSubject<'_>,
+) -> Result<Arc<Consumer>, ApiError> {
     if !request.stream_name.is_empty() && request.stream_name != stream.name {
         return Err(ApiError::stream_mismatch());
     }

@@ -96,7 +96,8 @@ impl JetStream {
         let dir = shared.options.store_dir.join("jetstream").join("streams");
         std::fs::create_dir_all(&dir)
             .map_err(|source| JetStreamError::Directory { path: dir.display().to_string(), source })?;
-        let sync_policy = shared.options.jetstream_sync.as_deref().and_then(SyncPolicy::parse).unwrap_or(SyncPolicy::Always);
+        let sync_policy =
+            shared.options.jetstream_sync.as_deref().and_then(SyncPolicy::parse).unwrap_or(SyncPolicy::Always);
         let jetstream =
             Arc::new(Self { dir, streams: RwLock::new(BTreeMap::new()), sync_policy, shared: Arc::downgrade(shared) });
         jetstream.recover();
@@ -107,7 +108,8 @@ impl JetStream {
         let Ok(entries) = std::fs::read_dir(&self.dir) else { return };
         for entry in entries.flatten() {
             let meta_path = entry.path().join("stream.json");
-            let meta = std::fs::read(&meta_path).ok().and_then(|bytes| serde_json::from_slice::<StreamMeta>(&bytes).ok());
+            let meta =
+                std::fs::read(&meta_path).ok().and_then(|bytes| serde_json::from_slice::<StreamMeta>(&bytes).ok());
             let Some(meta) = meta else {
                 tracing::warn!("skipping {}: no readable stream.json", entry.path().display());
                 continue;
@@ -298,7 +300,9 @@ pub fn normalize(mut config: StreamConfig) -> Result<StreamConfig, ApiError> {
     if config.max_age > 0 && config.duplicate_window > config.max_age {
         return Err(ApiError::invalid_stream_config("duplicates window can not be larger then max age"));
     }
-    for value in [&mut config.max_msgs, &mut config.max_bytes, &mut config.max_msgs_per_subject, &mut config.max_consumers] {
+    for value in
+        [&mut config.max_msgs, &mut config.max_bytes, &mut config.max_msgs_per_subject, &mut config.max_consumers]
+    {
         if *value == 0 {
             *value = -1;
         }

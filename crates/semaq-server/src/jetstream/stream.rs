@@ -194,7 +194,7 @@ impl Stream {
     /// Replaces the configuration (already validated) and re-subscribes to its subjects.
     pub fn set_config(self: &Arc<Self>, config: StreamConfig) -> Result<(), ApiError> {
         let limits = super::store_limits(&config);
-        lock(&self.store).update_limits(limits).map_err(|e| ApiError::storage(e))?;
+        lock(&self.store).update_limits(limits).map_err(ApiError::storage)?;
         *self.config.write().unwrap_or_else(|p| p.into_inner()) = config;
         self.release();
         self.capture();
@@ -248,6 +248,10 @@ impl Stream {
         self.release();
         for consumer in self.consumers() {
             consumer.stop();
+            consumer.save_state();
+        }
+        if let Err(error) = self.store().sync() {
+            tracing::error!(stream = %self.name, %error, "sync at stop failed");
         }
         self.stop.notify_one();
     }
@@ -392,7 +396,12 @@ impl Stream {
         }
     }
 
-    fn store_batch(&self, batch: &mut Vec<Inbound>, dedup: &mut Dedup, acks: &mut Vec<(Option<String>, PublishOutcome)>) {
+    fn store_batch(
+        &self,
+        batch: &mut Vec<Inbound>,
+        dedup: &mut Dedup,
+        acks: &mut Vec<(Option<String>, PublishOutcome)>,
+    ) {
         let config = self.config();
         let window_ns = self.duplicate_window_ns();
         let mut store = self.store();
@@ -493,9 +502,8 @@ fn store_one(
             return Ok((*seq, true));
         }
     }
-    let (seq, _) = store
-        .append(&message.subject, message.headers.as_deref(), &message.payload, now)
-        .map_err(store_error)?;
+    let (seq, _) =
+        store.append(&message.subject, message.headers.as_deref(), &message.payload, now).map_err(store_error)?;
     if let Some(id) = &msg_id {
         dedup.record(id, seq, now);
     }

@@ -5,6 +5,7 @@ mod common;
 
 mod auth;
 mod harness;
+mod jetstream;
 mod pubsub;
 mod raw_protocol;
 mod slow_consumer;

@@ -254,22 +254,24 @@ impl Consumer {
             if delivered >= limits::PUMP_MESSAGES_MAX {
                 return;
             }
+            let (no_wait, bytes_remaining, reply) = (request.no_wait, request.bytes_remaining, request.reply.clone());
             let Some(next) = self.next_message(state, config, stream) else {
-                if request.no_wait {
-                    let request = state.waiting.pop_front().unwrap_or_else(|| unreachable_request());
-                    outgoing.push(Outgoing::status(&request.reply, status_line(404, "No Messages", &[])));
+                if no_wait {
+                    state.waiting.pop_front();
+                    outgoing.push(Outgoing::status(&reply, status_line(404, "No Messages", &[])));
                     continue;
                 }
                 return;
             };
             let size = (next.headers.as_ref().map_or(0, Bytes::len) + next.payload.len()) as u64;
-            if request.bytes_remaining.is_some_and(|left| size > left) {
-                let request = state.waiting.pop_front().unwrap_or_else(|| unreachable_request());
-                let headers = status_line(409, "Message Size Exceeds MaxBytes", &pending_headers(&request));
-                outgoing.push(Outgoing::status(&request.reply, headers));
+            if bytes_remaining.is_some_and(|left| size > left) {
+                next.put_back(state);
+                if let Some(request) = state.waiting.pop_front() {
+                    let headers = status_line(409, "Message Size Exceeds MaxBytes", &pending_headers(&request));
+                    outgoing.push(Outgoing::status(&reply, headers));
+                }
                 continue;
             }
-            let reply = request.reply.clone();
             outgoing.push(self.record_delivery(state, config, next, &reply, (now, last_seq)));
             delivered += 1;
             let Some(request) = state.waiting.front_mut() else { return };
@@ -328,7 +330,7 @@ impl Consumer {
         let store = stream.store();
         while let Some(seq) = state.redeliveries.pop_first() {
             match store.get(seq) {
-                Ok(Some(message)) => return Some(Candidate::from(message, true)),
+                Ok(Some(message)) => return Some(Candidate::from(message, Origin::Redelivery)),
                 _ => {
                     state.pending.remove(&seq);
                     state.update_ack_floor();
@@ -343,13 +345,13 @@ impl Consumer {
         }
         while let Some(seq) = state.initial.pop_front() {
             if let Ok(Some(message)) = store.get(seq) {
-                return Some(Candidate::from(message, false));
+                return Some(Candidate::from(message, Origin::Initial));
             }
         }
         match next_matching(&**store, state.next_seq, config) {
             Ok(Some(message)) => {
                 state.next_seq = message.seq + 1;
-                Some(Candidate::from(message, false))
+                Some(Candidate::from(message, Origin::Stream))
             }
             Ok(None) => {
                 state.next_seq = state.next_seq.max(store.state().last_seq + 1);
@@ -406,17 +408,12 @@ impl Consumer {
     }
 }
 
-fn unreachable_request() -> PullRequest {
-    PullRequest {
-        reply: String::new(),
-        batch_remaining: 0,
-        bytes_remaining: None,
-        expires: None,
-        no_wait: true,
-        heartbeat: None,
-        next_heartbeat: None,
-        delivered: 0,
-    }
+/// Where a candidate came from, so it can be put back when it cannot be sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    Redelivery,
+    Initial,
+    Stream,
 }
 
 /// A stored message about to be delivered.
@@ -427,17 +424,30 @@ struct Candidate {
     payload: Bytes,
     timestamp_ns: i64,
     redelivery: bool,
+    origin: Origin,
 }
 
 impl Candidate {
-    fn from(message: semaq_store::StoredMessage, redelivery: bool) -> Self {
+    fn from(message: semaq_store::StoredMessage, origin: Origin) -> Self {
         Candidate {
             seq: message.seq,
             subject: message.subject,
             headers: message.headers,
             payload: message.payload,
             timestamp_ns: message.timestamp_ns,
-            redelivery,
+            redelivery: origin == Origin::Redelivery,
+            origin,
+        }
+    }
+
+    /// Returns an undelivered candidate to where it came from.
+    fn put_back(self, state: &mut State) {
+        match self.origin {
+            Origin::Redelivery => {
+                state.redeliveries.insert(self.seq);
+            }
+            Origin::Initial => state.initial.push_front(self.seq),
+            Origin::Stream => state.next_seq = state.next_seq.min(self.seq),
         }
     }
 }

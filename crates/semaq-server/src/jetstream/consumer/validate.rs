@@ -152,13 +152,13 @@ fn check_delivery(config: &ConsumerConfig) -> Result<(), ApiError> {
         return Err(ApiError::small_heartbeat());
     }
     match config.deliver_policy {
-        DeliverPolicy::ByStartSequence if config.opt_start_seq.unwrap_or(0) == 0 => {
-            Err(ApiError::consumer_create("consumer delivery policy is deliver by start sequence, but optional start sequence is not set"))
-        }
-        DeliverPolicy::ByStartTime
-            if config.opt_start_time.as_deref().and_then(parse_rfc3339_ns).is_none() =>
-        {
-            Err(ApiError::consumer_create("consumer delivery policy is deliver by start time, but optional start time is not set"))
+        DeliverPolicy::ByStartSequence if config.opt_start_seq.unwrap_or(0) == 0 => Err(ApiError::consumer_create(
+            "consumer delivery policy is deliver by start sequence, but optional start sequence is not set",
+        )),
+        DeliverPolicy::ByStartTime if config.opt_start_time.as_deref().and_then(parse_rfc3339_ns).is_none() => {
+            Err(ApiError::consumer_create(
+                "consumer delivery policy is deliver by start time, but optional start time is not set",
+            ))
         }
         _ => Ok(()),
     }
@@ -266,9 +266,21 @@ mod tests {
         assert_eq!(check(with(|c| c.durable_name = Some("a.b".into()))), 10103);
         assert_eq!(check(with(|c| c.idle_heartbeat = 1_000_000_000)), 10088);
         assert_eq!(check(with(|c| c.flow_control = true)), 10089);
-        assert_eq!(check(with(|c| { c.filter_subject = Some("orders.a".into()); c.filter_subjects = vec!["orders.b".into()] })), 10136);
+        assert_eq!(
+            check(with(|c| {
+                c.filter_subject = Some("orders.a".into());
+                c.filter_subjects = vec!["orders.b".into()]
+            })),
+            10136
+        );
         assert_eq!(check(with(|c| c.filter_subjects = vec!["orders.*".into(), "orders.a".into()])), 10138);
         assert_eq!(check(with(|c| { c.deliver_subject = Some("x.*".into()) })), 10079);
-        assert_eq!(check(with(|c| { c.backoff = vec![1, 2]; c.max_deliver = 2 })), 10116);
+        assert_eq!(
+            check(with(|c| {
+                c.backoff = vec![1, 2];
+                c.max_deliver = 2
+            })),
+            10116
+        );
     }
 }
