@@ -69,3 +69,5 @@ pub const PULL_BATCH_MESSAGES_MAX: u64 = 1_000_000;
 pub const CONSUMER_IDLE_WAKE: std::time::Duration = std::time::Duration::from_millis(250);
 /// Characters in a generated ephemeral consumer name.
 pub const EPHEMERAL_NAME_CHARS: usize = 8;
+/// How often streams with a max_age remove expired messages.
+pub const STREAM_LIMITS_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_millis(250);

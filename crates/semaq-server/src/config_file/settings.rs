@@ -431,6 +431,16 @@ impl Mapper<'_> {
                     self.options.jetstream_file_bytes_max = optional_size("jetstream.max_file_store", v)?
                 }
                 "domain" => self.options.jetstream_domain = Some(string("jetstream.domain", v)?),
+                "sync" | "sync_interval" => {
+                    let text = string("jetstream.sync", v)?;
+                    if crate::jetstream::stream::SyncPolicy::parse(&text).is_none() {
+                        let message = format!(
+                            "jetstream.sync must be \"always\", \"never\" or an interval like \"100ms\", not {text:?}"
+                        );
+                        return Err(invalid(&v.at, message));
+                    }
+                    self.options.jetstream_sync = Some(text);
+                }
                 "enabled" | "enable" => enabled = boolean("jetstream.enabled", v)?,
                 _ => self.unknown(entry, "jetstream"),
             }

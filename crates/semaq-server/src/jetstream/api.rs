@@ -99,6 +99,10 @@ fn parse<T: DeserializeOwned + Default>(payload: &[u8]) -> Result<T, ApiError> {
 }
 
 fn handle(shared: &Shared, jetstream: &JetStream, reply: &str, tokens: &[&str], payload: &[u8]) -> Option<Value> {
+    if let ["DIRECT", "GET", stream, subject @ ..] = tokens {
+        direct_get(shared, jetstream, reply, stream, subject, payload);
+        return None;
+    }
     let response = match tokens {
         ["INFO"] => respond("account_info", Ok(account_info(shared, jetstream))),
         ["STREAM", "CREATE", name] => respond("stream_create", create_stream(jetstream, name, payload)),
@@ -431,4 +435,48 @@ fn consumer_list(jetstream: &JetStream, stream: &str, payload: &[u8]) -> Result<
         "limit": limits::API_LIST_INFOS_MAX,
         "consumers": infos,
     }))
+}
+
+/// `DIRECT.GET.<stream>[.<subject>]`: the message itself, with `Nats-Stream`, `Nats-Subject`,
+/// `Nats-Sequence` and `Nats-Time-Stamp` headers, or a status (404, 400) with no body.
+fn direct_get(shared: &Shared, jetstream: &JetStream, reply: &str, stream: &str, subject: &[&str], payload: &[u8]) {
+    let status = |code: u16, text: &str| {
+        let headers = format!("NATS/1.0 {code} {text}\r\n\r\n");
+        shared.publish(reply, Some(headers.as_bytes()), b"");
+    };
+    let Some(stream) = jetstream.stream(stream).filter(|s| s.config().allow_direct) else {
+        return status(503, "");
+    };
+    let request = if subject.is_empty() {
+        match parse::<GetRequest>(payload) {
+            Ok(request) => request,
+            Err(_) => return status(400, "Bad Request"),
+        }
+    } else {
+        GetRequest { last_by_subj: Some(subject.join(".")), ..GetRequest::default() }
+    };
+    let message = match find_message(&stream, &request) {
+        Ok(message) => message,
+        Err(error) if error.code == 404 => return status(404, "Message Not Found"),
+        Err(_) => return status(400, "Bad Request"),
+    };
+    let mut headers = format!(
+        "NATS/1.0\r\nNats-Stream: {}\r\nNats-Subject: {}\r\nNats-Sequence: {}\r\nNats-Time-Stamp: {}\r\n",
+        stream.name,
+        message.subject,
+        message.seq,
+        timestamp(message.timestamp_ns)
+    );
+    if let Some(original) = message.headers.as_deref().and_then(|h| std::str::from_utf8(h).ok()) {
+        let lines = original.split("\r\n").skip(1).filter(|line| !line.is_empty());
+        for line in lines {
+            headers.push_str(line);
+            headers.push_str("\r\n");
+        }
+    }
+    headers.push_str("\r\n");
+    shared.publish_as(
+        reply,
+        &Message { subject: reply, reply: None, headers: Some(headers.as_bytes()), payload: &message.payload },
+    );
 }

@@ -374,8 +374,10 @@ impl Stream {
             _ => Duration::from_secs(3600),
         };
         let mut sync_timer = tokio::time::interval(interval);
+        let mut limits_timer = tokio::time::interval(limits::STREAM_LIMITS_CHECK_INTERVAL);
         loop {
             tokio::select! {
+                _ = limits_timer.tick() => self.enforce_limits(),
                 received = inbound.recv_many(&mut batch, limits::STREAM_INGEST_BATCH_MESSAGES_MAX) => {
                     if received == 0 {
                         break;
@@ -393,6 +395,19 @@ impl Stream {
         }
         if let Err(error) = self.store().close() {
             tracing::error!(stream = %self.name, %error, "closing the store failed");
+        }
+    }
+
+    /// Removes what has grown too old (max_age); other limits apply on append.
+    fn enforce_limits(&self) {
+        if self.config().max_age <= 0 {
+            return;
+        }
+        let removed = self.store().enforce_limits(now_ns());
+        match removed {
+            Ok(0) => {}
+            Ok(_) => self.notify_changed(),
+            Err(error) => tracing::error!(stream = %self.name, %error, "enforcing limits failed"),
         }
     }
 

@@ -193,3 +193,38 @@ async fn unacknowledged_messages_are_redelivered_after_ack_wait() {
     }
     assert_eq!(deliveries, 3, "delivered up to max_deliver");
 }
+
+#[tokio::test]
+async fn direct_get_serves_messages_with_stream_headers() {
+    let server = TestServer::start();
+    let js = context(&server).await;
+    let config = stream::Config { allow_direct: true, ..stream_config("DIRECT", &["direct.>"]) };
+    let stream = js.create_stream(config).await.unwrap();
+    js.publish("direct.a", "first".into()).await.unwrap().await.unwrap();
+    js.publish("direct.b", "second".into()).await.unwrap().await.unwrap();
+    let message = stream.direct_get(1).await.unwrap();
+    assert_eq!(message.payload, "first");
+    assert_eq!(message.headers.get("Nats-Sequence").map(|v| v.as_str()), Some("1"));
+    let last = stream.direct_get_last_for_subject("direct.b").await.unwrap();
+    assert_eq!(last.payload, "second");
+    let missing = stream.direct_get(99).await.unwrap_err();
+    assert_eq!(missing.kind(), async_nats::jetstream::stream::DirectGetErrorKind::NotFound);
+}
+
+#[tokio::test]
+async fn messages_older_than_max_age_expire() {
+    let server = TestServer::start();
+    let js = context(&server).await;
+    let config = stream::Config { max_age: Duration::from_millis(500), ..stream_config("AGED", &["aged"]) };
+    js.create_stream(config).await.unwrap();
+    js.publish("aged", "old".into()).await.unwrap().await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let info = js.get_stream("AGED").await.unwrap().info().await.unwrap().clone();
+        if info.state.messages == 0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "message expired");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
