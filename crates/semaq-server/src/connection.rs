@@ -1,1 +1,446 @@
-//! (placeholder)
+//! One client connection: send INFO, read bytes, parse ops, authorize them, dispatch them.
+//!
+//! The reader runs in the connection's own task and is the only owner of the parser and the
+//! subscription map. Everything other tasks need (the outbound buffer, CONNECT options,
+//! counters) lives in [`Client`], shared through an `Arc`.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::SystemTime;
+
+use bytes::BytesMut;
+use semaq_wire::info::ConnectOptions;
+use semaq_wire::op::Publish;
+use semaq_wire::{encode, subject, ByteString, ClientOp, HeaderBlock, ParseError, Parser, ParserLimits};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use tokio::net::TcpStream;
+
+use crate::auth::{ClientPermissions, Grant};
+use crate::delivery::{self, FlushSet, Message, Sink, SubscriberRef, Subscription};
+use crate::limits;
+use crate::outbound::{CloseReason, Outbound};
+use crate::server::Shared;
+use crate::stats::{bump, Traffic};
+
+/// What a client told us in CONNECT, fixed once accepted.
+#[derive(Debug, Clone, Default)]
+pub struct ClientDetails {
+    /// CONNECT options.
+    pub options: ConnectOptions,
+    /// The authenticated user, if any.
+    pub user: Option<String>,
+    /// Restrictions from the user's permissions.
+    pub permissions: Option<Arc<ClientPermissions>>,
+}
+
+/// The shared half of a connection: what publishers and monitoring need to reach.
+#[derive(Debug)]
+pub struct Client {
+    /// Server-unique connection id.
+    pub id: u64,
+    /// Remote address.
+    pub addr: SocketAddr,
+    /// When the connection was accepted.
+    pub started: SystemTime,
+    /// Bytes waiting to be written to the socket.
+    pub outbound: Outbound,
+    /// Messages and bytes received from this client.
+    pub inbound: Traffic,
+    /// Subscriptions currently held.
+    pub subscriptions: AtomicUsize,
+    /// Set once at CONNECT.
+    details: OnceLock<ClientDetails>,
+    /// Copied out of `details` for the per-message checks.
+    echo: AtomicBool,
+    headers: AtomicBool,
+    filters_deliveries: AtomicBool,
+    /// Whether the connection runs over TLS.
+    pub tls: bool,
+}
+
+impl Client {
+    fn new(id: u64, addr: SocketAddr, pending_bytes_max: usize, tls: bool) -> Self {
+        Self {
+            id,
+            addr,
+            started: SystemTime::now(),
+            outbound: Outbound::new(pending_bytes_max),
+            inbound: Traffic::default(),
+            subscriptions: AtomicUsize::new(0),
+            details: OnceLock::new(),
+            echo: AtomicBool::new(true),
+            headers: AtomicBool::new(false),
+            filters_deliveries: AtomicBool::new(false),
+            tls,
+        }
+    }
+
+    /// CONNECT details, once received.
+    pub fn details(&self) -> Option<&ClientDetails> {
+        self.details.get()
+    }
+
+    /// Whether the client wants its own messages back.
+    pub fn echo(&self) -> bool {
+        self.echo.load(Ordering::Relaxed)
+    }
+
+    /// Whether the client understands `HMSG`.
+    pub fn headers(&self) -> bool {
+        self.headers.load(Ordering::Relaxed)
+    }
+
+    /// Whether a message on `subject` may be delivered to this client under its permissions.
+    pub fn may_receive(&self, subject: &str) -> bool {
+        if !self.filters_deliveries.load(Ordering::Relaxed) {
+            return true;
+        }
+        self.details().and_then(|d| d.permissions.as_ref()).is_none_or(|p| p.may_receive(subject))
+    }
+
+    fn accept_details(&self, details: ClientDetails) {
+        self.echo.store(details.options.echo, Ordering::Relaxed);
+        self.headers.store(details.options.headers, Ordering::Relaxed);
+        let filters = details.permissions.as_ref().is_some_and(|p| p.filters_deliveries());
+        self.filters_deliveries.store(filters, Ordering::Relaxed);
+        let _ = self.details.set(details);
+    }
+}
+
+/// Serves one accepted TCP connection until it closes.
+pub async fn serve(shared: Arc<Shared>, socket: TcpStream, addr: SocketAddr) {
+    let _ = socket.set_nodelay(true);
+    let id = shared.next_client_id();
+    let tls = shared.tls.clone();
+    let client = Arc::new(Client::new(id, addr, shared.options.pending_bytes_max, tls.is_some()));
+    let info = shared.client_info(id, addr);
+    let mut hello = BytesMut::new();
+    encode::info(&mut hello, &info);
+    let Some(acceptor) = tls else {
+        let (reader, writer) = socket.into_split();
+        return run(shared, client, reader, writer, hello).await;
+    };
+    // INFO goes out in plain text first; the client then starts the TLS handshake.
+    let mut socket = socket;
+    if tokio::io::AsyncWriteExt::write_all(&mut socket, &hello).await.is_err() {
+        return;
+    }
+    let timeout = shared.options.tls.as_ref().map_or(limits::TLS_HANDSHAKE_TIMEOUT, |tls| tls.timeout);
+    match tokio::time::timeout(timeout, acceptor.accept(socket)).await {
+        Ok(Ok(stream)) => {
+            let (reader, writer) = tokio::io::split(stream);
+            run(shared, client, reader, writer, BytesMut::new()).await;
+        }
+        Ok(Err(error)) => tracing::debug!(%addr, %error, "TLS handshake failed"),
+        Err(_) => tracing::debug!(%addr, "TLS handshake timed out"),
+    }
+}
+
+async fn run<R, W>(shared: Arc<Shared>, client: Arc<Client>, reader: R, writer: W, hello: BytesMut)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    shared.register(&client);
+    client.outbound.send(&hello);
+    let write_deadline = shared.options.write_deadline;
+    let writer_client = client.clone();
+    let writer_task = tokio::spawn(async move { writer_client.outbound.run_writer(writer, write_deadline).await });
+    let mut connection = Connection::new(shared.clone(), client.clone());
+    let reason = connection.read_loop(reader).await;
+    client.outbound.close(reason);
+    connection.remove_subscriptions();
+    let reason = writer_task.await.unwrap_or(reason);
+    shared.unregister(&client, reason);
+}
+
+/// The reader's private state for one connection.
+struct Connection {
+    shared: Arc<Shared>,
+    client: Arc<Client>,
+    parser: Parser,
+    subscriptions: HashMap<ByteString, Arc<Subscription>>,
+    flush: FlushSet,
+    publish_allowed: HashMap<ByteString, bool>,
+    pings_outstanding: u32,
+    connected: bool,
+}
+
+/// Cached publish-permission verdicts per connection before the cache is reset.
+const PUBLISH_PERMISSION_CACHE_ENTRIES_MAX: usize = 1024;
+
+impl Connection {
+    fn new(shared: Arc<Shared>, client: Arc<Client>) -> Self {
+        let limits = ParserLimits {
+            control_line_bytes_max: shared.options.control_line_bytes_max,
+            payload_bytes_max: shared.options.payload_bytes_max,
+        };
+        Self {
+            shared,
+            client,
+            parser: Parser::new(limits),
+            subscriptions: HashMap::new(),
+            flush: FlushSet::default(),
+            publish_allowed: HashMap::new(),
+            pings_outstanding: 0,
+            connected: false,
+        }
+    }
+
+    async fn read_loop<R: AsyncRead + Unpin>(&mut self, mut reader: R) -> CloseReason {
+        let mut buffer = BytesMut::with_capacity(limits::READ_BUFFER_BYTES);
+        let ping_interval = self.shared.options.ping_interval;
+        let mut ping_timer = tokio::time::interval_at(tokio::time::Instant::now() + ping_interval, ping_interval);
+        let auth_timer = tokio::time::sleep(self.shared.options.auth_timeout);
+        let auth_required = self.shared.auth.is_required();
+        let client = self.client.clone();
+        let closed = client.outbound.closed();
+        tokio::pin!(auth_timer, closed);
+        loop {
+            if buffer.capacity() - buffer.len() < limits::READ_BUFFER_BYTES / 4 {
+                buffer.reserve(limits::READ_BUFFER_BYTES.max(self.parser.bytes_wanted()));
+            }
+            tokio::select! {
+                read = reader.read_buf(&mut buffer) => match read {
+                    Ok(0) => return CloseReason::ClientClosed,
+                    Ok(_) => {
+                        let outcome = self.process(&mut buffer);
+                        self.flush.flush();
+                        if let Err(reason) = outcome {
+                            return reason;
+                        }
+                    }
+                    Err(_) => return CloseReason::IoError,
+                },
+                _ = &mut closed => return client.outbound.close_reason().unwrap_or(CloseReason::ServerShutdown),
+                _ = &mut auth_timer, if auth_required && !self.connected => {
+                    client.outbound.close_with_error(CloseReason::AuthenticationFailure, "Authentication Timeout");
+                    return CloseReason::AuthenticationFailure;
+                }
+                _ = ping_timer.tick() => {
+                    if let Some(reason) = self.ping() {
+                        return reason;
+                    }
+                }
+            }
+        }
+    }
+
+    fn ping(&mut self) -> Option<CloseReason> {
+        if self.pings_outstanding >= self.shared.options.pings_outstanding_max {
+            self.client.outbound.close_with_error(CloseReason::StaleConnection, "Stale Connection");
+            return Some(CloseReason::StaleConnection);
+        }
+        self.pings_outstanding += 1;
+        self.client.outbound.send(encode::PING);
+        None
+    }
+
+    /// Handles every whole op in `buffer`.
+    fn process(&mut self, buffer: &mut BytesMut) -> Result<(), CloseReason> {
+        loop {
+            match self.parser.next_op(buffer) {
+                Ok(Some(op)) => self.handle(op)?,
+                Ok(None) => return Ok(()),
+                Err(error) => self.parse_error(error)?,
+            }
+        }
+    }
+
+    fn parse_error(&mut self, error: ParseError) -> Result<(), CloseReason> {
+        if error.is_fatal() {
+            self.client.outbound.close_with_error(CloseReason::ProtocolViolation, &error.to_string());
+            return Err(CloseReason::ProtocolViolation);
+        }
+        self.send_err(&error.to_string());
+        Ok(())
+    }
+
+    fn handle(&mut self, op: ClientOp) -> Result<(), CloseReason> {
+        if !self.connected && !matches!(op, ClientOp::Connect(_)) && self.shared.auth.is_required() {
+            return self.refuse_auth();
+        }
+        match op {
+            ClientOp::Connect(json) => return self.connect(&json),
+            ClientOp::Publish(publish) => self.publish(publish),
+            ClientOp::Subscribe { subject, queue, sid } => self.subscribe(subject, queue, sid),
+            ClientOp::Unsubscribe { sid, max_msgs } => self.unsubscribe(&sid, max_msgs),
+            ClientOp::Ping => {
+                self.client.outbound.send(encode::PONG);
+                return Ok(());
+            }
+            ClientOp::Pong => {
+                self.pings_outstanding = 0;
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    fn refuse_auth(&mut self) -> Result<(), CloseReason> {
+        bump(&self.shared.stats.auth_failures);
+        self.client.outbound.close_with_error(CloseReason::AuthenticationFailure, "Authorization Violation");
+        Err(CloseReason::AuthenticationFailure)
+    }
+
+    fn connect(&mut self, json: &[u8]) -> Result<(), CloseReason> {
+        let Ok(options) = serde_json::from_slice::<ConnectOptions>(json) else {
+            self.client.outbound.close_with_error(CloseReason::ProtocolViolation, "Invalid CONNECT JSON");
+            return Err(CloseReason::ProtocolViolation);
+        };
+        if self.connected {
+            // A second CONNECT may only change nothing that matters; nats clients never send one.
+            self.ok();
+            return Ok(());
+        }
+        let Ok(Grant { user, permissions }) = self.shared.auth.authenticate(&options) else {
+            return self.refuse_auth();
+        };
+        let verbose = options.verbose;
+        self.client.accept_details(ClientDetails { options, user, permissions });
+        self.connected = true;
+        if verbose {
+            self.client.outbound.send(encode::OK);
+        }
+        Ok(())
+    }
+
+    fn verbose(&self) -> bool {
+        self.client.details().is_some_and(|details| details.options.verbose)
+    }
+
+    fn ok(&self) {
+        if self.verbose() {
+            self.client.outbound.send(encode::OK);
+        }
+    }
+
+    fn send_err(&self, text: &str) {
+        let mut line = BytesMut::new();
+        encode::err(&mut line, text);
+        self.client.outbound.send(&line);
+    }
+
+    fn permissions(&self) -> Option<&Arc<ClientPermissions>> {
+        self.client.details().and_then(|details| details.permissions.as_ref())
+    }
+
+    fn may_publish(&mut self, subject: &ByteString) -> bool {
+        let Some(permissions) = self.permissions().cloned() else { return true };
+        if let Some(allowed) = self.publish_allowed.get(subject) {
+            return *allowed;
+        }
+        let allowed = permissions.may_publish(subject);
+        if self.publish_allowed.len() >= PUBLISH_PERMISSION_CACHE_ENTRIES_MAX {
+            self.publish_allowed.clear();
+        }
+        self.publish_allowed.insert(subject.clone(), allowed);
+        allowed
+    }
+
+    fn publish(&mut self, publish: Publish) {
+        let size = publish.headers.as_ref().map_or(0, |h| h.len()) + publish.payload.len();
+        self.client.inbound.record(size);
+        if !subject::is_valid_literal(&publish.subject) {
+            self.send_err("Invalid Publish Subject");
+            return;
+        }
+        if !self.may_publish(&publish.subject) {
+            self.send_err(&format!("Permissions Violation for Publish to \"{}\"", publish.subject));
+            return;
+        }
+        let message = Message {
+            subject: &publish.subject,
+            reply: publish.reply.as_deref(),
+            headers: publish.headers.as_deref(),
+            payload: &publish.payload,
+        };
+        let matches = self.shared.router.matches(&publish.subject);
+        let delivered = delivery::fan_out(&self.shared.router, &matches, &message, Some(&self.client), &mut self.flush);
+        if delivered == 0 {
+            self.no_responders(&message);
+        }
+        self.ok();
+    }
+
+    /// Tells a requester at once that nobody is listening, when it asked for that.
+    fn no_responders(&mut self, message: &Message<'_>) {
+        let Some(reply) = message.reply else { return };
+        let wants_status = self.client.details().is_some_and(|d| d.options.no_responders && d.options.headers);
+        if !wants_status {
+            return;
+        }
+        let Some(subscription) = self.subscriptions.values().find(|s| subject::matches(&s.subject, reply)).cloned()
+        else {
+            return;
+        };
+        let status = HeaderBlock::status(503, "").encode();
+        let notice = Message { subject: reply, reply: None, headers: Some(&status), payload: b"" };
+        delivery::deliver(&self.shared.router, &subscription, &notice, &mut self.flush);
+    }
+
+    fn subscribe(&mut self, subject: ByteString, queue: Option<ByteString>, sid: ByteString) {
+        if !subject::is_valid_filter(&subject) || queue.as_deref().is_some_and(|q| !subject::is_valid_queue(q)) {
+            self.send_err("Invalid Subject");
+            return;
+        }
+        if self.permissions().is_some_and(|p| !p.may_subscribe(&subject)) {
+            self.send_err(&format!("Permissions Violation for Subscription to \"{subject}\""));
+            return;
+        }
+        if self.subscriptions.contains_key(&sid) {
+            // nats-server ignores a SUB that reuses a live sid.
+            self.ok();
+            return;
+        }
+        self.subscriptions.retain(|_, s| !s.is_exhausted());
+        if self.subscriptions.len() >= self.shared.options.subscriptions_per_connection_max {
+            self.send_err("Maximum Subscriptions Exceeded");
+            return;
+        }
+        let subscription = Arc::new(Subscription::new(Sink::Client(self.client.clone()), subject, queue, sid.clone()));
+        let reference = SubscriberRef(subscription.clone());
+        if self.shared.router.insert(&subscription.subject, subscription.queue.as_deref(), reference).is_err() {
+            self.send_err("Invalid Subject");
+            return;
+        }
+        self.subscriptions.insert(sid, subscription);
+        self.client.subscriptions.store(self.subscriptions.len(), Ordering::Relaxed);
+        self.ok();
+    }
+
+    fn unsubscribe(&mut self, sid: &ByteString, max_msgs: Option<u64>) {
+        let Some(subscription) = self.subscriptions.get(sid).cloned() else {
+            self.ok();
+            return;
+        };
+        match max_msgs {
+            Some(max) if max > subscription.delivered() => subscription.set_max_msgs(max),
+            _ => {
+                self.subscriptions.remove(sid);
+                self.remove_from_router(&subscription);
+            }
+        }
+        self.client.subscriptions.store(self.subscriptions.len(), Ordering::Relaxed);
+        self.ok();
+    }
+
+    fn remove_from_router(&self, subscription: &Arc<Subscription>) {
+        let reference = SubscriberRef(subscription.clone());
+        self.shared.router.remove(&subscription.subject, subscription.queue.as_deref(), &reference);
+    }
+
+    fn remove_subscriptions(&mut self) {
+        for (_, subscription) in std::mem::take(&mut self.subscriptions) {
+            self.remove_from_router(&subscription);
+        }
+        self.client.subscriptions.store(0, Ordering::Relaxed);
+    }
+}
+
+/// Unix time now in nanoseconds.
+pub fn unix_nanos(time: SystemTime) -> u64 {
+    time.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}

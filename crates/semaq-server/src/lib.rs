@@ -15,8 +15,10 @@
 //! [`flags`] (nats-server's command line). Every default bound lives in [`limits`].
 
 pub mod auth;
+pub mod clock;
 pub mod config_file;
 pub mod connection;
+pub mod delivery;
 pub mod flags;
 pub mod limits;
 pub mod monitor;

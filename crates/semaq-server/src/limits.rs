@@ -33,3 +33,23 @@ pub const WRITE_BATCH_BYTES_MAX: usize = 1024 * 1024;
 pub const ROUTER_CACHE_ENTRIES_MAX: usize = 4096;
 /// Connections listed by one `/connz` page.
 pub const CONNZ_PAGE_ENTRIES_MAX: usize = 1024;
+/// Time allowed to deliver the `-ERR 'Slow Consumer'` line to a client that is not reading.
+pub const SLOW_CONSUMER_NOTICE_TIMEOUT: Duration = Duration::from_millis(250);
+/// Messages queued for one stream's ingest task; a publish beyond this is refused (no responders).
+pub const STREAM_INGEST_QUEUE_MESSAGES_MAX: usize = 64 * 1024;
+/// Messages one ingest batch (one fsync) takes at most.
+pub const STREAM_INGEST_BATCH_MESSAGES_MAX: usize = 1024;
+/// `Nats-Msg-Id`s remembered per stream, however long the duplicate window.
+pub const DEDUP_IDS_MAX: usize = 1024 * 1024;
+/// Longest stream or consumer name.
+pub const JETSTREAM_NAME_BYTES_MAX: usize = 255;
+/// Streams per server.
+pub const STREAMS_MAX: usize = 10_000;
+/// Consumers per stream.
+pub const CONSUMERS_PER_STREAM_MAX: usize = 10_000;
+/// JetStream API requests queued before new ones are refused.
+pub const JETSTREAM_API_QUEUE_REQUESTS_MAX: usize = 4096;
+/// Names returned by one `STREAM.NAMES` / `CONSUMER.NAMES` page.
+pub const API_LIST_NAMES_MAX: usize = 1024;
+/// Infos returned by one `STREAM.LIST` / `CONSUMER.LIST` page.
+pub const API_LIST_INFOS_MAX: usize = 256;

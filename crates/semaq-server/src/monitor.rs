@@ -1,1 +1,187 @@
-//! (placeholder)
+//! The monitoring HTTP endpoints, with nats-server's field names so existing tooling reads them:
+//! `/varz`, `/connz`, `/subsz`, `/healthz`.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use axum::extract::{Query, State};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+
+use crate::clock;
+use crate::connection::Client;
+use crate::limits;
+use crate::server::{lock, Shared, NATS_COMPATIBLE_VERSION, SEMAQ_VERSION};
+
+/// Serves the monitoring endpoints on `listener` until the task is aborted.
+pub async fn serve(shared: Arc<Shared>, listener: TcpListener) {
+    let app = Router::new()
+        .route("/", get(root))
+        .route("/varz", get(varz))
+        .route("/connz", get(connz))
+        .route("/subsz", get(subsz))
+        .route("/healthz", get(healthz))
+        .with_state(shared);
+    if let Err(error) = axum::serve(listener, app).await {
+        tracing::error!(%error, "monitoring server failed");
+    }
+}
+
+async fn root() -> Json<Value> {
+    Json(json!({ "endpoints": ["/varz", "/connz", "/subsz", "/healthz"] }))
+}
+
+async fn healthz() -> Json<Value> {
+    Json(json!({ "status": "ok" }))
+}
+
+/// Resident memory of this process in bytes, from /proc (0 where unavailable).
+pub fn resident_memory_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kib| kib * 1024)
+}
+
+async fn varz(State(shared): State<Arc<Shared>>) -> Json<Value> {
+    let options = &shared.options;
+    let ((in_msgs, in_bytes), (out_msgs, out_bytes)) = shared.traffic_totals();
+    let client_addr = *lock(&shared.client_addr);
+    let http_addr = *lock(&shared.http_addr);
+    let stat = |counter: &std::sync::atomic::AtomicU64| counter.load(std::sync::atomic::Ordering::Relaxed);
+    Json(json!({
+        "server_id": shared.server_id,
+        "server_name": shared.server_name,
+        "version": NATS_COMPATIBLE_VERSION,
+        "semaq_version": SEMAQ_VERSION,
+        "proto": 1,
+        "go": format!("semaq {SEMAQ_VERSION}"),
+        "host": client_addr.map(|a| a.ip().to_string()),
+        "port": client_addr.map(|a| a.port()),
+        "http_host": http_addr.map(|a| a.ip().to_string()),
+        "http_port": http_addr.map(|a| a.port()),
+        "auth_required": shared.auth.is_required(),
+        "tls_required": shared.tls.is_some(),
+        "tls_verify": options.tls.as_ref().is_some_and(|tls| tls.verify),
+        "max_connections": options.connections_max,
+        "max_subscriptions": options.subscriptions_per_connection_max,
+        "ping_interval": options.ping_interval.as_nanos() as u64,
+        "ping_max": options.pings_outstanding_max,
+        "max_control_line": options.control_line_bytes_max,
+        "max_payload": options.payload_bytes_max,
+        "max_pending": options.pending_bytes_max,
+        "write_deadline": options.write_deadline.as_nanos() as u64,
+        "start": clock::rfc3339(shared.started_at),
+        "now": clock::rfc3339(SystemTime::now()),
+        "uptime": clock::go_duration(shared.started.elapsed()),
+        "mem": resident_memory_bytes(),
+        "cores": std::thread::available_parallelism().map_or(1, usize::from),
+        "connections": lock(&shared.clients).len(),
+        "total_connections": stat(&shared.stats.total_connections),
+        "routes": 0,
+        "remotes": 0,
+        "leafnodes": 0,
+        "in_msgs": in_msgs,
+        "out_msgs": out_msgs,
+        "in_bytes": in_bytes,
+        "out_bytes": out_bytes,
+        "slow_consumers": stat(&shared.stats.slow_consumers),
+        "subscriptions": shared.router.count(),
+        "auth_failures": stat(&shared.stats.auth_failures),
+        "refused_connections": stat(&shared.stats.refused_connections),
+    }))
+}
+
+/// `/connz` query: paging and which connections.
+#[derive(Debug, Deserialize)]
+struct ConnzQuery {
+    offset: Option<usize>,
+    limit: Option<usize>,
+    state: Option<String>,
+}
+
+fn connection_json(client: &Client, now: SystemTime, closed: Option<(&str, SystemTime)>) -> Value {
+    let (in_msgs, in_bytes) = client.inbound.snapshot();
+    let (out_msgs, out_bytes) = client.outbound.traffic.snapshot();
+    let details = client.details();
+    let options = details.map(|d| &d.options);
+    let uptime_end = closed.map_or(now, |(_, stopped)| stopped);
+    let mut entry = json!({
+        "cid": client.id,
+        "kind": "Client",
+        "type": "nats",
+        "ip": client.addr.ip().to_string(),
+        "port": client.addr.port(),
+        "start": clock::rfc3339(client.started),
+        "uptime": clock::go_duration(uptime_end.duration_since(client.started).unwrap_or_default()),
+        "pending_bytes": client.outbound.pending_bytes(),
+        "in_msgs": in_msgs,
+        "out_msgs": out_msgs,
+        "in_bytes": in_bytes,
+        "out_bytes": out_bytes,
+        "subscriptions": client.subscriptions.load(std::sync::atomic::Ordering::Relaxed),
+        "name": options.and_then(|o| o.name.clone()).unwrap_or_default(),
+        "lang": options.and_then(|o| o.lang.clone()).unwrap_or_default(),
+        "version": options.and_then(|o| o.version.clone()).unwrap_or_default(),
+        "tls": client.tls,
+    });
+    if let Some(user) = details.and_then(|d| d.user.clone()) {
+        entry["authorized_user"] = json!(user);
+    }
+    if let Some((reason, stopped)) = closed {
+        entry["stop"] = json!(clock::rfc3339(stopped));
+        entry["reason"] = json!(reason);
+    }
+    entry
+}
+
+async fn connz(State(shared): State<Arc<Shared>>, Query(query): Query<ConnzQuery>) -> Json<Value> {
+    let now = SystemTime::now();
+    let state = query.state.as_deref().unwrap_or("open");
+    let mut entries: Vec<(u64, Value)> = Vec::new();
+    if state == "open" || state == "any" || state == "all" {
+        let open: Vec<_> = lock(&shared.clients).values().cloned().collect();
+        entries.extend(open.iter().map(|client| (client.id, connection_json(client, now, None))));
+    }
+    if state == "closed" || state == "any" || state == "all" {
+        let closed = lock(&shared.closed_clients).clone();
+        entries.extend(closed.iter().map(|c| {
+            (c.client.id, connection_json(&c.client, now, Some((c.reason.as_str(), c.stopped))))
+        }));
+    }
+    entries.sort_by_key(|(id, _)| *id);
+    let total = entries.len();
+    let offset = query.offset.unwrap_or(0).min(total);
+    let limit = query.limit.unwrap_or(limits::CONNZ_PAGE_ENTRIES_MAX).min(limits::CONNZ_PAGE_ENTRIES_MAX);
+    let page: Vec<Value> = entries.into_iter().skip(offset).take(limit).map(|(_, entry)| entry).collect();
+    Json(json!({
+        "server_id": shared.server_id,
+        "now": clock::rfc3339(now),
+        "num_connections": page.len(),
+        "total": total,
+        "offset": offset,
+        "limit": limit,
+        "connections": page,
+    }))
+}
+
+async fn subsz(State(shared): State<Arc<Shared>>) -> Json<Value> {
+    let stats = shared.router.stats();
+    Json(json!({
+        "server_id": shared.server_id,
+        "now": clock::rfc3339(SystemTime::now()),
+        "num_subscriptions": stats.num_subscriptions,
+        "num_cache": stats.num_cache,
+        "num_inserts": stats.num_inserts,
+        "num_removes": stats.num_removes,
+        "num_matches": stats.num_matches,
+        "cache_hit_rate": stats.cache_hit_rate,
+        "max_fanout": stats.max_fanout,
+        "avg_fanout": stats.avg_fanout,
+    }))
+}

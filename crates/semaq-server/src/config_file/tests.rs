@@ -1,0 +1,673 @@
+//! The config file format as a specification: whole files in, options, warnings and errors out.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::*;
+use crate::limits;
+use crate::options::{Account, AccountJetStream, Permissions, SubjectPermission, TlsOptions, User};
+
+fn env(name: &str) -> Option<String> {
+    match name {
+        "SEMAQ_TEST_PORT" => Some("4333".to_string()),
+        "SEMAQ_TEST_TOKEN" => Some("from-env".to_string()),
+        _ => None,
+    }
+}
+
+fn read_text(text: &str, options: &mut Options) -> Result<LoadReport, ConfigError> {
+    read(text, None, Path::new(""), options, &env)
+}
+
+/// Options and warnings from config text applied to the defaults.
+fn load_text(text: &str) -> (Options, Vec<String>) {
+    let mut options = Options::default();
+    match read_text(text, &mut options) {
+        Ok(report) => (options, report.warnings),
+        Err(error) => panic!("config should load: {error}\n{text}"),
+    }
+}
+
+fn loaded(text: &str) -> Options {
+    load_text(text).0
+}
+
+fn error(text: &str) -> String {
+    let mut options = Options::default();
+    match read_text(text, &mut options) {
+        Ok(report) => panic!("config should fail, got {report:?}\n{text}"),
+        Err(error) => error.to_string(),
+    }
+}
+
+fn user(name: &str, password: &str) -> User {
+    User { username: name.to_string(), password: password.to_string(), permissions: None }
+}
+
+fn allow(subjects: &[&str]) -> Option<SubjectPermission> {
+    Some(SubjectPermission { allow: subjects.iter().map(|s| s.to_string()).collect(), deny: Vec::new() })
+}
+
+const REALISTIC: &str = r#"
+# SemaQ standing in for nats-server.
+server_name: "hub-1"
+listen: 0.0.0.0:4222
+http: 127.0.0.1:8222
+
+max_payload: 2MB
+max_pending: 128MB
+max_control_line: 8KB
+max_connections: 10000
+max_subscriptions: 5000
+ping_interval: "30s"
+ping_max: 3
+write_deadline = "5s"
+
+debug: false
+trace: false
+log_file: "/var/log/semaq.log"
+pid_file: '/var/run/semaq.pid'
+ports_file_dir: /var/run
+
+ADMIN_PASS: "s3cret"
+
+authorization {
+  timeout: 3
+  users = [
+    {user: admin, password: $ADMIN_PASS}
+    {user: client, password: "c-pass", permissions: {
+      publish: ["orders.>", "_INBOX.>"]
+      subscribe: {allow: ["orders.*", "_INBOX.>"], deny: "orders.secret"}
+    }}
+    {user: reader, password: r, permissions: {subscribe: "public.>"}}
+  ]
+}
+
+tls {
+  cert_file: "./certs/server.pem"
+  key_file: "./certs/server-key.pem"
+  ca_file: "./certs/ca.pem"
+  verify: true
+  timeout: 5
+}
+
+jetstream {
+  store_dir: "/data/semaq"
+  max_mem_store: 1GB
+  max_file_store: "10G"
+  domain: hub
+}
+
+accounts {
+  TEAM_A {
+    users: [ {user: alice, password: a} ]
+    jetstream: enabled
+  }
+  TEAM_B {
+    users: [ {user: bob, password: b} ]
+    jetstream {
+      max_mem: 512MB
+      max_file: 1GB
+      max_streams: 10
+      max_consumers: -1
+    }
+  }
+}
+
+no_auth_user: reader
+"#;
+
+#[test]
+fn a_realistic_nats_server_config() {
+    let (options, warnings) = load_text(REALISTIC);
+    assert_eq!(warnings, Vec::<String>::new());
+    assert_eq!(options.server_name.as_deref(), Some("hub-1"));
+    assert_eq!((options.host.as_str(), options.port), ("0.0.0.0", 4222));
+    assert_eq!((options.http_host.as_str(), options.http_port), ("127.0.0.1", Some(8222)));
+    assert_eq!(options.payload_bytes_max, 2 << 20);
+    assert_eq!(options.pending_bytes_max, 128 << 20);
+    assert_eq!(options.control_line_bytes_max, 8 << 10);
+    assert_eq!(options.connections_max, 10000);
+    assert_eq!(options.subscriptions_per_connection_max, 5000);
+    assert_eq!(options.ping_interval, Duration::from_secs(30));
+    assert_eq!(options.pings_outstanding_max, 3);
+    assert_eq!(options.write_deadline, Duration::from_secs(5));
+    assert!(!options.debug && !options.trace);
+    assert_eq!(options.log_file, Some(PathBuf::from("/var/log/semaq.log")));
+    assert_eq!(options.pid_file, Some(PathBuf::from("/var/run/semaq.pid")));
+    assert_eq!(options.ports_file_dir, Some(PathBuf::from("/var/run")));
+    assert_eq!(options.auth_timeout, Duration::from_secs(3));
+    assert_eq!(options.auth.token, None);
+    assert_eq!(options.auth.no_auth_user.as_deref(), Some("reader"));
+    assert_eq!(
+        options.auth.users,
+        vec![
+            user("admin", "s3cret"),
+            User {
+                permissions: Some(Permissions {
+                    publish: allow(&["orders.>", "_INBOX.>"]),
+                    subscribe: Some(SubjectPermission {
+                        allow: vec!["orders.*".to_string(), "_INBOX.>".to_string()],
+                        deny: vec!["orders.secret".to_string()],
+                    }),
+                }),
+                ..user("client", "c-pass")
+            },
+            User {
+                permissions: Some(Permissions { publish: None, subscribe: allow(&["public.>"]) }),
+                ..user("reader", "r")
+            },
+        ]
+    );
+    assert_eq!(
+        options.tls,
+        Some(TlsOptions {
+            cert_file: PathBuf::from("./certs/server.pem"),
+            key_file: PathBuf::from("./certs/server-key.pem"),
+            ca_file: Some(PathBuf::from("./certs/ca.pem")),
+            verify: true,
+            timeout: Duration::from_secs(5),
+        })
+    );
+    assert!(options.jetstream);
+    assert_eq!(options.store_dir, PathBuf::from("/data/semaq"));
+    assert_eq!(options.jetstream_memory_bytes_max, Some(1 << 30));
+    assert_eq!(options.jetstream_file_bytes_max, Some(10 << 30));
+    assert_eq!(options.jetstream_domain.as_deref(), Some("hub"));
+    assert_eq!(
+        options.accounts,
+        vec![
+            Account {
+                name: "TEAM_A".to_string(),
+                users: vec![user("alice", "a")],
+                jetstream: Some(AccountJetStream::default()),
+            },
+            Account {
+                name: "TEAM_B".to_string(),
+                users: vec![user("bob", "b")],
+                jetstream: Some(AccountJetStream {
+                    memory_bytes_max: Some(512 << 20),
+                    file_bytes_max: Some(1 << 30),
+                    streams_max: Some(10),
+                    consumers_max: None,
+                }),
+            },
+        ]
+    );
+}
+
+#[test]
+fn an_empty_file_changes_nothing() {
+    assert_eq!(loaded(""), Options::default());
+    assert_eq!(loaded("# only a comment\n\n"), Options::default());
+}
+
+#[test]
+fn keys_are_case_insensitive() {
+    let options =
+        loaded("PORT: 4333\nDebug: true\nJetStream { Store_Dir: /x }\nAuthorization { USER: a, Password: b }\n");
+    assert_eq!(options.port, 4333);
+    assert!(options.debug);
+    assert_eq!(options.store_dir, PathBuf::from("/x"));
+    assert_eq!(options.auth.users, vec![user("a", "b")]);
+}
+
+#[test]
+fn listen_forms() {
+    let cases = [
+        ("listen: 127.0.0.2:4333", "127.0.0.2", 4333),
+        ("listen: \":4333\"", "0.0.0.0", 4333),
+        ("listen: \"[::1]:4333\"", "::1", 4333),
+        ("listen: localhost:4333", "localhost", 4333),
+        ("listen: 4333", "127.0.0.1", 4333),
+        ("listen: \"0.0.0.0:-1\"", "0.0.0.0", 0),
+        ("host: 10.0.0.1\nport: 4333", "10.0.0.1", 4333),
+        ("net: 10.0.0.1\nport: -1", "10.0.0.1", 0),
+        ("port: 0", "127.0.0.1", 4222),
+    ];
+    for (text, host, port) in cases {
+        let options = loaded(text);
+        assert_eq!((options.host.as_str(), options.port), (host, port), "{text}");
+    }
+}
+
+#[test]
+fn monitoring_forms() {
+    let cases = [
+        ("http: 8333", "127.0.0.1", Some(8333)),
+        ("http: 0.0.0.0:8333", "0.0.0.0", Some(8333)),
+        ("http_port: 8333", "127.0.0.1", Some(8333)),
+        ("monitor_port: -1", "127.0.0.1", Some(0)),
+        ("http_port: 0", "127.0.0.1", None),
+        ("http_host: 10.0.0.1\nhttp_port: 8333", "10.0.0.1", Some(8333)),
+    ];
+    for (text, host, port) in cases {
+        let options = loaded(text);
+        assert_eq!((options.http_host.as_str(), options.http_port), (host, port), "{text}");
+    }
+}
+
+#[test]
+fn the_report_says_which_listener_settings_were_given() {
+    let given = |text: &str| read_text(text, &mut Options::default()).map(|report| report.given).ok();
+    assert_eq!(given(""), Some(Given::default()));
+    assert_eq!(given("port: 1"), Some(Given { port: true, ..Given::default() }));
+    assert_eq!(given("listen: 1"), Some(Given { port: true, ..Given::default() }));
+    assert_eq!(given("listen: \"h:1\""), Some(Given { host: true, port: true, ..Given::default() }));
+    assert_eq!(given("http: 1"), Some(Given { http_port: true, ..Given::default() }));
+    assert_eq!(given("http: \"h:1\""), Some(Given { http_host: true, http_port: true, ..Given::default() }));
+    assert_eq!(given("monitor_port: 1"), Some(Given { http_port: true, ..Given::default() }));
+}
+
+#[test]
+fn size_suffixes_follow_nats_server() {
+    let payload = |text: &str| loaded(&format!("max_pending: 1GB\nmax_payload: {text}")).payload_bytes_max;
+    assert_eq!(payload("1024"), 1024);
+    assert_eq!(payload("1k"), 1000);
+    assert_eq!(payload("1K"), 1000);
+    assert_eq!(payload("1KB"), 1024);
+    assert_eq!(payload("1kib"), 1024);
+    assert_eq!(payload("64MB"), 64 << 20);
+    assert_eq!(payload("64MiB"), 64 << 20);
+    assert_eq!(payload("2m"), 2_000_000);
+    assert_eq!(payload("\"1M\""), 1 << 20, "a lone letter in a string is binary (nats-server's getStorageSize)");
+    assert_eq!(payload("\"8MB\""), 8 << 20);
+    assert_eq!(loaded("max_pending: 1GB").pending_bytes_max, 1 << 30);
+    assert_eq!(loaded("max_pending: 1g").pending_bytes_max, 1_000_000_000);
+}
+
+#[test]
+fn zero_limits_mean_the_defaults() {
+    let options = loaded("max_payload: 0\nmax_pending: 0\nmax_control_line: 0\nmax_subs: 0\nping_max: 0\nping_interval: 0\nwrite_deadline: \"0\"\n");
+    assert_eq!(options.payload_bytes_max, limits::PAYLOAD_BYTES_MAX);
+    assert_eq!(options.pending_bytes_max, limits::PENDING_BYTES_MAX);
+    assert_eq!(options.control_line_bytes_max, limits::CONTROL_LINE_BYTES_MAX);
+    assert_eq!(options.subscriptions_per_connection_max, limits::SUBSCRIPTIONS_PER_CONNECTION_MAX);
+    assert_eq!(options.pings_outstanding_max, limits::PINGS_OUTSTANDING_MAX);
+    assert_eq!(options.ping_interval, limits::PING_INTERVAL);
+    assert_eq!(options.write_deadline, limits::WRITE_DEADLINE);
+}
+
+#[test]
+fn max_connections_zero_refuses_everyone_with_a_warning() {
+    let (options, warnings) = load_text("max_connections: 0");
+    assert_eq!(options.connections_max, 0);
+    assert_eq!(warnings, ["max_connections: 0 at line 1 refuses every client connection (as in nats-server)"]);
+}
+
+#[test]
+fn durations_as_strings_or_seconds() {
+    let ping = |text: &str| loaded(&format!("ping_interval: {text}")).ping_interval;
+    assert_eq!(ping("\"2s\""), Duration::from_secs(2));
+    assert_eq!(ping("\"300ms\""), Duration::from_millis(300));
+    assert_eq!(ping("\"1m\""), Duration::from_secs(60));
+    assert_eq!(ping("\"2h\""), Duration::from_secs(7200));
+    assert_eq!(ping("\"1m30s\""), Duration::from_secs(90));
+    assert_eq!(ping("2s"), Duration::from_secs(2), "bare 2s is a string to the parser");
+    assert_eq!(ping("45"), Duration::from_secs(45));
+    assert_eq!(ping("1.5"), Duration::from_millis(1500));
+    assert_eq!(loaded("authorization { timeout: 0.5 }").auth_timeout, Duration::from_millis(500));
+    assert_eq!(loaded("authorization { timeout: \"4s\" }").auth_timeout, Duration::from_secs(4));
+}
+
+#[test]
+fn an_unquoted_minute_is_ambiguous() {
+    assert_eq!(
+        error("ping_interval: 1m"),
+        "line 1, column 16: ambiguous value 1m for \"ping_interval\": unquoted it is the number 1000000 (size suffix), not a duration; write \"1m\""
+    );
+}
+
+#[test]
+fn bad_durations() {
+    assert!(error("write_deadline: \"soon\"").contains("expected a duration"));
+    assert!(error("write_deadline: -1").contains("cannot be negative"));
+    assert!(error("write_deadline: [1]").contains("expected a duration"));
+}
+
+#[test]
+fn wrong_types_are_errors_with_line_and_column() {
+    assert_eq!(
+        error("debug: true\nport: \"abc\"\n"),
+        "line 2, column 7: expected an integer for \"port\", found the string \"abc\""
+    );
+    assert_eq!(error("debug: 1"), "line 1, column 8: expected true or false for \"debug\", found the number 1");
+    assert_eq!(error("server_name: [a]"), "line 1, column 14: expected a string for \"server_name\", found an array");
+    assert_eq!(error("tls: true"), "line 1, column 6: expected a block { ... } for \"tls\", found the boolean true");
+    assert_eq!(
+        error("authorization {\n  users: [ {user: a, password: 123} ]\n}"),
+        "line 2, column 32: expected a string for \"authorization.users.password\", found the number 123"
+    );
+}
+
+#[test]
+fn values_out_of_range_are_errors() {
+    assert_eq!(
+        error("port: 65536"),
+        "line 1, column 7: invalid port 65536 for \"port\": expected a port between 1 and 65535, or -1 for a random free port"
+    );
+    assert!(error("http_port: 70000").contains("invalid port 70000"));
+    assert!(error("listen: \"h:99999\"").contains("invalid port 99999"));
+    assert!(error("listen: \"nope\"").contains("expected \"host:port\" or a port"));
+    assert!(error("max_payload: 4GB").contains("too large"));
+    assert!(error("max_payload: -5").contains("cannot be negative"));
+    assert!(error("max_connections: -2").contains("cannot be negative"));
+    assert!(error("ping_max: 5000000000").contains("too large"));
+    assert!(error("max_pending: 1MB\nmax_payload: 2MB")
+        .contains("max_payload (2097152) cannot be larger than max_pending (1048576)"));
+    assert!(error("server_name: \"has space\"").contains("cannot contain spaces"));
+}
+
+#[test]
+fn unknown_keys_are_warnings_naming_key_and_line() {
+    let (options, warnings) =
+        load_text("port: 4333\nfoo: 1\ntls_x { a: 1 }\njetstream { frob: 2 }\ncluster { port: 6222 }\n");
+    assert_eq!(options.port, 4333);
+    assert_eq!(
+        warnings,
+        [
+            "unknown config key \"foo\" at line 2, ignored",
+            "unknown config key \"tls_x\" at line 3, ignored",
+            "unknown config key \"jetstream.frob\" at line 4, ignored",
+            "config key \"cluster\" at line 5 is a nats-server feature SemaQ does not support, ignored",
+        ]
+    );
+}
+
+#[test]
+fn unknown_keys_in_users_and_accounts_are_warnings() {
+    let (_, warnings) = load_text(
+        "authorization { users: [{user: a, password: b, allowed_connection_types: [STANDARD]}] }\n\
+         accounts { A { imports: [] } }\n",
+    );
+    assert_eq!(
+        warnings,
+        [
+            "unknown config key \"authorization.users.allowed_connection_types\" at line 1, ignored",
+            "unknown config key \"accounts.A.imports\" at line 2, ignored",
+        ]
+    );
+}
+
+#[test]
+fn keys_used_as_variables_draw_no_warning() {
+    let (options, warnings) = load_text("PORT: 4333\nUNUSED: 1\nport: $PORT\n");
+    assert_eq!(options.port, 4333);
+    assert_eq!(warnings, ["unknown config key \"UNUSED\" at line 2, ignored"]);
+}
+
+#[test]
+fn variables_from_the_file_and_the_environment() {
+    let options = loaded("pass: hunter2\nport: $SEMAQ_TEST_PORT\nauthorization { user: u, password: $pass }\n");
+    assert_eq!(options.port, 4333, "an environment value is typed like a config value");
+    assert_eq!(options.auth.users, vec![user("u", "hunter2")]);
+    assert_eq!(loaded("authorization { token: $SEMAQ_TEST_TOKEN }").auth.token.as_deref(), Some("from-env"));
+}
+
+#[test]
+fn an_undefined_variable_is_an_error_at_its_reference() {
+    assert_eq!(
+        error("port: 1\nhost: $NOWHERE\n"),
+        "line 2, column 7: variable $NOWHERE is defined neither earlier in the file nor in the environment"
+    );
+}
+
+#[test]
+fn a_variable_keeps_its_type_for_checking() {
+    assert_eq!(
+        error("P: \"x\"\nport: $P\n"),
+        "line 2, column 7: expected an integer for \"port\", found the string \"x\""
+    );
+}
+
+#[test]
+fn syntax_errors_name_line_and_column() {
+    assert_eq!(
+        error("port: 4222\ntls {\n  cert_file: \"a\"\n"),
+        "line 4, column 1: unexpected end of file: the block opened at line 2 is never closed with '}'"
+    );
+    assert_eq!(
+        error("port 4222 4333"),
+        "line 1, column 11: expected a new line, ';' or ',' after the value, found '4'"
+    );
+}
+
+#[test]
+fn a_failed_load_leaves_the_options_untouched() {
+    let mut options = Options::default();
+    assert!(read_text("port: 4333\ndebug: true\nhost: 1\n", &mut options).is_err());
+    assert_eq!(options, Options::default());
+}
+
+#[test]
+fn authorization_single_user_token_and_conflicts() {
+    assert_eq!(loaded("authorization { user: a, password: b }").auth.users, vec![user("a", "b")]);
+    assert_eq!(loaded("authorization { token: t }").auth.token.as_deref(), Some("t"));
+    assert!(error("authorization { user: a, password: b, token: t }").contains("both a user and a token"));
+    assert!(error("authorization { user: a, users: [] }").contains("single user and a users array"));
+    assert!(error("authorization { token: t, users: [] }").contains("token and a users array"));
+    assert!(error("authorization { password: p }").contains("password but no user"));
+    let variable = loaded("authorization {\n  PASS: secret\n  users: [ {user: a, password: $PASS} ]\n}");
+    assert_eq!(variable.auth.users, vec![user("a", "secret")], "PASS used as $PASS is a variable");
+    assert!(error("authorization { users: [ {password: p} ] }").contains("needs a user name"));
+    assert!(error("authorization { users: [ {nkey: UABC} ] }").contains("nkey users are not supported"));
+    assert!(error("authorization { users: {user: a} }").contains("expected an array of users"));
+}
+
+#[test]
+fn default_permissions_fill_users_without_their_own() {
+    let options = loaded(
+        "authorization {\n  permissions: { publish: \"a.>\" }\n  users: [\n    {user: x, password: x}\n    {user: y, password: y, permissions: {publish: \"b\"}}\n  ]\n}\n",
+    );
+    let publish: Vec<_> = options.auth.users.iter().map(|u| u.permissions.clone().and_then(|p| p.publish)).collect();
+    assert_eq!(publish, [allow(&["a.>"]), allow(&["b"])]);
+}
+
+#[test]
+fn permission_forms() {
+    let permissions = |text: &str| {
+        let config = format!("authorization {{ users: [ {{user: u, password: p, permissions: {text}}} ] }}");
+        loaded(&config).auth.users[0].permissions.clone()
+    };
+    assert_eq!(
+        permissions("{publish: \"a.b\", subscribe: [\"c.*\", \"d.> workers\"]}"),
+        Some(Permissions { publish: allow(&["a.b"]), subscribe: allow(&["c.*", "d.> workers"]) })
+    );
+    assert_eq!(
+        permissions("{pub: {deny: [\"x.>\"]}, sub: {}}"),
+        Some(Permissions {
+            publish: Some(SubjectPermission { allow: Vec::new(), deny: vec!["x.>".to_string()] }),
+            subscribe: None,
+        })
+    );
+}
+
+#[test]
+fn permission_mistakes_are_errors_not_warnings() {
+    let with = |text: &str| format!("authorization {{ users: [ {{user: u, password: p, permissions: {text}}} ] }}");
+    assert!(error(&with("{publsh: \"a\"}")).contains("unknown key \"publsh\""));
+    assert!(error(&with("{publish: {allow: \"a\", dney: \"b\"}}")).contains("unknown key \"dney\""));
+    assert!(error(&with("{publish: \"a..b\"}")).contains("invalid subject \"a..b\""));
+    assert!(error(&with("{publish: \"a q\"}")).contains("invalid subject"), "queues only in subscribe");
+    assert!(error(&with("{publish: 5}")).contains("expected a subject or an array of subjects"));
+}
+
+#[test]
+fn allow_responses_is_a_warning() {
+    let (_, warnings) =
+        load_text("authorization { users: [ {user: u, password: p, permissions: {allow_responses: true}} ] }");
+    assert_eq!(warnings.len(), 1);
+    assert!(warnings[0].contains("allow_responses"), "{warnings:?}");
+}
+
+#[test]
+fn users_must_be_unique_and_no_auth_user_must_exist() {
+    let duplicated =
+        "authorization { users: [ {user: a, password: x} ] }\naccounts { B { users: [ {user: a, password: y} ] } }";
+    assert_eq!(error(duplicated), "line 2, column 25: user \"a\" is defined twice (first at line 1)");
+    assert_eq!(
+        error("no_auth_user: ghost\nauthorization { user: a, password: b }"),
+        "line 1, column 15: no_auth_user \"ghost\" is not a user defined in authorization or accounts"
+    );
+    assert_eq!(
+        loaded("accounts { A { users: [{user: a, password: b}] } }\nno_auth_user: a").auth.no_auth_user.as_deref(),
+        Some("a")
+    );
+}
+
+#[test]
+fn tls_block() {
+    let options = loaded("tls { cert_file: c.pem, key_file: k.pem }");
+    assert_eq!(
+        options.tls,
+        Some(TlsOptions {
+            cert_file: PathBuf::from("c.pem"),
+            key_file: PathBuf::from("k.pem"),
+            ca_file: None,
+            verify: false,
+            timeout: limits::TLS_HANDSHAKE_TIMEOUT,
+        })
+    );
+    assert_eq!(error("tls {\n  cert_file: c.pem\n}"), "line 1, column 5: tls needs both cert_file and key_file");
+    let timed = loaded("tls { cert_file: c, key_file: k, timeout: \"500ms\" }");
+    assert_eq!(timed.tls.map(|tls| tls.timeout), Some(Duration::from_millis(500)));
+}
+
+#[test]
+fn tls_verify_and_map_verifies_with_a_warning() {
+    let (options, warnings) = load_text("tls { cert_file: c, key_file: k, verify_and_map: true }");
+    assert_eq!(options.tls.map(|tls| tls.verify), Some(true));
+    assert_eq!(warnings.len(), 1);
+}
+
+#[test]
+fn jetstream_forms() {
+    assert!(!loaded("jetstream: false").jetstream);
+    assert!(loaded("jetstream: true").jetstream);
+    assert!(!loaded("jetstream: disabled").jetstream);
+    assert!(loaded("jetstream: enabled").jetstream);
+    assert!(!loaded("jetstream: off").jetstream);
+    assert!(loaded("jetstream: false\njetstream {}").jetstream, "a block enables");
+    assert!(!loaded("jetstream { enabled: false, store_dir: /x }").jetstream);
+    assert_eq!(loaded("jetstream { max_mem: -1 }").jetstream_memory_bytes_max, None);
+    assert_eq!(loaded("jetstream { max_memory_store: 1MB }").jetstream_memory_bytes_max, Some(1 << 20));
+    assert_eq!(loaded("store_dir: /top").store_dir, PathBuf::from("/top"));
+    assert!(error("jetstream: maybe").contains("expected \"enabled\" or \"disabled\""));
+    assert!(error("jetstream: 1").contains("expected a boolean"));
+    assert!(error("store_dir: /a\njetstream { store_dir: /b }").contains("store_dir is set twice (first at line 1)"));
+}
+
+#[test]
+fn accounts_forms() {
+    let names: Vec<_> = loaded("accounts: [A, B]").accounts.into_iter().map(|a| a.name).collect();
+    assert_eq!(names, ["A", "B"]);
+    assert!(error("accounts: [A, A]").contains("listed twice"));
+    assert!(error("accounts { A: 1 }").contains("expected a block"));
+    let account = &loaded("accounts { A { jetstream: false } }").accounts[0];
+    assert_eq!(account.jetstream, None);
+    let account = &loaded("accounts { A { jetstream: true } }").accounts[0];
+    assert_eq!(account.jetstream, Some(AccountJetStream::default()));
+    let account = &loaded(
+        "accounts { A {\n  default_permissions: { subscribe: \"a.>\" }\n  users: [{user: a, password: b}]\n} }",
+    )
+    .accounts[0];
+    assert_eq!(account.users[0].permissions.as_ref().and_then(|p| p.subscribe.clone()), allow(&["a.>"]));
+}
+
+#[test]
+fn variables_defined_in_accounts_are_not_accounts() {
+    let options = loaded("accounts {\n  PW: secret\n  A { users: [{user: a, password: $PW}] }\n}");
+    assert_eq!(options.accounts.len(), 1);
+    assert_eq!(options.accounts[0].users, vec![user("a", "secret")]);
+}
+
+mod files {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let path = dir.join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).expect("create dir");
+        }
+        std::fs::write(&path, text).expect("write");
+        path
+    }
+
+    #[test]
+    fn load_reads_a_file() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = write(dir.path(), "server.conf", "port: 4333\nodd: 1\n");
+        let mut options = Options::default();
+        let warnings = load(&path, &mut options).expect("loads");
+        assert_eq!(options.port, 4333);
+        assert_eq!(warnings, ["unknown config key \"odd\" at line 2, ignored"]);
+    }
+
+    #[test]
+    fn load_errors_name_the_file() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = write(dir.path(), "server.conf", "port: x\n");
+        let message = load(&path, &mut Options::default()).expect_err("fails").to_string();
+        assert_eq!(
+            message,
+            format!("{}: line 1, column 7: expected an integer for \"port\", found the string \"x\"", path.display())
+        );
+        let missing = dir.path().join("missing.conf");
+        assert!(matches!(load(&missing, &mut Options::default()), Err(ConfigError::Read { .. })));
+    }
+
+    #[test]
+    fn includes_are_relative_to_the_including_file() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        write(dir.path(), "conf/auth/users.conf", "authorization { user: a, password: $PW }\n");
+        write(dir.path(), "conf/auth.conf", "PW: secret\ninclude 'auth/users.conf'\n");
+        let main = write(dir.path(), "conf/main.conf", "port: 4333\ninclude auth.conf\ndebug: true\n");
+        let mut options = Options::default();
+        let warnings = load(&main, &mut options);
+        // An included file is parsed on its own, so it cannot see the includer's variables.
+        assert!(matches!(warnings, Err(ConfigError::UndefinedVariable { ref name, .. }) if name == "PW"));
+        write(dir.path(), "conf/auth/users.conf", "PW2: secret\nauthorization { user: a, password: $PW2 }\n");
+        let warnings = load(&main, &mut options).expect("loads");
+        assert_eq!(options.port, 4333);
+        assert!(options.debug);
+        assert_eq!(options.auth.users, vec![user("a", "secret")]);
+        assert_eq!(
+            warnings,
+            ["unknown config key \"PW\" at line 1 of ".to_string()
+                + &dir.path().join("conf/auth.conf").display().to_string()
+                + ", ignored"]
+        );
+    }
+
+    #[test]
+    fn included_keys_can_feed_later_variables_and_blocks() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        write(dir.path(), "vars.conf", "BASE_PORT: 4333\n");
+        write(dir.path(), "tls.conf", "cert_file: c.pem\nkey_file: k.pem\n");
+        let main =
+            write(dir.path(), "main.conf", "include \"vars.conf\"\nport: $BASE_PORT\ntls {\n  include tls.conf\n}\n");
+        let mut options = Options::default();
+        let warnings = load(&main, &mut options).expect("loads");
+        assert_eq!(options.port, 4333);
+        assert_eq!(options.tls.map(|tls| tls.cert_file), Some(PathBuf::from("c.pem")));
+        assert!(warnings.is_empty(), "{warnings:?}");
+    }
+
+    #[test]
+    fn include_errors() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let main = write(dir.path(), "main.conf", "port: 1\ninclude nowhere.conf\n");
+        let message = load(&main, &mut Options::default()).expect_err("fails").to_string();
+        assert!(message.contains("line 2, column 1: cannot read included file"), "{message}");
+        let looping = write(dir.path(), "loop.conf", "include loop.conf\n");
+        let message = load(&looping, &mut Options::default()).expect_err("fails").to_string();
+        assert!(message.contains("nested more than 10 deep"), "{message}");
+        write(dir.path(), "bad.conf", "\nport: [\n");
+        let outer = write(dir.path(), "outer.conf", "include bad.conf\n");
+        let message = load(&outer, &mut Options::default()).expect_err("fails").to_string();
+        assert!(
+            message.starts_with(&format!("{}: line 3, column 1", dir.path().join("bad.conf").display())),
+            "{message}"
+        );
+    }
+}

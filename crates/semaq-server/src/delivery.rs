@@ -1,0 +1,213 @@
+//! Fan-out: hands one published message to every subscription the router matched.
+//!
+//! Plain subscriptions each get a copy; each queue group gets one, to a member picked at
+//! random (skipping members that are closing or refuse it). Writers are woken once per input
+//! batch through a [`FlushSet`], not once per message.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use semaq_wire::{encode, ByteString};
+
+use crate::connection::Client;
+use crate::router::{Matches, Router};
+
+/// Where a subscription's messages go.
+#[derive(Debug, Clone)]
+pub enum Sink {
+    /// A client connection.
+    Client(Arc<Client>),
+    /// A part of the server itself (the JetStream API, a stream capturing its subjects, ...).
+    Internal(Arc<dyn InternalSink>),
+}
+
+/// A server component that receives published messages. It must not block: it runs on the
+/// publisher's read loop, so it queues work (bounded) for its own task.
+pub trait InternalSink: Send + Sync + std::fmt::Debug {
+    /// Takes one message; returns false when it cannot (it is then not counted as delivered).
+    fn receive(&self, message: &Message<'_>) -> bool;
+}
+
+/// One `SUB` (or an internal subscription): where matching messages go, and its
+/// auto-unsubscribe budget.
+#[derive(Debug)]
+pub struct Subscription {
+    /// Where deliveries go.
+    pub sink: Sink,
+    /// Subject filter.
+    pub subject: ByteString,
+    /// Queue group.
+    pub queue: Option<ByteString>,
+    /// The client's id for it.
+    pub sid: ByteString,
+    /// Deliveries after which it ends; 0 = unlimited.
+    max_msgs: AtomicU64,
+    /// Deliveries so far.
+    delivered: AtomicU64,
+}
+
+impl Subscription {
+    /// A subscription without a delivery limit.
+    pub fn new(sink: Sink, subject: ByteString, queue: Option<ByteString>, sid: ByteString) -> Self {
+        Self { sink, subject, queue, sid, max_msgs: AtomicU64::new(0), delivered: AtomicU64::new(0) }
+    }
+
+    /// Ends the subscription after `max` deliveries in all.
+    pub fn set_max_msgs(&self, max: u64) {
+        self.max_msgs.store(max, Ordering::Release);
+    }
+
+    /// Reserves one delivery; false when the auto-unsubscribe budget is spent.
+    pub fn claim_delivery(&self) -> bool {
+        let delivered = self.delivered.fetch_add(1, Ordering::AcqRel) + 1;
+        let max = self.max_msgs.load(Ordering::Acquire);
+        max == 0 || delivered <= max
+    }
+
+    /// Whether the budget is now spent, so the subscription should leave the router.
+    pub fn is_exhausted(&self) -> bool {
+        let max = self.max_msgs.load(Ordering::Acquire);
+        max != 0 && self.delivered.load(Ordering::Acquire) >= max
+    }
+
+    /// Deliveries so far.
+    pub fn delivered(&self) -> u64 {
+        self.delivered.load(Ordering::Relaxed)
+    }
+
+    /// The client behind it, for client subscriptions.
+    pub fn client(&self) -> Option<&Arc<Client>> {
+        match &self.sink {
+            Sink::Client(client) => Some(client),
+            Sink::Internal(_) => None,
+        }
+    }
+}
+
+/// A subscription as the router holds it; equal only to itself.
+#[derive(Debug, Clone)]
+pub struct SubscriberRef(pub Arc<Subscription>);
+
+impl PartialEq for SubscriberRef {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for SubscriberRef {}
+
+impl std::hash::Hash for SubscriberRef {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        Arc::as_ptr(&self.0).hash(state);
+    }
+}
+
+/// One message on its way to subscribers.
+#[derive(Debug, Clone, Copy)]
+pub struct Message<'a> {
+    /// Literal subject it was published to.
+    pub subject: &'a str,
+    /// Reply subject, for requests.
+    pub reply: Option<&'a str>,
+    /// Raw `NATS/1.0` header block.
+    pub headers: Option<&'a [u8]>,
+    /// Body.
+    pub payload: &'a [u8],
+}
+
+/// Clients whose buffers received bytes in the current batch and whose writers must be woken.
+#[derive(Debug, Default)]
+pub struct FlushSet {
+    clients: Vec<Arc<Client>>,
+    seen: HashSet<u64>,
+}
+
+impl FlushSet {
+    /// Remembers that `client` has bytes to send.
+    pub fn add(&mut self, client: &Arc<Client>) {
+        if self.seen.insert(client.id) {
+            self.clients.push(client.clone());
+        }
+    }
+
+    /// Wakes every remembered writer and forgets them.
+    pub fn flush(&mut self) {
+        for client in self.clients.drain(..) {
+            client.outbound.flush();
+        }
+        self.seen.clear();
+    }
+}
+
+/// Delivers `message` to everything in `matches`; returns how many subscriptions received it.
+/// `publisher` is the publishing client, whose own subscriptions are skipped when it set `echo: false`.
+pub fn fan_out(
+    router: &Router<SubscriberRef>,
+    matches: &Matches<SubscriberRef>,
+    message: &Message<'_>,
+    publisher: Option<&Client>,
+    flush: &mut FlushSet,
+) -> usize {
+    let mut delivered = 0;
+    for subscriber in &matches.plain {
+        if may_receive(&subscriber.0, message, publisher) && deliver(router, &subscriber.0, message, flush) {
+            delivered += 1;
+        }
+    }
+    for group in &matches.groups {
+        if group.members.is_empty() {
+            continue;
+        }
+        let start = rand::random::<u32>() as usize % group.members.len();
+        let rotated = group.members[start..].iter().chain(&group.members[..start]);
+        for member in rotated {
+            if may_receive(&member.0, message, publisher) && deliver(router, &member.0, message, flush) {
+                delivered += 1;
+                break;
+            }
+        }
+    }
+    delivered
+}
+
+fn may_receive(subscription: &Subscription, message: &Message<'_>, publisher: Option<&Client>) -> bool {
+    let Sink::Client(client) = &subscription.sink else { return true };
+    if publisher.is_some_and(|publisher| publisher.id == client.id && !client.echo()) {
+        return false;
+    }
+    !client.outbound.is_closing() && client.may_receive(message.subject)
+}
+
+/// Appends one delivery to the subscription's client, honouring auto-unsubscribe.
+pub fn deliver(
+    router: &Router<SubscriberRef>,
+    subscription: &Arc<Subscription>,
+    message: &Message<'_>,
+    flush: &mut FlushSet,
+) -> bool {
+    if !subscription.claim_delivery() {
+        return false;
+    }
+    if subscription.is_exhausted() {
+        router.remove(&subscription.subject, subscription.queue.as_deref(), &SubscriberRef(subscription.clone()));
+    }
+    let client = match &subscription.sink {
+        Sink::Client(client) => client,
+        Sink::Internal(sink) => return sink.receive(message),
+    };
+    let headers = if client.headers() { message.headers } else { None };
+    let subject = message.subject.as_bytes();
+    let sid = subscription.sid.as_bytes();
+    let reply = message.reply.map(str::as_bytes);
+    let len = encode::message_len(subject, sid, reply, headers, message.payload);
+    let appended = client
+        .outbound
+        .append_with(len, |buffer| encode::message(buffer, subject, sid, reply, headers, message.payload));
+    if appended.is_err() {
+        return false;
+    }
+    client.outbound.traffic.record(headers.map_or(0, <[u8]>::len) + message.payload.len());
+    flush.add(client);
+    true
+}

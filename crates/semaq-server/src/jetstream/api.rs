@@ -1,0 +1,347 @@
+//! The `$JS.API.>` request handlers: same subjects, JSON shapes and errors as nats-server.
+//!
+//! Requests arrive through an internal subscription, are queued (bounded) and handled one at
+//! a time by the API task, which answers on the request's reply subject.
+
+use std::sync::{Arc, Weak};
+
+use base64::Engine;
+use bytes::Bytes;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use super::config::StreamConfig;
+use super::errors::ApiError;
+use super::stream::{store_error, Stream};
+use super::JetStream;
+use crate::clock;
+use crate::delivery::{InternalSink, Message};
+use crate::limits;
+use crate::server::Shared;
+
+/// The prefix of every JetStream API subject.
+pub const API_PREFIX: &str = "$JS.API";
+
+/// One API request.
+#[derive(Debug)]
+struct Request {
+    subject: String,
+    reply: Option<String>,
+    payload: Bytes,
+}
+
+/// The internal subscription that queues API requests.
+#[derive(Debug)]
+struct ApiSink {
+    queue: mpsc::Sender<Request>,
+}
+
+impl InternalSink for ApiSink {
+    fn receive(&self, message: &Message<'_>) -> bool {
+        let request = Request {
+            subject: message.subject.to_string(),
+            reply: message.reply.map(str::to_string),
+            payload: Bytes::copy_from_slice(message.payload),
+        };
+        self.queue.try_send(request).is_ok()
+    }
+}
+
+/// Subscribes to `$JS.API.>` and starts the task that answers.
+pub fn start(shared: &Arc<Shared>, jetstream: Arc<JetStream>) {
+    let (queue, requests) = mpsc::channel(limits::JETSTREAM_API_QUEUE_REQUESTS_MAX);
+    let sink = Arc::new(ApiSink { queue });
+    if let Err(error) = shared.subscribe_internal(&format!("{API_PREFIX}.>"), None, sink) {
+        tracing::error!(%error, "cannot subscribe to the JetStream API");
+        return;
+    }
+    tokio::spawn(serve(Arc::downgrade(shared), jetstream, requests));
+}
+
+async fn serve(shared: Weak<Shared>, jetstream: Arc<JetStream>, mut requests: mpsc::Receiver<Request>) {
+    while let Some(request) = requests.recv().await {
+        let Some(shared) = shared.upgrade() else { return };
+        let Some(reply) = request.reply.clone() else { continue };
+        let tokens: Vec<&str> = request.subject.split('.').skip(2).collect();
+        let response = handle(&shared, &jetstream, &tokens, &request.payload);
+        if let Some(response) = response {
+            shared.publish(&reply, None, response.to_string().as_bytes());
+        }
+    }
+}
+
+fn response_type(kind: &str) -> String {
+    format!("io.nats.jetstream.api.v1.{kind}_response")
+}
+
+/// Serializes a handler's result with its response type.
+fn respond(kind: &str, result: Result<Value, ApiError>) -> Value {
+    let response_type = response_type(kind);
+    match result {
+        Ok(mut body) => {
+            body["type"] = json!(response_type);
+            body
+        }
+        Err(error) => error.to_json(&response_type),
+    }
+}
+
+/// Parses a request body; an empty body is the type's default.
+fn parse<T: DeserializeOwned + Default>(payload: &[u8]) -> Result<T, ApiError> {
+    if payload.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(payload).map_err(ApiError::invalid_json)
+}
+
+fn handle(shared: &Shared, jetstream: &JetStream, tokens: &[&str], payload: &[u8]) -> Option<Value> {
+    let response = match tokens {
+        ["INFO"] => respond("account_info", Ok(account_info(shared, jetstream))),
+        ["STREAM", "CREATE", name] => respond("stream_create", create_stream(jetstream, name, payload)),
+        ["STREAM", "UPDATE", name] => respond("stream_update", update_stream(jetstream, name, payload)),
+        ["STREAM", "INFO", name] => respond("stream_info", stream_info_request(jetstream, name, payload)),
+        ["STREAM", "DELETE", name] => {
+            respond("stream_delete", jetstream.delete_stream(name).map(|()| json!({ "success": true })))
+        }
+        ["STREAM", "PURGE", name] => respond("stream_purge", purge(jetstream, name, payload)),
+        ["STREAM", "NAMES"] => respond("stream_names", stream_names(jetstream, payload)),
+        ["STREAM", "LIST"] => respond("stream_list", stream_list(jetstream, payload)),
+        ["STREAM", "MSG", "GET", name] => respond("stream_msg_get", get_message(jetstream, name, payload)),
+        ["STREAM", "MSG", "DELETE", name] => respond("stream_msg_delete", delete_message(jetstream, name, payload)),
+        _ => respond("error", Err(ApiError::bad_request())),
+    };
+    Some(response)
+}
+
+fn account_info(shared: &Shared, jetstream: &JetStream) -> Value {
+    let (streams, memory, storage) = jetstream.usage();
+    let consumers: usize = jetstream.streams().iter().map(|s| s.consumer_count()).sum();
+    let mut info = json!({
+        "memory": memory,
+        "storage": storage,
+        "reserved_memory": 0,
+        "reserved_storage": 0,
+        "streams": streams,
+        "consumers": consumers,
+        "limits": {
+            "max_memory": shared.options.jetstream_memory_bytes_max.map_or(-1, |v| v as i64),
+            "max_storage": shared.options.jetstream_file_bytes_max.map_or(-1, |v| v as i64),
+            "max_streams": -1,
+            "max_consumers": -1,
+            "max_ack_pending": -1,
+            "memory_max_stream_bytes": -1,
+            "storage_max_stream_bytes": -1,
+            "max_bytes_required": false,
+        },
+        "api": { "total": 0, "errors": 0 },
+    });
+    if let Some(domain) = &shared.options.jetstream_domain {
+        info["domain"] = json!(domain);
+    }
+    info
+}
+
+fn stream_config_from(name: &str, payload: &[u8]) -> Result<StreamConfig, ApiError> {
+    if payload.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::invalid_json("empty request"));
+    }
+    let mut config: StreamConfig = serde_json::from_slice(payload).map_err(ApiError::invalid_json)?;
+    if config.name.is_empty() {
+        config.name = name.to_string();
+    }
+    if config.name != name {
+        return Err(ApiError::stream_mismatch());
+    }
+    Ok(config)
+}
+
+fn create_stream(jetstream: &JetStream, name: &str, payload: &[u8]) -> Result<Value, ApiError> {
+    let stream = jetstream.create_stream(stream_config_from(name, payload)?)?;
+    Ok(stream_info(&stream, None))
+}
+
+fn update_stream(jetstream: &JetStream, name: &str, payload: &[u8]) -> Result<Value, ApiError> {
+    let stream = jetstream.update_stream(stream_config_from(name, payload)?)?;
+    Ok(stream_info(&stream, None))
+}
+
+/// Optional body of `STREAM.INFO`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct StreamInfoRequest {
+    subjects_filter: Option<String>,
+}
+
+fn stream_info_request(jetstream: &JetStream, name: &str, payload: &[u8]) -> Result<Value, ApiError> {
+    let request: StreamInfoRequest = parse(payload)?;
+    let stream = jetstream.stream(name).ok_or_else(ApiError::stream_not_found)?;
+    Ok(stream_info(&stream, request.subjects_filter.as_deref()))
+}
+
+/// The stream info body shared by create, update, info and list.
+pub fn stream_info(stream: &Stream, subjects_filter: Option<&str>) -> Value {
+    let state = stream.state();
+    let mut state_json = json!({
+        "messages": state.msgs,
+        "bytes": state.bytes,
+        "first_seq": state.first_seq,
+        "first_ts": timestamp(state.first_ts),
+        "last_seq": state.last_seq,
+        "last_ts": timestamp(state.last_ts),
+        "num_subjects": state.num_subjects,
+        "num_deleted": state.num_deleted,
+        "consumer_count": stream.consumer_count(),
+    });
+    if let Some(filter) = subjects_filter {
+        let filter = if filter.is_empty() { ">" } else { filter };
+        state_json["subjects"] = json!(stream.store().subjects_state(Some(filter)));
+    }
+    let mut info = json!({
+        "config": stream.config(),
+        "created": clock::rfc3339(stream.created),
+        "state": state_json,
+        "ts": clock::rfc3339(std::time::SystemTime::now()),
+    });
+    if let Some(damage) = state.corruption {
+        info["semaq"] = json!({ "corruption": damage });
+    }
+    info
+}
+
+fn timestamp(unix_ns: i64) -> String {
+    let time = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_nanos(unix_ns.max(0) as u64);
+    if unix_ns <= 0 {
+        "0001-01-01T00:00:00Z".to_string()
+    } else {
+        clock::rfc3339(time)
+    }
+}
+
+/// Body of `STREAM.PURGE`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct PurgeRequestBody {
+    filter: Option<String>,
+    seq: Option<u64>,
+    keep: Option<u64>,
+}
+
+fn purge(jetstream: &JetStream, name: &str, payload: &[u8]) -> Result<Value, ApiError> {
+    let request: PurgeRequestBody = parse(payload)?;
+    let stream = jetstream.stream(name).ok_or_else(ApiError::stream_not_found)?;
+    let config = stream.config();
+    if config.sealed || config.deny_purge {
+        return Err(ApiError::sealed());
+    }
+    if request.seq.is_some() && request.keep.is_some() {
+        return Err(ApiError::bad_request());
+    }
+    let purge = semaq_store::PurgeRequest { subject: request.filter, keep: request.keep, up_to_seq: request.seq };
+    let purged = stream.store().purge(&purge).map_err(store_error)?;
+    stream.notify_changed();
+    Ok(json!({ "success": true, "purged": purged }))
+}
+
+/// Paging for NAMES and LIST.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct ListRequest {
+    offset: usize,
+    subject: Option<String>,
+}
+
+fn matching_streams(jetstream: &JetStream, request: &ListRequest) -> Vec<Arc<Stream>> {
+    jetstream
+        .streams()
+        .into_iter()
+        .filter(|stream| match &request.subject {
+            Some(filter) => stream.config().subjects.iter().any(|s| semaq_wire::subject::overlaps(s, filter)),
+            None => true,
+        })
+        .collect()
+}
+
+fn stream_names(jetstream: &JetStream, payload: &[u8]) -> Result<Value, ApiError> {
+    let request: ListRequest = parse(payload)?;
+    let streams = matching_streams(jetstream, &request);
+    let total = streams.len();
+    let names: Vec<String> =
+        streams.iter().skip(request.offset).take(limits::API_LIST_NAMES_MAX).map(|s| s.name.clone()).collect();
+    Ok(json!({ "total": total, "offset": request.offset, "limit": limits::API_LIST_NAMES_MAX, "streams": names }))
+}
+
+fn stream_list(jetstream: &JetStream, payload: &[u8]) -> Result<Value, ApiError> {
+    let request: ListRequest = parse(payload)?;
+    let streams = matching_streams(jetstream, &request);
+    let total = streams.len();
+    let infos: Vec<Value> =
+        streams.iter().skip(request.offset).take(limits::API_LIST_INFOS_MAX).map(|s| stream_info(s, None)).collect();
+    Ok(json!({ "total": total, "offset": request.offset, "limit": limits::API_LIST_INFOS_MAX, "streams": infos }))
+}
+
+/// Body of `STREAM.MSG.GET` (and `DIRECT.GET`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct GetRequest {
+    /// Exact sequence, or the start for `next_by_subj`.
+    pub seq: Option<u64>,
+    /// Newest message on this subject.
+    pub last_by_subj: Option<String>,
+    /// First message at or after `seq` on this subject.
+    pub next_by_subj: Option<String>,
+}
+
+/// Finds the message a get request names.
+pub fn find_message(stream: &Stream, request: &GetRequest) -> Result<semaq_store::StoredMessage, ApiError> {
+    let store = stream.store();
+    let found = match (&request.seq, &request.last_by_subj, &request.next_by_subj) {
+        (Some(seq), None, None) => store.get(*seq),
+        (None, Some(subject), None) => store.get_last_for_subject(subject),
+        (seq, None, Some(subject)) => store.get_next(seq.unwrap_or(0), Some(subject)),
+        _ => return Err(ApiError::bad_request()),
+    };
+    found.map_err(store_error)?.ok_or_else(ApiError::no_message_found)
+}
+
+fn get_message(jetstream: &JetStream, name: &str, payload: &[u8]) -> Result<Value, ApiError> {
+    let request: GetRequest = parse(payload)?;
+    let stream = jetstream.stream(name).ok_or_else(ApiError::stream_not_found)?;
+    let message = find_message(&stream, &request)?;
+    let base64 = base64::engine::general_purpose::STANDARD;
+    let mut body = json!({
+        "subject": message.subject,
+        "seq": message.seq,
+        "data": base64.encode(&message.payload),
+        "time": timestamp(message.timestamp_ns),
+    });
+    if let Some(headers) = &message.headers {
+        body["hdrs"] = json!(base64.encode(headers));
+    }
+    Ok(json!({ "message": body }))
+}
+
+/// Body of `STREAM.MSG.DELETE`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct DeleteRequest {
+    seq: u64,
+    no_erase: bool,
+}
+
+fn delete_message(jetstream: &JetStream, name: &str, payload: &[u8]) -> Result<Value, ApiError> {
+    let request: DeleteRequest = parse(payload)?;
+    let _ = request.no_erase;
+    let stream = jetstream.stream(name).ok_or_else(ApiError::stream_not_found)?;
+    let config = stream.config();
+    if config.sealed || config.deny_delete {
+        return Err(ApiError::sealed());
+    }
+    let deleted = stream.store().delete(request.seq).map_err(store_error)?;
+    if !deleted {
+        return Err(ApiError::no_message_found());
+    }
+    stream.notify_changed();
+    Ok(json!({ "success": true }))
+}

@@ -1,0 +1,325 @@
+//! Stream and consumer configuration as the JetStream JSON API spells it (nats-server 2.10
+//! field names; durations in nanoseconds, `-1` for "unlimited").
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+fn minus_one() -> i64 {
+    -1
+}
+
+fn is_zero(value: &i64) -> bool {
+    *value == 0
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
+}
+
+/// How messages leave a stream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Retention {
+    /// Kept until a limit removes them.
+    #[default]
+    Limits,
+    /// Kept while some consumer has not acknowledged them.
+    Interest,
+    /// Removed once acknowledged by the one consumer that took them.
+    Workqueue,
+}
+
+/// What a full stream does with a new message.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Discard {
+    /// Remove the oldest.
+    #[default]
+    Old,
+    /// Refuse the new one.
+    New,
+}
+
+/// Where a stream keeps its messages.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Storage {
+    /// On disk, in the segmented log.
+    #[default]
+    File,
+    /// In memory only.
+    Memory,
+}
+
+/// A stream's configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StreamConfig {
+    /// Unique name.
+    pub name: String,
+    /// Free text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Subjects captured (wildcards allowed).
+    pub subjects: Vec<String>,
+    /// Retention policy.
+    pub retention: Retention,
+    /// Consumers allowed; -1 unlimited.
+    pub max_consumers: i64,
+    /// Messages kept; -1 unlimited.
+    pub max_msgs: i64,
+    /// Bytes kept; -1 unlimited.
+    pub max_bytes: i64,
+    /// Age in nanoseconds after which messages are removed; 0 unlimited.
+    pub max_age: i64,
+    /// Messages kept per subject; -1 unlimited.
+    pub max_msgs_per_subject: i64,
+    /// Largest message accepted; -1 unlimited.
+    #[serde(default = "minus_one")]
+    pub max_msg_size: i64,
+    /// Discard policy when full.
+    pub discard: Discard,
+    /// Storage type.
+    pub storage: Storage,
+    /// Replicas (only 1 is supported).
+    pub num_replicas: i64,
+    /// Do not acknowledge publishes.
+    #[serde(skip_serializing_if = "is_false")]
+    pub no_ack: bool,
+    /// Window in nanoseconds for `Nats-Msg-Id` deduplication.
+    pub duplicate_window: i64,
+    /// No more writes or deletes.
+    pub sealed: bool,
+    /// Refuse message deletes.
+    pub deny_delete: bool,
+    /// Refuse purges.
+    pub deny_purge: bool,
+    /// Allow `Nats-Rollup` headers.
+    pub allow_rollup_hdrs: bool,
+    /// Allow `$JS.API.DIRECT.GET`.
+    pub allow_direct: bool,
+    /// Direct get for mirrors.
+    pub mirror_direct: bool,
+    /// Discard new per subject.
+    #[serde(skip_serializing_if = "is_false")]
+    pub discard_new_per_subject: bool,
+    /// Compression ("none").
+    pub compression: String,
+    /// First sequence to use.
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    pub first_seq: u64,
+    /// Defaults for consumers.
+    pub consumer_limits: serde_json::Value,
+    /// Free-form metadata; SemaQ reads `semaq.*` keys (level, schema, ...).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
+}
+
+fn is_zero_u64(value: &u64) -> bool {
+    *value == 0
+}
+
+/// Default `duplicate_window`: two minutes, as nats-server.
+pub const DUPLICATE_WINDOW_DEFAULT_NS: i64 = 120_000_000_000;
+
+impl Default for StreamConfig {
+    fn default() -> Self {
+        Self {
+            name: String::new(),
+            description: None,
+            subjects: Vec::new(),
+            retention: Retention::Limits,
+            max_consumers: -1,
+            max_msgs: -1,
+            max_bytes: -1,
+            max_age: 0,
+            max_msgs_per_subject: -1,
+            max_msg_size: -1,
+            discard: Discard::Old,
+            storage: Storage::File,
+            num_replicas: 1,
+            no_ack: false,
+            duplicate_window: 0,
+            sealed: false,
+            deny_delete: false,
+            deny_purge: false,
+            allow_rollup_hdrs: false,
+            allow_direct: false,
+            mirror_direct: false,
+            discard_new_per_subject: false,
+            compression: "none".to_string(),
+            first_seq: 0,
+            consumer_limits: serde_json::json!({}),
+            metadata: BTreeMap::new(),
+        }
+    }
+}
+
+/// Which message a new consumer starts at.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliverPolicy {
+    /// The first message.
+    #[default]
+    All,
+    /// The last message.
+    Last,
+    /// Only messages stored after creation.
+    New,
+    /// `opt_start_seq`.
+    ByStartSequence,
+    /// `opt_start_time`.
+    ByStartTime,
+    /// The last message of each subject.
+    LastPerSubject,
+}
+
+/// How deliveries are acknowledged.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AckPolicy {
+    /// No acks; delivered means done.
+    None,
+    /// Acking one acks all before it.
+    All,
+    /// Each message acked on its own.
+    #[default]
+    Explicit,
+}
+
+/// How fast stored messages are replayed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReplayPolicy {
+    /// As fast as possible.
+    #[default]
+    Instant,
+    /// At the original pace (treated as instant).
+    Original,
+}
+
+/// A consumer's configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ConsumerConfig {
+    /// Durable name (legacy field).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub durable_name: Option<String>,
+    /// Name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Free text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Where it starts.
+    pub deliver_policy: DeliverPolicy,
+    /// For `by_start_sequence`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub opt_start_seq: Option<u64>,
+    /// For `by_start_time` (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub opt_start_time: Option<String>,
+    /// Ack policy.
+    pub ack_policy: AckPolicy,
+    /// Nanoseconds before an unacknowledged delivery is redelivered.
+    pub ack_wait: i64,
+    /// Deliveries per message; -1 unlimited.
+    pub max_deliver: i64,
+    /// Redelivery delays in nanoseconds, by delivery count.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub backoff: Vec<i64>,
+    /// One subject filter.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filter_subject: Option<String>,
+    /// Several subject filters.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub filter_subjects: Vec<String>,
+    /// Replay policy.
+    pub replay_policy: ReplayPolicy,
+    /// Bits per second limit (ignored).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub rate_limit_bps: i64,
+    /// Pull requests waiting at once.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub max_waiting: i64,
+    /// Deliveries not yet acknowledged at once.
+    pub max_ack_pending: i64,
+    /// Push flow control.
+    #[serde(skip_serializing_if = "is_false")]
+    pub flow_control: bool,
+    /// Push idle heartbeat, nanoseconds.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub idle_heartbeat: i64,
+    /// Deliver only headers.
+    #[serde(skip_serializing_if = "is_false")]
+    pub headers_only: bool,
+    /// Largest pull batch.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub max_batch: i64,
+    /// Longest pull expiry, nanoseconds.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub max_expires: i64,
+    /// Largest pull max_bytes.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub max_bytes: i64,
+    /// Nanoseconds of inactivity after which an ephemeral consumer is removed.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub inactive_threshold: i64,
+    /// Replicas.
+    pub num_replicas: i64,
+    /// Keep state in memory.
+    #[serde(skip_serializing_if = "is_false")]
+    pub mem_storage: bool,
+    /// Push: where messages go.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deliver_subject: Option<String>,
+    /// Push: queue group of the deliver subject.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deliver_group: Option<String>,
+    /// Free-form metadata; SemaQ reads `semaq.filter`.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// Default `ack_wait`: 30 seconds, as nats-server.
+pub const ACK_WAIT_DEFAULT_NS: i64 = 30_000_000_000;
+/// Default `max_ack_pending`, as nats-server.
+pub const MAX_ACK_PENDING_DEFAULT: i64 = 1000;
+/// Default `max_waiting` for pull consumers, as nats-server.
+pub const MAX_WAITING_DEFAULT: i64 = 512;
+
+impl Default for ConsumerConfig {
+    fn default() -> Self {
+        Self {
+            durable_name: None,
+            name: None,
+            description: None,
+            deliver_policy: DeliverPolicy::All,
+            opt_start_seq: None,
+            opt_start_time: None,
+            ack_policy: AckPolicy::Explicit,
+            ack_wait: 0,
+            max_deliver: -1,
+            backoff: Vec::new(),
+            filter_subject: None,
+            filter_subjects: Vec::new(),
+            replay_policy: ReplayPolicy::Instant,
+            rate_limit_bps: 0,
+            max_waiting: 0,
+            max_ack_pending: 0,
+            flow_control: false,
+            idle_heartbeat: 0,
+            headers_only: false,
+            max_batch: 0,
+            max_expires: 0,
+            max_bytes: 0,
+            inactive_threshold: 0,
+            num_replicas: 0,
+            mem_storage: false,
+            deliver_subject: None,
+            deliver_group: None,
+            metadata: BTreeMap::new(),
+        }
+    }
+}

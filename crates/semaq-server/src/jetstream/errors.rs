@@ -1,0 +1,239 @@
+//! JetStream API errors with nats-server's `code`, `err_code` and description (its errors.json),
+//! so clients that switch on `err_code` behave the same against SemaQ.
+
+use serde_json::{json, Value};
+
+/// One API error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{description} (code {code}, err_code {err_code})")]
+pub struct ApiError {
+    /// HTTP-like status.
+    pub code: u16,
+    /// nats-server's error number.
+    pub err_code: u32,
+    /// Human-readable text.
+    pub description: String,
+}
+
+impl ApiError {
+    fn new(code: u16, err_code: u32, description: impl Into<String>) -> Self {
+        Self { code, err_code, description: description.into() }
+    }
+
+    /// The JSON body `{"type": ..., "error": {...}}`.
+    pub fn to_json(&self, response_type: &str) -> Value {
+        json!({
+            "type": response_type,
+            "error": { "code": self.code, "err_code": self.err_code, "description": self.description },
+        })
+    }
+
+    /// `bad request`.
+    pub fn bad_request() -> Self {
+        Self::new(400, 10003, "bad request")
+    }
+    /// `invalid JSON: {err}`.
+    pub fn invalid_json(error: impl std::fmt::Display) -> Self {
+        Self::new(400, 10025, format!("invalid JSON: {error}"))
+    }
+    /// `stream not found`.
+    pub fn stream_not_found() -> Self {
+        Self::new(404, 10059, "stream not found")
+    }
+    /// `consumer not found`.
+    pub fn consumer_not_found() -> Self {
+        Self::new(404, 10014, "consumer not found")
+    }
+    /// `no message found`.
+    pub fn no_message_found() -> Self {
+        Self::new(404, 10037, "no message found")
+    }
+    /// `stream name already in use with a different configuration`.
+    pub fn stream_name_exists() -> Self {
+        Self::new(400, 10058, "stream name already in use with a different configuration")
+    }
+    /// `subjects overlap with an existing stream`.
+    pub fn subjects_overlap() -> Self {
+        Self::new(400, 10065, "subjects overlap with an existing stream")
+    }
+    /// `stream name in subject does not match request`.
+    pub fn stream_mismatch() -> Self {
+        Self::new(400, 10056, "stream name in subject does not match request")
+    }
+    /// An invalid stream configuration, with the reason.
+    pub fn invalid_stream_config(reason: impl std::fmt::Display) -> Self {
+        Self::new(500, 10052, format!("{reason}"))
+    }
+    /// `stream create failed`, with the reason.
+    pub fn stream_create(reason: impl std::fmt::Display) -> Self {
+        Self::new(500, 10049, format!("{reason}"))
+    }
+    /// An update nats-server does not allow, with the reason.
+    pub fn stream_update(reason: impl std::fmt::Display) -> Self {
+        Self::new(500, 10052, format!("stream configuration update can not change {reason}"))
+    }
+    /// `replicas > 1 not supported in non-clustered mode`.
+    pub fn replicas_not_supported() -> Self {
+        Self::new(500, 10074, "replicas > 1 not supported in non-clustered mode")
+    }
+    /// `expected stream does not match`.
+    pub fn expected_stream_mismatch() -> Self {
+        Self::new(400, 10060, "expected stream does not match")
+    }
+    /// `wrong last sequence: {seq}`.
+    pub fn wrong_last_sequence(seq: u64) -> Self {
+        Self::new(400, 10071, format!("wrong last sequence: {seq}"))
+    }
+    /// `wrong last msg ID: {id}`.
+    pub fn wrong_last_msg_id(id: &str) -> Self {
+        Self::new(400, 10070, format!("wrong last msg ID: {id}"))
+    }
+    /// `message size exceeds maximum allowed`.
+    pub fn message_too_large() -> Self {
+        Self::new(400, 10054, "message size exceeds maximum allowed")
+    }
+    /// `maximum messages exceeded` (discard new).
+    pub fn max_messages() -> Self {
+        Self::new(503, 10077, "maximum messages exceeded")
+    }
+    /// `maximum bytes exceeded` (discard new).
+    pub fn max_bytes() -> Self {
+        Self::new(503, 10077, "maximum bytes exceeded")
+    }
+    /// `maximum messages per subject exceeded` (discard new per subject).
+    pub fn max_messages_per_subject() -> Self {
+        Self::new(503, 10077, "maximum messages per subject exceeded")
+    }
+    /// `invalid operation on sealed stream`.
+    pub fn sealed() -> Self {
+        Self::new(400, 10109, "invalid operation on sealed stream")
+    }
+    /// The store failed, with the reason.
+    pub fn storage(reason: impl std::fmt::Display) -> Self {
+        Self::new(503, 10077, format!("{reason}"))
+    }
+    /// `insufficient storage resources available`.
+    pub fn insufficient_resources() -> Self {
+        Self::new(500, 10047, "insufficient storage resources available")
+    }
+    /// `JetStream not enabled`.
+    pub fn not_enabled() -> Self {
+        Self::new(503, 10076, "JetStream not enabled")
+    }
+    /// `maximum number of streams reached`.
+    pub fn max_streams() -> Self {
+        Self::new(400, 10027, "maximum number of streams reached")
+    }
+    /// `maximum consumers limit reached`.
+    pub fn max_consumers() -> Self {
+        Self::new(400, 10026, "maximum consumers limit reached")
+    }
+    /// `consumer already exists`.
+    pub fn consumer_exists() -> Self {
+        Self::new(400, 10148, "consumer already exists")
+    }
+    /// `consumer name already in use`.
+    pub fn consumer_name_exists() -> Self {
+        Self::new(400, 10013, "consumer name already in use")
+    }
+    /// A consumer could not be created, with the reason.
+    pub fn consumer_create(reason: impl std::fmt::Display) -> Self {
+        Self::new(500, 10012, format!("{reason}"))
+    }
+    /// `consumer name in subject does not match durable name in request`.
+    pub fn durable_name_mismatch() -> Self {
+        Self::new(400, 10017, "consumer name in subject does not match durable name in request")
+    }
+    /// `Consumer create request did not match filtered subject from create subject`.
+    pub fn filter_subject_mismatch() -> Self {
+        Self::new(400, 10131, "Consumer create request did not match filtered subject from create subject")
+    }
+    /// `durable name can not contain '.', '*', '>'`.
+    pub fn bad_durable_name() -> Self {
+        Self::new(400, 10103, "durable name can not contain '.', '*', '>'")
+    }
+    /// `consumer filter subject is not a valid subset of the interest subjects`.
+    pub fn filter_not_subset() -> Self {
+        Self::new(400, 10093, "consumer filter subject is not a valid subset of the interest subjects")
+    }
+    /// `consumer cannot have both FilterSubject and FilterSubjects specified`.
+    pub fn duplicate_filter_subjects() -> Self {
+        Self::new(400, 10136, "consumer cannot have both FilterSubject and FilterSubjects specified")
+    }
+    /// `consumer subject filters cannot overlap`.
+    pub fn overlapping_filter_subjects() -> Self {
+        Self::new(400, 10138, "consumer subject filters cannot overlap")
+    }
+    /// `consumer in push mode can not set max waiting`.
+    pub fn push_max_waiting() -> Self {
+        Self::new(400, 10080, "consumer in push mode can not set max waiting")
+    }
+    /// `consumer deliver subject has wildcards`.
+    pub fn deliver_to_wildcards() -> Self {
+        Self::new(400, 10079, "consumer deliver subject has wildcards")
+    }
+    /// `consumer idle heartbeat requires a push based consumer`.
+    pub fn heartbeat_requires_push() -> Self {
+        Self::new(400, 10088, "consumer idle heartbeat requires a push based consumer")
+    }
+    /// `consumer flow control requires a push based consumer`.
+    pub fn flow_control_requires_push() -> Self {
+        Self::new(400, 10089, "consumer flow control requires a push based consumer")
+    }
+    /// `consumer with flow control also needs heartbeats`.
+    pub fn flow_control_needs_heartbeats() -> Self {
+        Self::new(400, 10108, "consumer with flow control also needs heartbeats")
+    }
+    /// `max deliver is required to be > length of backoff values`.
+    pub fn max_deliver_backoff() -> Self {
+        Self::new(400, 10116, "max deliver is required to be > length of backoff values")
+    }
+    /// `workqueue stream requires explicit ack`.
+    pub fn workqueue_requires_explicit_ack() -> Self {
+        Self::new(400, 10098, "workqueue stream requires explicit ack")
+    }
+    /// `multiple non-filtered consumers not allowed on workqueue stream`.
+    pub fn workqueue_multiple_unfiltered() -> Self {
+        Self::new(400, 10099, "multiple non-filtered consumers not allowed on workqueue stream")
+    }
+    /// `filtered consumer not unique on workqueue stream`.
+    pub fn workqueue_not_unique() -> Self {
+        Self::new(400, 10100, "filtered consumer not unique on workqueue stream")
+    }
+    /// `consumer must be deliver all on workqueue stream`.
+    pub fn workqueue_deliver_all() -> Self {
+        Self::new(400, 10101, "consumer must be deliver all on workqueue stream")
+    }
+    /// `consumer requires ack policy for max ack pending`.
+    pub fn max_ack_pending_requires_ack() -> Self {
+        Self::new(400, 10082, "consumer requires ack policy for max ack pending")
+    }
+    /// `consumer max waiting needs to be positive`.
+    pub fn max_waiting_negative() -> Self {
+        Self::new(400, 10087, "consumer max waiting needs to be positive")
+    }
+    /// `consumer ack wait needs to be positive`.
+    pub fn ack_wait_negative() -> Self {
+        Self::new(400, 10183, "consumer ack wait needs to be positive")
+    }
+    /// `consumer backoff needs to be positive`.
+    pub fn backoff_negative() -> Self {
+        Self::new(400, 10184, "consumer backoff needs to be positive")
+    }
+    /// `consumer config required`.
+    pub fn consumer_config_required() -> Self {
+        Self::new(400, 10078, "consumer config required")
+    }
+    /// `consumer expected to be durable but a durable name was not set`.
+    pub fn durable_name_not_set() -> Self {
+        Self::new(400, 10018, "consumer expected to be durable but a durable name was not set")
+    }
+    /// `Consumer Durable and Name have to be equal if both are provided`.
+    pub fn durable_and_name_mismatch() -> Self {
+        Self::new(400, 10132, "Consumer Durable and Name have to be equal if both are provided")
+    }
+    /// `consumer idle heartbeat needs to be >= 100ms`.
+    pub fn small_heartbeat() -> Self {
+        Self::new(400, 10083, "consumer idle heartbeat needs to be >= 100ms")
+    }
+}

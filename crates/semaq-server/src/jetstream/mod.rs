@@ -1,0 +1,342 @@
+//! JetStream: durable streams and consumers behind nats-server's JSON API (`$JS.API.>`).
+//!
+//! - [`config`]: stream and consumer configuration as the API spells it.
+//! - [`errors`]: the API's error codes.
+//! - [`stream`]: capture, checks, group-committed appends and PubAcks.
+//! - [`api`]: the request handlers.
+//!
+//! On disk, under the store directory: `jetstream/streams/<name>/stream.json` (config and
+//! creation time) and `jetstream/streams/<name>/msgs/` (the `semaq-store` log).
+
+pub mod api;
+pub mod config;
+pub mod errors;
+pub mod stream;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock, Weak};
+use std::time::{Duration, SystemTime};
+
+use semaq_store::{DiscardPolicy, FileStore, FileStoreConfig, MemoryStore, StoreLimits, StreamStore};
+use semaq_wire::subject;
+use serde::{Deserialize, Serialize};
+
+use self::config::{Discard, Retention, Storage, StreamConfig};
+use self::errors::ApiError;
+use self::stream::{Stream, SyncPolicy};
+use crate::clock;
+use crate::limits;
+use crate::server::Shared;
+
+/// What is persisted beside a stream's messages.
+#[derive(Debug, Serialize, Deserialize)]
+struct StreamMeta {
+    config: StreamConfig,
+    created: String,
+    created_unix_ns: i64,
+}
+
+/// All streams of the server.
+pub struct JetStream {
+    dir: PathBuf,
+    streams: RwLock<BTreeMap<String, Arc<Stream>>>,
+    sync_policy: SyncPolicy,
+    shared: Weak<Shared>,
+}
+
+impl std::fmt::Debug for JetStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JetStream").field("dir", &self.dir).finish_non_exhaustive()
+    }
+}
+
+/// Why JetStream could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum JetStreamError {
+    /// The store directory could not be used.
+    #[error("store directory {path}: {source}")]
+    Directory {
+        /// The directory.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// Maps a stream's config to the store's limits.
+pub fn store_limits(config: &StreamConfig) -> StoreLimits {
+    let positive = |value: i64| (value > 0).then_some(value as u64);
+    StoreLimits {
+        max_msgs: positive(config.max_msgs),
+        max_bytes: positive(config.max_bytes),
+        max_age: (config.max_age > 0).then(|| Duration::from_nanos(config.max_age as u64)),
+        max_msgs_per_subject: positive(config.max_msgs_per_subject),
+        max_msg_size: (config.max_msg_size > 0).then(|| config.max_msg_size.min(i64::from(u32::MAX)) as u32),
+        discard: match config.discard {
+            Discard::Old => DiscardPolicy::Old,
+            Discard::New => DiscardPolicy::New,
+        },
+        discard_new_per_subject: config.discard_new_per_subject,
+    }
+}
+
+/// Whether `name` is a valid stream or consumer name: no whitespace, `.`, `*`, `>` or path separators.
+pub fn is_valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= limits::JETSTREAM_NAME_BYTES_MAX
+        && !name.chars().any(|c| c.is_whitespace() || matches!(c, '.' | '*' | '>' | '/' | '\\'))
+}
+
+impl JetStream {
+    /// Opens every stream found under `store_dir` and starts their tasks.
+    pub fn start(shared: &Arc<Shared>) -> Result<Arc<Self>, JetStreamError> {
+        let dir = shared.options.store_dir.join("jetstream").join("streams");
+        std::fs::create_dir_all(&dir)
+            .map_err(|source| JetStreamError::Directory { path: dir.display().to_string(), source })?;
+        let sync_policy = shared.options.jetstream_sync.as_deref().and_then(SyncPolicy::parse).unwrap_or(SyncPolicy::Always);
+        let jetstream =
+            Arc::new(Self { dir, streams: RwLock::new(BTreeMap::new()), sync_policy, shared: Arc::downgrade(shared) });
+        jetstream.recover();
+        Ok(jetstream)
+    }
+
+    fn recover(&self) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else { return };
+        for entry in entries.flatten() {
+            let meta_path = entry.path().join("stream.json");
+            let meta = std::fs::read(&meta_path).ok().and_then(|bytes| serde_json::from_slice::<StreamMeta>(&bytes).ok());
+            let Some(meta) = meta else {
+                tracing::warn!("skipping {}: no readable stream.json", entry.path().display());
+                continue;
+            };
+            let created = SystemTime::UNIX_EPOCH + Duration::from_nanos(meta.created_unix_ns.max(0) as u64);
+            match self.open_stream(meta.config, created) {
+                Ok(stream) => tracing::info!("  Restored stream {:?}: {} messages", stream.name, stream.state().msgs),
+                Err(error) => tracing::error!("cannot restore stream in {}: {error}", entry.path().display()),
+            }
+        }
+    }
+
+    fn stream_dir(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    fn sync_policy_for(&self, config: &StreamConfig) -> SyncPolicy {
+        config.metadata.get("semaq.sync").and_then(|text| SyncPolicy::parse(text)).unwrap_or(self.sync_policy)
+    }
+
+    fn open_stream(&self, config: StreamConfig, created: SystemTime) -> Result<Arc<Stream>, ApiError> {
+        let store: Box<dyn StreamStore> = match config.storage {
+            Storage::Memory => Box::new(MemoryStore::new(store_limits(&config))),
+            Storage::File => {
+                let mut store_config = FileStoreConfig::new(self.stream_dir(&config.name).join("msgs"));
+                store_config.limits = store_limits(&config);
+                let store = FileStore::open(store_config).map_err(ApiError::stream_create)?;
+                if let Some(damage) = store.state().corruption {
+                    tracing::error!("stream {:?}: stored data is damaged: {damage}", config.name);
+                }
+                Box::new(store)
+            }
+        };
+        let sync_policy = self.sync_policy_for(&config);
+        let stream = Stream::start(config, created, store, sync_policy, self.shared.clone());
+        stream.capture();
+        self.write_streams().insert(stream.name.clone(), stream.clone());
+        Ok(stream)
+    }
+
+    fn write_streams(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, Arc<Stream>>> {
+        self.streams.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A stream by name.
+    pub fn stream(&self, name: &str) -> Option<Arc<Stream>> {
+        self.streams.read().unwrap_or_else(|p| p.into_inner()).get(name).cloned()
+    }
+
+    /// All streams, by name.
+    pub fn streams(&self) -> Vec<Arc<Stream>> {
+        self.streams.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
+    }
+
+    fn persist_meta(&self, config: &StreamConfig, created: SystemTime) -> Result<(), ApiError> {
+        if config.storage == Storage::Memory {
+            return Ok(());
+        }
+        let dir = self.stream_dir(&config.name);
+        std::fs::create_dir_all(&dir).map_err(ApiError::stream_create)?;
+        let meta = StreamMeta {
+            config: config.clone(),
+            created: clock::rfc3339(created),
+            created_unix_ns: created.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64),
+        };
+        let bytes = serde_json::to_vec_pretty(&meta).map_err(ApiError::stream_create)?;
+        write_atomically(&dir.join("stream.json"), &bytes).map_err(ApiError::stream_create)
+    }
+
+    /// Creates a stream, or succeeds when one with the identical config exists.
+    pub fn create_stream(&self, config: StreamConfig) -> Result<Arc<Stream>, ApiError> {
+        let config = normalize(config)?;
+        if let Some(existing) = self.stream(&config.name) {
+            return if existing.config() == config { Ok(existing) } else { Err(ApiError::stream_name_exists()) };
+        }
+        if self.streams().len() >= limits::STREAMS_MAX {
+            return Err(ApiError::max_streams());
+        }
+        self.check_overlap(&config)?;
+        let created = SystemTime::now();
+        self.persist_meta(&config, created)?;
+        self.open_stream(config, created)
+    }
+
+    /// Updates a stream where nats-server allows it.
+    pub fn update_stream(&self, config: StreamConfig) -> Result<Arc<Stream>, ApiError> {
+        let config = normalize(config)?;
+        let stream = self.stream(&config.name).ok_or_else(ApiError::stream_not_found)?;
+        check_update(&stream.config(), &config)?;
+        self.check_overlap(&config)?;
+        self.persist_meta(&config, stream.created)?;
+        stream.set_config(config)?;
+        Ok(stream)
+    }
+
+    fn check_overlap(&self, config: &StreamConfig) -> Result<(), ApiError> {
+        for other in self.streams() {
+            if other.name == config.name {
+                continue;
+            }
+            let other_subjects = other.config().subjects;
+            let overlaps = config.subjects.iter().any(|a| other_subjects.iter().any(|b| subject::overlaps(a, b)));
+            if overlaps {
+                return Err(ApiError::subjects_overlap());
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes a stream and its data.
+    pub fn delete_stream(&self, name: &str) -> Result<(), ApiError> {
+        let stream = self.write_streams().remove(name).ok_or_else(ApiError::stream_not_found)?;
+        stream.stop();
+        let dir = self.stream_dir(name);
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(ApiError::storage)?;
+        }
+        Ok(())
+    }
+
+    /// Stops every stream, syncing what it stored.
+    pub fn shutdown(&self) {
+        for stream in self.streams() {
+            stream.stop();
+        }
+    }
+
+    /// Streams and total stored bytes, for account info.
+    pub fn usage(&self) -> (usize, u64, u64) {
+        let streams = self.streams();
+        let (mut memory, mut storage) = (0, 0);
+        for stream in &streams {
+            let bytes = stream.state().bytes;
+            match stream.config().storage {
+                Storage::Memory => memory += bytes,
+                Storage::File => storage += bytes,
+            }
+        }
+        (streams.len(), memory, storage)
+    }
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let temporary = path.with_extension("tmp");
+    std::fs::write(&temporary, bytes)?;
+    std::fs::File::open(&temporary)?.sync_all()?;
+    std::fs::rename(&temporary, path)
+}
+
+/// Fills defaults and checks a stream config the way nats-server does.
+pub fn normalize(mut config: StreamConfig) -> Result<StreamConfig, ApiError> {
+    if !is_valid_name(&config.name) {
+        return Err(ApiError::invalid_stream_config("invalid stream name"));
+    }
+    if config.subjects.is_empty() {
+        config.subjects = vec![config.name.clone()];
+    }
+    for filter in &config.subjects {
+        if !subject::is_valid_filter(filter) {
+            return Err(ApiError::invalid_stream_config(format!("invalid subject {filter:?}")));
+        }
+        if subject::overlaps(filter, "$JS.API.>") || subject::overlaps(filter, "$SEMAQ.API.>") {
+            return Err(ApiError::invalid_stream_config("subjects that overlap with jetstream api are not allowed"));
+        }
+    }
+    for (i, a) in config.subjects.iter().enumerate() {
+        if config.subjects[i + 1..].iter().any(|b| subject::overlaps(a, b)) {
+            return Err(ApiError::invalid_stream_config("subjects overlap"));
+        }
+    }
+    if config.num_replicas == 0 {
+        config.num_replicas = 1;
+    }
+    if config.num_replicas > 1 {
+        return Err(ApiError::replicas_not_supported());
+    }
+    if config.num_replicas < 0 || config.max_age < 0 || config.duplicate_window < 0 {
+        return Err(ApiError::invalid_stream_config("negative values are not allowed"));
+    }
+    if config.duplicate_window == 0 {
+        config.duplicate_window = config::DUPLICATE_WINDOW_DEFAULT_NS;
+        if config.max_age > 0 && config.max_age < config.duplicate_window {
+            config.duplicate_window = config.max_age;
+        }
+    }
+    if config.max_age > 0 && config.duplicate_window > config.max_age {
+        return Err(ApiError::invalid_stream_config("duplicates window can not be larger then max age"));
+    }
+    for value in [&mut config.max_msgs, &mut config.max_bytes, &mut config.max_msgs_per_subject, &mut config.max_consumers] {
+        if *value == 0 {
+            *value = -1;
+        }
+    }
+    if config.max_msg_size == 0 {
+        config.max_msg_size = -1;
+    }
+    if config.compression.is_empty() {
+        config.compression = "none".into();
+    }
+    if config.compression != "none" {
+        return Err(ApiError::invalid_stream_config("compression is not supported"));
+    }
+    if config.retention == Retention::Workqueue && config.discard_new_per_subject && config.discard != Discard::New {
+        return Err(ApiError::invalid_stream_config("discard new per subject requires discard new policy to be set"));
+    }
+    if let Some(sync) = config.metadata.get("semaq.sync") {
+        if SyncPolicy::parse(sync).is_none() {
+            return Err(ApiError::invalid_stream_config(format!(
+                "semaq.sync must be always, never or an interval like 100ms, not {sync:?}"
+            )));
+        }
+    }
+    Ok(config)
+}
+
+/// Refuses the changes nats-server refuses on update.
+fn check_update(old: &StreamConfig, new: &StreamConfig) -> Result<(), ApiError> {
+    if old.storage != new.storage {
+        return Err(ApiError::stream_update("storage type"));
+    }
+    if (old.retention == Retention::Workqueue) != (new.retention == Retention::Workqueue) {
+        return Err(ApiError::stream_update("retention policy to/from workqueue"));
+    }
+    if old.sealed && !new.sealed {
+        return Err(ApiError::stream_update("sealed setting"));
+    }
+    if old.deny_delete && !new.deny_delete {
+        return Err(ApiError::stream_update("deny delete"));
+    }
+    if old.deny_purge && !new.deny_purge {
+        return Err(ApiError::stream_update("deny purge"));
+    }
+    Ok(())
+}

@@ -1,0 +1,487 @@
+//! One stream: captures the messages published to its subjects, checks them (dedup, expected
+//! headers, limits), appends them to its store with group commit, acknowledges them, and wakes
+//! its consumers.
+//!
+//! Publishers never touch the store: the stream's subscription queues each message (bounded)
+//! and one ingest task per stream drains the queue in batches. A batch is appended, synced
+//! once (when the stream syncs always), and only then are its PubAcks sent, so an
+//! acknowledged message is on disk and concurrent publishers share one fsync.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use semaq_store::{StoreError, StreamState, StreamStore};
+use semaq_wire::HeaderBlock;
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, watch};
+
+use super::config::StreamConfig;
+use super::errors::ApiError;
+use crate::delivery::{InternalSink, Message, Subscription};
+use crate::limits;
+use crate::server::{lock, Shared};
+
+/// Headers JetStream publishers may set.
+pub mod header {
+    /// Idempotency key for the dedup window.
+    pub const MSG_ID: &str = "Nats-Msg-Id";
+    /// The stream the publisher expects to store the message.
+    pub const EXPECTED_STREAM: &str = "Nats-Expected-Stream";
+    /// The stream's last sequence the publisher expects.
+    pub const EXPECTED_LAST_SEQUENCE: &str = "Nats-Expected-Last-Sequence";
+    /// The last sequence on this subject the publisher expects.
+    pub const EXPECTED_LAST_SUBJECT_SEQUENCE: &str = "Nats-Expected-Last-Subject-Sequence";
+    /// The last message id the publisher expects.
+    pub const EXPECTED_LAST_MSG_ID: &str = "Nats-Expected-Last-Msg-Id";
+}
+
+/// When appended messages are fsynced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncPolicy {
+    /// Before each batch is acknowledged (the default: an ack means on disk).
+    Always,
+    /// Every interval; an ack means written to the OS.
+    Interval(Duration),
+    /// Left to the OS.
+    Never,
+}
+
+impl SyncPolicy {
+    /// Reads `always`, `never`, or an interval like `100ms` / `1s`.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.trim() {
+            "always" => Some(SyncPolicy::Always),
+            "never" => Some(SyncPolicy::Never),
+            other => parse_duration(other).map(SyncPolicy::Interval),
+        }
+    }
+
+    /// The policy's name for stream info.
+    pub fn describe(&self) -> String {
+        match self {
+            SyncPolicy::Always => "always".into(),
+            SyncPolicy::Never => "never".into(),
+            SyncPolicy::Interval(every) => format!("{}ms", every.as_millis()),
+        }
+    }
+}
+
+/// Reads `250ms`, `2s` or `1m`.
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit())?);
+    let value: u64 = number.parse().ok()?;
+    match unit {
+        "ms" => Some(Duration::from_millis(value)),
+        "s" => Some(Duration::from_secs(value)),
+        "m" => Some(Duration::from_secs(value * 60)),
+        _ => None,
+    }
+}
+
+/// A message waiting to be stored.
+#[derive(Debug)]
+pub struct Inbound {
+    /// Subject it was published to.
+    pub subject: String,
+    /// Where the PubAck goes.
+    pub reply: Option<String>,
+    /// Raw header block.
+    pub headers: Option<Bytes>,
+    /// Body.
+    pub payload: Bytes,
+}
+
+/// The outcome of one publish: `seq` and whether it was a duplicate, or why it was refused.
+pub type PublishOutcome = Result<(u64, bool), ApiError>;
+
+/// Recent `Nats-Msg-Id`s within the duplicate window, oldest first.
+#[derive(Debug, Default)]
+struct Dedup {
+    by_id: HashMap<String, u64>,
+    order: VecDeque<(i64, String)>,
+    last_msg_id: Option<String>,
+}
+
+impl Dedup {
+    fn expire(&mut self, now_ns: i64, window_ns: i64) {
+        while let Some((stored_ns, _)) = self.order.front() {
+            let expired = now_ns - stored_ns > window_ns || self.order.len() > limits::DEDUP_IDS_MAX;
+            if !expired {
+                break;
+            }
+            if let Some((_, id)) = self.order.pop_front() {
+                self.by_id.remove(&id);
+            }
+        }
+    }
+
+    fn record(&mut self, id: &str, seq: u64, now_ns: i64) {
+        self.by_id.insert(id.to_string(), seq);
+        self.order.push_back((now_ns, id.to_string()));
+        self.last_msg_id = Some(id.to_string());
+    }
+}
+
+/// A stream and its store.
+pub struct Stream {
+    /// Stream name.
+    pub name: String,
+    config: RwLock<StreamConfig>,
+    /// When it was created.
+    pub created: SystemTime,
+    store: Mutex<Box<dyn StreamStore>>,
+    sync_policy: SyncPolicy,
+    ingest: mpsc::Sender<Inbound>,
+    /// The last stored sequence, watched by consumers.
+    last_seq: watch::Sender<u64>,
+    subscriptions: Mutex<Vec<Arc<Subscription>>>,
+    stop: tokio::sync::Notify,
+    shared: Weak<Shared>,
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stream").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+/// Now in unix nanoseconds.
+pub fn now_ns() -> i64 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
+}
+
+impl Stream {
+    /// Wraps an opened store and starts the ingest task; subscriptions are made by [`Stream::capture`].
+    pub fn start(
+        config: StreamConfig,
+        created: SystemTime,
+        store: Box<dyn StreamStore>,
+        sync_policy: SyncPolicy,
+        shared: Weak<Shared>,
+    ) -> Arc<Self> {
+        let (ingest, inbound) = mpsc::channel(limits::STREAM_INGEST_QUEUE_MESSAGES_MAX);
+        let last_seq = store.state().last_seq;
+        let stream = Arc::new(Self {
+            name: config.name.clone(),
+            config: RwLock::new(config),
+            created,
+            store: Mutex::new(store),
+            sync_policy,
+            ingest,
+            last_seq: watch::channel(last_seq).0,
+            subscriptions: Mutex::new(Vec::new()),
+            stop: tokio::sync::Notify::new(),
+            shared,
+        });
+        let dedup = stream.recover_dedup();
+        tokio::spawn(Arc::clone(&stream).ingest_loop(inbound, dedup));
+        stream
+    }
+
+    /// The current configuration.
+    pub fn config(&self) -> StreamConfig {
+        self.config.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Replaces the configuration (already validated) and re-subscribes to its subjects.
+    pub fn set_config(self: &Arc<Self>, config: StreamConfig) -> Result<(), ApiError> {
+        let limits = super::store_limits(&config);
+        lock(&self.store).update_limits(limits).map_err(|e| ApiError::storage(e))?;
+        *self.config.write().unwrap_or_else(|p| p.into_inner()) = config;
+        self.release();
+        self.capture();
+        Ok(())
+    }
+
+    /// The store, for reads by the API and consumers.
+    pub fn store(&self) -> std::sync::MutexGuard<'_, Box<dyn StreamStore>> {
+        lock(&self.store)
+    }
+
+    /// Counts and bounds.
+    pub fn state(&self) -> StreamState {
+        self.store().state()
+    }
+
+    /// Receiver that changes whenever a message is stored.
+    pub fn watch_last_seq(&self) -> watch::Receiver<u64> {
+        self.last_seq.subscribe()
+    }
+
+    /// Tells consumers that the stored messages changed (after deletes and purges too).
+    pub fn notify_changed(&self) {
+        let last = self.state().last_seq;
+        self.last_seq.send_replace(last);
+    }
+
+    /// Subscribes the stream to its subjects.
+    pub fn capture(self: &Arc<Self>) {
+        let Some(shared) = self.shared.upgrade() else { return };
+        let sink: Arc<dyn InternalSink> = Arc::new(Capture { stream: Arc::downgrade(self) });
+        let mut subscriptions = lock(&self.subscriptions);
+        for subject in self.config().subjects {
+            match shared.subscribe_internal(&subject, None, sink.clone()) {
+                Ok(subscription) => subscriptions.push(subscription),
+                Err(error) => tracing::warn!(stream = %self.name, %subject, %error, "cannot capture subject"),
+            }
+        }
+    }
+
+    /// Unsubscribes the stream from its subjects.
+    pub fn release(&self) {
+        let Some(shared) = self.shared.upgrade() else { return };
+        for subscription in lock(&self.subscriptions).drain(..) {
+            shared.unsubscribe_internal(&subscription);
+        }
+    }
+
+    /// Stops capturing and ingesting; what was stored is synced and the store closed.
+    pub fn stop(&self) {
+        self.release();
+        self.stop.notify_one();
+    }
+
+    /// Rebuilds the dedup window from the newest stored messages' `Nats-Msg-Id` headers.
+    fn recover_dedup(&self) -> Dedup {
+        let window_ns = self.duplicate_window_ns();
+        let mut dedup = Dedup::default();
+        let store = self.store();
+        let state = store.state();
+        let oldest_ns = now_ns() - window_ns;
+        let mut seq = state.last_seq;
+        let mut found = Vec::new();
+        while seq >= state.first_seq && seq > 0 && found.len() < limits::DEDUP_IDS_MAX {
+            match store.get(seq) {
+                Ok(Some(message)) if message.timestamp_ns < oldest_ns => break,
+                Ok(Some(message)) => {
+                    if let Some(id) = message.headers.as_deref().and_then(|h| header_value(h, header::MSG_ID)) {
+                        found.push((message.timestamp_ns, id, message.seq));
+                    }
+                }
+                _ => {}
+            }
+            seq -= 1;
+        }
+        for (timestamp_ns, id, seq) in found.into_iter().rev() {
+            dedup.record(&id, seq, timestamp_ns);
+        }
+        dedup
+    }
+
+    fn duplicate_window_ns(&self) -> i64 {
+        let window = self.config().duplicate_window;
+        if window > 0 {
+            window
+        } else {
+            super::config::DUPLICATE_WINDOW_DEFAULT_NS
+        }
+    }
+
+    /// Queues a published message; false when the queue is full or the stream stopped.
+    fn enqueue(&self, message: &Message<'_>) -> bool {
+        let inbound = Inbound {
+            subject: message.subject.to_string(),
+            reply: message.reply.map(str::to_string),
+            headers: message.headers.map(Bytes::copy_from_slice),
+            payload: Bytes::copy_from_slice(message.payload),
+        };
+        self.ingest.try_send(inbound).is_ok()
+    }
+
+    async fn ingest_loop(self: Arc<Self>, mut inbound: mpsc::Receiver<Inbound>, mut dedup: Dedup) {
+        let mut batch = Vec::with_capacity(limits::STREAM_INGEST_BATCH_MESSAGES_MAX);
+        let mut acks = Vec::with_capacity(limits::STREAM_INGEST_BATCH_MESSAGES_MAX);
+        let interval = match self.sync_policy {
+            SyncPolicy::Interval(every) => every,
+            _ => Duration::from_secs(3600),
+        };
+        let mut sync_timer = tokio::time::interval(interval);
+        loop {
+            tokio::select! {
+                received = inbound.recv_many(&mut batch, limits::STREAM_INGEST_BATCH_MESSAGES_MAX) => {
+                    if received == 0 {
+                        break;
+                    }
+                    self.store_batch(&mut batch, &mut dedup, &mut acks);
+                    self.send_acks(&mut acks);
+                }
+                _ = self.stop.notified() => break,
+                _ = sync_timer.tick(), if matches!(self.sync_policy, SyncPolicy::Interval(_)) => {
+                    if let Err(error) = self.store().sync() {
+                        tracing::error!(stream = %self.name, %error, "sync failed");
+                    }
+                }
+            }
+        }
+        if let Err(error) = self.store().close() {
+            tracing::error!(stream = %self.name, %error, "closing the store failed");
+        }
+    }
+
+    fn store_batch(&self, batch: &mut Vec<Inbound>, dedup: &mut Dedup, acks: &mut Vec<(Option<String>, PublishOutcome)>) {
+        let config = self.config();
+        let window_ns = self.duplicate_window_ns();
+        let mut store = self.store();
+        let now = now_ns();
+        dedup.expire(now, window_ns);
+        let mut stored_any = false;
+        for message in batch.drain(..) {
+            let outcome = store_one(&config, store.as_mut(), dedup, &message, now);
+            stored_any |= matches!(outcome, Ok((_, false)));
+            acks.push((message.reply, outcome));
+        }
+        if stored_any && self.sync_policy == SyncPolicy::Always {
+            if let Err(error) = store.sync() {
+                tracing::error!(stream = %self.name, %error, "fsync failed; refusing the batch's acks");
+                for (_, outcome) in acks.iter_mut() {
+                    if outcome.is_ok() {
+                        *outcome = Err(ApiError::storage(&error));
+                    }
+                }
+            }
+        }
+        let last_seq = store.state().last_seq;
+        drop(store);
+        if stored_any {
+            self.last_seq.send_replace(last_seq);
+        }
+    }
+
+    fn send_acks(&self, acks: &mut Vec<(Option<String>, PublishOutcome)>) {
+        let Some(shared) = self.shared.upgrade() else {
+            acks.clear();
+            return;
+        };
+        let no_ack = self.config().no_ack;
+        let domain = shared.options.jetstream_domain.clone();
+        for (reply, outcome) in acks.drain(..) {
+            let Some(reply) = reply else { continue };
+            if no_ack {
+                continue;
+            }
+            let body = pub_ack_json(&self.name, domain.as_deref(), outcome);
+            shared.publish(&reply, None, body.to_string().as_bytes());
+        }
+    }
+}
+
+/// The PubAck body for one outcome.
+pub fn pub_ack_json(stream: &str, domain: Option<&str>, outcome: PublishOutcome) -> Value {
+    match outcome {
+        Ok((seq, duplicate)) => {
+            let mut ack = json!({ "stream": stream, "seq": seq });
+            if duplicate {
+                ack["duplicate"] = json!(true);
+            }
+            if let Some(domain) = domain {
+                ack["domain"] = json!(domain);
+            }
+            ack
+        }
+        Err(error) => {
+            let mut body = error.to_json("io.nats.jetstream.api.v1.pub_ack_response");
+            body.as_object_mut().map(|o| o.remove("type"));
+            body
+        }
+    }
+}
+
+/// The value of header `name` in a raw header block.
+pub fn header_value(block: &[u8], name: &str) -> Option<String> {
+    HeaderBlock::parse(block).ok()?.get(name).map(str::to_string)
+}
+
+/// Checks and stores one message.
+fn store_one(
+    config: &StreamConfig,
+    store: &mut dyn StreamStore,
+    dedup: &mut Dedup,
+    message: &Inbound,
+    now: i64,
+) -> PublishOutcome {
+    if config.sealed {
+        return Err(ApiError::sealed());
+    }
+    let size = message.headers.as_ref().map_or(0, Bytes::len) + message.payload.len();
+    if config.max_msg_size >= 0 && size as i64 > config.max_msg_size {
+        return Err(ApiError::message_too_large());
+    }
+    let headers = match &message.headers {
+        Some(block) => HeaderBlock::parse(block).ok(),
+        None => None,
+    };
+    let msg_id = headers.as_ref().and_then(|h| h.get(header::MSG_ID)).map(str::to_string);
+    if let Some(headers) = &headers {
+        check_expectations(config, store, dedup, headers, &message.subject)?;
+    }
+    if let Some(id) = &msg_id {
+        if let Some(seq) = dedup.by_id.get(id) {
+            return Ok((*seq, true));
+        }
+    }
+    let (seq, _) = store
+        .append(&message.subject, message.headers.as_deref(), &message.payload, now)
+        .map_err(store_error)?;
+    if let Some(id) = &msg_id {
+        dedup.record(id, seq, now);
+    }
+    Ok((seq, false))
+}
+
+fn check_expectations(
+    config: &StreamConfig,
+    store: &mut dyn StreamStore,
+    dedup: &Dedup,
+    headers: &HeaderBlock,
+    subject: &str,
+) -> Result<(), ApiError> {
+    if let Some(expected) = headers.get(header::EXPECTED_STREAM) {
+        if expected != config.name {
+            return Err(ApiError::expected_stream_mismatch());
+        }
+    }
+    if let Some(expected) = headers.get(header::EXPECTED_LAST_SEQUENCE) {
+        let last = store.state().last_seq;
+        if expected.parse::<u64>().ok() != Some(last) {
+            return Err(ApiError::wrong_last_sequence(last));
+        }
+    }
+    if let Some(expected) = headers.get(header::EXPECTED_LAST_SUBJECT_SEQUENCE) {
+        let last = store.get_last_for_subject(subject).map_err(store_error)?.map_or(0, |m| m.seq);
+        if expected.parse::<u64>().ok() != Some(last) {
+            return Err(ApiError::wrong_last_sequence(last));
+        }
+    }
+    if let Some(expected) = headers.get(header::EXPECTED_LAST_MSG_ID) {
+        let last = dedup.last_msg_id.as_deref().unwrap_or("");
+        if expected != last {
+            return Err(ApiError::wrong_last_msg_id(last));
+        }
+    }
+    Ok(())
+}
+
+/// Maps a store refusal to nats-server's error.
+pub fn store_error(error: StoreError) -> ApiError {
+    match error {
+        StoreError::MaxMsgs => ApiError::max_messages(),
+        StoreError::MaxBytes => ApiError::max_bytes(),
+        StoreError::MaxMsgsPerSubject => ApiError::max_messages_per_subject(),
+        StoreError::MessageTooLarge { .. } => ApiError::message_too_large(),
+        other => ApiError::storage(other),
+    }
+}
+
+/// The subscription through which a stream captures its subjects.
+#[derive(Debug)]
+struct Capture {
+    stream: Weak<Stream>,
+}
+
+impl InternalSink for Capture {
+    fn receive(&self, message: &Message<'_>) -> bool {
+        self.stream.upgrade().is_some_and(|stream| stream.enqueue(message))
+    }
+}

@@ -1,0 +1,11 @@
+//! Integration tests against a real `semaq-server` process over TCP.
+//! One test binary keeps link time down; each module is one area of behaviour.
+
+mod common;
+
+mod auth;
+mod harness;
+mod pubsub;
+mod raw_protocol;
+mod slow_consumer;
+mod tls;

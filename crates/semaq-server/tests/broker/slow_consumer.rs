@@ -1,0 +1,47 @@
+//! A client that stops reading is cut off without stalling anyone else.
+
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+
+use crate::common::{sync, TestServer};
+
+#[tokio::test]
+async fn a_slow_consumer_is_disconnected_and_other_clients_are_unaffected() {
+    let server = TestServer::with_config("max_pending: 256KB\n", &[]);
+    // A subscriber that never reads: its socket buffers fill, then its pending bytes grow.
+    let mut stalled = server.raw();
+    stalled.send(b"CONNECT {}\r\nSUB firehose 1\r\nPING\r\n");
+    stalled.expect("PONG");
+    let healthy = server.client().await;
+    let mut subscriber = healthy.subscribe("firehose").await.unwrap();
+    sync(&healthy).await;
+    let publisher = server.client().await;
+    let payload = bytes::Bytes::from(vec![b'x'; 1024]);
+    const TOTAL: usize = 40_000;
+    let receiver = tokio::spawn(async move {
+        let mut received = 0;
+        while received < TOTAL {
+            match tokio::time::timeout(Duration::from_secs(10), subscriber.next()).await {
+                Ok(Some(_)) => received += 1,
+                _ => break,
+            }
+        }
+        received
+    });
+    for _ in 0..TOTAL {
+        publisher.publish("firehose", payload.clone()).await.unwrap();
+    }
+    publisher.flush().await.unwrap();
+    assert_eq!(receiver.await.unwrap(), TOTAL, "the healthy subscriber got every message");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while server.http_json("/varz")["slow_consumers"] != 1 {
+        assert!(Instant::now() < deadline, "slow consumer counted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let closed = server.http_json("/connz?state=closed");
+    let reasons: Vec<String> =
+        closed["connections"].as_array().unwrap().iter().map(|c| c["reason"].as_str().unwrap().to_string()).collect();
+    assert!(reasons.iter().any(|r| r.starts_with("Slow Consumer")), "{reasons:?}");
+    drop(stalled);
+}
