@@ -17,6 +17,7 @@ use futures::StreamExt;
 use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
 use tokio::sync::watch;
+use tokio::task::JoinSet;
 
 use super::stats::{latency_histogram, record_latency};
 use super::{Load, Report};
@@ -91,12 +92,13 @@ pub async fn run(target: &Target, load: &Load, shape: Shape, progress: &Progress
         window: (WINDOW_BYTES / load.size as u64).clamp(WINDOW_MSGS_MIN, WINDOW_MSGS_MAX),
     });
     let (stop_sender, stop) = watch::channel(false);
-    let mut tasks = Vec::with_capacity(shape.subscribers);
+    // A JoinSet aborts the receivers when dropped, so an early error return leaves no task behind.
+    let mut tasks = JoinSet::new();
     let mut subscriber_clients = Vec::with_capacity(shape.subscribers);
     for index in 0..shape.subscribers {
         let (client, subscriber) = subscribe(target, &flow.subject, shape).await?;
         let (flow, stop) = (flow.clone(), stop.clone());
-        tasks.push(tokio::spawn(async move { receive(subscriber, &flow, index, stop).await }));
+        tasks.spawn(async move { receive(subscriber, &flow, index, stop).await });
         subscriber_clients.push(client);
     }
     let publisher = target.connect_tuned(|options| options.client_capacity(PUBLISH_QUEUE_COMMANDS)).await?;
@@ -106,8 +108,8 @@ pub async fn run(target: &Target, load: &Load, shape: Shape, progress: &Progress
     // Stop is best-effort: a receiver that already ended has dropped its end of the channel.
     let _ = stop_sender.send(true);
     let mut received = Vec::with_capacity(tasks.len());
-    for task in tasks {
-        received.push(task.await.context("subscriber task failed")?);
+    while let Some(result) = tasks.join_next().await {
+        received.push(result.context("subscriber task failed")?);
     }
     drop(subscriber_clients);
     Ok(summarize(load, shape, sent, started, received))

@@ -3,6 +3,7 @@
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+use async_nats::Subject;
 use bytes::Bytes;
 use futures::StreamExt;
 use indicatif::ProgressBar;
@@ -16,7 +17,7 @@ const WARMUP_REQUESTS: u64 = 100;
 
 /// Measures one request in flight at a time, so each sample is a pure round trip without queueing.
 pub async fn run(target: &Target, load: &Load, progress: &ProgressBar) -> Result<Report> {
-    let subject = format!("semaq.bench.latency.{}", std::process::id());
+    let subject = Subject::from(format!("semaq.bench.latency.{}", std::process::id()));
     let responder = target.connect().await?;
     let mut requests = responder.subscribe(subject.clone()).await.context("cannot subscribe the responder")?;
     sync_with_server(&responder, target.timeout).await.context("responder subscription not confirmed")?;
@@ -31,6 +32,13 @@ pub async fn run(target: &Target, load: &Load, progress: &ProgressBar) -> Result
             }
         }
     });
+    let result = round_trips(target, &subject, load, progress).await;
+    echo.abort();
+    result
+}
+
+/// Sends requests one after another and records each round trip.
+async fn round_trips(target: &Target, subject: &Subject, load: &Load, progress: &ProgressBar) -> Result<Report> {
     let requester = target.connect().await?;
     let payload = Bytes::from(vec![0u8; load.size]);
     for _ in 0..WARMUP_REQUESTS {
@@ -50,7 +58,6 @@ pub async fn run(target: &Target, load: &Load, progress: &ProgressBar) -> Result
     }
     let elapsed = started.elapsed();
     progress.set_position(completed);
-    echo.abort();
     Ok(Report {
         sent: completed,
         delivered: completed,
