@@ -36,7 +36,8 @@ pub struct Authenticator {
 impl Authenticator {
     /// Collects the server-level and account users of `options`.
     pub fn from_options(options: &Options) -> Self {
-        let all_users = options.auth.users.iter().chain(options.accounts.iter().flat_map(|account| account.users.iter()));
+        let all_users =
+            options.auth.users.iter().chain(options.accounts.iter().flat_map(|account| account.users.iter()));
         let users = all_users
             .map(|user| {
                 let permissions = user.permissions.as_ref().map(|p| Arc::new(ClientPermissions::new(p)));
@@ -165,7 +166,10 @@ mod tests {
             options.auth.users.push(User { username: name.into(), password: password.into(), permissions: None });
         }
         let auth = Authenticator::from_options(&options);
-        assert_eq!(auth.authenticate(&connect(Some("alice"), Some("a"), None)).ok().and_then(|g| g.user), Some("alice".into()));
+        assert_eq!(
+            auth.authenticate(&connect(Some("alice"), Some("a"), None)).ok().and_then(|g| g.user),
+            Some("alice".into())
+        );
         assert!(auth.authenticate(&connect(Some("alice"), Some("b"), None)).is_err());
         assert!(auth.authenticate(&connect(Some("carol"), Some("a"), None)).is_err());
         assert!(auth.authenticate(&connect(None, None, None)).is_err());

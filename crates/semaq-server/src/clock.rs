@@ -51,19 +51,13 @@ pub fn civil(time: SystemTime) -> Civil {
 /// `2026-11-29T08:56:48.123456Z`.
 pub fn rfc3339(time: SystemTime) -> String {
     let c = civil(time);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
-        c.year, c.month, c.day, c.hour, c.minute, c.second, c.micros
-    )
+    format!("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z", c.year, c.month, c.day, c.hour, c.minute, c.second, c.micros)
 }
 
 /// nats-server's log stamp: `2026/11/29 08:56:48.123456`.
 pub fn log_stamp(time: SystemTime) -> String {
     let c = civil(time);
-    format!(
-        "{:04}/{:02}/{:02} {:02}:{:02}:{:02}.{:06}",
-        c.year, c.month, c.day, c.hour, c.minute, c.second, c.micros
-    )
+    format!("{:04}/{:02}/{:02} {:02}:{:02}:{:02}.{:06}", c.year, c.month, c.day, c.hour, c.minute, c.second, c.micros)
 }
 
 /// Go-style duration text as nats-server prints uptime: `1d2h3m4s`.

@@ -150,9 +150,9 @@ async fn connz(State(shared): State<Arc<Shared>>, Query(query): Query<ConnzQuery
     }
     if state == "closed" || state == "any" || state == "all" {
         let closed = lock(&shared.closed_clients).clone();
-        entries.extend(closed.iter().map(|c| {
-            (c.client.id, connection_json(&c.client, now, Some((c.reason.as_str(), c.stopped))))
-        }));
+        entries.extend(
+            closed.iter().map(|c| (c.client.id, connection_json(&c.client, now, Some((c.reason.as_str(), c.stopped))))),
+        );
     }
     entries.sort_by_key(|(id, _)| *id);
     let total = entries.len();

@@ -185,6 +185,18 @@ impl Outbound {
         }
     }
 
+    /// Resolves once the client is closed as a slow consumer (never for other reasons).
+    async fn abandoned(&self) {
+        loop {
+            let notified = self.closed_signal.notified();
+            match self.close_reason() {
+                Some(CloseReason::SlowConsumer) => return,
+                Some(_) => return std::future::pending().await,
+                None => notified.await,
+            }
+        }
+    }
+
     /// Takes the queued bytes for writing, leaving `spare` (empty) in their place.
     fn take(&self, spare: BytesMut) -> (BytesMut, Option<CloseReason>) {
         let mut state = self.lock();
@@ -212,7 +224,12 @@ impl Outbound {
                     socket.write_all(&batch).await?;
                     socket.flush().await
                 };
-                match tokio::time::timeout(deadline, write).await {
+                let outcome = tokio::select! {
+                    outcome = tokio::time::timeout(deadline, write) => outcome,
+                    // A slow consumer's queued bytes were dropped; so is the write stuck on them.
+                    _ = self.abandoned() => return CloseReason::SlowConsumer,
+                };
+                match outcome {
                     Ok(Ok(())) => self.written(),
                     Ok(Err(_)) => {
                         self.close(CloseReason::IoError);

@@ -203,12 +203,8 @@ impl Shared {
         queue: Option<&str>,
         sink: Arc<dyn InternalSink>,
     ) -> Result<Arc<Subscription>, RouterError> {
-        let subscription = Arc::new(Subscription::new(
-            Sink::Internal(sink),
-            filter.into(),
-            queue.map(Into::into),
-            "internal".into(),
-        ));
+        let subscription =
+            Arc::new(Subscription::new(Sink::Internal(sink), filter.into(), queue.map(Into::into), "internal".into()));
         self.router.insert(filter, queue, SubscriberRef(subscription.clone()))?;
         Ok(subscription)
     }

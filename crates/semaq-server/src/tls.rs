@@ -66,9 +66,7 @@ pub fn acceptor(options: &TlsOptions) -> Result<TlsAcceptor, TlsError> {
 }
 
 fn open(path: &Path) -> Result<BufReader<File>, TlsError> {
-    File::open(path)
-        .map(BufReader::new)
-        .map_err(|source| TlsError::Read { path: path.display().to_string(), source })
+    File::open(path).map(BufReader::new).map_err(|source| TlsError::Read { path: path.display().to_string(), source })
 }
 
 fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {

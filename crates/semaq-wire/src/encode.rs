@@ -29,7 +29,14 @@ pub fn err(out: &mut BytesMut, text: &str) {
 }
 
 /// Appends `MSG` (no headers) or `HMSG` (with a header block) for one delivery.
-pub fn message(out: &mut BytesMut, subject: &[u8], sid: &[u8], reply: Option<&[u8]>, headers: Option<&[u8]>, payload: &[u8]) {
+pub fn message(
+    out: &mut BytesMut,
+    subject: &[u8],
+    sid: &[u8],
+    reply: Option<&[u8]>,
+    headers: Option<&[u8]>,
+    payload: &[u8],
+) {
     let header_len = headers.map_or(0, <[u8]>::len);
     out.reserve(subject.len() + sid.len() + reply.map_or(0, <[u8]>::len) + header_len + payload.len() + 40);
     out.put_slice(if headers.is_some() { b"HMSG " } else { b"MSG " });
@@ -57,7 +64,12 @@ pub fn message(out: &mut BytesMut, subject: &[u8], sid: &[u8], reply: Option<&[u
 /// Bytes [`message`] will append, for accounting before writing.
 pub fn message_len(subject: &[u8], sid: &[u8], reply: Option<&[u8]>, headers: Option<&[u8]>, payload: &[u8]) -> usize {
     const FRAMING_BYTES_MAX: usize = 5 + 4 + 2 * 11 + 4;
-    subject.len() + sid.len() + reply.map_or(0, <[u8]>::len) + headers.map_or(0, <[u8]>::len) + payload.len() + FRAMING_BYTES_MAX
+    subject.len()
+        + sid.len()
+        + reply.map_or(0, <[u8]>::len)
+        + headers.map_or(0, <[u8]>::len)
+        + payload.len()
+        + FRAMING_BYTES_MAX
 }
 
 #[cfg(test)]

@@ -133,9 +133,7 @@ impl Parser {
         let (subject, reply, header_len, total_len) = match (with_headers, args.as_slice()) {
             (false, [subject, size]) => (subject, None, None, parse_size(size)?),
             (false, [subject, reply, size]) => (subject, Some(reply), None, parse_size(size)?),
-            (true, [subject, header_size, size]) => {
-                (subject, None, Some(parse_size(header_size)?), parse_size(size)?)
-            }
+            (true, [subject, header_size, size]) => (subject, None, Some(parse_size(header_size)?), parse_size(size)?),
             (true, [subject, reply, header_size, size]) => {
                 (subject, Some(reply), Some(parse_size(header_size)?), parse_size(size)?)
             }
@@ -185,11 +183,7 @@ fn parse_subscribe(args: &Bytes) -> Result<ClientOp, ParseError> {
         _ => return Err(ParseError::UnknownOperation),
     };
     let text = |bytes: &Bytes| ByteString::try_from(bytes.clone()).map_err(|_| ParseError::InvalidSubject);
-    Ok(ClientOp::Subscribe {
-        subject: text(subject)?,
-        queue: queue.map(text).transpose()?,
-        sid: text(sid)?,
-    })
+    Ok(ClientOp::Subscribe { subject: text(subject)?, queue: queue.map(text).transpose()?, sid: text(sid)? })
 }
 
 fn parse_unsubscribe(args: &Bytes) -> Result<ClientOp, ParseError> {

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::common::{sync, TestServer};
+use crate::common::{sync_via, TestServer};
 
 const USERS_CONFIG: &str = r#"
 authorization {
@@ -97,7 +97,7 @@ async fn allowed_traffic_flows_for_a_restricted_user() {
         .await
         .unwrap();
     let mut events = futures::StreamExt::fuse(bob.subscribe("events.>").await.unwrap());
-    sync(&bob).await;
+    sync_via(&bob, "orders.sync").await;
     alice.publish("events.shipped", "1".into()).await.unwrap();
     let message = tokio::time::timeout(Duration::from_secs(5), futures::StreamExt::next(&mut events)).await;
     assert_eq!(message.unwrap().unwrap().payload, "1");

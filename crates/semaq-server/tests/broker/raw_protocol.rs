@@ -24,7 +24,10 @@ const EXPECTED: &[&str] = &[
 fn assert_session_answer(received: &str) {
     let expected: String = EXPECTED.concat();
     // The two MSG lines for the same PUB may come in either order (plain sub, then queue group).
-    let normalized = received.replace("MSG foo.bar 2 5\r\nhello\r\nMSG foo.bar 1 5\r\nhello\r\n", "MSG foo.bar 1 5\r\nhello\r\nMSG foo.bar 2 5\r\nhello\r\n");
+    let normalized = received.replace(
+        "MSG foo.bar 2 5\r\nhello\r\nMSG foo.bar 1 5\r\nhello\r\n",
+        "MSG foo.bar 1 5\r\nhello\r\nMSG foo.bar 2 5\r\nhello\r\n",
+    );
     assert_eq!(normalized, expected);
 }
 

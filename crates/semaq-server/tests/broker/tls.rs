@@ -48,7 +48,8 @@ fn pki(dir: &Path) -> Pki {
 }
 
 fn tls_server(pki: &Pki, verify: bool) -> TestServer {
-    let (cert, key, ca) = (pki.server_cert.to_str().unwrap(), pki.server_key.to_str().unwrap(), pki.ca.to_str().unwrap());
+    let (cert, key, ca) =
+        (pki.server_cert.to_str().unwrap(), pki.server_key.to_str().unwrap(), pki.ca.to_str().unwrap());
     let mut args = vec!["--tls", "--tlscert", cert, "--tlskey", key];
     if verify {
         args.extend(["--tlsverify", "--tlscacert", ca]);

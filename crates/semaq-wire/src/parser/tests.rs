@@ -38,7 +38,10 @@ fn publish(subject: &str, reply: Option<&str>, headers: Option<&str>, payload: &
 fn every_op_parses() {
     assert_eq!(parse_one(b"PING\r\n"), Ok(ClientOp::Ping));
     assert_eq!(parse_one(b"pong\r\n"), Ok(ClientOp::Pong));
-    assert_eq!(parse_one(b"CONNECT {\"verbose\":false}\r\n"), Ok(ClientOp::Connect(Bytes::from_static(b"{\"verbose\":false}"))));
+    assert_eq!(
+        parse_one(b"CONNECT {\"verbose\":false}\r\n"),
+        Ok(ClientOp::Connect(Bytes::from_static(b"{\"verbose\":false}")))
+    );
     assert_eq!(parse_one(b"PUB foo 5\r\nhello\r\n"), Ok(publish("foo", None, None, "hello")));
     assert_eq!(parse_one(b"pub foo bar 0\r\n\r\n"), Ok(publish("foo", Some("bar"), None, "")));
     assert_eq!(
@@ -104,11 +107,10 @@ fn limits_are_enforced() {
     let mut parser = Parser::new(limits);
     assert_eq!(parse_all(&mut parser, b"SUB aaaaaaaaaaaaaaa 1\r\n"), vec![Err(ParseError::ControlLineTooLong)]);
     let mut parser = Parser::new(limits);
-    assert_eq!(parse_all(&mut parser, b"SUB aaaaaaaaaa 1\r\n"), vec![Ok(ClientOp::Subscribe {
-        subject: "aaaaaaaaaa".into(),
-        queue: None,
-        sid: "1".into()
-    })]);
+    assert_eq!(
+        parse_all(&mut parser, b"SUB aaaaaaaaaa 1\r\n"),
+        vec![Ok(ClientOp::Subscribe { subject: "aaaaaaaaaa".into(), queue: None, sid: "1".into() })]
+    );
 }
 
 #[test]
@@ -156,9 +158,9 @@ fn subject() -> impl Strategy<Value = String> {
 
 fn client_op() -> impl Strategy<Value = ClientOp> {
     let payload = prop::collection::vec(any::<u8>(), 0..64).prop_map(Bytes::from);
-    let headers = prop::option::of("[A-Za-z]{1,6}: [a-z0-9]{0,6}".prop_map(|line| {
-        Bytes::from(format!("NATS/1.0\r\n{line}\r\n\r\n"))
-    }));
+    let headers = prop::option::of(
+        "[A-Za-z]{1,6}: [a-z0-9]{0,6}".prop_map(|line| Bytes::from(format!("NATS/1.0\r\n{line}\r\n\r\n"))),
+    );
     prop_oneof![
         Just(ClientOp::Ping),
         Just(ClientOp::Pong),
@@ -171,10 +173,8 @@ fn client_op() -> impl Strategy<Value = ClientOp> {
             queue: queue.map(Into::into),
             sid: sid.into()
         }),
-        (token(), prop::option::of(0u64..1_000_000)).prop_map(|(sid, max_msgs)| ClientOp::Unsubscribe {
-            sid: sid.into(),
-            max_msgs
-        }),
+        (token(), prop::option::of(0u64..1_000_000))
+            .prop_map(|(sid, max_msgs)| ClientOp::Unsubscribe { sid: sid.into(), max_msgs }),
     ]
 }
 
