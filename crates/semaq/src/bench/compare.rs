@@ -147,13 +147,12 @@ async fn compare(args: CompareArgs) -> Result<()> {
     if args.scenarios.is_empty() {
         bail!("--scenarios names nothing to measure");
     }
-    let loads = args
-        .scenarios
-        .iter()
-        .filter_map(|entry| entry.scenario())
-        .map(|scenario| Ok((scenario, scenario.load(&args.load)?)))
-        .collect::<Result<Vec<_>>>()?;
-    let mut contenders = Contenders::start(&args, !loads.is_empty())?;
+    // Check the load arguments before starting any server.
+    let scenarios: Vec<Scenario> = args.scenarios.iter().filter_map(|entry| entry.scenario()).collect();
+    for scenario in &scenarios {
+        scenario.load(&args.load)?;
+    }
+    let contenders = Contenders::start(&args, !scenarios.is_empty())?;
     let mut rows: Vec<Row> = args
         .scenarios
         .iter()
@@ -162,8 +161,9 @@ async fn compare(args: CompareArgs) -> Result<()> {
         })
         .collect();
     let mut problems = Vec::new();
-    let outcome = run_rounds(&args, &mut contenders, &loads, &mut rows, &mut problems).await;
-    contenders.stop();
+    let outcome = run_rounds(&args, &contenders, &mut rows, &mut problems).await;
+    // Dropping the servers kills them before the table is printed.
+    drop(contenders);
     print_table(&rows);
     for problem in &problems {
         eprintln!("semaq: warning: {problem}");
@@ -181,8 +181,7 @@ async fn compare(args: CompareArgs) -> Result<()> {
 
 async fn run_rounds(
     args: &CompareArgs,
-    contenders: &mut Contenders,
-    loads: &[(Scenario, super::Load)],
+    contenders: &Contenders,
     rows: &mut [Row],
     problems: &mut Vec<String>,
 ) -> Result<()> {
@@ -192,7 +191,7 @@ async fn run_rounds(
             for side in order {
                 let label = contenders.sides[side].label;
                 let context = || format!("round {round}, {} on {label}", entry.name());
-                let figures = measure(*entry, side, contenders, loads, args, problems).await.with_context(context)?;
+                let figures = measure(*entry, side, contenders, args, problems).await.with_context(context)?;
                 for (metric, value) in entry.metrics().iter().zip(figures) {
                     if let Some(row) = rows.iter_mut().find(|row| row.entry == *entry && row.metric.name == metric.name)
                     {
@@ -219,7 +218,6 @@ async fn measure(
     entry: Entry,
     side: usize,
     contenders: &Contenders,
-    loads: &[(Scenario, super::Load)],
     args: &CompareArgs,
     problems: &mut Vec<String>,
 ) -> Result<Vec<f64>> {
@@ -229,10 +227,10 @@ async fn measure(
         let report = idle::measure(&server, connections, LOCAL_TIMEOUT).await?;
         return Ok(vec![report.bytes_per_connection()]);
     };
-    let load = loads.iter().find(|(s, _)| *s == scenario).map(|(_, load)| load).context("no load for scenario")?;
+    let load = scenario.load(&args.load)?;
     let server = contenders.running.as_ref().map(|servers| &servers[side]).context("servers not running")?;
     let target = Target::plain(server.url.clone(), LOCAL_TIMEOUT);
-    let report = scenario.run(&target, load, &ProgressBar::hidden()).await?;
+    let report = scenario.run(&target, &load, &ProgressBar::hidden()).await?;
     problems
         .extend(report.problems.iter().map(|problem| format!("{} on {}: {problem}", scenario.name(), server.label)));
     Ok(figures(entry, &report))
@@ -264,11 +262,6 @@ impl Contenders {
             None
         };
         Ok(Contenders { sides, running, work_dir })
-    }
-
-    fn stop(&mut self) {
-        // Dropping the processes kills them.
-        self.running = None;
     }
 }
 
