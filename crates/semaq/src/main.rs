@@ -1,1 +1,104 @@
-fn main() {}
+//! `semaq`: the SemaQ command-line client.
+//!
+//! Layout: `main.rs` parses the command line and dispatches; `connect.rs` holds the options every command
+//! shares and turns connect failures into one line; `pubsub.rs` has `pub`, `sub` and `req`, printing through
+//! `output.rs`; `parse.rs` has the pure value parsers; `bench/` drives load against any NATS URL and
+//! compares semaq-server with nats-server. New command groups (`stream`, `consumer`, `schema`, `verify`,
+//! `trace`, `agent`) get a module of their own and one arm in [`Command`].
+
+mod bench;
+mod connect;
+mod output;
+mod parse;
+mod pubsub;
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+use crate::connect::{GlobalArgs, Target};
+
+/// The SemaQ client: publish, subscribe, request and benchmark against any NATS-compatible server.
+#[derive(Parser, Debug)]
+#[command(name = "semaq", version, about, propagate_version = true)]
+struct Cli {
+    #[command(flatten)]
+    global: GlobalArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Publish a message (body from the argument or stdin)
+    Pub(pubsub::PubArgs),
+    /// Subscribe to a subject and print what arrives
+    Sub(pubsub::SubArgs),
+    /// Send a request and print the reply
+    Req(pubsub::ReqArgs),
+    /// Measure throughput and latency, or compare semaq-server with nats-server
+    Bench(bench::BenchArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => return fail(&anyhow::Error::new(error).context("cannot start the async runtime")),
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => fail(&error),
+    }
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    let target = Target::from_args(&cli.global)?;
+    match cli.command {
+        Command::Pub(args) => pubsub::publish(&target, args).await,
+        Command::Sub(args) => pubsub::subscribe(&target, args).await,
+        Command::Req(args) => pubsub::request(&target, args).await,
+        Command::Bench(args) => bench::run(&target, args).await,
+    }
+}
+
+fn fail(error: &anyhow::Error) -> ExitCode {
+    eprintln!("semaq: {}", one_line(error));
+    ExitCode::FAILURE
+}
+
+/// Joins an error and its causes into one line, skipping causes the outer message already quotes
+/// (async-nats errors print their source themselves).
+fn one_line(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line.replace(['\r', '\n'], " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_chain_is_one_line_without_repeats() {
+        let inner = std::io::Error::other("connection refused");
+        let error = anyhow::Error::new(inner).context("IO error: connection refused").context("cannot publish");
+        assert_eq!(one_line(&error), "cannot publish: IO error: connection refused");
+    }
+
+    #[test]
+    fn command_line_is_well_formed() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

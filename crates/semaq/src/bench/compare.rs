@@ -1,0 +1,363 @@
+//! `semaq bench compare`: the same scenarios against semaq-server and nats-server, alternately.
+//!
+//! Each round runs every entry on both servers, semaq first in odd rounds and nats first in even ones, so
+//! drift of the machine (other load, caches, clock speed) and any first-or-second effect spread over both. The table shows each side's median and the median of the per-round ratios.
+//! A new scenario is a new [`Entry`] with its metrics in [`Entry::metrics`] and a branch in [`measure`].
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use indicatif::ProgressBar;
+
+use super::idle;
+use super::server::{ServerProcess, ServerSpec};
+use super::stats::{format_bytes, format_count, format_latency_ns, median, median_ratio};
+use super::{LoadArgs, Report, Scenario};
+use crate::connect::Target;
+
+/// Connect and request timeout for the local servers.
+const LOCAL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Arguments of `semaq bench compare`.
+#[derive(clap::Args, Debug)]
+pub struct CompareArgs {
+    /// Rounds; each runs every scenario on both servers, alternating which goes first
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    rounds: u32,
+    /// What to measure, comma-separated, in this order
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "pubsub,fanout,latency,queue,idle-conns")]
+    scenarios: Vec<Entry>,
+    /// semaq-server executable [default: semaq-server next to this program]
+    #[arg(long, value_name = "PATH")]
+    semaq_server: Option<PathBuf>,
+    /// nats-server executable
+    #[arg(long, value_name = "PATH", default_value = "nats-server")]
+    nats_server: PathBuf,
+    /// Also write the table as Markdown to FILE
+    #[arg(long, value_name = "FILE")]
+    markdown: Option<PathBuf>,
+    /// Connections idle-conns opens to each server
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=20_000))]
+    idle_conns: u64,
+    #[command(flatten)]
+    load: LoadArgs,
+    /// Print only the table
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+/// One line of the comparison: a load scenario or another measurement.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum Entry {
+    /// 1 publisher → 1 subscriber, msgs/s
+    Pubsub,
+    /// 1 publisher → 8 subscribers, deliveries/s
+    Fanout,
+    /// request/reply round trips, p50 and p99
+    Latency,
+    /// 1 publisher → queue group of 4, deliveries/s
+    Queue,
+    /// server memory growth per idle connection (fresh servers)
+    IdleConns,
+}
+
+/// Whether a larger figure is better.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Better {
+    Higher,
+    Lower,
+}
+
+/// A figure the table reports, and how to print it.
+#[derive(Debug, Clone, Copy)]
+struct Metric {
+    name: &'static str,
+    better: Better,
+    format: fn(f64) -> String,
+}
+
+const THROUGHPUT: Metric = Metric { name: "msgs/s", better: Better::Higher, format: format_rate };
+const LATENCY_P50: Metric = Metric { name: "p50", better: Better::Lower, format: format_nanos };
+const LATENCY_P99: Metric = Metric { name: "p99", better: Better::Lower, format: format_nanos };
+const RSS_PER_CONNECTION: Metric = Metric { name: "RSS/conn", better: Better::Lower, format: format_bytes };
+
+fn format_rate(value: f64) -> String {
+    format_count(value.max(0.0).round() as u64)
+}
+
+fn format_nanos(value: f64) -> String {
+    format_latency_ns(value.max(0.0).round() as u64)
+}
+
+impl Entry {
+    fn name(self) -> &'static str {
+        match self {
+            Entry::IdleConns => "idle-conns",
+            other => other.scenario().map_or("?", Scenario::name),
+        }
+    }
+
+    fn scenario(self) -> Option<Scenario> {
+        match self {
+            Entry::Pubsub => Some(Scenario::Pubsub),
+            Entry::Fanout => Some(Scenario::Fanout),
+            Entry::Latency => Some(Scenario::Latency),
+            Entry::Queue => Some(Scenario::Queue),
+            Entry::IdleConns => None,
+        }
+    }
+
+    /// The figures this entry contributes, in table order.
+    fn metrics(self) -> &'static [Metric] {
+        match self {
+            Entry::Pubsub | Entry::Fanout | Entry::Queue => &[THROUGHPUT],
+            Entry::Latency => &[LATENCY_P50, LATENCY_P99],
+            Entry::IdleConns => &[RSS_PER_CONNECTION],
+        }
+    }
+}
+
+/// The two servers; `sides[0]` is semaq, `sides[1]` nats.
+struct Contenders {
+    sides: [ServerSpec; 2],
+    /// Long-running servers for the load scenarios; idle-conns starts fresh ones.
+    running: Option<[ServerProcess; 2]>,
+    work_dir: tempfile::TempDir,
+}
+
+/// Per-round figures of one table row.
+struct Row {
+    entry: Entry,
+    metric: Metric,
+    /// Figures per side, one per round, in `Contenders::sides` order.
+    values: [Vec<f64>; 2],
+}
+
+/// Runs the comparison, stopping both servers on completion, error or Ctrl-C.
+pub async fn run(args: CompareArgs) -> Result<()> {
+    tokio::select! {
+        result = compare(args) => result,
+        _ = tokio::signal::ctrl_c() => Err(anyhow!("interrupted; servers stopped")),
+    }
+}
+
+async fn compare(args: CompareArgs) -> Result<()> {
+    if args.scenarios.is_empty() {
+        bail!("--scenarios names nothing to measure");
+    }
+    // Check the load arguments before starting any server.
+    let scenarios: Vec<Scenario> = args.scenarios.iter().filter_map(|entry| entry.scenario()).collect();
+    for scenario in &scenarios {
+        scenario.load(&args.load)?;
+    }
+    let contenders = Contenders::start(&args, !scenarios.is_empty())?;
+    let mut rows: Vec<Row> = args
+        .scenarios
+        .iter()
+        .flat_map(|entry| {
+            entry.metrics().iter().map(|metric| Row { entry: *entry, metric: *metric, values: [vec![], vec![]] })
+        })
+        .collect();
+    let mut problems = Vec::new();
+    let outcome = run_rounds(&args, &contenders, &mut rows, &mut problems).await;
+    // Dropping the servers kills them before the table is printed.
+    drop(contenders);
+    print_table(&rows);
+    for problem in &problems {
+        eprintln!("semaq: warning: {problem}");
+    }
+    if let Some(path) = &args.markdown {
+        std::fs::write(path, markdown(&args, &rows, &problems))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    outcome?;
+    if !problems.is_empty() {
+        bail!("{} run(s) lost or duplicated messages", problems.len());
+    }
+    Ok(())
+}
+
+async fn run_rounds(
+    args: &CompareArgs,
+    contenders: &Contenders,
+    rows: &mut [Row],
+    problems: &mut Vec<String>,
+) -> Result<()> {
+    for round in 1..=args.rounds {
+        for entry in &args.scenarios {
+            let order = if round % 2 == 1 { [0, 1] } else { [1, 0] };
+            for side in order {
+                let label = contenders.sides[side].label;
+                let context = || format!("round {round}, {} on {label}", entry.name());
+                let figures = measure(*entry, side, contenders, args, problems).await.with_context(context)?;
+                for (metric, value) in entry.metrics().iter().zip(figures) {
+                    if let Some(row) = rows.iter_mut().find(|row| row.entry == *entry && row.metric.name == metric.name)
+                    {
+                        row.values[side].push(value);
+                    }
+                    if !args.quiet {
+                        eprintln!(
+                            "round {round}/{}  {:<10} {label:<5}  {} {}",
+                            args.rounds,
+                            entry.name(),
+                            (metric.format)(value),
+                            metric.name
+                        );
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Takes one measurement of `entry` on one side; returns one figure per metric.
+async fn measure(
+    entry: Entry,
+    side: usize,
+    contenders: &Contenders,
+    args: &CompareArgs,
+    problems: &mut Vec<String>,
+) -> Result<Vec<f64>> {
+    let Some(scenario) = entry.scenario() else {
+        let server = contenders.sides[side].start(contenders.work_dir.path())?;
+        let connections = usize::try_from(args.idle_conns).unwrap_or(usize::MAX);
+        let report = idle::measure(&server, connections, LOCAL_TIMEOUT).await?;
+        return Ok(vec![report.bytes_per_connection()]);
+    };
+    let load = scenario.load(&args.load)?;
+    let server = contenders.running.as_ref().map(|servers| &servers[side]).context("servers not running")?;
+    let target = Target::plain(server.url.clone(), LOCAL_TIMEOUT);
+    let report = scenario.run(&target, &load, &ProgressBar::hidden()).await?;
+    problems
+        .extend(report.problems.iter().map(|problem| format!("{} on {}: {problem}", scenario.name(), server.label)));
+    Ok(figures(entry, &report))
+}
+
+fn figures(entry: Entry, report: &Report) -> Vec<f64> {
+    match entry {
+        Entry::Latency => {
+            vec![report.latency.value_at_quantile(0.50) as f64, report.latency.value_at_quantile(0.99) as f64]
+        }
+        _ => vec![report.rate()],
+    }
+}
+
+impl Contenders {
+    fn start(args: &CompareArgs, with_load_servers: bool) -> Result<Contenders> {
+        let semaq_program = match &args.semaq_server {
+            Some(path) => path.clone(),
+            None => default_semaq_server()?,
+        };
+        let sides = [
+            ServerSpec { label: "semaq", program: semaq_program },
+            ServerSpec { label: "nats", program: args.nats_server.clone() },
+        ];
+        let work_dir = tempfile::Builder::new().prefix("semaq-bench-").tempdir().context("cannot create a work dir")?;
+        let running = if with_load_servers {
+            Some([sides[0].start(work_dir.path())?, sides[1].start(work_dir.path())?])
+        } else {
+            None
+        };
+        Ok(Contenders { sides, running, work_dir })
+    }
+}
+
+/// `semaq-server` in the same directory as this executable (the same cargo target dir).
+fn default_semaq_server() -> Result<PathBuf> {
+    let exe = std::env::current_exe().context("cannot locate the semaq executable")?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    let candidate = dir.join(format!("semaq-server{}", std::env::consts::EXE_SUFFIX));
+    if !candidate.is_file() {
+        bail!(
+            "semaq-server not found at {}: build it with `cargo build --release -p semaq-server` or pass --semaq-server PATH",
+            candidate.display()
+        );
+    }
+    Ok(candidate)
+}
+
+/// The summary cells of a row: semaq median, nats median, and the median per-round ratio.
+fn row_cells(row: &Row) -> [String; 3] {
+    let show = |values: &[f64]| median(values).map_or("-".to_string(), row.metric.format);
+    let ratio = median_ratio(&row.values[0], &row.values[1]).map_or("-".to_string(), |ratio| format!("{ratio:.2}"));
+    [show(&row.values[0]), show(&row.values[1]), ratio]
+}
+
+fn metric_label(metric: &Metric) -> String {
+    let arrow = match metric.better {
+        Better::Higher => "↑",
+        Better::Lower => "↓",
+    };
+    format!("{} {arrow}", metric.name)
+}
+
+fn print_table(rows: &[Row]) {
+    println!("{:<11} {:<11} {:>14} {:>14} {:>11}", "scenario", "metric", "semaq", "nats", "semaq/nats");
+    for row in rows {
+        let [semaq, nats, ratio] = row_cells(row);
+        let metric = metric_label(&row.metric);
+        println!("{:<11} {metric:<11} {semaq:>14} {nats:>14} {ratio:>11}", row.entry.name());
+    }
+    println!(
+        "↑ higher is better, ↓ lower is better; figures are medians over rounds, ratios medians of per-round ratios"
+    );
+}
+
+/// The Markdown report: parameters, the table, and every round's figures.
+fn markdown(args: &CompareArgs, rows: &[Row], problems: &[String]) -> String {
+    let mut out = String::new();
+    let command: Vec<String> = std::env::args().skip(1).collect();
+    let _ = writeln!(out, "Command: `semaq {}`\n", command.join(" "));
+    let _ = writeln!(
+        out,
+        "Rounds: {}; payload {} B; odd rounds run semaq-server first, even rounds nats-server.\n",
+        args.rounds, args.load.size
+    );
+    let _ = writeln!(out, "| scenario | metric | semaq-server | nats-server | semaq/nats |");
+    let _ = writeln!(out, "|---|---|---:|---:|---:|");
+    for row in rows {
+        let [semaq, nats, ratio] = row_cells(row);
+        let _ = writeln!(out, "| {} | {} | {semaq} | {nats} | {ratio} |", row.entry.name(), metric_label(&row.metric));
+    }
+    let _ = writeln!(out, "\n↑ higher is better, ↓ lower is better. Figures are medians over rounds; the ratio is the median of per-round ratios.\n");
+    let _ = writeln!(out, "Per round (semaq / nats):\n");
+    for row in rows {
+        let per_round: Vec<String> = row.values[0]
+            .iter()
+            .zip(&row.values[1])
+            .map(|(semaq, nats)| format!("{} / {}", (row.metric.format)(*semaq), (row.metric.format)(*nats)))
+            .collect();
+        let _ = writeln!(out, "- {} {}: {}", row.entry.name(), row.metric.name, per_round.join("; "));
+    }
+    for problem in problems {
+        let _ = writeln!(out, "\n**Problem:** {problem}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_entry_has_a_name_and_metrics() {
+        use clap::ValueEnum;
+        for entry in Entry::value_variants() {
+            assert_ne!(entry.name(), "?");
+            assert!(!entry.metrics().is_empty());
+        }
+        assert_eq!(Entry::IdleConns.name(), "idle-conns");
+    }
+
+    #[test]
+    fn row_cells_show_medians_and_ratio() {
+        let row =
+            Row { entry: Entry::Pubsub, metric: THROUGHPUT, values: [vec![900.0, 1100.0, 1000.0], vec![1000.0; 3]] };
+        assert_eq!(row_cells(&row), ["1,000".to_string(), "1,000".to_string(), "1.00".to_string()]);
+        let empty = Row { entry: Entry::Latency, metric: LATENCY_P99, values: [vec![], vec![]] };
+        assert_eq!(row_cells(&empty), ["-".to_string(), "-".to_string(), "-".to_string()]);
+    }
+}

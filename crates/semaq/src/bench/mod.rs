@@ -1,0 +1,242 @@
+//! `semaq bench`: load scenarios against any NATS URL, and `compare` of semaq-server with nats-server.
+//!
+//! `flow.rs` runs the publisher/subscriber scenarios, `latency.rs` the request/reply one, `stats.rs` formats
+//! numbers, `compare.rs` runs both servers side by side with `server.rs` starting them and `idle.rs`
+//! measuring memory per idle connection.
+
+mod compare;
+mod flow;
+mod idle;
+mod latency;
+mod server;
+mod stats;
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::connect::Target;
+use crate::parse::parse_duration;
+use stats::{format_count, format_percentiles};
+
+/// Arguments of `semaq bench`.
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    command: BenchCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum BenchCommand {
+    /// 1 publisher → 1 subscriber: messages received per second
+    Pubsub(RunArgs),
+    /// 1 publisher → 8 subscribers, each on its own connection: deliveries per second in total
+    Fanout(RunArgs),
+    /// Request/reply round trips to a responder on another connection: latency percentiles
+    Latency(RunArgs),
+    /// 1 publisher → a queue group of 4: deliveries per second, each message delivered exactly once
+    Queue(RunArgs),
+    /// Start nats-server and semaq-server and run scenarios against both, alternately
+    Compare(compare::CompareArgs),
+}
+
+/// Arguments of a single scenario run.
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    #[command(flatten)]
+    load: LoadArgs,
+    /// No progress bar
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+/// How much load a scenario applies.
+#[derive(clap::Args, Debug, Clone)]
+pub struct LoadArgs {
+    /// Messages to publish (or round trips for latency) [default: per scenario]
+    #[arg(long)]
+    msgs: Option<u64>,
+    /// Payload size in bytes
+    #[arg(long, default_value_t = 128)]
+    size: usize,
+    /// Stop publishing after this long even if --msgs is not reached
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    duration: Duration,
+}
+
+/// The load of one run, with the scenario's defaults filled in.
+#[derive(Debug, Clone)]
+pub struct Load {
+    /// Messages to publish, or round trips to make.
+    pub msgs: u64,
+    /// Payload size in bytes.
+    pub size: usize,
+    /// Cap on the publishing phase.
+    pub duration: Duration,
+}
+
+/// The measured load scenarios; `compare` runs the same ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scenario {
+    /// One publisher, one subscriber.
+    Pubsub,
+    /// One publisher, eight subscribers on separate connections.
+    Fanout,
+    /// Sequential request/reply.
+    Latency,
+    /// One publisher, a queue group of four.
+    Queue,
+}
+
+impl Scenario {
+    /// The name used on the command line and in tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Pubsub => "pubsub",
+            Scenario::Fanout => "fanout",
+            Scenario::Latency => "latency",
+            Scenario::Queue => "queue",
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Scenario::Pubsub => "1 publisher → 1 subscriber",
+            Scenario::Fanout => "1 publisher → 8 subscribers",
+            Scenario::Latency => "request/reply round trips, 1 in flight",
+            Scenario::Queue => "1 publisher → queue group of 4",
+        }
+    }
+
+    /// Sized so a default run takes about a second on a small machine; `--duration` caps slower ones.
+    fn default_msgs(self) -> u64 {
+        match self {
+            Scenario::Pubsub => 1_000_000,
+            Scenario::Fanout => 200_000,
+            Scenario::Latency => 20_000,
+            Scenario::Queue => 1_000_000,
+        }
+    }
+
+    /// Checks the load arguments and fills in this scenario's defaults.
+    pub fn load(self, args: &LoadArgs) -> Result<Load> {
+        let msgs = args.msgs.unwrap_or(self.default_msgs());
+        if msgs == 0 {
+            bail!("--msgs must be at least 1");
+        }
+        if self != Scenario::Latency && args.size < flow::STAMP_BYTES {
+            bail!(
+                "--size must be at least {} bytes: each message carries its send time and sequence",
+                flow::STAMP_BYTES
+            );
+        }
+        Ok(Load { msgs, size: args.size, duration: args.duration })
+    }
+
+    /// Runs the scenario once against `target`.
+    pub async fn run(self, target: &Target, load: &Load, progress: &ProgressBar) -> Result<Report> {
+        let shape = |subscribers, queue_group| flow::Shape { subscribers, queue_group };
+        match self {
+            Scenario::Pubsub => flow::run(target, load, shape(1, false), progress).await,
+            Scenario::Fanout => flow::run(target, load, shape(8, false), progress).await,
+            Scenario::Queue => flow::run(target, load, shape(4, true), progress).await,
+            Scenario::Latency => latency::run(target, load, progress).await,
+        }
+    }
+}
+
+/// The outcome of one scenario run.
+#[derive(Debug)]
+pub struct Report {
+    /// Messages published (or requests completed).
+    pub sent: u64,
+    /// Messages received, summed over all subscribers.
+    pub delivered: u64,
+    /// Payload size of each message.
+    pub payload_bytes: usize,
+    /// From the first publish to the last receipt.
+    pub elapsed: Duration,
+    /// Per-message latency in nanoseconds.
+    pub latency: Histogram<u64>,
+    /// Extra lines worth printing.
+    pub notes: Vec<String>,
+    /// What went wrong (lost or duplicated messages); a run with problems fails.
+    pub problems: Vec<String>,
+}
+
+impl Report {
+    /// Deliveries per second.
+    pub fn rate(&self) -> f64 {
+        let seconds = self.elapsed.as_secs_f64();
+        if seconds > 0.0 {
+            self.delivered as f64 / seconds
+        } else {
+            0.0
+        }
+    }
+
+    /// Payload megabytes (10^6 bytes) delivered per second.
+    pub fn megabytes_per_second(&self) -> f64 {
+        self.rate() * self.payload_bytes as f64 / 1e6
+    }
+}
+
+/// Runs `semaq bench ...`.
+pub async fn run(target: &Target, args: BenchArgs) -> Result<()> {
+    let (scenario, run_args) = match args.command {
+        BenchCommand::Compare(compare_args) => return compare::run(compare_args).await,
+        BenchCommand::Pubsub(run_args) => (Scenario::Pubsub, run_args),
+        BenchCommand::Fanout(run_args) => (Scenario::Fanout, run_args),
+        BenchCommand::Latency(run_args) => (Scenario::Latency, run_args),
+        BenchCommand::Queue(run_args) => (Scenario::Queue, run_args),
+    };
+    let load = scenario.load(&run_args.load)?;
+    let show_progress = !run_args.quiet && std::io::stdout().is_terminal();
+    let progress = progress_bar(load.msgs, show_progress);
+    let report = scenario.run(target, &load, &progress).await;
+    progress.finish_and_clear();
+    let report = report?;
+    println!("{}", describe_report(scenario, &load, &target.url, &report));
+    if !report.problems.is_empty() {
+        bail!("{} run failed: {}", scenario.name(), report.problems.join("; "));
+    }
+    Ok(())
+}
+
+/// A progress bar over `length` messages, or a hidden one.
+fn progress_bar(length: u64, visible: bool) -> ProgressBar {
+    if !visible {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(length);
+    if let Ok(style) = ProgressStyle::with_template("{elapsed:>4} [{bar:40}] {human_pos}/{human_len} {per_sec}") {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar
+}
+
+/// The multi-line report printed by a single scenario run.
+fn describe_report(scenario: Scenario, load: &Load, url: &str, report: &Report) -> String {
+    let mut lines = vec![
+        format!("{}: {}, {} B payloads, {url}", scenario.name(), scenario.describe(), load.size),
+        format!("  sent       {} msgs", format_count(report.sent)),
+        format!("  delivered  {} msgs in {:.3} s", format_count(report.delivered), report.elapsed.as_secs_f64()),
+        format!(
+            "  rate       {} msgs/s  {:.1} MB/s",
+            format_count(report.rate().round() as u64),
+            report.megabytes_per_second()
+        ),
+        format!("  latency    {}", format_percentiles(&report.latency)),
+    ];
+    if scenario != Scenario::Latency {
+        lines.push(
+            "  note       latency is publish→receive with the publisher at full speed (includes queueing)".into(),
+        );
+    }
+    lines.extend(report.notes.iter().map(|note| format!("  note       {note}")));
+    lines.extend(report.problems.iter().map(|problem| format!("  PROBLEM    {problem}")));
+    lines.join("\n")
+}
