@@ -4,6 +4,7 @@
 mod common;
 
 mod auth;
+mod crash;
 mod harness;
 mod jetstream;
 mod pubsub;
