@@ -70,12 +70,6 @@ def test_pull_subscribe_fetch_and_ack(server):
     run(scenario())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="server bug: nats-py creates a named consumer on $JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>; "
-    "with a wildcard filter that subject holds '>' and semaq-server answers -ERR 'Invalid Publish Subject' "
-    "(connection.rs publish) where nats-server (non-pedantic) routes it; nats-py then closes the connection",
-)
 def test_pull_subscribe_with_a_wildcard_filter(server):
     async def scenario():
         nc = await nats.connect(server.url)

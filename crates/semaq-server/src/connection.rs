@@ -343,7 +343,11 @@ impl Connection {
     fn publish(&mut self, publish: Publish) {
         let size = publish.headers.as_ref().map_or(0, |h| h.len()) + publish.payload.len();
         self.client.inbound.record(size);
-        if !subject::is_valid_literal(&publish.subject) {
+        // Like nats-server, only pedantic clients have publish subjects checked; others may
+        // publish a `*` or `>` token (nats-py does so to create filtered consumers), which then
+        // matches wildcard subscriptions as a literal token.
+        let pedantic = self.client.details().is_some_and(|d| d.options.pedantic);
+        if pedantic && !subject::is_valid_literal(&publish.subject) {
             self.send_err("Invalid Publish Subject");
             return;
         }

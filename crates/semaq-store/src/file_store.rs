@@ -378,6 +378,13 @@ impl StreamStore for FileStore {
         self.ledger.limits()
     }
 
+    fn flush(&mut self) -> StoreResult<()> {
+        self.guarded(|store| match store.segments.last_mut() {
+            Some(active) => active.flush(),
+            None => Ok(()),
+        })
+    }
+
     fn sync(&mut self) -> StoreResult<()> {
         self.guarded(|store| {
             for segment in &mut store.segments {

@@ -79,6 +79,9 @@ pub trait StreamStore: Send {
     fn update_limits(&mut self, limits: StoreLimits) -> StoreResult<u64>;
     /// The limits in force.
     fn limits(&self) -> &StoreLimits;
+    /// Hands every appended record to the OS without an fsync: it then survives a crash of the
+    /// process, though not of the machine. Cheap when nothing is buffered.
+    fn flush(&mut self) -> StoreResult<()>;
     /// Makes every change so far durable; cheap when nothing changed.
     fn sync(&mut self) -> StoreResult<()>;
     /// Gives back disk space held by removed messages where that is cheap (whole segments).

@@ -114,6 +114,10 @@ impl StreamStore for MemoryStore {
         self.ledger.limits()
     }
 
+    fn flush(&mut self) -> StoreResult<()> {
+        Ok(())
+    }
+
     fn sync(&mut self) -> StoreResult<()> {
         Ok(())
     }

@@ -79,11 +79,13 @@ pub struct ConnectOptions {
     pub auth_token: Option<String>,
 }
 
+/// Defaults for fields a CONNECT leaves out: verbose and pedantic on, as nats-server assumes
+/// (real clients always send both).
 impl Default for ConnectOptions {
     fn default() -> Self {
         Self {
-            verbose: false,
-            pedantic: false,
+            verbose: true,
+            pedantic: true,
             tls_required: false,
             echo: true,
             headers: false,
@@ -105,8 +107,9 @@ mod tests {
 
     #[test]
     fn connect_defaults_echo_on_and_ignores_unknown_fields() {
-        let options: ConnectOptions = serde_json::from_str(r#"{"verbose":true,"sig":"x","name":"a"}"#).expect("valid");
-        assert!(options.verbose);
+        let options: ConnectOptions = serde_json::from_str(r#"{"verbose":false,"sig":"x","name":"a"}"#).expect("valid");
+        assert!(!options.verbose);
+        assert!(options.pedantic, "pedantic unless the client says otherwise");
         assert!(options.echo);
         assert_eq!(options.name.as_deref(), Some("a"));
     }

@@ -44,6 +44,13 @@ pub fn is_valid_literal(subject: &str) -> bool {
     }
 }
 
+/// A subject a message can be routed by: no empty token, no whitespace. Unlike
+/// [`is_valid_literal`] it lets `*` and `>` tokens through, as nats-server does for clients
+/// that are not pedantic; such a token then only matches wildcard subscriptions.
+pub fn is_routable(subject: &str) -> bool {
+    tokens(subject).is_some()
+}
+
 /// True when the subject has a wildcard token.
 pub fn has_wildcard(subject: &str) -> bool {
     subject.split('.').any(|token| token == WILDCARD_ONE || token == WILDCARD_TAIL)

@@ -137,6 +137,15 @@ impl JetStream {
                 let mut store_config = FileStoreConfig::new(self.stream_dir(&config.name).join("msgs"));
                 store_config.limits = store_limits(&config);
                 let store = FileStore::open(store_config).map_err(ApiError::stream_create)?;
+                let report = store.recovery_report();
+                if report.torn_bytes_truncated > 0 || report.indexes_rebuilt_count > 0 {
+                    tracing::warn!(
+                        "stream {:?}: recovery cut {} torn bytes and rebuilt {} indexes",
+                        config.name,
+                        report.torn_bytes_truncated,
+                        report.indexes_rebuilt_count
+                    );
+                }
                 if let Some(damage) = store.state().corruption {
                     tracing::error!("stream {:?}: stored data is damaged: {damage}", config.name);
                 }

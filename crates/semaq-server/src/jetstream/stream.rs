@@ -428,9 +428,14 @@ impl Stream {
             stored_any |= matches!(outcome, Ok((_, false)));
             acks.push((message.reply, outcome));
         }
-        if stored_any && self.sync_policy == SyncPolicy::Always {
-            if let Err(error) = store.sync() {
-                tracing::error!(stream = %self.name, %error, "fsync failed; refusing the batch's acks");
+        if stored_any {
+            // An ack promises at least "handed to the OS": with `sync: always`, "on disk".
+            let written = match self.sync_policy {
+                SyncPolicy::Always => store.sync(),
+                SyncPolicy::Interval(_) | SyncPolicy::Never => store.flush(),
+            };
+            if let Err(error) = written {
+                tracing::error!(stream = %self.name, %error, "write failed; refusing the batch's acks");
                 for (_, outcome) in acks.iter_mut() {
                     if outcome.is_ok() {
                         *outcome = Err(ApiError::storage(&error));

@@ -201,7 +201,7 @@ impl<T: Clone + Eq + Hash> Router<T> {
             return hit;
         }
         // Checked only on a miss: a cached subject was valid when it was stored.
-        if !subject::is_valid_literal(subject) {
+        if !subject::is_routable(subject) {
             return Arc::clone(&self.empty);
         }
         let (result, generation) = self.walk(subject);

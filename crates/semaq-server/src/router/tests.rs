@@ -279,6 +279,21 @@ fn invalid_published_subjects_reach_nobody_and_are_not_cached() {
 }
 
 #[test]
+fn wildcard_tokens_in_a_published_subject_only_match_wildcard_filters() {
+    let router = router();
+    add(&router, "a.>", 1);
+    add(&router, "a.*", 2);
+    add(&router, "a.b", 3);
+    let reached = |subject: &str| {
+        let mut ids: Vec<u32> = router.matches(subject).plain.clone();
+        ids.sort_unstable();
+        ids
+    };
+    assert_eq!(reached("a.>"), [1, 2]);
+    assert_eq!(reached("a.*"), [1, 2]);
+}
+
+#[test]
 fn generation_bumps_on_every_change_and_only_then() {
     let router = router();
     assert_eq!(router.generation(), 0);

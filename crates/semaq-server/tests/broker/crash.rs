@@ -19,8 +19,7 @@
 //! - A flipped byte in the middle of a segment and a torn segment tail, written while the server
 //!   is stopped: the server starts, serves what is intact, reports the damage (stream info's
 //!   `semaq.corruption` and the log), and the stream keeps taking publishes. A durable consumer
-//!   that had already passed the lost tail must get the new messages that reuse those sequences
-//!   (ignored: it skips them).
+//!   that had already passed the lost tail gets the new messages that reuse those sequences.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::future::IntoFuture;
@@ -609,8 +608,6 @@ async fn crash_torn_segment_tail_is_cut_and_the_stream_continues() {
 }
 
 #[tokio::test]
-#[ignore = "server bug: a durable consumer restored with delivered/ack floor past the stream's last \
-            sequence (tail lost) skips the new messages that reuse those sequences"]
 async fn crash_consumer_past_a_torn_tail_gets_the_messages_that_reuse_its_sequences() {
     const COUNT: u64 = 300;
     const TORN: u64 = 200;
@@ -696,15 +693,11 @@ async fn acks_survive_sigkill_with_sync(policy: &str) {
 }
 
 #[tokio::test]
-#[ignore = "server bug: with semaq.sync=<interval> acks are sent while records sit in the store's \
-            256 KiB user-space write buffer; SIGKILL loses acknowledged messages"]
 async fn crash_acks_survive_sigkill_with_interval_sync() {
     acks_survive_sigkill_with_sync("10s").await;
 }
 
 #[tokio::test]
-#[ignore = "server bug: with semaq.sync=never acks are sent while records sit in the store's \
-            256 KiB user-space write buffer; SIGKILL loses acknowledged messages"]
 async fn crash_acks_survive_sigkill_with_sync_never() {
     acks_survive_sigkill_with_sync("never").await;
 }

@@ -131,7 +131,7 @@ fn an_oversize_control_line_closes_the_connection() {
 fn unsub_with_max_delivers_that_many_then_stops() {
     let server = TestServer::start();
     let mut raw = server.raw();
-    raw.send(b"CONNECT {}\r\nSUB a 1\r\nUNSUB 1 2\r\nPUB a 1\r\n1\r\nPUB a 1\r\n2\r\nPUB a 1\r\n3\r\nPING\r\n");
+    raw.send(b"CONNECT {\"verbose\":false}\r\nSUB a 1\r\nUNSUB 1 2\r\nPUB a 1\r\n1\r\nPUB a 1\r\n2\r\nPUB a 1\r\n3\r\nPING\r\n");
     let received = raw.read_until("PONG\r\n");
     assert_eq!(received, "MSG a 1 1\r\n1\r\nMSG a 1 1\r\n2\r\nPONG\r\n");
 }
@@ -140,7 +140,9 @@ fn unsub_with_max_delivers_that_many_then_stops() {
 fn headers_are_stripped_for_clients_that_did_not_ask_for_them() {
     let server = TestServer::start();
     let mut raw = server.raw();
-    raw.send(b"CONNECT {\"headers\":false}\r\nSUB a 1\r\nHPUB a 12 14\r\nNATS/1.0\r\n\r\nhi\r\nPING\r\n");
+    raw.send(
+        b"CONNECT {\"headers\":false,\"verbose\":false}\r\nSUB a 1\r\nHPUB a 12 14\r\nNATS/1.0\r\n\r\nhi\r\nPING\r\n",
+    );
     let received = raw.read_until("PONG\r\n");
     assert_eq!(received, "MSG a 1 2\r\nhi\r\nPONG\r\n");
 }

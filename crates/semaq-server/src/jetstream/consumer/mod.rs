@@ -67,7 +67,7 @@ impl Consumer {
     ) -> Arc<Self> {
         let durable = config.durable_name.is_some();
         let state = match restored {
-            Some(saved) => State::restore(saved, ack_wait(&config)),
+            Some(saved) => State::restore(saved, ack_wait(&config), stream.state().last_seq),
             None => State::positioned(stream, &config),
         };
         let consumer = Arc::new(Self {

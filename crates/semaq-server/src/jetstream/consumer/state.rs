@@ -119,7 +119,16 @@ impl State {
     }
 
     /// State read back from disk; pending deliveries are redelivered after one ack wait.
-    pub fn restore(saved: SavedState, ack_wait: Duration) -> Self {
+    /// A position past the stream's end (its tail was lost in a crash, so those sequences will
+    /// be used again) is pulled back to the end, so the consumer does not skip new messages.
+    pub fn restore(mut saved: SavedState, ack_wait: Duration, stream_last_seq: u64) -> Self {
+        if saved.next_seq > stream_last_seq + 1 {
+            tracing::warn!("consumer state is past the stream's last sequence {stream_last_seq}; resuming from there");
+            saved.next_seq = stream_last_seq + 1;
+            saved.delivered_stream_seq = saved.delivered_stream_seq.min(stream_last_seq);
+            saved.ack_floor_stream_seq = saved.ack_floor_stream_seq.min(stream_last_seq);
+            saved.pending.retain(|(seq, _, _)| *seq <= stream_last_seq);
+        }
         let deadline = Instant::now() + ack_wait;
         let pending = saved
             .pending
