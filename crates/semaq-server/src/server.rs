@@ -191,11 +191,17 @@ impl Shared {
     /// Publishes a message from the server itself (API replies, acks, consumer deliveries):
     /// routed by `route_subject`, delivered showing `message.subject`. Returns the deliveries.
     pub fn publish_as(&self, route_subject: &str, message: &Message<'_>) -> usize {
-        let matches = self.router.matches(route_subject);
         let mut flush = FlushSet::default();
-        let delivered = delivery::fan_out(&self.router, &matches, message, None, &mut flush);
+        let delivered = self.publish_batched(route_subject, message, &mut flush);
         flush.flush();
         delivered
+    }
+
+    /// Like [`Shared::publish_as`], leaving the writers' wake-up to the caller's `flush`, so a
+    /// batch of server messages (acks, consumer deliveries) wakes each writer once.
+    pub fn publish_batched(&self, route_subject: &str, message: &Message<'_>, flush: &mut FlushSet) -> usize {
+        let matches = self.router.matches(route_subject);
+        delivery::fan_out(&self.router, &matches, message, None, flush)
     }
 
     /// Publishes a message from the server itself to `subject`.

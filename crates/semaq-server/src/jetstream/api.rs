@@ -234,7 +234,7 @@ pub fn stream_info(stream: &Stream, subjects_filter: Option<&str>) -> Value {
         state_json["subjects"] = json!(stream.store().subjects_state(Some(filter)));
     }
     let mut info = json!({
-        "config": stream.config(),
+        "config": *stream.config(),
         "created": clock::rfc3339(stream.created),
         "state": state_json,
         "ts": clock::rfc3339(std::time::SystemTime::now()),

@@ -93,7 +93,7 @@ pub fn create(
         return Err(ApiError::max_consumers());
     }
     if stream_config.retention == Retention::Workqueue {
-        let configs: Vec<ConsumerConfig> = others.iter().map(|c| c.config()).collect();
+        let configs: Vec<ConsumerConfig> = others.iter().map(|c| (*c.config()).clone()).collect();
         validate::check_workqueue_unique(&config, &configs)?;
     }
     let durable = config.durable_name.is_some();
@@ -106,7 +106,7 @@ pub fn create(
 
 fn update_existing(existing: &Arc<Consumer>, config: ConsumerConfig, action: &str) -> Result<Arc<Consumer>, ApiError> {
     let current = existing.config();
-    if current == config {
+    if *current == config {
         return Ok(existing.clone());
     }
     if action == "create" {

@@ -194,7 +194,7 @@ impl JetStream {
     pub fn create_stream(&self, config: StreamConfig) -> Result<Arc<Stream>, ApiError> {
         let config = normalize(config)?;
         if let Some(existing) = self.stream(&config.name) {
-            return if existing.config() == config { Ok(existing) } else { Err(ApiError::stream_name_exists()) };
+            return if *existing.config() == config { Ok(existing) } else { Err(ApiError::stream_name_exists()) };
         }
         if self.streams().len() >= limits::STREAMS_MAX {
             return Err(ApiError::max_streams());
@@ -221,7 +221,8 @@ impl JetStream {
             if other.name == config.name {
                 continue;
             }
-            let other_subjects = other.config().subjects;
+            let other_config = other.config();
+            let other_subjects = &other_config.subjects;
             let overlaps = config.subjects.iter().any(|a| other_subjects.iter().any(|b| subject::overlaps(a, b)));
             if overlaps {
                 return Err(ApiError::subjects_overlap());

@@ -20,7 +20,9 @@ use tokio::sync::{mpsc, watch};
 use super::config::StreamConfig;
 use super::consumer::Consumer;
 use super::errors::ApiError;
-use crate::delivery::{InternalSink, Message, Subscription};
+use std::fmt::Write as _;
+
+use crate::delivery::{FlushSet, InternalSink, Message, Subscription};
 use crate::limits;
 use crate::server::{lock, Shared};
 
@@ -129,7 +131,8 @@ impl Dedup {
 pub struct Stream {
     /// Stream name.
     pub name: String,
-    config: RwLock<StreamConfig>,
+    /// Shared so readers on hot paths (acks, ingest) clone a pointer, not the config.
+    config: RwLock<Arc<StreamConfig>>,
     /// When it was created.
     pub created: SystemTime,
     store: Mutex<Box<dyn StreamStore>>,
@@ -169,7 +172,7 @@ impl Stream {
         let last_seq = store.state().last_seq;
         let stream = Arc::new(Self {
             name: config.name.clone(),
-            config: RwLock::new(config),
+            config: RwLock::new(Arc::new(config)),
             created,
             store: Mutex::new(store),
             sync_policy,
@@ -187,7 +190,7 @@ impl Stream {
     }
 
     /// The current configuration.
-    pub fn config(&self) -> StreamConfig {
+    pub fn config(&self) -> Arc<StreamConfig> {
         self.config.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
@@ -195,7 +198,7 @@ impl Stream {
     pub fn set_config(self: &Arc<Self>, config: StreamConfig) -> Result<(), ApiError> {
         let limits = super::store_limits(&config);
         lock(&self.store).update_limits(limits).map_err(ApiError::storage)?;
-        *self.config.write().unwrap_or_else(|p| p.into_inner()) = config;
+        *self.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);
         self.release();
         self.capture();
         Ok(())
@@ -227,8 +230,8 @@ impl Stream {
         let Some(shared) = self.shared.upgrade() else { return };
         let sink: Arc<dyn InternalSink> = Arc::new(Capture { stream: Arc::downgrade(self) });
         let mut subscriptions = lock(&self.subscriptions);
-        for subject in self.config().subjects {
-            match shared.subscribe_internal(&subject, None, sink.clone()) {
+        for subject in &self.config().subjects {
+            match shared.subscribe_internal(subject, None, sink.clone()) {
                 Ok(subscription) => subscriptions.push(subscription),
                 Err(error) => tracing::warn!(stream = %self.name, %subject, %error, "cannot capture subject"),
             }
@@ -457,14 +460,25 @@ impl Stream {
         };
         let no_ack = self.config().no_ack;
         let domain = shared.options.jetstream_domain.clone();
+        let mut flush = FlushSet::default();
+        let mut body = String::with_capacity(64);
         for (reply, outcome) in acks.drain(..) {
             let Some(reply) = reply else { continue };
             if no_ack {
                 continue;
             }
-            let body = pub_ack_json(&self.name, domain.as_deref(), outcome);
-            shared.publish(&reply, None, body.to_string().as_bytes());
+            body.clear();
+            match (outcome, &domain) {
+                // The common case, written without building a JSON tree.
+                (Ok((seq, false)), None) => {
+                    let _ = write!(body, r#"{{"stream":"{}","seq":{seq}}}"#, self.name);
+                }
+                (outcome, domain) => body.push_str(&pub_ack_json(&self.name, domain.as_deref(), outcome).to_string()),
+            }
+            let message = Message { subject: &reply, reply: None, headers: None, payload: body.as_bytes() };
+            shared.publish_batched(&reply, &message, &mut flush);
         }
+        flush.flush();
     }
 }
 

@@ -85,32 +85,29 @@ impl Consumer {
                 if config.ack_policy == AckPolicy::All {
                     let acked: Vec<u64> = state.pending.range(..=stream_seq).map(|(seq, _)| *seq).collect();
                     for seq in acked {
-                        state.pending.remove(&seq);
-                        state.redeliveries.remove(&seq);
+                        state.remove_pending(seq);
                         done.push(seq);
                     }
-                } else if state.pending.remove(&stream_seq).is_some() {
-                    state.redeliveries.remove(&stream_seq);
+                } else if state.remove_pending(stream_seq).is_some() {
                     done.push(stream_seq);
                 }
                 state.update_ack_floor();
             }
             AckKind::Nak(delay) => {
-                if let Some(pending) = state.pending.get_mut(&stream_seq) {
+                if state.pending.contains_key(&stream_seq) {
                     match delay {
-                        Some(delay) => pending.deadline = Some(now + *delay),
+                        Some(delay) => state.set_deadline(stream_seq, Some(now + *delay)),
                         None => {
-                            pending.deadline = None;
+                            state.set_deadline(stream_seq, None);
                             state.redeliveries.insert(stream_seq);
                         }
                     }
                 }
             }
             AckKind::Progress => {
-                if let Some(pending) = state.pending.get_mut(&stream_seq) {
-                    if pending.deadline.is_some() {
-                        pending.deadline = Some(now + super::ack_wait(&config));
-                    }
+                let waiting = state.pending.get(&stream_seq).is_some_and(|p| p.deadline.is_some());
+                if waiting {
+                    state.set_deadline(stream_seq, Some(now + super::ack_wait(&config)));
                 }
             }
         }

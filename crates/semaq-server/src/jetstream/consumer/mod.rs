@@ -36,7 +36,8 @@ pub struct Consumer {
     pub name: String,
     /// Name of its stream.
     pub stream_name: String,
-    config: Mutex<ConsumerConfig>,
+    /// Shared so the per-ack and per-delivery paths clone a pointer, not the config.
+    config: Mutex<Arc<ConsumerConfig>>,
     /// When it was created.
     pub created: SystemTime,
     /// Durable consumers survive restarts and inactivity.
@@ -73,7 +74,7 @@ impl Consumer {
         let consumer = Arc::new(Self {
             name,
             stream_name: stream.name.clone(),
-            config: Mutex::new(config),
+            config: Mutex::new(Arc::new(config)),
             created,
             durable,
             state: Mutex::new(state),
@@ -88,13 +89,13 @@ impl Consumer {
     }
 
     /// The configuration.
-    pub fn config(&self) -> ConsumerConfig {
+    pub fn config(&self) -> Arc<ConsumerConfig> {
         lock(&self.config).clone()
     }
 
     /// Replaces the configuration with an allowed update.
     pub fn set_config(&self, config: ConsumerConfig) {
-        *lock(&self.config) = config;
+        *lock(&self.config) = Arc::new(config);
         self.save_config();
         self.wake.notify_one();
     }
@@ -138,7 +139,7 @@ impl Consumer {
             "stream_name": self.stream_name,
             "name": self.name,
             "created": clock::rfc3339(self.created),
-            "config": config,
+            "config": *config,
             "delivered": {
                 "consumer_seq": state.delivered_consumer_seq,
                 "stream_seq": state.delivered_stream_seq,

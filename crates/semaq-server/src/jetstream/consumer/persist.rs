@@ -67,7 +67,7 @@ impl Consumer {
         let Some(dir) = &self.dir else { return };
         let saved = SavedConsumer {
             name: self.name.clone(),
-            config: self.config(),
+            config: (*self.config()).clone(),
             created_unix_ns: self.created.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64),
         };
         let result = std::fs::create_dir_all(dir).and_then(|()| {

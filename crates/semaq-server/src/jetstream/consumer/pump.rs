@@ -13,7 +13,7 @@ use tokio::sync::watch;
 
 use super::state::{next_matching, Pending, PullRequest, State};
 use super::{redelivery_deadline, Consumer};
-use crate::delivery::Message;
+use crate::delivery::{FlushSet, Message};
 use crate::jetstream::config::{AckPolicy, ConsumerConfig};
 use crate::jetstream::stream::Stream;
 use crate::limits;
@@ -210,6 +210,7 @@ impl Consumer {
             }
             next_wake(&state, &config, now)
         };
+        let mut flush = FlushSet::default();
         for message in outgoing {
             let message_view = Message {
                 subject: &message.subject,
@@ -217,8 +218,9 @@ impl Consumer {
                 headers: message.headers.as_deref(),
                 payload: &message.payload,
             };
-            shared.publish_as(&message.route, &message_view);
+            shared.publish_batched(&message.route, &message_view, &mut flush);
         }
+        flush.flush();
         next_wake
     }
 
@@ -332,7 +334,7 @@ impl Consumer {
             match store.get(seq) {
                 Ok(Some(message)) => return Some(Candidate::from(message, Origin::Redelivery)),
                 _ => {
-                    state.pending.remove(&seq);
+                    state.remove_pending(seq);
                     state.update_ack_floor();
                 }
             }
@@ -383,7 +385,7 @@ impl Consumer {
             state.update_ack_floor();
         } else {
             let deadline = Some(redelivery_deadline(config, deliveries, now));
-            state.pending.insert(message.seq, Pending { consumer_seq, deliveries, deadline });
+            state.insert_pending(message.seq, Pending { consumer_seq, deliveries, deadline });
         }
         state.dirty = true;
         // Messages after this one, as clients show "pending"; exact for unfiltered consumers.
@@ -457,21 +459,14 @@ fn collect_due(state: &mut State, config: &ConsumerConfig, now: Instant) {
     if config.ack_policy == AckPolicy::None {
         return;
     }
-    let due: Vec<(u64, u64)> = state
-        .pending
-        .iter()
-        .filter(|(_, p)| p.deadline.is_some_and(|at| at <= now))
-        .map(|(seq, p)| (*seq, p.deliveries))
-        .collect();
-    for (seq, deliveries) in due {
+    for seq in state.due(now) {
+        let deliveries = state.pending.get(&seq).map_or(0, |p| p.deliveries);
         if config.max_deliver > 0 && deliveries as i64 >= config.max_deliver {
-            state.pending.remove(&seq);
+            state.remove_pending(seq);
             state.update_ack_floor();
             continue;
         }
-        if let Some(pending) = state.pending.get_mut(&seq) {
-            pending.deadline = None;
-        }
+        state.set_deadline(seq, None);
         state.redeliveries.insert(seq);
     }
 }
@@ -484,9 +479,7 @@ fn next_wake(state: &State, config: &ConsumerConfig, now: Instant) -> Instant {
             wake = wake.min(at.max(now));
         }
     };
-    for pending in state.pending.values() {
-        consider(pending.deadline);
-    }
+    consider(state.earliest_deadline());
     for request in &state.waiting {
         consider(request.expires);
         consider(request.next_heartbeat);

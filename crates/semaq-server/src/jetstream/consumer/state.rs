@@ -55,8 +55,12 @@ pub struct State {
     pub ack_floor_consumer_seq: u64,
     /// Everything at or below this stream sequence is acknowledged.
     pub ack_floor_stream_seq: u64,
-    /// Deliveries awaiting an ack, by stream sequence.
+    /// Deliveries awaiting an ack, by stream sequence. Change only through the methods below,
+    /// which keep `deadlines` in step.
     pub pending: BTreeMap<u64, Pending>,
+    /// (deadline, stream sequence) of every pending delivery that has one, earliest first, so
+    /// finding what is due never scans all pending deliveries.
+    deadlines: BTreeSet<(Instant, u64)>,
     /// Stream sequences due for redelivery, oldest first.
     pub redeliveries: BTreeSet<u64>,
     /// Pull requests, oldest first.
@@ -130,14 +134,16 @@ impl State {
             saved.pending.retain(|(seq, _, _)| *seq <= stream_last_seq);
         }
         let deadline = Instant::now() + ack_wait;
-        let pending = saved
+        let pending: BTreeMap<u64, Pending> = saved
             .pending
             .into_iter()
             .map(|(stream_seq, consumer_seq, deliveries)| {
                 (stream_seq, Pending { consumer_seq, deliveries, deadline: Some(deadline) })
             })
             .collect();
+        let deadlines = pending.keys().map(|seq| (deadline, *seq)).collect();
         State {
+            deadlines,
             next_seq: saved.next_seq,
             delivered_consumer_seq: saved.delivered_consumer_seq,
             delivered_stream_seq: saved.delivered_stream_seq,
@@ -159,6 +165,47 @@ impl State {
             ack_floor_stream_seq: self.ack_floor_stream_seq,
             pending: self.pending.iter().map(|(seq, p)| (*seq, p.consumer_seq, p.deliveries)).collect(),
         }
+    }
+
+    /// Tracks a delivery awaiting its ack.
+    pub fn insert_pending(&mut self, seq: u64, pending: Pending) {
+        self.remove_pending(seq);
+        if let Some(at) = pending.deadline {
+            self.deadlines.insert((at, seq));
+        }
+        self.pending.insert(seq, pending);
+    }
+
+    /// Stops tracking a delivery (acked, terminated, gone from the stream, out of deliveries).
+    pub fn remove_pending(&mut self, seq: u64) -> Option<Pending> {
+        let removed = self.pending.remove(&seq)?;
+        if let Some(at) = removed.deadline {
+            self.deadlines.remove(&(at, seq));
+        }
+        self.redeliveries.remove(&seq);
+        Some(removed)
+    }
+
+    /// Moves a pending delivery's redelivery time; `None` while it waits in the redelivery queue.
+    pub fn set_deadline(&mut self, seq: u64, deadline: Option<Instant>) {
+        let Some(pending) = self.pending.get_mut(&seq) else { return };
+        if let Some(at) = pending.deadline {
+            self.deadlines.remove(&(at, seq));
+        }
+        pending.deadline = deadline;
+        if let Some(at) = deadline {
+            self.deadlines.insert((at, seq));
+        }
+    }
+
+    /// Pending deliveries whose deadline is at or before `now`.
+    pub fn due(&self, now: Instant) -> Vec<u64> {
+        self.deadlines.iter().take_while(|(at, _)| *at <= now).map(|(_, seq)| *seq).collect()
+    }
+
+    /// The earliest redelivery time.
+    pub fn earliest_deadline(&self) -> Option<Instant> {
+        self.deadlines.first().map(|(at, _)| *at)
     }
 
     /// Deliveries that were redelivered at least once.
