@@ -71,3 +71,7 @@ pub const CONSUMER_IDLE_WAKE: std::time::Duration = std::time::Duration::from_mi
 pub const EPHEMERAL_NAME_CHARS: usize = 8;
 /// How often streams with a max_age remove expired messages.
 pub const STREAM_LIMITS_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_millis(250);
+/// Bytes queued for one stream's ingest task.
+pub const STREAM_INGEST_QUEUE_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Bytes of JetStream API requests queued.
+pub const JETSTREAM_API_QUEUE_BYTES_MAX: usize = 16 * 1024 * 1024;

@@ -38,32 +38,50 @@ struct Request {
 #[derive(Debug)]
 struct ApiSink {
     queue: mpsc::Sender<Request>,
+    budget: Arc<super::ByteBudget>,
 }
 
 impl InternalSink for ApiSink {
     fn receive(&self, message: &Message<'_>) -> bool {
+        if !self.budget.try_take(message.payload.len()) {
+            return false;
+        }
         let request = Request {
             subject: message.subject.to_string(),
             reply: message.reply.map(str::to_string),
             payload: Bytes::copy_from_slice(message.payload),
         };
-        self.queue.try_send(request).is_ok()
+        if let Err(refused) = self.queue.try_send(request) {
+            let request = match refused {
+                mpsc::error::TrySendError::Full(request) | mpsc::error::TrySendError::Closed(request) => request,
+            };
+            self.budget.give_back(request.payload.len());
+            return false;
+        }
+        true
     }
 }
 
 /// Subscribes to `$JS.API.>` and starts the task that answers.
 pub fn start(shared: &Arc<Shared>, jetstream: Arc<JetStream>) {
     let (queue, requests) = mpsc::channel(limits::JETSTREAM_API_QUEUE_REQUESTS_MAX);
-    let sink = Arc::new(ApiSink { queue });
+    let budget = Arc::new(super::ByteBudget::new(limits::JETSTREAM_API_QUEUE_BYTES_MAX));
+    let sink = Arc::new(ApiSink { queue, budget: budget.clone() });
     if let Err(error) = shared.subscribe_internal(&format!("{API_PREFIX}.>"), None, sink) {
         tracing::error!(%error, "cannot subscribe to the JetStream API");
         return;
     }
-    tokio::spawn(serve(Arc::downgrade(shared), jetstream, requests));
+    tokio::spawn(serve(Arc::downgrade(shared), jetstream, requests, budget));
 }
 
-async fn serve(shared: Weak<Shared>, jetstream: Arc<JetStream>, mut requests: mpsc::Receiver<Request>) {
+async fn serve(
+    shared: Weak<Shared>,
+    jetstream: Arc<JetStream>,
+    mut requests: mpsc::Receiver<Request>,
+    budget: Arc<super::ByteBudget>,
+) {
     while let Some(request) = requests.recv().await {
+        budget.give_back(request.payload.len());
         let Some(shared) = shared.upgrade() else { return };
         let Some(reply) = request.reply.clone() else { continue };
         let tokens: Vec<&str> = request.subject.split('.').skip(2).collect();

@@ -31,6 +31,35 @@ use crate::clock;
 use crate::limits;
 use crate::server::Shared;
 
+/// A bound on the bytes held by a queue of work (a stream's ingest queue, the API queue).
+#[derive(Debug)]
+pub struct ByteBudget {
+    used: std::sync::atomic::AtomicUsize,
+    max: usize,
+}
+
+impl ByteBudget {
+    /// A budget of `max` bytes.
+    pub fn new(max: usize) -> Self {
+        Self { used: std::sync::atomic::AtomicUsize::new(0), max }
+    }
+
+    /// Reserves `bytes`; false when that would exceed the budget.
+    pub fn try_take(&self, bytes: usize) -> bool {
+        use std::sync::atomic::Ordering;
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                (used + bytes <= self.max).then_some(used + bytes)
+            })
+            .is_ok()
+    }
+
+    /// Returns bytes reserved with [`ByteBudget::try_take`].
+    pub fn give_back(&self, bytes: usize) {
+        self.used.fetch_sub(bytes, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 /// What is persisted beside a stream's messages.
 #[derive(Debug, Serialize, Deserialize)]
 struct StreamMeta {

@@ -138,6 +138,7 @@ pub struct Stream {
     store: Mutex<Box<dyn StreamStore>>,
     sync_policy: SyncPolicy,
     ingest: mpsc::Sender<Inbound>,
+    ingest_budget: super::ByteBudget,
     /// The last stored sequence, watched by consumers.
     last_seq: watch::Sender<u64>,
     subscriptions: Mutex<Vec<Arc<Subscription>>>,
@@ -177,6 +178,7 @@ impl Stream {
             store: Mutex::new(store),
             sync_policy,
             ingest,
+            ingest_budget: super::ByteBudget::new(limits::STREAM_INGEST_QUEUE_BYTES_MAX),
             last_seq: watch::channel(last_seq).0,
             subscriptions: Mutex::new(Vec::new()),
             consumers: Mutex::new(std::collections::BTreeMap::new()),
@@ -360,13 +362,21 @@ impl Stream {
 
     /// Queues a published message; false when the queue is full or the stream stopped.
     fn enqueue(&self, message: &Message<'_>) -> bool {
+        let size = message.subject.len() + message.headers.map_or(0, <[u8]>::len) + message.payload.len();
+        if !self.ingest_budget.try_take(size) {
+            return false;
+        }
         let inbound = Inbound {
             subject: message.subject.to_string(),
             reply: message.reply.map(str::to_string),
             headers: message.headers.map(Bytes::copy_from_slice),
             payload: Bytes::copy_from_slice(message.payload),
         };
-        self.ingest.try_send(inbound).is_ok()
+        if self.ingest.try_send(inbound).is_err() {
+            self.ingest_budget.give_back(size);
+            return false;
+        }
+        true
     }
 
     async fn ingest_loop(self: Arc<Self>, mut inbound: mpsc::Receiver<Inbound>, mut dedup: Dedup) {
@@ -427,6 +437,8 @@ impl Stream {
         dedup.expire(now, window_ns);
         let mut stored_any = false;
         for message in batch.drain(..) {
+            let size = message.subject.len() + message.headers.as_ref().map_or(0, Bytes::len) + message.payload.len();
+            self.ingest_budget.give_back(size);
             let outcome = store_one(&config, store.as_mut(), dedup, &message, now);
             stored_any |= matches!(outcome, Ok((_, false)));
             acks.push((message.reply, outcome));
