@@ -4,7 +4,6 @@
 //! random (skipping members that are closing or refuse it). Writers are woken once per input
 //! batch through a [`FlushSet`], not once per message.
 
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -120,7 +119,7 @@ pub struct Message<'a> {
 #[derive(Debug, Default)]
 pub struct FlushSet {
     clients: Vec<Arc<Client>>,
-    seen: HashSet<u64>,
+    seen: rustc_hash::FxHashSet<u64>,
 }
 
 impl FlushSet {

@@ -92,23 +92,26 @@ impl Parser {
             }
             return Ok(None);
         };
-        let line = buffer.split_to(newline + 1).freeze();
-        let line = strip_line_ending(&line);
-        if line.len() > self.limits.control_line_bytes_max {
+        let line_len = if newline > 0 && buffer[newline - 1] == b'\r' { newline - 1 } else { newline };
+        if line_len > self.limits.control_line_bytes_max {
             return Err(ParseError::ControlLineTooLong);
         }
-        self.parse_control_line(line, buffer)
+        let op_end = buffer[..line_len].iter().position(|b| is_space(*b)).unwrap_or(line_len);
+        let name = &buffer[..op_end];
+        let with_headers = name.eq_ignore_ascii_case(b"HPUB");
+        if with_headers || name.eq_ignore_ascii_case(b"PUB") {
+            let args = PublishArgs::parse(&buffer[..line_len], op_end, with_headers)?;
+            return self.start_publish(args, newline + 1, buffer);
+        }
+        let line = buffer.split_to(newline + 1).freeze();
+        self.parse_control_line(line.slice(..line_len))
     }
 
-    fn parse_control_line(&mut self, line: Bytes, buffer: &mut BytesMut) -> Result<Option<ClientOp>, ParseError> {
+    fn parse_control_line(&mut self, line: Bytes) -> Result<Option<ClientOp>, ParseError> {
         let op_end = line.iter().position(|b| is_space(*b)).unwrap_or(line.len());
         let name = &line[..op_end];
         let rest = line.slice(op_end..);
-        if name.eq_ignore_ascii_case(b"PUB") {
-            self.start_publish(&rest, false, buffer)
-        } else if name.eq_ignore_ascii_case(b"HPUB") {
-            self.start_publish(&rest, true, buffer)
-        } else if name.eq_ignore_ascii_case(b"SUB") {
+        if name.eq_ignore_ascii_case(b"SUB") {
             parse_subscribe(&rest).map(Some)
         } else if name.eq_ignore_ascii_case(b"UNSUB") {
             parse_unsubscribe(&rest).map(Some)
@@ -123,30 +126,41 @@ impl Parser {
         }
     }
 
+    /// With the whole message in the buffer, takes it off in one split and slices subject,
+    /// reply and payload out of it (the hot path: no copy, few reference-count updates).
+    /// Otherwise copies the few argument bytes and waits for the payload.
     fn start_publish(
         &mut self,
-        args: &Bytes,
-        with_headers: bool,
+        args: PublishArgs,
+        frame_start: usize,
         buffer: &mut BytesMut,
     ) -> Result<Option<ClientOp>, ParseError> {
-        let args = split_args::<4>(args).ok_or(ParseError::UnknownOperation)?;
-        let (subject, reply, header_len, total_len) = match (with_headers, args.as_slice()) {
-            (false, [subject, size]) => (subject, None, None, parse_size(size)?),
-            (false, [subject, reply, size]) => (subject, Some(reply), None, parse_size(size)?),
-            (true, [subject, header_size, size]) => (subject, None, Some(parse_size(header_size)?), parse_size(size)?),
-            (true, [subject, reply, header_size, size]) => {
-                (subject, Some(reply), Some(parse_size(header_size)?), parse_size(size)?)
-            }
-            _ => return Err(ParseError::UnknownOperation),
-        };
-        if header_len.is_some_and(|header_len| header_len > total_len) {
-            return Err(ParseError::UnknownOperation);
-        }
-        if total_len > self.limits.payload_bytes_max {
+        if args.total_len > self.limits.payload_bytes_max {
             return Err(ParseError::PayloadTooLarge);
         }
-        let pending = PendingPublish { subject: subject.clone(), reply: reply.cloned(), header_len, total_len };
-        self.finish_publish(pending, buffer)
+        let frame_end = frame_start + args.total_len + 2;
+        if buffer.len() < frame_end {
+            let pending = PendingPublish {
+                subject: Bytes::copy_from_slice(&buffer[args.subject.clone()]),
+                reply: args.reply.clone().map(|range| Bytes::copy_from_slice(&buffer[range])),
+                header_len: args.header_len,
+                total_len: args.total_len,
+            };
+            buffer.advance(frame_start);
+            return self.finish_publish(pending, buffer);
+        }
+        if &buffer[frame_end - 2..frame_end] != b"\r\n" {
+            return Err(ParseError::UnknownOperation);
+        }
+        let frame = buffer.split_to(frame_end).freeze();
+        let mut body = frame.slice(frame_start..frame_end - 2);
+        let headers = args.header_len.map(|header_len| body.split_to(header_len));
+        let text = |range: std::ops::Range<usize>| {
+            ByteString::try_from(frame.slice(range)).map_err(|_| ParseError::InvalidPublishSubject)
+        };
+        let subject = text(args.subject)?;
+        let reply = args.reply.map(text).transpose()?;
+        Ok(Some(ClientOp::Publish(Publish { subject, reply, headers, payload: body })))
     }
 
     fn finish_publish(
@@ -211,12 +225,50 @@ fn trim(bytes: &Bytes) -> Bytes {
     bytes.slice(start..end)
 }
 
-fn strip_line_ending(line: &Bytes) -> Bytes {
-    let mut end = line.len() - 1;
-    if end > 0 && line[end - 1] == b'\r' {
-        end -= 1;
+/// The arguments of a `PUB`/`HPUB` line, as positions in the line (nothing is copied yet).
+#[derive(Debug)]
+struct PublishArgs {
+    subject: std::ops::Range<usize>,
+    reply: Option<std::ops::Range<usize>>,
+    header_len: Option<usize>,
+    total_len: usize,
+}
+
+impl PublishArgs {
+    /// Reads `subject [reply] [header_size] size` from `line[from..]`.
+    fn parse(line: &[u8], from: usize, with_headers: bool) -> Result<Self, ParseError> {
+        const ARGS_MAX: usize = 4;
+        let mut ranges = [0..0, 0..0, 0..0, 0..0];
+        let mut count = 0;
+        let mut index = from;
+        while index < line.len() {
+            if is_space(line[index]) {
+                index += 1;
+                continue;
+            }
+            let start = index;
+            while index < line.len() && !is_space(line[index]) {
+                index += 1;
+            }
+            if count == ARGS_MAX {
+                return Err(ParseError::UnknownOperation);
+            }
+            ranges[count] = start..index;
+            count += 1;
+        }
+        let size = |i: usize| parse_size(&line[ranges[i].clone()]);
+        let (subject, reply, header_len, total_len) = match (with_headers, count) {
+            (false, 2) => (ranges[0].clone(), None, None, size(1)?),
+            (false, 3) => (ranges[0].clone(), Some(ranges[1].clone()), None, size(2)?),
+            (true, 3) => (ranges[0].clone(), None, Some(size(1)?), size(2)?),
+            (true, 4) => (ranges[0].clone(), Some(ranges[1].clone()), Some(size(2)?), size(3)?),
+            _ => return Err(ParseError::UnknownOperation),
+        };
+        if header_len.is_some_and(|header_len| header_len > total_len) {
+            return Err(ParseError::UnknownOperation);
+        }
+        Ok(Self { subject, reply, header_len, total_len })
     }
-    line.slice(..end)
 }
 
 /// Whitespace-separated arguments, at most `N` of them; `None` if there are more.

@@ -16,7 +16,9 @@
 //!   locks at once. A miss caches its result only if no write happened since it read the trie
 //!   (the generation check), so a stale result is never cached.
 
-use std::collections::{HashMap, HashSet};
+// FxHash: subjects are short and not attacker-chosen keys of a long-lived map we would
+// need to protect against flooding more than the per-connection subscription limit already does.
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::fmt;
 use std::hash::Hash;
 use std::str::Split;
@@ -148,7 +150,7 @@ impl<T: Clone + Eq + Hash> Router<T> {
     pub fn new(cache_entries_max: usize) -> Self {
         Self {
             trie: RwLock::new(Trie { root: Node::default(), count: 0 }),
-            cache: RwLock::new(HashMap::new()),
+            cache: RwLock::new(HashMap::default()),
             cache_entries_max,
             generation: AtomicU64::new(0),
             counters: Counters::default(),
@@ -305,7 +307,13 @@ struct Node<T> {
 
 impl<T> Default for Node<T> {
     fn default() -> Self {
-        Self { literal: HashMap::new(), one: None, tail: None, plain: HashSet::new(), queues: HashMap::new() }
+        Self {
+            literal: HashMap::default(),
+            one: None,
+            tail: None,
+            plain: HashSet::default(),
+            queues: HashMap::default(),
+        }
     }
 }
 
@@ -320,7 +328,7 @@ impl<T: Clone + Eq + Hash> Node<T> {
             None => node.plain.insert(subscriber),
             Some(name) => match node.queues.get_mut(name) {
                 Some(members) => members.insert(subscriber),
-                None => node.queues.insert(name.into(), HashSet::from([subscriber])).is_none(),
+                None => node.queues.insert(name.into(), HashSet::from_iter([subscriber])).is_none(),
             },
         }
     }
@@ -433,7 +441,7 @@ struct Collector<T> {
 
 impl<T> Default for Collector<T> {
     fn default() -> Self {
-        Self { plain: Vec::new(), groups: Vec::new(), slot_by_name: HashMap::new() }
+        Self { plain: Vec::new(), groups: Vec::new(), slot_by_name: HashMap::default() }
     }
 }
 
