@@ -7,6 +7,8 @@ mod auth;
 mod crash;
 mod harness;
 mod jetstream;
+mod jetstream_api;
+mod jetstream_consumers;
 mod pubsub;
 mod raw_protocol;
 mod slow_consumer;
