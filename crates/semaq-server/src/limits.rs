@@ -75,3 +75,5 @@ pub const STREAM_LIMITS_CHECK_INTERVAL: std::time::Duration = std::time::Duratio
 pub const STREAM_INGEST_QUEUE_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// Bytes of JetStream API requests queued.
 pub const JETSTREAM_API_QUEUE_BYTES_MAX: usize = 16 * 1024 * 1024;
+/// Subjects listed by one `STREAM.INFO` with `subjects_filter` (nats-server's JSMaxSubjectDetails).
+pub const API_SUBJECT_DETAILS_MAX: usize = 100_000;

@@ -200,10 +200,7 @@ fn stream_config_from(name: &str, payload: &[u8]) -> Result<StreamConfig, ApiErr
     if payload.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::invalid_json("empty request"));
     }
-    let mut config: StreamConfig = serde_json::from_slice(payload).map_err(ApiError::invalid_json)?;
-    if config.name.is_empty() {
-        config.name = name.to_string();
-    }
+    let config: StreamConfig = serde_json::from_slice(payload).map_err(ApiError::invalid_json)?;
     if config.name != name {
         return Err(ApiError::stream_mismatch());
     }
@@ -212,12 +209,12 @@ fn stream_config_from(name: &str, payload: &[u8]) -> Result<StreamConfig, ApiErr
 
 fn create_stream(jetstream: &JetStream, name: &str, payload: &[u8]) -> Result<Value, ApiError> {
     let stream = jetstream.create_stream(stream_config_from(name, payload)?)?;
-    Ok(stream_info(&stream, None))
+    Ok(stream_info(&stream))
 }
 
 fn update_stream(jetstream: &JetStream, name: &str, payload: &[u8]) -> Result<Value, ApiError> {
     let stream = jetstream.update_stream(stream_config_from(name, payload)?)?;
-    Ok(stream_info(&stream, None))
+    Ok(stream_info(&stream))
 }
 
 /// Optional body of `STREAM.INFO`.
@@ -225,18 +222,35 @@ fn update_stream(jetstream: &JetStream, name: &str, payload: &[u8]) -> Result<Va
 #[serde(default)]
 struct StreamInfoRequest {
     subjects_filter: Option<String>,
+    offset: usize,
 }
 
 fn stream_info_request(jetstream: &JetStream, name: &str, payload: &[u8]) -> Result<Value, ApiError> {
     let request: StreamInfoRequest = parse(payload)?;
     let stream = jetstream.stream(name).ok_or_else(ApiError::stream_not_found)?;
-    Ok(stream_info(&stream, request.subjects_filter.as_deref()))
+    let mut info = stream_info(&stream);
+    let filter = request.subjects_filter.as_deref().filter(|filter| !filter.is_empty());
+    if let Some(filter) = filter {
+        // Subject details are paged like nats-server's: sorted, `offset`, at most a page.
+        let counts = stream.store().subjects_state(Some(filter));
+        if !counts.is_empty() {
+            let total = counts.len();
+            let offset = request.offset.min(total);
+            let page: std::collections::BTreeMap<&String, &u64> =
+                counts.iter().skip(offset).take(limits::API_SUBJECT_DETAILS_MAX).collect();
+            info["state"]["subjects"] = json!(page);
+            info["total"] = json!(total);
+            info["offset"] = json!(offset);
+            info["limit"] = json!(limits::API_SUBJECT_DETAILS_MAX);
+        }
+    }
+    Ok(info)
 }
 
 /// The stream info body shared by create, update, info and list.
-pub fn stream_info(stream: &Stream, subjects_filter: Option<&str>) -> Value {
+pub fn stream_info(stream: &Stream) -> Value {
     let state = stream.state();
-    let mut state_json = json!({
+    let state_json = json!({
         "messages": state.msgs,
         "bytes": state.bytes,
         "first_seq": state.first_seq,
@@ -247,10 +261,6 @@ pub fn stream_info(stream: &Stream, subjects_filter: Option<&str>) -> Value {
         "num_deleted": state.num_deleted,
         "consumer_count": stream.consumer_count(),
     });
-    if let Some(filter) = subjects_filter {
-        let filter = if filter.is_empty() { ">" } else { filter };
-        state_json["subjects"] = json!(stream.store().subjects_state(Some(filter)));
-    }
     let mut info = json!({
         "config": *stream.config(),
         "created": clock::rfc3339(stream.created),
@@ -320,18 +330,20 @@ fn stream_names(jetstream: &JetStream, payload: &[u8]) -> Result<Value, ApiError
     let request: ListRequest = parse(payload)?;
     let streams = matching_streams(jetstream, &request);
     let total = streams.len();
+    let offset = request.offset.min(total);
     let names: Vec<String> =
-        streams.iter().skip(request.offset).take(limits::API_LIST_NAMES_MAX).map(|s| s.name.clone()).collect();
-    Ok(json!({ "total": total, "offset": request.offset, "limit": limits::API_LIST_NAMES_MAX, "streams": names }))
+        streams.iter().skip(offset).take(limits::API_LIST_NAMES_MAX).map(|s| s.name.clone()).collect();
+    Ok(json!({ "total": total, "offset": offset, "limit": limits::API_LIST_NAMES_MAX, "streams": names }))
 }
 
 fn stream_list(jetstream: &JetStream, payload: &[u8]) -> Result<Value, ApiError> {
     let request: ListRequest = parse(payload)?;
     let streams = matching_streams(jetstream, &request);
     let total = streams.len();
+    let offset = request.offset.min(total);
     let infos: Vec<Value> =
-        streams.iter().skip(request.offset).take(limits::API_LIST_INFOS_MAX).map(|s| stream_info(s, None)).collect();
-    Ok(json!({ "total": total, "offset": request.offset, "limit": limits::API_LIST_INFOS_MAX, "streams": infos }))
+        streams.iter().skip(offset).take(limits::API_LIST_INFOS_MAX).map(|s| stream_info(s)).collect();
+    Ok(json!({ "total": total, "offset": offset, "limit": limits::API_LIST_INFOS_MAX, "streams": infos }))
 }
 
 /// Body of `STREAM.MSG.GET` (and `DIRECT.GET`).
@@ -391,9 +403,13 @@ fn delete_message(jetstream: &JetStream, name: &str, payload: &[u8]) -> Result<V
     if config.sealed || config.deny_delete {
         return Err(ApiError::sealed());
     }
-    let deleted = stream.store().delete(request.seq).map_err(store_error)?;
+    let last_seq = stream.state().last_seq;
+    if request.seq == 0 || request.seq > last_seq {
+        return Err(ApiError::message_delete_failed("sequence is beyond the last sequence of the stream"));
+    }
+    let deleted = stream.store().delete(request.seq).map_err(ApiError::message_delete_failed)?;
     if !deleted {
-        return Err(ApiError::no_message_found());
+        return Err(ApiError::sequence_not_found(request.seq));
     }
     stream.notify_changed();
     Ok(json!({ "success": true }))
@@ -431,11 +447,12 @@ fn consumer_names(jetstream: &JetStream, stream: &str, payload: &[u8]) -> Result
     let request: ListRequest = parse(payload)?;
     let stream = jetstream.stream(stream).ok_or_else(ApiError::stream_not_found)?;
     let consumers = stream.consumers();
+    let offset = request.offset.min(consumers.len());
     let names: Vec<String> =
-        consumers.iter().skip(request.offset).take(limits::API_LIST_NAMES_MAX).map(|c| c.name.clone()).collect();
+        consumers.iter().skip(offset).take(limits::API_LIST_NAMES_MAX).map(|c| c.name.clone()).collect();
     Ok(json!({
         "total": consumers.len(),
-        "offset": request.offset,
+        "offset": offset,
         "limit": limits::API_LIST_NAMES_MAX,
         "consumers": names,
     }))
@@ -445,11 +462,11 @@ fn consumer_list(jetstream: &JetStream, stream: &str, payload: &[u8]) -> Result<
     let request: ListRequest = parse(payload)?;
     let stream = jetstream.stream(stream).ok_or_else(ApiError::stream_not_found)?;
     let consumers = stream.consumers();
-    let infos: Vec<Value> =
-        consumers.iter().skip(request.offset).take(limits::API_LIST_INFOS_MAX).map(|c| c.info()).collect();
+    let offset = request.offset.min(consumers.len());
+    let infos: Vec<Value> = consumers.iter().skip(offset).take(limits::API_LIST_INFOS_MAX).map(|c| c.info()).collect();
     Ok(json!({
         "total": consumers.len(),
-        "offset": request.offset,
+        "offset": offset,
         "limit": limits::API_LIST_INFOS_MAX,
         "consumers": infos,
     }))

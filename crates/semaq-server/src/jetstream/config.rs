@@ -298,7 +298,8 @@ impl Default for ConsumerConfig {
             deliver_policy: DeliverPolicy::All,
             opt_start_seq: None,
             opt_start_time: None,
-            ack_policy: AckPolicy::Explicit,
+            // nats-server's zero value: a config that names no ack policy acks nothing.
+            ack_policy: AckPolicy::None,
             ack_wait: 0,
             max_deliver: -1,
             backoff: Vec::new(),

@@ -54,19 +54,27 @@ pub fn create(
         return Err(ApiError::stream_mismatch());
     }
     let mut config = request.config.ok_or_else(ApiError::consumer_config_required)?;
-    if let Some(name) = subject.name {
-        let named = config.name.as_deref().or(config.durable_name.as_deref());
-        if named.is_some_and(|named| named != name) {
-            return Err(ApiError::durable_name_mismatch());
+    if subject.durable {
+        // The legacy durable subject: the config must name the same durable.
+        match config.durable_name.as_deref() {
+            None => return Err(ApiError::durable_name_not_set()),
+            Some(durable) if Some(durable) != subject.name => return Err(ApiError::durable_name_mismatch()),
+            Some(_) => {}
         }
-        if subject.durable {
-            config.durable_name = Some(name.to_string());
+    }
+    match subject.name {
+        Some(name) => {
+            let named = config.name.as_deref().or(config.durable_name.as_deref());
+            if named.is_some_and(|named| named != name) {
+                return Err(ApiError::durable_name_mismatch());
+            }
+            if config.name.is_none() {
+                config.name = Some(name.to_string());
+            }
         }
-        if config.name.is_none() {
-            config.name = Some(name.to_string());
-        }
-    } else if subject.durable {
-        return Err(ApiError::durable_name_not_set());
+        // The legacy ephemeral subject.
+        None if config.durable_name.is_some() => return Err(ApiError::ephemeral_with_durable_name()),
+        None => {}
     }
     if let Some(filter) = subject.filter {
         match config.filter_subject.as_deref() {

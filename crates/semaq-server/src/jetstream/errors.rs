@@ -232,6 +232,26 @@ impl ApiError {
     pub fn durable_and_name_mismatch() -> Self {
         Self::new(400, 10132, "Consumer Durable and Name have to be equal if both are provided")
     }
+    /// A deliver policy and its start options disagree (nats-server's wording in `reason`).
+    pub fn invalid_policy(reason: impl std::fmt::Display) -> Self {
+        Self::new(400, 10094, format!("{reason}"))
+    }
+    /// `consumer in pull mode requires explicit ack policy on workqueue stream`.
+    pub fn pull_requires_ack_on_workqueue() -> Self {
+        Self::new(400, 10084, "consumer in pull mode requires explicit ack policy on workqueue stream")
+    }
+    /// `consumer expected to be ephemeral but a durable name was set in request`.
+    pub fn ephemeral_with_durable_name() -> Self {
+        Self::new(400, 10020, "consumer expected to be ephemeral but a durable name was set in request")
+    }
+    /// `sequence {seq} not found`.
+    pub fn sequence_not_found(seq: u64) -> Self {
+        Self::new(400, 10043, format!("sequence {seq} not found"))
+    }
+    /// A message delete failed, with the reason.
+    pub fn message_delete_failed(reason: impl std::fmt::Display) -> Self {
+        Self::new(500, 10057, format!("{reason}"))
+    }
     /// `consumer idle heartbeat needs to be >= 100ms`.
     pub fn small_heartbeat() -> Self {
         Self::new(400, 10083, "consumer idle heartbeat needs to be >= 100ms")

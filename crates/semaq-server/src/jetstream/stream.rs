@@ -333,11 +333,14 @@ impl Stream {
         let oldest_ns = now_ns() - window_ns;
         let mut seq = state.last_seq;
         let mut found = Vec::new();
+        let mut newest_has_id = None;
         while seq >= state.first_seq && seq > 0 && found.len() < limits::DEDUP_IDS_MAX {
             match store.get(seq) {
                 Ok(Some(message)) if message.timestamp_ns < oldest_ns => break,
                 Ok(Some(message)) => {
-                    if let Some(id) = message.headers.as_deref().and_then(|h| header_value(h, header::MSG_ID)) {
+                    let id = message.headers.as_deref().and_then(|h| header_value(h, header::MSG_ID));
+                    newest_has_id.get_or_insert(id.is_some());
+                    if let Some(id) = id {
                         found.push((message.timestamp_ns, id, message.seq));
                     }
                 }
@@ -347,6 +350,9 @@ impl Stream {
         }
         for (timestamp_ns, id, seq) in found.into_iter().rev() {
             dedup.record(&id, seq, timestamp_ns);
+        }
+        if newest_has_id == Some(false) {
+            dedup.last_msg_id = None;
         }
         dedup
     }
@@ -436,10 +442,23 @@ impl Stream {
         let now = now_ns();
         dedup.expire(now, window_ns);
         let mut stored_any = false;
+        // Interest streams keep only what some consumer wants (nats-server's "no interest" skip).
+        let interest: Option<Vec<Arc<super::config::ConsumerConfig>>> = (config.retention
+            == super::config::Retention::Interest)
+            .then(|| self.consumers().iter().map(|c| c.config()).collect());
         for message in batch.drain(..) {
             let size = message.subject.len() + message.headers.as_ref().map_or(0, Bytes::len) + message.payload.len();
             self.ingest_budget.give_back(size);
-            let outcome = store_one(&config, store.as_mut(), dedup, &message, now);
+            let mut outcome = store_one(&config, store.as_mut(), dedup, &message, now);
+            if let (Ok((seq, false)), Some(consumers)) = (&outcome, &interest) {
+                let wanted = consumers.iter().any(|c| super::consumer::validate::filter_matches(c, &message.subject));
+                if !wanted {
+                    // The sequence is used and acknowledged, but nothing is kept.
+                    if let Err(error) = store.delete(*seq) {
+                        outcome = Err(store_error(error));
+                    }
+                }
+            }
             stored_any |= matches!(outcome, Ok((_, false)));
             acks.push((message.reply, outcome));
         }
@@ -550,8 +569,10 @@ fn store_one(
     }
     let (seq, _) =
         store.append(&message.subject, message.headers.as_deref(), &message.payload, now).map_err(store_error)?;
-    if let Some(id) = &msg_id {
-        dedup.record(id, seq, now);
+    match &msg_id {
+        Some(id) => dedup.record(id, seq, now),
+        // Every stored message sets the last id, empty when it has none (as nats-server).
+        None => dedup.last_msg_id = None,
     }
     Ok((seq, false))
 }

@@ -198,7 +198,6 @@ async fn stream_names_and_list_page_with_total_offset_and_limit() {
 }
 
 #[tokio::test]
-#[ignore = "server bug: NAMES/LIST report the requested offset unclamped"]
 async fn stream_names_offset_past_the_end_is_clamped_to_the_total() {
     let server = TestServer::start();
     let js = context(&server).await;
@@ -439,7 +438,6 @@ async fn deleted_message_is_gone_and_getting_it_is_10037() {
 }
 
 #[tokio::test]
-#[ignore = "server bug: deleting a missing message is 404/10037 instead of 10043 / 10057"]
 async fn deleting_a_missing_message_says_why() {
     // nats-server (jsMsgDeleteRequest): a sequence already deleted is JSSequenceNotFoundErrF,
     // one past the last is the store's error wrapped in JSStreamMsgDeleteFailedF.
@@ -518,7 +516,6 @@ async fn expected_last_msg_id_must_match_the_last_stored_msg_id() {
 }
 
 #[tokio::test]
-#[ignore = "server bug: last msg id is only updated by messages that carry Nats-Msg-Id"]
 async fn a_message_without_msg_id_resets_the_last_msg_id() {
     // nats-server sets `mset.lmsgId = msgId` for every stored message, so after a message
     // without Nats-Msg-Id the last msg id is "" and expecting the older id fails.
@@ -726,7 +723,6 @@ async fn memory_stream_stores_reads_and_reports_memory_usage() {
 // Stream info with subject details.
 
 #[tokio::test]
-#[ignore = "server bug: subject details ignore offset and lack total/offset/limit: async-nats lists every subject twice"]
 async fn stream_info_subjects_filter_reports_per_subject_counts() {
     let server = TestServer::start();
     let js = context(&server).await;
@@ -754,7 +750,6 @@ async fn stream_info_subjects_filter_reports_per_subject_counts() {
 }
 
 #[tokio::test]
-#[ignore = "server bug: an empty subjects_filter is treated as \">\" and returns every subject"]
 async fn stream_info_without_subjects_filter_has_no_subject_details() {
     let server = TestServer::start();
     let js = context(&server).await;
@@ -835,7 +830,6 @@ async fn malformed_stream_requests_get_error_json_and_change_nothing() {
 }
 
 #[tokio::test]
-#[ignore = "server bug: an empty name in the create body is filled from the subject instead of 10056"]
 async fn stream_create_body_without_a_name_is_a_mismatch_10056() {
     // nats-server compares the subject's name with `cfg.Name` as sent: an empty name differs.
     let server = TestServer::start();

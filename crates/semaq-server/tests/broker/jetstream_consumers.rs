@@ -146,7 +146,6 @@ async fn legacy_durable_create_subject_creates_a_durable() {
 }
 
 #[tokio::test]
-#[ignore = "server bug: DURABLE.CREATE takes the name from the subject when config.durable_name is missing"]
 async fn legacy_durable_create_without_durable_name_in_config_is_10018() {
     let server = TestServer::start();
     let js = context(&server).await;
@@ -190,7 +189,6 @@ async fn legacy_ephemeral_create_subject_generates_a_name() {
 }
 
 #[tokio::test]
-#[ignore = "server bug: CONSUMER.CREATE.<stream> with durable_name creates a durable"]
 async fn legacy_ephemeral_create_with_a_durable_name_is_10020() {
     let server = TestServer::start();
     let js = context(&server).await;
@@ -230,7 +228,6 @@ async fn consumer_create_naming_another_stream_in_the_body_is_10056() {
 }
 
 #[tokio::test]
-#[ignore = "server bug: missing opt_start_* is 500/10012 instead of 400/10094; consumer num_replicas 3 is accepted"]
 async fn malformed_consumer_requests_get_error_json_and_create_nothing() {
     let server = TestServer::start();
     let js = context(&server).await;
@@ -357,7 +354,6 @@ async fn deliver_by_start_sequence_starts_there() {
 }
 
 #[tokio::test]
-#[ignore = "server bug: by_start_time deadlocks the stream store (State::positioned re-locks it); the JetStream API stops answering"]
 async fn deliver_by_start_time_starts_at_the_first_message_at_or_after_it() {
     let server = TestServer::start();
     let js = context(&server).await;
@@ -390,7 +386,6 @@ async fn deliver_last_per_subject_delivers_each_subjects_last_in_stream_order() 
 }
 
 #[tokio::test]
-#[ignore = "server bug: last_per_subject without a filter subject is accepted"]
 async fn deliver_last_per_subject_requires_a_filter_subject_10094() {
     // nats-server: NewJSConsumerInvalidPolicyError(notSet("last per subject", "filter subject")).
     let server = TestServer::start();
@@ -470,7 +465,6 @@ async fn ack_none_counts_delivered_as_acknowledged_and_never_redelivers() {
 }
 
 #[tokio::test]
-#[ignore = "server bug: a pull consumer with ack none and max_ack_pending is refused (10082)"]
 async fn max_ack_pending_with_ack_none_is_refused_for_push_consumers_only() {
     // nats-server checks `MaxAckPending > 0 && AckPolicy == AckNone` in its push-mode branch
     // (checkConsumerCfg); a pull consumer with ack none may carry max_ack_pending.
@@ -495,7 +489,6 @@ async fn max_ack_pending_with_ack_none_is_refused_for_push_consumers_only() {
 }
 
 #[tokio::test]
-#[ignore = "server bug: a config without ack_policy defaults to explicit, nats-server to none"]
 async fn consumer_config_without_ack_policy_defaults_to_ack_none() {
     // In nats-server the zero value of AckPolicy is AckNone: a raw request that leaves
     // `ack_policy` out gets a consumer that needs no acks.
@@ -631,7 +624,6 @@ async fn backoff_spaces_redeliveries_by_its_delays() {
 }
 
 #[tokio::test]
-#[ignore = "server bug: ack_wait is not set to backoff[0]"]
 async fn backoff_sets_ack_wait_to_its_first_delay() {
     // nats-server's setConsumerConfigDefaults: `if len(config.BackOff) > 0 { config.AckWait = config.BackOff[0] }`.
     let server = TestServer::start();
@@ -650,7 +642,6 @@ async fn backoff_sets_ack_wait_to_its_first_delay() {
 }
 
 #[tokio::test]
-#[ignore = "server bug: len(backoff) == max_deliver is refused with 10116; nats-server >= 2.11 allows it"]
 async fn backoff_may_be_as_long_as_max_deliver() {
     // nats-server refuses only `len(backoff) > max_deliver` (JSConsumerMaxDeliverBackoffErr, 10116).
     let server = TestServer::start();
@@ -831,7 +822,6 @@ async fn pull_max_bytes_limits_the_batch() {
 }
 
 #[tokio::test]
-#[ignore = "server bug: pull max_bytes counts only headers + payload, not subject and ack reply"]
 async fn pull_max_bytes_counts_subject_reply_headers_and_payload() {
     // nats-server sizes a delivery as len(subject) + len(ack reply) + len(headers) + len(payload)
     // (consumer.go, getNextMsg: `sz = len(pmsg.subj) + len(ackReply) + len(pmsg.hdr) + len(pmsg.msg)`).
@@ -1010,7 +1000,6 @@ async fn workqueue_stream_refuses_a_second_unfiltered_consumer_with_10099() {
 }
 
 #[tokio::test]
-#[ignore = "server bug: a pull consumer with ack none on a workqueue stream gets 10098 instead of 10084"]
 async fn workqueue_stream_allows_filtered_consumers_that_do_not_overlap() {
     let server = TestServer::start();
     let js = context(&server).await;
@@ -1077,7 +1066,6 @@ async fn interest_stream_removes_a_message_once_every_consumer_acked_it() {
 }
 
 #[tokio::test]
-#[ignore = "server bug: interest streams store messages no consumer is interested in"]
 async fn interest_stream_without_consumers_does_not_keep_messages() {
     // nats-server (processJetStreamMsg): with interest retention and no interested consumer the
     // message is acknowledged with its sequence but not stored.

@@ -265,7 +265,15 @@ impl Consumer {
                 }
                 return;
             };
-            let size = (next.headers.as_ref().map_or(0, Bytes::len) + next.payload.len()) as u64;
+            // Counted as nats-server counts toward a request's max_bytes: subject, ack reply,
+            // headers and payload.
+            let size = match bytes_remaining {
+                Some(_) => {
+                    let framing = next.subject.len() + self.ack_subject(state, &next, last_seq).len();
+                    (framing + next.headers.as_ref().map_or(0, Bytes::len) + next.payload.len()) as u64
+                }
+                None => 0,
+            };
             if bytes_remaining.is_some_and(|left| size > left) {
                 next.put_back(state);
                 if let Some(request) = state.waiting.pop_front() {
@@ -366,6 +374,19 @@ impl Consumer {
         }
     }
 
+    /// The ack reply subject the next delivery of `message` will carry:
+    /// `$JS.ACK.<stream>.<consumer>.<deliveries>.<stream seq>.<consumer seq>.<timestamp>.<pending>`.
+    fn ack_subject(&self, state: &State, message: &Candidate, last_seq: u64) -> String {
+        let deliveries = state.pending.get(&message.seq).map_or(1, |p| p.deliveries + 1);
+        let consumer_seq = state.delivered_consumer_seq + 1;
+        // Messages after this one, as clients show "pending"; exact for unfiltered consumers.
+        let remaining = last_seq.saturating_sub(message.seq.max(state.next_seq.saturating_sub(1)));
+        format!(
+            "$JS.ACK.{}.{}.{}.{}.{}.{}.{}",
+            self.stream_name, self.name, deliveries, message.seq, consumer_seq, message.timestamp_ns, remaining
+        )
+    }
+
     /// Assigns the delivery its consumer sequence, tracks it for acks and builds the message.
     fn record_delivery(
         &self,
@@ -375,6 +396,7 @@ impl Consumer {
         route: &str,
         (now, last_seq): (Instant, u64),
     ) -> Outgoing {
+        let ack = self.ack_subject(state, &message, last_seq);
         state.delivered_consumer_seq += 1;
         let consumer_seq = state.delivered_consumer_seq;
         if !message.redelivery {
@@ -388,12 +410,6 @@ impl Consumer {
             state.insert_pending(message.seq, Pending { consumer_seq, deliveries, deadline });
         }
         state.dirty = true;
-        // Messages after this one, as clients show "pending"; exact for unfiltered consumers.
-        let remaining = last_seq.saturating_sub(message.seq.max(state.next_seq.saturating_sub(1)));
-        let ack = format!(
-            "$JS.ACK.{}.{}.{}.{}.{}.{}.{}",
-            self.stream_name, self.name, deliveries, message.seq, consumer_seq, message.timestamp_ns, remaining
-        );
         let headers = if config.headers_only {
             let mut block = message.headers.as_deref().map(|h| String::from_utf8_lossy(h).into_owned());
             let size = format!("Nats-Msg-Size: {}\r\n\r\n", message.payload.len());

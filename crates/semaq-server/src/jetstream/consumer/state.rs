@@ -94,7 +94,7 @@ impl State {
             DeliverPolicy::ByStartSequence => config.opt_start_seq.unwrap_or(first).max(first),
             DeliverPolicy::ByStartTime => {
                 let start_ns = config.opt_start_time.as_deref().and_then(validate::parse_rfc3339_ns).unwrap_or(0);
-                first_at_or_after(stream, start_ns, first, stream_state.last_seq)
+                first_at_or_after(&**store, start_ns, first, stream_state.last_seq)
             }
             DeliverPolicy::Last => {
                 let filters = validate::filters(config);
@@ -285,8 +285,7 @@ pub fn next_matching(
 }
 
 /// Binary search for the first sequence whose message is at or after `start_ns`.
-fn first_at_or_after(stream: &Stream, start_ns: i64, first: u64, last: u64) -> u64 {
-    let store = stream.store();
+fn first_at_or_after(store: &dyn semaq_store::StreamStore, start_ns: i64, first: u64, last: u64) -> u64 {
     let (mut low, mut high) = (first, last + 1);
     while low < high {
         let middle = low + (high - low) / 2;

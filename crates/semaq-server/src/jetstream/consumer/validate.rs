@@ -84,14 +84,21 @@ pub fn normalize(mut config: ConsumerConfig, stream: &StreamConfig) -> Result<Co
     check_delivery(&config)?;
     check_timing(&config)?;
     check_workqueue(&config, stream)?;
+    if config.num_replicas > 1 {
+        return Err(ApiError::replicas_not_supported());
+    }
     if config.ack_policy != AckPolicy::None {
+        if let Some(first) = config.backoff.first() {
+            // nats-server: the first backoff delay is the ack wait.
+            config.ack_wait = *first;
+        }
         if config.ack_wait == 0 {
             config.ack_wait = crate::jetstream::config::ACK_WAIT_DEFAULT_NS;
         }
         if config.max_ack_pending == 0 {
             config.max_ack_pending = MAX_ACK_PENDING_DEFAULT;
         }
-    } else if config.max_ack_pending > 0 {
+    } else if config.max_ack_pending > 0 && config.deliver_subject.is_some() {
         return Err(ApiError::max_ack_pending_requires_ack());
     }
     if config.max_deliver == 0 {
@@ -151,15 +158,44 @@ fn check_delivery(config: &ConsumerConfig) -> Result<(), ApiError> {
     if config.idle_heartbeat > 0 && config.idle_heartbeat < HEARTBEAT_MIN_NS {
         return Err(ApiError::small_heartbeat());
     }
+    check_deliver_policy(config)
+}
+
+/// Start options must fit the deliver policy, with nats-server's wording (err_code 10094).
+fn check_deliver_policy(config: &ConsumerConfig) -> Result<(), ApiError> {
+    let policy = match config.deliver_policy {
+        DeliverPolicy::All => "all",
+        DeliverPolicy::Last => "last",
+        DeliverPolicy::LastPerSubject => "last per subject",
+        DeliverPolicy::New => "new",
+        DeliverPolicy::ByStartSequence => "by start sequence",
+        DeliverPolicy::ByStartTime => "by start time",
+    };
+    let also_set = |what: &str| {
+        ApiError::invalid_policy(format!(
+            "consumer delivery policy is deliver {policy}, but optional start {what} is also set"
+        ))
+    };
+    let not_set = |what: &str| {
+        ApiError::invalid_policy(format!(
+            "consumer delivery policy is deliver {policy}, but optional {what} is not set"
+        ))
+    };
+    let has_sequence = config.opt_start_seq.unwrap_or(0) > 0;
+    let has_time = config.opt_start_time.is_some();
+    let unfiltered = config.filter_subject.as_deref().unwrap_or("").is_empty() && config.filter_subjects.is_empty();
     match config.deliver_policy {
-        DeliverPolicy::ByStartSequence if config.opt_start_seq.unwrap_or(0) == 0 => Err(ApiError::consumer_create(
-            "consumer delivery policy is deliver by start sequence, but optional start sequence is not set",
-        )),
+        DeliverPolicy::ByStartSequence if !has_sequence => Err(not_set("start sequence")),
+        DeliverPolicy::ByStartSequence if has_time => Err(also_set("time")),
+        DeliverPolicy::ByStartTime if !has_time => Err(not_set("start time")),
+        DeliverPolicy::ByStartTime if has_sequence => Err(also_set("start sequence")),
         DeliverPolicy::ByStartTime if config.opt_start_time.as_deref().and_then(parse_rfc3339_ns).is_none() => {
-            Err(ApiError::consumer_create(
-                "consumer delivery policy is deliver by start time, but optional start time is not set",
-            ))
+            Err(ApiError::bad_request())
         }
+        DeliverPolicy::ByStartSequence | DeliverPolicy::ByStartTime => Ok(()),
+        _ if has_sequence => Err(also_set("sequence")),
+        _ if has_time => Err(also_set("time")),
+        DeliverPolicy::LastPerSubject if unfiltered => Err(not_set("filter subject")),
         _ => Ok(()),
     }
 }
@@ -171,7 +207,7 @@ fn check_timing(config: &ConsumerConfig) -> Result<(), ApiError> {
     if config.backoff.iter().any(|delay| *delay <= 0) {
         return Err(ApiError::backoff_negative());
     }
-    if !config.backoff.is_empty() && config.max_deliver != -1 && config.max_deliver <= config.backoff.len() as i64 {
+    if !config.backoff.is_empty() && config.max_deliver > 0 && config.max_deliver < config.backoff.len() as i64 {
         return Err(ApiError::max_deliver_backoff());
     }
     Ok(())
@@ -182,7 +218,10 @@ fn check_workqueue(config: &ConsumerConfig, stream: &StreamConfig) -> Result<(),
         return Ok(());
     }
     if config.ack_policy != AckPolicy::Explicit {
-        return Err(ApiError::workqueue_requires_explicit_ack());
+        return Err(match (config.deliver_subject.is_none(), config.ack_policy) {
+            (true, AckPolicy::None) => ApiError::pull_requires_ack_on_workqueue(),
+            _ => ApiError::workqueue_requires_explicit_ack(),
+        });
     }
     if config.deliver_policy != DeliverPolicy::All {
         return Err(ApiError::workqueue_deliver_all());
@@ -246,7 +285,8 @@ mod tests {
     #[test]
     fn defaults_follow_nats_server() {
         let stream = StreamConfig { subjects: vec!["orders.>".into()], ..StreamConfig::default() };
-        let config = normalize(ConsumerConfig::default(), &stream).unwrap();
+        let explicit = ConsumerConfig { ack_policy: AckPolicy::Explicit, ..ConsumerConfig::default() };
+        let config = normalize(explicit, &stream).unwrap();
         assert_eq!(config.ack_wait, 30_000_000_000);
         assert_eq!(config.max_ack_pending, 1000);
         assert_eq!(config.max_waiting, 512);
@@ -277,7 +317,7 @@ mod tests {
         assert_eq!(check(with(|c| { c.deliver_subject = Some("x.*".into()) })), 10079);
         assert_eq!(
             check(with(|c| {
-                c.backoff = vec![1, 2];
+                c.backoff = vec![1, 2, 3];
                 c.max_deliver = 2
             })),
             10116
