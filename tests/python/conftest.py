@@ -26,6 +26,7 @@ class Server:
         command = [BINARY, "-a", "127.0.0.1", "-p", "-1", "-m", "-1", "-js", "-sd", self.dir.name, *self.args]
         self.process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
         self.url = None
+        self.http_url = None
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             line = self.process.stderr.readline()
@@ -35,6 +36,9 @@ class Server:
             found = re.search(r"Listening for client connections on (\S+)", line)
             if found:
                 self.url = "nats://" + found.group(1)
+            monitor = re.search(r"Starting http monitor on (\S+)", line)
+            if monitor:
+                self.http_url = "http://" + monitor.group(1)
             if "Server is ready" in line:
                 break
         assert self.url, "semaq-server did not start"

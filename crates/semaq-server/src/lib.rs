@@ -10,6 +10,7 @@
 //! - [`tls`]: rustls configuration for the client listener.
 //! - [`jetstream`]: streams (capture → checks → store append → ack) and consumers (delivery, acks).
 //! - [`monitor`]: the HTTP endpoints (`/varz`, `/connz`, `/subsz`, `/healthz`).
+//! - [`registry`]: the schema registry (Confluent's REST API, `$SEMAQ.API.SCHEMA.*`) and L2 validation.
 //! - [`stats`]: counters shared by the rooms above.
 //!
 //! Settings come from [`options`], filled by [`config_file`] (nats-server's format) and then
@@ -26,6 +27,7 @@ pub mod limits;
 pub mod monitor;
 pub mod options;
 pub mod outbound;
+pub mod registry;
 pub mod router;
 pub mod server;
 pub mod stats;

@@ -77,3 +77,17 @@ pub const STREAM_INGEST_QUEUE_BYTES_MAX: usize = 64 * 1024 * 1024;
 pub const JETSTREAM_API_QUEUE_BYTES_MAX: usize = 16 * 1024 * 1024;
 /// Subjects listed by one `STREAM.INFO` with `subjects_filter` (nats-server's JSMaxSubjectDetails).
 pub const API_SUBJECT_DETAILS_MAX: usize = 100_000;
+/// Nesting a schema or a validated payload may reach before it is refused (bounds recursion).
+pub const SCHEMA_NESTING_DEPTH_MAX: usize = 64;
+/// Longest schema text the registry accepts.
+pub const REGISTRY_SCHEMA_BYTES_MAX: usize = 1024 * 1024;
+/// Schemas (distinct global ids) the registry holds.
+pub const REGISTRY_SCHEMAS_MAX: usize = 100_000;
+/// Versions one subject may have, deleted ones included.
+pub const REGISTRY_VERSIONS_PER_SUBJECT_MAX: usize = 10_000;
+/// Longest subject name.
+pub const REGISTRY_SUBJECT_NAME_BYTES_MAX: usize = 1024;
+/// Schema API requests over NATS queued before new ones are refused.
+pub const SCHEMA_API_QUEUE_REQUESTS_MAX: usize = 1024;
+/// Bytes of schema API requests over NATS queued.
+pub const SCHEMA_API_QUEUE_BYTES_MAX: usize = 16 * 1024 * 1024;

@@ -24,6 +24,7 @@ pub async fn serve(shared: Arc<Shared>, listener: TcpListener) {
         .route("/connz", get(connz))
         .route("/subsz", get(subsz))
         .route("/healthz", get(healthz))
+        .merge(crate::registry::http::routes())
         .with_state(shared);
     if let Err(error) = axum::serve(listener, app).await {
         tracing::error!(%error, "monitoring server failed");

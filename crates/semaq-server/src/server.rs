@@ -43,6 +43,9 @@ pub enum StartError {
     /// TLS could not be configured.
     #[error(transparent)]
     Tls(#[from] tls::TlsError),
+    /// The schema registry's file is unreadable or damaged.
+    #[error(transparent)]
+    Registry(#[from] crate::registry::store::StoreFileError),
     /// JetStream could not start.
     #[error(transparent)]
     JetStream(#[from] crate::jetstream::JetStreamError),
@@ -100,6 +103,8 @@ pub struct Shared {
     pub closed_clients: Mutex<std::collections::VecDeque<ClosedClient>>,
     /// Streams and consumers, when JetStream is on.
     pub jetstream: std::sync::OnceLock<Arc<JetStream>>,
+    /// The schema registry, once opened.
+    pub registry: std::sync::OnceLock<Arc<crate::registry::Registry>>,
     next_client_id: AtomicU64,
 }
 
@@ -129,6 +134,7 @@ impl Shared {
             clients: Mutex::new(HashMap::new()),
             closed_clients: Mutex::new(std::collections::VecDeque::new()),
             jetstream: std::sync::OnceLock::new(),
+            registry: std::sync::OnceLock::new(),
             next_client_id: AtomicU64::new(1),
             options,
         })
@@ -285,6 +291,7 @@ impl Server {
             None => None,
         };
         let shared = Arc::new(shared);
+        crate::registry::start(&shared)?;
         if shared.options.jetstream {
             let jetstream = JetStream::start(&shared)?;
             crate::jetstream::api::start(&shared, jetstream.clone());

@@ -11,6 +11,7 @@ mod connect;
 mod output;
 mod parse;
 mod pubsub;
+mod schema;
 
 use std::process::ExitCode;
 
@@ -39,6 +40,8 @@ enum Command {
     Req(pubsub::ReqArgs),
     /// Measure throughput and latency, or compare semaq-server with nats-server
     Bench(bench::BenchArgs),
+    /// The server's schema registry: register, list, show, check, delete, config
+    Schema(schema::SchemaArgs),
 }
 
 fn main() -> ExitCode {
@@ -60,6 +63,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Sub(args) => pubsub::subscribe(&target, args).await,
         Command::Req(args) => pubsub::request(&target, args).await,
         Command::Bench(args) => bench::run(&target, args).await,
+        Command::Schema(args) => schema::run(&target, args).await,
     }
 }
 

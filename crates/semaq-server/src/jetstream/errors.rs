@@ -28,6 +28,10 @@ impl ApiError {
         })
     }
 
+    /// A message refused by an L2 stream's schema (SemaQ's own code: nats-server has none).
+    pub fn schema_violation(reason: impl std::fmt::Display) -> Self {
+        Self::new(400, 10400, format!("message does not match the stream's schema: {reason}"))
+    }
     /// `bad request`.
     pub fn bad_request() -> Self {
         Self::new(400, 10003, "bad request")

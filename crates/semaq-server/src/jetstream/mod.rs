@@ -222,6 +222,7 @@ impl JetStream {
     /// Creates a stream, or succeeds when one with the identical config exists.
     pub fn create_stream(&self, config: StreamConfig) -> Result<Arc<Stream>, ApiError> {
         let config = normalize(config)?;
+        crate::registry::binding::check_stream(&self.shared, &config.metadata)?;
         if let Some(existing) = self.stream(&config.name) {
             return if *existing.config() == config { Ok(existing) } else { Err(ApiError::stream_name_exists()) };
         }
@@ -237,6 +238,7 @@ impl JetStream {
     /// Updates a stream where nats-server allows it.
     pub fn update_stream(&self, config: StreamConfig) -> Result<Arc<Stream>, ApiError> {
         let config = normalize(config)?;
+        crate::registry::binding::check_stream(&self.shared, &config.metadata)?;
         let stream = self.stream(&config.name).ok_or_else(ApiError::stream_not_found)?;
         check_update(&stream.config(), &config)?;
         self.check_overlap(&config)?;

@@ -446,10 +446,15 @@ impl Stream {
         let interest: Option<Vec<Arc<super::config::ConsumerConfig>>> = (config.retention
             == super::config::Retention::Interest)
             .then(|| self.consumers().iter().map(|c| c.config()).collect());
+        // L2: the bound schema version, resolved once per batch (None for unbound streams).
+        let schema = crate::registry::binding::for_stream(&self.shared, &config.metadata);
         for message in batch.drain(..) {
             let size = message.subject.len() + message.headers.as_ref().map_or(0, Bytes::len) + message.payload.len();
             self.ingest_budget.give_back(size);
-            let mut outcome = store_one(&config, store.as_mut(), dedup, &message, now);
+            let mut outcome = match schema.as_ref().map(|schema| schema.check(&message.payload)) {
+                Some(Err(refused)) => Err(refused),
+                _ => store_one(&config, store.as_mut(), dedup, &message, now),
+            };
             if let (Ok((seq, false)), Some(consumers)) = (&outcome, &interest) {
                 let wanted = consumers.iter().any(|c| super::consumer::validate::filter_matches(c, &message.subject));
                 if !wanted {

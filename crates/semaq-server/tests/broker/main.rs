@@ -11,5 +11,6 @@ mod jetstream_api;
 mod jetstream_consumers;
 mod pubsub;
 mod raw_protocol;
+mod registry;
 mod slow_consumer;
 mod tls;

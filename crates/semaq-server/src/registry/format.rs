@@ -1,0 +1,90 @@
+//! One parsed schema of any format: parse, canonical text, compatibility, payload validation.
+
+use serde_json::Value;
+
+use super::error::RegistryError;
+use super::types::SchemaType;
+use super::{avro, json_schema};
+
+/// A schema ready to check compatibility and validate payloads.
+pub enum Parsed {
+    /// An Avro schema.
+    Avro(apache_avro::Schema),
+    /// A compiled JSON Schema, and its JSON for compatibility checks.
+    Json(Box<jsonschema::Validator>, Value),
+}
+
+impl std::fmt::Debug for Parsed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Parsed::Avro(schema) => f.debug_tuple("Avro").field(schema).finish(),
+            Parsed::Json(_, raw) => f.debug_tuple("Json").field(raw).finish(),
+        }
+    }
+}
+
+/// The first problem found in a payload: where (a JSON path like `$.a[2].b`) and what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// JSON path of the offending value.
+    pub path: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+/// Parses `text` as a schema of `schema_type`.
+pub fn parse(schema_type: SchemaType, text: &str) -> Result<Parsed, RegistryError> {
+    match schema_type {
+        SchemaType::Avro => apache_avro::Schema::parse_str(text)
+            .map(Parsed::Avro)
+            .map_err(|e| RegistryError::InvalidSchema(format!("{text}, details: {e}"))),
+        SchemaType::Json => json_schema::parse(text),
+        SchemaType::Protobuf => {
+            Err(RegistryError::InvalidSchema("PROTOBUF schemas are not supported by this server yet".into()))
+        }
+    }
+}
+
+/// The text two registrations are compared by: the schema's JSON, compact, keys sorted.
+pub fn canonical(text: &str) -> Result<String, RegistryError> {
+    let value: Value =
+        serde_json::from_str(text).map_err(|e| RegistryError::InvalidSchema(format!("not valid JSON: {e}")))?;
+    Ok(value.to_string())
+}
+
+/// Every reason data written with `writer` cannot be read with `reader` (empty: compatible).
+pub fn incompatibilities(reader: &Parsed, writer: &Parsed) -> Vec<String> {
+    match (reader, writer) {
+        (Parsed::Avro(reader), Parsed::Avro(writer)) => avro::incompatibilities(reader, writer),
+        (Parsed::Json(_, reader), Parsed::Json(_, writer)) => json_schema::incompatibilities(reader, writer),
+        _ => vec!["the schema type differs".into()],
+    }
+}
+
+impl Parsed {
+    /// Checks a JSON payload (Avro's JSON encoding for Avro); the first violation.
+    pub fn validate_json(&self, value: &Value) -> Result<(), Violation> {
+        match self {
+            Parsed::Avro(schema) => avro::validate_json(schema, value),
+            Parsed::Json(validator, _) => json_schema::validate(validator, value),
+        }
+    }
+
+    /// Checks the body of a Confluent wire-format payload (after magic byte and id).
+    pub fn validate_binary(&self, body: &[u8]) -> Result<(), Violation> {
+        match self {
+            Parsed::Avro(schema) => avro::validate_binary(schema, body),
+            Parsed::Json(validator, _) => {
+                let value: Value = serde_json::from_slice(body)
+                    .map_err(|e| Violation { path: "$".into(), message: format!("payload is not JSON: {e}") })?;
+                json_schema::validate(validator, &value)
+            }
+        }
+    }
+}

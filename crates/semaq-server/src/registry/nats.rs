@@ -1,0 +1,166 @@
+//! The registry over NATS: request/reply on `$SEMAQ.API.SCHEMA.<OP>`, every argument in a
+//! JSON body, answers and errors in the REST API's JSON shapes.
+//!
+//! | subject suffix | body | answer |
+//! |---|---|---|
+//! | `SUBJECTS` | `{"deleted"?}` | `["s", ...]` |
+//! | `VERSIONS` | `{"subject", "deleted"?}` | `[1, 2]` |
+//! | `GET` | `{"subject", "version"? (latest), "deleted"?}` | `{"subject","version","id","schema",...}` |
+//! | `REGISTER` | `{"subject", "schema", "schemaType"?}` | `{"id"}` |
+//! | `LOOKUP` | `{"subject", "schema", "schemaType"?}` | as `GET` |
+//! | `ID` | `{"id"}` | `{"schema", "schemaType"?}` |
+//! | `TYPES` | | `["JSON", "AVRO"]` |
+//! | `CHECK` | `{"subject", "version"?, "schema", "schemaType"?}` | `{"is_compatible", "messages"}` |
+//! | `DELETE` | `{"subject", "version"?, "permanent"?}` | deleted versions, or the version |
+//! | `CONFIG` | `{"subject"?, "compatibility"?, "delete"?, "defaultToGlobal"?}` | `{"compatibilityLevel"}` |
+
+use std::sync::{Arc, Weak};
+
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use super::error::RegistryError;
+use super::types::{Reference, SchemaRequest};
+use super::Registry;
+use crate::delivery::{InternalSink, Message};
+use crate::jetstream::ByteBudget;
+use crate::limits;
+use crate::server::Shared;
+
+/// The prefix of every schema API subject.
+pub const API_PREFIX: &str = "$SEMAQ.API.SCHEMA";
+
+#[derive(Debug)]
+struct Request {
+    operation: String,
+    reply: Option<String>,
+    payload: Bytes,
+}
+
+#[derive(Debug)]
+struct SchemaApiSink {
+    queue: mpsc::Sender<Request>,
+    budget: Arc<ByteBudget>,
+}
+
+impl InternalSink for SchemaApiSink {
+    fn receive(&self, message: &Message<'_>) -> bool {
+        if !self.budget.try_take(message.payload.len()) {
+            return false;
+        }
+        let operation = message.subject.strip_prefix(API_PREFIX).unwrap_or_default().trim_start_matches('.');
+        let request = Request {
+            operation: operation.to_string(),
+            reply: message.reply.map(str::to_string),
+            payload: Bytes::copy_from_slice(message.payload),
+        };
+        if self.queue.try_send(request).is_err() {
+            self.budget.give_back(message.payload.len());
+            return false;
+        }
+        true
+    }
+}
+
+/// Subscribes to `$SEMAQ.API.SCHEMA.>` and starts the task that answers.
+pub fn start(shared: &Arc<Shared>, registry: Arc<Registry>) {
+    let (queue, requests) = mpsc::channel(limits::SCHEMA_API_QUEUE_REQUESTS_MAX);
+    let budget = Arc::new(ByteBudget::new(limits::SCHEMA_API_QUEUE_BYTES_MAX));
+    let sink = Arc::new(SchemaApiSink { queue, budget: budget.clone() });
+    if let Err(error) = shared.subscribe_internal(&format!("{API_PREFIX}.>"), None, sink) {
+        tracing::error!(%error, "cannot subscribe to the schema API");
+        return;
+    }
+    tokio::spawn(serve(Arc::downgrade(shared), registry, requests, budget));
+}
+
+async fn serve(shared: Weak<Shared>, registry: Arc<Registry>, mut requests: mpsc::Receiver<Request>, budget: Arc<ByteBudget>) {
+    while let Some(request) = requests.recv().await {
+        budget.give_back(request.payload.len());
+        let Some(reply) = request.reply else { continue };
+        let answer = match handle(&registry, &request.operation, &request.payload) {
+            Ok(body) => body,
+            Err(error) => error.to_json(),
+        };
+        let Some(shared) = shared.upgrade() else { return };
+        shared.publish(&reply, None, answer.to_string().as_bytes());
+    }
+}
+
+/// Every field any operation takes.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct Body {
+    subject: Option<String>,
+    version: Option<Value>,
+    schema: Option<String>,
+    schema_type: Option<String>,
+    references: Vec<Reference>,
+    id: Option<u32>,
+    deleted: bool,
+    permanent: bool,
+    compatibility: Option<String>,
+    delete: bool,
+    default_to_global: bool,
+}
+
+impl Body {
+    fn subject(&self) -> Result<&str, RegistryError> {
+        self.subject.as_deref().ok_or_else(|| RegistryError::InvalidRequest("\"subject\" is required".into()))
+    }
+
+    fn version(&self) -> Option<String> {
+        self.version.as_ref().map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+    }
+
+    fn schema_request(&self) -> Result<SchemaRequest, RegistryError> {
+        let schema = self.schema.clone().ok_or_else(|| RegistryError::InvalidRequest("\"schema\" is required".into()))?;
+        Ok(SchemaRequest { schema, schema_type: self.schema_type.clone(), references: self.references.clone() })
+    }
+}
+
+/// Answers one request.
+pub fn handle(registry: &Registry, operation: &str, payload: &[u8]) -> Result<Value, RegistryError> {
+    let body: Body = if payload.trim_ascii().is_empty() {
+        Body::default()
+    } else {
+        serde_json::from_slice(payload).map_err(|e| RegistryError::InvalidRequest(format!("request body: {e}")))?
+    };
+    match operation {
+        "SUBJECTS" => Ok(json!(registry.subjects(body.deleted))),
+        "VERSIONS" => Ok(json!(registry.versions(body.subject()?, body.deleted)?)),
+        "GET" => {
+            let version = body.version().unwrap_or_else(|| "latest".into());
+            Ok(registry.version(body.subject()?, &version, body.deleted)?.to_json())
+        }
+        "REGISTER" => Ok(json!({ "id": registry.register(body.subject()?, &body.schema_request()?)? })),
+        "LOOKUP" => Ok(registry.lookup(body.subject()?, &body.schema_request()?, body.deleted)?.to_json()),
+        "ID" => {
+            let id = body.id.ok_or_else(|| RegistryError::InvalidRequest("\"id\" is required".into()))?;
+            Ok(registry.schema_by_id(id)?.to_json())
+        }
+        "TYPES" => Ok(json!(["JSON", "AVRO"])),
+        "CHECK" => {
+            let problems = registry.check(body.subject()?, body.version().as_deref(), &body.schema_request()?)?;
+            Ok(json!({ "is_compatible": problems.is_empty(), "messages": problems }))
+        }
+        "DELETE" => match body.version() {
+            Some(version) => Ok(json!(registry.delete_version(body.subject()?, &version, body.permanent)?)),
+            None => Ok(json!(registry.delete_subject(body.subject()?, body.permanent)?)),
+        },
+        "CONFIG" => config(registry, &body),
+        other => Err(RegistryError::InvalidRequest(format!("unknown schema API operation {other:?}"))),
+    }
+}
+
+fn config(registry: &Registry, body: &Body) -> Result<Value, RegistryError> {
+    let subject = body.subject.as_deref();
+    let level = match (&body.compatibility, body.delete, subject) {
+        (Some(level), _, _) => registry.set_config(subject, level)?,
+        (None, true, Some(subject)) => registry.delete_config(subject)?,
+        (None, _, _) => registry.config(subject, body.default_to_global)?,
+    };
+    Ok(json!({ "compatibilityLevel": level.name() }))
+}

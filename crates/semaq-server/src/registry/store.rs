@@ -1,0 +1,139 @@
+//! The registry file: `<store_dir>/registry/registry.json`, one header line
+//! (`SEMAQ-REGISTRY 1 <crc32 hex> <json length>`) then the state as JSON. Written atomically
+//! (temporary file, fsync, rename, directory fsync), so a crash leaves the old or the new file;
+//! the checksum and length make a truncated or damaged file an error at startup, never an
+//! empty registry.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use super::types::State;
+
+/// The file's name inside the registry directory.
+pub const FILE_NAME: &str = "registry.json";
+const MAGIC: &str = "SEMAQ-REGISTRY";
+const FORMAT_VERSION: u32 = 1;
+
+/// Why the registry file could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreFileError {
+    /// Reading or writing failed.
+    #[error("schema registry file {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file exists but is not a whole, intact registry file.
+    #[error("schema registry file {path} is damaged ({reason}); refusing to start rather than drop registered schemas (restore it or move it away)")]
+    Damaged {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// The registry file inside `dir`.
+pub fn file_path(dir: &Path) -> PathBuf {
+    dir.join(FILE_NAME)
+}
+
+/// Reads the state; an absent file is an empty registry.
+pub fn load(dir: &Path) -> Result<State, StoreFileError> {
+    let path = file_path(dir);
+    let shown = path.display().to_string();
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(State::default()),
+        Err(source) => return Err(StoreFileError::Io { path: shown, source }),
+    };
+    decode(&bytes).map_err(|reason| StoreFileError::Damaged { path: shown, reason })
+}
+
+/// Writes the state atomically.
+pub fn save(dir: &Path, state: &State) -> Result<(), StoreFileError> {
+    let io = |source| StoreFileError::Io { path: dir.display().to_string(), source };
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let bytes = encode(state).map_err(|e| io(std::io::Error::other(e)))?;
+    let temporary = dir.join(format!("{FILE_NAME}.tmp"));
+    let mut file = std::fs::File::create(&temporary).map_err(io)?;
+    file.write_all(&bytes).map_err(io)?;
+    file.sync_all().map_err(io)?;
+    std::fs::rename(&temporary, file_path(dir)).map_err(io)?;
+    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io)
+}
+
+/// The file's bytes for `state`.
+pub fn encode(state: &State) -> Result<Vec<u8>, serde_json::Error> {
+    let body = serde_json::to_vec_pretty(state)?;
+    let mut bytes = format!("{MAGIC} {FORMAT_VERSION} {:08x} {}\n", crc32fast::hash(&body), body.len()).into_bytes();
+    bytes.extend_from_slice(&body);
+    Ok(bytes)
+}
+
+/// The state in `bytes`, or what is wrong with them.
+pub fn decode(bytes: &[u8]) -> Result<State, String> {
+    let newline = bytes.iter().position(|b| *b == b'\n').ok_or("no header line")?;
+    let header = std::str::from_utf8(&bytes[..newline]).map_err(|_| "header is not text")?;
+    let body = &bytes[newline + 1..];
+    let fields: Vec<&str> = header.split(' ').collect();
+    let [magic, version, crc, length] = fields.as_slice() else { return Err(format!("bad header {header:?}")) };
+    if *magic != MAGIC || *version != FORMAT_VERSION.to_string() {
+        return Err(format!("unknown header {header:?}"));
+    }
+    let length: usize = length.parse().map_err(|_| format!("bad length in header {header:?}"))?;
+    if body.len() != length {
+        return Err(format!("{} bytes of state where the header says {length} (truncated?)", body.len()));
+    }
+    let expected = u32::from_str_radix(crc, 16).map_err(|_| format!("bad checksum in header {header:?}"))?;
+    if crc32fast::hash(body) != expected {
+        return Err("checksum mismatch".into());
+    }
+    serde_json::from_slice(body).map_err(|e| format!("state is not valid JSON: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> State {
+        let mut state = State { next_id: 2, ..State::default() };
+        state.schemas.insert(
+            1,
+            super::super::types::StoredSchema {
+                schema_type: super::super::types::SchemaType::Avro,
+                schema: "\"string\"".into(),
+                references: vec![],
+            },
+        );
+        state
+    }
+
+    #[test]
+    fn a_saved_state_loads_back_identical() {
+        let dir = tempfile::tempdir().unwrap();
+        save(dir.path(), &sample()).unwrap();
+        assert_eq!(load(dir.path()).unwrap(), sample());
+    }
+
+    #[test]
+    fn a_missing_file_is_an_empty_registry() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(load(dir.path()).unwrap(), State::default());
+    }
+
+    #[test]
+    fn every_truncation_and_every_flipped_byte_is_reported() {
+        let bytes = encode(&sample()).unwrap();
+        for cut in 0..bytes.len() {
+            assert!(decode(&bytes[..cut]).is_err(), "truncated at {cut} was accepted");
+        }
+        for at in 0..bytes.len() {
+            let mut damaged = bytes.clone();
+            damaged[at] ^= 0x01;
+            assert!(decode(&damaged).is_err() || decode(&damaged).as_ref() == Ok(&sample()), "flip at {at}");
+        }
+    }
+}

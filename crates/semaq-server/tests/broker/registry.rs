@@ -1,0 +1,257 @@
+//! The schema registry and L2 streams, through real clients: the Confluent REST API over HTTP,
+//! `$SEMAQ.API.SCHEMA.*` and JetStream publishes with async-nats.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer, stream};
+use futures::StreamExt;
+use serde_json::{json, Value};
+
+use crate::common::TestServer;
+
+/// An HTTP/1.0 request to the monitoring port: (status, JSON body).
+fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+    let mut stream = TcpStream::connect(addr).expect("connect http");
+    let body = body.map(Value::to_string).unwrap_or_default();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.0\r\nHost: localhost\r\nContent-Type: application/vnd.schemaregistry.v1+json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("write");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("read");
+    let status = response.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("status");
+    assert!(response.to_ascii_lowercase().contains("content-type: application/vnd.schemaregistry.v1+json"), "{response}");
+    let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
+    (status, serde_json::from_str(body).unwrap_or(Value::String(body.to_string())))
+}
+
+fn register(server: &TestServer, subject: &str, schema: &Value, schema_type: &str) -> u64 {
+    let body = json!({"schema": schema.to_string(), "schemaType": schema_type});
+    let (status, answer) = http(server.http.unwrap(), "POST", &format!("/subjects/{subject}/versions"), Some(&body));
+    assert_eq!(status, 200, "{answer}");
+    answer["id"].as_u64().unwrap()
+}
+
+const EVENT_JSON_SCHEMA: &str = r#"{"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
+  "properties": {"model_id": {"type": "string"}, "confidence": {"type": "number"}, "input_tokens": {"type": "integer"}},
+  "required": ["model_id", "confidence"]}"#;
+
+fn event_avro() -> Value {
+    json!({"type": "record", "name": "AiEvent", "fields": [
+        {"name": "model_id", "type": "string"},
+        {"name": "confidence", "type": "double"},
+        {"name": "input_tokens", "type": "int"}]})
+}
+
+/// Avro binary for an `AiEvent`, in Confluent's wire format under schema `id`.
+fn avro_wire(id: u32, model: &str, confidence: f64, tokens: i32) -> Vec<u8> {
+    let mut bytes = vec![0];
+    bytes.extend_from_slice(&id.to_be_bytes());
+    let zigzag = |n: i64, out: &mut Vec<u8>| {
+        let mut z = ((n << 1) ^ (n >> 63)) as u64;
+        loop {
+            let byte = (z & 0x7f) as u8;
+            z >>= 7;
+            if z == 0 {
+                out.push(byte);
+                break;
+            }
+            out.push(byte | 0x80);
+        }
+    };
+    zigzag(model.len() as i64, &mut bytes);
+    bytes.extend_from_slice(model.as_bytes());
+    bytes.extend_from_slice(&confidence.to_le_bytes());
+    zigzag(i64::from(tokens), &mut bytes);
+    bytes
+}
+
+fn l2_stream(name: &str, subject: &str, schema: &str) -> stream::Config {
+    let metadata = HashMap::from([("semaq.level".to_string(), "2".to_string()), ("semaq.schema".to_string(), schema.to_string())]);
+    stream::Config { name: name.into(), subjects: vec![subject.into()], metadata, ..Default::default() }
+}
+
+/// Publishes through a plain request and returns the PubAck JSON.
+async fn publish(client: &async_nats::Client, subject: &str, payload: Vec<u8>) -> Value {
+    let reply = client.request(subject.to_string(), payload.into()).await.expect("pub ack");
+    serde_json::from_slice(&reply.payload).expect("ack json")
+}
+
+/// Every payload a fresh consumer of `stream` receives.
+async fn consumed(js: &jetstream::Context, stream: &str) -> Vec<Vec<u8>> {
+    let stream = js.get_stream(stream).await.unwrap();
+    let consumer = stream.create_consumer(consumer::pull::Config::default()).await.unwrap();
+    let mut batch = consumer.fetch().max_messages(100).expires(Duration::from_millis(500)).messages().await.unwrap();
+    let mut payloads = Vec::new();
+    while let Some(Ok(message)) = batch.next().await {
+        payloads.push(message.payload.to_vec());
+    }
+    payloads
+}
+
+#[tokio::test]
+async fn l2_streams_store_only_what_matches_their_json_schema() {
+    let server = TestServer::start();
+    register(&server, "ai-event-json", &serde_json::from_str(EVENT_JSON_SCHEMA).unwrap(), "JSON");
+    let client = server.client().await;
+    let js = jetstream::new(client.clone());
+    js.create_stream(l2_stream("EVENTS_JSON", "ai.json.>", "ai-event-json")).await.unwrap();
+
+    let good = br#"{"model_id":"llama3-70b","confidence":0.92,"input_tokens":128}"#.to_vec();
+    assert_eq!(publish(&client, "ai.json.inference", good.clone()).await["seq"], 1);
+    let refused = publish(&client, "ai.json.inference", br#"{"model_id":"m","confidence":"high"}"#.to_vec()).await;
+    let description = refused["error"]["description"].as_str().unwrap();
+    assert!(description.contains("\"ai-event-json\" version 1"), "{description}");
+    assert!(description.contains("$.confidence: \"high\" is not of type \"number\""), "{description}");
+    assert_eq!(refused["error"]["err_code"], 10400);
+    let missing = publish(&client, "ai.json.inference", br#"{"model_id":"m"}"#.to_vec()).await;
+    assert!(missing["error"]["description"].as_str().unwrap().contains("confidence"), "{missing}");
+    let not_json = publish(&client, "ai.json.inference", b"hello".to_vec()).await;
+    assert!(not_json["error"]["description"].as_str().unwrap().contains("not JSON"), "{not_json}");
+
+    let info = js.get_stream("EVENTS_JSON").await.unwrap().info().await.unwrap().clone();
+    assert_eq!((info.state.messages, info.state.last_sequence), (1, 1));
+    assert_eq!(consumed(&js, "EVENTS_JSON").await, vec![good]);
+}
+
+#[tokio::test]
+async fn l2_streams_validate_avro_json_and_confluent_wire_format() {
+    let server = TestServer::start();
+    let id = register(&server, "ai-event-avro", &event_avro(), "AVRO") as u32;
+    let other = register(&server, "other", &json!("string"), "AVRO") as u32;
+    let client = server.client().await;
+    let js = jetstream::new(client.clone());
+    js.create_stream(l2_stream("EVENTS_AVRO", "ai.avro.>", "ai-event-avro")).await.unwrap();
+
+    let json_good = br#"{"model_id":"llama3-70b","confidence":0.92,"input_tokens":128}"#.to_vec();
+    let binary_good = avro_wire(id, "llama3-70b", 0.92, 128);
+    assert_eq!(publish(&client, "ai.avro.a", json_good.clone()).await["seq"], 1);
+    assert_eq!(publish(&client, "ai.avro.a", binary_good.clone()).await["seq"], 2);
+
+    let mistyped = publish(&client, "ai.avro.a", br#"{"model_id":"m","confidence":"high","input_tokens":1}"#.to_vec()).await;
+    let description = mistyped["error"]["description"].as_str().unwrap();
+    assert!(description.contains("\"ai-event-avro\" version 1"), "{description}");
+    assert!(description.contains("$.confidence: \"high\" is not a number"), "{description}");
+    let missing = publish(&client, "ai.avro.a", br#"{"model_id":"m","confidence":1.0}"#.to_vec()).await;
+    assert!(missing["error"]["description"].as_str().unwrap().contains("$.input_tokens: required field is missing"));
+    let mut truncated = binary_good.clone();
+    truncated.truncate(binary_good.len() - 9);
+    assert!(publish(&client, "ai.avro.a", truncated).await["error"]["description"].as_str().unwrap().contains("does not decode"));
+    let foreign = publish(&client, "ai.avro.a", avro_wire(other, "m", 1.0, 1)).await;
+    assert!(foreign["error"]["description"].as_str().unwrap().contains("is not a version of subject"), "{foreign}");
+
+    let info = js.get_stream("EVENTS_AVRO").await.unwrap().info().await.unwrap().clone();
+    assert_eq!((info.state.messages, info.state.last_sequence), (2, 2));
+    assert_eq!(consumed(&js, "EVENTS_AVRO").await, vec![json_good, binary_good]);
+}
+
+#[tokio::test]
+async fn an_l2_stream_needs_an_existing_subject_and_version() {
+    let server = TestServer::start();
+    let js = jetstream::new(server.client().await);
+    let error = js.create_stream(l2_stream("NOPE", "nope.>", "missing-subject")).await.unwrap_err().to_string();
+    assert!(error.contains("missing-subject"), "{error}");
+    register(&server, "present", &json!("string"), "AVRO");
+    let mut pinned = l2_stream("PINNED", "pinned.>", "present");
+    pinned.metadata.insert("semaq.schema.version".into(), "7".into());
+    assert!(js.create_stream(pinned).await.is_err());
+    let mut no_schema = l2_stream("NOSCHEMA", "ns.>", "present");
+    no_schema.metadata.remove("semaq.schema");
+    assert!(js.create_stream(no_schema).await.is_err());
+    assert!(js.create_stream(l2_stream("OK", "ok.>", "present")).await.is_ok());
+}
+
+async fn schema_api(client: &async_nats::Client, operation: &str, body: Value) -> Value {
+    let reply = client.request(format!("$SEMAQ.API.SCHEMA.{operation}"), body.to_string().into()).await.unwrap();
+    serde_json::from_slice(&reply.payload).unwrap()
+}
+
+#[tokio::test]
+async fn the_schema_api_over_nats_mirrors_the_rest_api() {
+    let server = TestServer::start();
+    let client = server.client().await;
+    let v1 = event_avro();
+    let answer = schema_api(&client, "REGISTER", json!({"subject": "ev", "schema": v1.to_string()})).await;
+    let id = answer["id"].as_u64().unwrap();
+    assert_eq!(schema_api(&client, "SUBJECTS", json!({})).await, json!(["ev"]));
+    assert_eq!(schema_api(&client, "GET", json!({"subject": "ev"})).await["id"], id);
+    assert_eq!(schema_api(&client, "ID", json!({"id": id})).await["schema"], v1.to_string());
+    // A new required field without a default breaks BACKWARD: refused with the reason.
+    let mut v2 = v1.clone();
+    v2["fields"].as_array_mut().unwrap().push(json!({"name": "extra", "type": "string"}));
+    let check = schema_api(&client, "CHECK", json!({"subject": "ev", "version": "latest", "schema": v2.to_string()})).await;
+    assert_eq!(check["is_compatible"], false);
+    let refused = schema_api(&client, "REGISTER", json!({"subject": "ev", "schema": v2.to_string()})).await;
+    assert_eq!(refused["error_code"], 409);
+    assert!(refused["message"].as_str().unwrap().contains("extra"), "{refused}");
+    assert_eq!(schema_api(&client, "CONFIG", json!({"subject": "ev", "compatibility": "NONE"})).await["compatibilityLevel"], "NONE");
+    assert_eq!(schema_api(&client, "REGISTER", json!({"subject": "ev", "schema": v2.to_string()})).await["id"], id + 1);
+    assert_eq!(schema_api(&client, "VERSIONS", json!({"subject": "ev"})).await, json!([1, 2]));
+    assert_eq!(schema_api(&client, "GET", json!({"subject": "nope"})).await["error_code"], 40401);
+    assert_eq!(schema_api(&client, "DELETE", json!({"subject": "ev"})).await, json!([1, 2]));
+    assert_eq!(schema_api(&client, "SUBJECTS", json!({})).await, json!([]));
+}
+
+#[test]
+fn the_rest_api_answers_with_confluent_shapes_and_errors() {
+    let server = TestServer::start();
+    let addr = server.http.unwrap();
+    let id = register(&server, "orders-value", &event_avro(), "AVRO");
+    assert_eq!(http(addr, "GET", "/subjects", None), (200, json!(["orders-value"])));
+    let (_, latest) = http(addr, "GET", "/subjects/orders-value/versions/latest", None);
+    assert_eq!((latest["subject"].clone(), latest["version"].clone(), latest["id"].clone()), (json!("orders-value"), json!(1), json!(id)));
+    assert_eq!(http(addr, "GET", "/subjects/orders-value/versions/1/schema", None).1, event_avro());
+    assert_eq!(http(addr, "GET", "/subjects/nope/versions", None).1["error_code"], 40401);
+    assert_eq!(http(addr, "GET", "/subjects/orders-value/versions/9", None), (404, json!({"error_code": 40402, "message": "Version 9 not found."})));
+    assert_eq!(http(addr, "GET", "/schemas/ids/999", None).1["error_code"], 40403);
+    assert_eq!(http(addr, "GET", "/subjects/orders-value/versions/x", None).1["error_code"], 42202);
+    let bad = json!({"schema": "{\"type\": \"nonsense\"}"});
+    assert_eq!(http(addr, "POST", "/subjects/orders-value/versions", Some(&bad)).0, 422);
+    assert_eq!(http(addr, "PUT", "/config", Some(&json!({"compatibility": "SIDEWAYS"}))).1["error_code"], 42203);
+    assert_eq!(http(addr, "PUT", "/config", Some(&json!({"compatibility": "FULL"}))).1, json!({"compatibility": "FULL"}));
+    assert_eq!(http(addr, "GET", "/config", None).1, json!({"compatibilityLevel": "FULL"}));
+    assert_eq!(http(addr, "DELETE", "/subjects/orders-value?permanent=true", None).1["error_code"], 40405);
+    assert_eq!(http(addr, "DELETE", "/subjects/orders-value", None).1, json!([1]));
+    assert_eq!(http(addr, "DELETE", "/subjects/orders-value?permanent=true", None).1, json!([1]));
+}
+
+fn start_on(store: &Path) -> TestServer {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_semaq-server"));
+    command.args(["-a", "127.0.0.1", "-p", "-1", "-m", "-1", "-sd"]).arg(store);
+    TestServer::spawn(command, tempfile::tempdir().unwrap())
+}
+
+#[test]
+fn the_registry_survives_a_restart_and_a_damaged_file_stops_startup() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let server = start_on(&store);
+    let id = register(&server, "kept", &event_avro(), "AVRO");
+    http(server.http.unwrap(), "PUT", "/config/kept", Some(&json!({"compatibility": "FULL_TRANSITIVE"})));
+    assert_eq!(server.terminate(), Some(0));
+
+    let server = start_on(&store);
+    let (_, latest) = http(server.http.unwrap(), "GET", "/subjects/kept/versions/latest", None);
+    assert_eq!(latest["id"], id);
+    assert_eq!(http(server.http.unwrap(), "GET", "/config/kept", None).1["compatibilityLevel"], "FULL_TRANSITIVE");
+    assert_eq!(server.terminate(), Some(0));
+
+    let file = store.join("registry").join("registry.json");
+    let bytes = std::fs::read(&file).unwrap();
+    std::fs::write(&file, &bytes[..bytes.len() - 10]).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_semaq-server"))
+        .args(["-a", "127.0.0.1", "-p", "-1", "-sd"])
+        .arg(&store)
+        .output()
+        .unwrap();
+    assert!(!output.status.success(), "started on a truncated registry file");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("registry.json") && stderr.contains("truncated"), "{stderr}");
+}

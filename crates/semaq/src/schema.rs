@@ -1,0 +1,182 @@
+//! `semaq schema register|list|show|check|delete|config`: the server's schema registry over
+//! `$SEMAQ.API.SCHEMA.*` (request/reply with JSON bodies, Confluent's error codes).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::{json, Value};
+
+use crate::connect::Target;
+
+/// `semaq schema ...`
+#[derive(clap::Args, Debug)]
+pub struct SchemaArgs {
+    #[command(subcommand)]
+    command: SchemaCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum SchemaCommand {
+    /// Register a schema file under a subject (a new version if it is compatible)
+    Register {
+        /// Registry subject, e.g. ai-event-v1
+        subject: String,
+        /// Schema file (`-` for stdin); .avsc is Avro, .json JSON Schema unless --type says
+        file: PathBuf,
+        /// avro or json
+        #[arg(long = "type")]
+        schema_type: Option<String>,
+    },
+    /// List subjects
+    List {
+        /// Include soft-deleted subjects
+        #[arg(long)]
+        deleted: bool,
+    },
+    /// Show a subject's version (latest by default), or a schema by global id
+    Show {
+        /// Registry subject
+        #[arg(required_unless_present = "id")]
+        subject: Option<String>,
+        /// Version number or `latest`
+        #[arg(long, default_value = "latest")]
+        version: String,
+        /// A global schema id instead of a subject
+        #[arg(long, conflicts_with = "subject")]
+        id: Option<u32>,
+    },
+    /// Check a schema file against a subject without registering it (exit 1 when incompatible)
+    Check {
+        /// Registry subject
+        subject: String,
+        /// Schema file (`-` for stdin)
+        file: PathBuf,
+        /// Check against this version only (default: as registering would)
+        #[arg(long)]
+        version: Option<String>,
+        /// avro or json
+        #[arg(long = "type")]
+        schema_type: Option<String>,
+    },
+    /// Delete a subject, or one version (soft; --permanent after a soft delete)
+    Delete {
+        /// Registry subject
+        subject: String,
+        /// Only this version
+        #[arg(long)]
+        version: Option<String>,
+        /// Hard delete
+        #[arg(long)]
+        permanent: bool,
+    },
+    /// Show or set the compatibility level, globally or for one subject
+    Config {
+        /// Registry subject (global level when absent)
+        #[arg(long)]
+        subject: Option<String>,
+        /// BACKWARD, BACKWARD_TRANSITIVE, FORWARD, FORWARD_TRANSITIVE, FULL, FULL_TRANSITIVE or NONE
+        level: Option<String>,
+    },
+}
+
+/// Runs one `semaq schema` command.
+pub async fn run(target: &Target, args: SchemaArgs) -> Result<()> {
+    let (operation, body) = request_for(args.command.with_schema_file()?)?;
+    let answer = call(target, operation, &body).await?;
+    println!("{}", serde_json::to_string_pretty(&answer)?);
+    if operation == "CHECK" && answer["is_compatible"] == json!(false) {
+        bail!("the schema is not compatible");
+    }
+    Ok(())
+}
+
+/// A command with its schema file already read.
+struct Parts {
+    command: SchemaCommand,
+    schema: Option<(String, String)>,
+}
+
+impl SchemaCommand {
+    fn with_schema_file(self) -> Result<Parts> {
+        let schema = match &self {
+            SchemaCommand::Register { file, schema_type, .. } | SchemaCommand::Check { file, schema_type, .. } => {
+                Some(read_schema(file, schema_type.as_deref())?)
+            }
+            _ => None,
+        };
+        Ok(Parts { command: self, schema })
+    }
+}
+
+fn request_for(parts: Parts) -> Result<(&'static str, Value)> {
+    let schema_body = |subject: &str| -> Result<Value> {
+        let (text, schema_type) = parts.schema.clone().ok_or_else(|| anyhow!("no schema"))?;
+        Ok(json!({ "subject": subject, "schema": text, "schemaType": schema_type }))
+    };
+    Ok(match &parts.command {
+        SchemaCommand::Register { subject, .. } => ("REGISTER", schema_body(subject)?),
+        SchemaCommand::List { deleted } => ("SUBJECTS", json!({ "deleted": deleted })),
+        SchemaCommand::Show { id: Some(id), .. } => ("ID", json!({ "id": id })),
+        SchemaCommand::Show { subject, version, .. } => ("GET", json!({ "subject": subject, "version": version })),
+        SchemaCommand::Check { subject, version, .. } => {
+            let mut body = schema_body(subject)?;
+            if let Some(version) = version {
+                body["version"] = json!(version);
+            }
+            ("CHECK", body)
+        }
+        SchemaCommand::Delete { subject, version, permanent } => {
+            ("DELETE", json!({ "subject": subject, "version": version, "permanent": permanent }))
+        }
+        SchemaCommand::Config { subject, level } => ("CONFIG", json!({ "subject": subject, "compatibility": level })),
+    })
+}
+
+/// Reads a schema file: (text, AVRO | JSON).
+fn read_schema(file: &Path, schema_type: Option<&str>) -> Result<(String, String)> {
+    let text = if file.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin()).context("cannot read the schema from stdin")?
+    } else {
+        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?
+    };
+    let schema_type = match schema_type.map(str::to_ascii_uppercase) {
+        Some(given) if given == "AVRO" || given == "JSON" => given,
+        Some(other) => bail!("--type must be avro or json, not {other:?}"),
+        None if file.extension().is_some_and(|e| e == "json") => "JSON".into(),
+        None => "AVRO".into(),
+    };
+    Ok((text, schema_type))
+}
+
+async fn call(target: &Target, operation: &str, body: &Value) -> Result<Value> {
+    let client = target.connect().await?;
+    let subject = format!("$SEMAQ.API.SCHEMA.{operation}");
+    let request = async_nats::Request::new().payload(body.to_string().into()).timeout(Some(target.timeout));
+    let reply = client
+        .send_request(subject.clone(), request)
+        .await
+        .map_err(|error| anyhow!("schema registry request {operation} failed: {error}"))?;
+    let answer: Value = serde_json::from_slice(&reply.payload).context("the server's answer is not JSON")?;
+    if let (Some(code), Some(message)) = (answer.get("error_code"), answer.get("message").and_then(Value::as_str)) {
+        bail!("{message} (error_code {code})");
+    }
+    Ok(answer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_file_extension_picks_the_schema_type() {
+        let dir = tempfile::tempdir().unwrap();
+        let avsc = dir.path().join("event.avsc");
+        std::fs::write(&avsc, "\"string\"").unwrap();
+        assert_eq!(read_schema(&avsc, None).unwrap().1, "AVRO");
+        let json = dir.path().join("event.json");
+        std::fs::write(&json, "{}").unwrap();
+        assert_eq!(read_schema(&json, None).unwrap().1, "JSON");
+        assert_eq!(read_schema(&json, Some("avro")).unwrap().1, "AVRO");
+        assert!(read_schema(&json, Some("xml")).is_err());
+    }
+}
