@@ -90,14 +90,16 @@ def test_confluents_errors(registry):
 
 
 def test_config_and_deletes(registry):
+    from confluent_kafka.schema_registry import ConfigCompatibilityLevel
     from confluent_kafka.schema_registry.schema_registry_client import ServerConfig
 
     registry.register_schema("cfg", avro(EVENT_V1))
-    registry.set_config("cfg", ServerConfig(compatibility="NONE"))
+    registry.set_config("cfg", ServerConfig(compatibility=ConfigCompatibilityLevel.NONE))
     assert registry.get_config("cfg").compatibility_level.value == "NONE"
     registry.register_schema("cfg", avro({"type": "string"}))
     assert registry.delete_version("cfg", 2) == 2
     assert registry.get_versions("cfg") == [1]
     assert registry.delete_subject("cfg") == [1]
-    assert registry.delete_subject("cfg", permanent=True) == [1]
+    # The hard delete removes every version, the one soft-deleted before too.
+    assert registry.delete_subject("cfg", permanent=True) == [1, 2]
     assert "cfg" not in registry.get_subjects()
