@@ -103,3 +103,15 @@ def test_config_and_deletes(registry):
     # The hard delete removes every version, the one soft-deleted before too.
     assert registry.delete_subject("cfg", permanent=True) == [1, 2]
     assert "cfg" not in registry.get_subjects()
+
+
+def test_protobuf_schemas_register_and_evolve(registry):
+    v1 = 'syntax = "proto3";\nmessage AiEvent {\n  string model_id = 1;\n  double confidence = 2;\n}\n'
+    v2 = v1.replace("  double confidence = 2;\n", "  double confidence = 2;\n  int32 input_tokens = 3;\n")
+    breaking = v1.replace("double confidence", "string confidence")
+    first = registry.register_schema("proto-events", Schema(v1, "PROTOBUF"))
+    assert registry.get_schema(first).schema_type == "PROTOBUF"
+    assert registry.test_compatibility("proto-events", Schema(v2, "PROTOBUF")) is True
+    assert registry.test_compatibility("proto-events", Schema(breaking, "PROTOBUF")) is False
+    assert registry.register_schema("proto-events", Schema(v2, "PROTOBUF")) != first
+    assert "PROTOBUF" in registry.get_schema_types()

@@ -91,3 +91,5 @@ pub const REGISTRY_SUBJECT_NAME_BYTES_MAX: usize = 1024;
 pub const SCHEMA_API_QUEUE_REQUESTS_MAX: usize = 1024;
 /// Bytes of schema API requests over NATS queued.
 pub const SCHEMA_API_QUEUE_BYTES_MAX: usize = 16 * 1024 * 1024;
+/// Messages (nested ones included) one Protobuf schema's compatibility check walks.
+pub const REGISTRY_PROTO_MESSAGES_MAX: usize = 10_000;

@@ -95,6 +95,7 @@ async fn varz(State(shared): State<Arc<Shared>>) -> Json<Value> {
         "subscriptions": shared.router.count(),
         "auth_failures": stat(&shared.stats.auth_failures),
         "refused_connections": stat(&shared.stats.refused_connections),
+        "schema_refusals": shared.registry.get().map_or(0, |registry| stat(&registry.refusals)),
     }))
 }
 

@@ -21,9 +21,9 @@ enum SchemaCommand {
     Register {
         /// Registry subject, e.g. ai-event-v1
         subject: String,
-        /// Schema file (`-` for stdin); .avsc is Avro, .json JSON Schema unless --type says
+        /// Schema file (`-` for stdin); .avsc is Avro, .json JSON Schema, .proto Protobuf unless --type says
         file: PathBuf,
-        /// avro or json
+        /// avro, json or protobuf
         #[arg(long = "type")]
         schema_type: Option<String>,
     },
@@ -54,7 +54,7 @@ enum SchemaCommand {
         /// Check against this version only (default: as registering would)
         #[arg(long)]
         version: Option<String>,
-        /// avro or json
+        /// avro, json or protobuf
         #[arg(long = "type")]
         schema_type: Option<String>,
     },
@@ -140,9 +140,10 @@ fn read_schema(file: &Path, schema_type: Option<&str>) -> Result<(String, String
         std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?
     };
     let schema_type = match schema_type.map(str::to_ascii_uppercase) {
-        Some(given) if given == "AVRO" || given == "JSON" => given,
-        Some(other) => bail!("--type must be avro or json, not {other:?}"),
+        Some(given) if given == "AVRO" || given == "JSON" || given == "PROTOBUF" => given,
+        Some(other) => bail!("--type must be avro, json or protobuf, not {other:?}"),
         None if file.extension().is_some_and(|e| e == "json") => "JSON".into(),
+        None if file.extension().is_some_and(|e| e == "proto") => "PROTOBUF".into(),
         None => "AVRO".into(),
     };
     Ok((text, schema_type))

@@ -33,7 +33,10 @@ pub fn incompatibilities(reader: &Schema, writer: &Schema) -> Vec<String> {
                 }
             }
             None if field.default.is_none() => {
-                found.push(format!("field '{}' was added without a default value (READER_FIELD_MISSING_DEFAULT_VALUE)", field.name));
+                found.push(format!(
+                    "field '{}' was added without a default value (READER_FIELD_MISSING_DEFAULT_VALUE)",
+                    field.name
+                ));
             }
             None => {}
         }

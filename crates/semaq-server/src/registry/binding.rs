@@ -64,9 +64,9 @@ pub fn check_stream_metadata(registry: Option<&Registry>, metadata: &BTreeMap<St
     let Some(registry) = registry else {
         return Err(ApiError::invalid_stream_config("the schema registry is not available"));
     };
-    registry.resolve(&binding.subject, binding.version).map_err(|error| {
-        ApiError::invalid_stream_config(format!("{SCHEMA_KEY} {:?}: {error}", binding.subject))
-    })?;
+    registry
+        .resolve(&binding.subject, binding.version)
+        .map_err(|error| ApiError::invalid_stream_config(format!("{SCHEMA_KEY} {:?}: {error}", binding.subject)))?;
     Ok(())
 }
 

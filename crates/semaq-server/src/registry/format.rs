@@ -4,7 +4,7 @@ use serde_json::Value;
 
 use super::error::RegistryError;
 use super::types::SchemaType;
-use super::{avro, json_schema};
+use super::{avro, json_schema, protobuf};
 
 /// A schema ready to check compatibility and validate payloads.
 pub enum Parsed {
@@ -12,6 +12,8 @@ pub enum Parsed {
     Avro(apache_avro::Schema),
     /// A compiled JSON Schema, and its JSON for compatibility checks.
     Json(Box<jsonschema::Validator>, Value),
+    /// A compiled `.proto` file.
+    Protobuf(protobuf::ProtoSchema),
 }
 
 impl std::fmt::Debug for Parsed {
@@ -19,6 +21,7 @@ impl std::fmt::Debug for Parsed {
         match self {
             Parsed::Avro(schema) => f.debug_tuple("Avro").field(schema).finish(),
             Parsed::Json(_, raw) => f.debug_tuple("Json").field(raw).finish(),
+            Parsed::Protobuf(schema) => f.debug_tuple("Protobuf").field(schema).finish(),
         }
     }
 }
@@ -45,14 +48,17 @@ pub fn parse(schema_type: SchemaType, text: &str) -> Result<Parsed, RegistryErro
             .map(Parsed::Avro)
             .map_err(|e| RegistryError::InvalidSchema(format!("{text}, details: {e}"))),
         SchemaType::Json => json_schema::parse(text),
-        SchemaType::Protobuf => {
-            Err(RegistryError::InvalidSchema("PROTOBUF schemas are not supported by this server yet".into()))
-        }
+        SchemaType::Protobuf => protobuf::parse(text).map(Parsed::Protobuf),
     }
 }
 
-/// The text two registrations are compared by: the schema's JSON, compact, keys sorted.
-pub fn canonical(text: &str) -> Result<String, RegistryError> {
+/// The text two registrations are compared by: the schema's JSON, compact, keys sorted (for
+/// `.proto` text: its lines, trimmed, without blank ones).
+pub fn canonical(schema_type: SchemaType, text: &str) -> Result<String, RegistryError> {
+    if schema_type == SchemaType::Protobuf {
+        let lines: Vec<&str> = text.lines().map(str::trim).filter(|line| !line.is_empty()).collect();
+        return Ok(lines.join("\n"));
+    }
     let value: Value =
         serde_json::from_str(text).map_err(|e| RegistryError::InvalidSchema(format!("not valid JSON: {e}")))?;
     Ok(value.to_string())
@@ -63,6 +69,7 @@ pub fn incompatibilities(reader: &Parsed, writer: &Parsed) -> Vec<String> {
     match (reader, writer) {
         (Parsed::Avro(reader), Parsed::Avro(writer)) => avro::incompatibilities(reader, writer),
         (Parsed::Json(_, reader), Parsed::Json(_, writer)) => json_schema::incompatibilities(reader, writer),
+        (Parsed::Protobuf(reader), Parsed::Protobuf(writer)) => protobuf::incompatibilities(reader, writer),
         _ => vec!["the schema type differs".into()],
     }
 }
@@ -73,6 +80,7 @@ impl Parsed {
         match self {
             Parsed::Avro(schema) => avro::validate_json(schema, value),
             Parsed::Json(validator, _) => json_schema::validate(validator, value),
+            Parsed::Protobuf(schema) => schema.validate_json(value),
         }
     }
 
@@ -80,6 +88,7 @@ impl Parsed {
     pub fn validate_binary(&self, body: &[u8]) -> Result<(), Violation> {
         match self {
             Parsed::Avro(schema) => avro::validate_binary(schema, body),
+            Parsed::Protobuf(schema) => schema.validate_binary(body),
             Parsed::Json(validator, _) => {
                 let value: Value = serde_json::from_slice(body)
                     .map_err(|e| Violation { path: "$".into(), message: format!("payload is not JSON: {e}") })?;

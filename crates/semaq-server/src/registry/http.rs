@@ -53,7 +53,9 @@ fn registry(shared: &Shared) -> Result<&Arc<Registry>, RegistryError> {
 fn respond(result: Result<Value, RegistryError>) -> Response {
     let (status, body) = match result {
         Ok(body) => (StatusCode::OK, body),
-        Err(error) => (StatusCode::from_u16(error.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), error.to_json()),
+        Err(error) => {
+            (StatusCode::from_u16(error.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), error.to_json())
+        }
     };
     (status, [(header::CONTENT_TYPE, CONTENT_TYPE)], body.to_string()).into_response()
 }
@@ -89,8 +91,14 @@ async fn lookup(State(shared): Shared_, Path(subject): Path<String>, Query(param
     })())
 }
 
-async fn get_version(State(shared): Shared_, Path((subject, version)): Path<(String, String)>, Query(params): Params) -> Response {
-    respond(registry(&shared).and_then(|r| r.version(&subject, &version, flag(&params, "deleted"))).map(|v| v.to_json()))
+async fn get_version(
+    State(shared): Shared_,
+    Path((subject, version)): Path<(String, String)>,
+    Query(params): Params,
+) -> Response {
+    respond(
+        registry(&shared).and_then(|r| r.version(&subject, &version, flag(&params, "deleted"))).map(|v| v.to_json()),
+    )
 }
 
 /// The schema text itself, as the response body.
@@ -110,7 +118,11 @@ async fn delete_subject(State(shared): Shared_, Path(subject): Path<String>, Que
     respond(registry(&shared).and_then(|r| r.delete_subject(&subject, flag(&params, "permanent"))).map(|v| json!(v)))
 }
 
-async fn delete_version(State(shared): Shared_, Path((subject, version)): Path<(String, String)>, Query(params): Params) -> Response {
+async fn delete_version(
+    State(shared): Shared_,
+    Path((subject, version)): Path<(String, String)>,
+    Query(params): Params,
+) -> Response {
     let result = registry(&shared).and_then(|r| r.delete_version(&subject, &version, flag(&params, "permanent")));
     respond(result.map(|v| json!(v)))
 }
@@ -138,10 +150,16 @@ async fn subjects_by_id(State(shared): Shared_, Path(id): Path<String>) -> Respo
 }
 
 async fn schema_types() -> Response {
-    respond(Ok(json!(["JSON", "AVRO"])))
+    respond(Ok(json!(["JSON", "PROTOBUF", "AVRO"])))
 }
 
-fn compatibility(shared: &Shared, subject: &str, version: Option<&str>, params: &HashMap<String, String>, bytes: &[u8]) -> Response {
+fn compatibility(
+    shared: &Shared,
+    subject: &str,
+    version: Option<&str>,
+    params: &HashMap<String, String>,
+    bytes: &[u8],
+) -> Response {
     respond((|| {
         let request: SchemaRequest = body(bytes)?;
         let problems = registry(shared)?.check(subject, version, &request)?;
@@ -162,7 +180,12 @@ async fn compatibility_with_version(
     compatibility(&shared, &subject, Some(&version), &params, &bytes)
 }
 
-async fn compatibility_with_all(State(shared): Shared_, Path(subject): Path<String>, Query(params): Params, bytes: Bytes) -> Response {
+async fn compatibility_with_all(
+    State(shared): Shared_,
+    Path(subject): Path<String>,
+    Query(params): Params,
+    bytes: Bytes,
+) -> Response {
     compatibility(&shared, &subject, None, &params, &bytes)
 }
 
@@ -204,5 +227,7 @@ async fn put_subject_config(State(shared): Shared_, Path(subject): Path<String>,
 }
 
 async fn delete_subject_config(State(shared): Shared_, Path(subject): Path<String>) -> Response {
-    respond(registry(&shared).and_then(|r| r.delete_config(&subject)).map(|l| json!({ "compatibilityLevel": l.name() })))
+    respond(
+        registry(&shared).and_then(|r| r.delete_config(&subject)).map(|l| json!({ "compatibilityLevel": l.name() })),
+    )
 }

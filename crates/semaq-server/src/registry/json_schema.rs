@@ -150,7 +150,10 @@ fn compare_bounds(r: &Map<String, Value>, w: &Map<String, Value>, at: &str, foun
 }
 
 fn required(schema: &Map<String, Value>) -> Vec<&str> {
-    schema.get("required").and_then(Value::as_array).map_or(Vec::new(), |r| r.iter().filter_map(Value::as_str).collect())
+    schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map_or(Vec::new(), |r| r.iter().filter_map(Value::as_str).collect())
 }
 
 fn compare_object(r: &Map<String, Value>, w: &Map<String, Value>, at: &str, found: &mut Vec<String>, depth: usize) {
@@ -179,7 +182,9 @@ fn compare_object(r: &Map<String, Value>, w: &Map<String, Value>, at: &str, foun
     for (name, written) in writer_props.iter().filter(|(name, _)| !reader_props.contains_key(*name)) {
         let where_ = format!("{at}/properties/{name}");
         if reader_extra == &Value::Bool(false) {
-            found.push(format!("{where_}: property removed from a closed content model (PROPERTY_REMOVED_FROM_CLOSED_CONTENT_MODEL)"));
+            found.push(format!(
+                "{where_}: property removed from a closed content model (PROPERTY_REMOVED_FROM_CLOSED_CONTENT_MODEL)"
+            ));
         } else {
             compare(reader_extra, written, &where_, found, depth + 1);
         }

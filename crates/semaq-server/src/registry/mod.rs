@@ -2,7 +2,7 @@
 //! Confluent Schema Registry's model, persisted in `<store_dir>/registry/registry.json`.
 //!
 //! - [`types`]: what is stored and returned; [`error`]: Confluent's error codes.
-//! - [`format`], [`avro`], [`json_schema`]: parsing, compatibility and payload validation.
+//! - [`format`], [`avro`], [`json_schema`], [`protobuf`]: parsing, compatibility and payload validation.
 //! - [`store`]: the file, written atomically and checksummed.
 //! - [`http`]: the Confluent REST API; [`nats`]: the same over `$SEMAQ.API.SCHEMA.*`.
 //! - [`binding`]: L2 streams bound to a subject validate what they store.
@@ -17,6 +17,7 @@ pub mod format;
 pub mod http;
 pub mod json_schema;
 pub mod nats;
+pub mod protobuf;
 pub mod store;
 pub mod types;
 
@@ -153,7 +154,12 @@ impl Registry {
     /// Subject names (with soft-deleted ones when `deleted`).
     pub fn subjects(&self, deleted: bool) -> Vec<String> {
         let state = read_lock(&self.state);
-        state.subjects.iter().filter(|(_, s)| s.versions.iter().any(|v| deleted || !v.deleted)).map(|(n, _)| n.clone()).collect()
+        state
+            .subjects
+            .iter()
+            .filter(|(_, s)| s.versions.iter().any(|v| deleted || !v.deleted))
+            .map(|(n, _)| n.clone())
+            .collect()
     }
 
     /// Version numbers of `subject`.
@@ -192,7 +198,8 @@ impl Registry {
     /// Deletes a subject (soft, or hard after a soft delete); returns the versions deleted.
     pub fn delete_subject(&self, subject: &str, permanent: bool) -> Result<Vec<u32>, RegistryError> {
         self.change(|state| {
-            let entry = state.subjects.get_mut(subject).ok_or_else(|| RegistryError::SubjectNotFound(subject.into()))?;
+            let entry =
+                state.subjects.get_mut(subject).ok_or_else(|| RegistryError::SubjectNotFound(subject.into()))?;
             if permanent {
                 if entry.versions.iter().any(|v| !v.deleted) {
                     return Err(RegistryError::SubjectNotSoftDeleted(subject.into()));
@@ -214,7 +221,8 @@ impl Registry {
     pub fn delete_version(&self, subject: &str, selector: &str, permanent: bool) -> Result<u32, RegistryError> {
         let selector = VersionSelector::parse(selector)?;
         self.change(|state| {
-            let entry = state.subjects.get_mut(subject).ok_or_else(|| RegistryError::SubjectNotFound(subject.into()))?;
+            let entry =
+                state.subjects.get_mut(subject).ok_or_else(|| RegistryError::SubjectNotFound(subject.into()))?;
             let number = select(entry, selector, permanent)?.version;
             let index = entry.versions.iter().position(|v| v.version == number).ok_or_else(|| not_found(selector))?;
             if permanent {
@@ -236,7 +244,12 @@ impl Registry {
 
     /// Every incompatibility of `request` with `subject` at `selector` (`None`: as the
     /// subject's compatibility level would check a registration).
-    pub fn check(&self, subject: &str, selector: Option<&str>, request: &SchemaRequest) -> Result<Vec<String>, RegistryError> {
+    pub fn check(
+        &self,
+        subject: &str,
+        selector: Option<&str>,
+        request: &SchemaRequest,
+    ) -> Result<Vec<String>, RegistryError> {
         let selector = selector.map(VersionSelector::parse).transpose()?;
         let (schema_type, parsed, _) = prepare(request)?;
         let state = read_lock(&self.state);
@@ -318,7 +331,8 @@ impl Registry {
     /// Removes a subject's own level (it falls back to the global one); returns what it was.
     pub fn delete_config(&self, subject: &str) -> Result<Compatibility, RegistryError> {
         self.change(|state| {
-            let entry = state.subjects.get_mut(subject).ok_or_else(|| RegistryError::SubjectNotFound(subject.into()))?;
+            let entry =
+                state.subjects.get_mut(subject).ok_or_else(|| RegistryError::SubjectNotFound(subject.into()))?;
             let old = entry.compatibility.take().ok_or_else(|| RegistryError::SubjectConfigNotFound(subject.into()))?;
             if entry.versions.is_empty() {
                 state.subjects.remove(subject);
@@ -376,7 +390,10 @@ fn subject_level(state: &State, subject: &str) -> Compatibility {
 }
 
 fn check_subject_name(subject: &str) -> Result<(), RegistryError> {
-    if subject.is_empty() || subject.len() > limits::REGISTRY_SUBJECT_NAME_BYTES_MAX || subject.chars().any(char::is_control) {
+    if subject.is_empty()
+        || subject.len() > limits::REGISTRY_SUBJECT_NAME_BYTES_MAX
+        || subject.chars().any(char::is_control)
+    {
         return Err(RegistryError::InvalidRequest(format!("invalid subject name {subject:?}")));
     }
     Ok(())
@@ -392,7 +409,7 @@ fn prepare(request: &SchemaRequest) -> Result<(SchemaType, Parsed, String), Regi
     }
     let schema_type = SchemaType::parse(request.schema_type.as_deref())?;
     let parsed = format::parse(schema_type, &request.schema)?;
-    Ok((schema_type, parsed, format::canonical(&request.schema)?))
+    Ok((schema_type, parsed, format::canonical(schema_type, &request.schema)?))
 }
 
 fn find_in_subject<'a>(
@@ -408,7 +425,8 @@ fn find_in_subject<'a>(
 
 fn find_id(state: &State, schema_type: SchemaType, canonical: &str) -> Option<u32> {
     state.schemas.iter().find_map(|(id, stored)| {
-        let same = stored.schema_type == schema_type && format::canonical(&stored.schema).ok().as_deref() == Some(canonical);
+        let same = stored.schema_type == schema_type
+            && format::canonical(stored.schema_type, &stored.schema).ok().as_deref() == Some(canonical);
         same.then_some(*id)
     })
 }
@@ -449,7 +467,8 @@ fn select(subject: &Subject, selector: VersionSelector, deleted: bool) -> Result
 }
 
 fn version_info(state: &State, subject: &str, version: &Version) -> Result<VersionInfo, RegistryError> {
-    let schema = state.schemas.get(&version.id).cloned().ok_or_else(|| RegistryError::SchemaNotFound(version.id.to_string()))?;
+    let schema =
+        state.schemas.get(&version.id).cloned().ok_or_else(|| RegistryError::SchemaNotFound(version.id.to_string()))?;
     Ok(VersionInfo { subject: subject.to_string(), version: version.version, id: version.id, schema })
 }
 

@@ -9,7 +9,7 @@
 //! | `REGISTER` | `{"subject", "schema", "schemaType"?}` | `{"id"}` |
 //! | `LOOKUP` | `{"subject", "schema", "schemaType"?}` | as `GET` |
 //! | `ID` | `{"id"}` | `{"schema", "schemaType"?}` |
-//! | `TYPES` | | `["JSON", "AVRO"]` |
+//! | `TYPES` | | `["JSON", "PROTOBUF", "AVRO"]` |
 //! | `CHECK` | `{"subject", "version"?, "schema", "schemaType"?}` | `{"is_compatible", "messages"}` |
 //! | `DELETE` | `{"subject", "version"?, "permanent"?}` | deleted versions, or the version |
 //! | `CONFIG` | `{"subject"?, "compatibility"?, "delete"?, "defaultToGlobal"?}` | `{"compatibilityLevel"}` |
@@ -76,7 +76,12 @@ pub fn start(shared: &Arc<Shared>, registry: Arc<Registry>) {
     tokio::spawn(serve(Arc::downgrade(shared), registry, requests, budget));
 }
 
-async fn serve(shared: Weak<Shared>, registry: Arc<Registry>, mut requests: mpsc::Receiver<Request>, budget: Arc<ByteBudget>) {
+async fn serve(
+    shared: Weak<Shared>,
+    registry: Arc<Registry>,
+    mut requests: mpsc::Receiver<Request>,
+    budget: Arc<ByteBudget>,
+) {
     while let Some(request) = requests.recv().await {
         budget.give_back(request.payload.len());
         let Some(reply) = request.reply else { continue };
@@ -116,7 +121,8 @@ impl Body {
     }
 
     fn schema_request(&self) -> Result<SchemaRequest, RegistryError> {
-        let schema = self.schema.clone().ok_or_else(|| RegistryError::InvalidRequest("\"schema\" is required".into()))?;
+        let schema =
+            self.schema.clone().ok_or_else(|| RegistryError::InvalidRequest("\"schema\" is required".into()))?;
         Ok(SchemaRequest { schema, schema_type: self.schema_type.clone(), references: self.references.clone() })
     }
 }
@@ -141,7 +147,7 @@ pub fn handle(registry: &Registry, operation: &str, payload: &[u8]) -> Result<Va
             let id = body.id.ok_or_else(|| RegistryError::InvalidRequest("\"id\" is required".into()))?;
             Ok(registry.schema_by_id(id)?.to_json())
         }
-        "TYPES" => Ok(json!(["JSON", "AVRO"])),
+        "TYPES" => Ok(json!(["JSON", "PROTOBUF", "AVRO"])),
         "CHECK" => {
             let problems = registry.check(body.subject()?, body.version().as_deref(), &body.schema_request()?)?;
             Ok(json!({ "is_compatible": problems.is_empty(), "messages": problems }))

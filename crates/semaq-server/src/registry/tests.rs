@@ -13,6 +13,14 @@ fn json_schema(text: serde_json::Value) -> SchemaRequest {
     SchemaRequest { schema: text.to_string(), schema_type: Some("JSON".into()), references: vec![] }
 }
 
+fn proto(text: &str) -> SchemaRequest {
+    SchemaRequest { schema: text.to_string(), schema_type: Some("PROTOBUF".into()), references: vec![] }
+}
+
+fn event_proto(fields: &str) -> SchemaRequest {
+    proto(&format!("syntax = \"proto3\";\npackage ai;\nmessage Event {{\n{fields}\n}}\n"))
+}
+
 fn record(fields: serde_json::Value) -> SchemaRequest {
     avro(json!({"type": "record", "name": "Event", "namespace": "ai", "fields": fields}))
 }
@@ -99,7 +107,8 @@ fn avro_forward_transitive_checks_every_earlier_reader() {
 #[test]
 fn avro_every_incompatibility_is_listed() {
     let v1 = record(json!([{"name": "a", "type": "string"}]));
-    let v2 = record(json!([{"name": "a", "type": "int"}, {"name": "b", "type": "int"}, {"name": "c", "type": "string"}]));
+    let v2 =
+        record(json!([{"name": "a", "type": "int"}, {"name": "b", "type": "int"}, {"name": "c", "type": "string"}]));
     let Err(RegistryError::Incompatible { messages, .. }) = try_after(&[v1], "BACKWARD", &v2) else { panic!() };
     assert_eq!(messages.len(), 3, "{messages:?}");
     assert!(messages.iter().any(|m| m.contains("'a'")) && messages.iter().any(|m| m.contains("'c'")), "{messages:?}");
@@ -201,7 +210,11 @@ fn invalid_schemas_and_levels_are_refused_with_confluent_codes() {
     let registry = Registry::in_memory();
     assert_eq!(registry.register("s", &avro(json!({"type": "record"}))).unwrap_err().error_code(), 42201);
     assert_eq!(registry.register("s", &json_schema(json!({"type": 12}))).unwrap_err().error_code(), 42201);
-    let protobuf = SchemaRequest { schema: "syntax = \"proto3\";".into(), schema_type: Some("PROTOBUF".into()), references: vec![] };
+    let protobuf = SchemaRequest {
+        schema: "syntax = \"proto3\";".into(),
+        schema_type: Some("PROTOBUF".into()),
+        references: vec![],
+    };
     assert_eq!(registry.register("s", &protobuf).unwrap_err().error_code(), 42201);
     assert_eq!(registry.set_config(None, "SIDEWAYS").unwrap_err().error_code(), 42203);
     assert_eq!(registry.schema_by_id(99).unwrap_err().error_code(), 40403);
@@ -271,13 +284,21 @@ fn avro_json_payloads_are_checked_with_a_json_path() {
         violation(&schema, json!({"model_id": "m", "confidence": 1, "tags": ["a", 2]})).as_deref(),
         Some("$.tags[1]: 2 is not a string")
     );
-    assert!(violation(&schema, json!({"confidence": 1.0})).unwrap().starts_with("$.model_id: required field is missing"));
-    assert!(violation(&schema, json!({"model_id": "m", "confidence": 1, "x": 1})).unwrap().starts_with("$.x: is not a field"));
+    assert!(violation(&schema, json!({"confidence": 1.0}))
+        .unwrap()
+        .starts_with("$.model_id: required field is missing"));
+    assert!(violation(&schema, json!({"model_id": "m", "confidence": 1, "x": 1}))
+        .unwrap()
+        .starts_with("$.x: is not a field"));
 }
 
 #[test]
 fn json_schema_payloads_are_checked_with_a_json_path() {
-    let schema = object(json!({"confidence": {"type": "number"}, "items": {"type": "array", "items": {"type": "integer"}}}), &["confidence"], false);
+    let schema = object(
+        json!({"confidence": {"type": "number"}, "items": {"type": "array", "items": {"type": "integer"}}}),
+        &["confidence"],
+        false,
+    );
     assert_eq!(violation(&schema, json!({"confidence": 0.9})), None);
     let refused = violation(&schema, json!({"confidence": "high"})).unwrap();
     assert!(refused.starts_with("$.confidence: \"high\" is not of type \"number\""), "{refused}");
@@ -288,10 +309,77 @@ fn json_schema_payloads_are_checked_with_a_json_path() {
 #[test]
 fn avro_binary_datums_must_decode_exactly() {
     let registry = Registry::in_memory();
-    let id = registry.register("s", &record(json!([{"name": "n", "type": "long"}, {"name": "s", "type": "string"}]))).unwrap();
+    let id = registry
+        .register("s", &record(json!([{"name": "n", "type": "long"}, {"name": "s", "type": "string"}])))
+        .unwrap();
     let parsed = registry.parsed(id).unwrap();
     // zigzag(3) = 6; string "hi" = length zigzag(2) = 4, then the bytes.
     assert_eq!(parsed.validate_binary(&[6, 4, b'h', b'i']), Ok(()));
     assert!(parsed.validate_binary(&[6, 4, b'h']).is_err());
     assert!(parsed.validate_binary(&[6, 4, b'h', b'i', 0]).unwrap_err().message.contains("left over"));
+}
+
+#[test]
+fn protobuf_adding_a_field_or_widening_within_a_wire_type_is_compatible() {
+    let v1 = event_proto("string model_id = 1; int32 tokens = 2;");
+    expect(
+        std::slice::from_ref(&v1),
+        &event_proto("string model_id = 1; int32 tokens = 2; double confidence = 3;"),
+        ALL,
+    );
+    expect(&[v1], &event_proto("string model_id = 1; int64 tokens = 2;"), ALL);
+}
+
+#[test]
+fn protobuf_changing_a_fields_wire_type_is_incompatible_both_ways() {
+    let v1 = event_proto("string model_id = 1; double confidence = 2;");
+    let v2 = event_proto("string model_id = 1; string confidence = 2;");
+    expect(&[v1], &v2, [false, false, false, false, false, false, true]);
+}
+
+#[test]
+fn protobuf_removing_a_message_is_not_backward() {
+    let v1 = proto("syntax = \"proto3\";\nmessage A { string a = 1; }\nmessage B { string b = 1; }");
+    let v2 = proto("syntax = \"proto3\";\nmessage A { string a = 1; }");
+    expect(&[v1], &v2, [false, false, true, true, false, false, true]);
+}
+
+#[test]
+fn protobuf_moving_fields_into_a_new_oneof_is_not_backward() {
+    let v1 = event_proto("string a = 1; string b = 2;");
+    let v2 = event_proto("oneof choice { string a = 1; string b = 2; }");
+    expect(&[v1], &v2, [false, false, true, true, false, false, true]);
+}
+
+#[test]
+fn protobuf_transitive_modes_check_every_earlier_version() {
+    let v1 = event_proto("double confidence = 2;");
+    let v2 = event_proto("string confidence = 2;");
+    let v3 = event_proto("string confidence = 2; int32 tokens = 3;");
+    expect(&[v1, v2], &v3, [true, false, true, false, true, false, true]);
+}
+
+#[test]
+fn protobuf_payloads_are_checked_as_json_and_as_binary() {
+    let schema = event_proto("string model_id = 1; double confidence = 2; repeated int32 tokens = 3; Kind kind = 4;\nenum Kind { TEXT = 0; IMAGE = 1; }");
+    assert_eq!(
+        violation(&schema, json!({"modelId": "m", "confidence": 0.5, "tokens": [1, "2"], "kind": "IMAGE"})),
+        None
+    );
+    assert_eq!(
+        violation(&schema, json!({"model_id": "m", "confidence": "high"})).as_deref(),
+        Some("$.confidence: \"high\" is not a number")
+    );
+    assert_eq!(violation(&schema, json!({"tokens": [1, 2.5]})).as_deref(), Some("$.tokens[1]: 2.5 is not an int32"));
+    assert!(violation(&schema, json!({"kind": "VIDEO"})).unwrap().starts_with("$.kind:"));
+    assert!(violation(&schema, json!({"nope": 1})).unwrap().starts_with("$.nope: is not a field"));
+    let registry = Registry::in_memory();
+    let id = registry.register("s", &schema).unwrap();
+    let parsed = registry.parsed(id).unwrap();
+    // Message indexes [] (the first message), then field 1 (tag 0x0a) = "hi", field 2 (0x11) = 8 bytes.
+    let mut binary = vec![0, 0x0a, 2, b'h', b'i', 0x11];
+    binary.extend_from_slice(&0.5f64.to_le_bytes());
+    assert_eq!(parsed.validate_binary(&binary), Ok(()));
+    assert!(parsed.validate_binary(&binary[..binary.len() - 3]).is_err());
+    assert!(parsed.validate_binary(&[2, 2, 0x0a]).unwrap_err().message.contains("no message at indexes"));
 }

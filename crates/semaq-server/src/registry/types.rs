@@ -15,7 +15,7 @@ pub enum SchemaType {
     Avro,
     /// JSON Schema (drafts 7 and 2020-12).
     Json,
-    /// Protocol Buffers (not supported yet: refused with 42201).
+    /// Protocol Buffers (`.proto` text).
     Protobuf,
 }
 

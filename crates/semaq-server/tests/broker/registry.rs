@@ -27,7 +27,10 @@ fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&Value>) -> (u1
     let mut response = String::new();
     stream.read_to_string(&mut response).expect("read");
     let status = response.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("status");
-    assert!(response.to_ascii_lowercase().contains("content-type: application/vnd.schemaregistry.v1+json"), "{response}");
+    assert!(
+        response.to_ascii_lowercase().contains("content-type: application/vnd.schemaregistry.v1+json"),
+        "{response}"
+    );
     let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
     (status, serde_json::from_str(body).unwrap_or(Value::String(body.to_string())))
 }
@@ -74,7 +77,8 @@ fn avro_wire(id: u32, model: &str, confidence: f64, tokens: i32) -> Vec<u8> {
 }
 
 fn l2_stream(name: &str, subject: &str, schema: &str) -> stream::Config {
-    let metadata = HashMap::from([("semaq.level".to_string(), "2".to_string()), ("semaq.schema".to_string(), schema.to_string())]);
+    let metadata =
+        HashMap::from([("semaq.level".to_string(), "2".to_string()), ("semaq.schema".to_string(), schema.to_string())]);
     stream::Config { name: name.into(), subjects: vec![subject.into()], metadata, ..Default::default() }
 }
 
@@ -118,6 +122,7 @@ async fn l2_streams_store_only_what_matches_their_json_schema() {
 
     let info = js.get_stream("EVENTS_JSON").await.unwrap().info().await.unwrap().clone();
     assert_eq!((info.state.messages, info.state.last_sequence), (1, 1));
+    assert_eq!(server.http_json("/varz")["schema_refusals"], 3, "refusals are counted");
     assert_eq!(consumed(&js, "EVENTS_JSON").await, vec![good]);
 }
 
@@ -135,7 +140,8 @@ async fn l2_streams_validate_avro_json_and_confluent_wire_format() {
     assert_eq!(publish(&client, "ai.avro.a", json_good.clone()).await["seq"], 1);
     assert_eq!(publish(&client, "ai.avro.a", binary_good.clone()).await["seq"], 2);
 
-    let mistyped = publish(&client, "ai.avro.a", br#"{"model_id":"m","confidence":"high","input_tokens":1}"#.to_vec()).await;
+    let mistyped =
+        publish(&client, "ai.avro.a", br#"{"model_id":"m","confidence":"high","input_tokens":1}"#.to_vec()).await;
     let description = mistyped["error"]["description"].as_str().unwrap();
     assert!(description.contains("\"ai-event-avro\" version 1"), "{description}");
     assert!(description.contains("$.confidence: \"high\" is not a number"), "{description}");
@@ -143,7 +149,10 @@ async fn l2_streams_validate_avro_json_and_confluent_wire_format() {
     assert!(missing["error"]["description"].as_str().unwrap().contains("$.input_tokens: required field is missing"));
     let mut truncated = binary_good.clone();
     truncated.truncate(binary_good.len() - 9);
-    assert!(publish(&client, "ai.avro.a", truncated).await["error"]["description"].as_str().unwrap().contains("does not decode"));
+    assert!(publish(&client, "ai.avro.a", truncated).await["error"]["description"]
+        .as_str()
+        .unwrap()
+        .contains("does not decode"));
     let foreign = publish(&client, "ai.avro.a", avro_wire(other, "m", 1.0, 1)).await;
     assert!(foreign["error"]["description"].as_str().unwrap().contains("is not a version of subject"), "{foreign}");
 
@@ -186,12 +195,16 @@ async fn the_schema_api_over_nats_mirrors_the_rest_api() {
     // A new required field without a default breaks BACKWARD: refused with the reason.
     let mut v2 = v1.clone();
     v2["fields"].as_array_mut().unwrap().push(json!({"name": "extra", "type": "string"}));
-    let check = schema_api(&client, "CHECK", json!({"subject": "ev", "version": "latest", "schema": v2.to_string()})).await;
+    let check =
+        schema_api(&client, "CHECK", json!({"subject": "ev", "version": "latest", "schema": v2.to_string()})).await;
     assert_eq!(check["is_compatible"], false);
     let refused = schema_api(&client, "REGISTER", json!({"subject": "ev", "schema": v2.to_string()})).await;
     assert_eq!(refused["error_code"], 409);
     assert!(refused["message"].as_str().unwrap().contains("extra"), "{refused}");
-    assert_eq!(schema_api(&client, "CONFIG", json!({"subject": "ev", "compatibility": "NONE"})).await["compatibilityLevel"], "NONE");
+    assert_eq!(
+        schema_api(&client, "CONFIG", json!({"subject": "ev", "compatibility": "NONE"})).await["compatibilityLevel"],
+        "NONE"
+    );
     assert_eq!(schema_api(&client, "REGISTER", json!({"subject": "ev", "schema": v2.to_string()})).await["id"], id + 1);
     assert_eq!(schema_api(&client, "VERSIONS", json!({"subject": "ev"})).await, json!([1, 2]));
     assert_eq!(schema_api(&client, "GET", json!({"subject": "nope"})).await["error_code"], 40401);
@@ -206,16 +219,25 @@ fn the_rest_api_answers_with_confluent_shapes_and_errors() {
     let id = register(&server, "orders-value", &event_avro(), "AVRO");
     assert_eq!(http(addr, "GET", "/subjects", None), (200, json!(["orders-value"])));
     let (_, latest) = http(addr, "GET", "/subjects/orders-value/versions/latest", None);
-    assert_eq!((latest["subject"].clone(), latest["version"].clone(), latest["id"].clone()), (json!("orders-value"), json!(1), json!(id)));
+    assert_eq!(
+        (latest["subject"].clone(), latest["version"].clone(), latest["id"].clone()),
+        (json!("orders-value"), json!(1), json!(id))
+    );
     assert_eq!(http(addr, "GET", "/subjects/orders-value/versions/1/schema", None).1, event_avro());
     assert_eq!(http(addr, "GET", "/subjects/nope/versions", None).1["error_code"], 40401);
-    assert_eq!(http(addr, "GET", "/subjects/orders-value/versions/9", None), (404, json!({"error_code": 40402, "message": "Version 9 not found."})));
+    assert_eq!(
+        http(addr, "GET", "/subjects/orders-value/versions/9", None),
+        (404, json!({"error_code": 40402, "message": "Version 9 not found."}))
+    );
     assert_eq!(http(addr, "GET", "/schemas/ids/999", None).1["error_code"], 40403);
     assert_eq!(http(addr, "GET", "/subjects/orders-value/versions/x", None).1["error_code"], 42202);
     let bad = json!({"schema": "{\"type\": \"nonsense\"}"});
     assert_eq!(http(addr, "POST", "/subjects/orders-value/versions", Some(&bad)).0, 422);
     assert_eq!(http(addr, "PUT", "/config", Some(&json!({"compatibility": "SIDEWAYS"}))).1["error_code"], 42203);
-    assert_eq!(http(addr, "PUT", "/config", Some(&json!({"compatibility": "FULL"}))).1, json!({"compatibility": "FULL"}));
+    assert_eq!(
+        http(addr, "PUT", "/config", Some(&json!({"compatibility": "FULL"}))).1,
+        json!({"compatibility": "FULL"})
+    );
     assert_eq!(http(addr, "GET", "/config", None).1, json!({"compatibilityLevel": "FULL"}));
     assert_eq!(http(addr, "DELETE", "/subjects/orders-value?permanent=true", None).1["error_code"], 40405);
     assert_eq!(http(addr, "DELETE", "/subjects/orders-value", None).1, json!([1]));
@@ -254,4 +276,41 @@ fn the_registry_survives_a_restart_and_a_damaged_file_stops_startup() {
     assert!(!output.status.success(), "started on a truncated registry file");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("registry.json") && stderr.contains("truncated"), "{stderr}");
+}
+
+const EVENT_PROTO: &str = "syntax = \"proto3\";\npackage ai;\nmessage AiEvent {\n  string model_id = 1;\n  double confidence = 2;\n  int32 input_tokens = 3;\n}\n";
+
+#[tokio::test]
+async fn l2_streams_validate_protobuf_json_and_confluent_wire_format() {
+    let server = TestServer::start();
+    let body = json!({"schema": EVENT_PROTO, "schemaType": "PROTOBUF"});
+    let (status, answer) = http(server.http.unwrap(), "POST", "/subjects/ai-event-proto/versions", Some(&body));
+    assert_eq!(status, 200, "{answer}");
+    let id = answer["id"].as_u64().unwrap() as u32;
+    let client = server.client().await;
+    let js = jetstream::new(client.clone());
+    js.create_stream(l2_stream("EVENTS_PROTO", "ai.proto.>", "ai-event-proto")).await.unwrap();
+
+    let json_good = br#"{"modelId":"llama3-70b","confidence":0.92,"inputTokens":128}"#.to_vec();
+    assert_eq!(publish(&client, "ai.proto.a", json_good.clone()).await["seq"], 1);
+    // Wire format: magic 0, id, message indexes [] (one zero byte), then field 1 = "m".
+    let mut binary_good = vec![0];
+    binary_good.extend_from_slice(&id.to_be_bytes());
+    binary_good.extend_from_slice(&[0, 0x0a, 1, b'm']);
+    assert_eq!(publish(&client, "ai.proto.a", binary_good.clone()).await["seq"], 2);
+
+    let refused = publish(&client, "ai.proto.a", br#"{"modelId":"m","confidence":"high"}"#.to_vec()).await;
+    let description = refused["error"]["description"].as_str().unwrap();
+    assert!(description.contains("\"ai-event-proto\" version 1"), "{description}");
+    assert!(description.contains("$.confidence: \"high\" is not a number"), "{description}");
+    let mut truncated = binary_good.clone();
+    truncated.pop();
+    assert!(publish(&client, "ai.proto.a", truncated).await["error"]["description"]
+        .as_str()
+        .unwrap()
+        .contains("does not decode"));
+
+    let info = js.get_stream("EVENTS_PROTO").await.unwrap().info().await.unwrap().clone();
+    assert_eq!((info.state.messages, info.state.last_sequence), (2, 2));
+    assert_eq!(consumed(&js, "EVENTS_PROTO").await, vec![json_good, binary_good]);
 }
