@@ -3,11 +3,13 @@
 //! Layout: `main.rs` parses the command line and dispatches; `connect.rs` holds the options every command
 //! shares and turns connect failures into one line; `pubsub.rs` has `pub`, `sub` and `req`, printing through
 //! `output.rs`; `parse.rs` has the pure value parsers; `bench/` drives load against any NATS URL and
-//! compares semaq-server with nats-server. New command groups (`stream`, `consumer`, `schema`, `verify`,
+//! compares semaq-server with nats-server; `schema.rs` talks to the schema registry over `$SEMAQ.API.SCHEMA`
+//! and `infer.rs` proposes schemas from samples. New command groups (`stream`, `consumer`, `verify`,
 //! `trace`, `agent`) get a module of their own and one arm in [`Command`].
 
 mod bench;
 mod connect;
+mod infer;
 mod output;
 mod parse;
 mod pubsub;
@@ -40,7 +42,7 @@ enum Command {
     Req(pubsub::ReqArgs),
     /// Measure throughput and latency, or compare semaq-server with nats-server
     Bench(bench::BenchArgs),
-    /// The server's schema registry: register, list, show, check, delete, config
+    /// The server's schema registry: register, list, show, check, delete, config, infer
     Schema(schema::SchemaArgs),
 }
 

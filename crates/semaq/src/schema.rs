@@ -69,6 +69,15 @@ enum SchemaCommand {
         #[arg(long)]
         permanent: bool,
     },
+    /// Propose a schema from JSON samples on stdin, one per line
+    Infer {
+        /// avro or json
+        #[arg(long, default_value = "avro")]
+        format: String,
+        /// Name of the Avro record
+        #[arg(long, default_value = "Record")]
+        name: String,
+    },
     /// Show or set the compatibility level, globally or for one subject
     Config {
         /// Registry subject (global level when absent)
@@ -81,6 +90,11 @@ enum SchemaCommand {
 
 /// Runs one `semaq schema` command.
 pub async fn run(target: &Target, args: SchemaArgs) -> Result<()> {
+    if let SchemaCommand::Infer { format, name } = &args.command {
+        let schema = infer(std::io::stdin().lock(), format, name)?;
+        println!("{}", serde_json::to_string_pretty(&schema)?);
+        return Ok(());
+    }
     let (operation, body) = request_for(args.command.with_schema_file()?)?;
     let answer = call(target, operation, &body).await?;
     println!("{}", serde_json::to_string_pretty(&answer)?);
@@ -128,6 +142,7 @@ fn request_for(parts: Parts) -> Result<(&'static str, Value)> {
         SchemaCommand::Delete { subject, version, permanent } => {
             ("DELETE", json!({ "subject": subject, "version": version, "permanent": permanent }))
         }
+        SchemaCommand::Infer { .. } => bail!("infer needs no server"),
         SchemaCommand::Config { subject, level } => ("CONFIG", json!({ "subject": subject, "compatibility": level })),
     })
 }
@@ -149,6 +164,35 @@ fn read_schema(file: &Path, schema_type: Option<&str>) -> Result<(String, String
     Ok((text, schema_type))
 }
 
+/// Samples `semaq schema infer` reads at most; the rest of the input is ignored.
+const INFER_SAMPLES_MAX: usize = 100_000;
+
+/// Reads JSON objects, one per line, and proposes an Avro (`avro`) or JSON Schema (`json`).
+fn infer(input: impl std::io::BufRead, format: &str, name: &str) -> Result<Value> {
+    let mut shape = crate::infer::Shape::default();
+    let mut count = 0;
+    for (number, line) in input.lines().enumerate().take(INFER_SAMPLES_MAX) {
+        let line = line.context("cannot read the samples")?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let sample: Value = serde_json::from_str(&line).with_context(|| format!("line {}: not JSON", number + 1))?;
+        if !sample.is_object() {
+            bail!("line {}: a sample must be a JSON object", number + 1);
+        }
+        shape.add(&sample, 0);
+        count += 1;
+    }
+    if count == 0 {
+        bail!("no samples on stdin (one JSON object per line)");
+    }
+    match format.to_ascii_lowercase().as_str() {
+        "avro" => Ok(crate::infer::avro_schema(&shape, name)),
+        "json" => Ok(crate::infer::json_schema(&shape)),
+        other => bail!("--format must be avro or json, not {other:?}"),
+    }
+}
+
 async fn call(target: &Target, operation: &str, body: &Value) -> Result<Value> {
     let client = target.connect().await?;
     let subject = format!("$SEMAQ.API.SCHEMA.{operation}");
@@ -167,6 +211,15 @@ async fn call(target: &Target, operation: &str, body: &Value) -> Result<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn infer_reads_one_object_per_line_and_names_bad_lines() {
+        let schema = infer("{\"a\": 1}\n\n{\"a\": 2, \"b\": \"x\"}\n".as_bytes(), "avro", "Event").unwrap();
+        assert_eq!(schema["name"], "Event");
+        assert_eq!(schema["fields"][0], json!({"name": "a", "type": "long"}));
+        assert!(infer("{}\n[1]\n".as_bytes(), "json", "E").unwrap_err().to_string().contains("line 2"));
+        assert!(infer("".as_bytes(), "json", "E").is_err());
+    }
 
     #[test]
     fn the_file_extension_picks_the_schema_type() {

@@ -81,13 +81,29 @@ fn named_types(schema: &Schema, names: &mut HashMap<String, Schema>, depth: usiz
     }
 }
 
-/// Checks a JSON payload against `schema` (Avro's JSON encoding; a union branch may also be
-/// given bare, without its `{"type": value}` wrapper).
-pub fn validate_json(schema: &Schema, value: &Value) -> Result<(), Violation> {
-    let mut names = HashMap::new();
-    named_types(schema, &mut names, 0);
-    let mut path = String::from("$");
-    check(schema, value, &mut path, &names, 0).map_err(|message| Violation { path, message })
+/// A parsed Avro schema and its named types (collected once, for following `Ref`s).
+#[derive(Debug)]
+pub struct AvroSchema {
+    /// The schema.
+    pub schema: Schema,
+    names: HashMap<String, Schema>,
+}
+
+impl AvroSchema {
+    /// Parses Avro schema text.
+    pub fn parse(text: &str) -> Result<Self, apache_avro::Error> {
+        let schema = Schema::parse_str(text)?;
+        let mut names = HashMap::new();
+        named_types(&schema, &mut names, 0);
+        Ok(Self { schema, names })
+    }
+
+    /// Checks a JSON payload (Avro's JSON encoding; a union branch may also be given bare,
+    /// without its `{"type": value}` wrapper).
+    pub fn validate_json(&self, value: &Value) -> Result<(), Violation> {
+        let mut path = String::from("$");
+        check(&self.schema, value, &mut path, &self.names, 0).map_err(|message| Violation { path, message })
+    }
 }
 
 fn type_name(schema: &Schema) -> String {

@@ -9,7 +9,7 @@ use super::{avro, json_schema, protobuf};
 /// A schema ready to check compatibility and validate payloads.
 pub enum Parsed {
     /// An Avro schema.
-    Avro(apache_avro::Schema),
+    Avro(Box<avro::AvroSchema>),
     /// A compiled JSON Schema, and its JSON for compatibility checks.
     Json(Box<jsonschema::Validator>, Value),
     /// A compiled `.proto` file.
@@ -44,8 +44,8 @@ impl std::fmt::Display for Violation {
 /// Parses `text` as a schema of `schema_type`.
 pub fn parse(schema_type: SchemaType, text: &str) -> Result<Parsed, RegistryError> {
     match schema_type {
-        SchemaType::Avro => apache_avro::Schema::parse_str(text)
-            .map(Parsed::Avro)
+        SchemaType::Avro => avro::AvroSchema::parse(text)
+            .map(|schema| Parsed::Avro(Box::new(schema)))
             .map_err(|e| RegistryError::InvalidSchema(format!("{text}, details: {e}"))),
         SchemaType::Json => json_schema::parse(text),
         SchemaType::Protobuf => protobuf::parse(text).map(Parsed::Protobuf),
@@ -67,7 +67,7 @@ pub fn canonical(schema_type: SchemaType, text: &str) -> Result<String, Registry
 /// Every reason data written with `writer` cannot be read with `reader` (empty: compatible).
 pub fn incompatibilities(reader: &Parsed, writer: &Parsed) -> Vec<String> {
     match (reader, writer) {
-        (Parsed::Avro(reader), Parsed::Avro(writer)) => avro::incompatibilities(reader, writer),
+        (Parsed::Avro(reader), Parsed::Avro(writer)) => avro::incompatibilities(&reader.schema, &writer.schema),
         (Parsed::Json(_, reader), Parsed::Json(_, writer)) => json_schema::incompatibilities(reader, writer),
         (Parsed::Protobuf(reader), Parsed::Protobuf(writer)) => protobuf::incompatibilities(reader, writer),
         _ => vec!["the schema type differs".into()],
@@ -78,7 +78,7 @@ impl Parsed {
     /// Checks a JSON payload (Avro's JSON encoding for Avro); the first violation.
     pub fn validate_json(&self, value: &Value) -> Result<(), Violation> {
         match self {
-            Parsed::Avro(schema) => avro::validate_json(schema, value),
+            Parsed::Avro(schema) => schema.validate_json(value),
             Parsed::Json(validator, _) => json_schema::validate(validator, value),
             Parsed::Protobuf(schema) => schema.validate_json(value),
         }
@@ -87,7 +87,7 @@ impl Parsed {
     /// Checks the body of a Confluent wire-format payload (after magic byte and id).
     pub fn validate_binary(&self, body: &[u8]) -> Result<(), Violation> {
         match self {
-            Parsed::Avro(schema) => avro::validate_binary(schema, body),
+            Parsed::Avro(schema) => avro::validate_binary(&schema.schema, body),
             Parsed::Protobuf(schema) => schema.validate_binary(body),
             Parsed::Json(validator, _) => {
                 let value: Value = serde_json::from_slice(body)
