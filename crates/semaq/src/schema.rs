@@ -39,8 +39,8 @@ enum SchemaCommand {
         #[arg(required_unless_present = "id")]
         subject: Option<String>,
         /// Version number or `latest`
-        #[arg(long, default_value = "latest")]
-        version: String,
+        #[arg(default_value = "latest", value_name = "VERSION")]
+        at: String,
         /// A global schema id instead of a subject
         #[arg(long, conflicts_with = "subject")]
         id: Option<u32>,
@@ -52,8 +52,8 @@ enum SchemaCommand {
         /// Schema file (`-` for stdin)
         file: PathBuf,
         /// Check against this version only (default: as registering would)
-        #[arg(long)]
-        version: Option<String>,
+        #[arg(long, value_name = "VERSION")]
+        against: Option<String>,
         /// avro, json or protobuf
         #[arg(long = "type")]
         schema_type: Option<String>,
@@ -63,8 +63,8 @@ enum SchemaCommand {
         /// Registry subject
         subject: String,
         /// Only this version
-        #[arg(long)]
-        version: Option<String>,
+        #[arg(value_name = "VERSION")]
+        at: Option<String>,
         /// Hard delete
         #[arg(long)]
         permanent: bool,
@@ -131,16 +131,16 @@ fn request_for(parts: Parts) -> Result<(&'static str, Value)> {
         SchemaCommand::Register { subject, .. } => ("REGISTER", schema_body(subject)?),
         SchemaCommand::List { deleted } => ("SUBJECTS", json!({ "deleted": deleted })),
         SchemaCommand::Show { id: Some(id), .. } => ("ID", json!({ "id": id })),
-        SchemaCommand::Show { subject, version, .. } => ("GET", json!({ "subject": subject, "version": version })),
-        SchemaCommand::Check { subject, version, .. } => {
+        SchemaCommand::Show { subject, at, .. } => ("GET", json!({ "subject": subject, "version": at })),
+        SchemaCommand::Check { subject, against, .. } => {
             let mut body = schema_body(subject)?;
-            if let Some(version) = version {
+            if let Some(version) = against {
                 body["version"] = json!(version);
             }
             ("CHECK", body)
         }
-        SchemaCommand::Delete { subject, version, permanent } => {
-            ("DELETE", json!({ "subject": subject, "version": version, "permanent": permanent }))
+        SchemaCommand::Delete { subject, at, permanent } => {
+            ("DELETE", json!({ "subject": subject, "version": at, "permanent": permanent }))
         }
         SchemaCommand::Infer { .. } => bail!("infer needs no server"),
         SchemaCommand::Config { subject, level } => ("CONFIG", json!({ "subject": subject, "compatibility": level })),
