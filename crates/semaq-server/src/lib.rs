@@ -9,6 +9,7 @@
 //! - [`auth`]: who may connect and what each user may publish and subscribe to.
 //! - [`tls`]: rustls configuration for the client listener.
 //! - [`jetstream`]: streams (capture → checks → store append → ack) and consumers (delivery, acks).
+//! - [`filter`]: CEL content filters for core subscriptions and JetStream consumers.
 //! - [`monitor`]: the HTTP endpoints (`/varz`, `/connz`, `/subsz`, `/healthz`).
 //! - [`stats`]: counters shared by the rooms above.
 //!
@@ -20,6 +21,7 @@ pub mod clock;
 pub mod config_file;
 pub mod connection;
 pub mod delivery;
+pub mod filter;
 pub mod flags;
 pub mod jetstream;
 pub mod limits;

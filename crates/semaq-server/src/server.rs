@@ -100,6 +100,8 @@ pub struct Shared {
     pub closed_clients: Mutex<std::collections::VecDeque<ClosedClient>>,
     /// Streams and consumers, when JetStream is on.
     pub jetstream: std::sync::OnceLock<Arc<JetStream>>,
+    /// Filtered core subscriptions and the filter counters.
+    pub filters: crate::filter::subscriptions::Registry,
     next_client_id: AtomicU64,
 }
 
@@ -129,6 +131,7 @@ impl Shared {
             clients: Mutex::new(HashMap::new()),
             closed_clients: Mutex::new(std::collections::VecDeque::new()),
             jetstream: std::sync::OnceLock::new(),
+            filters: crate::filter::subscriptions::Registry::default(),
             next_client_id: AtomicU64::new(1),
             options,
         })
@@ -206,7 +209,7 @@ impl Shared {
 
     /// Publishes a message from the server itself to `subject`.
     pub fn publish(&self, subject: &str, headers: Option<&[u8]>, payload: &[u8]) -> usize {
-        self.publish_as(subject, &Message { subject, reply: None, headers, payload })
+        self.publish_as(subject, &Message { subject, reply: None, headers, payload, publisher: None })
     }
 
     /// Subscribes a server component to `filter`.
@@ -285,6 +288,7 @@ impl Server {
             None => None,
         };
         let shared = Arc::new(shared);
+        crate::filter::subscriptions::start(&shared);
         if shared.options.jetstream {
             let jetstream = JetStream::start(&shared)?;
             crate::jetstream::api::start(&shared, jetstream.clone());

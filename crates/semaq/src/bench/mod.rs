@@ -5,6 +5,7 @@
 //! measuring memory per idle connection.
 
 mod compare;
+mod filter_fanout;
 mod flow;
 mod idle;
 mod latency;
@@ -41,6 +42,8 @@ enum BenchCommand {
     Queue(RunArgs),
     /// Start nats-server and semaq-server and run scenarios against both, alternately
     Compare(compare::CompareArgs),
+    /// 1 publisher → 10 subscribers filtering 10% each: CEL on semaq-server vs serde_json in nats clients
+    FilterFanout(filter_fanout::FilterFanoutArgs),
 }
 
 /// Arguments of a single scenario run.
@@ -188,6 +191,7 @@ impl Report {
 pub async fn run(target: &Target, args: BenchArgs) -> Result<()> {
     let (scenario, run_args) = match args.command {
         BenchCommand::Compare(compare_args) => return compare::run(compare_args).await,
+        BenchCommand::FilterFanout(filter_args) => return filter_fanout::run(filter_args).await,
         BenchCommand::Pubsub(run_args) => (Scenario::Pubsub, run_args),
         BenchCommand::Fanout(run_args) => (Scenario::Fanout, run_args),
         BenchCommand::Latency(run_args) => (Scenario::Latency, run_args),

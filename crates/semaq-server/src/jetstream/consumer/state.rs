@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use super::persist::SavedState;
 use super::validate;
 use crate::jetstream::config::{ConsumerConfig, DeliverPolicy};
+use crate::filter::{Filter, Prepared};
 use crate::jetstream::stream::Stream;
 
 /// One delivered message awaiting its ack.
@@ -79,6 +80,9 @@ pub struct State {
     pub last_push: Option<Instant>,
     /// Changed since last saved.
     pub dirty: bool,
+    /// Stream sequences skipped by the content filter in this round, reported to the stream as
+    /// acknowledged once the state is released (at most `FILTER_SKIP_MESSAGES_MAX`).
+    pub skipped: Vec<u64>,
 }
 
 impl State {
@@ -214,7 +218,8 @@ impl State {
     }
 
     /// Messages in the stream not yet delivered to this consumer (matching its filters).
-    pub fn num_pending(&self, stream: &Stream, config: &ConsumerConfig) -> u64 {
+    /// With a content filter, only messages passing it count (the scan is bounded).
+    pub fn num_pending(&self, stream: &Stream, config: &ConsumerConfig, filter: Option<&Filter>) -> u64 {
         let store = stream.store();
         let stream_state = store.state();
         let from = self.next_seq.max(stream_state.first_seq);
@@ -222,7 +227,7 @@ impl State {
         if stream_state.last_seq < from {
             return initial;
         }
-        if validate::filters(config).iter().any(|f| f == ">") {
+        if filter.is_none() && validate::filters(config).iter().any(|f| f == ">") {
             let below = stream_state.msgs.min(from.saturating_sub(stream_state.first_seq));
             return initial + stream_state.msgs.saturating_sub(below);
         }
@@ -231,7 +236,7 @@ impl State {
         let mut seq = from;
         let mut steps = 0;
         while let Ok(Some(message)) = next_matching(&**store, seq, config) {
-            count += 1;
+            count += u64::from(filter.is_none_or(|f| passes(f, &message)));
             seq = message.seq + 1;
             steps += 1;
             if steps >= crate::limits::NUM_PENDING_SCAN_MESSAGES_MAX {
@@ -260,6 +265,11 @@ impl State {
         }
         self.dirty = true;
     }
+}
+
+fn passes(filter: &Filter, message: &semaq_store::StoredMessage) -> bool {
+    let prepared = Prepared::new(&message.subject, message.headers.as_deref(), &message.payload);
+    filter.evaluate(&prepared).matched()
 }
 
 /// The first message at or after `from` matching the consumer's filters.
