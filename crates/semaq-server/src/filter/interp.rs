@@ -34,8 +34,11 @@ impl Interpreted {
         let variables = references.variables();
         let reserved = ["subject", "headers", "payload"];
         let fields = variables.iter().filter(|v| !reserved.contains(v)).map(|v| v.to_string()).collect();
-        let (subject, headers, payload) =
-            (references.has_variable("subject"), references.has_variable("headers"), references.has_variable("payload"));
+        let (subject, headers, payload) = (
+            references.has_variable("subject"),
+            references.has_variable("headers"),
+            references.has_variable("payload"),
+        );
         Self { program, fields, subject, headers, payload }
     }
 

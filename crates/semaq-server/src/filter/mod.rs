@@ -90,9 +90,10 @@ impl Filter {
         }
         let program = interp::env().compile(source).map_err(parse_error)?;
         let compiled = plan::compile(program.expression()).map_err(|problem| {
-            let (line, column) = program.source_info().offset_for(problem.id).map_or((1, 1), |(start, _)| {
-                line_column(source, start as usize)
-            });
+            let (line, column) = program
+                .source_info()
+                .offset_for(problem.id)
+                .map_or((1, 1), |(start, _)| line_column(source, start as usize));
             CompileError { line, column, reason: problem.reason }
         })?;
         let (program, reads_payload) = if compiled.native {

@@ -240,7 +240,12 @@ fn check_subjects(shared: &Shared, owner: u64, request: &CreateRequest) -> Resul
     Ok(())
 }
 
-fn add_to_group(inner: &mut Inner, shared: &Arc<Shared>, pattern: &str, filtered: Arc<Filtered>) -> Result<(), ApiError> {
+fn add_to_group(
+    inner: &mut Inner,
+    shared: &Arc<Shared>,
+    pattern: &str,
+    filtered: Arc<Filtered>,
+) -> Result<(), ApiError> {
     if let Some(entry) = inner.groups.get(pattern) {
         let mut members = lock(&entry.group.members);
         if members.len() >= limits::FILTERS_PER_SUBJECT_MAX {

@@ -58,9 +58,15 @@ fn lists_has_strings_and_arithmetic() {
     assert_eq!(event(r#""eu" in tags && !("us" in tags)"#), Verdict::Match);
     assert_eq!(event(r#""tier" in user"#), Verdict::Match);
     assert_eq!(event("has(payload.user) && !has(payload.missing) && has(user.tier)"), Verdict::Match);
-    assert_eq!(event(r#"model_id.endsWith("70b") && model_id.contains("ama") && size(model_id) == 10"#), Verdict::Match);
+    assert_eq!(
+        event(r#"model_id.endsWith("70b") && model_id.contains("ama") && size(model_id) == 10"#),
+        Verdict::Match
+    );
     assert_eq!(event("size(tags) == 2 && tags.size() == 2 && tags[1] == 'eu'"), Verdict::Match);
-    assert_eq!(event("input_tokens + output_tokens > 1000 && input_tokens % 7 == 3 && -latency_ms < 0"), Verdict::Match);
+    assert_eq!(
+        event("input_tokens + output_tokens > 1000 && input_tokens % 7 == 3 && -latency_ms < 0"),
+        Verdict::Match
+    );
     assert_eq!(event("input_tokens / output_tokens == 15 && confidence * 2.0 > 1.8"), Verdict::Match);
     assert_eq!(event(r#"model_id + "!" == "llama3-70b!""#), Verdict::Match);
     assert_eq!(event("confidence > 0.9 ? input_tokens > 1000 : false"), Verdict::Match);
@@ -299,23 +305,40 @@ fn evaluation_speed() {
         per
     };
     let simple = Filter::compile("confidence > 0.85").expect("compiles");
-    let compound = Filter::compile(r#"model_id == "llama3-70b" && confidence >= 0.9 && "eu" in tags"#).expect("compiles");
+    let compound =
+        Filter::compile(r#"model_id == "llama3-70b" && confidence >= 0.9 && "eu" in tags"#).expect("compiles");
     let interpreted = Filter::interpreted("confidence > 0.85").expect("compiles");
     let parsed = Prepared::new("ai.inference", Some(HEADERS.as_bytes()), payload);
     parsed.payload().expect("json");
     measure("native `confidence > 0.85`, pre-parsed payload", ROUNDS, Box::new(|| simple.evaluate(&parsed).matched()));
-    measure("native 3-clause expression, pre-parsed payload", ROUNDS, Box::new(|| compound.evaluate(&parsed).matched()));
-    measure("interpreter `confidence > 0.85`, pre-parsed payload", ROUNDS / 20, Box::new(|| interpreted.evaluate(&parsed).matched()));
+    measure(
+        "native 3-clause expression, pre-parsed payload",
+        ROUNDS,
+        Box::new(|| compound.evaluate(&parsed).matched()),
+    );
+    measure(
+        "interpreter `confidence > 0.85`, pre-parsed payload",
+        ROUNDS / 20,
+        Box::new(|| interpreted.evaluate(&parsed).matched()),
+    );
     let filters: Vec<Filter> = (0..10)
         .map(|i| Filter::compile(&format!(r#"model_id == "model-{i}" && confidence > 0.{i}"#)).expect("compiles"))
         .collect();
-    let one = measure("1 filter per message, parse included", ROUNDS / 10, Box::new(|| {
-        let message = Prepared::new("ai.inference", None, payload);
-        filters[0].evaluate(&message).matched()
-    }));
-    let ten = measure("10 filters per message, one shared parse", ROUNDS / 10, Box::new(|| {
-        let message = Prepared::new("ai.inference", None, payload);
-        filters.iter().filter(|f| f.evaluate(&message).matched()).count() > 0
-    }));
+    let one = measure(
+        "1 filter per message, parse included",
+        ROUNDS / 10,
+        Box::new(|| {
+            let message = Prepared::new("ai.inference", None, payload);
+            filters[0].evaluate(&message).matched()
+        }),
+    );
+    let ten = measure(
+        "10 filters per message, one shared parse",
+        ROUNDS / 10,
+        Box::new(|| {
+            let message = Prepared::new("ai.inference", None, payload);
+            filters.iter().filter(|f| f.evaluate(&message).matched()).count() > 0
+        }),
+    );
     println!("10 filters cost {:.2}× one filter", ten / one);
 }

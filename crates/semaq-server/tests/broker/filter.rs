@@ -78,18 +78,14 @@ async fn a_filtered_subscription_receives_only_matching_messages_with_their_subj
 async fn spec_examples_route_on_payload_headers_and_subject() {
     let server = TestServer::start();
     let client = server.client().await;
-    let (_, mut by_model) =
-        filtered(&client, "ai.>", r#"model_id == "llama3-70b" && confidence >= 0.9"#, None).await;
+    let (_, mut by_model) = filtered(&client, "ai.>", r#"model_id == "llama3-70b" && confidence >= 0.9"#, None).await;
     let (_, mut by_header) = filtered(&client, "ai.>", r#"headers["Semaq-Priority"] == "0""#, None).await;
     let (_, mut by_subject) =
         filtered(&client, "ai.>", r#"subject.startsWith("ai.inference.") && input_tokens < 4096"#, None).await;
     let publisher = server.client().await;
     let mut headers = async_nats::HeaderMap::new();
     headers.insert("Semaq-Priority", "0");
-    publisher
-        .publish_with_headers("ai.batch", headers, event("gpt-4", 0.1, 9000).into())
-        .await
-        .expect("publish");
+    publisher.publish_with_headers("ai.batch", headers, event("gpt-4", 0.1, 9000).into()).await.expect("publish");
     publisher.publish("ai.inference.eu", event("llama3-70b", 0.95, 100).into()).await.expect("publish");
     publisher.publish("ai.inference.us", event("llama3-70b", 0.5, 5000).into()).await.expect("publish");
     publisher.flush().await.expect("flush");
@@ -203,7 +199,11 @@ async fn filtered_queue_subscriptions_share_each_matching_message() {
     let expected: Vec<u64> = (0..300).filter(|i| i % 3 == 0).collect();
     assert_eq!(seen, expected, "each match exactly once across the group");
     assert!(per_member.iter().all(|count| *count > 0), "{per_member:?}");
-    assert_eq!(drain(&mut watcher, Duration::from_millis(200)).await.len(), 100, "a plain filtered subscriber sees all");
+    assert_eq!(
+        drain(&mut watcher, Duration::from_millis(200)).await.len(),
+        100,
+        "a plain filtered subscriber sees all"
+    );
 }
 
 #[tokio::test]
@@ -260,7 +260,8 @@ async fn publish_events(js: &jetstream::Context, confidences: &[f64]) {
 }
 
 async fn fetch(consumer: &PullConsumer, max: usize) -> Vec<jetstream::Message> {
-    let mut batch = consumer.batch().max_messages(max).expires(Duration::from_millis(500)).messages().await.expect("pull");
+    let mut batch =
+        consumer.batch().max_messages(max).expires(Duration::from_millis(500)).messages().await.expect("pull");
     let mut received = Vec::new();
     while let Ok(Some(Ok(message))) = tokio::time::timeout(WAIT, batch.next()).await {
         received.push(message);

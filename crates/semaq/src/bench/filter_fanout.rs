@@ -69,7 +69,8 @@ fn print_report(args: &FilterFanoutArgs, semaq: &Outcome, nats: &Outcome) {
     let rate = |o: &Outcome| o.matched as f64 / o.elapsed.as_secs_f64().max(1e-9);
     println!("filter-fanout: 1 publisher, {} events of ~200 B, {SUBSCRIBERS} subscribers matching 10% each", args.msgs);
     println!("  {:<42} {:>14} {:>16} {:>10}", "", "matched msgs/s", "bytes to subs", "elapsed");
-    for (label, outcome) in [("semaq-server, CEL filters on the server", semaq), ("nats-server, serde_json in the client", nats)]
+    for (label, outcome) in
+        [("semaq-server, CEL filters on the server", semaq), ("nats-server, serde_json in the client", nats)]
     {
         println!(
             "  {label:<42} {:>14.0} {:>16} {:>9.3}s",
@@ -155,7 +156,13 @@ async fn filtered_subscriber(client: &async_nats::Client, index: usize) -> Resul
 }
 
 /// Counts this subscriber's matches; on nats-server it parses every message to find them.
-async fn receive(mut subscriber: async_nats::Subscriber, want: u64, on_server: bool, model: String, timeout: Duration) -> u64 {
+async fn receive(
+    mut subscriber: async_nats::Subscriber,
+    want: u64,
+    on_server: bool,
+    model: String,
+    timeout: Duration,
+) -> u64 {
     let mut matched = 0;
     let deadline = tokio::time::Instant::now() + timeout;
     while matched < want {

@@ -357,7 +357,8 @@ impl Consumer {
             return None;
         }
         let filter = self.content_filter();
-        let passes = |message: &semaq_store::StoredMessage| filter.as_ref().is_none_or(|f| self.passes_filter(f, message));
+        let passes =
+            |message: &semaq_store::StoredMessage| filter.as_ref().is_none_or(|f| self.passes_filter(f, message));
         while let Some(seq) = state.initial.pop_front() {
             match store.get(seq) {
                 Ok(Some(message)) if passes(&message) => return Some(Candidate::from(message, Origin::Initial)),
@@ -490,6 +491,7 @@ impl Candidate {
 /// Passes over a message the content filter rejects: it counts as acknowledged.
 fn skip(state: &mut State, seq: u64) {
     state.skipped.push(seq);
+    state.skipped_through = state.skipped_through.max(seq);
     if state.pending.is_empty() {
         state.ack_floor_stream_seq = state.ack_floor_stream_seq.max(seq);
     }

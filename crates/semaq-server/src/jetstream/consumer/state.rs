@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use super::persist::SavedState;
 use super::validate;
-use crate::jetstream::config::{ConsumerConfig, DeliverPolicy};
 use crate::filter::{Filter, Prepared};
+use crate::jetstream::config::{ConsumerConfig, DeliverPolicy};
 use crate::jetstream::stream::Stream;
 
 /// One delivered message awaiting its ack.
@@ -83,6 +83,9 @@ pub struct State {
     /// Stream sequences skipped by the content filter in this round, reported to the stream as
     /// acknowledged once the state is released (at most `FILTER_SKIP_MESSAGES_MAX`).
     pub skipped: Vec<u64>,
+    /// Highest stream sequence the content filter skipped: the ack floor may rise to it once
+    /// nothing below it is pending.
+    pub skipped_through: u64,
 }
 
 impl State {
@@ -259,7 +262,8 @@ impl State {
                 self.ack_floor_consumer_seq = pending.consumer_seq.saturating_sub(1);
             }
             None => {
-                self.ack_floor_stream_seq = self.delivered_stream_seq.max(self.ack_floor_stream_seq);
+                let floor = self.delivered_stream_seq.max(self.skipped_through);
+                self.ack_floor_stream_seq = floor.max(self.ack_floor_stream_seq);
                 self.ack_floor_consumer_seq = self.delivered_consumer_seq;
             }
         }
