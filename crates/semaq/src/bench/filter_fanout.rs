@@ -20,6 +20,10 @@ use serde_json::{json, Value};
 const SUBSCRIBERS: usize = 10;
 /// The subject the events go to.
 const SUBJECT: &str = "ai.inference";
+/// A subscriber that receives nothing for this long has everything it will get.
+const QUIET: Duration = Duration::from_secs(2);
+/// Messages each subscription may buffer in the client, so the client never drops any.
+const SUBSCRIPTION_CAPACITY: usize = 4 * 1024 * 1024;
 /// How long a server may take to start.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -111,7 +115,7 @@ async fn measure(server: &Server, args: &FilterFanoutArgs, on_server: bool) -> R
     let mut receivers = tokio::task::JoinSet::new();
     let mut clients = Vec::new();
     for index in 0..SUBSCRIBERS {
-        let client = async_nats::connect(&server.url).await.context("connect")?;
+        let client = connect(&server.url).await?;
         let share = args.msgs / SUBSCRIBERS as u64 + u64::from((index as u64) < args.msgs % SUBSCRIBERS as u64);
         let subscriber = if on_server {
             filtered_subscriber(&client, index).await?
@@ -124,23 +128,30 @@ async fn measure(server: &Server, args: &FilterFanoutArgs, on_server: bool) -> R
         clients.push(client);
     }
     let before = server.out_bytes()?;
-    let publisher = async_nats::connect(&server.url).await.context("connect")?;
+    let publisher = connect(&server.url).await?;
     let started = Instant::now();
     for i in 0..args.msgs {
         publisher.publish(SUBJECT, event(i).into()).await.context("publish")?;
     }
     publisher.flush().await.context("flush")?;
-    let mut matched = 0;
+    let (mut matched, mut last) = (0, started);
     while let Some(result) = receivers.join_next().await {
-        matched += result.context("receiver")?;
+        let (count, at) = result.context("receiver")?;
+        matched += count;
+        last = last.max(at);
     }
-    let elapsed = started.elapsed();
+    let elapsed = last.duration_since(started);
     if matched < expected * SUBSCRIBERS as u64 {
         eprintln!("warning: {} received {matched} of {} matches", server.label, args.msgs);
     }
     let out_bytes = server.out_bytes()?.saturating_sub(before);
     drop(clients);
     Ok(Outcome { matched, elapsed, out_bytes })
+}
+
+async fn connect(url: &str) -> Result<async_nats::Client> {
+    let options = async_nats::ConnectOptions::new().subscription_capacity(SUBSCRIPTION_CAPACITY);
+    options.connect(url).await.with_context(|| format!("cannot connect to {url}"))
 }
 
 async fn filtered_subscriber(client: &async_nats::Client, index: usize) -> Result<async_nats::Subscriber> {
@@ -155,18 +166,22 @@ async fn filtered_subscriber(client: &async_nats::Client, index: usize) -> Resul
     Ok(subscriber)
 }
 
-/// Counts this subscriber's matches; on nats-server it parses every message to find them.
+/// Counts this subscriber's matches and when the last arrived; on nats-server it parses every
+/// message to find them. Ends with all wanted, after `QUIET` without a message, or at `timeout`.
 async fn receive(
     mut subscriber: async_nats::Subscriber,
     want: u64,
     on_server: bool,
     model: String,
     timeout: Duration,
-) -> u64 {
+) -> (u64, Instant) {
     let mut matched = 0;
+    let mut last = Instant::now();
     let deadline = tokio::time::Instant::now() + timeout;
     while matched < want {
-        let Ok(Some(message)) = tokio::time::timeout_at(deadline, subscriber.next()).await else { break };
+        let quiet = (tokio::time::Instant::now() + QUIET).min(deadline);
+        let Ok(Some(message)) = tokio::time::timeout_at(quiet, subscriber.next()).await else { break };
+        last = Instant::now();
         if on_server {
             matched += 1;
             continue;
@@ -176,7 +191,7 @@ async fn receive(
             matched += 1;
         }
     }
-    matched
+    (matched, last)
 }
 
 /// A server process on free ports, killed on drop.
