@@ -154,6 +154,8 @@ where
     connection.remove_subscriptions();
     let reason = writer_task.await.unwrap_or(reason);
     shared.unregister(&client, reason);
+    // After unregister: a filtered subscription is only created while its requester is open.
+    shared.filters.connection_closed(&shared, client.id);
 }
 
 /// The reader's private state for one connection.
@@ -360,6 +362,7 @@ impl Connection {
             reply: publish.reply.as_deref(),
             headers: publish.headers.as_deref(),
             payload: &publish.payload,
+            publisher: Some(self.client.id),
         };
         let matches = self.shared.router.matches(&publish.subject);
         let delivered = delivery::fan_out(&self.shared.router, &matches, &message, Some(&self.client), &mut self.flush);
@@ -381,7 +384,7 @@ impl Connection {
             return;
         };
         let status = HeaderBlock::status(503, "").encode();
-        let notice = Message { subject: reply, reply: None, headers: Some(&status), payload: b"" };
+        let notice = Message { subject: reply, reply: None, headers: Some(&status), payload: b"", publisher: None };
         delivery::deliver(&self.shared.router, &subscription, &notice, &mut self.flush);
     }
 

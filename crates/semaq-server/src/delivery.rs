@@ -113,6 +113,8 @@ pub struct Message<'a> {
     pub headers: Option<&'a [u8]>,
     /// Body.
     pub payload: &'a [u8],
+    /// The id of the client connection that published it; `None` for the server's own messages.
+    pub publisher: Option<u64>,
 }
 
 /// Clients whose buffers received bytes in the current batch and whose writers must be woken.

@@ -9,6 +9,7 @@
 //! - [`auth`]: who may connect and what each user may publish and subscribe to.
 //! - [`tls`]: rustls configuration for the client listener.
 //! - [`jetstream`]: streams (capture → checks → store append → ack) and consumers (delivery, acks).
+//! - [`filter`]: CEL content filters for core subscriptions and JetStream consumers.
 //! - [`monitor`]: the HTTP endpoints (`/varz`, `/connz`, `/subsz`, `/healthz`).
 //! - [`registry`]: the schema registry (Confluent's REST API, `$SEMAQ.API.SCHEMA.*`) and L2 validation.
 //! - [`stats`]: counters shared by the rooms above.
@@ -21,6 +22,7 @@ pub mod clock;
 pub mod config_file;
 pub mod connection;
 pub mod delivery;
+pub mod filter;
 pub mod flags;
 pub mod jetstream;
 pub mod limits;

@@ -93,3 +93,15 @@ pub const SCHEMA_API_QUEUE_REQUESTS_MAX: usize = 1024;
 pub const SCHEMA_API_QUEUE_BYTES_MAX: usize = 16 * 1024 * 1024;
 /// Messages (nested ones included) one Protobuf schema's compatibility check walks.
 pub const REGISTRY_PROTO_MESSAGES_MAX: usize = 10_000;
+/// Longest CEL filter expression accepted.
+pub const FILTER_EXPRESSION_BYTES_MAX: usize = 4096;
+/// Largest payload a filter parses; a larger one is a non-match (bounds the work per message).
+pub const FILTER_PAYLOAD_BYTES_MAX: usize = 256 * 1024;
+/// Filtered core subscriptions on one subject pattern (each message evaluates all of them).
+pub const FILTERS_PER_SUBJECT_MAX: usize = 1024;
+/// Filtered core subscriptions one connection may create.
+pub const FILTERED_SUBSCRIPTIONS_PER_CONNECTION_MAX: usize = 1024;
+/// Filtered core subscriptions per server.
+pub const FILTERED_SUBSCRIPTIONS_MAX: usize = 64 * 1024;
+/// Messages a filtered consumer skips in one look for its next match before yielding.
+pub const FILTER_SKIP_MESSAGES_MAX: usize = 16 * 1024;

@@ -96,7 +96,15 @@ async fn varz(State(shared): State<Arc<Shared>>) -> Json<Value> {
         "auth_failures": stat(&shared.stats.auth_failures),
         "refused_connections": stat(&shared.stats.refused_connections),
         "schema_refusals": shared.registry.get().map_or(0, |registry| stat(&registry.refusals)),
+        "semaq_filters": filters_json(&shared),
     }))
+}
+
+/// Filter counters (core subscriptions and consumers together) and open filtered subscriptions.
+fn filters_json(shared: &Shared) -> Value {
+    let mut counts = json!(shared.filters.stats.snapshot());
+    counts["subscriptions"] = json!(shared.filters.len());
+    counts
 }
 
 /// `/connz` query: paging and which connections.

@@ -105,6 +105,8 @@ pub struct Shared {
     pub jetstream: std::sync::OnceLock<Arc<JetStream>>,
     /// The schema registry, once opened.
     pub registry: std::sync::OnceLock<Arc<crate::registry::Registry>>,
+    /// Filtered core subscriptions and the filter counters.
+    pub filters: crate::filter::subscriptions::Registry,
     next_client_id: AtomicU64,
 }
 
@@ -135,6 +137,7 @@ impl Shared {
             closed_clients: Mutex::new(std::collections::VecDeque::new()),
             jetstream: std::sync::OnceLock::new(),
             registry: std::sync::OnceLock::new(),
+            filters: crate::filter::subscriptions::Registry::default(),
             next_client_id: AtomicU64::new(1),
             options,
         })
@@ -212,7 +215,7 @@ impl Shared {
 
     /// Publishes a message from the server itself to `subject`.
     pub fn publish(&self, subject: &str, headers: Option<&[u8]>, payload: &[u8]) -> usize {
-        self.publish_as(subject, &Message { subject, reply: None, headers, payload })
+        self.publish_as(subject, &Message { subject, reply: None, headers, payload, publisher: None })
     }
 
     /// Subscribes a server component to `filter`.
@@ -292,6 +295,7 @@ impl Server {
         };
         let shared = Arc::new(shared);
         crate::registry::start(&shared)?;
+        crate::filter::subscriptions::start(&shared);
         if shared.options.jetstream {
             let jetstream = JetStream::start(&shared)?;
             crate::jetstream::api::start(&shared, jetstream.clone());

@@ -39,6 +39,10 @@ pub struct SubArgs {
     /// Join this queue group: each message goes to one member of the group
     #[arg(long, value_name = "GROUP")]
     queue: Option<String>,
+    /// Deliver only messages matching this CEL expression, evaluated by the server
+    /// (e.g. 'confidence > 0.85'; see SPEC §3 for the names bound)
+    #[arg(long, value_name = "EXPR")]
+    filter: Option<String>,
     /// Exit after receiving this many messages
     #[arg(long)]
     count: Option<u64>,
@@ -98,17 +102,14 @@ pub async fn publish(target: &Target, args: PubArgs) -> Result<()> {
 /// Prints messages as they arrive until `--count` is reached or the process is interrupted.
 pub async fn subscribe(target: &Target, args: SubArgs) -> Result<()> {
     let client = target.connect().await?;
-    let subject = args.subject.clone();
-    let mut subscription = match &args.queue {
-        Some(group) => client.queue_subscribe(subject, group.clone()).await,
-        None => client.subscribe(subject).await,
-    }
-    .with_context(|| format!("cannot subscribe to {}", args.subject))?;
-    // Announce only once the server holds the subscription, so scripts can publish right after.
-    sync_with_server(&client, target.timeout).await.context("subscription not confirmed")?;
-    match &args.queue {
-        Some(group) => eprintln!("Subscribing on \"{}\" in queue group \"{group}\"", args.subject),
-        None => eprintln!("Subscribing on \"{}\"", args.subject),
+    let mut subscription = match &args.filter {
+        Some(filter) => filtered_subscription(&client, target, &args, filter).await?,
+        None => plain_subscription(&client, target, &args).await?,
+    };
+    match (&args.queue, &args.filter) {
+        (Some(group), _) => eprintln!("Subscribing on \"{}\" in queue group \"{group}\"", args.subject),
+        (None, Some(filter)) => eprintln!("Subscribing on \"{}\" where {filter}", args.subject),
+        (None, None) => eprintln!("Subscribing on \"{}\"", args.subject),
     }
     let mut out = io::stdout().lock();
     let mut received = 0u64;
@@ -130,6 +131,49 @@ pub async fn subscribe(target: &Target, args: SubArgs) -> Result<()> {
     }
     Ok(())
 }
+
+async fn plain_subscription(
+    client: &async_nats::Client,
+    target: &Target,
+    args: &SubArgs,
+) -> Result<async_nats::Subscriber> {
+    let subject = args.subject.clone();
+    let subscription = match &args.queue {
+        Some(group) => client.queue_subscribe(subject, group.clone()).await,
+        None => client.subscribe(subject).await,
+    }
+    .with_context(|| format!("cannot subscribe to {}", args.subject))?;
+    // Announce only once the server holds the subscription, so scripts can publish right after.
+    sync_with_server(client, target.timeout).await.context("subscription not confirmed")?;
+    Ok(subscription)
+}
+
+/// Subscribes to a fresh inbox and asks the server (`$SEMAQ.API.SUB.CREATE`) to deliver the
+/// matching messages there; the filtered subscription ends when this connection closes.
+async fn filtered_subscription(
+    client: &async_nats::Client,
+    target: &Target,
+    args: &SubArgs,
+    filter: &str,
+) -> Result<async_nats::Subscriber> {
+    let inbox = client.new_inbox();
+    let subscription = client.subscribe(inbox.clone()).await.context("cannot subscribe to an inbox")?;
+    let body = serde_json::json!({ "subject": args.subject, "filter": filter, "deliver": inbox, "queue": args.queue });
+    let request = async_nats::Request::new().payload(body.to_string().into()).timeout(Some(target.timeout));
+    let reply = client.send_request(FILTER_CREATE_SUBJECT, request).await.map_err(|error| match error.kind() {
+        RequestErrorKind::NoResponders => anyhow!("the server does not support filtered subscriptions"),
+        _ => anyhow!("cannot create the filtered subscription: {error}"),
+    })?;
+    let reply: serde_json::Value = serde_json::from_slice(&reply.payload).context("invalid reply from the server")?;
+    if let Some(error) = reply.get("error") {
+        let description = error["description"].as_str().unwrap_or("refused");
+        bail!("filter refused: {description}");
+    }
+    Ok(subscription)
+}
+
+/// The server's API for filtered core subscriptions (SPEC §3).
+const FILTER_CREATE_SUBJECT: &str = "$SEMAQ.API.SUB.CREATE";
 
 /// Sends one request and prints the reply's payload (and headers with `--headers`).
 pub async fn request(target: &Target, args: ReqArgs) -> Result<()> {

@@ -171,6 +171,14 @@ fn req_without_responders_fails_clearly() {
 }
 
 #[test]
+fn sub_filter_on_a_server_without_filters_fails_clearly() {
+    let Some(server) = NatsServer::start("sub_filter_on_a_server_without_filters_fails_clearly") else { return };
+    let output = run(server.semaq(&["sub", "ai.inference", "--filter", "confidence > 0.85"]));
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(stderr_of(&output), "semaq: the server does not support filtered subscriptions\n");
+}
+
+#[test]
 fn refused_connection_is_one_line() {
     let port = free_port();
     let url = format!("nats://127.0.0.1:{port}");

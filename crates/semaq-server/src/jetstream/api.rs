@@ -512,6 +512,12 @@ fn direct_get(shared: &Shared, jetstream: &JetStream, reply: &str, stream: &str,
     headers.push_str("\r\n");
     shared.publish_as(
         reply,
-        &Message { subject: reply, reply: None, headers: Some(headers.as_bytes()), payload: &message.payload },
+        &Message {
+            subject: reply,
+            reply: None,
+            headers: Some(headers.as_bytes()),
+            payload: &message.payload,
+            publisher: None,
+        },
     );
 }

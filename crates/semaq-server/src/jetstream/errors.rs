@@ -32,6 +32,10 @@ impl ApiError {
     pub fn schema_violation(reason: impl std::fmt::Display) -> Self {
         Self::new(400, 10400, format!("message does not match the stream's schema: {reason}"))
     }
+    /// A `semaq.filter` expression that does not compile, with its position and reason.
+    pub fn invalid_filter(error: &crate::filter::CompileError) -> Self {
+        Self::new(400, 10084, format!("invalid semaq.filter: {error}"))
+    }
     /// `bad request`.
     pub fn bad_request() -> Self {
         Self::new(400, 10003, "bad request")

@@ -295,7 +295,9 @@ impl JetStream {
     }
 }
 
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Replaces `path` with `bytes` so a crash leaves the old or the new file, never a mix:
+/// a synced temporary file, then a rename.
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let temporary = path.with_extension("tmp");
     std::fs::write(&temporary, bytes)?;
     std::fs::File::open(&temporary)?.sync_all()?;

@@ -511,7 +511,8 @@ impl Stream {
                 }
                 (outcome, domain) => body.push_str(&pub_ack_json(&self.name, domain.as_deref(), outcome).to_string()),
             }
-            let message = Message { subject: &reply, reply: None, headers: None, payload: body.as_bytes() };
+            let message =
+                Message { subject: &reply, reply: None, headers: None, payload: body.as_bytes(), publisher: None };
             shared.publish_batched(&reply, &message, &mut flush);
         }
         flush.flush();

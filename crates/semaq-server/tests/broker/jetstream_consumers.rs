@@ -804,18 +804,7 @@ async fn pull_max_bytes_limits_the_batch() {
         publish(&js, "maxb", &payload).await;
     }
     let consumer = pull_consumer(&stream, durable("c")).await;
-    let mut batch = consumer
-        .batch()
-        .max_messages(5)
-        .max_bytes(2500)
-        .expires(Duration::from_secs(1))
-        .messages()
-        .await
-        .expect("batch");
-    let mut received = Vec::new();
-    while let Ok(Some(Ok(message))) = tokio::time::timeout(WAIT, batch.next()).await {
-        received.push(message);
-    }
+    let received = batch_with_max_bytes(&consumer, 5, 2500).await;
     assert_eq!(seqs(&received), [1, 2], "a third 1000-byte message would exceed 2500 bytes");
     // The rest is delivered to the next request.
     assert_eq!(seqs(&receive(&consumer, 5, Duration::from_millis(300)).await), [3, 4, 5]);
@@ -834,10 +823,15 @@ async fn pull_max_bytes_counts_subject_reply_headers_and_payload() {
         publish(&js, "mb.x", &payload).await;
     }
     let consumer = pull_consumer(&stream, durable("c")).await;
+    assert_eq!(seqs(&batch_with_max_bytes(&consumer, 3, 250).await), [1]);
+}
+
+/// One pull request for up to `messages` and `max_bytes`; what it delivered.
+async fn batch_with_max_bytes(consumer: &PullConsumer, messages: usize, max_bytes: usize) -> Vec<jetstream::Message> {
     let mut batch = consumer
         .batch()
-        .max_messages(3)
-        .max_bytes(250)
+        .max_messages(messages)
+        .max_bytes(max_bytes)
         .expires(Duration::from_secs(1))
         .messages()
         .await
@@ -846,7 +840,7 @@ async fn pull_max_bytes_counts_subject_reply_headers_and_payload() {
     while let Ok(Some(Ok(message))) = tokio::time::timeout(WAIT, batch.next()).await {
         received.push(message);
     }
-    assert_eq!(seqs(&received), [1]);
+    received
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ mod common;
 
 mod auth;
 mod crash;
+mod filter;
 mod harness;
 mod jetstream;
 mod jetstream_api;

@@ -6,12 +6,15 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use indicatif::ProgressBar;
 
+use super::disk;
 use super::idle;
+use super::js_store::{self, StoreReport};
 use super::server::{ServerProcess, ServerSpec};
 use super::stats::{format_bytes, format_count, format_latency_ns, median, median_ratio};
 use super::{LoadArgs, Report, Scenario};
@@ -27,7 +30,12 @@ pub struct CompareArgs {
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
     rounds: u32,
     /// What to measure, comma-separated, in this order
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "pubsub,fanout,latency,queue,idle-conns")]
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "pubsub,fanout,latency,queue,idle-conns,js-pub,js-pub-nosync,js-pub-sync,js-consume,js-memory,js-restart"
+    )]
     scenarios: Vec<Entry>,
     /// semaq-server executable [default: semaq-server next to this program]
     #[arg(long, value_name = "PATH")]
@@ -41,6 +49,9 @@ pub struct CompareArgs {
     /// Connections idle-conns opens to each server
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=20_000))]
     idle_conns: u64,
+    /// Messages js-memory and js-restart store in a fresh server (--msgs does not apply to them)
+    #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    store_msgs: u64,
     #[command(flatten)]
     load: LoadArgs,
     /// Print only the table
@@ -61,6 +72,20 @@ enum Entry {
     Queue,
     /// server memory growth per idle connection (fresh servers)
     IdleConns,
+    /// JetStream publish, 1,000 acks outstanding, server-default durability: acked msgs/s
+    JsPub,
+    /// JetStream publish, 1,000 acks outstanding, stream metadata semaq.sync=never: acked msgs/s
+    JsPubNosync,
+    /// JetStream publish, one ack outstanding: ack latency p50 and p99, msgs/s
+    JsPubSync,
+    /// as js-pub-sync, stream metadata semaq.sync=never
+    JsPubSyncNosync,
+    /// durable pull consumer with explicit acks on a pre-filled stream: msgs/s
+    JsConsume,
+    /// server memory after storing --store-msgs messages in a file stream (fresh servers)
+    JsMemory,
+    /// SIGTERM and start again on the stored messages: time until STREAM.INFO reports them all
+    JsRestart,
 }
 
 /// Whether a larger figure is better.
@@ -82,6 +107,9 @@ const THROUGHPUT: Metric = Metric { name: "msgs/s", better: Better::Higher, form
 const LATENCY_P50: Metric = Metric { name: "p50", better: Better::Lower, format: format_nanos };
 const LATENCY_P99: Metric = Metric { name: "p99", better: Better::Lower, format: format_nanos };
 const RSS_PER_CONNECTION: Metric = Metric { name: "RSS/conn", better: Better::Lower, format: format_bytes };
+const RSS_TOTAL: Metric = Metric { name: "RSS", better: Better::Lower, format: format_bytes };
+const RSS_PER_MESSAGE: Metric = Metric { name: "RSS/msg", better: Better::Lower, format: format_bytes };
+const RESTART_TIME: Metric = Metric { name: "restart", better: Better::Lower, format: format_nanos };
 
 fn format_rate(value: f64) -> String {
     format_count(value.max(0.0).round() as u64)
@@ -95,6 +123,8 @@ impl Entry {
     fn name(self) -> &'static str {
         match self {
             Entry::IdleConns => "idle-conns",
+            Entry::JsMemory => "js-memory",
+            Entry::JsRestart => "js-restart",
             other => other.scenario().map_or("?", Scenario::name),
         }
     }
@@ -105,7 +135,12 @@ impl Entry {
             Entry::Fanout => Some(Scenario::Fanout),
             Entry::Latency => Some(Scenario::Latency),
             Entry::Queue => Some(Scenario::Queue),
-            Entry::IdleConns => None,
+            Entry::JsPub => Some(Scenario::JsPub),
+            Entry::JsPubNosync => Some(Scenario::JsPubNosync),
+            Entry::JsPubSync => Some(Scenario::JsPubSync),
+            Entry::JsPubSyncNosync => Some(Scenario::JsPubSyncNosync),
+            Entry::JsConsume => Some(Scenario::JsConsume),
+            Entry::IdleConns | Entry::JsMemory | Entry::JsRestart => None,
         }
     }
 
@@ -113,8 +148,12 @@ impl Entry {
     fn metrics(self) -> &'static [Metric] {
         match self {
             Entry::Pubsub | Entry::Fanout | Entry::Queue => &[THROUGHPUT],
+            Entry::JsPub | Entry::JsPubNosync | Entry::JsConsume => &[THROUGHPUT],
             Entry::Latency => &[LATENCY_P50, LATENCY_P99],
+            Entry::JsPubSync | Entry::JsPubSyncNosync => &[LATENCY_P50, LATENCY_P99, THROUGHPUT],
             Entry::IdleConns => &[RSS_PER_CONNECTION],
+            Entry::JsMemory => &[RSS_TOTAL, RSS_PER_MESSAGE],
+            Entry::JsRestart => &[RESTART_TIME],
         }
     }
 }
@@ -125,6 +164,8 @@ struct Contenders {
     /// Long-running servers for the load scenarios; idle-conns starts fresh ones.
     running: Option<[ServerProcess; 2]>,
     work_dir: tempfile::TempDir,
+    /// A js-memory measurement that also restarted the server, kept per side for js-restart.
+    restarted: Mutex<[Option<StoreReport>; 2]>,
 }
 
 /// Per-round figures of one table row.
@@ -160,30 +201,60 @@ async fn compare(args: CompareArgs) -> Result<()> {
             entry.metrics().iter().map(|metric| Row { entry: *entry, metric: *metric, values: [vec![], vec![]] })
         })
         .collect();
-    let mut problems = Vec::new();
-    let outcome = run_rounds(&args, &contenders, &mut rows, &mut problems).await;
+    let mut findings = Findings::default();
+    let touches_disk = args.scenarios.iter().any(|entry| entry.name().starts_with("js-"));
+    if touches_disk {
+        findings.probe_disk("before the rounds", contenders.work_dir.path());
+    }
+    let outcome = run_rounds(&args, &contenders, &mut rows, &mut findings).await;
+    if touches_disk && outcome.is_ok() {
+        findings.probe_disk("after the rounds", contenders.work_dir.path());
+    }
     // Dropping the servers kills them before the table is printed.
     drop(contenders);
     print_table(&rows);
-    for problem in &problems {
+    for line in &findings.disk {
+        println!("disk: {line}");
+    }
+    for problem in &findings.problems {
         eprintln!("semaq: warning: {problem}");
     }
     if let Some(path) = &args.markdown {
-        std::fs::write(path, markdown(&args, &rows, &problems))
+        std::fs::write(path, markdown(&args, &rows, &findings))
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     outcome?;
-    if !problems.is_empty() {
-        bail!("{} run(s) lost or duplicated messages", problems.len());
+    if !findings.problems.is_empty() {
+        bail!("{} run(s) lost, duplicated or failed to acknowledge messages", findings.problems.len());
     }
     Ok(())
+}
+
+/// What the rounds found besides the figures.
+#[derive(Debug, Default)]
+struct Findings {
+    /// Runs that lost, duplicated or failed to acknowledge messages.
+    problems: Vec<String>,
+    /// Details of measurements whose table row is only a summary (js-memory, js-restart).
+    details: Vec<String>,
+    /// The disk probe's lines: fsync latency in the store's file system before and after the rounds.
+    disk: Vec<String>,
+}
+
+impl Findings {
+    fn probe_disk(&mut self, when: &str, dir: &Path) {
+        match disk::probe(dir) {
+            Ok(probe) => self.disk.push(format!("{}, {when}", probe.describe())),
+            Err(error) => self.disk.push(format!("probe failed {when}: {error:#}")),
+        }
+    }
 }
 
 async fn run_rounds(
     args: &CompareArgs,
     contenders: &Contenders,
     rows: &mut [Row],
-    problems: &mut Vec<String>,
+    findings: &mut Findings,
 ) -> Result<()> {
     for round in 1..=args.rounds {
         for entry in &args.scenarios {
@@ -191,7 +262,7 @@ async fn run_rounds(
             for side in order {
                 let label = contenders.sides[side].label;
                 let context = || format!("round {round}, {} on {label}", entry.name());
-                let figures = measure(*entry, side, contenders, args, problems).await.with_context(context)?;
+                let figures = measure(*entry, side, contenders, args, findings).await.with_context(context)?;
                 for (metric, value) in entry.metrics().iter().zip(figures) {
                     if let Some(row) = rows.iter_mut().find(|row| row.entry == *entry && row.metric.name == metric.name)
                     {
@@ -199,7 +270,7 @@ async fn run_rounds(
                     }
                     if !args.quiet {
                         eprintln!(
-                            "round {round}/{}  {:<10} {label:<5}  {} {}",
+                            "round {round}/{}  {:<13} {label:<5}  {} {}",
                             args.rounds,
                             entry.name(),
                             (metric.format)(value),
@@ -219,28 +290,85 @@ async fn measure(
     side: usize,
     contenders: &Contenders,
     args: &CompareArgs,
-    problems: &mut Vec<String>,
+    findings: &mut Findings,
 ) -> Result<Vec<f64>> {
     let Some(scenario) = entry.scenario() else {
-        let server = contenders.sides[side].start(contenders.work_dir.path())?;
-        let connections = usize::try_from(args.idle_conns).unwrap_or(usize::MAX);
-        let report = idle::measure(&server, connections, LOCAL_TIMEOUT).await?;
-        return Ok(vec![report.bytes_per_connection()]);
+        return measure_fresh(entry, side, contenders, args, findings).await;
     };
     let load = scenario.load(&args.load)?;
     let server = contenders.running.as_ref().map(|servers| &servers[side]).context("servers not running")?;
     let target = Target::plain(server.url.clone(), LOCAL_TIMEOUT);
     let report = scenario.run(&target, &load, &ProgressBar::hidden()).await?;
-    problems
+    findings
+        .problems
         .extend(report.problems.iter().map(|problem| format!("{} on {}: {problem}", scenario.name(), server.label)));
     Ok(figures(entry, &report))
 }
 
-fn figures(entry: Entry, report: &Report) -> Vec<f64> {
+/// Measurements on a freshly started server: idle-conns, js-memory and js-restart.
+async fn measure_fresh(
+    entry: Entry,
+    side: usize,
+    contenders: &Contenders,
+    args: &CompareArgs,
+    findings: &mut Findings,
+) -> Result<Vec<f64>> {
+    let spec = &contenders.sides[side];
+    let work_dir = contenders.work_dir.path();
     match entry {
-        Entry::Latency => {
-            vec![report.latency.value_at_quantile(0.50) as f64, report.latency.value_at_quantile(0.99) as f64]
+        Entry::JsMemory => {
+            // One fill serves both entries when js-restart comes later in the list.
+            let position = |wanted: Entry| args.scenarios.iter().position(|entry| *entry == wanted);
+            let restart_later =
+                matches!((position(Entry::JsMemory), position(Entry::JsRestart)), (Some(m), Some(r)) if m < r);
+            let report = js_store::measure(spec, work_dir, args.store_msgs, args.load.size, restart_later).await?;
+            note_store_report(spec.label, &report, args, findings);
+            let figures = vec![report.rss_after as f64, report.growth_per_message()];
+            if restart_later {
+                lock(&contenders.restarted)[side] = Some(report);
+            }
+            Ok(figures)
         }
+        Entry::JsRestart => {
+            let stashed = lock(&contenders.restarted)[side].take();
+            let report = match stashed {
+                Some(report) => report,
+                None => {
+                    let report = js_store::measure(spec, work_dir, args.store_msgs, args.load.size, true).await?;
+                    note_store_report(spec.label, &report, args, findings);
+                    report
+                }
+            };
+            let restart = report.restart.context("the restart was not measured")?;
+            Ok(vec![restart.ready.as_nanos() as f64])
+        }
+        _ => {
+            let server = spec.start(work_dir)?;
+            let connections = usize::try_from(args.idle_conns).unwrap_or(usize::MAX);
+            let report = idle::measure(&server, connections, LOCAL_TIMEOUT).await?;
+            Ok(vec![report.bytes_per_connection()])
+        }
+    }
+}
+
+fn note_store_report(label: &str, report: &StoreReport, args: &CompareArgs, findings: &mut Findings) {
+    let line = format!("{label}: {}", report.describe());
+    if !args.quiet {
+        eprintln!("  {line}");
+    }
+    findings.details.push(line);
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn figures(entry: Entry, report: &Report) -> Vec<f64> {
+    let p50 = report.latency.value_at_quantile(0.50) as f64;
+    let p99 = report.latency.value_at_quantile(0.99) as f64;
+    match entry {
+        Entry::Latency => vec![p50, p99],
+        Entry::JsPubSync | Entry::JsPubSyncNosync => vec![p50, p99, report.rate()],
         _ => vec![report.rate()],
     }
 }
@@ -261,7 +389,7 @@ impl Contenders {
         } else {
             None
         };
-        Ok(Contenders { sides, running, work_dir })
+        Ok(Contenders { sides, running, work_dir, restarted: Mutex::new([None, None]) })
     }
 }
 
@@ -295,11 +423,12 @@ fn metric_label(metric: &Metric) -> String {
 }
 
 fn print_table(rows: &[Row]) {
-    println!("{:<11} {:<11} {:>14} {:>14} {:>11}", "scenario", "metric", "semaq", "nats", "semaq/nats");
+    let width = rows.iter().map(|row| row.entry.name().len()).max().unwrap_or(0).max(11);
+    println!("{:<width$} {:<11} {:>14} {:>14} {:>11}", "scenario", "metric", "semaq", "nats", "semaq/nats");
     for row in rows {
         let [semaq, nats, ratio] = row_cells(row);
         let metric = metric_label(&row.metric);
-        println!("{:<11} {metric:<11} {semaq:>14} {nats:>14} {ratio:>11}", row.entry.name());
+        println!("{:<width$} {metric:<11} {semaq:>14} {nats:>14} {ratio:>11}", row.entry.name());
     }
     println!(
         "↑ higher is better, ↓ lower is better; figures are medians over rounds, ratios medians of per-round ratios"
@@ -307,7 +436,7 @@ fn print_table(rows: &[Row]) {
 }
 
 /// The Markdown report: parameters, the table, and every round's figures.
-fn markdown(args: &CompareArgs, rows: &[Row], problems: &[String]) -> String {
+fn markdown(args: &CompareArgs, rows: &[Row], findings: &Findings) -> String {
     let mut out = String::new();
     let command: Vec<String> = std::env::args().skip(1).collect();
     let _ = writeln!(out, "Command: `semaq {}`\n", command.join(" "));
@@ -332,7 +461,19 @@ fn markdown(args: &CompareArgs, rows: &[Row], problems: &[String]) -> String {
             .collect();
         let _ = writeln!(out, "- {} {}: {}", row.entry.name(), row.metric.name, per_round.join("; "));
     }
-    for problem in problems {
+    if !findings.disk.is_empty() {
+        let _ = writeln!(out, "\nDisk under the stores:\n");
+        for line in &findings.disk {
+            let _ = writeln!(out, "- {line}");
+        }
+    }
+    if !findings.details.is_empty() {
+        let _ = writeln!(out, "\nDetails:\n");
+        for detail in &findings.details {
+            let _ = writeln!(out, "- {detail}");
+        }
+    }
+    for problem in &findings.problems {
         let _ = writeln!(out, "\n**Problem:** {problem}");
     }
     out

@@ -1,12 +1,18 @@
 //! `semaq bench`: load scenarios against any NATS URL, and `compare` of semaq-server with nats-server.
 //!
-//! `flow.rs` runs the publisher/subscriber scenarios, `latency.rs` the request/reply one, `stats.rs` formats
-//! numbers, `compare.rs` runs both servers side by side with `server.rs` starting them and `idle.rs`
-//! measuring memory per idle connection.
+//! `flow.rs` runs the publisher/subscriber scenarios, `latency.rs` the request/reply one, `jetstream.rs` the
+//! JetStream publish and consume ones, `stats.rs` formats numbers, `compare.rs` runs both servers side by
+//! side with `server.rs` starting them, `idle.rs` measuring memory per idle connection, `js_store.rs`
+//! memory with a million stored messages and the restart time, and `disk.rs` probing the fsync latency
+//! the durable figures depend on.
 
 mod compare;
+mod disk;
+mod filter_fanout;
 mod flow;
 mod idle;
+mod jetstream;
+mod js_store;
 mod latency;
 mod server;
 mod stats;
@@ -39,8 +45,20 @@ enum BenchCommand {
     Latency(RunArgs),
     /// 1 publisher → a queue group of 4: deliveries per second, each message delivered exactly once
     Queue(RunArgs),
+    /// JetStream publish to a file stream, 1,000 acks outstanding: acked messages per second
+    JsPub(RunArgs),
+    /// As js-pub, with the stream's metadata semaq.sync=never (SemaQ acks without fsync)
+    JsPubNosync(RunArgs),
+    /// JetStream publish, one at a time: ack latency percentiles
+    JsPubSync(RunArgs),
+    /// As js-pub-sync, with the stream's metadata semaq.sync=never
+    JsPubSyncNosync(RunArgs),
+    /// Durable pull consumer with explicit acks on a pre-filled file stream: messages per second
+    JsConsume(RunArgs),
     /// Start nats-server and semaq-server and run scenarios against both, alternately
     Compare(compare::CompareArgs),
+    /// 1 publisher → 10 subscribers filtering 10% each: CEL on semaq-server vs serde_json in nats clients
+    FilterFanout(filter_fanout::FilterFanoutArgs),
 }
 
 /// Arguments of a single scenario run.
@@ -89,6 +107,16 @@ pub enum Scenario {
     Latency,
     /// One publisher, a queue group of four.
     Queue,
+    /// Pipelined acknowledged JetStream publishing, server-default durability.
+    JsPub,
+    /// Pipelined acknowledged JetStream publishing, SemaQ told not to fsync.
+    JsPubNosync,
+    /// Acknowledged JetStream publishing, one at a time.
+    JsPubSync,
+    /// Acknowledged JetStream publishing, one at a time, SemaQ told not to fsync.
+    JsPubSyncNosync,
+    /// Pull consumer with explicit acks.
+    JsConsume,
 }
 
 impl Scenario {
@@ -99,6 +127,11 @@ impl Scenario {
             Scenario::Fanout => "fanout",
             Scenario::Latency => "latency",
             Scenario::Queue => "queue",
+            Scenario::JsPub => "js-pub",
+            Scenario::JsPubNosync => "js-pub-nosync",
+            Scenario::JsPubSync => "js-pub-sync",
+            Scenario::JsPubSyncNosync => "js-pub-sync-nosync",
+            Scenario::JsConsume => "js-consume",
         }
     }
 
@@ -108,6 +141,26 @@ impl Scenario {
             Scenario::Fanout => "1 publisher → 8 subscribers",
             Scenario::Latency => "request/reply round trips, 1 in flight",
             Scenario::Queue => "1 publisher → queue group of 4",
+            Scenario::JsPub => "JetStream publish to a file stream, 1,000 acks outstanding",
+            Scenario::JsPubNosync => "JetStream publish to a file stream (semaq.sync=never), 1,000 acks outstanding",
+            Scenario::JsPubSync => "JetStream publish to a file stream, 1 ack outstanding",
+            Scenario::JsPubSyncNosync => "JetStream publish to a file stream (semaq.sync=never), 1 ack outstanding",
+            Scenario::JsConsume => "durable pull consumer, explicit acks, pre-filled file stream",
+        }
+    }
+
+    /// What the latency line of a single run measures.
+    fn latency_note(self) -> Option<&'static str> {
+        match self {
+            Scenario::Pubsub | Scenario::Fanout | Scenario::Queue => {
+                Some("latency is publish→receive with the publisher at full speed (includes queueing)")
+            }
+            Scenario::Latency => None,
+            Scenario::JsPub | Scenario::JsPubNosync => {
+                Some("latency is publish→ack with up to 1,000 acks outstanding (includes queueing)")
+            }
+            Scenario::JsPubSync | Scenario::JsPubSyncNosync => Some("latency is publish→ack, one publish in flight"),
+            Scenario::JsConsume => None,
         }
     }
 
@@ -118,6 +171,9 @@ impl Scenario {
             Scenario::Fanout => 200_000,
             Scenario::Latency => 20_000,
             Scenario::Queue => 1_000_000,
+            Scenario::JsPub | Scenario::JsPubNosync => 300_000,
+            Scenario::JsPubSync | Scenario::JsPubSyncNosync => 20_000,
+            Scenario::JsConsume => 200_000,
         }
     }
 
@@ -127,13 +183,18 @@ impl Scenario {
         if msgs == 0 {
             bail!("--msgs must be at least 1");
         }
-        if self != Scenario::Latency && args.size < flow::STAMP_BYTES {
+        if self.uses_stamps() && args.size < flow::STAMP_BYTES {
             bail!(
                 "--size must be at least {} bytes: each message carries its send time and sequence",
                 flow::STAMP_BYTES
             );
         }
         Ok(Load { msgs, size: args.size, duration: args.duration })
+    }
+
+    /// Whether payloads carry the send-time stamp of `flow.rs`.
+    fn uses_stamps(self) -> bool {
+        matches!(self, Scenario::Pubsub | Scenario::Fanout | Scenario::Queue)
     }
 
     /// Runs the scenario once against `target`.
@@ -144,6 +205,17 @@ impl Scenario {
             Scenario::Fanout => flow::run(target, load, shape(8, false), progress).await,
             Scenario::Queue => flow::run(target, load, shape(4, true), progress).await,
             Scenario::Latency => latency::run(target, load, progress).await,
+            Scenario::JsPub => jetstream::run_publish(target, load, jetstream::Durability::Default, progress).await,
+            Scenario::JsPubNosync => {
+                jetstream::run_publish(target, load, jetstream::Durability::NoSync, progress).await
+            }
+            Scenario::JsPubSync => {
+                jetstream::run_publish_sync(target, load, jetstream::Durability::Default, progress).await
+            }
+            Scenario::JsPubSyncNosync => {
+                jetstream::run_publish_sync(target, load, jetstream::Durability::NoSync, progress).await
+            }
+            Scenario::JsConsume => jetstream::run_consume(target, load, progress).await,
         }
     }
 }
@@ -188,10 +260,16 @@ impl Report {
 pub async fn run(target: &Target, args: BenchArgs) -> Result<()> {
     let (scenario, run_args) = match args.command {
         BenchCommand::Compare(compare_args) => return compare::run(compare_args).await,
+        BenchCommand::FilterFanout(filter_args) => return filter_fanout::run(filter_args).await,
         BenchCommand::Pubsub(run_args) => (Scenario::Pubsub, run_args),
         BenchCommand::Fanout(run_args) => (Scenario::Fanout, run_args),
         BenchCommand::Latency(run_args) => (Scenario::Latency, run_args),
         BenchCommand::Queue(run_args) => (Scenario::Queue, run_args),
+        BenchCommand::JsPub(run_args) => (Scenario::JsPub, run_args),
+        BenchCommand::JsPubNosync(run_args) => (Scenario::JsPubNosync, run_args),
+        BenchCommand::JsPubSync(run_args) => (Scenario::JsPubSync, run_args),
+        BenchCommand::JsPubSyncNosync(run_args) => (Scenario::JsPubSyncNosync, run_args),
+        BenchCommand::JsConsume(run_args) => (Scenario::JsConsume, run_args),
     };
     let load = scenario.load(&run_args.load)?;
     let show_progress = !run_args.quiet && std::io::stdout().is_terminal();
@@ -229,12 +307,12 @@ fn describe_report(scenario: Scenario, load: &Load, url: &str, report: &Report) 
             format_count(report.rate().round() as u64),
             report.megabytes_per_second()
         ),
-        format!("  latency    {}", format_percentiles(&report.latency)),
     ];
-    if scenario != Scenario::Latency {
-        lines.push(
-            "  note       latency is publish→receive with the publisher at full speed (includes queueing)".into(),
-        );
+    if !report.latency.is_empty() {
+        lines.push(format!("  latency    {}", format_percentiles(&report.latency)));
+    }
+    if let Some(note) = scenario.latency_note() {
+        lines.push(format!("  note       {note}"));
     }
     lines.extend(report.notes.iter().map(|note| format!("  note       {note}")));
     lines.extend(report.problems.iter().map(|problem| format!("  PROBLEM    {problem}")));

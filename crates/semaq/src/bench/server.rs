@@ -6,10 +6,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 
 /// How long a server may take to accept its first connection.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often start-up and shutdown are checked; fine enough to time a restart.
+const RESTART_POLL: Duration = Duration::from_millis(5);
 /// Bytes of a server's log quoted when it fails to start.
 const LOG_TAIL_BYTES: usize = 2_000;
 
@@ -30,6 +32,17 @@ pub struct ServerProcess {
     /// Client URL on loopback.
     pub url: String,
     child: Child,
+    program: PathBuf,
+    launch: Launch,
+}
+
+/// What a server was started with, so it can be started again on the same store and ports.
+#[derive(Debug, Clone)]
+struct Launch {
+    client_port: u16,
+    monitor_port: u16,
+    store_dir: PathBuf,
+    log_path: PathBuf,
 }
 
 impl ServerSpec {
@@ -41,26 +54,42 @@ impl ServerSpec {
         let store_dir = work_dir.join(format!("{}-{client_port}", self.label));
         std::fs::create_dir_all(&store_dir).with_context(|| format!("cannot create {}", store_dir.display()))?;
         let log_path = store_dir.join("server.log");
-        let log = File::create(&log_path).with_context(|| format!("cannot create {}", log_path.display()))?;
-        let log_for_stderr = log.try_clone().context("cannot share the server log file")?;
-        let child = Command::new(&self.program)
-            .args(["-a", "127.0.0.1", "-p", &client_port.to_string(), "-m", &monitor_port.to_string(), "-js"])
-            .arg("-sd")
-            .arg(&store_dir)
-            .stdin(Stdio::null())
-            // A file, not a pipe: a pipe nobody reads would block a server that logs every connection.
-            .stdout(log)
-            .stderr(log_for_stderr)
-            .spawn()
-            .with_context(|| format!("cannot start {}", self.program.display()))?;
-        let mut server = ServerProcess { label: self.label, url: format!("nats://127.0.0.1:{client_port}"), child };
-        let address = SocketAddr::from(([127, 0, 0, 1], client_port));
-        if let Err(error) = server.wait_until_accepting(address) {
-            eprintln!("{}", log_tail(&log_path));
-            bail!("{} ({}) did not start: {error}", self.label, self.program.display());
-        }
+        let launch = Launch { client_port, monitor_port, store_dir, log_path };
+        let child = spawn(&self.program, &launch, false)?;
+        let mut server = ServerProcess {
+            label: self.label,
+            url: format!("nats://127.0.0.1:{client_port}"),
+            child,
+            program: self.program.clone(),
+            launch,
+        };
+        server.wait_until_accepting(STARTUP_TIMEOUT)?;
         Ok(server)
     }
+}
+
+/// Starts `program` with nats-server's flags, its output going to the launch's log file.
+fn spawn(program: &Path, launch: &Launch, append_log: bool) -> Result<Child> {
+    let log_path = &launch.log_path;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .append(append_log)
+        .truncate(!append_log)
+        .open(log_path)
+        .with_context(|| format!("cannot create {}", log_path.display()))?;
+    let log_for_stderr: File = log.try_clone().context("cannot share the server log file")?;
+    Command::new(program)
+        .args(["-a", "127.0.0.1", "-p", &launch.client_port.to_string(), "-m", &launch.monitor_port.to_string()])
+        .arg("-js")
+        .arg("-sd")
+        .arg(&launch.store_dir)
+        .stdin(Stdio::null())
+        // A file, not a pipe: a pipe nobody reads would block a server that logs every connection.
+        .stdout(log)
+        .stderr(log_for_stderr)
+        .spawn()
+        .with_context(|| format!("cannot start {}", program.display()))
 }
 
 impl ServerProcess {
@@ -69,20 +98,71 @@ impl ServerProcess {
         self.child.id()
     }
 
-    fn wait_until_accepting(&mut self, address: SocketAddr) -> Result<()> {
-        let deadline = Instant::now() + STARTUP_TIMEOUT;
+    /// The directory the server keeps its data (and log) in.
+    pub fn store_dir(&self) -> &Path {
+        &self.launch.store_dir
+    }
+
+    /// Asks the server to shut down with SIGTERM and waits until it exits; returns how long that took.
+    /// A server still running after `timeout` is killed and the call fails.
+    pub fn terminate(&mut self, timeout: Duration) -> Result<Duration> {
+        let started = Instant::now();
+        // `kill` is POSIX; it saves a dependency on libc for one signal.
+        let status = Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .context("cannot run kill")?;
+        if !status.success() {
+            bail!("kill -TERM {} failed: {status}", self.pid());
+        }
         loop {
-            if let Some(status) = self.child.try_wait().context("cannot check the server process")? {
-                bail!("exited with {status}");
+            if self.child.try_wait().context("cannot check the server process")?.is_some() {
+                return Ok(started.elapsed());
+            }
+            if started.elapsed() >= timeout {
+                // Best effort: the error below is what matters.
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                bail!("{} did not exit within {}s of SIGTERM; killed", self.label, timeout.as_secs());
+            }
+            std::thread::sleep(RESTART_POLL);
+        }
+    }
+
+    /// Starts the program again on the same ports and store directory (after [`terminate`](Self::terminate))
+    /// and waits up to `timeout` until it accepts connections.
+    pub fn start_again(&mut self, timeout: Duration) -> Result<()> {
+        if self.child.try_wait().context("cannot check the server process")?.is_none() {
+            bail!("{} is still running", self.label);
+        }
+        self.child = spawn(&self.program, &self.launch, true)?;
+        self.wait_until_accepting(timeout)
+    }
+
+    fn wait_until_accepting(&mut self, timeout: Duration) -> Result<()> {
+        let address = SocketAddr::from(([127, 0, 0, 1], self.launch.client_port));
+        let deadline = Instant::now() + timeout;
+        let outcome = loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => break Err(anyhow!("exited with {status}")),
+                Ok(None) => {}
+                Err(error) => break Err(anyhow!("cannot check the server process: {error}")),
             }
             if TcpStream::connect_timeout(&address, Duration::from_millis(100)).is_ok() {
-                return Ok(());
+                break Ok(());
             }
             if Instant::now() >= deadline {
-                bail!("no connection accepted on {address} within {}s", STARTUP_TIMEOUT.as_secs());
+                break Err(anyhow!("no connection accepted on {address} within {}s", timeout.as_secs()));
             }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            std::thread::sleep(RESTART_POLL);
+        };
+        outcome.map_err(|error| {
+            eprintln!("{}", log_tail(&self.launch.log_path));
+            anyhow!("{} ({}) did not start: {error}", self.label, self.program.display())
+        })
     }
 }
 

@@ -28,7 +28,28 @@ use self::state::State;
 use super::config::{AckPolicy, ConsumerConfig};
 use super::stream::Stream;
 use crate::clock;
+use crate::filter::{CompileError, Filter, Prepared};
 use crate::server::{lock, Shared};
+
+/// The consumer metadata key holding a CEL content filter (SPEC §3).
+pub const FILTER_METADATA_KEY: &str = "semaq.filter";
+
+/// Compiles a config's `semaq.filter`, if it has one.
+pub fn compile_filter(config: &ConsumerConfig) -> Result<Option<Arc<Filter>>, CompileError> {
+    match config.metadata.get(FILTER_METADATA_KEY) {
+        Some(source) => Filter::compile(source).map(|filter| Some(Arc::new(filter))),
+        None => Ok(None),
+    }
+}
+
+/// A config's filter for a consumer being started or updated; it was checked at creation, so
+/// a failure here means a config edited on disk, which then filters nothing out (logged).
+fn filter_of(config: &ConsumerConfig, name: &str) -> Option<Arc<Filter>> {
+    compile_filter(config).unwrap_or_else(|error| {
+        tracing::error!(consumer = %name, %error, "ignoring an invalid semaq.filter");
+        None
+    })
+}
 
 /// A consumer of one stream.
 pub struct Consumer {
@@ -38,6 +59,8 @@ pub struct Consumer {
     pub stream_name: String,
     /// Shared so the per-ack and per-delivery paths clone a pointer, not the config.
     config: Mutex<Arc<ConsumerConfig>>,
+    /// The compiled `semaq.filter`, kept in step with `config`.
+    content_filter: Mutex<Option<Arc<Filter>>>,
     /// When it was created.
     pub created: SystemTime,
     /// Durable consumers survive restarts and inactivity.
@@ -71,7 +94,9 @@ impl Consumer {
             Some(saved) => State::restore(saved, ack_wait(&config), stream.state().last_seq),
             None => State::positioned(stream, &config),
         };
+        let content_filter = Mutex::new(filter_of(&config, &name));
         let consumer = Arc::new(Self {
+            content_filter,
             name,
             stream_name: stream.name.clone(),
             config: Mutex::new(Arc::new(config)),
@@ -95,6 +120,7 @@ impl Consumer {
 
     /// Replaces the configuration with an allowed update.
     pub fn set_config(&self, config: ConsumerConfig) {
+        *lock(&self.content_filter) = filter_of(&config, &self.name);
         *lock(&self.config) = Arc::new(config);
         self.save_config();
         self.wake.notify_one();
@@ -120,6 +146,21 @@ impl Consumer {
         self.wake.notify_one();
     }
 
+    /// The compiled content filter, if any.
+    fn content_filter(&self) -> Option<Arc<Filter>> {
+        lock(&self.content_filter).clone()
+    }
+
+    /// Whether a stored message passes the content filter; counted in the server's filter stats.
+    fn passes_filter(&self, filter: &Filter, message: &semaq_store::StoredMessage) -> bool {
+        let prepared = Prepared::new(&message.subject, message.headers.as_deref(), &message.payload);
+        let verdict = filter.evaluate(&prepared);
+        if let Some(shared) = self.shared.upgrade() {
+            shared.filters.stats.record(verdict);
+        }
+        verdict.matched()
+    }
+
     /// Whether this consumer has acknowledged (or will never deliver) stream sequence `seq` on `subject`.
     pub fn has_acked(&self, seq: u64, subject: &str) -> bool {
         let config = self.config();
@@ -134,7 +175,8 @@ impl Consumer {
         let config = self.config();
         let stream = self.stream();
         let state = lock(&self.state);
-        let num_pending = stream.as_ref().map_or(0, |s| state.num_pending(s, &config));
+        let filter = self.content_filter();
+        let num_pending = stream.as_ref().map_or(0, |s| state.num_pending(s, &config, filter.as_deref()));
         let mut info = json!({
             "stream_name": self.stream_name,
             "name": self.name,

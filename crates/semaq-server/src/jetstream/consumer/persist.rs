@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Consumer;
 use crate::jetstream::config::ConsumerConfig;
+use crate::jetstream::write_atomically;
 use crate::server::lock;
 
 /// A consumer's saved delivery state.
@@ -43,14 +44,6 @@ impl SavedConsumer {
     pub fn created(&self) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_nanos(self.created_unix_ns.max(0) as u64)
     }
-}
-
-/// Writes `bytes` to `path` through a synced temporary file and a rename.
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let temporary = path.with_extension("tmp");
-    std::fs::write(&temporary, bytes)?;
-    std::fs::File::open(&temporary)?.sync_all()?;
-    std::fs::rename(&temporary, path)
 }
 
 /// Reads a consumer directory; `None` when it holds nothing usable.

@@ -194,7 +194,7 @@ impl Consumer {
         let now = Instant::now();
         let last_seq = stream.state().last_seq;
         let mut outgoing = Vec::new();
-        let next_wake = {
+        let (next_wake, skipped) = {
             let mut state = lock(&self.state);
             self.expire_requests(&mut state, now, &mut outgoing);
             collect_due(&mut state, &config, now);
@@ -208,8 +208,10 @@ impl Consumer {
             } else {
                 self.deliver_pull(&mut state, &config, stream, (now, last_seq), &mut outgoing);
             }
-            next_wake(&state, &config, now)
+            (next_wake(&state, &config, now), std::mem::take(&mut state.skipped))
         };
+        // Messages the content filter skipped count as acknowledged (interest, workqueue).
+        stream.acknowledged(&skipped);
         let mut flush = FlushSet::default();
         for message in outgoing {
             let message_view = Message {
@@ -217,6 +219,7 @@ impl Consumer {
                 reply: message.reply.as_deref(),
                 headers: message.headers.as_deref(),
                 payload: &message.payload,
+                publisher: None,
             };
             shared.publish_batched(&message.route, &message_view, &mut flush);
         }
@@ -353,23 +356,38 @@ impl Consumer {
         if !capacity_left {
             return None;
         }
+        let filter = self.content_filter();
+        let passes =
+            |message: &semaq_store::StoredMessage| filter.as_ref().is_none_or(|f| self.passes_filter(f, message));
         while let Some(seq) = state.initial.pop_front() {
-            if let Ok(Some(message)) = store.get(seq) {
-                return Some(Candidate::from(message, Origin::Initial));
+            match store.get(seq) {
+                Ok(Some(message)) if passes(&message) => return Some(Candidate::from(message, Origin::Initial)),
+                Ok(Some(_)) => skip(state, seq),
+                _ => {}
             }
         }
-        match next_matching(&**store, state.next_seq, config) {
-            Ok(Some(message)) => {
-                state.next_seq = message.seq + 1;
-                Some(Candidate::from(message, Origin::Stream))
+        loop {
+            if state.skipped.len() >= limits::FILTER_SKIP_MESSAGES_MAX {
+                // Bounded work under the locks: look again in the next round, at once.
+                self.wake();
+                return None;
             }
-            Ok(None) => {
-                state.next_seq = state.next_seq.max(store.state().last_seq + 1);
-                None
-            }
-            Err(error) => {
-                tracing::error!(consumer = %self.name, %error, "cannot read the stream");
-                None
+            match next_matching(&**store, state.next_seq, config) {
+                Ok(Some(message)) => {
+                    state.next_seq = message.seq + 1;
+                    if passes(&message) {
+                        return Some(Candidate::from(message, Origin::Stream));
+                    }
+                    skip(state, message.seq);
+                }
+                Ok(None) => {
+                    state.next_seq = state.next_seq.max(store.state().last_seq + 1);
+                    return None;
+                }
+                Err(error) => {
+                    tracing::error!(consumer = %self.name, %error, "cannot read the stream");
+                    return None;
+                }
             }
         }
     }
@@ -468,6 +486,16 @@ impl Candidate {
             Origin::Stream => state.next_seq = state.next_seq.min(self.seq),
         }
     }
+}
+
+/// Passes over a message the content filter rejects: it counts as acknowledged.
+fn skip(state: &mut State, seq: u64) {
+    state.skipped.push(seq);
+    state.skipped_through = state.skipped_through.max(seq);
+    if state.pending.is_empty() {
+        state.ack_floor_stream_seq = state.ack_floor_stream_seq.max(seq);
+    }
+    state.dirty = true;
 }
 
 /// Moves deliveries whose ack wait ran out into the redelivery queue, or drops them at max_deliver.

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::persist::SavedState;
 use super::validate;
+use crate::filter::{Filter, Prepared};
 use crate::jetstream::config::{ConsumerConfig, DeliverPolicy};
 use crate::jetstream::stream::Stream;
 
@@ -79,6 +80,12 @@ pub struct State {
     pub last_push: Option<Instant>,
     /// Changed since last saved.
     pub dirty: bool,
+    /// Stream sequences skipped by the content filter in this round, reported to the stream as
+    /// acknowledged once the state is released (at most `FILTER_SKIP_MESSAGES_MAX`).
+    pub skipped: Vec<u64>,
+    /// Highest stream sequence the content filter skipped: the ack floor may rise to it once
+    /// nothing below it is pending.
+    pub skipped_through: u64,
 }
 
 impl State {
@@ -214,7 +221,8 @@ impl State {
     }
 
     /// Messages in the stream not yet delivered to this consumer (matching its filters).
-    pub fn num_pending(&self, stream: &Stream, config: &ConsumerConfig) -> u64 {
+    /// With a content filter, only messages passing it count (the scan is bounded).
+    pub fn num_pending(&self, stream: &Stream, config: &ConsumerConfig, filter: Option<&Filter>) -> u64 {
         let store = stream.store();
         let stream_state = store.state();
         let from = self.next_seq.max(stream_state.first_seq);
@@ -222,7 +230,7 @@ impl State {
         if stream_state.last_seq < from {
             return initial;
         }
-        if validate::filters(config).iter().any(|f| f == ">") {
+        if filter.is_none() && validate::filters(config).iter().any(|f| f == ">") {
             let below = stream_state.msgs.min(from.saturating_sub(stream_state.first_seq));
             return initial + stream_state.msgs.saturating_sub(below);
         }
@@ -231,7 +239,7 @@ impl State {
         let mut seq = from;
         let mut steps = 0;
         while let Ok(Some(message)) = next_matching(&**store, seq, config) {
-            count += 1;
+            count += u64::from(filter.is_none_or(|f| passes(f, &message)));
             seq = message.seq + 1;
             steps += 1;
             if steps >= crate::limits::NUM_PENDING_SCAN_MESSAGES_MAX {
@@ -254,12 +262,18 @@ impl State {
                 self.ack_floor_consumer_seq = pending.consumer_seq.saturating_sub(1);
             }
             None => {
-                self.ack_floor_stream_seq = self.delivered_stream_seq.max(self.ack_floor_stream_seq);
+                let floor = self.delivered_stream_seq.max(self.skipped_through);
+                self.ack_floor_stream_seq = floor.max(self.ack_floor_stream_seq);
                 self.ack_floor_consumer_seq = self.delivered_consumer_seq;
             }
         }
         self.dirty = true;
     }
+}
+
+fn passes(filter: &Filter, message: &semaq_store::StoredMessage) -> bool {
+    let prepared = Prepared::new(&message.subject, message.headers.as_deref(), &message.payload);
+    filter.evaluate(&prepared).matched()
 }
 
 /// The first message at or after `from` matching the consumer's filters.

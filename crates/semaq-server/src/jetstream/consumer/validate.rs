@@ -81,6 +81,7 @@ pub fn normalize(mut config: ConsumerConfig, stream: &StreamConfig) -> Result<Co
         }
     }
     check_filters(&config, stream)?;
+    super::compile_filter(&config).map_err(|error| ApiError::invalid_filter(&error))?;
     check_delivery(&config)?;
     check_timing(&config)?;
     check_workqueue(&config, stream)?;

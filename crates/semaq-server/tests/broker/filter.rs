@@ -1,0 +1,390 @@
+//! Server-side content routing (SPEC §3): filtered core subscriptions through
+//! `$SEMAQ.API.SUB.CREATE` / `DELETE`, and JetStream consumers with `semaq.filter` metadata.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::{pull, push, AckPolicy, PullConsumer, PushConsumer};
+use async_nats::jetstream::{self, stream};
+use futures::StreamExt;
+use serde_json::{json, Value};
+
+use crate::common::{sync, TestServer};
+use crate::jetstream_api::{api, context, eventually, publish, stream_config, WAIT};
+
+const CREATE: &str = "$SEMAQ.API.SUB.CREATE";
+const DELETE: &str = "$SEMAQ.API.SUB.DELETE";
+
+fn event(model: &str, confidence: f64, tokens: u64) -> String {
+    json!({ "model_id": model, "confidence": confidence, "input_tokens": tokens, "request_id": "r-1" }).to_string()
+}
+
+/// Subscribes to a fresh inbox and creates a filtered subscription delivering to it.
+async fn filtered(
+    client: &async_nats::Client,
+    subject: &str,
+    filter: &str,
+    queue: Option<&str>,
+) -> (Value, async_nats::Subscriber) {
+    let inbox = client.new_inbox();
+    let subscriber = client.subscribe(inbox.clone()).await.expect("subscribe");
+    let mut body = json!({ "subject": subject, "filter": filter, "deliver": inbox });
+    if let Some(queue) = queue {
+        body["queue"] = json!(queue);
+    }
+    let reply = api(client, CREATE, &body.to_string()).await;
+    assert!(reply.get("error").is_none(), "create: {reply}");
+    (reply, subscriber)
+}
+
+/// Everything that arrives within `quiet` of the previous message.
+async fn drain(subscriber: &mut async_nats::Subscriber, quiet: Duration) -> Vec<async_nats::Message> {
+    let mut received = Vec::new();
+    while let Ok(Some(message)) = tokio::time::timeout(quiet, subscriber.next()).await {
+        received.push(message);
+    }
+    received
+}
+
+fn confidences(messages: &[async_nats::Message]) -> Vec<f64> {
+    messages
+        .iter()
+        .map(|m| serde_json::from_slice::<Value>(&m.payload).expect("json")["confidence"].as_f64().expect("number"))
+        .collect()
+}
+
+fn filter_counts(server: &TestServer) -> Value {
+    server.http_json("/varz")["semaq_filters"].clone()
+}
+
+#[tokio::test]
+async fn a_filtered_subscription_receives_only_matching_messages_with_their_subject() {
+    let server = TestServer::start();
+    let subscriber_client = server.client().await;
+    let (reply, mut inbox) = filtered(&subscriber_client, "ai.inference", "confidence > 0.85", None).await;
+    assert!(reply["id"].as_u64().is_some(), "{reply}");
+    assert_eq!(reply["native"], json!(true));
+    let publisher = server.client().await;
+    for confidence in [0.5, 0.9, 0.86, 0.2, 0.99, 0.85] {
+        publisher.publish("ai.inference", event("llama3-70b", confidence, 100).into()).await.expect("publish");
+    }
+    publisher.flush().await.expect("flush");
+    let received = drain(&mut inbox, Duration::from_millis(500)).await;
+    assert_eq!(confidences(&received), vec![0.9, 0.86, 0.99]);
+    assert!(received.iter().all(|m| m.subject.as_str() == "ai.inference"));
+}
+
+#[tokio::test]
+async fn spec_examples_route_on_payload_headers_and_subject() {
+    let server = TestServer::start();
+    let client = server.client().await;
+    let (_, mut by_model) = filtered(&client, "ai.>", r#"model_id == "llama3-70b" && confidence >= 0.9"#, None).await;
+    let (_, mut by_header) = filtered(&client, "ai.>", r#"headers["Semaq-Priority"] == "0""#, None).await;
+    let (_, mut by_subject) =
+        filtered(&client, "ai.>", r#"subject.startsWith("ai.inference.") && input_tokens < 4096"#, None).await;
+    let publisher = server.client().await;
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Semaq-Priority", "0");
+    publisher.publish_with_headers("ai.batch", headers, event("gpt-4", 0.1, 9000).into()).await.expect("publish");
+    publisher.publish("ai.inference.eu", event("llama3-70b", 0.95, 100).into()).await.expect("publish");
+    publisher.publish("ai.inference.us", event("llama3-70b", 0.5, 5000).into()).await.expect("publish");
+    publisher.flush().await.expect("flush");
+    let quiet = Duration::from_millis(400);
+    let subjects = |messages: Vec<async_nats::Message>| -> Vec<String> {
+        messages.into_iter().map(|m| m.subject.to_string()).collect()
+    };
+    assert_eq!(subjects(drain(&mut by_model, quiet).await), ["ai.inference.eu"]);
+    let with_header = drain(&mut by_header, quiet).await;
+    assert_eq!(with_header.len(), 1);
+    let header = with_header[0].headers.as_ref().and_then(|h| h.get("Semaq-Priority")).map(|v| v.to_string());
+    assert_eq!(header.as_deref(), Some("0"), "headers are delivered");
+    assert_eq!(subjects(drain(&mut by_subject, quiet).await), ["ai.inference.eu"]);
+}
+
+#[tokio::test]
+async fn an_expression_that_does_not_compile_is_refused_with_its_position() {
+    let server = TestServer::start();
+    let client = server.client().await;
+    let cases = [
+        ("confidence > ", 1, 14),
+        ("confidence > 0.5 && subject > 3", 1, 29),
+        ("frobnicate(confidence)", 1, 11),
+        ("1 + 2", 1, 3),
+    ];
+    for (filter, line, column) in cases {
+        let body = json!({ "subject": "ai.x", "filter": filter, "deliver": "inbox.x" });
+        let reply = api(&client, CREATE, &body.to_string()).await;
+        assert_eq!(reply["error"]["code"], json!(400), "{filter}: {reply}");
+        assert_eq!((reply["error"]["line"].clone(), reply["error"]["column"].clone()), (json!(line), json!(column)));
+        let description = reply["error"]["description"].as_str().expect("description");
+        assert!(description.contains(&format!("line {line}, column {column}")), "{description}");
+    }
+    for body in [
+        r#"{"subject": "ai.x", "filter": "true"}"#,
+        r#"{"subject": "ai..x", "filter": "true", "deliver": "inbox"}"#,
+        r#"{"subject": "ai.x", "filter": "true", "deliver": "inbox.*"}"#,
+        "not json",
+    ] {
+        let reply = api(&client, CREATE, body).await;
+        assert_eq!(reply["error"]["code"], json!(400), "{body}: {reply}");
+    }
+    assert_eq!(server.http_json("/varz")["semaq_filters"]["subscriptions"], json!(0));
+}
+
+#[tokio::test]
+async fn non_json_payloads_missing_fields_and_run_time_errors_are_counted_non_matches() {
+    let server = TestServer::start();
+    let client = server.client().await;
+    let (_, mut inbox) = filtered(&client, "ai.x", "input_tokens / divisor > 1", None).await;
+    let publisher = server.client().await;
+    for payload in ["not json", r#"{"input_tokens": 10}"#, r#"{"input_tokens": 10, "divisor": 0}"#] {
+        publisher.publish("ai.x", payload.to_string().into()).await.expect("publish");
+    }
+    publisher.publish("ai.x", r#"{"input_tokens": 10, "divisor": 2}"#.into()).await.expect("publish");
+    publisher.flush().await.expect("flush");
+    let received = drain(&mut inbox, Duration::from_millis(400)).await;
+    assert_eq!(received.len(), 1);
+    assert_eq!(&received[0].payload[..], br#"{"input_tokens": 10, "divisor": 2}"#);
+    let counts = filter_counts(&server);
+    assert_eq!(counts["evaluations"], json!(4), "{counts}");
+    assert_eq!(counts["matches"], json!(1));
+    assert_eq!(counts["non_matches"], json!(3));
+    assert_eq!(counts["not_json"], json!(1));
+    assert_eq!(counts["missing_field"], json!(1));
+    assert_eq!(counts["runtime_errors"], json!(1));
+}
+
+#[tokio::test]
+async fn filters_on_subject_and_headers_deliver_non_json_payloads() {
+    let server = TestServer::start();
+    let client = server.client().await;
+    let (_, mut inbox) = filtered(&client, "bin.>", r#"subject.endsWith(".png")"#, None).await;
+    let publisher = server.client().await;
+    publisher.publish("bin.a.png", vec![0u8, 159, 146, 150].into()).await.expect("publish");
+    publisher.publish("bin.a.jpg", vec![1u8, 2].into()).await.expect("publish");
+    publisher.flush().await.expect("flush");
+    let received = drain(&mut inbox, Duration::from_millis(400)).await;
+    assert_eq!(received.len(), 1);
+    assert_eq!(&received[0].payload[..], &[0u8, 159, 146, 150]);
+    assert_eq!(filter_counts(&server)["not_json"], json!(0));
+}
+
+#[tokio::test]
+async fn filtered_queue_subscriptions_share_each_matching_message() {
+    let server = TestServer::start();
+    let mut members = Vec::new();
+    for _ in 0..3 {
+        let client = server.client().await;
+        let (_, inbox) = filtered(&client, "work", "priority == 0", Some("workers")).await;
+        members.push((client, inbox));
+    }
+    let client = server.client().await;
+    let (_, mut watcher) = filtered(&client, "work", "priority == 0", None).await;
+    let publisher = server.client().await;
+    for i in 0..300 {
+        let body = json!({ "n": i, "priority": i % 3 });
+        publisher.publish("work", body.to_string().into()).await.expect("publish");
+    }
+    publisher.flush().await.expect("flush");
+    let mut seen = Vec::new();
+    let mut per_member = Vec::new();
+    for (_, inbox) in &mut members {
+        let received = drain(inbox, Duration::from_millis(400)).await;
+        per_member.push(received.len());
+        for message in received {
+            seen.push(serde_json::from_slice::<Value>(&message.payload).expect("json")["n"].as_u64().expect("n"));
+        }
+    }
+    seen.sort_unstable();
+    let expected: Vec<u64> = (0..300).filter(|i| i % 3 == 0).collect();
+    assert_eq!(seen, expected, "each match exactly once across the group");
+    assert!(per_member.iter().all(|count| *count > 0), "{per_member:?}");
+    assert_eq!(
+        drain(&mut watcher, Duration::from_millis(200)).await.len(),
+        100,
+        "a plain filtered subscriber sees all"
+    );
+}
+
+#[tokio::test]
+async fn delete_ends_a_filtered_subscription_and_only_its_owner_may_delete() {
+    let server = TestServer::start();
+    let client = server.client().await;
+    let (reply, mut inbox) = filtered(&client, "ai.x", "true", None).await;
+    let id = reply["id"].as_u64().expect("id");
+    let stranger = server.client().await;
+    let refused = api(&stranger, DELETE, &json!({ "id": id }).to_string()).await;
+    assert_eq!(refused["error"]["code"], json!(404), "{refused}");
+    let deleted = api(&client, DELETE, &json!({ "id": id }).to_string()).await;
+    assert_eq!(deleted, json!({ "success": true }));
+    client.publish("ai.x", "{}".into()).await.expect("publish");
+    sync(&client).await;
+    assert!(drain(&mut inbox, Duration::from_millis(200)).await.is_empty());
+    let again = api(&client, DELETE, &json!({ "id": id }).to_string()).await;
+    assert_eq!(again["error"]["code"], json!(404));
+}
+
+#[tokio::test]
+async fn no_filtered_subscription_leaks_after_1000_connect_create_close_cycles() {
+    let server = TestServer::start();
+    let baseline = server.http_json("/subsz")["num_subscriptions"].clone();
+    let body = json!({ "subject": "leak.test", "filter": "confidence > 0.5", "deliver": "leak.inbox" }).to_string();
+    for i in 0..1000 {
+        let mut raw = server.raw();
+        raw.send(format!("CONNECT {{}}\r\nSUB r.{i} 1\r\nPUB {CREATE} r.{i} {}\r\n{body}\r\n", body.len()).as_bytes());
+        raw.read_until("\"id\"");
+    }
+    let mut last = Value::Null;
+    for _ in 0..100 {
+        last = server.http_json("/subsz")["num_subscriptions"].clone();
+        if last == baseline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(last, baseline, "router subscriptions back to the baseline");
+    assert_eq!(filter_counts(&server)["subscriptions"], json!(0));
+}
+
+// ---------------------------------------------------------------------------------------------
+// JetStream consumers with `semaq.filter`.
+
+fn with_filter(filter: &str) -> HashMap<String, String> {
+    HashMap::from([("semaq.filter".to_string(), filter.to_string())])
+}
+
+async fn publish_events(js: &jetstream::Context, confidences: &[f64]) {
+    for confidence in confidences {
+        publish(js, "ai.inference", &event("llama3-70b", *confidence, 10)).await;
+    }
+}
+
+async fn fetch(consumer: &PullConsumer, max: usize) -> Vec<jetstream::Message> {
+    let mut batch =
+        consumer.batch().max_messages(max).expires(Duration::from_millis(500)).messages().await.expect("pull");
+    let mut received = Vec::new();
+    while let Ok(Some(Ok(message))) = tokio::time::timeout(WAIT, batch.next()).await {
+        received.push(message);
+    }
+    received
+}
+
+fn js_confidences(messages: &[jetstream::Message]) -> Vec<f64> {
+    messages
+        .iter()
+        .map(|m| serde_json::from_slice::<Value>(&m.payload).expect("json")["confidence"].as_f64().expect("number"))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_filtered_pull_consumer_skips_non_matches_and_redelivers_unacked_matches() {
+    let server = TestServer::start();
+    let js = context(&server).await;
+    let stream = js.create_stream(stream_config("EVENTS", &["ai.>"])).await.expect("stream");
+    publish_events(&js, &[0.5, 0.9, 0.2, 0.95, 0.3, 0.99, 0.1]).await;
+    let config = pull::Config {
+        durable_name: Some("hi".into()),
+        ack_wait: Duration::from_secs(1),
+        metadata: with_filter("confidence > 0.85"),
+        ..Default::default()
+    };
+    let mut consumer: PullConsumer = stream.create_consumer(config).await.expect("consumer");
+    assert_eq!(consumer.info().await.expect("info").num_pending, 3, "only matches are pending");
+    let first = fetch(&consumer, 10).await;
+    assert_eq!(js_confidences(&first), vec![0.9, 0.95, 0.99]);
+    for message in &first[..2] {
+        message.ack().await.expect("ack");
+    }
+    let redelivered = fetch(&consumer, 10).await;
+    let redelivered = if redelivered.is_empty() { fetch(&consumer, 10).await } else { redelivered };
+    assert_eq!(js_confidences(&redelivered), vec![0.99], "the unacked match comes back");
+    assert_eq!(redelivered[0].info().expect("info").delivered, 2);
+    redelivered[0].ack().await.expect("ack");
+    eventually("everything acknowledged", WAIT, || {
+        let consumer = consumer.clone();
+        async move {
+            let mut consumer = consumer;
+            let info = consumer.info().await.expect("info").clone();
+            info.num_ack_pending == 0 && info.num_pending == 0 && info.ack_floor.stream_sequence == 7
+        }
+    })
+    .await;
+    let info = consumer.info().await.expect("info");
+    assert_eq!(info.num_pending, 0);
+}
+
+#[tokio::test]
+async fn a_filtered_push_consumer_delivers_only_matches() {
+    let server = TestServer::start();
+    let js = context(&server).await;
+    let stream = js.create_stream(stream_config("PUSHED", &["ai.>"])).await.expect("stream");
+    let config = push::Config {
+        durable_name: Some("pushed".into()),
+        deliver_subject: "deliver.pushed".into(),
+        ack_policy: AckPolicy::Explicit,
+        metadata: with_filter(r#"model_id == "llama3-70b" && input_tokens < 4096"#),
+        ..Default::default()
+    };
+    let consumer: PushConsumer = stream.create_consumer(config).await.expect("consumer");
+    let mut messages = consumer.messages().await.expect("messages");
+    publish(&js, "ai.inference", &event("gpt-4", 0.9, 10)).await;
+    publish(&js, "ai.inference", &event("llama3-70b", 0.9, 10)).await;
+    publish(&js, "ai.inference", "not json").await;
+    publish(&js, "ai.inference", &event("llama3-70b", 0.9, 9000)).await;
+    publish(&js, "ai.inference", &event("llama3-70b", 0.4, 20)).await;
+    let mut tokens = Vec::new();
+    while let Ok(Some(Ok(message))) = tokio::time::timeout(Duration::from_millis(700), messages.next()).await {
+        message.ack().await.expect("ack");
+        let body: Value = serde_json::from_slice(&message.payload).expect("json");
+        tokens.push(body["input_tokens"].as_u64().expect("tokens"));
+    }
+    assert_eq!(tokens, vec![10, 20]);
+    let counts = filter_counts(&server);
+    assert_eq!(counts["not_json"], json!(1), "{counts}");
+}
+
+#[tokio::test]
+async fn a_consumer_with_an_invalid_filter_is_refused_with_the_position() {
+    let server = TestServer::start();
+    let js = context(&server).await;
+    js.create_stream(stream_config("BAD", &["bad.>"])).await.expect("stream");
+    let body = json!({
+        "stream_name": "BAD",
+        "config": { "durable_name": "c", "ack_policy": "explicit", "metadata": { "semaq.filter": "confidence >> 1" } },
+    });
+    let reply = api(&js.client(), "$JS.API.CONSUMER.CREATE.BAD.c", &body.to_string()).await;
+    assert_eq!(reply["error"]["code"], json!(400), "{reply}");
+    let description = reply["error"]["description"].as_str().expect("description");
+    assert!(description.contains("semaq.filter") && description.contains("line 1, column"), "{description}");
+    let names = api(&js.client(), "$JS.API.CONSUMER.NAMES.BAD", "").await;
+    assert_eq!(names["total"], json!(0), "{names}");
+}
+
+#[tokio::test]
+async fn an_interest_stream_removes_messages_a_filtered_consumer_skipped() {
+    let server = TestServer::start();
+    let js = context(&server).await;
+    let mut config = stream_config("INTEREST", &["ai.>"]);
+    config.retention = stream::RetentionPolicy::Interest;
+    let stream = js.create_stream(config).await.expect("stream");
+    let consumer: PullConsumer = stream
+        .create_consumer(pull::Config {
+            durable_name: Some("c".into()),
+            metadata: with_filter("confidence > 0.85"),
+            ..Default::default()
+        })
+        .await
+        .expect("consumer");
+    publish_events(&js, &[0.1, 0.9, 0.2]).await;
+    for message in fetch(&consumer, 10).await {
+        message.ack().await.expect("ack");
+    }
+    eventually("the stream is empty", WAIT, || {
+        let js = js.clone();
+        async move {
+            let mut stream = js.get_stream("INTEREST").await.expect("stream");
+            stream.info().await.expect("info").state.messages == 0
+        }
+    })
+    .await;
+}
