@@ -94,6 +94,8 @@ pub struct Inbound {
     pub headers: Option<Bytes>,
     /// Body.
     pub payload: Bytes,
+    /// The publishing connection's id (L2 streams record its name as the producer).
+    pub publisher: Option<u64>,
 }
 
 /// The outcome of one publish: `seq` and whether it was a duplicate, or why it was refused.
@@ -377,6 +379,7 @@ impl Stream {
             reply: message.reply.map(str::to_string),
             headers: message.headers.map(Bytes::copy_from_slice),
             payload: Bytes::copy_from_slice(message.payload),
+            publisher: message.publisher,
         };
         if self.ingest.try_send(inbound).is_err() {
             self.ingest_budget.give_back(size);
@@ -448,12 +451,16 @@ impl Stream {
             .then(|| self.consumers().iter().map(|c| c.config()).collect());
         // L2: the bound schema version, resolved once per batch (None for unbound streams).
         let schema = crate::registry::binding::for_stream(&self.shared, &config.metadata);
-        for message in batch.drain(..) {
+        for mut message in batch.drain(..) {
             let size = message.subject.len() + message.headers.as_ref().map_or(0, Bytes::len) + message.payload.len();
             self.ingest_budget.give_back(size);
             let mut outcome = match schema.as_ref().map(|schema| schema.check(&message.payload)) {
                 Some(Err(refused)) => Err(refused),
-                _ => store_one(&config, store.as_mut(), dedup, &message, now),
+                Some(Ok(())) => {
+                    crate::registry::binding::record_producer(&self.shared, &mut message);
+                    store_one(&config, store.as_mut(), dedup, &message, now)
+                }
+                None => store_one(&config, store.as_mut(), dedup, &message, now),
             };
             if let (Ok((seq, false)), Some(consumers)) = (&outcome, &interest) {
                 let wanted = consumers.iter().any(|c| super::consumer::validate::filter_matches(c, &message.subject));

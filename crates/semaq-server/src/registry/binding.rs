@@ -9,10 +9,13 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
+use bytes::Bytes;
+
 use super::format::Parsed;
 use super::Registry;
 use crate::jetstream::errors::ApiError;
-use crate::server::Shared;
+use crate::jetstream::stream::{header_value, Inbound};
+use crate::server::{lock, Shared};
 
 /// Stream metadata key: the semantic level, `0`..=`4` (absent: 1).
 pub const LEVEL_KEY: &str = "semaq.level";
@@ -155,4 +158,63 @@ fn wire_format(registry: &Registry, subject: &str, payload: &[u8]) -> Result<(),
     };
     let parsed = registry.parsed(id).map_err(|e| (version, id, format!("$: {e}")))?;
     parsed.validate_binary(&payload[5..]).map_err(|v| (version, id, v.to_string()))
+}
+
+/// The header naming a message's producer (SPEC §2); L2 streams fill it in when absent.
+pub const PRODUCER_HEADER: &str = "Semaq-Producer";
+
+/// Single-hop lineage: an L2 message stored without a `Semaq-Producer` header gets one naming
+/// the publishing connection (its CONNECT `name`, else `cid:<id>`). Its `Nats-Msg-Id`, if any,
+/// is stored as sent. Messages the server publishes itself are left alone.
+pub fn record_producer(shared: &Weak<Shared>, message: &mut Inbound) {
+    let Some(client_id) = message.publisher else { return };
+    let block = message.headers.as_deref().unwrap_or_default();
+    if !block.is_empty() && header_value(block, PRODUCER_HEADER).is_some() {
+        return;
+    }
+    let name = shared
+        .upgrade()
+        .and_then(|shared| lock(&shared.clients).get(&client_id).cloned())
+        .and_then(|client| client.details().and_then(|d| d.options.name.clone()))
+        .map(|name| name.chars().filter(|c| !c.is_control()).collect::<String>())
+        .filter(|name| !name.trim().is_empty())
+        .unwrap_or_else(|| format!("cid:{client_id}"));
+    message.headers = Some(Bytes::from(with_header(block, PRODUCER_HEADER, &name)));
+}
+
+/// `block` (a `NATS/1.0` header block, or empty) with one more header line.
+fn with_header(block: &[u8], name: &str, value: &str) -> Vec<u8> {
+    let line = format!("{name}: {value}\r\n");
+    match block.strip_suffix(b"\r\n\r\n") {
+        Some(head) => [head, b"\r\n", line.as_bytes(), b"\r\n"].concat(),
+        None => format!("NATS/1.0\r\n{line}\r\n").into_bytes(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_producer_header_is_added_to_a_block_or_starts_one() {
+        assert_eq!(with_header(b"", "Semaq-Producer", "p"), b"NATS/1.0\r\nSemaq-Producer: p\r\n\r\n");
+        let block = b"NATS/1.0\r\nNats-Msg-Id: 7\r\n\r\n";
+        let extended = with_header(block, "Semaq-Producer", "p");
+        assert_eq!(extended, b"NATS/1.0\r\nNats-Msg-Id: 7\r\nSemaq-Producer: p\r\n\r\n");
+        assert_eq!(header_value(&extended, "Nats-Msg-Id").as_deref(), Some("7"));
+        assert_eq!(header_value(&extended, "semaq-producer").as_deref(), Some("p"));
+    }
+
+    #[test]
+    fn levels_and_bindings_are_read_from_metadata() {
+        let meta = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        assert_eq!(from_metadata(&meta(&[])), Ok(None));
+        assert_eq!(from_metadata(&meta(&[(LEVEL_KEY, "1")])), Ok(None));
+        let bound = from_metadata(&meta(&[(LEVEL_KEY, "2"), (SCHEMA_KEY, "s"), (VERSION_KEY, "3")]));
+        assert_eq!(bound, Ok(Some(Binding { subject: "s".into(), version: Some(3) })));
+        assert!(from_metadata(&meta(&[(LEVEL_KEY, "2")])).is_err());
+        assert!(from_metadata(&meta(&[(LEVEL_KEY, "9"), (SCHEMA_KEY, "s")])).is_err());
+        assert!(from_metadata(&meta(&[(SCHEMA_KEY, "s")])).is_err());
+        assert!(from_metadata(&meta(&[(LEVEL_KEY, "2"), (SCHEMA_KEY, "s"), (VERSION_KEY, "x")])).is_err());
+    }
 }

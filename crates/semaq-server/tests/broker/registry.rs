@@ -314,3 +314,27 @@ async fn l2_streams_validate_protobuf_json_and_confluent_wire_format() {
     assert_eq!((info.state.messages, info.state.last_sequence), (2, 2));
     assert_eq!(consumed(&js, "EVENTS_PROTO").await, vec![json_good, binary_good]);
 }
+
+#[tokio::test]
+async fn l2_messages_record_their_producer_and_message_id() {
+    let server = TestServer::start();
+    register(&server, "lineage", &serde_json::from_str(EVENT_JSON_SCHEMA).unwrap(), "JSON");
+    let client = async_nats::ConnectOptions::new().name("trainer-7").connect(server.url()).await.unwrap();
+    let js = jetstream::new(client.clone());
+    js.create_stream(l2_stream("LINEAGE", "lineage.>", "lineage")).await.unwrap();
+    let event = br#"{"model_id":"m","confidence":0.5}"#;
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Nats-Msg-Id", "evt-1");
+    js.publish_with_headers("lineage.a", headers, event.as_slice().into()).await.unwrap().await.unwrap();
+    let mut own = async_nats::HeaderMap::new();
+    own.insert("Semaq-Producer", "pipeline-3");
+    js.publish_with_headers("lineage.a", own, event.as_slice().into()).await.unwrap().await.unwrap();
+
+    let stream = js.get_stream("LINEAGE").await.unwrap();
+    let first = stream.get_raw_message(1).await.unwrap();
+    assert_eq!(first.headers.get("Semaq-Producer").map(|v| v.as_str()), Some("trainer-7"));
+    assert_eq!(first.headers.get("Nats-Msg-Id").map(|v| v.as_str()), Some("evt-1"));
+    let second = stream.get_raw_message(2).await.unwrap();
+    assert_eq!(second.headers.get("Semaq-Producer").map(|v| v.as_str()), Some("pipeline-3"));
+    assert_eq!(second.payload.as_ref(), event.as_slice(), "the payload is stored as sent");
+}
