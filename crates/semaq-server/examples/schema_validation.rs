@@ -81,34 +81,59 @@ async fn end_to_end(count: usize) {
     }
     let mut runs = vec![("no schema", None)];
     runs.extend(schemas().into_iter().map(|(name, _)| (name, Some(name))));
-    for (label, subject) in runs {
-        let mut metadata = std::collections::HashMap::new();
-        if let Some(subject) = subject {
-            metadata.insert("semaq.level".to_string(), "2".to_string());
-            metadata.insert("semaq.schema".to_string(), subject.to_string());
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); runs.len()];
+    // Interleaved rounds, so drift on a shared machine hits every variant alike; medians reported.
+    for round in 0..ROUNDS {
+        for (index, (label, subject)) in runs.iter().enumerate() {
+            let name = format!("BENCH_{}_{round}", label.replace([' ', '-'], "_").to_uppercase());
+            create_stream(&js, &name, *subject).await;
+            let started = Instant::now();
+            publish_all(&js, &name, count).await;
+            rates[index].push(count as f64 / started.elapsed().as_secs_f64());
         }
-        let name = format!("BENCH_{}", label.replace([' ', '-'], "_").to_uppercase());
-        let config = async_nats::jetstream::stream::Config {
-            name: name.clone(),
-            subjects: vec![format!("{name}.>")],
-            metadata,
-            ..Default::default()
-        };
-        js.create_stream(config).await.expect("stream");
-        let started = Instant::now();
-        let mut window = Vec::with_capacity(256);
-        for _ in 0..count {
-            window.push(js.publish(format!("{name}.e"), JSON_EVENT.into()).await.expect("publish"));
-            if window.len() == 256 {
-                for ack in window.drain(..) {
-                    ack.await.expect("ack");
-                }
+    }
+    let baseline = median(&mut rates[0].clone());
+    for ((label, _), samples) in runs.iter().zip(rates.iter_mut()) {
+        let rate = median(samples);
+        println!("js-pub, {label:<12} JSON payload, median of {ROUNDS} {rate:>10.0} msgs/s  {:.2}x", rate / baseline);
+    }
+}
+
+/// Interleaved rounds of the end-to-end measurement.
+const ROUNDS: usize = 5;
+
+fn median(samples: &mut [f64]) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
+}
+
+async fn create_stream(js: &async_nats::jetstream::Context, name: &str, subject: Option<&str>) {
+    let mut metadata = std::collections::HashMap::new();
+    if let Some(subject) = subject {
+        metadata.insert("semaq.level".to_string(), "2".to_string());
+        metadata.insert("semaq.schema".to_string(), subject.to_string());
+    }
+    let config = async_nats::jetstream::stream::Config {
+        name: name.into(),
+        subjects: vec![format!("{name}.>")],
+        metadata,
+        ..Default::default()
+    };
+    js.create_stream(config).await.expect("stream");
+}
+
+async fn publish_all(js: &async_nats::jetstream::Context, name: &str, count: usize) {
+    let mut window = Vec::with_capacity(256);
+    for _ in 0..count {
+        window.push(js.publish(format!("{name}.e"), JSON_EVENT.into()).await.expect("publish"));
+        if window.len() == 256 {
+            for ack in window.drain(..) {
+                ack.await.expect("ack");
             }
         }
-        for ack in window.drain(..) {
-            ack.await.expect("ack");
-        }
-        report(&format!("js-pub, {label}, JSON payload"), count, started.elapsed(), "msgs");
+    }
+    for ack in window.drain(..) {
+        ack.await.expect("ack");
     }
 }
 
@@ -124,5 +149,5 @@ async fn register_over_nats(client: &async_nats::Client, subject: &str, schema: 
 async fn main() {
     let count: usize = std::env::args().nth(1).and_then(|n| n.parse().ok()).unwrap_or(200_000);
     per_core(count);
-    end_to_end(count / 4).await;
+    end_to_end(count / 8).await;
 }
