@@ -209,7 +209,8 @@ impl Shared {
     /// Like [`Shared::publish_as`], leaving the writers' wake-up to the caller's `flush`, so a
     /// batch of server messages (acks, consumer deliveries) wakes each writer once.
     pub fn publish_batched(&self, route_subject: &str, message: &Message<'_>, flush: &mut FlushSet) -> usize {
-        let matches = self.router.matches(route_subject);
+        // Server messages mostly go to one-off inboxes: look them up without filling the cache.
+        let matches = self.router.matches_uncached(route_subject);
         delivery::fan_out(&self.router, &matches, message, None, flush)
     }
 

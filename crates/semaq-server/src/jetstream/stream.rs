@@ -104,6 +104,8 @@ pub type PublishOutcome = Result<(u64, bool), ApiError>;
 /// Recent `Nats-Msg-Id`s within the duplicate window, oldest first.
 #[derive(Debug, Default)]
 struct Dedup {
+    /// Whether the window was rebuilt from the store since start (see [`recover_dedup`]).
+    loaded: bool,
     by_id: HashMap<String, u64>,
     order: VecDeque<(i64, String)>,
     last_msg_id: Option<String>,
@@ -127,6 +129,40 @@ impl Dedup {
         self.order.push_back((now_ns, id.to_string()));
         self.last_msg_id = Some(id.to_string());
     }
+}
+
+/// Rebuilds the dedup window from the stored messages of the last `window_ns` (reading their
+/// headers), as it is needed: only once a message with `Nats-Msg-Id` or
+/// `Nats-Expected-Last-Msg-Id` arrives, so streams that never use ids restart without reading
+/// their recent payloads (nats-server loads it lazily too).
+fn recover_dedup(store: &dyn StreamStore, window_ns: i64) -> Dedup {
+    let mut dedup = Dedup { loaded: true, ..Dedup::default() };
+    let state = store.state();
+    let oldest_ns = now_ns() - window_ns;
+    let mut seq = state.last_seq;
+    let mut found = Vec::new();
+    let mut newest_has_id = None;
+    while seq >= state.first_seq && seq > 0 && found.len() < limits::DEDUP_IDS_MAX {
+        match store.get(seq) {
+            Ok(Some(message)) if message.timestamp_ns < oldest_ns => break,
+            Ok(Some(message)) => {
+                let id = message.headers.as_deref().and_then(|h| header_value(h, header::MSG_ID));
+                newest_has_id.get_or_insert(id.is_some());
+                if let Some(id) = id {
+                    found.push((message.timestamp_ns, id, message.seq));
+                }
+            }
+            _ => {}
+        }
+        seq -= 1;
+    }
+    for (timestamp_ns, id, seq) in found.into_iter().rev() {
+        dedup.record(&id, seq, timestamp_ns);
+    }
+    if newest_has_id == Some(false) {
+        dedup.last_msg_id = None;
+    }
+    dedup
 }
 
 /// A stream and its store.
@@ -188,7 +224,8 @@ impl Stream {
             stop: tokio::sync::Notify::new(),
             shared,
         });
-        let dedup = stream.recover_dedup();
+        // A new stream has nothing to rebuild; a restored one rebuilds on first use.
+        let dedup = Dedup { loaded: last_seq == 0, ..Dedup::default() };
         tokio::spawn(Arc::clone(&stream).ingest_loop(inbound, dedup));
         stream
     }
@@ -326,39 +363,6 @@ impl Stream {
         }
     }
 
-    /// Rebuilds the dedup window from the newest stored messages' `Nats-Msg-Id` headers.
-    fn recover_dedup(&self) -> Dedup {
-        let window_ns = self.duplicate_window_ns();
-        let mut dedup = Dedup::default();
-        let store = self.store();
-        let state = store.state();
-        let oldest_ns = now_ns() - window_ns;
-        let mut seq = state.last_seq;
-        let mut found = Vec::new();
-        let mut newest_has_id = None;
-        while seq >= state.first_seq && seq > 0 && found.len() < limits::DEDUP_IDS_MAX {
-            match store.get(seq) {
-                Ok(Some(message)) if message.timestamp_ns < oldest_ns => break,
-                Ok(Some(message)) => {
-                    let id = message.headers.as_deref().and_then(|h| header_value(h, header::MSG_ID));
-                    newest_has_id.get_or_insert(id.is_some());
-                    if let Some(id) = id {
-                        found.push((message.timestamp_ns, id, message.seq));
-                    }
-                }
-                _ => {}
-            }
-            seq -= 1;
-        }
-        for (timestamp_ns, id, seq) in found.into_iter().rev() {
-            dedup.record(&id, seq, timestamp_ns);
-        }
-        if newest_has_id == Some(false) {
-            dedup.last_msg_id = None;
-        }
-        dedup
-    }
-
     fn duplicate_window_ns(&self) -> i64 {
         let window = self.config().duplicate_window;
         if window > 0 {
@@ -404,7 +408,8 @@ impl Stream {
                     if received == 0 {
                         break;
                     }
-                    self.store_batch(&mut batch, &mut dedup, &mut acks);
+                    // The fsync blocks: let the runtime move other tasks off this worker meanwhile.
+                    tokio::task::block_in_place(|| self.store_batch(&mut batch, &mut dedup, &mut acks));
                     self.send_acks(&mut acks);
                 }
                 _ = self.stop.notified() => break,
@@ -458,9 +463,9 @@ impl Stream {
                 Some(Err(refused)) => Err(refused),
                 Some(Ok(())) => {
                     crate::registry::binding::record_producer(&self.shared, &mut message);
-                    store_one(&config, store.as_mut(), dedup, &message, now)
+                    store_one(&config, store.as_mut(), dedup, &message, (now, window_ns))
                 }
-                None => store_one(&config, store.as_mut(), dedup, &message, now),
+                None => store_one(&config, store.as_mut(), dedup, &message, (now, window_ns)),
             };
             if let (Ok((seq, false)), Some(consumers)) = (&outcome, &interest) {
                 let wanted = consumers.iter().any(|c| super::consumer::validate::filter_matches(c, &message.subject));
@@ -558,7 +563,7 @@ fn store_one(
     store: &mut dyn StreamStore,
     dedup: &mut Dedup,
     message: &Inbound,
-    now: i64,
+    (now, window_ns): (i64, i64),
 ) -> PublishOutcome {
     if config.sealed {
         return Err(ApiError::sealed());
@@ -572,6 +577,11 @@ fn store_one(
         None => None,
     };
     let msg_id = headers.as_ref().and_then(|h| h.get(header::MSG_ID)).map(str::to_string);
+    let wants_ids = msg_id.is_some() || headers.as_ref().is_some_and(|h| h.get(header::EXPECTED_LAST_MSG_ID).is_some());
+    if wants_ids && !dedup.loaded {
+        *dedup = recover_dedup(store, window_ns);
+        dedup.expire(now, window_ns);
+    }
     if let Some(headers) = &headers {
         check_expectations(config, store, dedup, headers, &message.subject)?;
     }

@@ -194,6 +194,20 @@ impl<T: Clone + Eq + Hash> Router<T> {
         true
     }
 
+    /// Like [`Router::matches`], but a miss is not cached: for one-off subjects such as the
+    /// reply inboxes of PubAcks, which would otherwise keep evicting the subjects worth caching.
+    pub fn matches_uncached(&self, subject: &str) -> Arc<Matches<T>> {
+        self.counters.matches.fetch_add(1, Ordering::Relaxed);
+        if let Some(hit) = read(&self.cache).get(subject).cloned() {
+            self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
+            return hit;
+        }
+        if !subject::is_routable(subject) {
+            return Arc::clone(&self.empty);
+        }
+        self.walk(subject).0
+    }
+
     /// Subscribers the literal `subject` reaches; an invalid subject reaches nobody.
     pub fn matches(&self, subject: &str) -> Arc<Matches<T>> {
         self.counters.matches.fetch_add(1, Ordering::Relaxed);

@@ -456,3 +456,14 @@ proptest! {
         prop_assert_eq!((router.count(), router.node_count()), (0, 0));
     }
 }
+
+#[test]
+fn uncached_lookups_match_like_cached_ones_and_leave_the_cache_alone() {
+    let router = router();
+    add(&router, "_INBOX.*", 1);
+    assert_eq!(router.matches_uncached("_INBOX.a").plain, [1]);
+    assert_eq!(router.cache_len(), 0);
+    router.matches("_INBOX.b");
+    assert_eq!(router.cache_len(), 1);
+    assert_eq!(router.matches_uncached("_INBOX.b").plain, [1]);
+}
