@@ -11,10 +11,11 @@ use futures::StreamExt;
 const SEMAQ: &str = env!("CARGO_BIN_EXE_semaq");
 const WAIT_LIMIT: Duration = Duration::from_secs(15);
 
-/// A nats-server on a free loopback port, killed on drop.
+/// A nats-server on a random loopback port, killed on drop.
 struct NatsServer {
     url: String,
     child: Child,
+    _ports_dir: tempfile::TempDir,
 }
 
 impl NatsServer {
@@ -24,19 +25,33 @@ impl NatsServer {
             eprintln!("skipping {test}: nats-server is not on PATH");
             return None;
         };
-        let port = free_port();
+        // `-p -1` lets nats-server pick its own port, named in its ports file: probing a port
+        // chosen beforehand could reach another test's server on the same port.
+        let ports_dir = tempfile::tempdir().expect("ports dir");
         let child = Command::new(program)
-            .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+            .args(["-a", "127.0.0.1", "-p", "-1", "--ports_file_dir"])
+            .arg(ports_dir.path())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("nats-server starts");
+        let ports_file = ports_dir.path().join(format!("nats-server_{}.ports", child.id()));
         let deadline = Instant::now() + WAIT_LIMIT;
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        let url = loop {
+            let ports =
+                std::fs::read(&ports_file).ok().and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+            if let Some(url) = ports.as_ref().and_then(|p| p["nats"][0].as_str()) {
+                break url.to_string();
+            }
+            assert!(Instant::now() < deadline, "nats-server did not write its ports file");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let address = url.trim_start_matches("nats://").to_string();
+        while TcpStream::connect(&address).is_err() {
             assert!(Instant::now() < deadline, "nats-server did not accept connections");
             std::thread::sleep(Duration::from_millis(20));
         }
-        Some(NatsServer { url: format!("nats://127.0.0.1:{port}"), child })
+        Some(NatsServer { url, child, _ports_dir: ports_dir })
     }
 
     /// A `semaq` command pointed at this server.
