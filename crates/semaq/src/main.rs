@@ -14,6 +14,7 @@ mod output;
 mod parse;
 mod pubsub;
 mod schema;
+mod stream;
 
 use std::process::ExitCode;
 
@@ -44,6 +45,10 @@ enum Command {
     Bench(bench::BenchArgs),
     /// The server's schema registry: register, list, show, check, delete, config, infer
     Schema(schema::SchemaArgs),
+    /// JetStream streams: add (with a schema binding), ls, info, rm
+    Stream(stream::StreamArgs),
+    /// Durable JetStream consumers: add (with a CEL filter), ls, rm
+    Consumer(stream::ConsumerArgs),
 }
 
 fn main() -> ExitCode {
@@ -66,6 +71,8 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Req(args) => pubsub::request(&target, args).await,
         Command::Bench(args) => bench::run(&target, args).await,
         Command::Schema(args) => schema::run(&target, args).await,
+        Command::Stream(args) => stream::run_stream(&target, args).await,
+        Command::Consumer(args) => stream::run_consumer(&target, args).await,
     }
 }
 

@@ -29,6 +29,10 @@ pub struct PubArgs {
     /// Print nothing on success
     #[arg(long, short)]
     quiet: bool,
+    /// Publish through JetStream and wait for each PubAck, so a stream's refusal (a schema
+    /// violation, say) is an error; without it a stream subject gets a fire-and-forget publish
+    #[arg(long)]
+    js: bool,
 }
 
 /// Arguments of `semaq sub`.
@@ -77,6 +81,7 @@ pub async fn publish(target: &Target, args: PubArgs) -> Result<()> {
     // Only a UTF-8 body can carry the `{{i}}` placeholder; binary bodies go out unchanged.
     let template = std::str::from_utf8(&body).ok().filter(|text| text.contains("{{i}}"));
     let mut bytes_total = 0usize;
+    let mut jetstream = None;
     for number in 1..=args.count {
         let payload = match template {
             Some(text) => Bytes::from(text.replace("{{i}}", &number.to_string())),
@@ -84,6 +89,19 @@ pub async fn publish(target: &Target, args: PubArgs) -> Result<()> {
         };
         bytes_total += payload.len();
         let subject = args.subject.clone();
+        if args.js {
+            let context = jetstream.get_or_insert_with(|| async_nats::jetstream::new(client.clone()));
+            let ack = match &headers {
+                Some(headers) => context.publish_with_headers(subject, headers.clone(), payload).await,
+                None => context.publish(subject, payload).await,
+            }
+            .with_context(|| format!("cannot publish to {}", args.subject))?;
+            let ack = ack.await.with_context(|| format!("stream refused the message on {}", args.subject))?;
+            if !args.quiet {
+                eprintln!("Stored in stream {} at sequence {}", ack.stream, ack.sequence);
+            }
+            continue;
+        }
         let sent = match &headers {
             Some(headers) => client.publish_with_headers(subject, headers.clone(), payload).await,
             None => client.publish(subject, payload).await,

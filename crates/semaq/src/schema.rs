@@ -104,6 +104,16 @@ pub async fn run(target: &Target, args: SchemaArgs) -> Result<()> {
     Ok(())
 }
 
+/// Registers `file` under `subject` exactly as `semaq schema register SUBJECT FILE` does
+/// (type from the extension), returning the registry's answer (`{"id": ...}`).
+pub async fn register_file(target: &Target, subject: &str, file: &Path) -> Result<Value> {
+    let command = SchemaCommand::Register { subject: subject.to_string(), file: file.to_path_buf(), schema_type: None };
+    let (operation, body) = request_for(command.with_schema_file()?)?;
+    call(target, operation, &body)
+        .await
+        .with_context(|| format!("cannot register {} as schema subject {subject}", file.display()))
+}
+
 /// A command with its schema file already read.
 struct Parts {
     command: SchemaCommand,

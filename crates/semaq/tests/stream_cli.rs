@@ -1,0 +1,194 @@
+//! `semaq stream` and `semaq consumer` against a real `semaq-server` (the seed walkthrough:
+//! an L2 stream bound to an Avro schema, a refused payload, a CEL-filtered consumer).
+//!
+//! Cargo gives this crate's tests only `semaq`'s own binaries, so `semaq-server` is found next to
+//! `semaq` in the same target directory; `cargo test --workspace` (`./scripts/test`) builds it.
+//! With only `cargo test -p semaq` it may be missing, and the test says so and skips.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const SEMAQ: &str = env!("CARGO_BIN_EXE_semaq");
+
+/// A semaq-server on a random loopback port with its store in a temp dir, killed on drop.
+struct SemaqServer {
+    url: String,
+    child: Child,
+    dir: tempfile::TempDir,
+}
+
+impl SemaqServer {
+    fn start(test: &str) -> Option<SemaqServer> {
+        let program = server_path();
+        if !program.is_file() {
+            eprintln!("skipping {test}: {} is not built (cargo build -p semaq-server)", program.display());
+            return None;
+        }
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut child = Command::new(&program)
+            .args(["-a", "127.0.0.1", "-p", "-1", "-m", "-1", "-sd"])
+            .arg(dir.path().join("store"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("semaq-server starts");
+        let stderr = child.stderr.take().expect("stderr piped");
+        let (sender, log) = mpsc::channel();
+        std::thread::spawn(move || {
+            // Keep draining so the server never blocks on a full pipe.
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = sender.send(line);
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut address = None;
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let line = log.recv_timeout(remaining).expect("semaq-server did not become ready");
+            if let Some(rest) = line.split("Listening for client connections on ").nth(1) {
+                address = Some(rest.trim().to_string());
+            }
+            if line.contains("Server is ready") {
+                break;
+            }
+        }
+        let url = format!("nats://{}", address.expect("client address logged"));
+        Some(SemaqServer { url, child, dir })
+    }
+
+    /// Runs `semaq ARGS --server URL` in the server's temp dir.
+    fn semaq(&self, args: &[&str]) -> Output {
+        Command::new(SEMAQ)
+            .args(args)
+            .args(["--server", &self.url])
+            .current_dir(self.dir.path())
+            .env_remove("SEMAQ_URL")
+            .env_remove("NATS_URL")
+            .output()
+            .expect("semaq runs")
+    }
+}
+
+impl Drop for SemaqServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn server_path() -> PathBuf {
+    let semaq = Path::new(SEMAQ);
+    semaq.with_file_name(format!("semaq-server{}", std::env::consts::EXE_SUFFIX))
+}
+
+fn stdout_of(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr_of(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Asserts success, showing stderr otherwise.
+fn ok(output: Output) -> Output {
+    assert!(output.status.success(), "semaq failed: {}", stderr_of(&output));
+    output
+}
+
+/// Asserts exit code 1 with exactly one `semaq: ...` line on stderr, and returns that line.
+fn one_line_failure(output: Output) -> String {
+    assert_eq!(output.status.code(), Some(1), "expected failure, got stdout {}", stdout_of(&output));
+    let stderr = stderr_of(&output);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "expected one error line: {stderr}");
+    assert!(lines[0].starts_with("semaq: "), "{stderr}");
+    lines[0].to_string()
+}
+
+fn stored_messages(server: &SemaqServer, stream: &str) -> u64 {
+    let info: serde_json::Value =
+        serde_json::from_str(&stdout_of(&ok(server.semaq(&["stream", "info", stream])))).expect("stream info is JSON");
+    info["state"]["messages"].as_u64().expect("state.messages")
+}
+
+const AI_EVENT_V1: &str = r#"{"type": "record", "name": "AiEvent", "fields": [
+  {"name": "model_id", "type": "string"},
+  {"name": "confidence", "type": "double"},
+  {"name": "input_tokens", "type": "int"}
+]}"#;
+
+const VALID: &str = r#"{"model_id":"llama3-70b","confidence":0.92,"input_tokens":128}"#;
+const MISTYPED: &str = r#"{"model_id":"llama3-70b","confidence":"high","input_tokens":128}"#;
+
+#[test]
+fn seed_walkthrough_l2_stream_refuses_a_mistyped_payload() {
+    let Some(server) = SemaqServer::start("seed_walkthrough_l2_stream_refuses_a_mistyped_payload") else { return };
+    std::fs::write(server.dir.path().join("ai-event-v1.avsc"), AI_EVENT_V1).expect("write schema");
+
+    let added = ok(server.semaq(&["stream", "add", "AI_EVENTS", "--subjects", "ai.>", "--schema", "ai-event-v1.avsc"]));
+    let summary = stdout_of(&added);
+    assert!(summary.contains("Created stream AI_EVENTS"), "{summary}");
+    assert!(summary.contains("ai.>"), "{summary}");
+    assert!(summary.contains("level:     2"), "{summary}");
+    assert!(summary.contains("schema:    ai-event-v1"), "{summary}");
+    // The file was registered under its stem, as `semaq schema register` would.
+    let shown = stdout_of(&ok(server.semaq(&["schema", "show", "ai-event-v1"])));
+    assert!(shown.contains("AiEvent"), "{shown}");
+
+    // Plain `semaq pub` is fire-and-forget: both exit 0, only the valid one is stored.
+    ok(server.semaq(&["pub", "ai.inference", VALID]));
+    ok(server.semaq(&["pub", "ai.inference", MISTYPED]));
+    // Another connection's publishes may still be in flight: wait for the first one to land.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while stored_messages(&server, "AI_EVENTS") == 0 {
+        assert!(Instant::now() < deadline, "the valid message was not stored");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(stored_messages(&server, "AI_EVENTS"), 1);
+
+    // `--js` waits for the PubAck, so the refusal is a one-line error naming the violation.
+    let refused = one_line_failure(server.semaq(&["pub", "--js", "ai.inference", MISTYPED]));
+    assert!(refused.contains("$.confidence"), "{refused}");
+    assert!(refused.contains("ai-event-v1"), "{refused}");
+    let stored = ok(server.semaq(&["pub", "--js", "ai.inference", VALID]));
+    assert!(stderr_of(&stored).contains("Stored in stream AI_EVENTS at sequence 2"), "{}", stderr_of(&stored));
+    // Sequence 2 (not 3) and two messages: the mistyped core publish was never stored.
+    assert_eq!(stored_messages(&server, "AI_EVENTS"), 2);
+
+    let listed = stdout_of(&ok(server.semaq(&["stream", "ls"])));
+    assert_eq!(listed.trim(), "AI_EVENTS");
+}
+
+#[test]
+fn consumer_filters_are_checked_by_the_server() {
+    let Some(server) = SemaqServer::start("consumer_filters_are_checked_by_the_server") else { return };
+    ok(server.semaq(&["stream", "add", "AI_EVENTS", "--subjects", "ai.>", "--storage", "memory"]));
+
+    let added = ok(server.semaq(&["consumer", "add", "AI_EVENTS", "hi", "--filter", "confidence > 0.85"]));
+    assert!(stdout_of(&added).contains("Created pull consumer hi on AI_EVENTS"), "{}", stdout_of(&added));
+    let bad = one_line_failure(server.semaq(&["consumer", "add", "AI_EVENTS", "bad", "--filter", "confidence >"]));
+    assert!(bad.contains("semaq.filter") && bad.contains("column"), "{bad}");
+
+    assert_eq!(stdout_of(&ok(server.semaq(&["consumer", "ls", "AI_EVENTS"]))).trim(), "hi");
+    ok(server.semaq(&["consumer", "rm", "AI_EVENTS", "hi"]));
+    assert_eq!(stdout_of(&ok(server.semaq(&["consumer", "ls", "AI_EVENTS"]))).trim(), "");
+}
+
+#[test]
+fn stream_errors_are_one_line() {
+    let Some(server) = SemaqServer::start("stream_errors_are_one_line") else { return };
+    ok(server.semaq(&["stream", "add", "A", "--subjects", "a.>", "--max-msgs", "10", "--max-age", "1h"]));
+    let overlap = one_line_failure(server.semaq(&["stream", "add", "B", "--subjects", "a.x"]));
+    assert!(overlap.contains("overlap"), "{overlap}");
+    let unknown = one_line_failure(server.semaq(&["stream", "add", "C", "--subjects", "c", "--schema", "no-such"]));
+    assert!(unknown.contains("no-such"), "{unknown}");
+    let bad_sync = one_line_failure(server.semaq(&["stream", "add", "D", "--subjects", "d", "--sync", "sometimes"]));
+    assert!(bad_sync.contains("--sync"), "{bad_sync}");
+
+    ok(server.semaq(&["stream", "rm", "A"]));
+    let gone = one_line_failure(server.semaq(&["stream", "info", "A"]));
+    assert!(gone.contains("not found"), "{gone}");
+}
