@@ -3,7 +3,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// A running server process, killed on drop.
@@ -48,32 +48,9 @@ impl TestServer {
     }
 
     /// Spawns `command` and waits for `Server is ready`.
-    pub fn spawn(mut command: Command, dir: tempfile::TempDir) -> Self {
-        let mut child = command.stderr(Stdio::piped()).stdout(Stdio::null()).spawn().expect("spawn semaq-server");
-        let stderr = child.stderr.take().expect("stderr");
-        let (sender, log) = mpsc::channel();
-        std::thread::spawn(move || {
-            // Keep draining after the test stops listening, so the server never blocks on a full pipe.
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = sender.send(line);
-            }
-        });
-        let (mut addr, mut http) = (None, None);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            let line = log.recv_timeout(remaining).unwrap_or_else(|_| panic!("server did not become ready"));
-            if let Some(rest) = line.split("Listening for client connections on ").nth(1) {
-                addr = rest.trim().parse().ok();
-            }
-            if let Some(rest) = line.split("Starting http monitor on ").nth(1) {
-                http = rest.trim().parse().ok();
-            }
-            if line.contains("Server is ready") {
-                break;
-            }
-        }
-        Self { child, addr: addr.expect("client address logged"), http, _dir: dir }
+    pub fn spawn(command: Command, dir: tempfile::TempDir) -> Self {
+        let Started { child, addr, http, .. } = start_process(command);
+        Self { child, addr, http, _dir: dir }
     }
 
     /// `nats://host:port`.
@@ -144,6 +121,53 @@ pub async fn sync_via(client: &async_nats::Client, subject: &str) {
         matches!(&outcome, Err(error) if error.kind() == async_nats::RequestErrorKind::NoResponders),
         "sync round trip: {outcome:?}"
     );
+}
+
+/// A started `semaq-server` process and what its log said.
+pub struct Started {
+    /// The process.
+    pub child: Child,
+    /// Client address.
+    pub addr: SocketAddr,
+    /// Monitoring address, when enabled.
+    pub http: Option<SocketAddr>,
+    /// Every log line so far (kept filling while the process runs).
+    pub log: Arc<Mutex<Vec<String>>>,
+}
+
+/// Spawns `command` (a semaq-server), keeps draining its log, and waits for `Server is ready`.
+pub fn start_process(mut command: Command) -> Started {
+    let mut child = command.stderr(Stdio::piped()).stdout(Stdio::null()).spawn().expect("spawn semaq-server");
+    let stderr = child.stderr.take().expect("stderr");
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let (sender, lines) = mpsc::channel();
+    let kept = log.clone();
+    std::thread::spawn(move || {
+        // Keep draining after the test stops listening, so the server never blocks on a full pipe.
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            kept.lock().unwrap_or_else(|p| p.into_inner()).push(line.clone());
+            let _ = sender.send(line);
+        }
+    });
+    let (mut addr, mut http) = (None, None);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let Ok(line) = lines.recv_timeout(remaining) else {
+            let _ = child.kill();
+            panic!("server did not become ready; log:\n{}", log.lock().unwrap_or_else(|p| p.into_inner()).join("\n"));
+        };
+        if let Some(rest) = line.split("Listening for client connections on ").nth(1) {
+            addr = rest.trim().parse().ok();
+        }
+        if let Some(rest) = line.split("Starting http monitor on ").nth(1) {
+            http = rest.trim().parse().ok();
+        }
+        if line.contains("Server is ready") {
+            break;
+        }
+    }
+    Started { child, addr: addr.expect("client address logged"), http, log }
 }
 
 /// Sends a signal with the `kill` command (no libc in tests).

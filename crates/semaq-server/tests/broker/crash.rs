@@ -23,18 +23,19 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::future::IntoFuture;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::jetstream::{self, consumer, stream};
 use futures::StreamExt;
 use tokio::sync::watch;
+
+use crate::common::{start_process, Started};
 
 /// Outstanding publish acks the publisher keeps in flight.
 const ACK_WINDOW: usize = 256;
@@ -53,40 +54,10 @@ struct Broker {
 impl Broker {
     /// Starts on `store` and waits for `Server is ready`.
     fn start(store: &Path) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_semaq-server"))
-            .args(["-a", "127.0.0.1", "-p", "-1", "-m", "-1", "-js", "-sd"])
-            .arg(store)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn semaq-server");
-        let stderr = child.stderr.take().expect("stderr");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let (lines, received) = mpsc::channel();
-        let kept = log.clone();
-        std::thread::spawn(move || {
-            // Keep draining until the process is gone, so it never blocks on a full pipe.
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                kept.lock().unwrap().push(line.clone());
-                let _ = lines.send(line);
-            }
-        });
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let mut addr = None;
-        loop {
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            let Ok(line) = received.recv_timeout(remaining) else {
-                let _ = child.kill();
-                panic!("server did not become ready; log:\n{}", log.lock().unwrap().join("\n"));
-            };
-            if let Some(rest) = line.split("Listening for client connections on ").nth(1) {
-                addr = rest.trim().parse().ok();
-            }
-            if line.contains("Server is ready") {
-                break;
-            }
-        }
-        Self { child, addr: addr.expect("client address logged"), log }
+        let mut command = Command::new(env!("CARGO_BIN_EXE_semaq-server"));
+        command.args(["-a", "127.0.0.1", "-p", "-1", "-m", "-1", "-js", "-sd"]).arg(store);
+        let Started { child, addr, log, .. } = start_process(command);
+        Self { child, addr, log }
     }
 
     async fn client(&self) -> async_nats::Client {

@@ -119,6 +119,20 @@ pub struct Published {
     pub first_failure: Option<String>,
 }
 
+impl Published {
+    /// Nothing sent yet.
+    fn new() -> Self {
+        Published {
+            sent: 0,
+            acked: 0,
+            elapsed: Duration::ZERO,
+            latency: latency_histogram(),
+            failed: 0,
+            first_failure: None,
+        }
+    }
+}
+
 /// How a pipelined publisher stops: after `msgs`, or when `deadline` has passed since the first publish.
 pub struct PublishPlan {
     /// Messages to publish.
@@ -133,14 +147,7 @@ pub struct PublishPlan {
 pub async fn publish_pipelined(stream: &BenchStream, plan: &PublishPlan, progress: &ProgressBar) -> Result<Published> {
     let payload = Bytes::from(vec![b'x'; plan.size]);
     let mut in_flight = FuturesUnordered::new();
-    let mut outcome = Published {
-        sent: 0,
-        acked: 0,
-        elapsed: Duration::ZERO,
-        latency: latency_histogram(),
-        failed: 0,
-        first_failure: None,
-    };
+    let mut outcome = Published::new();
     let started = Instant::now();
     while outcome.sent < plan.msgs {
         if outcome.sent.is_multiple_of(CHECK_EVERY_MSGS) {
@@ -282,14 +289,7 @@ async fn publish_one_at_a_time(stream: &BenchStream, load: &Load, progress: &Pro
         let ack = stream.context.publish(stream.subject.clone(), payload.clone()).await.context("cannot publish")?;
         ack.await.context("warm-up publish not acknowledged")?;
     }
-    let mut outcome = Published {
-        sent: 0,
-        acked: 0,
-        elapsed: Duration::ZERO,
-        latency: latency_histogram(),
-        failed: 0,
-        first_failure: None,
-    };
+    let mut outcome = Published::new();
     let started = Instant::now();
     while outcome.sent < load.msgs && started.elapsed() < load.duration {
         let sent_at = Instant::now();
