@@ -156,6 +156,14 @@ impl Default for StreamConfig {
     }
 }
 
+impl StreamConfig {
+    /// The semantic level the metadata declares (`semaq.level`; absent or unreadable: 1, which
+    /// stream create refuses before it gets here).
+    pub fn level(&self) -> u8 {
+        self.metadata.get(crate::registry::binding::LEVEL_KEY).and_then(|text| text.trim().parse().ok()).unwrap_or(1)
+    }
+}
+
 /// Which message a new consumer starts at.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
