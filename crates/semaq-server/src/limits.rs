@@ -105,3 +105,24 @@ pub const FILTERED_SUBSCRIPTIONS_PER_CONNECTION_MAX: usize = 1024;
 pub const FILTERED_SUBSCRIPTIONS_MAX: usize = 64 * 1024;
 /// Messages a filtered consumer skips in one look for its next match before yielding.
 pub const FILTER_SKIP_MESSAGES_MAX: usize = 16 * 1024;
+/// Schema versions L4 auto-evolution may register for one stream within [`SCHEMA_EVOLUTION_RATE_WINDOW`].
+pub const SCHEMA_EVOLUTIONS_PER_STREAM_PER_MINUTE_MAX: usize = 10;
+/// The window [`SCHEMA_EVOLUTIONS_PER_STREAM_PER_MINUTE_MAX`] counts over.
+pub const SCHEMA_EVOLUTION_RATE_WINDOW: Duration = Duration::from_secs(60);
+/// New fields one auto-evolution may add (a payload with more is refused).
+pub const SCHEMA_EVOLUTION_FIELDS_MAX: usize = 64;
+/// `Semaq-Parent` references one message may carry.
+pub const LINEAGE_PARENTS_PER_MESSAGE_MAX: usize = 64;
+/// Longest single `Semaq-Parent` reference.
+pub const LINEAGE_REFERENCE_BYTES_MAX: usize = 512;
+/// Newest messages of each stream searched to resolve a `Nats-Msg-Id` parent (within the
+/// stream's duplicate window, like the dedup window itself).
+pub const LINEAGE_MSG_ID_SCAN_MESSAGES_MAX: usize = 1024;
+/// Streams searched to resolve one `Nats-Msg-Id` parent (the publishing stream first).
+pub const LINEAGE_MSG_ID_SCAN_STREAMS_MAX: usize = 64;
+/// Generations a lineage query walks up from its message (a request may ask for fewer).
+pub const LINEAGE_DEPTH_MAX: usize = 64;
+/// Nodes one lineage answer holds (a request may ask for fewer).
+pub const LINEAGE_NODES_MAX: usize = 1000;
+/// Lineage API requests queued before new ones are refused.
+pub const LINEAGE_API_QUEUE_REQUESTS_MAX: usize = 256;

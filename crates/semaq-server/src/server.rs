@@ -301,6 +301,7 @@ impl Server {
             let jetstream = JetStream::start(&shared)?;
             crate::jetstream::api::start(&shared, jetstream.clone());
             crate::jetstream::consumers::subscribe(&shared, &jetstream);
+            crate::jetstream::lineage::start(&shared, &jetstream);
             let _ = shared.jetstream.set(jetstream);
         }
         Ok(Self { shared, listener, http_listener })

@@ -270,6 +270,9 @@ pub fn stream_info(stream: &Stream) -> Value {
     if let Some(damage) = state.corruption {
         info["semaq"] = json!({ "corruption": damage });
     }
+    let level = crate::registry::binding::describe_level(&stream.shared(), &stream.config());
+    info["semaq"]["level"] = level["level"].clone();
+    info["semaq"]["enforces"] = level["enforces"].clone();
     info
 }
 

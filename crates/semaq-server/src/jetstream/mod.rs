@@ -4,6 +4,7 @@
 //! - [`errors`]: the API's error codes.
 //! - [`stream`]: capture, checks, group-committed appends and PubAcks.
 //! - [`api`]: the request handlers.
+//! - [`lineage`]: L4 `Semaq-Parent` checks at publish and the `$SEMAQ.API.LINEAGE` graph.
 //!
 //! On disk, under the store directory: `jetstream/streams/<name>/stream.json` (config and
 //! creation time) and `jetstream/streams/<name>/msgs/` (the `semaq-store` log).
@@ -13,6 +14,7 @@ pub mod config;
 pub mod consumer;
 pub mod consumers;
 pub mod errors;
+pub mod lineage;
 pub mod stream;
 
 use std::collections::BTreeMap;

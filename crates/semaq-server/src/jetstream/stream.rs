@@ -445,6 +445,8 @@ impl Stream {
         acks: &mut Vec<(Option<String>, PublishOutcome)>,
     ) {
         let config = self.config();
+        // L4 lineage, before the store lock: resolving a parent's Msg-Id reads other streams.
+        let mut parents = super::lineage::Parents::check(self, &config, batch);
         let window_ns = self.duplicate_window_ns();
         let mut store = self.store();
         let now = now_ns();
@@ -455,11 +457,15 @@ impl Stream {
             == super::config::Retention::Interest)
             .then(|| self.consumers().iter().map(|c| c.config()).collect());
         // L2: the bound schema version, resolved once per batch (None for unbound streams).
-        let schema = crate::registry::binding::for_stream(&self.shared, &config.metadata);
-        for mut message in batch.drain(..) {
+        let mut schema = crate::registry::binding::for_stream(&self.shared, &config);
+        for (index, mut message) in batch.drain(..).enumerate() {
             let size = message.subject.len() + message.headers.as_ref().map_or(0, Bytes::len) + message.payload.len();
             self.ingest_budget.give_back(size);
-            let mut outcome = match schema.as_ref().map(|schema| schema.check(&message.payload)) {
+            let checked = match parents.apply(index, &mut message) {
+                Err(refused) => Some(Err(refused)),
+                Ok(()) => schema.as_mut().map(|schema| schema.check(&message.payload)),
+            };
+            let mut outcome = match checked {
                 Some(Err(refused)) => Err(refused),
                 Some(Ok(())) => {
                     crate::registry::binding::record_producer(&self.shared, &mut message);

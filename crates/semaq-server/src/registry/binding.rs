@@ -1,5 +1,8 @@
-//! L2 streams: a stream whose metadata says `semaq.level` ≥ 2 and `semaq.schema` (optionally
-//! `semaq.schema.version`) stores only messages that validate against that subject's schema.
+//! Levels and L2 streams: a stream whose metadata says `semaq.level` ≥ 2 and `semaq.schema`
+//! (optionally `semaq.schema.version`) stores only messages that validate against that subject's
+//! schema; on L4 with `semaq.evolve: auto` the schema widens from payloads ([`super::evolve`]).
+//! Here too: the checks of the `semaq.*` level keys at stream create/update, and what a level
+//! enforces, for stream info.
 //!
 //! Payloads are JSON (Avro's JSON encoding for Avro) or Confluent's wire format: byte 0, a
 //! 4-byte big-endian schema id that must be a live version of the bound subject, then the
@@ -11,8 +14,13 @@ use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
 
+use serde_json::{json, Value};
+
+use super::evolve::{self, Evolver, EVOLVE_KEY};
 use super::format::Parsed;
+use super::types::SchemaType;
 use super::Registry;
+use crate::jetstream::config::StreamConfig;
 use crate::jetstream::errors::ApiError;
 use crate::jetstream::stream::{header_value, Inbound};
 use crate::server::{lock, Shared};
@@ -23,8 +31,16 @@ pub const LEVEL_KEY: &str = "semaq.level";
 pub const SCHEMA_KEY: &str = "semaq.schema";
 /// Stream metadata key: a pinned version of that subject (absent: the latest).
 pub const VERSION_KEY: &str = "semaq.schema.version";
+/// Stream metadata key (L4): the headers every message must carry, comma-separated.
+pub const REQUIRE_KEY: &str = "semaq.require";
+/// The headers an L4 stream requires when `semaq.require` is absent.
+pub const REQUIRE_DEFAULT: &str = "traceparent,Semaq-Session";
 /// The highest semantic level.
 const LEVEL_MAX: u8 = 4;
+/// Header names one `semaq.require` may list.
+const REQUIRED_HEADERS_MAX: usize = 32;
+/// Longest header name `semaq.require` accepts.
+const HEADER_NAME_BYTES_MAX: usize = 128;
 
 /// Which subject and version a stream is bound to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,13 +53,7 @@ pub struct Binding {
 
 /// Reads a stream's binding from its metadata; `None` below L2.
 pub fn from_metadata(metadata: &BTreeMap<String, String>) -> Result<Option<Binding>, String> {
-    let level = match metadata.get(LEVEL_KEY) {
-        None => 1,
-        Some(text) => match text.trim().parse::<u8>() {
-            Ok(level) if level <= LEVEL_MAX => level,
-            _ => return Err(format!("{LEVEL_KEY} must be 0 to {LEVEL_MAX}, not {text:?}")),
-        },
-    };
+    let level = level_of(metadata)?;
     let subject = metadata.get(SCHEMA_KEY).filter(|s| !s.is_empty());
     let version = match metadata.get(VERSION_KEY) {
         None => None,
@@ -60,17 +70,84 @@ pub fn from_metadata(metadata: &BTreeMap<String, String>) -> Result<Option<Bindi
     }
 }
 
-/// Refuses a stream config whose binding is malformed or names a subject or version the
-/// registry does not have (called when a stream is created or updated).
+/// The level in `semaq.level` (absent: 1).
+fn level_of(metadata: &BTreeMap<String, String>) -> Result<u8, String> {
+    match metadata.get(LEVEL_KEY) {
+        None => Ok(1),
+        Some(text) => match text.trim().parse::<u8>() {
+            Ok(level) if level <= LEVEL_MAX => Ok(level),
+            _ => Err(format!("{LEVEL_KEY} must be 0 to {LEVEL_MAX}, not {text:?}")),
+        },
+    }
+}
+
+/// Whether `semaq.evolve` says `auto`; anything but `auto` or `off` is an error.
+fn evolves(metadata: &BTreeMap<String, String>) -> Result<bool, String> {
+    match metadata.get(EVOLVE_KEY).map(|text| text.trim()) {
+        None | Some("off") => Ok(false),
+        Some("auto") => Ok(true),
+        Some(other) => Err(format!("{EVOLVE_KEY} must be auto or off, not {other:?}")),
+    }
+}
+
+/// The header names an L4 stream requires (`semaq.require`, else [`REQUIRE_DEFAULT`]).
+pub fn required_headers(metadata: &BTreeMap<String, String>) -> Result<Vec<String>, String> {
+    let text = metadata.get(REQUIRE_KEY).map_or(REQUIRE_DEFAULT, String::as_str);
+    let names: Vec<String> =
+        text.split(',').map(str::trim).filter(|name| !name.is_empty()).map(str::to_string).collect();
+    if names.len() > REQUIRED_HEADERS_MAX {
+        return Err(format!("{REQUIRE_KEY} may list at most {REQUIRED_HEADERS_MAX} headers"));
+    }
+    let valid =
+        |name: &str| name.len() <= HEADER_NAME_BYTES_MAX && name.bytes().all(|b| b.is_ascii_graphic() && b != b':');
+    match names.iter().find(|name| !valid(name)) {
+        Some(bad) => Err(format!("{REQUIRE_KEY}: {bad:?} is not a header name")),
+        None => Ok(names),
+    }
+}
+
+/// Refuses a stream config whose level keys are malformed or whose binding names a subject or
+/// version the registry does not have (called when a stream is created or updated).
 pub fn check_stream_metadata(registry: Option<&Registry>, metadata: &BTreeMap<String, String>) -> Result<(), ApiError> {
-    let Some(binding) = from_metadata(metadata).map_err(ApiError::invalid_stream_config)? else { return Ok(()) };
+    let invalid = ApiError::invalid_stream_config;
+    let level = level_of(metadata).map_err(invalid)?;
+    let evolve = evolves(metadata).map_err(invalid)?;
+    if evolve && level < LEVEL_MAX {
+        return Err(invalid(format!("{EVOLVE_KEY} auto needs {LEVEL_KEY} 4, not {level}")));
+    }
+    if metadata.contains_key(REQUIRE_KEY) && level < LEVEL_MAX {
+        return Err(invalid(format!("{REQUIRE_KEY} needs {LEVEL_KEY} 4, not {level}")));
+    }
+    required_headers(metadata).map_err(invalid)?;
+    let Some(binding) = from_metadata(metadata).map_err(invalid)? else { return Ok(()) };
     let Some(registry) = registry else {
         return Err(ApiError::invalid_stream_config("the schema registry is not available"));
     };
-    registry
+    let bound = registry
         .resolve(&binding.subject, binding.version)
-        .map_err(|error| ApiError::invalid_stream_config(format!("{SCHEMA_KEY} {:?}: {error}", binding.subject)))?;
+        .map_err(|error| invalid(format!("{SCHEMA_KEY} {:?}: {error}", binding.subject)))?;
+    if evolve {
+        if binding.version.is_some() {
+            return Err(invalid(format!("{EVOLVE_KEY} auto evolves the latest version: remove {VERSION_KEY}")));
+        }
+        let schema: Value = serde_json::from_str(&bound.schema.schema).unwrap_or(Value::Null);
+        if evolve::top_level_fields(bound.schema.schema_type, &schema).is_none() {
+            return Err(invalid(format!(
+                "{EVOLVE_KEY} auto needs an Avro record or an object JSON Schema; {:?} is {}",
+                binding.subject,
+                describe_type(bound.schema.schema_type)
+            )));
+        }
+    }
     Ok(())
+}
+
+fn describe_type(schema_type: SchemaType) -> &'static str {
+    match schema_type {
+        SchemaType::Protobuf => "Protobuf",
+        SchemaType::Avro => "an Avro schema that is not a record",
+        SchemaType::Json => "a JSON Schema that is not an object schema",
+    }
 }
 
 /// [`check_stream_metadata`] with the server's registry (the one line JetStream calls).
@@ -78,6 +155,52 @@ pub fn check_stream(shared: &Weak<Shared>, metadata: &BTreeMap<String, String>) 
     let shared = shared.upgrade();
     let registry = shared.as_ref().and_then(|shared| shared.registry.get());
     check_stream_metadata(registry.map(|registry| &**registry), metadata)
+}
+
+/// The level names of SPEC §1, by level.
+const LEVEL_NAMES: [&str; 5] =
+    ["ephemeral", "ordered durable", "schema-integral", "exactly-once", "traceable & autonomous"];
+
+/// `{"level", "name", "enforces": [...]}` for stream info: what the stream's level has the
+/// broker check on every message (each level includes those below it).
+pub fn describe_level(shared: &Weak<Shared>, config: &StreamConfig) -> Value {
+    let metadata = &config.metadata;
+    let level = level_of(metadata).unwrap_or(1);
+    let mut enforces: Vec<String> = Vec::new();
+    if level >= 1 {
+        enforces.push("ordered durable storage".into());
+    }
+    if level >= 2 {
+        if let Ok(Some(binding)) = from_metadata(metadata) {
+            enforces.push(describe_schema(shared, &binding));
+        }
+        enforces.push("producer recorded".into());
+    }
+    if level >= 3 {
+        enforces.extend(["producer sequences", "atomic batches", "double acks"].map(String::from));
+    }
+    if level >= 4 {
+        enforces.push("event time order".into());
+        if let Ok(headers) = required_headers(metadata) {
+            enforces.push(format!("required headers {}", headers.join(", ")));
+        }
+        enforces.extend(["hash chain", "parent references"].map(String::from));
+        if evolves(metadata) == Ok(true) {
+            enforces.push("schema auto-evolution".into());
+        }
+    }
+    json!({ "level": level, "name": LEVEL_NAMES[usize::from(level.min(LEVEL_MAX))], "enforces": enforces })
+}
+
+/// `schema ai-event-v1 v3` (with `(latest)` when not pinned).
+fn describe_schema(shared: &Weak<Shared>, binding: &Binding) -> String {
+    let registry = shared.upgrade().and_then(|shared| shared.registry.get().cloned());
+    let resolved = registry.and_then(|registry| registry.resolve_id(&binding.subject, binding.version).ok());
+    match (resolved, binding.version) {
+        (Some((version, _)), Some(_)) => format!("schema {} v{version}", binding.subject),
+        (Some((version, _)), None) => format!("schema {} v{version} (latest)", binding.subject),
+        (None, _) => format!("schema {} (unavailable)", binding.subject),
+    }
 }
 
 /// A stream's schema, resolved once per ingest batch.
@@ -95,13 +218,16 @@ pub enum SchemaCheck {
         parsed: Arc<Parsed>,
         /// For wire-format ids and counting refusals.
         registry: Arc<Registry>,
+        /// Set on L4 streams with `semaq.evolve: auto`.
+        evolver: Option<Box<Evolver>>,
     },
     /// The binding cannot be resolved now (subject deleted, ...): every message is refused.
     Unavailable(ApiError),
 }
 
-/// The check for a stream with this metadata, or `None` when it is not bound to a schema.
-pub fn for_stream(shared: &Weak<Shared>, metadata: &BTreeMap<String, String>) -> Option<SchemaCheck> {
+/// The check for a stream with this config, or `None` when it is not bound to a schema.
+pub fn for_stream(shared: &Weak<Shared>, config: &StreamConfig) -> Option<SchemaCheck> {
+    let metadata = &config.metadata;
     if !metadata.contains_key(SCHEMA_KEY) && !metadata.contains_key(LEVEL_KEY) {
         return None;
     }
@@ -117,8 +243,12 @@ pub fn for_stream(shared: &Weak<Shared>, metadata: &BTreeMap<String, String>) ->
         let parsed = registry.parsed(id)?;
         Ok((version, id, parsed))
     });
+    let auto = config.level() >= LEVEL_MAX && evolves(metadata) == Ok(true);
     Some(match resolved {
-        Ok((version, id, parsed)) => SchemaCheck::Ready { subject: binding.subject, version, id, parsed, registry },
+        Ok((version, id, parsed)) => {
+            let evolver = auto.then(|| Evolver::new(&config.name, shared, &registry, id)).flatten().map(Box::new);
+            SchemaCheck::Ready { subject: binding.subject, version, id, parsed, registry, evolver }
+        }
         Err(error) => SchemaCheck::Unavailable(ApiError::schema_violation(format!(
             "schema {:?} cannot be used: {error}",
             binding.subject
@@ -127,23 +257,43 @@ pub fn for_stream(shared: &Weak<Shared>, metadata: &BTreeMap<String, String>) ->
 }
 
 impl SchemaCheck {
-    /// Validates one payload; the refusal names the schema, version and first violation.
-    pub fn check(&self, payload: &[u8]) -> Result<(), ApiError> {
-        let SchemaCheck::Ready { subject, version, id, parsed, registry } = self else {
-            let SchemaCheck::Unavailable(error) = self else { return Ok(()) };
-            return Err(error.clone());
+    /// Validates one payload (evolving the schema first where the stream says so); the refusal
+    /// names the schema, version and first violation.
+    pub fn check(&mut self, payload: &[u8]) -> Result<(), ApiError> {
+        let outcome = match self {
+            SchemaCheck::Unavailable(error) => return Err(error.clone()),
+            SchemaCheck::Ready { subject, registry, .. } if payload.first() == Some(&0) => {
+                wire_format(registry, subject, payload)
+            }
+            SchemaCheck::Ready { .. } => self.check_json(payload),
         };
-        let outcome = match payload.first() {
-            Some(0) => wire_format(registry, subject, payload),
-            _ => match serde_json::from_slice(payload) {
-                Ok(value) => parsed.validate_json(&value).map_err(|v| (*version, *id, v.to_string())),
-                Err(error) => Err((*version, *id, format!("$: payload is not JSON: {error}"))),
-            },
-        };
+        let SchemaCheck::Ready { subject, registry, .. } = self else { return Ok(()) };
         outcome.map_err(|(version, id, reason)| {
             registry.refusals.fetch_add(1, Ordering::Relaxed);
             ApiError::schema_violation(format!("schema {subject:?} version {version} (id {id}): {reason}"))
         })
+    }
+
+    /// A JSON payload (Avro's JSON encoding for Avro); on error (version, id, reason).
+    fn check_json(&mut self, payload: &[u8]) -> Result<(), (u32, u32, String)> {
+        let SchemaCheck::Ready { subject, version, id, parsed, registry, evolver } = self else { return Ok(()) };
+        let value: Value = serde_json::from_slice(payload)
+            .map_err(|error| (*version, *id, format!("$: payload is not JSON: {error}")))?;
+        let verdict = parsed.validate_json(&value).map_err(|v| (*version, *id, v.to_string()));
+        let Some(evolver) = evolver.as_mut() else { return verdict };
+        let wanted = |object: &&serde_json::Map<String, Value>| verdict.is_err() || evolver.has_new_fields(object);
+        let Some(object) = value.as_object().filter(wanted) else { return verdict };
+        match evolver.attempt(registry, (subject, *version, *id), object, verdict.is_ok()) {
+            evolve::Outcome::Unchanged => verdict,
+            evolve::Outcome::Evolved(new_version, new_id, new_parsed) => {
+                (*version, *id, *parsed) = (new_version, new_id, new_parsed);
+                parsed.validate_json(&value).map_err(|v| (*version, *id, v.to_string()))
+            }
+            evolve::Outcome::Refused(report) => Err(match verdict {
+                Ok(()) => (*version, *id, report),
+                Err((version, id, violation)) => (version, id, format!("{violation}; {report}")),
+            }),
+        }
     }
 }
 
@@ -183,7 +333,7 @@ pub fn record_producer(shared: &Weak<Shared>, message: &mut Inbound) {
 }
 
 /// `block` (a `NATS/1.0` header block, or empty) with one more header line.
-fn with_header(block: &[u8], name: &str, value: &str) -> Vec<u8> {
+pub(crate) fn with_header(block: &[u8], name: &str, value: &str) -> Vec<u8> {
     let line = format!("{name}: {value}\r\n");
     match block.strip_suffix(b"\r\n\r\n") {
         Some(head) => [head, b"\r\n", line.as_bytes(), b"\r\n"].concat(),
@@ -203,6 +353,24 @@ mod tests {
         assert_eq!(extended, b"NATS/1.0\r\nNats-Msg-Id: 7\r\nSemaq-Producer: p\r\n\r\n");
         assert_eq!(header_value(&extended, "Nats-Msg-Id").as_deref(), Some("7"));
         assert_eq!(header_value(&extended, "semaq-producer").as_deref(), Some("p"));
+    }
+
+    #[test]
+    fn level_keys_are_checked_at_create() {
+        let meta = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let error = |pairs: &[(&str, &str)]| check_stream_metadata(None, &meta(pairs)).unwrap_err().description;
+        assert!(error(&[(LEVEL_KEY, "five")]).contains("must be 0 to 4"));
+        assert!(error(&[(EVOLVE_KEY, "auto")]).contains("needs semaq.level 4"));
+        assert!(error(&[(LEVEL_KEY, "4"), (SCHEMA_KEY, "s"), (EVOLVE_KEY, "sometimes")]).contains("auto or off"));
+        assert!(error(&[(LEVEL_KEY, "2"), (SCHEMA_KEY, "s"), (REQUIRE_KEY, "a")]).contains("needs semaq.level 4"));
+        assert!(error(&[(LEVEL_KEY, "4"), (SCHEMA_KEY, "s"), (REQUIRE_KEY, "a b")]).contains("not a header name"));
+        assert_eq!(required_headers(&meta(&[])).unwrap(), ["traceparent", "Semaq-Session"]);
+        assert_eq!(required_headers(&meta(&[(REQUIRE_KEY, " x-a, x-b ")])).unwrap(), ["x-a", "x-b"]);
+        let l1 = StreamConfig { name: "S".into(), ..StreamConfig::default() };
+        assert_eq!(
+            describe_level(&Weak::new(), &l1),
+            json!({"level": 1, "name": "ordered durable", "enforces": ["ordered durable storage"]})
+        );
     }
 
     #[test]

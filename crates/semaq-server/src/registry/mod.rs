@@ -5,7 +5,8 @@
 //! - [`format`], [`avro`], [`json_schema`], [`protobuf`]: parsing, compatibility and payload validation.
 //! - [`store`]: the file, written atomically and checksummed.
 //! - [`http`]: the Confluent REST API; [`nats`]: the same over `$SEMAQ.API.SCHEMA.*`.
-//! - [`binding`]: L2 streams bound to a subject validate what they store.
+//! - [`binding`]: L2 streams bound to a subject validate what they store; [`evolve`] and [`infer`]:
+//!   L4 streams widen their schema from payloads, with the inference `semaq schema infer` uses.
 //!
 //! Every change is made to a copy of the state, written to disk, and only then swapped in, so
 //! what a client was told was registered is on disk. The state lock is a leaf: taken alone.
@@ -13,8 +14,10 @@
 pub mod avro;
 pub mod binding;
 pub mod error;
+pub mod evolve;
 pub mod format;
 pub mod http;
+pub mod infer;
 pub mod json_schema;
 pub mod nats;
 pub mod protobuf;

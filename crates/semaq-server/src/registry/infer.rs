@@ -1,7 +1,9 @@
-//! `semaq schema infer`: proposes an Avro schema or a JSON Schema from JSON samples (one per
-//! line), with logical types where every sample agrees (uuid, RFC 3339 timestamps, dates,
-//! email, uri), enums for small closed sets of strings, optional fields where some samples lack
-//! them, nested records and arrays.
+//! Schema inference from JSON samples, shared by `semaq schema infer` (a whole schema from many
+//! samples) and L4 auto-evolution ([`super::evolve`]: the type of each new field of one payload).
+//!
+//! Proposes an Avro schema or a JSON Schema with logical types where every sample agrees (uuid,
+//! RFC 3339 timestamps, dates, email, uri), enums for small closed sets of strings, optional
+//! fields where some samples lack them, nested records and arrays.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -199,10 +201,45 @@ fn json_type(shape: &Shape) -> Value {
     }
 }
 
+/// How the payloads an Avro schema is inferred for are encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AvroEncoding {
+    /// Binary datums: RFC 3339 timestamps and dates become `timestamp-millis` longs and `date` ints.
+    Binary,
+    /// Avro's JSON encoding, where such a string would be refused: timestamps and dates stay strings.
+    Json,
+}
+
 /// An Avro record schema named `name` for the samples (which must be JSON objects).
 pub fn avro_schema(shape: &Shape, name: &str) -> Value {
     let mut names = BTreeSet::new();
-    avro_type(shape, name, &mut names)
+    avro_type(shape, name, &mut names, AvroEncoding::Binary)
+}
+
+/// The JSON Schema of one value, as `semaq schema infer` would type a field holding it.
+pub fn json_property(value: &Value) -> Value {
+    json_type(&shape_of(value))
+}
+
+/// An optional Avro record field (nullable, default null) for `value`, as `semaq schema infer`
+/// would type a field some samples lack; `names` holds the named types already taken.
+pub fn avro_optional_field(name: &str, value: &Value, names: &mut BTreeSet<String>, encoding: AvroEncoding) -> Value {
+    let field_type = avro_type(&shape_of(value), name, names, encoding);
+    let nullable =
+        field_type == json!("null") || field_type.as_array().is_some_and(|b| b.first() == Some(&json!("null")));
+    let field_type = if nullable { field_type } else { with_null(field_type) };
+    json!({"name": name, "type": field_type, "default": Value::Null})
+}
+
+/// The Avro type of `value` for a required field (a field whose type a payload changes).
+pub fn avro_field_type(name: &str, value: &Value, names: &mut BTreeSet<String>, encoding: AvroEncoding) -> Value {
+    avro_type(&shape_of(value), name, names, encoding)
+}
+
+fn shape_of(value: &Value) -> Shape {
+    let mut shape = Shape::default();
+    shape.add(value, 0);
+    shape
 }
 
 fn avro_name(field: &str) -> String {
@@ -232,7 +269,7 @@ fn is_symbol(text: &str) -> bool {
         && text.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-fn avro_type(shape: &Shape, name: &str, names: &mut BTreeSet<String>) -> Value {
+fn avro_type(shape: &Shape, name: &str, names: &mut BTreeSet<String>, encoding: AvroEncoding) -> Value {
     let mut branches: Vec<Value> = Vec::new();
     if shape.bools > 0 {
         branches.push(json!("boolean"));
@@ -243,8 +280,11 @@ fn avro_type(shape: &Shape, name: &str, names: &mut BTreeSet<String>) -> Value {
         branches.push(json!("long"));
     }
     if let Some(strings) = &shape.strings {
+        let binary = encoding == AvroEncoding::Binary;
         let logical = if strings.uuid {
             json!({"type": "string", "logicalType": "uuid"})
+        } else if (strings.timestamp || strings.date) && !binary {
+            json!("string")
         } else if strings.timestamp {
             json!({"type": "long", "logicalType": "timestamp-millis"})
         } else if strings.date {
@@ -258,14 +298,14 @@ fn avro_type(shape: &Shape, name: &str, names: &mut BTreeSet<String>) -> Value {
         branches.push(logical);
     }
     if let Some(element) = &shape.array {
-        branches.push(json!({"type": "array", "items": avro_type(element, &format!("{name}Item"), names)}));
+        branches.push(json!({"type": "array", "items": avro_type(element, &format!("{name}Item"), names, encoding)}));
     }
     if let Some(fields) = &shape.object {
         let record_name = unique(avro_name(name), names);
         let fields: Vec<Value> = fields
             .iter()
             .map(|(field_name, field)| {
-                let mut field_type = avro_type(field, field_name, names);
+                let mut field_type = avro_type(field, field_name, names, encoding);
                 let optional = field.seen < shape.objects;
                 if optional && field.nulls == 0 {
                     field_type = with_null(field_type);
@@ -304,7 +344,7 @@ fn with_null(schema: Value) -> Value {
 mod tests {
     use super::*;
 
-    fn shape_of(samples: &[Value]) -> Shape {
+    fn shape_of_all(samples: &[Value]) -> Shape {
         let mut shape = Shape::default();
         samples.iter().for_each(|sample| shape.add(sample, 0));
         shape
@@ -321,7 +361,7 @@ mod tests {
 
     #[test]
     fn json_schema_has_formats_enums_and_required_fields() {
-        let schema = json_schema(&shape_of(&samples()));
+        let schema = json_schema(&shape_of_all(&samples()));
         let properties = &schema["properties"];
         assert_eq!(properties["id"], json!({"type": "string", "format": "uuid"}));
         assert_eq!(properties["at"]["format"], "date-time");
@@ -343,7 +383,7 @@ mod tests {
 
     #[test]
     fn avro_schema_has_logical_types_optional_fields_and_nested_records() {
-        let schema = avro_schema(&shape_of(&samples()), "AiEvent");
+        let schema = avro_schema(&shape_of_all(&samples()), "AiEvent");
         assert_eq!(schema["type"], "record");
         assert_eq!(schema["name"], "AiEvent");
         let field =
@@ -356,5 +396,23 @@ mod tests {
         assert_eq!(field("tags")["type"], json!(["null", {"type": "array", "items": "string"}]));
         assert_eq!(field("user")["type"]["type"], "record");
         assert_eq!(field("score")["type"], "double");
+    }
+
+    #[test]
+    fn one_value_is_typed_as_a_field_of_many_samples_would_be() {
+        assert_eq!(
+            json_property(&json!("5f0c9a3e-8b7d-4c1e-9f2a-1b3c5d7e9f01")),
+            json!({"type": "string", "format": "uuid"})
+        );
+        assert_eq!(json_property(&json!(3)), json!({"type": "integer"}));
+        let mut names = BTreeSet::from(["Doc".to_string()]);
+        let field = avro_optional_field("doc", &json!({"id": 1}), &mut names, AvroEncoding::Json);
+        assert_eq!(field["default"], Value::Null);
+        assert_eq!(field["type"][0], "null");
+        assert_eq!(field["type"][1]["name"], "Doc2", "a taken name is not reused");
+        let at = json!("2026-01-02T03:04:05Z");
+        assert_eq!(avro_optional_field("at", &at, &mut names, AvroEncoding::Json)["type"], json!(["null", "string"]));
+        assert_eq!(avro_field_type("at", &at, &mut names, AvroEncoding::Binary)["logicalType"], "timestamp-millis");
+        assert_eq!(avro_optional_field("gone", &Value::Null, &mut names, AvroEncoding::Json)["type"], "null");
     }
 }

@@ -1,0 +1,470 @@
+//! L4 lineage: the `Semaq-Parent` graph (SPEC §2, §5).
+//!
+//! A message names what it was derived from in `Semaq-Parent`: comma-separated references, each
+//! `STREAM:SEQ` or a `Nats-Msg-Id` value (a reference shaped like `NAME:DIGITS` with a valid
+//! stream name is read as `STREAM:SEQ`; ids cannot contain commas). On L4 streams the broker
+//! checks them at publish, before the message is stored:
+//!
+//! - a malformed reference is refused;
+//! - `STREAM:SEQ` must name an existing stream and a sequence it has already stored (at most its
+//!   last sequence), so a message can only point backwards in time and cycles cannot be built;
+//! - a `Nats-Msg-Id` is looked up among the newest messages of each stream (the publishing
+//!   stream first), within that stream's duplicate window and at most
+//!   [`limits::LINEAGE_MSG_ID_SCAN_MESSAGES_MAX`] messages per stream, like the dedup window the
+//!   id was made for. When found, the resolution is stored with the message as
+//!   `Semaq-Parent-Resolved` (the references in order, ids replaced by `STREAM:SEQ`), so the
+//!   graph never changes when ids age out; an id not found stays an unresolved reference.
+//!
+//! `$SEMAQ.API.LINEAGE.<stream>.<seq>` answers the ancestry of one message as a graph of nodes
+//! and edges, walked breadth-first with a visited set (the walk also covers lower-level streams,
+//! whose references were never checked) and bounded in depth and nodes.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Arc, Weak};
+
+use bytes::Bytes;
+use semaq_store::StoredMessage;
+use semaq_wire::HeaderBlock;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use super::config::StreamConfig;
+use super::errors::ApiError;
+use super::stream::{header, header_value, now_ns, Inbound, Stream};
+use super::JetStream;
+use crate::delivery::{InternalSink, Message};
+use crate::limits;
+use crate::server::Shared;
+
+/// The header naming a message's parents.
+pub const PARENT_HEADER: &str = "Semaq-Parent";
+/// The header the broker adds with `Nats-Msg-Id` parents resolved to `STREAM:SEQ`.
+pub const RESOLVED_HEADER: &str = "Semaq-Parent-Resolved";
+/// The producer header (recorded by L2 and above).
+const PRODUCER_HEADER: &str = "Semaq-Producer";
+/// The event time header (L4).
+const EVENT_TIME_HEADER: &str = "Semaq-Event-Time";
+/// The chain hash header (L4 provenance).
+const HASH_HEADER: &str = "Semaq-Hash";
+/// The prefix of the lineage API subjects.
+pub const API_PREFIX: &str = "$SEMAQ.API.LINEAGE";
+/// The response type of the lineage API.
+const RESPONSE_TYPE: &str = "io.semaq.api.v1.lineage_response";
+
+/// One parent reference.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Reference {
+    /// A stored message.
+    Stored {
+        /// Its stream.
+        stream: String,
+        /// Its sequence.
+        seq: u64,
+    },
+    /// A `Nats-Msg-Id` value not resolved to a stored message.
+    MsgId(String),
+}
+
+impl Reference {
+    /// Reads one reference (already trimmed).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if text.is_empty() {
+            return Err("an empty reference".into());
+        }
+        if text.len() > limits::LINEAGE_REFERENCE_BYTES_MAX {
+            return Err(format!("a reference longer than {} bytes", limits::LINEAGE_REFERENCE_BYTES_MAX));
+        }
+        if text.chars().any(char::is_control) {
+            return Err(format!("{text:?} holds control characters"));
+        }
+        let stored = text.rsplit_once(':').filter(|(stream, seq)| {
+            super::is_valid_name(stream) && !seq.is_empty() && seq.bytes().all(|b| b.is_ascii_digit())
+        });
+        match stored {
+            Some((stream, seq)) => match seq.parse::<u64>() {
+                Ok(seq) if seq > 0 => Ok(Reference::Stored { stream: stream.to_string(), seq }),
+                _ => Err(format!("{text:?}: a sequence is a number from 1")),
+            },
+            None => Ok(Reference::MsgId(text.to_string())),
+        }
+    }
+
+    /// The node id in a lineage answer: `STREAM:SEQ`, or `msg-id:<id>`.
+    pub fn node_id(&self) -> String {
+        match self {
+            Reference::Stored { stream, seq } => format!("{stream}:{seq}"),
+            Reference::MsgId(id) => format!("msg-id:{id}"),
+        }
+    }
+}
+
+impl std::fmt::Display for Reference {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reference::Stored { stream, seq } => write!(f, "{stream}:{seq}"),
+            Reference::MsgId(id) => f.write_str(id),
+        }
+    }
+}
+
+/// Reads a `Semaq-Parent` value: comma-separated references, at most
+/// [`limits::LINEAGE_PARENTS_PER_MESSAGE_MAX`].
+pub fn parse_references(value: &str) -> Result<Vec<Reference>, String> {
+    let parts: Vec<&str> = value.split(',').map(str::trim).collect();
+    if parts.len() > limits::LINEAGE_PARENTS_PER_MESSAGE_MAX {
+        return Err(format!("more than {} parents", limits::LINEAGE_PARENTS_PER_MESSAGE_MAX));
+    }
+    parts.into_iter().map(Reference::parse).collect()
+}
+
+/// What the lineage checks decided for one message of an ingest batch.
+#[derive(Debug)]
+enum Decision {
+    /// Nothing to change.
+    Keep,
+    /// Store with this `Semaq-Parent-Resolved` value.
+    Record(String),
+    /// Refuse the message.
+    Refuse(ApiError),
+}
+
+/// The lineage decisions for an ingest batch, by position; empty below L4. Made before the
+/// stream's store lock is taken, because resolving an id reads other streams' stores and two
+/// streams holding their own lock while reading each other's would deadlock.
+#[derive(Debug, Default)]
+pub struct Parents {
+    decisions: Vec<Decision>,
+}
+
+impl Parents {
+    /// Checks the `Semaq-Parent` references of every message of `batch` (L4 streams only).
+    pub fn check(stream: &Stream, config: &StreamConfig, batch: &[Inbound]) -> Self {
+        if config.level() < 4 {
+            return Self::default();
+        }
+        let jetstream = stream.shared().upgrade().and_then(|shared| shared.jetstream.get().cloned());
+        let decisions = batch.iter().map(|message| decide(jetstream.as_deref(), &stream.name, message)).collect();
+        Self { decisions }
+    }
+
+    /// Applies the decision for the message at `index`: the resolution header is added, or the
+    /// refusal returned.
+    pub fn apply(&mut self, index: usize, message: &mut Inbound) -> Result<(), ApiError> {
+        let Some(decision) = self.decisions.get_mut(index) else { return Ok(()) };
+        match std::mem::replace(decision, Decision::Keep) {
+            Decision::Keep => Ok(()),
+            Decision::Refuse(error) => Err(error),
+            Decision::Record(resolved) => {
+                let block = message.headers.as_deref().unwrap_or_default();
+                let extended = crate::registry::binding::with_header(block, RESOLVED_HEADER, &resolved);
+                message.headers = Some(Bytes::from(extended));
+                Ok(())
+            }
+        }
+    }
+}
+
+/// A message refused for its lineage (SemaQ's own code: nats-server has none).
+fn refused(reason: impl std::fmt::Display) -> ApiError {
+    ApiError { code: 400, err_code: 10401, description: format!("invalid {PARENT_HEADER}: {reason}") }
+}
+
+fn decide(jetstream: Option<&JetStream>, own: &str, message: &Inbound) -> Decision {
+    let Some(block) = message.headers.as_deref() else { return Decision::Keep };
+    let Ok(headers) = HeaderBlock::parse(block) else { return Decision::Keep };
+    if headers.get(RESOLVED_HEADER).is_some() {
+        return Decision::Refuse(refused(format!("{RESOLVED_HEADER} is set by the server, not by publishers")));
+    }
+    let Some(value) = headers.get(PARENT_HEADER) else { return Decision::Keep };
+    let references = match parse_references(value) {
+        Ok(references) => references,
+        Err(reason) => return Decision::Refuse(refused(reason)),
+    };
+    let Some(jetstream) = jetstream else { return Decision::Refuse(refused("JetStream is not available")) };
+    let mut resolved_any = false;
+    let mut resolved = Vec::with_capacity(references.len());
+    for reference in references {
+        match &reference {
+            Reference::Stored { stream, seq } => {
+                let Some(parent) = jetstream.stream(stream) else {
+                    return Decision::Refuse(refused(format!("{reference}: no stream {stream:?}")));
+                };
+                let last = *parent.watch_last_seq().borrow();
+                if *seq > last {
+                    return Decision::Refuse(refused(format!(
+                        "{reference} is not stored yet (stream {stream} has stored up to sequence {last}): \
+                         a parent must be stored before its children"
+                    )));
+                }
+                resolved.push(reference.to_string());
+            }
+            Reference::MsgId(id) => match resolve_msg_id(jetstream, own, id) {
+                Some(found) => {
+                    resolved_any = true;
+                    resolved.push(found.to_string());
+                }
+                None => resolved.push(reference.to_string()),
+            },
+        }
+    }
+    if resolved_any {
+        Decision::Record(resolved.join(","))
+    } else {
+        Decision::Keep
+    }
+}
+
+/// Finds the stored message with `Nats-Msg-Id: id` among the newest of each stream (see the
+/// module doc for the bounds), the publishing stream `own` first.
+fn resolve_msg_id(jetstream: &JetStream, own: &str, id: &str) -> Option<Reference> {
+    let mut streams = jetstream.streams();
+    streams.sort_by_key(|stream| stream.name != own);
+    streams.iter().take(limits::LINEAGE_MSG_ID_SCAN_STREAMS_MAX).find_map(|stream| {
+        let seq = find_msg_id(stream, id)?;
+        Some(Reference::Stored { stream: stream.name.clone(), seq })
+    })
+}
+
+fn find_msg_id(stream: &Stream, id: &str) -> Option<u64> {
+    let window_ns = match stream.config().duplicate_window {
+        0 => super::config::DUPLICATE_WINDOW_DEFAULT_NS,
+        window => window,
+    };
+    let oldest_ns = now_ns() - window_ns;
+    let store = stream.store();
+    let state = store.state();
+    let mut seq = state.last_seq;
+    for _ in 0..limits::LINEAGE_MSG_ID_SCAN_MESSAGES_MAX {
+        if seq == 0 || seq < state.first_seq {
+            return None;
+        }
+        if let Ok(Some(message)) = store.get(seq) {
+            if message.timestamp_ns < oldest_ns {
+                return None;
+            }
+            if message.headers.as_deref().and_then(|h| header_value(h, header::MSG_ID)).as_deref() == Some(id) {
+                return Some(seq);
+            }
+        }
+        seq -= 1;
+    }
+    None
+}
+
+/// Optional body of a lineage request.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct LineageRequest {
+    /// Generations to walk up (at most [`limits::LINEAGE_DEPTH_MAX`]).
+    depth: Option<usize>,
+    /// Nodes to return (at most [`limits::LINEAGE_NODES_MAX`]).
+    nodes: Option<usize>,
+}
+
+/// The ancestry of `stream:seq` as `{root, nodes, edges, truncated, depth_max, nodes_max}`.
+pub fn ancestry(
+    jetstream: &JetStream,
+    stream: &str,
+    seq: u64,
+    depth_max: usize,
+    nodes_max: usize,
+) -> Result<Value, ApiError> {
+    let root_stream = jetstream.stream(stream).ok_or_else(ApiError::stream_not_found)?;
+    let root_message = root_stream.store().get(seq).map_err(super::stream::store_error)?;
+    if root_message.is_none() {
+        return Err(ApiError::no_message_found());
+    }
+    let root = Reference::Stored { stream: stream.to_string(), seq };
+    let mut visited = HashSet::from([root.clone()]);
+    let mut queue = VecDeque::from([(root.clone(), 0usize)]);
+    let (mut nodes, mut edges, mut truncated) = (Vec::new(), Vec::new(), false);
+    while let Some((reference, depth)) = queue.pop_front() {
+        let (mut node, parents) = describe(jetstream, &reference);
+        if depth >= depth_max && !parents.is_empty() {
+            node["more_parents"] = json!(true);
+            truncated = true;
+            nodes.push(node);
+            continue;
+        }
+        nodes.push(node);
+        for parent in parents {
+            if visited.contains(&parent) {
+                edges.push(json!({ "from": reference.node_id(), "to": parent.node_id() }));
+                continue;
+            }
+            if visited.len() >= nodes_max {
+                truncated = true;
+                continue;
+            }
+            edges.push(json!({ "from": reference.node_id(), "to": parent.node_id() }));
+            visited.insert(parent.clone());
+            queue.push_back((parent, depth + 1));
+        }
+    }
+    Ok(json!({
+        "type": RESPONSE_TYPE,
+        "root": root.node_id(),
+        "nodes": nodes,
+        "edges": edges,
+        "truncated": truncated,
+        "depth_max": depth_max,
+        "nodes_max": nodes_max,
+    }))
+}
+
+/// One node of the graph and its parents (none for messages that are not stored).
+fn describe(jetstream: &JetStream, reference: &Reference) -> (Value, Vec<Reference>) {
+    let id = reference.node_id();
+    let Reference::Stored { stream: name, seq } = reference else {
+        let Reference::MsgId(msg_id) = reference else { unreachable!("two variants") };
+        return (json!({ "id": id, "status": "unresolved", "msg_id": msg_id }), Vec::new());
+    };
+    let base = json!({ "id": id, "stream": name, "seq": seq });
+    let Some(stream) = jetstream.stream(name) else { return (with_status(base, "unknown_stream"), Vec::new()) };
+    let found = stream.store().get(*seq);
+    match found {
+        Ok(Some(message)) => stored_node(base, &message),
+        Ok(None) if *seq <= stream.state().last_seq => (with_status(base, "deleted"), Vec::new()),
+        Ok(None) => (with_status(base, "unknown"), Vec::new()),
+        Err(error) => {
+            let mut node = with_status(base, "unreadable");
+            node["error"] = json!(error.to_string());
+            (node, Vec::new())
+        }
+    }
+}
+
+fn with_status(mut node: Value, status: &str) -> Value {
+    node["status"] = json!(status);
+    node
+}
+
+fn stored_node(mut node: Value, message: &StoredMessage) -> (Value, Vec<Reference>) {
+    let headers = message.headers.as_deref().and_then(|block| HeaderBlock::parse(block).ok());
+    let get = |name: &str| headers.as_ref().and_then(|h| h.get(name)).map(str::to_string);
+    let stored_time = crate::clock::rfc3339(unix_ns_time(message.timestamp_ns));
+    node["status"] = json!("stored");
+    node["subject"] = json!(message.subject);
+    node["stored_time"] = json!(stored_time);
+    match get(EVENT_TIME_HEADER) {
+        Some(event_time) => node["time"] = json!(readable_event_time(&event_time)),
+        None => node["time"] = json!(stored_time),
+    }
+    for (key, name) in [("producer", PRODUCER_HEADER), ("hash", HASH_HEADER), ("msg_id", header::MSG_ID)] {
+        if let Some(value) = get(name) {
+            node[key] = json!(value);
+        }
+    }
+    let references = get(RESOLVED_HEADER).or_else(|| get(PARENT_HEADER));
+    let parents = match references.as_deref().map(parse_references) {
+        None => Vec::new(),
+        Some(Ok(parents)) => parents,
+        Some(Err(reason)) => {
+            node["parent_error"] = json!(reason);
+            Vec::new()
+        }
+    };
+    node["parents"] = json!(parents.iter().map(Reference::node_id).collect::<Vec<_>>());
+    (node, parents)
+}
+
+fn unix_ns_time(unix_ns: i64) -> std::time::SystemTime {
+    std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_nanos(unix_ns.max(0) as u64)
+}
+
+/// An event time as RFC 3339: integer unix nanoseconds are converted, text is kept as sent.
+fn readable_event_time(text: &str) -> String {
+    match text.trim().parse::<i64>() {
+        Ok(unix_ns) => crate::clock::rfc3339(unix_ns_time(unix_ns)),
+        Err(_) => text.to_string(),
+    }
+}
+
+/// Answers one request on `$SEMAQ.API.LINEAGE.<stream>.<seq>`.
+pub fn handle(jetstream: &JetStream, subject: &str, payload: &[u8]) -> Value {
+    let answer = (|| {
+        let target = subject.strip_prefix(API_PREFIX).and_then(|rest| rest.strip_prefix('.'));
+        let (stream, seq) = target.and_then(|t| t.rsplit_once('.')).ok_or_else(ApiError::bad_request)?;
+        let seq: u64 = seq.parse().map_err(|_| ApiError::bad_request())?;
+        let request: LineageRequest = if payload.trim_ascii().is_empty() {
+            LineageRequest::default()
+        } else {
+            serde_json::from_slice(payload).map_err(ApiError::invalid_json)?
+        };
+        let depth = request.depth.unwrap_or(limits::LINEAGE_DEPTH_MAX).min(limits::LINEAGE_DEPTH_MAX);
+        let nodes = request.nodes.unwrap_or(limits::LINEAGE_NODES_MAX).clamp(1, limits::LINEAGE_NODES_MAX);
+        ancestry(jetstream, stream, seq, depth, nodes)
+    })();
+    answer.unwrap_or_else(|error| error.to_json(RESPONSE_TYPE))
+}
+
+#[derive(Debug)]
+struct Request {
+    subject: String,
+    reply: String,
+    payload: Bytes,
+}
+
+/// Queues lineage requests for the task that answers them (bounded).
+#[derive(Debug)]
+struct LineageSink {
+    queue: mpsc::Sender<Request>,
+}
+
+impl InternalSink for LineageSink {
+    fn receive(&self, message: &Message<'_>) -> bool {
+        let Some(reply) = message.reply else { return true };
+        let request = Request {
+            subject: message.subject.to_string(),
+            reply: reply.to_string(),
+            payload: Bytes::copy_from_slice(message.payload),
+        };
+        self.queue.try_send(request).is_ok()
+    }
+}
+
+/// Subscribes to `$SEMAQ.API.LINEAGE.>` and starts the task that answers.
+pub fn start(shared: &Arc<Shared>, jetstream: &Arc<JetStream>) {
+    let (queue, requests) = mpsc::channel(limits::LINEAGE_API_QUEUE_REQUESTS_MAX);
+    if let Err(error) = shared.subscribe_internal(&format!("{API_PREFIX}.>"), None, Arc::new(LineageSink { queue })) {
+        tracing::error!(%error, "cannot subscribe to the lineage API");
+        return;
+    }
+    tokio::spawn(serve(Arc::downgrade(shared), Arc::downgrade(jetstream), requests));
+}
+
+async fn serve(shared: Weak<Shared>, jetstream: Weak<JetStream>, mut requests: mpsc::Receiver<Request>) {
+    while let Some(request) = requests.recv().await {
+        let (Some(shared), Some(jetstream)) = (shared.upgrade(), jetstream.upgrade()) else { return };
+        // Reading stores blocks: let the runtime move other tasks off this worker meanwhile.
+        let answer = tokio::task::block_in_place(|| handle(&jetstream, &request.subject, &request.payload));
+        shared.publish(&request.reply, None, answer.to_string().as_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn references_are_stream_sequences_or_message_ids() {
+        let stored = |stream: &str, seq| Reference::Stored { stream: stream.into(), seq };
+        assert_eq!(
+            parse_references("QUERIES:1, q-17 ,a b:3").unwrap(),
+            vec![stored("QUERIES", 1), Reference::MsgId("q-17".into()), Reference::MsgId("a b:3".into())]
+        );
+        assert_eq!(Reference::parse("urn:uuid:5").unwrap(), stored("urn:uuid", 5), "stream names may hold colons");
+        assert!(Reference::parse("QUERIES:0").unwrap_err().contains("from 1"));
+        assert!(parse_references("A:1,,B:2").unwrap_err().contains("empty"));
+        assert!(parse_references(&vec!["A:1"; limits::LINEAGE_PARENTS_PER_MESSAGE_MAX + 1].join(",")).is_err());
+        assert_eq!(stored("A", 2).node_id(), "A:2");
+        assert_eq!(Reference::MsgId("x".into()).node_id(), "msg-id:x");
+    }
+
+    #[test]
+    fn event_times_read_as_rfc_3339() {
+        assert_eq!(readable_event_time("2026-01-02T03:04:05Z"), "2026-01-02T03:04:05Z");
+        assert!(readable_event_time("1767323045000000000").starts_with("2026-01-02T03:04:05"));
+    }
+}

@@ -1,0 +1,425 @@
+//! L4 auto-evolution: a stream with `semaq.evolve: auto`, bound to a JSON Schema or Avro subject
+//! (latest version), widens its schema from what it observes.
+//!
+//! A JSON payload whose top-level fields are not all in the schema, or that fails validation,
+//! is turned into a *proposal*: the schema plus each new field, typed by the same inference as
+//! `semaq schema infer` ([`super::infer`]) and optional (Avro: nullable, default null). When the
+//! proposal only adds fields, the registry checks it against the subject's compatibility mode and
+//! registers it as a new version; the message is then validated against it and stored, and
+//! `$SEMAQ.EVENT.SCHEMA.EVOLVED` announces the change.
+//!
+//! The broker never narrows or breaks a schema on its own: a payload that changes the type of a
+//! field or lacks a required one is refused, with what it would change and the registry's
+//! compatibility report for that change (a person registers breaking versions). Evolutions are
+//! bounded per stream per minute and in fields per evolution, so random keys cannot grow the
+//! registry without bound.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Instant;
+
+use serde_json::{json, Map, Value};
+
+use super::error::RegistryError;
+use super::format::{self, Parsed};
+use super::infer::{self, AvroEncoding};
+use super::types::{SchemaRequest, SchemaType};
+use super::Registry;
+use crate::limits;
+use crate::server::{lock, Shared};
+
+/// Stream metadata key: `auto` evolves the bound schema from payloads (L4 only); `off` (default) does not.
+pub const EVOLVE_KEY: &str = "semaq.evolve";
+/// Where each evolution is announced.
+pub const EVENT_SUBJECT: &str = "$SEMAQ.EVENT.SCHEMA.EVOLVED";
+
+/// Recent evolutions per (server, stream), for the per-minute bound. A process-wide map keeps
+/// the ingest path's types untouched; it holds at most one entry per stream that evolved.
+static RECENT: Mutex<BTreeMap<String, VecDeque<Instant>>> = Mutex::new(BTreeMap::new());
+
+/// What one stream's evolution needs, resolved with its schema once per ingest batch.
+#[derive(Debug)]
+pub struct Evolver {
+    stream: String,
+    shared: Weak<Shared>,
+    schema_type: SchemaType,
+    /// The bound version's schema as JSON.
+    schema: Value,
+    /// Its top-level field names: a payload with others is a candidate for evolution.
+    fields: BTreeSet<String>,
+}
+
+/// What a payload implies for the schema.
+#[derive(Debug, Default, PartialEq)]
+pub struct Proposal {
+    /// The schema with the changes applied.
+    pub schema: Value,
+    /// New (optional) fields.
+    pub added: Vec<String>,
+    /// Existing fields whose type the payload changes.
+    pub changed: Vec<String>,
+    /// Required fields the payload lacks.
+    pub removed: Vec<String>,
+}
+
+/// The result of one attempt, for [`super::binding::SchemaCheck`].
+#[derive(Debug)]
+pub enum Outcome {
+    /// Nothing to evolve; the current verdict stands.
+    Unchanged,
+    /// A new version was registered: (version, id, parsed).
+    Evolved(u32, u32, Arc<Parsed>),
+    /// Refused, with the reason (the compatibility report when there is one).
+    Refused(String),
+}
+
+impl Evolver {
+    /// The evolver of a stream whose metadata says `semaq.evolve: auto`, bound to schema `id`.
+    pub fn new(stream: &str, shared: &Weak<Shared>, registry: &Registry, id: u32) -> Option<Self> {
+        let stored = registry.schema_by_id(id).ok()?;
+        let schema: Value = serde_json::from_str(&stored.schema).ok()?;
+        let fields = top_level_fields(stored.schema_type, &schema)?;
+        Some(Self {
+            stream: stream.to_string(),
+            shared: shared.clone(),
+            schema_type: stored.schema_type,
+            schema,
+            fields,
+        })
+    }
+
+    /// Whether `object` has a top-level field the schema does not declare.
+    pub fn has_new_fields(&self, object: &Map<String, Value>) -> bool {
+        object.keys().any(|key| !self.fields.contains(key))
+    }
+
+    /// Tries to evolve `subject` (bound at `version`) so that `object` fits; `valid` says
+    /// whether it already fits the current version (an open JSON Schema accepts new fields).
+    pub fn attempt(
+        &mut self,
+        registry: &Registry,
+        (subject, version, id): (&str, u32, u32),
+        object: &Map<String, Value>,
+        valid: bool,
+    ) -> Outcome {
+        let proposal = match propose(self.schema_type, &self.schema, object) {
+            Ok(proposal) => proposal,
+            Err(reason) if valid => return self.unchanged_because(&reason),
+            Err(reason) => return Outcome::Refused(format!("auto-evolution cannot fit this payload: {reason}")),
+        };
+        if !proposal.changed.is_empty() || !proposal.removed.is_empty() {
+            return Outcome::Refused(breaking_report(registry, subject, self.schema_type, &proposal));
+        }
+        if proposal.added.is_empty() {
+            return Outcome::Unchanged;
+        }
+        if !self.within_rate() {
+            let reason = format!(
+                "auto-evolution limit reached: at most {} new schema versions per stream per minute",
+                limits::SCHEMA_EVOLUTIONS_PER_STREAM_PER_MINUTE_MAX
+            );
+            return if valid { self.unchanged_because(&reason) } else { Outcome::Refused(reason) };
+        }
+        let request = request_for(self.schema_type, &proposal.schema);
+        let new_id = match registry.register(subject, &request) {
+            Ok(new_id) => new_id,
+            Err(RegistryError::Incompatible { messages, .. }) if !valid => {
+                let mode = registry.config(Some(subject), true).map(|mode| mode.name()).unwrap_or_default();
+                return Outcome::Refused(format!(
+                    "auto-evolution adding {} is refused by the subject's {mode} compatibility: {}",
+                    quoted(&proposal.added),
+                    messages.join("; ")
+                ));
+            }
+            Err(error) if valid => return self.unchanged_because(&error.to_string()),
+            Err(error) => return Outcome::Refused(format!("auto-evolution failed: {error}")),
+        };
+        let Some(new_version) = registry.version_of_id(subject, new_id) else {
+            return Outcome::Refused(format!(
+                "auto-evolution registered schema id {new_id} but cannot find its version"
+            ));
+        };
+        let parsed = match registry.parsed(new_id) {
+            Ok(parsed) => parsed,
+            Err(error) => return Outcome::Refused(format!("auto-evolution failed: {error}")),
+        };
+        self.announce(subject, (version, id), (new_version, new_id), &proposal.added);
+        self.fields.extend(proposal.added.iter().cloned());
+        self.schema = proposal.schema;
+        Outcome::Evolved(new_version, new_id, parsed)
+    }
+
+    fn unchanged_because(&self, reason: &str) -> Outcome {
+        tracing::debug!(stream = %self.stream, %reason, "payload stored without evolving the schema");
+        Outcome::Unchanged
+    }
+
+    /// Counts one evolution of this stream if the per-minute bound allows it.
+    fn within_rate(&self) -> bool {
+        let server = self.shared.upgrade().map(|shared| shared.server_id.clone()).unwrap_or_default();
+        let key = format!("{server}/{}", self.stream);
+        let now = Instant::now();
+        let mut recent = lock(&RECENT);
+        recent.retain(|_, times| {
+            while times.front().is_some_and(|t| now.duration_since(*t) > limits::SCHEMA_EVOLUTION_RATE_WINDOW) {
+                times.pop_front();
+            }
+            !times.is_empty()
+        });
+        let times = recent.entry(key).or_default();
+        if times.len() >= limits::SCHEMA_EVOLUTIONS_PER_STREAM_PER_MINUTE_MAX {
+            return false;
+        }
+        times.push_back(now);
+        true
+    }
+
+    fn announce(&self, subject: &str, (old_version, old_id): (u32, u32), (version, id): (u32, u32), added: &[String]) {
+        tracing::info!(stream = %self.stream, %subject, old_version, version, ?added, "schema evolved");
+        let Some(shared) = self.shared.upgrade() else { return };
+        let event = json!({
+            "stream": self.stream,
+            "subject": subject,
+            "schema_type": self.schema_type.name(),
+            "old_version": old_version,
+            "old_id": old_id,
+            "new_version": version,
+            "new_id": id,
+            "added": added,
+            "time": crate::clock::rfc3339(std::time::SystemTime::now()),
+        });
+        shared.publish(EVENT_SUBJECT, None, event.to_string().as_bytes());
+    }
+}
+
+/// The top-level field names of an Avro record or an object JSON Schema; `None` for schemas
+/// auto-evolution cannot extend (not a record, not an object schema, Protobuf).
+pub fn top_level_fields(schema_type: SchemaType, schema: &Value) -> Option<BTreeSet<String>> {
+    match schema_type {
+        SchemaType::Avro if schema["type"] == "record" => {
+            Some(schema["fields"].as_array()?.iter().filter_map(|f| f["name"].as_str().map(str::to_string)).collect())
+        }
+        SchemaType::Json
+            if schema.is_object() && (schema["type"] == "object" || schema.get("properties").is_some()) =>
+        {
+            Some(
+                schema
+                    .get("properties")
+                    .and_then(Value::as_object)
+                    .map_or_else(BTreeSet::new, |p| p.keys().cloned().collect()),
+            )
+        }
+        _ => None,
+    }
+}
+
+/// The schema `object` implies: new fields added (optional), fields it gives another type
+/// changed to that type, required fields it lacks removed.
+pub fn propose(schema_type: SchemaType, schema: &Value, object: &Map<String, Value>) -> Result<Proposal, String> {
+    let known = top_level_fields(schema_type, schema).ok_or("the schema is not a record or an object schema")?;
+    let new_fields = object.keys().filter(|key| !known.contains(*key)).count();
+    if new_fields > limits::SCHEMA_EVOLUTION_FIELDS_MAX {
+        return Err(format!(
+            "{new_fields} new fields, more than the {} one evolution may add",
+            limits::SCHEMA_EVOLUTION_FIELDS_MAX
+        ));
+    }
+    let mut proposal = Proposal { schema: schema.clone(), ..Proposal::default() };
+    match schema_type {
+        SchemaType::Avro => add_and_remove_avro(&mut proposal, object, &known),
+        _ => add_and_remove_json(&mut proposal, object, &known),
+    }
+    retype_mismatches(schema_type, &mut proposal, object)?;
+    Ok(proposal)
+}
+
+fn add_and_remove_json(proposal: &mut Proposal, object: &Map<String, Value>, known: &BTreeSet<String>) {
+    let root = &mut proposal.schema;
+    let required: Vec<String> = root["required"]
+        .as_array()
+        .map_or(Vec::new(), |r| r.iter().filter_map(|n| n.as_str().map(str::to_string)).collect());
+    proposal.removed = required.iter().filter(|name| !object.contains_key(*name)).cloned().collect();
+    if root.get("required").is_some() {
+        let kept: Vec<&String> = required.iter().filter(|name| object.contains_key(*name)).collect();
+        root["required"] = json!(kept);
+    }
+    for (name, value) in object.iter().filter(|(name, _)| !known.contains(*name)) {
+        root["properties"][name] = infer::json_property(value);
+        proposal.added.push(name.clone());
+    }
+}
+
+fn add_and_remove_avro(proposal: &mut Proposal, object: &Map<String, Value>, known: &BTreeSet<String>) {
+    let mut names = BTreeSet::new();
+    avro_names(&proposal.schema, &mut names, 0);
+    let Some(fields) = proposal.schema["fields"].as_array_mut() else { return };
+    fields.retain(|field| {
+        let name = field["name"].as_str().unwrap_or_default();
+        let lacking = !object.contains_key(name) && field.get("default").is_none();
+        if lacking {
+            proposal.removed.push(name.to_string());
+        }
+        !lacking
+    });
+    for (name, value) in object.iter().filter(|(name, _)| !known.contains(*name)) {
+        fields.push(infer::avro_optional_field(name, value, &mut names, AvroEncoding::Json));
+        proposal.added.push(name.clone());
+    }
+}
+
+/// The names of every named Avro type in `schema`, so inferred records do not reuse one.
+fn avro_names(schema: &Value, names: &mut BTreeSet<String>, depth: usize) {
+    if depth > limits::SCHEMA_NESTING_DEPTH_MAX {
+        return;
+    }
+    match schema {
+        Value::Object(object) => {
+            let named = matches!(object.get("type").and_then(Value::as_str), Some("record" | "enum" | "fixed"));
+            if let (true, Some(name)) = (named, object.get("name").and_then(Value::as_str)) {
+                names.insert(name.rsplit('.').next().unwrap_or(name).to_string());
+            }
+            object.values().for_each(|value| avro_names(value, names, depth + 1));
+        }
+        Value::Array(items) => items.iter().for_each(|value| avro_names(value, names, depth + 1)),
+        _ => {}
+    }
+}
+
+/// Validates `object` against the proposal and retypes, one at a time, the top-level fields the
+/// violations point at (bounded by the number of fields).
+fn retype_mismatches(
+    schema_type: SchemaType,
+    proposal: &mut Proposal,
+    object: &Map<String, Value>,
+) -> Result<(), String> {
+    let payload = Value::Object(object.clone());
+    for _ in 0..=object.len() {
+        let text = proposal.schema.to_string();
+        let parsed = format::parse(schema_type, &text).map_err(|error| error.to_string())?;
+        let Err(violation) = parsed.validate_json(&payload) else { return Ok(()) };
+        let field = top_level_field(&violation.path).filter(|name| object.contains_key(name));
+        let Some(field) = field.filter(|name| !proposal.changed.contains(name) && !proposal.added.contains(name))
+        else {
+            return Err(violation.to_string());
+        };
+        retype(schema_type, &mut proposal.schema, &field, &object[&field]);
+        proposal.changed.push(field);
+    }
+    Err("the payload does not fit the schema".into())
+}
+
+fn retype(schema_type: SchemaType, schema: &mut Value, field: &str, value: &Value) {
+    if schema_type == SchemaType::Json {
+        schema["properties"][field] = infer::json_property(value);
+        return;
+    }
+    let mut names = BTreeSet::new();
+    avro_names(schema, &mut names, 0);
+    let new_type = infer::avro_field_type(field, value, &mut names, AvroEncoding::Json);
+    let entry = schema["fields"].as_array_mut().and_then(|fields| fields.iter_mut().find(|f| f["name"] == field));
+    if let Some(entry) = entry {
+        entry["type"] = new_type;
+        entry.as_object_mut().map(|f| f.remove("default"));
+    }
+}
+
+/// `$.a.b` / `$["a b"][0]` → `a` / `a b`.
+fn top_level_field(path: &str) -> Option<String> {
+    let rest = path.strip_prefix('$')?;
+    if let Some(dotted) = rest.strip_prefix('.') {
+        let end = dotted.find(['.', '[']).unwrap_or(dotted.len());
+        return Some(dotted[..end].to_string());
+    }
+    let quoted = rest.strip_prefix('[')?;
+    let mut stream = serde_json::Deserializer::from_str(quoted).into_iter::<String>();
+    stream.next()?.ok()
+}
+
+fn request_for(schema_type: SchemaType, schema: &Value) -> SchemaRequest {
+    SchemaRequest {
+        schema: schema.to_string(),
+        schema_type: Some(schema_type.name().to_string()),
+        ..SchemaRequest::default()
+    }
+}
+
+/// Why a breaking proposal is refused: what it would change and the registry's verdict on it.
+fn breaking_report(registry: &Registry, subject: &str, schema_type: SchemaType, proposal: &Proposal) -> String {
+    let mut changes = Vec::new();
+    if !proposal.changed.is_empty() {
+        changes.push(format!("change the type of {}", quoted(&proposal.changed)));
+    }
+    if !proposal.removed.is_empty() {
+        changes.push(format!("remove required {}", quoted(&proposal.removed)));
+    }
+    let mode = registry.config(Some(subject), true).map(|mode| mode.name()).unwrap_or_default();
+    let report = match registry.check(subject, None, &request_for(schema_type, &proposal.schema)) {
+        Ok(problems) if problems.is_empty() => format!("the {mode} compatibility check alone would allow it"),
+        Ok(problems) => format!("{mode} compatibility report: {}", problems.join("; ")),
+        Err(error) => format!("compatibility check failed: {error}"),
+    };
+    format!("auto-evolution only adds optional fields; this payload would {} ({report})", changes.join(" and "))
+}
+
+fn quoted(names: &[String]) -> String {
+    let names: Vec<String> = names.iter().map(|name| format!("'{name}'")).collect();
+    format!("field{} {}", if names.len() == 1 { "" } else { "s" }, names.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(value: Value) -> Map<String, Value> {
+        value.as_object().cloned().unwrap()
+    }
+
+    #[test]
+    fn a_new_field_is_added_optional_in_avro() {
+        let schema = json!({"type": "record", "name": "Ev", "fields": [{"name": "model", "type": "string"}]});
+        let proposal = propose(SchemaType::Avro, &schema, &object(json!({"model": "m", "score": 0.5}))).unwrap();
+        assert_eq!(proposal.added, ["score"]);
+        assert!(proposal.changed.is_empty() && proposal.removed.is_empty());
+        assert_eq!(proposal.schema["fields"][1], json!({"name": "score", "type": ["null", "double"], "default": null}));
+    }
+
+    #[test]
+    fn a_new_field_is_a_property_but_not_required_in_json_schema() {
+        let schema = json!({"type": "object", "properties": {"model": {"type": "string"}}, "required": ["model"]});
+        let proposal = propose(SchemaType::Json, &schema, &object(json!({"model": "m", "n": 2}))).unwrap();
+        assert_eq!(proposal.added, ["n"]);
+        assert_eq!(proposal.schema["properties"]["n"], json!({"type": "integer"}));
+        assert_eq!(proposal.schema["required"], json!(["model"]));
+    }
+
+    #[test]
+    fn type_changes_and_missing_required_fields_are_named() {
+        let schema = json!({"type": "record", "name": "Ev", "fields": [
+            {"name": "model", "type": "string"}, {"name": "confidence", "type": "double"}]});
+        let proposal = propose(SchemaType::Avro, &schema, &object(json!({"confidence": "high"}))).unwrap();
+        assert_eq!(proposal.changed, ["confidence"]);
+        assert_eq!(proposal.removed, ["model"]);
+        let json = json!({"type": "object", "properties": {"c": {"type": "number"}}, "required": ["c"]});
+        let proposal = propose(SchemaType::Json, &json, &object(json!({"c": "high"}))).unwrap();
+        assert_eq!(
+            (proposal.changed, proposal.schema["properties"]["c"].clone()),
+            (vec!["c".to_string()], json!({"type": "string"}))
+        );
+    }
+
+    #[test]
+    fn too_many_new_fields_are_refused() {
+        let schema = json!({"type": "object", "properties": {}});
+        let many: Map<String, Value> =
+            (0..=limits::SCHEMA_EVOLUTION_FIELDS_MAX).map(|i| (format!("k{i}"), json!(i))).collect();
+        assert!(propose(SchemaType::Json, &schema, &many).unwrap_err().contains("new fields"));
+    }
+
+    #[test]
+    fn violation_paths_name_their_top_level_field() {
+        assert_eq!(top_level_field("$.confidence").as_deref(), Some("confidence"));
+        assert_eq!(top_level_field("$.user.email").as_deref(), Some("user"));
+        assert_eq!(top_level_field("$[\"a b\"][0]").as_deref(), Some("a b"));
+        assert_eq!(top_level_field("$"), None);
+    }
+}
