@@ -4,8 +4,9 @@
 //! shares and turns connect failures into one line; `pubsub.rs` has `pub`, `sub` and `req`, printing through
 //! `output.rs`; `parse.rs` has the pure value parsers; `bench/` drives load against any NATS URL and
 //! compares semaq-server with nats-server; `schema.rs` talks to the schema registry over `$SEMAQ.API.SCHEMA`
-//! (its `infer` uses the server library's inference, the same auto-evolution uses). New command groups (`stream`, `consumer`, `verify`,
-//! `trace`, `agent`) get a module of their own and one arm in [`Command`].
+//! (`infer` uses the server library's inference, the one L4 auto-evolution uses); `stream.rs` has streams and
+//! consumers; `trace.rs` prints lineage graphs. New command groups (`verify`, `agent`) get a module of their
+//! own and one arm in [`Command`].
 
 mod bench;
 mod connect;
@@ -14,6 +15,7 @@ mod parse;
 mod pubsub;
 mod schema;
 mod stream;
+mod trace;
 
 use std::process::ExitCode;
 
@@ -48,6 +50,8 @@ enum Command {
     Stream(stream::StreamArgs),
     /// Durable JetStream consumers: add (with a CEL filter), ls, rm
     Consumer(stream::ConsumerArgs),
+    /// The lineage of a message (its Semaq-Parent ancestry across streams), as a tree or JSON
+    Trace(trace::TraceArgs),
 }
 
 fn main() -> ExitCode {
@@ -72,6 +76,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Schema(args) => schema::run(&target, args).await,
         Command::Stream(args) => stream::run_stream(&target, args).await,
         Command::Consumer(args) => stream::run_consumer(&target, args).await,
+        Command::Trace(args) => trace::run(&target, args).await,
     }
 }
 

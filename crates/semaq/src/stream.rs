@@ -1,6 +1,8 @@
 //! `semaq stream add|ls|info|rm` and `semaq consumer add|ls|rm`: JetStream streams and durable
 //! consumers through async-nats' jetstream module, with SemaQ's metadata keys (`semaq.level`,
-//! `semaq.schema`, `semaq.schema.version`, `semaq.sync`, `semaq.filter`) as flags.
+//! `semaq.schema`, `semaq.schema.version`, `semaq.evolve`, `semaq.require`, `semaq.sync`,
+//! `semaq.filter`) as flags. `info` and `add` show the level and what it enforces, from the
+//! `semaq` section of the server's stream info (which async-nats' typed info drops).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -9,6 +11,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context as _, Result};
 use async_nats::jetstream::{self, consumer, stream};
 use futures::TryStreamExt;
+use serde_json::Value;
 
 use crate::connect::Target;
 use crate::parse::{format_duration, parse_duration};
@@ -19,6 +22,10 @@ const LEVEL_KEY: &str = "semaq.level";
 const SCHEMA_KEY: &str = "semaq.schema";
 /// Stream metadata: the bound schema version.
 const VERSION_KEY: &str = "semaq.schema.version";
+/// Stream metadata: L4 schema auto-evolution (`auto` | `off`).
+const EVOLVE_KEY: &str = "semaq.evolve";
+/// Stream metadata: the headers an L4 stream requires.
+const REQUIRE_KEY: &str = "semaq.require";
 /// Stream metadata: the fsync policy.
 const SYNC_KEY: &str = "semaq.sync";
 /// Consumer metadata: the CEL content filter.
@@ -34,7 +41,7 @@ pub struct StreamArgs {
 #[derive(clap::Subcommand, Debug)]
 enum StreamCommand {
     /// Create a stream
-    Add(AddStream),
+    Add(Box<AddStream>),
     /// List streams
     Ls,
     /// Show a stream's configuration and state as JSON
@@ -68,8 +75,8 @@ struct AddStream {
     /// Discard messages older than this, e.g. 1h
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     max_age: Option<Duration>,
-    /// Semantic level (`semaq.level`); 2 checks every message against the schema
-    #[arg(long, value_name = "N")]
+    /// Semantic level 0-4 (`semaq.level`): 2 checks the schema, 3 exactly-once, 4 traceable & autonomous
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=4))]
     level: Option<u8>,
     /// A schema file to register (subject = file stem) or an existing registry subject
     #[arg(long, value_name = "FILE_OR_SUBJECT")]
@@ -77,6 +84,12 @@ struct AddStream {
     /// Bind this schema version instead of the latest
     #[arg(long, value_name = "V", requires = "schema")]
     schema_version: Option<u32>,
+    /// L4: evolve the bound schema from payloads with new fields: auto or off (`semaq.evolve`)
+    #[arg(long, value_name = "MODE")]
+    evolve: Option<String>,
+    /// L4: headers every message must carry, e.g. traceparent,Semaq-Session (`semaq.require`)
+    #[arg(long, value_name = "H1,H2")]
+    require: Option<String>,
     /// always, never or an interval like 100ms (`semaq.sync`)
     #[arg(long, value_name = "POLICY")]
     sync: Option<String>,
@@ -134,7 +147,7 @@ struct AddConsumer {
 pub async fn run_stream(target: &Target, args: StreamArgs) -> Result<()> {
     let context = jetstream::new(target.connect().await?);
     match args.command {
-        StreamCommand::Add(add) => add_stream(target, &context, add).await,
+        StreamCommand::Add(add) => add_stream(target, &context, *add).await,
         StreamCommand::Ls => {
             let names: Vec<String> = context.stream_names().try_collect().await.context("cannot list streams")?;
             if names.is_empty() {
@@ -149,6 +162,7 @@ pub async fn run_stream(target: &Target, args: StreamArgs) -> Result<()> {
             let mut stream = get_stream(&context, &name).await?;
             let info = stream.info().await.with_context(|| format!("cannot read stream {name}"))?;
             let state = &info.state;
+            let semaq = semaq_section(target, &context, &name).await?;
             let shown = serde_json::json!({
                 "config": info.config,
                 "created": info.created.to_string(),
@@ -159,7 +173,10 @@ pub async fn run_stream(target: &Target, args: StreamArgs) -> Result<()> {
                     "last_seq": state.last_sequence,
                     "consumer_count": state.consumer_count,
                 },
+                "semaq": semaq,
             });
+            // The level for a reader on stderr; stdout stays one JSON document for scripts.
+            eprint!("{}", describe_level(&semaq));
             println!("{}", serde_json::to_string_pretty(&shown)?);
             Ok(())
         }
@@ -237,7 +254,33 @@ async fn add_stream(target: &Target, context: &jetstream::Context, add: AddStrea
     if let Some(sync) = config.metadata.get(SYNC_KEY) {
         println!("  sync:      {sync}");
     }
+    let semaq = semaq_section(target, context, &config.name).await?;
+    if let Some(enforces) = semaq["enforces"].as_array().filter(|e| !e.is_empty()) {
+        let enforces: Vec<&str> = enforces.iter().filter_map(Value::as_str).collect();
+        println!("  enforces:  {}", enforces.join("; "));
+    }
     Ok(())
+}
+
+/// The `semaq` section of the server's stream info (level, what it enforces, ...); `null` from
+/// servers that have none (nats-server).
+async fn semaq_section(target: &Target, context: &jetstream::Context, name: &str) -> Result<Value> {
+    let subject = format!("$JS.API.STREAM.INFO.{name}");
+    let request = async_nats::Request::new().payload("".into()).timeout(Some(target.timeout));
+    let reply =
+        context.client().send_request(subject, request).await.with_context(|| format!("cannot read stream {name}"))?;
+    let info: Value = serde_json::from_slice(&reply.payload).context("the stream info is not JSON")?;
+    Ok(info.get("semaq").cloned().unwrap_or(Value::Null))
+}
+
+/// `Level 4 (...) enforces:` and one line per guarantee, for people.
+fn describe_level(semaq: &Value) -> String {
+    let Some(level) = semaq["level"].as_u64() else { return String::new() };
+    let mut text = format!("Level {level} enforces:\n");
+    for item in semaq["enforces"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+        text.push_str(&format!("  - {item}\n"));
+    }
+    text
 }
 
 /// Builds the stream's SemaQ metadata, registering `--schema FILE` first when it names a file.
@@ -266,6 +309,7 @@ async fn stream_metadata(target: &Target, add: &AddStream) -> Result<HashMap<Str
     if let Some(version) = add.schema_version {
         metadata.insert(VERSION_KEY.to_string(), version.to_string());
     }
+    level_flags(add, &mut metadata)?;
     if let Some(sync) = &add.sync {
         if sync != "always" && sync != "never" && parse_duration(sync).is_err() {
             bail!("--sync must be always, never or an interval like 100ms, not {sync:?}");
@@ -273,6 +317,27 @@ async fn stream_metadata(target: &Target, add: &AddStream) -> Result<HashMap<Str
         metadata.insert(SYNC_KEY.to_string(), sync.clone());
     }
     Ok(metadata)
+}
+
+/// `--evolve` and `--require`, checked here for a clear message (the server checks them too).
+fn level_flags(add: &AddStream, metadata: &mut HashMap<String, String>) -> Result<()> {
+    let level = metadata.get(LEVEL_KEY).and_then(|level| level.parse::<u8>().ok()).unwrap_or(1);
+    if let Some(evolve) = &add.evolve {
+        if evolve != "auto" && evolve != "off" {
+            bail!("--evolve must be auto or off, not {evolve:?}");
+        }
+        if evolve == "auto" && level < 4 {
+            bail!("--evolve auto needs --level 4");
+        }
+        metadata.insert(EVOLVE_KEY.to_string(), evolve.clone());
+    }
+    if let Some(require) = &add.require {
+        if level < 4 {
+            bail!("--require needs --level 4");
+        }
+        metadata.insert(REQUIRE_KEY.to_string(), require.clone());
+    }
+    Ok(())
 }
 
 fn storage_type(text: &str) -> Result<stream::StorageType> {
