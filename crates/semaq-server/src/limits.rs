@@ -105,7 +105,8 @@ pub const FILTERED_SUBSCRIPTIONS_PER_CONNECTION_MAX: usize = 1024;
 pub const FILTERED_SUBSCRIPTIONS_MAX: usize = 64 * 1024;
 /// Messages a filtered consumer skips in one look for its next match before yielding.
 pub const FILTER_SKIP_MESSAGES_MAX: usize = 16 * 1024;
-/// Schema versions L4 auto-evolution may register for one stream within [`SCHEMA_EVOLUTION_RATE_WINDOW`].
+/// Schema registrations L4 auto-evolution may attempt for one stream within [`SCHEMA_EVOLUTION_RATE_WINDOW`]
+/// (refused attempts count: each costs a compatibility check).
 pub const SCHEMA_EVOLUTIONS_PER_STREAM_PER_MINUTE_MAX: usize = 10;
 /// The window [`SCHEMA_EVOLUTIONS_PER_STREAM_PER_MINUTE_MAX`] counts over.
 pub const SCHEMA_EVOLUTION_RATE_WINDOW: Duration = Duration::from_secs(60);

@@ -10,8 +10,8 @@
 //!
 //! The broker never narrows or breaks a schema on its own: a payload that changes the type of a
 //! field or lacks a required one is refused, with what it would change and the registry's
-//! compatibility report for that change (a person registers breaking versions). Evolutions are
-//! bounded per stream per minute and in fields per evolution, so random keys cannot grow the
+//! compatibility report for that change (a person registers breaking versions). Registration
+//! attempts are bounded per stream per minute, and fields per evolution, so random keys cannot grow the
 //! registry without bound.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -115,7 +115,7 @@ impl Evolver {
         }
         if !self.within_rate() {
             let reason = format!(
-                "auto-evolution limit reached: at most {} new schema versions per stream per minute",
+                "auto-evolution limit reached: at most {} schema registrations per stream per minute",
                 limits::SCHEMA_EVOLUTIONS_PER_STREAM_PER_MINUTE_MAX
             );
             return if valid { self.unchanged_because(&reason) } else { Outcome::Refused(reason) };
@@ -154,7 +154,9 @@ impl Evolver {
         Outcome::Unchanged
     }
 
-    /// Counts one evolution of this stream if the per-minute bound allows it.
+    /// Counts one registration attempt of this stream if the per-minute bound allows it. Refused
+    /// attempts count too: each costs a compatibility check and a registry write, which is what
+    /// the bound protects.
     fn within_rate(&self) -> bool {
         let server = self.shared.upgrade().map(|shared| shared.server_id.clone()).unwrap_or_default();
         let key = format!("{server}/{}", self.stream);

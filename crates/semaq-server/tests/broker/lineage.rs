@@ -285,6 +285,30 @@ async fn a_closed_json_schema_evolves_and_the_compatibility_mode_is_respected() 
 }
 
 #[tokio::test]
+async fn random_keys_cannot_grow_the_registry_without_bound() {
+    let server = TestServer::start();
+    let client = server.client().await;
+    let v1 = json!({"type": "record", "name": "Ev", "fields": [{"name": "model", "type": "string"}]});
+    register(&client, "keys", &v1.to_string(), "AVRO").await;
+    let js = jetstream::new(client.clone());
+    let mut config = l4("KEYS", "keys.>", "keys");
+    config.metadata.insert("semaq.evolve".into(), "auto".into());
+    js.create_stream(config).await.unwrap();
+
+    let bound = semaq_server::limits::SCHEMA_EVOLUTIONS_PER_STREAM_PER_MINUTE_MAX as u64;
+    for n in 0..bound {
+        let ack = publish(&client, "keys.a", l4_headers(&[]), json!({"model": "m", format!("k{n}"): n})).await;
+        assert_eq!(ack["seq"], n + 1, "{ack}");
+    }
+    let refused = publish(&client, "keys.a", l4_headers(&[]), json!({"model": "m", "one_more": 1})).await;
+    assert!(error_of(&refused).contains("auto-evolution limit reached"), "{refused}");
+    let versions = schema_api(&client, "VERSIONS", json!({"subject": "keys"})).await;
+    assert_eq!(versions.as_array().map(Vec::len), Some(bound as usize + 1));
+    // Known fields still flow.
+    assert_eq!(publish(&client, "keys.a", l4_headers(&[]), json!({"model": "m", "k3": 3})).await["seq"], bound + 1);
+}
+
+#[tokio::test]
 async fn level_keys_are_checked_at_create_and_shown_in_stream_info() {
     let server = TestServer::start();
     let client = server.client().await;
