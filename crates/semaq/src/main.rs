@@ -15,6 +15,7 @@ mod parse;
 mod pubsub;
 mod schema;
 mod stream;
+mod verify;
 
 use std::process::ExitCode;
 
@@ -49,6 +50,8 @@ enum Command {
     Stream(stream::StreamArgs),
     /// Durable JetStream consumers: add (with a CEL filter), ls, rm
     Consumer(stream::ConsumerArgs),
+    /// Check a level 4 stream's hash chain and checkpoint signatures, online or on a stopped server's files
+    Verify(verify::VerifyArgs),
 }
 
 fn main() -> ExitCode {
@@ -73,6 +76,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Schema(args) => schema::run(&target, args).await,
         Command::Stream(args) => stream::run_stream(&target, args).await,
         Command::Consumer(args) => stream::run_consumer(&target, args).await,
+        Command::Verify(args) => verify::run(&target, args).await,
     }
 }
 

@@ -10,6 +10,7 @@ mod harness;
 mod jetstream;
 mod jetstream_api;
 mod jetstream_consumers;
+mod provenance;
 mod pubsub;
 mod raw_protocol;
 mod registry;
