@@ -282,8 +282,11 @@ fn describe(stream: &str, outcome: &Outcome, elapsed: Duration) -> String {
                 summary.checkpoints_matched,
                 summary.signed_through.map_or(String::new(), |seq| format!("; signed through seq {seq}"))
             ));
-            if summary.anchored {
-                lines.push("  note         the first message's predecessor is not stored: the walk starts from the hash it records".into());
+            if let (true, Some((first, _))) = (summary.anchored, summary.range) {
+                lines.push(format!(
+                    "  note         the walk starts from the predecessor hash seq {first} records (seq {} is not checked)",
+                    first.saturating_sub(1)
+                ));
             }
             if let Some((from, to)) = summary.unsigned() {
                 lines.push(format!("  note         seqs {from}..={to} are chained but not yet signed (the next checkpoint is at most 100 ms away)"));
