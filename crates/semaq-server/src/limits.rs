@@ -123,3 +123,5 @@ pub const PROVENANCE_PAGE_BYTES_MAX: usize = 1024 * 1024;
 pub const PROVENANCE_PAGE_LOCK_MESSAGES_MAX: usize = 256;
 /// Provenance API requests queued before new ones are refused.
 pub const PROVENANCE_API_QUEUE_REQUESTS_MAX: usize = 256;
+/// Level 4: headers `semaq.require` may name.
+pub const PROVENANCE_REQUIRED_HEADERS_MAX: usize = 16;

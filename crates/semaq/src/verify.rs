@@ -41,14 +41,17 @@ pub struct VerifyArgs {
 }
 
 /// What a walk found, whichever way the messages came.
-struct Outcome {
+pub(crate) struct Outcome {
     /// `online, nats://...` or `offline, <dir>`.
-    source: String,
-    key: PublicKey,
-    verified: u64,
-    result: Result<Summary, Break>,
+    pub(crate) source: String,
+    /// The key the checkpoints were checked with.
+    pub(crate) key: PublicKey,
+    /// Messages whose hash and link were checked.
+    pub(crate) verified: u64,
+    /// What the walk proved, or where it broke.
+    pub(crate) result: Result<Summary, Break>,
     /// Things worth saying that are not breaks.
-    notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
 }
 
 /// Runs `semaq verify`.
@@ -86,7 +89,8 @@ fn check_pinned(found: PublicKey, pinned: Option<PublicKey>) -> Result<PublicKey
     }
 }
 
-async fn online(target: &Target, stream: &str, from_seq: u64, pinned: Option<PublicKey>) -> Result<Outcome> {
+/// Verifies through the server's API (chain pages, the next fetched while one is checked).
+pub(crate) async fn online(target: &Target, stream: &str, from_seq: u64, pinned: Option<PublicKey>) -> Result<Outcome> {
     let client = target.connect().await?;
     let (key, checkpoints) = fetch_provenance(&client, stream, target.timeout).await?;
     let key = check_pinned(key, pinned)?;
@@ -187,7 +191,8 @@ async fn api_request(client: &async_nats::Client, subject: &str, body: Value, ti
     Ok(reply.payload)
 }
 
-fn offline(store_dir: &Path, stream: &str, from_seq: u64, pinned: Option<PublicKey>) -> Result<Outcome> {
+/// Verifies a stopped server's files in `store_dir`.
+pub(crate) fn offline(store_dir: &Path, stream: &str, from_seq: u64, pinned: Option<PublicKey>) -> Result<Outcome> {
     let stream_dir = store_dir.join("jetstream").join("streams").join(stream);
     let meta_path = stream_dir.join("stream.json");
     let meta: Value = std::fs::read(&meta_path)

@@ -111,7 +111,14 @@ pub fn check_config(old: Option<&StreamConfig>, new: &StreamConfig) -> Result<()
     if new.allow_rollup_hdrs {
         return refuse("allow_rollup_hdrs");
     }
-    for name in required_headers(new) {
+    let required = required_headers(new);
+    if required.len() > limits::PROVENANCE_REQUIRED_HEADERS_MAX {
+        return Err(ApiError::invalid_stream_config(format!(
+            "semaq.require names more than {} headers",
+            limits::PROVENANCE_REQUIRED_HEADERS_MAX
+        )));
+    }
+    for name in required {
         let valid = name.bytes().all(|b| b.is_ascii_graphic() && b != b':');
         if !valid || chain::SERVER_HEADERS.iter().any(|reserved| reserved.eq_ignore_ascii_case(&name)) {
             return Err(ApiError::invalid_stream_config(format!(
@@ -259,6 +266,40 @@ fn rebuild_head(stream: &str, store: &dyn StreamStore, last_checkpoint: Option<&
     (last_seq, chain::GENESIS)
 }
 
+/// What an L4 stream checks in a header block, found in one pass over its lines (names compared
+/// case-insensitively, first occurrence wins, as `HeaderBlock::get`).
+#[derive(Debug, Default, PartialEq, Eq)]
+struct HeaderScan<'a> {
+    /// A non-empty `Semaq-Event-Time`.
+    event_time: Option<&'a str>,
+    /// A header only the server may write.
+    reserved: Option<&'static str>,
+    /// Bit `i`: required header `i` is present with a value.
+    present: u64,
+}
+
+impl<'a> HeaderScan<'a> {
+    fn of(block: &'a [u8], required: &[String]) -> Self {
+        let mut scan = HeaderScan::default();
+        let Ok(text) = std::str::from_utf8(block) else { return scan };
+        for line in text.split("\r\n").skip(1) {
+            let Some((name, value)) = line.split_once(':') else { continue };
+            let (name, value) = (name.trim(), value.trim());
+            if name.eq_ignore_ascii_case(chain::EVENT_TIME_HEADER) {
+                scan.event_time = scan.event_time.or(Some(value).filter(|v| !v.is_empty()));
+            } else if let Some(reserved) = chain::SERVER_HEADERS.iter().find(|r| r.eq_ignore_ascii_case(name)) {
+                scan.reserved = scan.reserved.or(Some(reserved));
+            }
+            for (i, wanted) in required.iter().enumerate().take(limits::PROVENANCE_REQUIRED_HEADERS_MAX) {
+                if !value.is_empty() && wanted.eq_ignore_ascii_case(name) {
+                    scan.present |= 1 << i;
+                }
+            }
+        }
+        scan
+    }
+}
+
 /// One ingest batch's hold on the chain.
 pub struct ChainWriter<'a> {
     provenance: &'a Provenance,
@@ -270,13 +311,9 @@ impl ChainWriter<'_> {
     /// Checks an L4 message and appends it chained; replaces the plain `store.append`.
     pub fn append(&mut self, store: &mut dyn StreamStore, message: &Inbound, now_ns: i64) -> Result<u64, ApiError> {
         let block = message.headers.as_deref().unwrap_or_default();
-        for reserved in chain::SERVER_HEADERS {
-            if !block.is_empty() && chain::header_value(block, reserved).is_some() {
-                return Err(ApiError::provenance_header_reserved(reserved));
-            }
-        }
         let event_time_ns = self.check_context(&*store, block, &message.subject)?;
-        let seq = store.state().last_seq + 1;
+        // Every append to an L4 stream goes through here, so the store's next sequence follows the head.
+        let seq = self.chain.head_seq + 1;
         let link =
             Link { seq, event_time_ns, subject: &message.subject, headers: [block, b""], payload: &message.payload };
         let hash = chain::message_hash(&self.chain.head, &link);
@@ -290,15 +327,17 @@ impl ChainWriter<'_> {
         Ok(stored_seq)
     }
 
-    /// The required headers and the event time; returns the event time in unix nanoseconds.
+    /// No server-written headers, the required ones, and an event time after the subject's
+    /// last; returns the event time in unix nanoseconds.
     fn check_context(&mut self, store: &dyn StreamStore, block: &[u8], subject: &str) -> Result<i64, ApiError> {
-        let text = chain::header_value(block, chain::EVENT_TIME_HEADER).filter(|text| !text.is_empty());
-        let text = text.ok_or_else(ApiError::event_time_missing)?;
+        let scan = HeaderScan::of(block, &self.required);
+        if let Some(reserved) = scan.reserved {
+            return Err(ApiError::provenance_header_reserved(reserved));
+        }
+        let text = scan.event_time.ok_or_else(ApiError::event_time_missing)?;
         let event_time_ns = chain::parse_event_time(text).ok_or_else(|| ApiError::event_time_invalid(text))?;
-        for name in &self.required {
-            if chain::header_value(block, name).is_none_or(str::is_empty) {
-                return Err(ApiError::context_missing(name, &self.required));
-            }
+        if let Some(missing) = self.required.iter().enumerate().find(|(i, _)| scan.present & (1 << i) == 0) {
+            return Err(ApiError::context_missing(missing.1, &self.required));
         }
         if let Some(last_ns) = self.last_event_time(store, subject) {
             if event_time_ns <= last_ns {
@@ -406,5 +445,43 @@ pub async fn run_ticker(stream: Weak<Stream>) {
             stream.checkpoint_pending();
             provenance.sync_log();
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_pass_finds_event_time_reserved_and_required_headers() {
+        let required = vec!["traceparent".to_string(), "Semaq-Session".to_string()];
+        let block =
+            b"NATS/1.0\r\nsemaq-event-time: 5\r\nTRACEPARENT: t\r\nSemaq-Session:\r\nSemaq-Event-Time: 6\r\n\r\n";
+        let scan = HeaderScan::of(block, &required);
+        assert_eq!(scan, HeaderScan { event_time: Some("5"), reserved: None, present: 0b01 });
+        let forged = HeaderScan::of(b"NATS/1.0\r\nsemaq-hash: x\r\n\r\n", &required);
+        assert_eq!(forged.reserved, Some(chain::HASH_HEADER));
+        assert_eq!(HeaderScan::of(b"", &required), HeaderScan::default());
+    }
+
+    #[test]
+    fn configs_that_would_break_the_chain_are_refused() {
+        let level = |n: &str| StreamConfig {
+            metadata: [("semaq.level".to_string(), n.to_string())].into_iter().collect(),
+            ..StreamConfig::default()
+        };
+        assert!(check_config(None, &level("4")).is_ok());
+        assert!(check_config(Some(&level("1")), &level("4")).is_err());
+        assert!(check_config(Some(&level("4")), &level("2")).is_err());
+        let mut workqueue = level("4");
+        workqueue.retention = Retention::Workqueue;
+        assert!(check_config(None, &workqueue).is_err());
+        let mut reserved = level("4");
+        reserved.metadata.insert(REQUIRE_KEY.into(), "traceparent, Semaq-Hash".into());
+        assert!(check_config(None, &reserved).is_err());
+        let mut custom = level("4");
+        custom.metadata.insert(REQUIRE_KEY.into(), " traceparent ,, x-tenant ".into());
+        assert!(check_config(None, &custom).is_ok());
+        assert_eq!(required_headers(&custom), vec!["traceparent", "x-tenant"]);
     }
 }
