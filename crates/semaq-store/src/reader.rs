@@ -202,7 +202,10 @@ mod tests {
     use super::*;
     use crate::{FileStore, FileStoreConfig, PurgeRequest, StoreError, StreamStore};
 
-    fn collect(reader: &LogReader, from_seq: u64) -> Vec<Result<(u64, String, Option<Vec<u8>>, Vec<u8>), u64>> {
+    /// (seq, subject, headers, payload) of a message read.
+    type Read = (u64, String, Option<Vec<u8>>, Vec<u8>);
+
+    fn collect(reader: &LogReader, from_seq: u64) -> Vec<Result<Read, u64>> {
         let mut items = Vec::new();
         reader
             .read(from_seq, |item| {

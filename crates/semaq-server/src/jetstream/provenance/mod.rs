@@ -270,7 +270,7 @@ fn rebuild_head(stream: &str, store: &dyn StreamStore, last_checkpoint: Option<&
 /// case-insensitively, first occurrence wins, as `HeaderBlock::get`).
 #[derive(Debug, Default, PartialEq, Eq)]
 struct HeaderScan<'a> {
-    /// A non-empty `Semaq-Event-Time`.
+    /// The first `Semaq-Event-Time`.
     event_time: Option<&'a str>,
     /// A header only the server may write.
     reserved: Option<&'static str>,
@@ -286,7 +286,8 @@ impl<'a> HeaderScan<'a> {
             let Some((name, value)) = line.split_once(':') else { continue };
             let (name, value) = (name.trim(), value.trim());
             if name.eq_ignore_ascii_case(chain::EVENT_TIME_HEADER) {
-                scan.event_time = scan.event_time.or(Some(value).filter(|v| !v.is_empty()));
+                // The first one counts, even if empty: the verifier reads it the same way.
+                scan.event_time = scan.event_time.or(Some(value));
             } else if let Some(reserved) = chain::SERVER_HEADERS.iter().find(|r| r.eq_ignore_ascii_case(name)) {
                 scan.reserved = scan.reserved.or(Some(reserved));
             }
@@ -334,7 +335,7 @@ impl ChainWriter<'_> {
         if let Some(reserved) = scan.reserved {
             return Err(ApiError::provenance_header_reserved(reserved));
         }
-        let text = scan.event_time.ok_or_else(ApiError::event_time_missing)?;
+        let text = scan.event_time.filter(|text| !text.is_empty()).ok_or_else(ApiError::event_time_missing)?;
         let event_time_ns = chain::parse_event_time(text).ok_or_else(|| ApiError::event_time_invalid(text))?;
         if let Some(missing) = self.required.iter().enumerate().find(|(i, _)| scan.present & (1 << i) == 0) {
             return Err(ApiError::context_missing(missing.1, &self.required));
