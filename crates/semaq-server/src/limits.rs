@@ -127,3 +127,23 @@ pub const LINEAGE_DEPTH_MAX: usize = 64;
 pub const LINEAGE_NODES_MAX: usize = 1000;
 /// Lineage API requests queued before new ones are refused.
 pub const LINEAGE_API_QUEUE_REQUESTS_MAX: usize = 256;
+/// Level 4: messages chained between two checkpoints at most.
+pub const PROVENANCE_CHECKPOINT_MESSAGES: u64 = 1000;
+/// Level 4: longest a stored message waits for a checkpoint while messages arrive.
+pub const PROVENANCE_CHECKPOINT_INTERVAL: Duration = Duration::from_millis(100);
+/// Level 4: subjects whose last event time is cached (the rest are read back from the store).
+pub const PROVENANCE_EVENT_TIMES_CACHED_MAX: usize = 64 * 1024;
+/// Level 4, file streams: newest checkpoints held in memory (older ones are read from the file).
+pub const PROVENANCE_CHECKPOINTS_CACHED_MAX: usize = 4096;
+/// Level 4, memory streams: checkpoints kept (older ones are dropped).
+pub const PROVENANCE_MEMORY_CHECKPOINTS_MAX: usize = 64 * 1024;
+/// Checkpoints in one `$SEMAQ.API.STREAM.PROVENANCE` answer.
+pub const PROVENANCE_API_CHECKPOINTS_MAX: usize = 1024;
+/// Bytes of messages in one `$SEMAQ.API.STREAM.CHAIN` page (at least one message is sent).
+pub const PROVENANCE_PAGE_BYTES_MAX: usize = 1024 * 1024;
+/// Messages read under one hold of the store lock while a chain page is built.
+pub const PROVENANCE_PAGE_LOCK_MESSAGES_MAX: usize = 256;
+/// Provenance API requests queued before new ones are refused.
+pub const PROVENANCE_API_QUEUE_REQUESTS_MAX: usize = 256;
+/// Level 4: headers `semaq.require` may name.
+pub const PROVENANCE_REQUIRED_HEADERS_MAX: usize = 16;

@@ -25,6 +25,7 @@ pub async fn serve(shared: Arc<Shared>, listener: TcpListener) {
         .route("/subsz", get(subsz))
         .route("/healthz", get(healthz))
         .merge(crate::registry::http::routes())
+        .merge(crate::jetstream::provenance::api::routes())
         .with_state(shared);
     if let Err(error) = axum::serve(listener, app).await {
         tracing::error!(%error, "monitoring server failed");

@@ -16,14 +16,18 @@
 //! - `recovery`: opening a directory: trust sealed indexes, scan the active segment, cut a torn
 //!   tail, report damage.
 //! - [`file_store`] and [`memory_store`]: the two stores.
+//! - [`chain`]: the provenance hash chain of level-4 streams (hashing, checkpoints, verifier);
+//!   [`reader`]: reading a stopped stream's files without changing them, for `semaq verify`.
 //!
 //! `docs/design.md` draws the file formats, states the durability promise and argues recovery.
 
 use std::collections::BTreeMap;
 
+pub mod chain;
 pub mod error;
 pub mod file_store;
 pub mod memory_store;
+pub mod reader;
 pub mod types;
 
 mod delete_log;
@@ -40,7 +44,8 @@ pub use error::{StoreError, StoreResult};
 pub use file_store::{FileStore, FileStoreConfig, RecoveryReport};
 pub use limits::{RECORD_SIZE_MAX_BYTES, SEGMENT_SIZE_DEFAULT_BYTES, SUBJECT_LENGTH_MAX_BYTES};
 pub use memory_store::MemoryStore;
-pub use types::{DiscardPolicy, PurgeRequest, StoreLimits, StoredMessage, StreamState};
+pub use reader::{LogReader, ReadItem, ReadSummary};
+pub use types::{DiscardPolicy, MessageRef, PurgeRequest, StoreLimits, StoredMessage, StreamState};
 
 /// Bytes a message counts for in `max_bytes` and `StreamState::bytes`: its stored record size
 /// (fixed header + subject + headers + payload).

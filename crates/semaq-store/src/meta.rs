@@ -67,6 +67,32 @@ impl MetaFile {
     }
 }
 
+/// The floor recorded in `dir`'s meta file (0 when there is none), read without writing and
+/// under a shared lock that is returned: a running store's exclusive lock excludes it, so a
+/// reader never sees a directory a server is changing.
+pub(crate) fn read_floor_shared(dir: &Path) -> StoreResult<(Option<File>, u64)> {
+    let path = dir.join(META_FILE_NAME);
+    let file = match File::open(&path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok((None, 0)),
+        Err(error) => return Err(io_error("open", &path)(error)),
+    };
+    // SAFETY: `flock` only reads the descriptor, which `file` keeps open for the call.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } != 0 {
+        let error = std::io::Error::last_os_error();
+        if error.kind() == std::io::ErrorKind::WouldBlock {
+            return Err(StoreError::Locked(dir.to_path_buf()));
+        }
+        return Err(io_error("lock", dir)(error));
+    }
+    let mut raw = [0u8; ms::SIZE_BYTES * ms::SLOT_COUNT];
+    let length = file.metadata().map_err(io_error("stat", &path))?.len() as usize;
+    let readable = length.min(raw.len());
+    file.read_exact_at(&mut raw[..readable], 0).map_err(io_error("read", &path))?;
+    let newest = raw.chunks_exact(ms::SIZE_BYTES).filter_map(decode_slot).max_by_key(|&(generation, _)| generation);
+    Ok((Some(file), newest.map_or(0, |(_, floor_seq)| floor_seq)))
+}
+
 /// Takes the directory lock, failing at once if another store holds it. The lock belongs to
 /// this open file and goes away when it is closed (the store dropped) or the process dies.
 fn lock_exclusive(file: &File, dir: &Path) -> StoreResult<()> {

@@ -82,3 +82,32 @@ pub struct PurgeRequest {
     /// Remove messages with sequence strictly below this one (JetStream's purge `seq`).
     pub up_to_seq: Option<u64>,
 }
+
+/// A stored message borrowed from wherever its bytes are (a [`StoredMessage`], or a segment read
+/// whole by [`crate::reader::LogReader`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MessageRef<'a> {
+    /// Stream sequence.
+    pub seq: u64,
+    /// The literal subject.
+    pub subject: &'a str,
+    /// The raw header block, if any.
+    pub headers: Option<&'a [u8]>,
+    /// The payload.
+    pub payload: &'a [u8],
+    /// Unix nanoseconds, as stored.
+    pub timestamp_ns: i64,
+}
+
+impl StoredMessage {
+    /// A borrowed view of this message.
+    pub fn view(&self) -> MessageRef<'_> {
+        MessageRef {
+            seq: self.seq,
+            subject: &self.subject,
+            headers: self.headers.as_deref(),
+            payload: &self.payload,
+            timestamp_ns: self.timestamp_ns,
+        }
+    }
+}

@@ -16,6 +16,7 @@ mod pubsub;
 mod schema;
 mod stream;
 mod trace;
+mod verify;
 
 use std::process::ExitCode;
 
@@ -52,6 +53,8 @@ enum Command {
     Consumer(stream::ConsumerArgs),
     /// The lineage of a message (its Semaq-Parent ancestry across streams), as a tree or JSON
     Trace(trace::TraceArgs),
+    /// Check a level 4 stream's hash chain and checkpoint signatures, online or on a stopped server's files
+    Verify(verify::VerifyArgs),
 }
 
 fn main() -> ExitCode {
@@ -77,6 +80,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Stream(args) => stream::run_stream(&target, args).await,
         Command::Consumer(args) => stream::run_consumer(&target, args).await,
         Command::Trace(args) => trace::run(&target, args).await,
+        Command::Verify(args) => verify::run(&target, args).await,
     }
 }
 

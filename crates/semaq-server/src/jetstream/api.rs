@@ -71,6 +71,7 @@ pub fn start(shared: &Arc<Shared>, jetstream: Arc<JetStream>) {
         tracing::error!(%error, "cannot subscribe to the JetStream API");
         return;
     }
+    super::provenance::api::start(shared, jetstream.clone());
     tokio::spawn(serve(Arc::downgrade(shared), jetstream, requests, budget));
 }
 
@@ -273,6 +274,9 @@ pub fn stream_info(stream: &Stream) -> Value {
     let level = crate::registry::binding::describe_level(&stream.shared(), &stream.config());
     info["semaq"]["level"] = level["level"].clone();
     info["semaq"]["enforces"] = level["enforces"].clone();
+    if let Some(provenance) = stream.provenance() {
+        info["semaq"]["provenance"] = provenance.info(&stream.config());
+    }
     info
 }
 
@@ -303,6 +307,9 @@ fn purge(jetstream: &JetStream, name: &str, payload: &[u8]) -> Result<Value, Api
     }
     if request.seq.is_some() && request.keep.is_some() {
         return Err(ApiError::bad_request());
+    }
+    if stream.provenance().is_some() && request.filter.as_deref().is_some_and(|filter| !filter.is_empty()) {
+        return Err(ApiError::append_only("a purge with a subject filter"));
     }
     let purge = semaq_store::PurgeRequest { subject: request.filter, keep: request.keep, up_to_seq: request.seq };
     let purged = stream.store().purge(&purge).map_err(store_error)?;
@@ -384,7 +391,11 @@ fn get_message(jetstream: &JetStream, name: &str, payload: &[u8]) -> Result<Valu
         "data": base64.encode(&message.payload),
         "time": timestamp(message.timestamp_ns),
     });
-    if let Some(headers) = &message.headers {
+    let headers = match stream.provenance() {
+        Some(provenance) => provenance.annotate(message.seq, message.headers),
+        None => message.headers,
+    };
+    if let Some(headers) = &headers {
         body["hdrs"] = json!(base64.encode(headers));
     }
     Ok(json!({ "message": body }))
@@ -405,6 +416,9 @@ fn delete_message(jetstream: &JetStream, name: &str, payload: &[u8]) -> Result<V
     let config = stream.config();
     if config.sealed || config.deny_delete {
         return Err(ApiError::sealed());
+    }
+    if stream.provenance().is_some() {
+        return Err(ApiError::append_only("deleting a message"));
     }
     let last_seq = stream.state().last_seq;
     if request.seq == 0 || request.seq > last_seq {
@@ -493,11 +507,14 @@ fn direct_get(shared: &Shared, jetstream: &JetStream, reply: &str, stream: &str,
     } else {
         GetRequest { last_by_subj: Some(subject.join(".")), ..GetRequest::default() }
     };
-    let message = match find_message(&stream, &request) {
+    let mut message = match find_message(&stream, &request) {
         Ok(message) => message,
         Err(error) if error.code == 404 => return status(404, "Message Not Found"),
         Err(_) => return status(400, "Bad Request"),
     };
+    if let Some(provenance) = stream.provenance() {
+        message.headers = provenance.annotate(message.seq, message.headers.take());
+    }
     let mut headers = format!(
         "NATS/1.0\r\nNats-Stream: {}\r\nNats-Subject: {}\r\nNats-Sequence: {}\r\nNats-Time-Stamp: {}\r\n",
         stream.name,

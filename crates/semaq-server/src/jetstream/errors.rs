@@ -32,6 +32,60 @@ impl ApiError {
     pub fn schema_violation(reason: impl std::fmt::Display) -> Self {
         Self::new(400, 10400, format!("message does not match the stream's schema: {reason}"))
     }
+    /// Level 4: a message without `Semaq-Event-Time` (SemaQ's own codes 10441-10447).
+    pub fn event_time_missing() -> Self {
+        Self::new(
+            400,
+            10441,
+            "a level 4 stream requires a Semaq-Event-Time header (RFC 3339 or integer unix nanoseconds)",
+        )
+    }
+    /// Level 4: a `Semaq-Event-Time` that is neither form.
+    pub fn event_time_invalid(text: &str) -> Self {
+        Self::new(400, 10441, format!("Semaq-Event-Time {text:?} is neither RFC 3339 nor integer unix nanoseconds"))
+    }
+    /// Level 4: an event time not after the subject's last accepted one.
+    pub fn event_time_not_increasing(subject: &str, text: &str, last_ns: i64) -> Self {
+        let last = semaq_store::chain::format_event_time(last_ns);
+        Self::new(
+            400,
+            10442,
+            format!("Semaq-Event-Time {text} is not after the last accepted event time on subject {subject}: {last} ({last_ns} ns)"),
+        )
+    }
+    /// Level 4: a required context header is missing.
+    pub fn context_missing(name: &str, required: &[String]) -> Self {
+        let list = required.join(", ");
+        Self::new(
+            400,
+            10443,
+            format!("this level 4 stream requires the header {name} (required: {list}; see metadata semaq.require)"),
+        )
+    }
+    /// Level 4: a publisher set a header only the server writes.
+    pub fn provenance_header_reserved(name: &str) -> Self {
+        Self::new(400, 10444, format!("header {name} is written by the server on level 4 streams; do not publish it"))
+    }
+    /// Level 4: a header block that does not end as one should.
+    pub fn provenance_malformed_headers() -> Self {
+        Self::new(400, 10444, "the message's header block is malformed (it must end with a blank line)")
+    }
+    /// Level 4: an operation that would remove messages from the middle of the chain.
+    pub fn append_only(what: &str) -> Self {
+        Self::new(
+            400,
+            10445,
+            format!("{what} is not allowed on a level 4 stream: its hash chain must stay whole (remove from the head with limits or a purge without filter)"),
+        )
+    }
+    /// Level 4: the stream's key or checkpoints cannot be used.
+    pub fn provenance_unavailable(reason: impl std::fmt::Display) -> Self {
+        Self::new(500, 10446, format!("provenance unavailable: {reason}"))
+    }
+    /// A provenance request on a stream below level 4.
+    pub fn not_level_4(stream: &str, level: u8) -> Self {
+        Self::new(400, 10447, format!("stream {stream} is level {level}: only level 4 streams have a provenance chain"))
+    }
     /// A `semaq.filter` expression that does not compile, with its position and reason.
     pub fn invalid_filter(error: &crate::filter::CompileError) -> Self {
         Self::new(400, 10084, format!("invalid semaq.filter: {error}"))

@@ -15,6 +15,7 @@ pub mod consumer;
 pub mod consumers;
 pub mod errors;
 pub mod lineage;
+pub mod provenance;
 pub mod stream;
 
 use std::collections::BTreeMap;
@@ -185,7 +186,8 @@ impl JetStream {
         };
         let sync_policy = self.sync_policy_for(&config);
         let dir = (config.storage == Storage::File).then(|| self.stream_dir(&config.name));
-        let stream = Stream::start(config, created, store, sync_policy, dir, self.shared.clone());
+        let provenance = provenance::Provenance::open(&config, dir.as_deref(), store.as_ref())?;
+        let stream = Stream::start(config, created, store, sync_policy, dir, self.shared.clone(), provenance);
         stream.capture();
         consumers::restore(&stream);
         self.write_streams().insert(stream.name.clone(), stream.clone());
@@ -225,6 +227,7 @@ impl JetStream {
     pub fn create_stream(&self, config: StreamConfig) -> Result<Arc<Stream>, ApiError> {
         let config = normalize(config)?;
         crate::registry::binding::check_stream(&self.shared, &config.metadata)?;
+        provenance::check_config(None, &config)?;
         if let Some(existing) = self.stream(&config.name) {
             return if *existing.config() == config { Ok(existing) } else { Err(ApiError::stream_name_exists()) };
         }
@@ -243,6 +246,7 @@ impl JetStream {
         crate::registry::binding::check_stream(&self.shared, &config.metadata)?;
         let stream = self.stream(&config.name).ok_or_else(ApiError::stream_not_found)?;
         check_update(&stream.config(), &config)?;
+        provenance::check_config(Some(&stream.config()), &config)?;
         self.check_overlap(&config)?;
         self.persist_meta(&config, stream.created)?;
         stream.set_config(config)?;

@@ -184,6 +184,8 @@ pub struct Stream {
     dir: Option<std::path::PathBuf>,
     stop: tokio::sync::Notify,
     shared: Weak<Shared>,
+    /// Level 4: the hash chain and its checkpoints.
+    provenance: Option<Arc<super::provenance::Provenance>>,
 }
 
 impl std::fmt::Debug for Stream {
@@ -206,6 +208,7 @@ impl Stream {
         sync_policy: SyncPolicy,
         dir: Option<std::path::PathBuf>,
         shared: Weak<Shared>,
+        provenance: Option<Arc<super::provenance::Provenance>>,
     ) -> Arc<Self> {
         let (ingest, inbound) = mpsc::channel(limits::STREAM_INGEST_QUEUE_MESSAGES_MAX);
         let last_seq = store.state().last_seq;
@@ -223,11 +226,27 @@ impl Stream {
             dir,
             stop: tokio::sync::Notify::new(),
             shared,
+            provenance,
         });
         // A new stream has nothing to rebuild; a restored one rebuilds on first use.
         let dedup = Dedup { loaded: last_seq == 0, ..Dedup::default() };
         tokio::spawn(Arc::clone(&stream).ingest_loop(inbound, dedup));
+        if stream.provenance.is_some() {
+            tokio::spawn(super::provenance::run_ticker(Arc::downgrade(&stream)));
+        }
         stream
+    }
+
+    /// Level 4: the stream's hash chain and checkpoints.
+    pub fn provenance(&self) -> Option<Arc<super::provenance::Provenance>> {
+        self.provenance.clone()
+    }
+
+    /// Level 4: signs what was stored since the last checkpoint.
+    pub fn checkpoint_pending(&self) {
+        if let Some(provenance) = &self.provenance {
+            provenance.checkpoint_pending(self.store().as_mut(), self.sync_policy);
+        }
     }
 
     /// The current configuration.
@@ -297,6 +316,8 @@ impl Stream {
         if let Err(error) = self.store().sync() {
             tracing::error!(stream = %self.name, %error, "sync at stop failed");
         }
+        self.checkpoint_pending();
+        self.provenance.iter().for_each(|provenance| provenance.sync_log());
         self.stop.notify_one();
     }
 
@@ -458,6 +479,8 @@ impl Stream {
             .then(|| self.consumers().iter().map(|c| c.config()).collect());
         // L2: the bound schema version, resolved once per batch (None for unbound streams).
         let mut schema = crate::registry::binding::for_stream(&self.shared, &config);
+        // L4: the hash chain, held for the batch (lock order: store, then chain).
+        let mut chain = self.provenance.as_deref().map(|provenance| provenance.writer(&config));
         for (index, mut message) in batch.drain(..).enumerate() {
             let size = message.subject.len() + message.headers.as_ref().map_or(0, Bytes::len) + message.payload.len();
             self.ingest_budget.give_back(size);
@@ -469,9 +492,9 @@ impl Stream {
                 Some(Err(refused)) => Err(refused),
                 Some(Ok(())) => {
                     crate::registry::binding::record_producer(&self.shared, &mut message);
-                    store_one(&config, store.as_mut(), dedup, &message, (now, window_ns))
+                    store_one(&config, store.as_mut(), dedup, &message, (now, window_ns), chain.as_mut())
                 }
-                None => store_one(&config, store.as_mut(), dedup, &message, (now, window_ns)),
+                None => store_one(&config, store.as_mut(), dedup, &message, (now, window_ns), chain.as_mut()),
             };
             if let (Ok((seq, false)), Some(consumers)) = (&outcome, &interest) {
                 let wanted = consumers.iter().any(|c| super::consumer::validate::filter_matches(c, &message.subject));
@@ -485,12 +508,14 @@ impl Stream {
             stored_any |= matches!(outcome, Ok((_, false)));
             acks.push((message.reply, outcome));
         }
+        let mut written_ok = true;
         if stored_any {
             // An ack promises at least "handed to the OS": with `sync: always`, "on disk".
             let written = match self.sync_policy {
                 SyncPolicy::Always => store.sync(),
                 SyncPolicy::Interval(_) | SyncPolicy::Never => store.flush(),
             };
+            written_ok = written.is_ok();
             if let Err(error) = written {
                 tracing::error!(stream = %self.name, %error, "write failed; refusing the batch's acks");
                 for (_, outcome) in acks.iter_mut() {
@@ -500,6 +525,10 @@ impl Stream {
                 }
             }
         }
+        if let Some(chain) = chain.as_mut() {
+            chain.finish_batch(store.as_mut(), self.sync_policy, written_ok);
+        }
+        drop(chain);
         let last_seq = store.state().last_seq;
         drop(store);
         if stored_any {
@@ -563,13 +592,14 @@ pub fn header_value(block: &[u8], name: &str) -> Option<String> {
     HeaderBlock::parse(block).ok()?.get(name).map(str::to_string)
 }
 
-/// Checks and stores one message.
+/// Checks and stores one message (on L4 streams through `chain`, which checks and chains it).
 fn store_one(
     config: &StreamConfig,
     store: &mut dyn StreamStore,
     dedup: &mut Dedup,
     message: &Inbound,
     (now, window_ns): (i64, i64),
+    chain: Option<&mut super::provenance::ChainWriter<'_>>,
 ) -> PublishOutcome {
     if config.sealed {
         return Err(ApiError::sealed());
@@ -596,8 +626,12 @@ fn store_one(
             return Ok((*seq, true));
         }
     }
-    let (seq, _) =
-        store.append(&message.subject, message.headers.as_deref(), &message.payload, now).map_err(store_error)?;
+    let seq = match chain {
+        Some(chain) => chain.append(store, message, now)?,
+        None => {
+            store.append(&message.subject, message.headers.as_deref(), &message.payload, now).map_err(store_error)?.0
+        }
+    };
     match &msg_id {
         Some(id) => dedup.record(id, seq, now),
         // Every stored message sets the last id, empty when it has none (as nats-server).

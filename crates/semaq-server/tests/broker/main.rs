@@ -11,6 +11,7 @@ mod jetstream;
 mod jetstream_api;
 mod jetstream_consumers;
 mod lineage;
+mod provenance;
 mod pubsub;
 mod raw_protocol;
 mod registry;

@@ -3,8 +3,8 @@
 //! `flow.rs` runs the publisher/subscriber scenarios, `latency.rs` the request/reply one, `jetstream.rs` the
 //! JetStream publish and consume ones, `stats.rs` formats numbers, `compare.rs` runs both servers side by
 //! side with `server.rs` starting them, `idle.rs` measuring memory per idle connection, `js_store.rs`
-//! memory with a million stored messages and the restart time, and `disk.rs` probing the fsync latency
-//! the durable figures depend on.
+//! memory with a million stored messages and the restart time, `disk.rs` probing the fsync latency
+//! the durable figures depend on, and `provenance.rs` the cost of level 4 and `semaq verify`'s speed.
 
 mod compare;
 mod disk;
@@ -14,6 +14,7 @@ mod idle;
 mod jetstream;
 mod js_store;
 mod latency;
+mod provenance;
 mod server;
 mod stats;
 
@@ -59,6 +60,8 @@ enum BenchCommand {
     Compare(compare::CompareArgs),
     /// 1 publisher → 10 subscribers filtering 10% each: CEL on semaq-server vs serde_json in nats clients
     FilterFanout(filter_fanout::FilterFanoutArgs),
+    /// js-pub on a level 4 stream vs a level 1 stream (ratio), and `semaq verify` msgs/s, on a fresh semaq-server
+    Provenance(provenance::ProvenanceArgs),
 }
 
 /// Arguments of a single scenario run.
@@ -261,6 +264,7 @@ pub async fn run(target: &Target, args: BenchArgs) -> Result<()> {
     let (scenario, run_args) = match args.command {
         BenchCommand::Compare(compare_args) => return compare::run(compare_args).await,
         BenchCommand::FilterFanout(filter_args) => return filter_fanout::run(filter_args).await,
+        BenchCommand::Provenance(provenance_args) => return provenance::run(provenance_args).await,
         BenchCommand::Pubsub(run_args) => (Scenario::Pubsub, run_args),
         BenchCommand::Fanout(run_args) => (Scenario::Fanout, run_args),
         BenchCommand::Latency(run_args) => (Scenario::Latency, run_args),

@@ -285,7 +285,7 @@ impl Consumer {
                 }
                 continue;
             }
-            outgoing.push(self.record_delivery(state, config, next, &reply, (now, last_seq)));
+            outgoing.push(self.record_delivery(state, (config, stream), next, &reply, (now, last_seq)));
             delivered += 1;
             let Some(request) = state.waiting.front_mut() else { return };
             request.batch_remaining -= 1;
@@ -311,7 +311,7 @@ impl Consumer {
         while delivered < limits::PUMP_MESSAGES_MAX && state.flow_control_outstanding.is_none() {
             let Some(next) = self.next_message(state, config, stream) else { break };
             let size = (next.headers.as_ref().map_or(0, Bytes::len) + next.payload.len()) as u64;
-            outgoing.push(self.record_delivery(state, config, next, deliver, (now, last_seq)));
+            outgoing.push(self.record_delivery(state, (config, stream), next, deliver, (now, last_seq)));
             delivered += 1;
             state.last_push = Some(now);
             state.bytes_since_flow_control += size;
@@ -409,11 +409,14 @@ impl Consumer {
     fn record_delivery(
         &self,
         state: &mut State,
-        config: &ConsumerConfig,
-        message: Candidate,
+        (config, stream): (&ConsumerConfig, &Stream),
+        mut message: Candidate,
         route: &str,
         (now, last_seq): (Instant, u64),
     ) -> Outgoing {
+        if let Some(provenance) = stream.provenance() {
+            message.headers = provenance.annotate(message.seq, message.headers.take());
+        }
         let ack = self.ack_subject(state, &message, last_seq);
         state.delivered_consumer_seq += 1;
         let consumer_seq = state.delivered_consumer_seq;

@@ -1,0 +1,488 @@
+//! Level-4 provenance (SPEC §1, §2, §5): what a `semaq.level: 4` stream enforces and proves.
+//!
+//! - On publish, in the ingest task (through [`ChainWriter`], under the store lock): a parseable
+//!   `Semaq-Event-Time` strictly after the subject's last one, the required context headers
+//!   (`traceparent`, `Semaq-Session`, or metadata `semaq.require`), then the message is chained:
+//!   its stored header block gets `Semaq-Prev-Hash` and `Semaq-Hash` (`semaq_store::chain`).
+//! - Checkpoints: the head is signed with the stream's Ed25519 key every
+//!   [`limits::PROVENANCE_CHECKPOINT_MESSAGES`] messages (inside the batch) and, while messages
+//!   arrive, every [`limits::PROVENANCE_CHECKPOINT_INTERVAL`] (after a batch, or by the ticker
+//!   task when the stream goes quiet), always after the messages they sign are durable.
+//! - On read: message get, direct get and deliveries add `Semaq-Checkpoint` ([`Provenance::annotate`]).
+//! - [`api`]: `$SEMAQ.API.STREAM.PROVENANCE.<stream>` (key and checkpoints), `$SEMAQ.API.STREAM.CHAIN.<stream>`
+//!   (messages in bulk for `semaq verify`), and `/semaq/streams/<name>/provenance` over HTTP.
+//! - [`check_config`]: the configurations an append-only chain cannot live with.
+//!
+//! Lock order: `Stream.store`, then `Provenance.chain`, then `Provenance.log`; a consumer's
+//! state, then `Provenance.log`. The log's fsync runs outside every lock.
+
+pub mod api;
+pub mod files;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Instant;
+
+use base64::Engine;
+use bytes::Bytes;
+use semaq_store::chain::{self, Checkpoint, Hash, KeyPair, Link, PublicKey};
+use semaq_store::StreamStore;
+use serde_json::{json, Value};
+
+use super::config::{Retention, StreamConfig};
+use super::errors::ApiError;
+use super::stream::{store_error, Inbound, Stream, SyncPolicy};
+use crate::limits;
+use crate::server::lock;
+
+/// Stream metadata key: the context headers an L4 stream requires, comma-separated.
+pub const REQUIRE_KEY: &str = "semaq.require";
+/// Context headers required when `semaq.require` is absent.
+pub const REQUIRED_DEFAULT: [&str; 2] = ["traceparent", "Semaq-Session"];
+/// The level that carries a provenance chain.
+pub const LEVEL: u8 = 4;
+
+/// The chain's moving part, written by the ingest task.
+#[derive(Debug)]
+struct Chain {
+    /// The last chained sequence and its hash.
+    head_seq: u64,
+    head: Hash,
+    /// The last sequence signed (in `log`, or in `unwritten`).
+    signed_seq: u64,
+    /// When the head was last signed.
+    signed_at: Instant,
+    /// Signed inside the current batch, written once the batch is durable.
+    unwritten: Vec<Checkpoint>,
+    /// Last accepted event time per subject; a bounded cache over the store's last message.
+    event_times: HashMap<String, i64>,
+}
+
+/// A level-4 stream's keys, chain head and checkpoints.
+pub struct Provenance {
+    stream: String,
+    keys: KeyPair,
+    chain: Mutex<Chain>,
+    log: Mutex<files::CheckpointLog>,
+}
+
+impl std::fmt::Debug for Provenance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Provenance").field("stream", &self.stream).finish_non_exhaustive()
+    }
+}
+
+/// The context headers `config` requires (its `semaq.require`, else the defaults).
+pub fn required_headers(config: &StreamConfig) -> Vec<String> {
+    match config.metadata.get(REQUIRE_KEY) {
+        Some(list) => list.split(',').map(str::trim).filter(|name| !name.is_empty()).map(str::to_string).collect(),
+        None => REQUIRED_DEFAULT.iter().map(|name| name.to_string()).collect(),
+    }
+}
+
+/// Refuses configurations an append-only chain cannot keep: removal from the middle, level
+/// changes to or from 4, and malformed `semaq.require`. `old` is the config being updated.
+pub fn check_config(old: Option<&StreamConfig>, new: &StreamConfig) -> Result<(), ApiError> {
+    if let Some(old) = old {
+        if (old.level() == LEVEL) != (new.level() == LEVEL) {
+            return Err(ApiError::invalid_stream_config(
+                "semaq.level cannot change to or from 4: the hash chain covers a stream from its first message",
+            ));
+        }
+    }
+    if new.level() != LEVEL {
+        if new.metadata.contains_key(REQUIRE_KEY) {
+            return Err(ApiError::invalid_stream_config("semaq.require needs semaq.level 4"));
+        }
+        return Ok(());
+    }
+    let refuse = |what: &str| {
+        Err(ApiError::invalid_stream_config(format!(
+            "{what} would remove messages from the middle of a level 4 stream, breaking its hash chain"
+        )))
+    };
+    if new.retention != Retention::Limits {
+        return refuse("a retention other than limits");
+    }
+    if new.max_msgs_per_subject > 0 {
+        return refuse("max_msgs_per_subject");
+    }
+    if new.allow_rollup_hdrs {
+        return refuse("allow_rollup_hdrs");
+    }
+    let required = required_headers(new);
+    if required.len() > limits::PROVENANCE_REQUIRED_HEADERS_MAX {
+        return Err(ApiError::invalid_stream_config(format!(
+            "semaq.require names more than {} headers",
+            limits::PROVENANCE_REQUIRED_HEADERS_MAX
+        )));
+    }
+    for name in required {
+        let valid = name.bytes().all(|b| b.is_ascii_graphic() && b != b':');
+        if !valid || chain::SERVER_HEADERS.iter().any(|reserved| reserved.eq_ignore_ascii_case(&name)) {
+            return Err(ApiError::invalid_stream_config(format!(
+                "semaq.require: {name:?} cannot be a required header"
+            )));
+        }
+    }
+    Ok(())
+}
+
+impl Provenance {
+    /// The provenance of a level-4 stream (`None` below), with its key created on first use and
+    /// its head rebuilt from the store's last message. `dir` is the stream's directory.
+    pub fn open(
+        config: &StreamConfig,
+        dir: Option<&Path>,
+        store: &dyn StreamStore,
+    ) -> Result<Option<Arc<Self>>, ApiError> {
+        if config.level() != LEVEL {
+            return Ok(None);
+        }
+        let dir = dir.map(|dir| dir.join(files::DIR_NAME));
+        let keys = files::load_or_create_keys(dir.as_deref()).map_err(ApiError::provenance_unavailable)?;
+        let log = files::CheckpointLog::open(dir.as_deref()).map_err(ApiError::provenance_unavailable)?;
+        let (head_seq, head) = rebuild_head(&config.name, store, log.last());
+        let signed_seq = log.last().map_or(0, |c| c.seq);
+        if signed_seq > head_seq {
+            tracing::error!(stream = %config.name, "a checkpoint signs seq {signed_seq}, past the last stored seq {head_seq}");
+        }
+        let chain = Chain {
+            head_seq,
+            head,
+            signed_seq: signed_seq.min(head_seq),
+            signed_at: Instant::now(),
+            unwritten: Vec::new(),
+            event_times: HashMap::new(),
+        };
+        let provenance =
+            Provenance { stream: config.name.clone(), keys, chain: Mutex::new(chain), log: Mutex::new(log) };
+        Ok(Some(Arc::new(provenance)))
+    }
+
+    /// The stream's public key.
+    pub fn public_key(&self) -> PublicKey {
+        self.keys.public()
+    }
+
+    /// Starts a batch: holds the chain until the returned writer is dropped.
+    pub fn writer<'a>(&'a self, config: &StreamConfig) -> ChainWriter<'a> {
+        ChainWriter { provenance: self, chain: lock(&self.chain), required: required_headers(config) }
+    }
+
+    /// Signs the head if messages arrived since the last checkpoint (the ticker and stream stop).
+    /// The caller holds the store (`store`), so nothing is appended meanwhile.
+    pub fn checkpoint_pending(&self, store: &mut dyn StreamStore, sync_policy: SyncPolicy) {
+        let mut writer = ChainWriter { provenance: self, chain: lock(&self.chain), required: Vec::new() };
+        writer.sign_head();
+        writer.write_signed(store, sync_policy);
+    }
+
+    /// Makes written checkpoints durable; call without holding any lock.
+    pub fn sync_log(&self) {
+        let unsynced = lock(&self.log).take_unsynced();
+        if let Some(file) = unsynced {
+            if let Err(error) = file.sync_data() {
+                tracing::error!(stream = %self.stream, %error, "fsync of the checkpoints file failed");
+            }
+        }
+    }
+
+    /// The checkpoint covering `seq`, if one was signed yet.
+    pub fn covering(&self, seq: u64) -> Option<Checkpoint> {
+        lock(&self.log).covering(seq)
+    }
+
+    /// A stored header block with `Semaq-Checkpoint` added for delivery: `<seq> <head hex>
+    /// <signature base64>` of the checkpoint covering the message, or `pending` while none does
+    /// (the next one is at most [`limits::PROVENANCE_CHECKPOINT_INTERVAL`] away).
+    pub fn annotate(&self, seq: u64, headers: Option<Bytes>) -> Option<Bytes> {
+        let block = headers?;
+        let value = match self.covering(seq) {
+            Some(checkpoint) => checkpoint_header_value(&checkpoint),
+            None => "pending".to_string(),
+        };
+        let Some(head) = block.strip_suffix(b"\r\n\r\n") else { return Some(block) };
+        let line = format!("\r\n{}: {value}\r\n\r\n", chain::CHECKPOINT_HEADER);
+        Some(Bytes::from([head, line.as_bytes()].concat()))
+    }
+
+    /// The provenance part of stream info, and the head of the API answer.
+    pub fn info(&self, config: &StreamConfig) -> Value {
+        let (head_seq, head, signed_seq) = {
+            let chain = lock(&self.chain);
+            (chain.head_seq, chain.head, chain.signed_seq)
+        };
+        let checkpoints = lock(&self.log).total();
+        json!({
+            "algorithm": "ed25519",
+            "public_key": self.keys.public().to_hex(),
+            "head": { "seq": head_seq, "hash": chain::to_hex(&head) },
+            "signed_seq": signed_seq,
+            "checkpoints": checkpoints,
+            "required_headers": required_headers(config),
+        })
+    }
+
+    /// A page of checkpoints (see [`api`]).
+    fn checkpoints_page(&self, offset: u64) -> (Vec<Checkpoint>, u64, u64) {
+        let log = lock(&self.log);
+        let offset = offset.max(log.first_available());
+        (log.page(offset, limits::PROVENANCE_API_CHECKPOINTS_MAX), log.total(), offset)
+    }
+}
+
+/// `<seq> <head hex> <signature base64>`.
+pub fn checkpoint_header_value(checkpoint: &Checkpoint) -> String {
+    let signature = base64::engine::general_purpose::STANDARD.encode(checkpoint.signature);
+    format!("{} {} {signature}", checkpoint.seq, chain::to_hex(&checkpoint.head))
+}
+
+/// The checkpoint as the API shows it.
+pub fn checkpoint_json(checkpoint: &Checkpoint) -> Value {
+    let signature = base64::engine::general_purpose::STANDARD.encode(checkpoint.signature);
+    json!({ "seq": checkpoint.seq, "head": chain::to_hex(&checkpoint.head), "signature": signature })
+}
+
+/// The head at open: the last stored message's hash, else the last checkpoint if it signs the
+/// last sequence (the stream was emptied from the head), else a fresh start.
+fn rebuild_head(stream: &str, store: &dyn StreamStore, last_checkpoint: Option<&Checkpoint>) -> (u64, Hash) {
+    let last_seq = store.state().last_seq;
+    if last_seq == 0 {
+        return (0, chain::GENESIS);
+    }
+    let stored = store.get(last_seq).ok().flatten();
+    let sealed = stored.as_ref().and_then(|message| chain::unseal(message.headers.as_deref()?).ok().map(|s| s.hash));
+    if let Some(hash) = sealed {
+        return (last_seq, hash);
+    }
+    if let Some(checkpoint) = last_checkpoint.filter(|c| c.seq == last_seq) {
+        return (last_seq, checkpoint.head);
+    }
+    if stored.is_some() {
+        tracing::error!(%stream, "the last stored message (seq {last_seq}) carries no chain hash; the chain restarts");
+    }
+    (last_seq, chain::GENESIS)
+}
+
+/// What an L4 stream checks in a header block, found in one pass over its lines (names compared
+/// case-insensitively, first occurrence wins, as `HeaderBlock::get`).
+#[derive(Debug, Default, PartialEq, Eq)]
+struct HeaderScan<'a> {
+    /// The first `Semaq-Event-Time`.
+    event_time: Option<&'a str>,
+    /// A header only the server may write.
+    reserved: Option<&'static str>,
+    /// Bit `i`: required header `i` is present with a value.
+    present: u64,
+}
+
+impl<'a> HeaderScan<'a> {
+    fn of(block: &'a [u8], required: &[String]) -> Self {
+        let mut scan = HeaderScan::default();
+        let Ok(text) = std::str::from_utf8(block) else { return scan };
+        for line in text.split("\r\n").skip(1) {
+            let Some((name, value)) = line.split_once(':') else { continue };
+            let (name, value) = (name.trim(), value.trim());
+            if name.eq_ignore_ascii_case(chain::EVENT_TIME_HEADER) {
+                // The first one counts, even if empty: the verifier reads it the same way.
+                scan.event_time = scan.event_time.or(Some(value));
+            } else if let Some(reserved) = chain::SERVER_HEADERS.iter().find(|r| r.eq_ignore_ascii_case(name)) {
+                scan.reserved = scan.reserved.or(Some(reserved));
+            }
+            for (i, wanted) in required.iter().enumerate().take(limits::PROVENANCE_REQUIRED_HEADERS_MAX) {
+                if !value.is_empty() && wanted.eq_ignore_ascii_case(name) {
+                    scan.present |= 1 << i;
+                }
+            }
+        }
+        scan
+    }
+}
+
+/// One ingest batch's hold on the chain.
+pub struct ChainWriter<'a> {
+    provenance: &'a Provenance,
+    chain: MutexGuard<'a, Chain>,
+    required: Vec<String>,
+}
+
+impl ChainWriter<'_> {
+    /// Checks an L4 message and appends it chained; replaces the plain `store.append`.
+    pub fn append(&mut self, store: &mut dyn StreamStore, message: &Inbound, now_ns: i64) -> Result<u64, ApiError> {
+        let block = message.headers.as_deref().unwrap_or_default();
+        let event_time_ns = self.check_context(&*store, block, &message.subject)?;
+        // Every append to an L4 stream goes through here, so the store's next sequence follows the head.
+        let seq = self.chain.head_seq + 1;
+        let link =
+            Link { seq, event_time_ns, subject: &message.subject, headers: [block, b""], payload: &message.payload };
+        let hash = chain::message_hash(&self.chain.head, &link);
+        let sealed = chain::seal(block, &self.chain.head, &hash).ok_or_else(ApiError::provenance_malformed_headers)?;
+        let (stored_seq, _) =
+            store.append(&message.subject, Some(&sealed), &message.payload, now_ns).map_err(store_error)?;
+        if stored_seq != seq {
+            tracing::error!(stream = %self.provenance.stream, "chained seq {seq} but the store assigned {stored_seq}");
+        }
+        self.accept(stored_seq, hash, &message.subject, event_time_ns);
+        Ok(stored_seq)
+    }
+
+    /// No server-written headers, the required ones, and an event time after the subject's
+    /// last; returns the event time in unix nanoseconds.
+    fn check_context(&mut self, store: &dyn StreamStore, block: &[u8], subject: &str) -> Result<i64, ApiError> {
+        let scan = HeaderScan::of(block, &self.required);
+        if let Some(reserved) = scan.reserved {
+            return Err(ApiError::provenance_header_reserved(reserved));
+        }
+        let text = scan.event_time.filter(|text| !text.is_empty()).ok_or_else(ApiError::event_time_missing)?;
+        let event_time_ns = chain::parse_event_time(text).ok_or_else(|| ApiError::event_time_invalid(text))?;
+        if let Some(missing) = self.required.iter().enumerate().find(|(i, _)| scan.present & (1 << i) == 0) {
+            return Err(ApiError::context_missing(missing.1, &self.required));
+        }
+        if let Some(last_ns) = self.last_event_time(store, subject) {
+            if event_time_ns <= last_ns {
+                return Err(ApiError::event_time_not_increasing(subject, text, last_ns));
+            }
+        }
+        Ok(event_time_ns)
+    }
+
+    /// The subject's last accepted event time: cached, else read from its last stored message.
+    fn last_event_time(&mut self, store: &dyn StreamStore, subject: &str) -> Option<i64> {
+        if let Some(&known) = self.chain.event_times.get(subject) {
+            return Some(known);
+        }
+        let last = match store.get_last_for_subject(subject) {
+            Ok(last) => last?,
+            Err(error) => {
+                tracing::warn!(stream = %self.provenance.stream, %subject, %error, "cannot read the subject's last event time");
+                return None;
+            }
+        };
+        let event_time_ns = chain::header_value(last.headers.as_deref()?, chain::EVENT_TIME_HEADER)
+            .and_then(chain::parse_event_time)?;
+        self.remember(subject, event_time_ns);
+        Some(event_time_ns)
+    }
+
+    fn remember(&mut self, subject: &str, event_time_ns: i64) {
+        let times = &mut self.chain.event_times;
+        if let Some(known) = times.get_mut(subject) {
+            *known = event_time_ns;
+            return;
+        }
+        if times.len() >= limits::PROVENANCE_EVENT_TIMES_CACHED_MAX {
+            // Forgotten times are read back from the store on the subject's next message.
+            times.clear();
+        }
+        times.insert(subject.to_string(), event_time_ns);
+    }
+
+    fn accept(&mut self, seq: u64, hash: Hash, subject: &str, event_time_ns: i64) {
+        self.chain.head_seq = seq;
+        self.chain.head = hash;
+        self.remember(subject, event_time_ns);
+        if seq >= self.chain.signed_seq + limits::PROVENANCE_CHECKPOINT_MESSAGES {
+            self.sign_head();
+        }
+    }
+
+    /// Signs the head now, if it is not signed yet; written by [`ChainWriter::write_signed`].
+    fn sign_head(&mut self) {
+        if self.chain.head_seq <= self.chain.signed_seq {
+            return;
+        }
+        let (seq, head) = (self.chain.head_seq, self.chain.head);
+        let checkpoint = self.provenance.keys.sign(&self.provenance.stream, seq, &head);
+        self.chain.unwritten.push(checkpoint);
+        self.chain.signed_seq = seq;
+        self.chain.signed_at = Instant::now();
+    }
+
+    /// After the batch's write: signs the head when the interval has passed, and writes the
+    /// batch's checkpoints once what they sign is durable. `written`: the batch's sync succeeded.
+    pub fn finish_batch(&mut self, store: &mut dyn StreamStore, sync_policy: SyncPolicy, written: bool) {
+        if !written {
+            // The store refused the batch's writes: what was signed may not be on disk.
+            self.chain.unwritten.clear();
+            return;
+        }
+        if self.chain.signed_at.elapsed() >= limits::PROVENANCE_CHECKPOINT_INTERVAL {
+            self.sign_head();
+        }
+        self.write_signed(store, sync_policy);
+    }
+
+    /// Appends the signed checkpoints to the log, first making sure the messages they sign are
+    /// durable (streams that do not fsync every batch are synced here: at most once per checkpoint).
+    fn write_signed(&mut self, store: &mut dyn StreamStore, sync_policy: SyncPolicy) {
+        if self.chain.unwritten.is_empty() {
+            return;
+        }
+        if sync_policy != SyncPolicy::Always {
+            if let Err(error) = store.sync() {
+                tracing::error!(stream = %self.provenance.stream, %error, "sync before a checkpoint failed");
+                self.chain.unwritten.clear();
+                return;
+            }
+        }
+        let checkpoints = std::mem::take(&mut self.chain.unwritten);
+        if let Err(error) = lock(&self.provenance.log).append(&checkpoints) {
+            tracing::error!(stream = %self.provenance.stream, %error, "cannot write checkpoints");
+        }
+    }
+}
+
+/// Signs what arrived, within [`limits::PROVENANCE_CHECKPOINT_INTERVAL`] of it arriving, and
+/// fsyncs the checkpoints file; runs per L4 stream until the stream goes away.
+pub async fn run_ticker(stream: Weak<Stream>) {
+    let Some(mut changed) = stream.upgrade().map(|stream| stream.watch_last_seq()) else { return };
+    while changed.changed().await.is_ok() {
+        tokio::time::sleep(limits::PROVENANCE_CHECKPOINT_INTERVAL).await;
+        let Some(stream) = stream.upgrade() else { return };
+        let Some(provenance) = stream.provenance() else { return };
+        tokio::task::block_in_place(|| {
+            stream.checkpoint_pending();
+            provenance.sync_log();
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_pass_finds_event_time_reserved_and_required_headers() {
+        let required = vec!["traceparent".to_string(), "Semaq-Session".to_string()];
+        let block =
+            b"NATS/1.0\r\nsemaq-event-time: 5\r\nTRACEPARENT: t\r\nSemaq-Session:\r\nSemaq-Event-Time: 6\r\n\r\n";
+        let scan = HeaderScan::of(block, &required);
+        assert_eq!(scan, HeaderScan { event_time: Some("5"), reserved: None, present: 0b01 });
+        let forged = HeaderScan::of(b"NATS/1.0\r\nsemaq-hash: x\r\n\r\n", &required);
+        assert_eq!(forged.reserved, Some(chain::HASH_HEADER));
+        assert_eq!(HeaderScan::of(b"", &required), HeaderScan::default());
+    }
+
+    #[test]
+    fn configs_that_would_break_the_chain_are_refused() {
+        let level = |n: &str| StreamConfig {
+            metadata: [("semaq.level".to_string(), n.to_string())].into_iter().collect(),
+            ..StreamConfig::default()
+        };
+        assert!(check_config(None, &level("4")).is_ok());
+        assert!(check_config(Some(&level("1")), &level("4")).is_err());
+        assert!(check_config(Some(&level("4")), &level("2")).is_err());
+        let mut workqueue = level("4");
+        workqueue.retention = Retention::Workqueue;
+        assert!(check_config(None, &workqueue).is_err());
+        let mut reserved = level("4");
+        reserved.metadata.insert(REQUIRE_KEY.into(), "traceparent, Semaq-Hash".into());
+        assert!(check_config(None, &reserved).is_err());
+        let mut custom = level("4");
+        custom.metadata.insert(REQUIRE_KEY.into(), " traceparent ,, x-tenant ".into());
+        assert!(check_config(None, &custom).is_ok());
+        assert_eq!(required_headers(&custom), vec!["traceparent", "x-tenant"]);
+    }
+}
