@@ -4,7 +4,8 @@
 //! shares and turns connect failures into one line; `pubsub.rs` has `pub`, `sub` and `req`, printing through
 //! `output.rs`; `parse.rs` has the pure value parsers; `bench/` drives load against any NATS URL and
 //! compares semaq-server with nats-server; `schema.rs` talks to the schema registry over `$SEMAQ.API.SCHEMA`
-//! and `infer.rs` proposes schemas from samples. New command groups (`stream`, `consumer`, `verify`,
+//! and `infer.rs` proposes schemas from samples; `verify.rs` checks a level 4 stream's hash chain
+//! (online or on a stopped server's files). New command groups (`stream`, `consumer`, `verify`,
 //! `trace`, `agent`) get a module of their own and one arm in [`Command`].
 
 mod bench;
