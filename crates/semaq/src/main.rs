@@ -5,8 +5,8 @@
 //! `output.rs`; `parse.rs` has the pure value parsers; `bench/` drives load against any NATS URL and
 //! compares semaq-server with nats-server; `schema.rs` talks to the schema registry over `$SEMAQ.API.SCHEMA`
 //! (`infer` uses the server library's inference, the one L4 auto-evolution uses); `stream.rs` has streams and
-//! consumers; `trace.rs` prints lineage graphs. New command groups (`verify`, `agent`) get a module of their
-//! own and one arm in [`Command`].
+//! consumers; `trace.rs` prints lineage graphs; `verify.rs` checks a level 4 stream's hash chain (online or on
+//! a stopped server's files). New command groups (`agent`) get a module of their own and one arm in [`Command`].
 
 mod bench;
 mod connect;

@@ -5,9 +5,11 @@
 //! - [`stream`]: capture, checks, group-committed appends and PubAcks.
 //! - [`api`]: the request handlers.
 //! - [`lineage`]: L4 `Semaq-Parent` checks at publish and the `$SEMAQ.API.LINEAGE` graph.
+//! - [`provenance`]: level 4 streams: event time, context headers, hash chain, checkpoints.
 //!
 //! On disk, under the store directory: `jetstream/streams/<name>/stream.json` (config and
-//! creation time) and `jetstream/streams/<name>/msgs/` (the `semaq-store` log).
+//! creation time), `jetstream/streams/<name>/msgs/` (the `semaq-store` log) and, for level 4,
+//! `jetstream/streams/<name>/provenance/` (key pair and checkpoints).
 
 pub mod api;
 pub mod config;
