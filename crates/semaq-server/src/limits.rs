@@ -105,3 +105,9 @@ pub const FILTERED_SUBSCRIPTIONS_PER_CONNECTION_MAX: usize = 1024;
 pub const FILTERED_SUBSCRIPTIONS_MAX: usize = 64 * 1024;
 /// Messages a filtered consumer skips in one look for its next match before yielding.
 pub const FILTER_SKIP_MESSAGES_MAX: usize = 16 * 1024;
+/// Parsed stored payloads kept for the filtered consumers of the same messages.
+pub const FILTER_CACHE_ENTRIES_MAX: usize = 1024;
+/// Payload bytes of those entries (their parsed values take a few times as much).
+pub const FILTER_CACHE_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// Largest payload kept there; larger ones are parsed by each consumer.
+pub const FILTER_CACHE_PAYLOAD_BYTES_MAX: usize = 64 * 1024;

@@ -71,8 +71,9 @@ fn constant_value(constant: &Const) -> Val<'_> {
 }
 
 fn payload<'a>(message: &'a Prepared<'a>) -> Result<&'a serde_json::Value, Fail> {
+    // The verdict tells an undecodable payload apart afterwards (`Filter::evaluate`).
     message.payload().map_err(|issue| match issue {
-        PayloadIssue::NotJson | PayloadIssue::TooLarge => Fail::NotJson,
+        PayloadIssue::NotJson | PayloadIssue::TooLarge | PayloadIssue::Undecodable => Fail::NotJson,
     })
 }
 

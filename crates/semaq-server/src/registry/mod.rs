@@ -12,6 +12,7 @@
 
 pub mod avro;
 pub mod binding;
+pub mod decode;
 pub mod error;
 pub mod format;
 pub mod http;
