@@ -134,7 +134,8 @@ mod tests {
         let payloads: Vec<Vec<u8>> =
             (0..=limits::FILTER_CACHE_ENTRIES_MAX).map(|i| format!("{{\"n\": {i}}}").into_bytes()).collect();
         for payload in &payloads {
-            cache.get_or_parse(payload, parse_counting(&calls, payload));
+            let (parsed, hit) = cache.get_or_parse(payload, parse_counting(&calls, payload));
+            assert!(parsed.is_ok() && !hit);
         }
         assert_eq!(cache.len(), limits::FILTER_CACHE_ENTRIES_MAX);
         let (_, hit) = cache.get_or_parse(&payloads[0], parse_counting(&calls, &payloads[0]));

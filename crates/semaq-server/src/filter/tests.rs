@@ -3,7 +3,7 @@
 
 use proptest::prelude::*;
 
-use super::{Filter, Prepared, Verdict};
+use super::{Context, Filter, Prepared, Verdict};
 
 const EVENT: &str = r#"{"model_id":"llama3-70b","confidence":0.92,"input_tokens":1200,"output_tokens":80,
  "tags":["prod","eu"],"user":{"tier":"gold","id":7},"latency_ms":35,"ok":true,"note":null}"#;
@@ -123,6 +123,84 @@ fn a_short_circuit_avoids_parsing_the_payload() {
     let message = Prepared::new("ai.inference.eu", None, b"not json");
     assert_eq!(filter.evaluate(&message), Verdict::NoMatch);
     assert!(!message.payload_parsed());
+}
+
+/// `EVENT` as an Avro schema, registered in a fresh registry, and the event in the wire format.
+fn avro_event_in_registry() -> (crate::registry::Registry, Vec<u8>) {
+    use apache_avro::types::Value as Avro;
+    let schema = r#"{"type": "record", "name": "Event", "fields": [
+        {"name": "model_id", "type": "string"}, {"name": "confidence", "type": "double"},
+        {"name": "input_tokens", "type": "long"}, {"name": "output_tokens", "type": "int"},
+        {"name": "tags", "type": {"type": "array", "items": "string"}},
+        {"name": "user", "type": {"type": "record", "name": "User",
+            "fields": [{"name": "tier", "type": "string"}, {"name": "id", "type": "int"}]}},
+        {"name": "latency_ms", "type": "long"}, {"name": "ok", "type": "boolean"},
+        {"name": "note", "type": ["null", "string"]}]}"#;
+    let registry = crate::registry::Registry::in_memory();
+    let request =
+        crate::registry::types::SchemaRequest { schema: schema.into(), schema_type: None, references: vec![] };
+    let id = registry.register("events", &request).expect("register");
+    let string = |s: &str| Avro::String(s.into());
+    let record = Avro::Record(vec![
+        ("model_id".into(), string("llama3-70b")),
+        ("confidence".into(), Avro::Double(0.92)),
+        ("input_tokens".into(), Avro::Long(1200)),
+        ("output_tokens".into(), Avro::Int(80)),
+        ("tags".into(), Avro::Array(vec![string("prod"), string("eu")])),
+        ("user".into(), Avro::Record(vec![("tier".into(), string("gold")), ("id".into(), Avro::Int(7))])),
+        ("latency_ms".into(), Avro::Long(35)),
+        ("ok".into(), Avro::Boolean(true)),
+        ("note".into(), Avro::Union(0, Box::new(Avro::Null))),
+    ]);
+    let parsed = apache_avro::Schema::parse_str(schema).expect("schema");
+    let body = apache_avro::to_avro_datum(&parsed, record).expect("encode");
+    (registry, [&[0u8][..], &id.to_be_bytes(), &body].concat())
+}
+
+#[test]
+fn filters_read_a_decoded_avro_record_as_they_read_the_same_record_in_json() {
+    let (registry, binary) = avro_event_in_registry();
+    let context = Context { registry: Some(&registry), ..Context::default() };
+    let expressions = [
+        "confidence > 0.85",
+        r#"model_id == "llama3-70b" && confidence >= 0.9"#,
+        r#"payload.user.tier == "gold" && user.id == 7"#,
+        r#""eu" in tags && size(tags) == 2 && ok && note == null"#,
+        "input_tokens + output_tokens > 1000 && latency_ms > 34.5",
+        "temperature > 0.5",
+        r#"tags.exists(t, t == "eu")"#,
+        "input_tokens / 0 > 1",
+    ];
+    for expression in expressions {
+        let filter = Filter::compile(expression).expect(expression);
+        let from_json = filter.evaluate(&Prepared::new("ai.x", None, EVENT.as_bytes()));
+        let from_avro = filter.evaluate(&Prepared::new("ai.x", None, &binary).with_context(context));
+        assert_eq!(from_avro, from_json, "{expression}");
+    }
+}
+
+#[test]
+fn a_wire_format_payload_that_does_not_decode_is_its_own_non_match() {
+    let (registry, binary) = avro_event_in_registry();
+    let context = Context { registry: Some(&registry), ..Context::default() };
+    let filter = Filter::compile("confidence > 0.5").expect("compiles");
+    let truncated = &binary[..binary.len() - 3];
+    assert_eq!(filter.evaluate(&Prepared::new("ai.x", None, truncated).with_context(context)), Verdict::Undecodable);
+    assert_eq!(filter.evaluate(&Prepared::new("ai.x", None, &binary)), Verdict::NotJson, "no registry: not JSON");
+    let mut unknown = binary.clone();
+    unknown[4] ^= 0x40;
+    assert_eq!(filter.evaluate(&Prepared::new("ai.x", None, &unknown).with_context(context)), Verdict::NotJson);
+}
+
+#[test]
+fn ten_filters_share_one_parse_and_count_it() {
+    let stats = super::FilterStats::default();
+    let context = Context { stats: Some(&stats), ..Context::default() };
+    let message = Prepared::new("ai.x", None, EVENT.as_bytes()).with_context(context);
+    for i in 0..10 {
+        Filter::compile(&format!("input_tokens > {i}")).expect("compiles").evaluate(&message);
+    }
+    assert_eq!(stats.snapshot().payload_parses, 1);
 }
 
 fn compile_error(expression: &str) -> (usize, usize, String) {
