@@ -38,7 +38,8 @@ fn pre_parsed(c: &mut Criterion) {
     let cases = [
         ("simple", "confidence > 0.85"),
         ("three clauses", r#"model_id == "llama3-70b" && confidence >= 0.9 && input_tokens < 4096"#),
-        ("interpreter", r#"confidence > 0.85 && model_id.matches("^llama")"#),
+        ("regex", r#"model_id.matches("^llama[0-9]")"#),
+        ("interpreter", "int(confidence * 100.0) > 85"),
     ];
     for (name, expression) in cases {
         let filter = compile(expression);

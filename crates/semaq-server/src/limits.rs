@@ -111,3 +111,5 @@ pub const FILTER_CACHE_ENTRIES_MAX: usize = 1024;
 pub const FILTER_CACHE_BYTES_MAX: usize = 4 * 1024 * 1024;
 /// Largest payload kept there; larger ones are parsed by each consumer.
 pub const FILTER_CACHE_PAYLOAD_BYTES_MAX: usize = 64 * 1024;
+/// Compiled size of one filter's `matches()` regex (the regex crate's own default is 10 MiB).
+pub const FILTER_REGEX_COMPILED_BYTES_MAX: usize = 256 * 1024;

@@ -55,6 +55,10 @@ pub fn eval<'a>(node: &'a Node, message: &'a Prepared<'a>) -> Result<Val<'a>, Fa
             let argument = eval(argument, message)?;
             string_function(*function, &target, &argument).map(Val::Bool)
         }
+        Node::Matches(target, regex) => match eval(target, message)? {
+            Val::Str(text) => Ok(Val::Bool(regex.is_match(&text))),
+            _ => Err(Fail::Error),
+        },
         Node::Interpreted => Err(Fail::Error),
     }
 }

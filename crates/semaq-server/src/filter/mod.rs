@@ -149,16 +149,7 @@ impl Filter {
         }
     }
 
-    /// The same expression forced onto the interpreter (tests and measurements).
-    #[cfg(test)]
-    pub fn interpreted(source: &str) -> Option<Self> {
-        let program = interp::env().compile(source).ok()?;
-        let interpreted = interp::Interpreted::new(program);
-        let reads_payload = interpreted.reads_payload();
-        Some(Self { source: source.to_string(), program: Program::Interpreted(interpreted), reads_payload })
-    }
-
-    /// Evaluates with the interpreter even when a native plan exists (agreement tests, bench).
+    /// Evaluates with the interpreter even when a native plan exists (the agreement tests).
     pub fn evaluate_interpreted(&self, message: &Prepared<'_>) -> Option<Verdict> {
         let program = interp::env().compile(&self.source).ok()?;
         let interpreted = interp::Interpreted::new(program);

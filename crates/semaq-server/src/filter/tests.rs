@@ -233,6 +233,21 @@ fn type_errors_and_unknown_functions_are_refused_with_positions() {
     assert!(compile_error("model_id.contains(1)").2.contains("'contains'"));
     assert!(compile_error("[1, 2]").2.contains("list"));
     assert!(compile_error("tags.all(t, tags.exists(u, u == t))").2.contains("nested"));
+    let (line, column, reason) = compile_error(r#"confidence > 0.5 && model_id.matches("(llama")"#);
+    assert_eq!((line, column), (1, 37));
+    assert!(reason.contains("'(llama' is not a valid regex: error: unclosed group"), "{reason}");
+    assert!(compile_error(r#"subject.matches(1)"#).2.contains("'matches'"));
+    assert!(compile_error(r#"model_id.matches("a{1000}{1000}")"#).2.contains("size limit"));
+}
+
+#[test]
+fn matches_with_a_literal_pattern_is_native() {
+    assert!(Filter::compile(r#"model_id.matches("^llama")"#).expect("compiles").is_native());
+    assert!(Filter::compile(r#"matches(model_id, "^llama")"#).expect("compiles").is_native());
+    assert!(!Filter::compile(r#"model_id.matches(user.tier)"#).expect("compiles").is_native(), "computed pattern");
+    assert_eq!(event(r#"model_id.matches("^llama[0-9]+-[0-9]+b$")"#), Verdict::Match);
+    assert_eq!(event(r#"model_id.matches("gpt")"#), Verdict::NoMatch);
+    assert_eq!(event(r#"input_tokens.matches("12")"#), Verdict::Error, "not a string");
 }
 
 /// Expressions × payloads, evaluated natively and by the interpreter: the verdicts agree.
@@ -277,6 +292,9 @@ fn native_and_interpreted_agree_on_a_table() {
         "big > 1",
         "big == 18446744073709551615u",
         "neg < 0 && neg < 1u",
+        r#"model_id.matches("^llama[0-9]-")"#,
+        r#"matches(user.tier, "^g.l") && !subject.matches("us$")"#,
+        r#"confidence.matches("1")"#,
     ];
     let payloads = [
         EVENT,
@@ -361,62 +379,4 @@ proptest! {
         prop_assert_eq!(native.matched(), interpreted.matched(), "{} on {}", expr, payload);
         prop_assert_eq!(native == Verdict::NoMatch, interpreted == Verdict::NoMatch, "{} on {}", expr, payload);
     }
-}
-
-/// Evaluations per second; run with
-/// `cargo test --release -p semaq-server --lib filter::tests::evaluation_speed -- --ignored --nocapture`.
-#[test]
-#[ignore = "a measurement, not a check"]
-fn evaluation_speed() {
-    use std::time::Instant;
-    const ROUNDS: u32 = 2_000_000;
-    let payload = EVENT.as_bytes();
-    let measure = |label: &str, rounds: u32, mut work: Box<dyn FnMut() -> bool + '_>| {
-        let started = Instant::now();
-        let mut matched = 0u32;
-        for _ in 0..rounds {
-            matched += u32::from(work());
-        }
-        let elapsed = started.elapsed();
-        let per = elapsed.as_nanos() as f64 / f64::from(rounds);
-        println!("{label:<58} {per:>8.1} ns  {:>12.0} /s  (matched {matched})", 1e9 / per);
-        per
-    };
-    let simple = Filter::compile("confidence > 0.85").expect("compiles");
-    let compound =
-        Filter::compile(r#"model_id == "llama3-70b" && confidence >= 0.9 && "eu" in tags"#).expect("compiles");
-    let interpreted = Filter::interpreted("confidence > 0.85").expect("compiles");
-    let parsed = Prepared::new("ai.inference", Some(HEADERS.as_bytes()), payload);
-    parsed.payload().expect("json");
-    measure("native `confidence > 0.85`, pre-parsed payload", ROUNDS, Box::new(|| simple.evaluate(&parsed).matched()));
-    measure(
-        "native 3-clause expression, pre-parsed payload",
-        ROUNDS,
-        Box::new(|| compound.evaluate(&parsed).matched()),
-    );
-    measure(
-        "interpreter `confidence > 0.85`, pre-parsed payload",
-        ROUNDS / 20,
-        Box::new(|| interpreted.evaluate(&parsed).matched()),
-    );
-    let filters: Vec<Filter> = (0..10)
-        .map(|i| Filter::compile(&format!(r#"model_id == "model-{i}" && confidence > 0.{i}"#)).expect("compiles"))
-        .collect();
-    let one = measure(
-        "1 filter per message, parse included",
-        ROUNDS / 10,
-        Box::new(|| {
-            let message = Prepared::new("ai.inference", None, payload);
-            filters[0].evaluate(&message).matched()
-        }),
-    );
-    let ten = measure(
-        "10 filters per message, one shared parse",
-        ROUNDS / 10,
-        Box::new(|| {
-            let message = Prepared::new("ai.inference", None, payload);
-            filters.iter().filter(|f| f.evaluate(&message).matched()).count() > 0
-        }),
-    );
-    println!("10 filters cost {:.2}× one filter", ten / one);
 }
