@@ -46,6 +46,18 @@ pub enum DecodeError {
     },
 }
 
+/// Caps what the Avro decoder allocates for one length it reads (a string, bytes, or an array or
+/// map block count) at `payload_bytes_max`. No honest datum declares more than its payload
+/// holds, while a forged count (a 5-byte body claiming 500 M array items) would otherwise make
+/// apache-avro reserve 28 GB and abort the process. The setting is process-wide and only the
+/// first call counts, so the server makes it before anything decodes (validation or filters).
+pub fn bound_avro_allocations(payload_bytes_max: usize) {
+    let in_force = apache_avro::max_allocation_bytes(payload_bytes_max);
+    if in_force != payload_bytes_max {
+        tracing::warn!(in_force, wanted = payload_bytes_max, "Avro decoding allocations were bounded already");
+    }
+}
+
 /// The schema id of a wire-format payload, or `None` when it is not one.
 pub fn schema_id(payload: &[u8]) -> Option<u32> {
     match payload {

@@ -602,3 +602,34 @@ async fn a_filtered_subscription_decodes_wire_format_payloads_and_counts_failure
     assert_eq!(counts["not_json"], json!(1), "{counts}");
     assert_eq!(counts["payload_decodes"], json!(5), "{counts}");
 }
+
+/// An Avro array body whose block count claims 500 M items in 5 bytes.
+fn forged_avro_array(id: u32) -> Vec<u8> {
+    let mut count: u64 = 500_000_000 << 1; // zig-zag
+    let mut body = Vec::new();
+    while count >= 0x80 {
+        body.push((count & 0x7f) as u8 | 0x80);
+        count >>= 7;
+    }
+    body.push(count as u8);
+    wire(id, &body)
+}
+
+#[tokio::test]
+async fn a_forged_avro_length_is_refused_without_taking_the_server_down() {
+    let server = TestServer::start();
+    let js = context(&server).await;
+    let client = js.client();
+    let id = register(&client, "tags", r#"{"type": "array", "items": "string"}"#, "AVRO").await;
+    let (_, mut inbox) = filtered(&client, "tags.core", "size(payload) > 0", None).await;
+    js.create_stream(l2_stream("TAGS", "tags.stored", "tags")).await.expect("stream");
+    client.publish("tags.core", forged_avro_array(id).into()).await.expect("publish");
+    let stored = js.publish("tags.stored", forged_avro_array(id).into()).await.expect("publish").await;
+    let error = stored.expect_err("the L2 stream refuses it").to_string();
+    assert!(error.contains("does not decode"), "{error}");
+    // One block of one string, "eu" (zig-zag: count 1 → 2, length 2 → 4), then the end block.
+    client.publish("tags.core", wire(id, &[2, 4, b'e', b'u', 0]).into()).await.expect("publish");
+    client.flush().await.expect("flush");
+    assert_eq!(drain(&mut inbox, Duration::from_millis(400)).await.len(), 1, "the server is still up");
+    assert_eq!(filter_counts(&server)["undecodable"], json!(1));
+}
