@@ -52,7 +52,7 @@ pub enum DecodeError {
 /// apache-avro reserve 28 GB and abort the process. The setting is process-wide and only the
 /// first call counts, so the server makes it before anything decodes (validation or filters).
 pub fn bound_avro_allocations(payload_bytes_max: usize) {
-    let in_force = apache_avro::max_allocation_bytes(payload_bytes_max);
+    let in_force = apache_avro::util::max_allocation_bytes(payload_bytes_max);
     if in_force != payload_bytes_max {
         tracing::warn!(in_force, wanted = payload_bytes_max, "Avro decoding allocations were bounded already");
     }
