@@ -147,3 +147,11 @@ pub const PROVENANCE_PAGE_LOCK_MESSAGES_MAX: usize = 256;
 pub const PROVENANCE_API_QUEUE_REQUESTS_MAX: usize = 256;
 /// Level 4: headers `semaq.require` may name.
 pub const PROVENANCE_REQUIRED_HEADERS_MAX: usize = 16;
+/// Parsed stored payloads kept for the filtered consumers of the same messages.
+pub const FILTER_CACHE_ENTRIES_MAX: usize = 1024;
+/// Payload bytes of those entries (their parsed values take a few times as much).
+pub const FILTER_CACHE_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// Largest payload kept there; larger ones are parsed by each consumer.
+pub const FILTER_CACHE_PAYLOAD_BYTES_MAX: usize = 64 * 1024;
+/// Compiled size of one filter's `matches()` regex (the regex crate's own default is 10 MiB).
+pub const FILTER_REGEX_COMPILED_BYTES_MAX: usize = 256 * 1024;

@@ -295,6 +295,7 @@ impl Server {
             None => None,
         };
         let shared = Arc::new(shared);
+        crate::registry::decode::bound_avro_allocations(shared.options.payload_bytes_max);
         crate::registry::start(&shared)?;
         crate::filter::subscriptions::start(&shared);
         if shared.options.jetstream {

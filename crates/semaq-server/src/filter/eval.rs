@@ -55,6 +55,10 @@ pub fn eval<'a>(node: &'a Node, message: &'a Prepared<'a>) -> Result<Val<'a>, Fa
             let argument = eval(argument, message)?;
             string_function(*function, &target, &argument).map(Val::Bool)
         }
+        Node::Matches(target, regex) => match eval(target, message)? {
+            Val::Str(text) => Ok(Val::Bool(regex.is_match(&text))),
+            _ => Err(Fail::Error),
+        },
         Node::Interpreted => Err(Fail::Error),
     }
 }
@@ -71,8 +75,9 @@ fn constant_value(constant: &Const) -> Val<'_> {
 }
 
 fn payload<'a>(message: &'a Prepared<'a>) -> Result<&'a serde_json::Value, Fail> {
+    // The verdict tells an undecodable payload apart afterwards (`Filter::evaluate`).
     message.payload().map_err(|issue| match issue {
-        PayloadIssue::NotJson | PayloadIssue::TooLarge => Fail::NotJson,
+        PayloadIssue::NotJson | PayloadIssue::TooLarge | PayloadIssue::Undecodable => Fail::NotJson,
     })
 }
 

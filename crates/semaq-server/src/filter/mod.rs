@@ -3,12 +3,15 @@
 //! - `plan`: compiles the `cel` crate's AST into a native plan, refusing what can never work.
 //! - `eval`, `value`: evaluate that plan over borrowed JSON, with CEL's rules.
 //! - `interp`: the `cel` interpreter, for expressions outside the native subset.
-//! - `message`: a message's headers and payload, parsed lazily and at most once.
+//! - `message`: a message's headers and payload, parsed (or decoded with its schema) lazily and
+//!   at most once; `cache`: stored payloads parsed once for all the consumers reading them.
 //! - `subscriptions`: filtered core subscriptions (`$SEMAQ.API.SUB.CREATE` / `DELETE`).
 //!
 //! Bindings: each top-level payload field by name, `payload`, `subject`, `headers`. The three
-//! reserved names win over payload fields of the same name.
+//! reserved names win over payload fields of the same name. A Confluent wire-format payload
+//! whose schema id the registry knows binds its decoded record (`registry::decode`).
 
+mod cache;
 mod eval;
 mod interp;
 pub mod message;
@@ -22,9 +25,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 
-pub use self::message::Prepared;
+pub use self::cache::PayloadCache;
+pub use self::message::{Context, PayloadIssue, Prepared};
 use self::value::{Fail, Val};
 use crate::limits;
+use crate::server::Shared;
 
 /// Why an expression was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -47,6 +52,8 @@ pub enum Verdict {
     NoMatch,
     /// It reads the payload, which is not JSON (or too large to parse).
     NotJson,
+    /// It reads the payload, a wire-format payload of a known schema that does not decode.
+    Undecodable,
     /// It reads a field the payload lacks.
     MissingField,
     /// A run-time error (wrong types, division by zero, a non-bool result).
@@ -123,6 +130,14 @@ impl Filter {
 
     /// Evaluates the filter for one message.
     pub fn evaluate(&self, message: &Prepared<'_>) -> Verdict {
+        let verdict = self.run(message);
+        if verdict == Verdict::NotJson && message.payload_issue() == Some(PayloadIssue::Undecodable) {
+            return Verdict::Undecodable;
+        }
+        verdict
+    }
+
+    fn run(&self, message: &Prepared<'_>) -> Verdict {
         match &self.program {
             Program::Native(root) => verdict(eval::eval(root, message)),
             Program::Interpreted(interpreted) => match interpreted.eval(message) {
@@ -134,16 +149,7 @@ impl Filter {
         }
     }
 
-    /// The same expression forced onto the interpreter (tests and measurements).
-    #[cfg(test)]
-    pub fn interpreted(source: &str) -> Option<Self> {
-        let program = interp::env().compile(source).ok()?;
-        let interpreted = interp::Interpreted::new(program);
-        let reads_payload = interpreted.reads_payload();
-        Some(Self { source: source.to_string(), program: Program::Interpreted(interpreted), reads_payload })
-    }
-
-    /// Evaluates with the interpreter even when a native plan exists (agreement tests, bench).
+    /// Evaluates with the interpreter even when a native plan exists (the agreement tests).
     pub fn evaluate_interpreted(&self, message: &Prepared<'_>) -> Option<Verdict> {
         let program = interp::env().compile(&self.source).ok()?;
         let interpreted = interp::Interpreted::new(program);
@@ -207,6 +213,13 @@ pub struct FilterStats {
     not_json: AtomicU64,
     missing_field: AtomicU64,
     runtime_errors: AtomicU64,
+    undecodable: AtomicU64,
+    /// Payloads parsed as JSON for filters.
+    pub payload_parses: AtomicU64,
+    /// Wire-format payloads decoded with their schema for filters.
+    pub payload_decodes: AtomicU64,
+    /// Stored payloads a consumer found already parsed or decoded.
+    pub payload_cache_hits: AtomicU64,
 }
 
 /// A snapshot of [`FilterStats`].
@@ -224,6 +237,14 @@ pub struct FilterCounts {
     pub missing_field: u64,
     /// Non-matches because of a run-time error.
     pub runtime_errors: u64,
+    /// Non-matches because a wire-format payload of a known schema did not decode.
+    pub undecodable: u64,
+    /// Payloads parsed as JSON (once per message however many filters read it).
+    pub payload_parses: u64,
+    /// Wire-format payloads decoded with their schema (Avro, Protobuf).
+    pub payload_decodes: u64,
+    /// Stored payloads a consumer found already parsed or decoded by another.
+    pub payload_cache_hits: u64,
 }
 
 impl FilterStats {
@@ -239,6 +260,7 @@ impl FilterStats {
             Verdict::NotJson => Some(&self.not_json),
             Verdict::MissingField => Some(&self.missing_field),
             Verdict::Error => Some(&self.runtime_errors),
+            Verdict::Undecodable => Some(&self.undecodable),
         };
         self.non_matches.fetch_add(1, Ordering::Relaxed);
         if let Some(counter) = specific {
@@ -255,6 +277,23 @@ impl FilterStats {
             not_json: self.not_json.load(Ordering::Relaxed),
             missing_field: self.missing_field.load(Ordering::Relaxed),
             runtime_errors: self.runtime_errors.load(Ordering::Relaxed),
+            undecodable: self.undecodable.load(Ordering::Relaxed),
+            payload_parses: self.payload_parses.load(Ordering::Relaxed),
+            payload_decodes: self.payload_decodes.load(Ordering::Relaxed),
+            payload_cache_hits: self.payload_cache_hits.load(Ordering::Relaxed),
         }
     }
+}
+
+/// Evaluates `filter` on a stored message for a consumer: a wire-format payload is decoded
+/// with the server's registry, and the parse is shared with the other consumers reading the
+/// same message (the server's [`PayloadCache`]). The verdict is not counted here.
+pub fn evaluate_stored(shared: Option<&Shared>, filter: &Filter, message: &semaq_store::StoredMessage) -> Verdict {
+    let context = shared.map_or_else(Context::default, |shared| Context {
+        registry: shared.registry.get().map(|registry| &**registry),
+        cache: Some(&shared.filters.cache),
+        stats: Some(&shared.filters.stats),
+    });
+    let prepared = Prepared::new(&message.subject, message.headers.as_deref(), &message.payload).with_context(context);
+    filter.evaluate(&prepared)
 }

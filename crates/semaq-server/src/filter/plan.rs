@@ -9,6 +9,7 @@
 use cel::common::ast::{operators, CallExpr, Expr, IdedExpr, LiteralValue};
 
 use super::value::Arith;
+use crate::limits;
 
 /// A node of the native plan.
 #[derive(Debug, Clone)]
@@ -51,6 +52,8 @@ pub enum Node {
     Size(Box<Node>),
     /// `s.startsWith(t)`, `s.endsWith(t)`, `s.contains(t)`.
     Str(StrFn, Box<Node>, Box<Node>),
+    /// `s.matches("literal")`: the regex compiled once, not per message as the interpreter does.
+    Matches(Box<Node>, Box<regex::Regex>),
     /// Outside the native subset: the whole filter runs in the interpreter.
     Interpreted,
 }
@@ -426,12 +429,35 @@ impl Compiler {
                 };
                 Ok((Node::Str(function, Box::new(s), Box::new(t)), Ty::Bool))
             }
+            ("matches", target @ Some(_), 1) | ("matches", target @ None, 2) => self.matches(id, target, args),
             (known, _, _) if INTERPRETED_FUNCTIONS.contains(&known) => {
                 let ty = if known == "matches" { Ty::Bool } else { Ty::Dyn };
                 Ok(self.interpreted(ty))
             }
             _ => Err(problem(id, format!("unknown function '{name}' (or wrong number of arguments)"))),
         }
+    }
+
+    /// `s.matches(re)` or `matches(s, re)`: native when `re` is a literal, which is compiled
+    /// here, so a bad pattern is refused at creation; the interpreter for a computed pattern.
+    fn matches(&mut self, id: u64, target: Option<Typed>, mut args: Vec<Typed>) -> Result<Typed, Problem> {
+        let (pattern, pattern_ty) = take(&mut args);
+        let (text, text_ty) = match target {
+            Some(target) => target,
+            None => take(&mut args),
+        };
+        if [text_ty, pattern_ty].iter().any(|ty| ty.known() && *ty != Ty::Str) {
+            return Err(no_overload(id, "matches", &[text_ty, pattern_ty]));
+        }
+        let Node::Const(Const::Str(source)) = &pattern else { return Ok(self.interpreted(Ty::Bool)) };
+        let regex = regex::RegexBuilder::new(source)
+            .size_limit(limits::FILTER_REGEX_COMPILED_BYTES_MAX)
+            .build()
+            .map_err(|error| {
+                let reason = error.to_string().lines().last().unwrap_or_default().trim().to_string();
+                problem(id, format!("'{source}' is not a valid regex: {reason}"))
+            })?;
+        Ok((Node::Matches(Box::new(text), Box::new(regex)), Ty::Bool))
     }
 }
 

@@ -1,10 +1,18 @@
 //! Filtered core subscriptions: `$SEMAQ.API.SUB.CREATE` and `$SEMAQ.API.SUB.DELETE`.
 //!
-//! Filtered subscriptions on the same subject pattern share one internal subscription (a
-//! [`Group`]), so a message is parsed at most once for all of them. The group evaluates every
-//! filter on the publisher's read loop (bounded: `FILTERS_PER_SUBJECT_MAX` filters, payloads up to
-//! `FILTER_PAYLOAD_BYTES_MAX`) and republishes each match to the subscription's `deliver` subject.
-//! A subscription ends with DELETE or when the connection that created it closes.
+//! The filtered subscriptions live in a private subject index (a [`Router`] of their own, so
+//! patterns and queue groups match exactly as for `SUB`). The server's router holds one internal
+//! subscription per distinct pattern, a [`Trigger`]. A message on `ai.inference` reaches the
+//! triggers of `ai.>`, `ai.*` and `ai.inference` alike; only the one whose pattern was created
+//! first among those that match (the lead) acts: it takes every filtered subscription the index
+//! matches, whatever its pattern, and evaluates them all over ONE prepared message. So a payload
+//! is parsed (or decoded) at most once however many patterns and filters reach it, and a
+//! queue group spanning patterns still delivers each match once.
+//!
+//! The work runs on the publisher's read loop, bounded: `FILTERS_PER_SUBJECT_MAX` filters per
+//! pattern, payloads up to `FILTER_PAYLOAD_BYTES_MAX`. Each match is republished to its
+//! subscription's `deliver` subject. A subscription ends with DELETE or when the connection that
+//! created it closes.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -13,9 +21,10 @@ use std::sync::{Arc, Mutex, Weak};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{CompileError, Filter, FilterStats, Prepared};
+use super::{CompileError, Context, Filter, FilterStats, PayloadCache, Prepared};
 use crate::delivery::{InternalSink, Message, Subscription};
 use crate::limits;
+use crate::router::{Matches, Router};
 use crate::server::{lock, Shared};
 
 /// The subject that creates a filtered subscription.
@@ -24,7 +33,7 @@ pub const API_CREATE: &str = "$SEMAQ.API.SUB.CREATE";
 pub const API_DELETE: &str = "$SEMAQ.API.SUB.DELETE";
 
 thread_local! {
-    /// Set while a group republishes a match, so a delivery never enters a filter again (a
+    /// Set while a match is republished, so a delivery never enters a filter again (a
     /// `deliver` subject matched by some filtered subscription would otherwise loop).
     static DELIVERING: Cell<bool> = const { Cell::new(false) };
 }
@@ -35,72 +44,80 @@ struct Filtered {
     id: u64,
     filter: Filter,
     deliver: String,
-    queue: Option<String>,
+    /// The creation order of its pattern's trigger; the lowest among a message's matches leads.
+    pattern_order: u64,
 }
 
-/// The filtered subscriptions on one subject pattern, as one internal router subscription.
+/// A filtered subscription as the index holds it; equal only to itself.
+#[derive(Debug, Clone)]
+struct Member(Arc<Filtered>);
+
+impl PartialEq for Member {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.id == other.0.id
+    }
+}
+
+impl Eq for Member {}
+
+impl std::hash::Hash for Member {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.id.hash(state);
+    }
+}
+
+/// The server router's subscription for one pattern of filtered subscriptions.
 #[derive(Debug)]
-struct Group {
-    /// Copied on write, so a publisher takes a snapshot without holding the lock.
-    members: Mutex<Arc<Vec<Arc<Filtered>>>>,
+struct Trigger {
+    order: u64,
     shared: Weak<Shared>,
 }
 
-impl InternalSink for Group {
+impl InternalSink for Trigger {
     fn receive(&self, message: &Message<'_>) -> bool {
         if DELIVERING.with(Cell::get) {
             return false;
         }
         let Some(shared) = self.shared.upgrade() else { return false };
-        let members = lock(&self.members).clone();
-        let prepared = Prepared::new(message.subject, message.headers, message.payload);
-        let mut plain = Vec::new();
-        let mut queued: HashMap<&str, Vec<&Filtered>> = HashMap::new();
-        for member in members.iter() {
-            let verdict = member.filter.evaluate(&prepared);
-            shared.filters.stats.record(verdict);
-            if !verdict.matched() {
-                continue;
-            }
-            match &member.queue {
-                None => plain.push(&**member),
-                Some(queue) => queued.entry(queue.as_str()).or_default().push(member),
-            }
-        }
-        for candidates in queued.values() {
-            plain.push(candidates[rand::random::<u32>() as usize % candidates.len()]);
-        }
-        let delivered = !plain.is_empty();
-        DELIVERING.with(|flag| flag.set(true));
-        for member in plain {
-            shared.publish_as(&member.deliver, &Message { publisher: None, ..*message });
-        }
-        DELIVERING.with(|flag| flag.set(false));
-        delivered
+        shared.filters.dispatch(&shared, self.order, message)
     }
 }
 
-struct GroupEntry {
-    group: Arc<Group>,
+/// A pattern with filtered subscriptions.
+struct Pattern {
+    order: u64,
+    members: usize,
     subscription: Arc<Subscription>,
+}
+
+/// A subscription's place, to remove it.
+struct Placement {
+    member: Member,
+    pattern: String,
+    queue: Option<String>,
+    owner: u64,
 }
 
 #[derive(Default)]
 struct Inner {
     next_id: u64,
-    groups: HashMap<String, GroupEntry>,
-    /// id → (subject pattern, owner).
-    by_id: HashMap<u64, (String, u64)>,
+    patterns: HashMap<String, Pattern>,
+    by_id: HashMap<u64, Placement>,
     /// owner connection → its ids.
     by_owner: HashMap<u64, Vec<u64>>,
 }
 
-/// Every filtered core subscription and the server-wide filter counters.
+/// Every filtered core subscription, the server-wide filter counters, and the parsed payloads
+/// consumers share.
 #[derive(Default)]
 pub struct Registry {
     inner: Mutex<Inner>,
+    /// The filtered subscriptions by pattern and queue; read without `inner` by publishers.
+    index: Router<Member>,
     /// Counters for `/varz`.
     pub stats: FilterStats,
+    /// Stored payloads parsed once for every filtered consumer reading them.
+    pub cache: PayloadCache,
 }
 
 impl std::fmt::Debug for Registry {
@@ -169,10 +186,44 @@ impl Registry {
         self.len() == 0
     }
 
+    /// Evaluates, for the trigger of order `order`, every filtered subscription `message`
+    /// reaches, if that trigger leads; republishes the matches. True when any was delivered.
+    fn dispatch(&self, shared: &Shared, order: u64, message: &Message<'_>) -> bool {
+        let matches = self.index.matches(message.subject);
+        if lead(&matches) != Some(order) {
+            return false;
+        }
+        let context = Context {
+            registry: shared.registry.get().map(|registry| &**registry),
+            cache: None,
+            stats: Some(&self.stats),
+        };
+        let prepared = Prepared::new(message.subject, message.headers, message.payload).with_context(context);
+        let passes = |member: &&Member| {
+            let verdict = member.0.filter.evaluate(&prepared);
+            self.stats.record(verdict);
+            verdict.matched()
+        };
+        let mut targets: Vec<&Member> = matches.plain.iter().filter(passes).collect();
+        for group in &matches.groups {
+            let matching: Vec<&Member> = group.members.iter().filter(passes).collect();
+            if !matching.is_empty() {
+                targets.push(matching[rand::random::<u32>() as usize % matching.len()]);
+            }
+        }
+        DELIVERING.with(|flag| flag.set(true));
+        for member in &targets {
+            shared.publish_as(&member.0.deliver, &Message { publisher: None, ..*message });
+        }
+        DELIVERING.with(|flag| flag.set(false));
+        !targets.is_empty()
+    }
+
     fn create(&self, shared: &Arc<Shared>, owner: u64, request: CreateRequest) -> Result<Value, ApiError> {
         check_subjects(shared, owner, &request)?;
         let filter = Filter::compile(&request.filter)?;
         let native = filter.is_native();
+        let queue = request.queue.clone().filter(|q| !q.is_empty());
         let mut inner = lock(&self.inner);
         if inner.by_id.len() >= limits::FILTERED_SUBSCRIPTIONS_MAX {
             return Err(ApiError::new(503, "too many filtered subscriptions on this server"));
@@ -182,14 +233,16 @@ impl Registry {
         }
         inner.next_id += 1;
         let id = inner.next_id;
-        let filtered = Arc::new(Filtered {
-            id,
-            filter,
-            deliver: request.deliver.clone(),
-            queue: request.queue.clone().filter(|q| !q.is_empty()),
-        });
-        add_to_group(&mut inner, shared, &request.subject, filtered)?;
-        inner.by_id.insert(id, (request.subject.clone(), owner));
+        let pattern_order = self.claim_pattern(&mut inner, shared, &request.subject, id)?;
+        let member = Member(Arc::new(Filtered { id, filter, deliver: request.deliver.clone(), pattern_order }));
+        // A new pattern's trigger orders after every existing one, so it never takes the lead
+        // from a trigger that already handles this subject.
+        if let Err(error) = self.index.insert(&request.subject, queue.as_deref(), member.clone()) {
+            self.release_pattern(&mut inner, shared, &request.subject);
+            return Err(ApiError::new(400, format!("invalid subject: {error}")));
+        }
+        let placement = Placement { member, pattern: request.subject.clone(), queue, owner };
+        inner.by_id.insert(id, placement);
         inner.by_owner.entry(owner).or_default().push(id);
         Ok(json!({
             "id": id,
@@ -201,13 +254,42 @@ impl Registry {
         }))
     }
 
+    /// Counts one more subscription on `pattern`, subscribing its trigger for the first; returns
+    /// the trigger's order. `id` (fresh, increasing) orders a new trigger after all others.
+    fn claim_pattern(&self, inner: &mut Inner, shared: &Arc<Shared>, pattern: &str, id: u64) -> Result<u64, ApiError> {
+        if let Some(existing) = inner.patterns.get_mut(pattern) {
+            if existing.members >= limits::FILTERS_PER_SUBJECT_MAX {
+                return Err(ApiError::new(503, "too many filters on this subject"));
+            }
+            existing.members += 1;
+            return Ok(existing.order);
+        }
+        let trigger = Arc::new(Trigger { order: id, shared: Arc::downgrade(shared) });
+        let subscription = shared
+            .subscribe_internal(pattern, None, trigger)
+            .map_err(|error| ApiError::new(400, format!("invalid subject: {error}")))?;
+        inner.patterns.insert(pattern.to_string(), Pattern { order: id, members: 1, subscription });
+        Ok(id)
+    }
+
+    /// Counts one subscription less on `pattern`, unsubscribing its trigger after the last.
+    fn release_pattern(&self, inner: &mut Inner, shared: &Shared, pattern: &str) {
+        let Some(entry) = inner.patterns.get_mut(pattern) else { return };
+        entry.members -= 1;
+        if entry.members == 0 {
+            if let Some(entry) = inner.patterns.remove(pattern) {
+                shared.unsubscribe_internal(&entry.subscription);
+            }
+        }
+    }
+
     fn delete(&self, shared: &Shared, owner: u64, id: u64) -> Result<Value, ApiError> {
         let mut inner = lock(&self.inner);
         match inner.by_id.get(&id) {
-            Some((_, holder)) if *holder == owner => {}
+            Some(placement) if placement.owner == owner => {}
             _ => return Err(ApiError::new(404, "filtered subscription not found")),
         }
-        remove(&mut inner, shared, id);
+        self.remove(&mut inner, shared, id);
         Ok(json!({ "success": true }))
     }
 
@@ -216,9 +298,27 @@ impl Registry {
         let mut inner = lock(&self.inner);
         let Some(ids) = inner.by_owner.remove(&owner) else { return };
         for id in ids {
-            remove(&mut inner, shared, id);
+            self.remove(&mut inner, shared, id);
         }
     }
+
+    fn remove(&self, inner: &mut Inner, shared: &Shared, id: u64) {
+        let Some(placement) = inner.by_id.remove(&id) else { return };
+        if let Some(ids) = inner.by_owner.get_mut(&placement.owner) {
+            ids.retain(|other| *other != id);
+            if ids.is_empty() {
+                inner.by_owner.remove(&placement.owner);
+            }
+        }
+        self.index.remove(&placement.pattern, placement.queue.as_deref(), &placement.member);
+        self.release_pattern(inner, shared, &placement.pattern);
+    }
+}
+
+/// The order of the trigger that leads for a match result: the lowest among its members'.
+fn lead(matches: &Matches<Member>) -> Option<u64> {
+    let queued = matches.groups.iter().flat_map(|group| &group.members);
+    matches.plain.iter().chain(queued).map(|member| member.0.pattern_order).min()
 }
 
 fn check_subjects(shared: &Shared, owner: u64, request: &CreateRequest) -> Result<(), ApiError> {
@@ -238,53 +338,6 @@ fn check_subjects(shared: &Shared, owner: u64, request: &CreateRequest) -> Resul
         return Err(ApiError::new(403, format!("permissions violation for subscription to \"{}\"", request.subject)));
     }
     Ok(())
-}
-
-fn add_to_group(
-    inner: &mut Inner,
-    shared: &Arc<Shared>,
-    pattern: &str,
-    filtered: Arc<Filtered>,
-) -> Result<(), ApiError> {
-    if let Some(entry) = inner.groups.get(pattern) {
-        let mut members = lock(&entry.group.members);
-        if members.len() >= limits::FILTERS_PER_SUBJECT_MAX {
-            return Err(ApiError::new(503, "too many filters on this subject"));
-        }
-        let mut next = (**members).clone();
-        next.push(filtered);
-        *members = Arc::new(next);
-        return Ok(());
-    }
-    let group = Arc::new(Group { members: Mutex::new(Arc::new(vec![filtered])), shared: Arc::downgrade(shared) });
-    let subscription = shared
-        .subscribe_internal(pattern, None, group.clone())
-        .map_err(|error| ApiError::new(400, format!("invalid subject: {error}")))?;
-    inner.groups.insert(pattern.to_string(), GroupEntry { group, subscription });
-    Ok(())
-}
-
-fn remove(inner: &mut Inner, shared: &Shared, id: u64) {
-    let Some((pattern, owner)) = inner.by_id.remove(&id) else { return };
-    if let Some(ids) = inner.by_owner.get_mut(&owner) {
-        ids.retain(|other| *other != id);
-        if ids.is_empty() {
-            inner.by_owner.remove(&owner);
-        }
-    }
-    let Some(entry) = inner.groups.get(&pattern) else { return };
-    let empty = {
-        let mut members = lock(&entry.group.members);
-        let next: Vec<Arc<Filtered>> = members.iter().filter(|m| m.id != id).cloned().collect();
-        let empty = next.is_empty();
-        *members = Arc::new(next);
-        empty
-    };
-    if empty {
-        if let Some(entry) = inner.groups.remove(&pattern) {
-            shared.unsubscribe_internal(&entry.subscription);
-        }
-    }
 }
 
 /// Answers `$SEMAQ.API.SUB.>` inline, on the requester's own read loop: compiling is bounded

@@ -3,7 +3,7 @@
 
 use proptest::prelude::*;
 
-use super::{Filter, Prepared, Verdict};
+use super::{Context, Filter, Prepared, Verdict};
 
 const EVENT: &str = r#"{"model_id":"llama3-70b","confidence":0.92,"input_tokens":1200,"output_tokens":80,
  "tags":["prod","eu"],"user":{"tier":"gold","id":7},"latency_ms":35,"ok":true,"note":null}"#;
@@ -125,6 +125,84 @@ fn a_short_circuit_avoids_parsing_the_payload() {
     assert!(!message.payload_parsed());
 }
 
+/// `EVENT` as an Avro schema, registered in a fresh registry, and the event in the wire format.
+fn avro_event_in_registry() -> (crate::registry::Registry, Vec<u8>) {
+    use apache_avro::types::Value as Avro;
+    let schema = r#"{"type": "record", "name": "Event", "fields": [
+        {"name": "model_id", "type": "string"}, {"name": "confidence", "type": "double"},
+        {"name": "input_tokens", "type": "long"}, {"name": "output_tokens", "type": "int"},
+        {"name": "tags", "type": {"type": "array", "items": "string"}},
+        {"name": "user", "type": {"type": "record", "name": "User",
+            "fields": [{"name": "tier", "type": "string"}, {"name": "id", "type": "int"}]}},
+        {"name": "latency_ms", "type": "long"}, {"name": "ok", "type": "boolean"},
+        {"name": "note", "type": ["null", "string"]}]}"#;
+    let registry = crate::registry::Registry::in_memory();
+    let request =
+        crate::registry::types::SchemaRequest { schema: schema.into(), schema_type: None, references: vec![] };
+    let id = registry.register("events", &request).expect("register");
+    let string = |s: &str| Avro::String(s.into());
+    let record = Avro::Record(vec![
+        ("model_id".into(), string("llama3-70b")),
+        ("confidence".into(), Avro::Double(0.92)),
+        ("input_tokens".into(), Avro::Long(1200)),
+        ("output_tokens".into(), Avro::Int(80)),
+        ("tags".into(), Avro::Array(vec![string("prod"), string("eu")])),
+        ("user".into(), Avro::Record(vec![("tier".into(), string("gold")), ("id".into(), Avro::Int(7))])),
+        ("latency_ms".into(), Avro::Long(35)),
+        ("ok".into(), Avro::Boolean(true)),
+        ("note".into(), Avro::Union(0, Box::new(Avro::Null))),
+    ]);
+    let parsed = apache_avro::Schema::parse_str(schema).expect("schema");
+    let body = apache_avro::to_avro_datum(&parsed, record).expect("encode");
+    (registry, [&[0u8][..], &id.to_be_bytes(), &body].concat())
+}
+
+#[test]
+fn filters_read_a_decoded_avro_record_as_they_read_the_same_record_in_json() {
+    let (registry, binary) = avro_event_in_registry();
+    let context = Context { registry: Some(&registry), ..Context::default() };
+    let expressions = [
+        "confidence > 0.85",
+        r#"model_id == "llama3-70b" && confidence >= 0.9"#,
+        r#"payload.user.tier == "gold" && user.id == 7"#,
+        r#""eu" in tags && size(tags) == 2 && ok && note == null"#,
+        "input_tokens + output_tokens > 1000 && latency_ms > 34.5",
+        "temperature > 0.5",
+        r#"tags.exists(t, t == "eu")"#,
+        "input_tokens / 0 > 1",
+    ];
+    for expression in expressions {
+        let filter = Filter::compile(expression).expect(expression);
+        let from_json = filter.evaluate(&Prepared::new("ai.x", None, EVENT.as_bytes()));
+        let from_avro = filter.evaluate(&Prepared::new("ai.x", None, &binary).with_context(context));
+        assert_eq!(from_avro, from_json, "{expression}");
+    }
+}
+
+#[test]
+fn a_wire_format_payload_that_does_not_decode_is_its_own_non_match() {
+    let (registry, binary) = avro_event_in_registry();
+    let context = Context { registry: Some(&registry), ..Context::default() };
+    let filter = Filter::compile("confidence > 0.5").expect("compiles");
+    let truncated = &binary[..binary.len() - 3];
+    assert_eq!(filter.evaluate(&Prepared::new("ai.x", None, truncated).with_context(context)), Verdict::Undecodable);
+    assert_eq!(filter.evaluate(&Prepared::new("ai.x", None, &binary)), Verdict::NotJson, "no registry: not JSON");
+    let mut unknown = binary.clone();
+    unknown[4] ^= 0x40;
+    assert_eq!(filter.evaluate(&Prepared::new("ai.x", None, &unknown).with_context(context)), Verdict::NotJson);
+}
+
+#[test]
+fn ten_filters_share_one_parse_and_count_it() {
+    let stats = super::FilterStats::default();
+    let context = Context { stats: Some(&stats), ..Context::default() };
+    let message = Prepared::new("ai.x", None, EVENT.as_bytes()).with_context(context);
+    for i in 0..10 {
+        Filter::compile(&format!("input_tokens > {i}")).expect("compiles").evaluate(&message);
+    }
+    assert_eq!(stats.snapshot().payload_parses, 1);
+}
+
 fn compile_error(expression: &str) -> (usize, usize, String) {
     let error = Filter::compile(expression).expect_err(expression);
     (error.line, error.column, error.reason)
@@ -155,6 +233,21 @@ fn type_errors_and_unknown_functions_are_refused_with_positions() {
     assert!(compile_error("model_id.contains(1)").2.contains("'contains'"));
     assert!(compile_error("[1, 2]").2.contains("list"));
     assert!(compile_error("tags.all(t, tags.exists(u, u == t))").2.contains("nested"));
+    let (line, column, reason) = compile_error(r#"confidence > 0.5 && model_id.matches("(llama")"#);
+    assert_eq!((line, column), (1, 37));
+    assert!(reason.contains("'(llama' is not a valid regex: error: unclosed group"), "{reason}");
+    assert!(compile_error(r#"subject.matches(1)"#).2.contains("'matches'"));
+    assert!(compile_error(r#"model_id.matches("a{1000}{1000}")"#).2.contains("size limit"));
+}
+
+#[test]
+fn matches_with_a_literal_pattern_is_native() {
+    assert!(Filter::compile(r#"model_id.matches("^llama")"#).expect("compiles").is_native());
+    assert!(Filter::compile(r#"matches(model_id, "^llama")"#).expect("compiles").is_native());
+    assert!(!Filter::compile(r#"model_id.matches(user.tier)"#).expect("compiles").is_native(), "computed pattern");
+    assert_eq!(event(r#"model_id.matches("^llama[0-9]+-[0-9]+b$")"#), Verdict::Match);
+    assert_eq!(event(r#"model_id.matches("gpt")"#), Verdict::NoMatch);
+    assert_eq!(event(r#"input_tokens.matches("12")"#), Verdict::Error, "not a string");
 }
 
 /// Expressions × payloads, evaluated natively and by the interpreter: the verdicts agree.
@@ -199,6 +292,9 @@ fn native_and_interpreted_agree_on_a_table() {
         "big > 1",
         "big == 18446744073709551615u",
         "neg < 0 && neg < 1u",
+        r#"model_id.matches("^llama[0-9]-")"#,
+        r#"matches(user.tier, "^g.l") && !subject.matches("us$")"#,
+        r#"confidence.matches("1")"#,
     ];
     let payloads = [
         EVENT,
@@ -283,62 +379,4 @@ proptest! {
         prop_assert_eq!(native.matched(), interpreted.matched(), "{} on {}", expr, payload);
         prop_assert_eq!(native == Verdict::NoMatch, interpreted == Verdict::NoMatch, "{} on {}", expr, payload);
     }
-}
-
-/// Evaluations per second; run with
-/// `cargo test --release -p semaq-server --lib filter::tests::evaluation_speed -- --ignored --nocapture`.
-#[test]
-#[ignore = "a measurement, not a check"]
-fn evaluation_speed() {
-    use std::time::Instant;
-    const ROUNDS: u32 = 2_000_000;
-    let payload = EVENT.as_bytes();
-    let measure = |label: &str, rounds: u32, mut work: Box<dyn FnMut() -> bool + '_>| {
-        let started = Instant::now();
-        let mut matched = 0u32;
-        for _ in 0..rounds {
-            matched += u32::from(work());
-        }
-        let elapsed = started.elapsed();
-        let per = elapsed.as_nanos() as f64 / f64::from(rounds);
-        println!("{label:<58} {per:>8.1} ns  {:>12.0} /s  (matched {matched})", 1e9 / per);
-        per
-    };
-    let simple = Filter::compile("confidence > 0.85").expect("compiles");
-    let compound =
-        Filter::compile(r#"model_id == "llama3-70b" && confidence >= 0.9 && "eu" in tags"#).expect("compiles");
-    let interpreted = Filter::interpreted("confidence > 0.85").expect("compiles");
-    let parsed = Prepared::new("ai.inference", Some(HEADERS.as_bytes()), payload);
-    parsed.payload().expect("json");
-    measure("native `confidence > 0.85`, pre-parsed payload", ROUNDS, Box::new(|| simple.evaluate(&parsed).matched()));
-    measure(
-        "native 3-clause expression, pre-parsed payload",
-        ROUNDS,
-        Box::new(|| compound.evaluate(&parsed).matched()),
-    );
-    measure(
-        "interpreter `confidence > 0.85`, pre-parsed payload",
-        ROUNDS / 20,
-        Box::new(|| interpreted.evaluate(&parsed).matched()),
-    );
-    let filters: Vec<Filter> = (0..10)
-        .map(|i| Filter::compile(&format!(r#"model_id == "model-{i}" && confidence > 0.{i}"#)).expect("compiles"))
-        .collect();
-    let one = measure(
-        "1 filter per message, parse included",
-        ROUNDS / 10,
-        Box::new(|| {
-            let message = Prepared::new("ai.inference", None, payload);
-            filters[0].evaluate(&message).matched()
-        }),
-    );
-    let ten = measure(
-        "10 filters per message, one shared parse",
-        ROUNDS / 10,
-        Box::new(|| {
-            let message = Prepared::new("ai.inference", None, payload);
-            filters.iter().filter(|f| f.evaluate(&message).matched()).count() > 0
-        }),
-    );
-    println!("10 filters cost {:.2}× one filter", ten / one);
 }

@@ -13,6 +13,7 @@
 
 pub mod avro;
 pub mod binding;
+pub mod decode;
 pub mod error;
 pub mod evolve;
 pub mod format;

@@ -180,7 +180,8 @@ impl ProtoSchema {
             .map_err(|e| fail(format!("Protobuf binary of {} does not decode: {e}", descriptor.full_name())))
     }
 
-    fn select(&self, indexes: &[i64]) -> Option<MessageDescriptor> {
+    /// The message Confluent's message indexes name: a top-level message, then nested ones.
+    pub fn select(&self, indexes: &[i64]) -> Option<MessageDescriptor> {
         let first = usize::try_from(*indexes.first()?).ok()?;
         let mut message = self.messages.get(first)?.clone();
         for index in &indexes[1..] {

@@ -388,3 +388,248 @@ async fn an_interest_stream_removes_messages_a_filtered_consumer_skipped() {
     })
     .await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Parsing once, whatever the patterns.
+
+#[tokio::test]
+async fn a_message_reaching_filters_through_several_patterns_is_parsed_once() {
+    let server = TestServer::start();
+    let client = server.client().await;
+    let (_, mut everything) = filtered(&client, "ai.>", "confidence > 0.85", None).await;
+    let (_, mut one_token) = filtered(&client, "ai.*", "confidence < 0.3", None).await;
+    let (_, mut literal) = filtered(&client, "ai.inference", r#"model_id == "gpt-4""#, None).await;
+    let publisher = server.client().await;
+    for (model, confidence) in [("llama3-70b", 0.9), ("gpt-4", 0.2), ("gpt-4", 0.5), ("llama3-70b", 0.1)] {
+        publisher.publish("ai.inference", event(model, confidence, 10).into()).await.expect("publish");
+    }
+    publisher.flush().await.expect("flush");
+    let quiet = Duration::from_millis(400);
+    assert_eq!(confidences(&drain(&mut everything, quiet).await), vec![0.9]);
+    assert_eq!(confidences(&drain(&mut one_token, quiet).await), vec![0.2, 0.1]);
+    assert_eq!(confidences(&drain(&mut literal, quiet).await), vec![0.2, 0.5]);
+    let counts = filter_counts(&server);
+    assert_eq!(counts["evaluations"], json!(12), "3 filters × 4 messages: {counts}");
+    assert_eq!(counts["payload_parses"], json!(4), "one parse per message: {counts}");
+}
+
+#[tokio::test]
+async fn a_filtered_queue_group_spanning_patterns_delivers_each_match_once() {
+    let server = TestServer::start();
+    let first = server.client().await;
+    let (_, mut wide) = filtered(&first, "work.*", "priority == 0", Some("workers")).await;
+    let second = server.client().await;
+    let (_, mut narrow) = filtered(&second, "work.eu", "priority == 0", Some("workers")).await;
+    let publisher = server.client().await;
+    for i in 0..60 {
+        let body = json!({ "n": i, "priority": i % 2 });
+        publisher.publish("work.eu", body.to_string().into()).await.expect("publish");
+    }
+    publisher.flush().await.expect("flush");
+    let quiet = Duration::from_millis(400);
+    let (wide, narrow) = (drain(&mut wide, quiet).await.len(), drain(&mut narrow, quiet).await.len());
+    assert_eq!(wide + narrow, 30, "each match once across the group: {wide} + {narrow}");
+    assert!(wide > 0 && narrow > 0, "both members take a share: {wide} + {narrow}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Binary payloads: Confluent wire format decoded with the registry's schema.
+
+const AVRO_EVENT: &str = r#"{"type": "record", "name": "Inference", "namespace": "ai", "fields": [
+    {"name": "model_id", "type": "string"},
+    {"name": "confidence", "type": "double"},
+    {"name": "input_tokens", "type": "long"},
+    {"name": "region", "type": ["null", "string"], "default": null}
+]}"#;
+
+const PROTO_EVENT: &str = r#"syntax = "proto3";
+package ai;
+message Inference {
+  string model_id = 1;
+  double confidence = 2;
+  int64 input_tokens = 3;
+}"#;
+
+/// Registers a schema over `$SEMAQ.API.SCHEMA.REGISTER`; returns its global id.
+async fn register(client: &async_nats::Client, subject: &str, schema: &str, schema_type: &str) -> u32 {
+    let body = json!({ "subject": subject, "schema": schema, "schemaType": schema_type });
+    let reply = api(client, "$SEMAQ.API.SCHEMA.REGISTER", &body.to_string()).await;
+    let id = reply["id"].as_u64().unwrap_or_else(|| panic!("register: {reply}"));
+    u32::try_from(id).expect("id")
+}
+
+/// Confluent's wire format: magic byte 0, the schema id big-endian, the body.
+fn wire(id: u32, body: &[u8]) -> Vec<u8> {
+    [&[0u8][..], &id.to_be_bytes(), body].concat()
+}
+
+/// An `ai.Inference` in Avro binary (written by the apache-avro crate), in the wire format.
+fn avro_event(id: u32, model: &str, confidence: f64, tokens: i64) -> Vec<u8> {
+    use apache_avro::types::Value as Avro;
+    let schema = apache_avro::Schema::parse_str(AVRO_EVENT).expect("schema");
+    let record = Avro::Record(vec![
+        ("model_id".into(), Avro::String(model.into())),
+        ("confidence".into(), Avro::Double(confidence)),
+        ("input_tokens".into(), Avro::Long(tokens)),
+        ("region".into(), Avro::Union(1, Box::new(Avro::String("eu-west-1".into())))),
+    ]);
+    wire(id, &apache_avro::to_avro_datum(&schema, record).expect("avro"))
+}
+
+/// An `ai.Inference` in Protobuf binary, field by field, after the message indexes `[0]`.
+fn proto_event(id: u32, model: &str, confidence: f64, tokens: u8) -> Vec<u8> {
+    let mut body = vec![0]; // message indexes: the first message
+    body.extend([0x0a, model.len() as u8]); // field 1, length-delimited
+    body.extend(model.as_bytes());
+    body.push(0x11); // field 2, 64-bit
+    body.extend(confidence.to_le_bytes());
+    body.extend([0x18, tokens]); // field 3, varint (< 128)
+    wire(id, &body)
+}
+
+/// Decodes the `confidence` back out of delivered Avro payloads (the broker delivers them as sent).
+fn avro_confidences(payloads: &[&[u8]]) -> Vec<f64> {
+    let schema = apache_avro::Schema::parse_str(AVRO_EVENT).expect("schema");
+    payloads
+        .iter()
+        .map(|payload| {
+            let datum = apache_avro::from_avro_datum(&schema, &mut &payload[5..], None).expect("avro");
+            let apache_avro::types::Value::Record(fields) = datum else { panic!("not a record") };
+            match fields.iter().find(|(name, _)| name == "confidence") {
+                Some((_, apache_avro::types::Value::Double(confidence))) => *confidence,
+                other => panic!("confidence: {other:?}"),
+            }
+        })
+        .collect()
+}
+
+fn l2_stream(name: &str, subject: &str, schema: &str) -> stream::Config {
+    let mut config = stream_config(name, &[subject]);
+    config.metadata = HashMap::from([("semaq.level".into(), "2".into()), ("semaq.schema".into(), schema.into())]);
+    config
+}
+
+async fn publish_binary(js: &jetstream::Context, subject: &str, payload: Vec<u8>) {
+    js.publish(subject.to_string(), payload.into()).await.expect("publish").await.expect("stored");
+}
+
+#[tokio::test]
+async fn filtered_pull_and_push_consumers_read_avro_binary_records_decoded_once() {
+    let server = TestServer::start();
+    let js = context(&server).await;
+    let id = register(&js.client(), "ai-inference", AVRO_EVENT, "AVRO").await;
+    let stream = js.create_stream(l2_stream("AVRO_EVENTS", "ai.>", "ai-inference")).await.expect("stream");
+    let events = [("llama3-70b", 0.5), ("llama3-70b", 0.9), ("gpt-4", 0.95), ("llama3-70b", 0.99)];
+    for (model, confidence) in events {
+        publish_binary(&js, "ai.inference", avro_event(id, model, confidence, 100)).await;
+    }
+    let filter = r#"confidence > 0.85 && model_id == "llama3-70b" && region == "eu-west-1""#;
+    let pull_config =
+        pull::Config { durable_name: Some("pull".into()), metadata: with_filter(filter), ..Default::default() };
+    let mut pulled: PullConsumer = stream.create_consumer(pull_config).await.expect("pull consumer");
+    assert_eq!(pulled.info().await.expect("info").num_pending, 2, "only matches are pending");
+    let push_config = push::Config {
+        durable_name: Some("push".into()),
+        deliver_subject: "deliver.avro".into(),
+        ack_policy: AckPolicy::Explicit,
+        metadata: with_filter(filter),
+        ..Default::default()
+    };
+    let pushed: PushConsumer = stream.create_consumer(push_config).await.expect("push consumer");
+
+    let fetched = fetch(&pulled, 10).await;
+    let payloads: Vec<&[u8]> = fetched.iter().map(|m| &m.payload[..]).collect();
+    assert_eq!(avro_confidences(&payloads), vec![0.9, 0.99], "delivered as sent, binary");
+    let mut messages = pushed.messages().await.expect("messages");
+    let mut received = Vec::new();
+    while let Ok(Some(Ok(message))) = tokio::time::timeout(Duration::from_millis(700), messages.next()).await {
+        message.ack().await.expect("ack");
+        received.push(message.payload.to_vec());
+    }
+    let payloads: Vec<&[u8]> = received.iter().map(Vec::as_slice).collect();
+    assert_eq!(avro_confidences(&payloads), vec![0.9, 0.99]);
+    let counts = filter_counts(&server);
+    assert_eq!(counts["payload_decodes"], json!(4), "each stored record decoded once for both consumers: {counts}");
+    assert_eq!(counts["payload_parses"], json!(0), "{counts}");
+    assert_eq!(counts["undecodable"], json!(0), "{counts}");
+}
+
+#[tokio::test]
+async fn a_filtered_consumer_reads_protobuf_binary_messages() {
+    let server = TestServer::start();
+    let js = context(&server).await;
+    let id = register(&js.client(), "ai-inference-proto", PROTO_EVENT, "PROTOBUF").await;
+    let stream = js.create_stream(l2_stream("PROTO_EVENTS", "ai.>", "ai-inference-proto")).await.expect("stream");
+    for (model, confidence, tokens) in [("llama3-70b", 0.9, 100), ("gpt-4", 0.95, 5), ("llama3-70b", 0.2, 7)] {
+        publish_binary(&js, "ai.inference", proto_event(id, model, confidence, tokens)).await;
+    }
+    let filter = r#"model_id.startsWith("llama") && input_tokens < 50 || confidence > 0.9"#;
+    let config = pull::Config { durable_name: Some("c".into()), metadata: with_filter(filter), ..Default::default() };
+    let consumer: PullConsumer = stream.create_consumer(config).await.expect("consumer");
+    let sequences: Vec<u64> =
+        fetch(&consumer, 10).await.iter().map(|m| m.info().expect("info").stream_sequence).collect();
+    assert_eq!(sequences, vec![2, 3], "gpt-4 at 0.95, then llama3-70b with 7 tokens");
+    assert_eq!(filter_counts(&server)["payload_decodes"], json!(3));
+}
+
+#[tokio::test]
+async fn a_filtered_subscription_decodes_wire_format_payloads_and_counts_failures() {
+    let server = TestServer::start();
+    let client = server.client().await;
+    let id = register(&client, "ai-inference", AVRO_EVENT, "AVRO").await;
+    let (_, mut inbox) = filtered(&client, "ai.inference", "confidence > 0.85 && input_tokens < 4096", None).await;
+    let publisher = server.client().await;
+    let mut undecodable = avro_event(id, "llama3-70b", 0.99, 10);
+    undecodable.truncate(undecodable.len() - 4);
+    let payloads = [
+        avro_event(id, "llama3-70b", 0.9, 100),
+        avro_event(id, "llama3-70b", 0.2, 100),
+        undecodable,
+        avro_event(id + 1000, "llama3-70b", 0.99, 10), // an id the registry does not know: not JSON either
+        avro_event(id, "gpt-4", 0.97, 9000),
+        avro_event(id, "gpt-4", 0.96, 20),
+    ];
+    for payload in payloads {
+        publisher.publish("ai.inference", payload.into()).await.expect("publish");
+    }
+    publisher.flush().await.expect("flush");
+    let received = drain(&mut inbox, Duration::from_millis(400)).await;
+    let payloads: Vec<&[u8]> = received.iter().map(|m| &m.payload[..]).collect();
+    assert_eq!(avro_confidences(&payloads), vec![0.9, 0.96]);
+    let counts = filter_counts(&server);
+    assert_eq!(counts["evaluations"], json!(6), "{counts}");
+    assert_eq!(counts["undecodable"], json!(1), "{counts}");
+    assert_eq!(counts["not_json"], json!(1), "{counts}");
+    assert_eq!(counts["payload_decodes"], json!(5), "{counts}");
+}
+
+/// An Avro array body whose block count claims 500 M items in 5 bytes.
+fn forged_avro_array(id: u32) -> Vec<u8> {
+    let mut count: u64 = 500_000_000 << 1; // zig-zag
+    let mut body = Vec::new();
+    while count >= 0x80 {
+        body.push((count & 0x7f) as u8 | 0x80);
+        count >>= 7;
+    }
+    body.push(count as u8);
+    wire(id, &body)
+}
+
+#[tokio::test]
+async fn a_forged_avro_length_is_refused_without_taking_the_server_down() {
+    let server = TestServer::start();
+    let js = context(&server).await;
+    let client = js.client();
+    let id = register(&client, "tags", r#"{"type": "array", "items": "string"}"#, "AVRO").await;
+    let (_, mut inbox) = filtered(&client, "tags.core", "size(payload) > 0", None).await;
+    js.create_stream(l2_stream("TAGS", "tags.stored", "tags")).await.expect("stream");
+    client.publish("tags.core", forged_avro_array(id).into()).await.expect("publish");
+    let stored = js.publish("tags.stored", forged_avro_array(id).into()).await.expect("publish").await;
+    let error = stored.expect_err("the L2 stream refuses it").to_string();
+    assert!(error.contains("does not decode"), "{error}");
+    // One block of one string, "eu" (zig-zag: count 1 → 2, length 2 → 4), then the end block.
+    client.publish("tags.core", wire(id, &[2, 4, b'e', b'u', 0]).into()).await.expect("publish");
+    client.flush().await.expect("flush");
+    assert_eq!(drain(&mut inbox, Duration::from_millis(400)).await.len(), 1, "the server is still up");
+    assert_eq!(filter_counts(&server)["undecodable"], json!(1));
+}

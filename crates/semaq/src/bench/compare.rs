@@ -13,6 +13,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use indicatif::ProgressBar;
 
 use super::disk;
+use super::filter_fanout;
 use super::idle;
 use super::js_store::{self, StoreReport};
 use super::server::{ServerProcess, ServerSpec};
@@ -22,6 +23,8 @@ use crate::connect::Target;
 
 /// Connect and request timeout for the local servers.
 const LOCAL_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long filter-fanout waits for its deliveries.
+const FILTER_FANOUT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Arguments of `semaq bench compare`.
 #[derive(clap::Args, Debug)]
@@ -34,7 +37,7 @@ pub struct CompareArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "pubsub,fanout,latency,queue,idle-conns,js-pub,js-pub-nosync,js-pub-sync,js-consume,js-memory,js-restart"
+        default_value = "pubsub,fanout,latency,queue,idle-conns,js-pub,js-pub-nosync,js-pub-sync,js-consume,js-memory,js-restart,filter-fanout"
     )]
     scenarios: Vec<Entry>,
     /// semaq-server executable [default: semaq-server next to this program]
@@ -86,6 +89,8 @@ enum Entry {
     JsMemory,
     /// SIGTERM and start again on the stored messages: time until STREAM.INFO reports them all
     JsRestart,
+    /// 1 publisher → 10 subscribers matching 10% each: CEL filters on semaq, serde_json in nats clients
+    FilterFanout,
 }
 
 /// Whether a larger figure is better.
@@ -110,6 +115,8 @@ const RSS_PER_CONNECTION: Metric = Metric { name: "RSS/conn", better: Better::Lo
 const RSS_TOTAL: Metric = Metric { name: "RSS", better: Better::Lower, format: format_bytes };
 const RSS_PER_MESSAGE: Metric = Metric { name: "RSS/msg", better: Better::Lower, format: format_bytes };
 const RESTART_TIME: Metric = Metric { name: "restart", better: Better::Lower, format: format_nanos };
+const MATCHED_RATE: Metric = Metric { name: "matched/s", better: Better::Higher, format: format_rate };
+const BYTES_TO_SUBSCRIBERS: Metric = Metric { name: "bytes out", better: Better::Lower, format: format_bytes };
 
 fn format_rate(value: f64) -> String {
     format_count(value.max(0.0).round() as u64)
@@ -125,6 +132,7 @@ impl Entry {
             Entry::IdleConns => "idle-conns",
             Entry::JsMemory => "js-memory",
             Entry::JsRestart => "js-restart",
+            Entry::FilterFanout => "filter-fanout",
             other => other.scenario().map_or("?", Scenario::name),
         }
     }
@@ -140,7 +148,7 @@ impl Entry {
             Entry::JsPubSync => Some(Scenario::JsPubSync),
             Entry::JsPubSyncNosync => Some(Scenario::JsPubSyncNosync),
             Entry::JsConsume => Some(Scenario::JsConsume),
-            Entry::IdleConns | Entry::JsMemory | Entry::JsRestart => None,
+            Entry::IdleConns | Entry::JsMemory | Entry::JsRestart | Entry::FilterFanout => None,
         }
     }
 
@@ -154,6 +162,7 @@ impl Entry {
             Entry::IdleConns => &[RSS_PER_CONNECTION],
             Entry::JsMemory => &[RSS_TOTAL, RSS_PER_MESSAGE],
             Entry::JsRestart => &[RESTART_TIME],
+            Entry::FilterFanout => &[MATCHED_RATE, BYTES_TO_SUBSCRIBERS],
         }
     }
 }
@@ -305,7 +314,7 @@ async fn measure(
     Ok(figures(entry, &report))
 }
 
-/// Measurements on a freshly started server: idle-conns, js-memory and js-restart.
+/// Measurements on a freshly started server: idle-conns, js-memory, js-restart and filter-fanout.
 async fn measure_fresh(
     entry: Entry,
     side: usize,
@@ -341,6 +350,19 @@ async fn measure_fresh(
             };
             let restart = report.restart.context("the restart was not measured")?;
             Ok(vec![restart.ready.as_nanos() as f64])
+        }
+        Entry::FilterFanout => {
+            let server = spec.start(work_dir)?;
+            let msgs = args.load.msgs.unwrap_or(filter_fanout::MSGS_DEFAULT);
+            // semaq filters on the server; nats subscribers filter in the client.
+            let outcome = filter_fanout::measure(&server.url, msgs, FILTER_FANOUT_TIMEOUT, side == 0).await?;
+            if outcome.matched < outcome.expected {
+                findings.problems.push(format!(
+                    "filter-fanout on {}: {} of {} matches",
+                    spec.label, outcome.matched, outcome.expected
+                ));
+            }
+            Ok(vec![outcome.rate(), outcome.delivered_bytes as f64])
         }
         _ => {
             let server = spec.start(work_dir)?;

@@ -4,17 +4,17 @@
 //! different ~10% of them. (a) semaq-server with a CEL filter per subscriber
 //! (`$SEMAQ.API.SUB.CREATE`); (b) nats-server with the same 10 subscribers receiving everything
 //! and filtering with serde_json. Reported: matched messages delivered per second (first publish
-//! to last match received) and the bytes the server sent to subscribers (`/varz` `out_bytes`).
+//! to last match received) and the payload bytes the subscribers received. `semaq bench compare`
+//! runs the same measurement as its `filter-fanout` entry.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use futures::StreamExt;
 use serde_json::{json, Value};
+
+use super::server::ServerSpec;
 
 /// Subscribers, each with its own filter.
 const SUBSCRIBERS: usize = 10;
@@ -24,14 +24,14 @@ const SUBJECT: &str = "ai.inference";
 const QUIET: Duration = Duration::from_secs(2);
 /// Messages each subscription may buffer in the client, so the client never drops any.
 const SUBSCRIPTION_CAPACITY: usize = 4 * 1024 * 1024;
-/// How long a server may take to start.
-const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Events published when `--msgs` is not given.
+pub const MSGS_DEFAULT: u64 = 200_000;
 
 /// Arguments of `semaq bench filter-fanout`.
 #[derive(clap::Args, Debug)]
 pub struct FilterFanoutArgs {
     /// Events to publish
-    #[arg(long, default_value_t = 200_000)]
+    #[arg(long, default_value_t = MSGS_DEFAULT)]
     msgs: u64,
     /// Give up waiting for deliveries after this long
     #[arg(long, default_value = "30s", value_parser = crate::parse::parse_duration)]
@@ -46,10 +46,22 @@ pub struct FilterFanoutArgs {
 
 /// One side's figures.
 #[derive(Debug)]
-struct Outcome {
-    matched: u64,
-    elapsed: Duration,
-    out_bytes: u64,
+pub struct Outcome {
+    /// Matches the subscribers received (or found, filtering in the client).
+    pub matched: u64,
+    /// Matches there are among the published events.
+    pub expected: u64,
+    /// First publish to the last match received.
+    pub elapsed: Duration,
+    /// Payload bytes delivered to the subscribers, matches or not.
+    pub delivered_bytes: u64,
+}
+
+impl Outcome {
+    /// Matched messages delivered per second.
+    pub fn rate(&self) -> f64 {
+        self.matched as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
 }
 
 /// Runs both sides and prints the comparison.
@@ -59,18 +71,22 @@ pub async fn run(args: FilterFanoutArgs) -> Result<()> {
         None => std::env::current_exe()?.with_file_name("semaq-server"),
     };
     let work = tempfile::tempdir().context("cannot create a scratch directory")?;
-    let semaq = Server::start(&semaq_program, work.path())?;
-    let server_side = measure(&semaq, &args, true).await?;
+    let semaq = ServerSpec { label: "semaq", program: semaq_program }.start(work.path())?;
+    let server_side = measure(&semaq.url, args.msgs, args.timeout, true).await?;
     drop(semaq);
-    let nats = Server::start(&args.nats_server, work.path())?;
-    let client_side = measure(&nats, &args, false).await?;
+    let nats = ServerSpec { label: "nats", program: args.nats_server.clone() }.start(work.path())?;
+    let client_side = measure(&nats.url, args.msgs, args.timeout, false).await?;
     drop(nats);
+    for (label, outcome) in [("semaq-server", &server_side), ("nats-server", &client_side)] {
+        if outcome.matched < outcome.expected {
+            eprintln!("warning: {label}: received {} of {} matches", outcome.matched, outcome.expected);
+        }
+    }
     print_report(&args, &server_side, &client_side);
     Ok(())
 }
 
 fn print_report(args: &FilterFanoutArgs, semaq: &Outcome, nats: &Outcome) {
-    let rate = |o: &Outcome| o.matched as f64 / o.elapsed.as_secs_f64().max(1e-9);
     println!("filter-fanout: 1 publisher, {} events of ~200 B, {SUBSCRIBERS} subscribers matching 10% each", args.msgs);
     println!("  {:<42} {:>14} {:>16} {:>10}", "", "matched msgs/s", "bytes to subs", "elapsed");
     for (label, outcome) in
@@ -78,15 +94,15 @@ fn print_report(args: &FilterFanoutArgs, semaq: &Outcome, nats: &Outcome) {
     {
         println!(
             "  {label:<42} {:>14.0} {:>16} {:>9.3}s",
-            rate(outcome),
-            outcome.out_bytes,
+            outcome.rate(),
+            outcome.delivered_bytes,
             outcome.elapsed.as_secs_f64()
         );
     }
     println!(
         "  ratio: {:.2}× matched msgs/s, {:.1}× fewer bytes sent to subscribers",
-        rate(semaq) / rate(nats).max(1e-9),
-        nats.out_bytes as f64 / semaq.out_bytes.max(1) as f64
+        semaq.rate() / nats.rate().max(1e-9),
+        nats.delivered_bytes as f64 / semaq.delivered_bytes.max(1) as f64
     );
 }
 
@@ -110,13 +126,14 @@ fn filter(index: usize) -> String {
     format!(r#"model_id == "model-{index}" && input_tokens < 100000"#)
 }
 
-async fn measure(server: &Server, args: &FilterFanoutArgs, on_server: bool) -> Result<Outcome> {
-    let expected = args.msgs / SUBSCRIBERS as u64;
+/// Publishes `msgs` events to the server at `url` with 10 subscribers, filtering `on_server`
+/// (semaq-server's `$SEMAQ.API.SUB.CREATE`) or in the client.
+pub async fn measure(url: &str, msgs: u64, timeout: Duration, on_server: bool) -> Result<Outcome> {
     let mut receivers = tokio::task::JoinSet::new();
     let mut clients = Vec::new();
     for index in 0..SUBSCRIBERS {
-        let client = connect(&server.url).await?;
-        let share = args.msgs / SUBSCRIBERS as u64 + u64::from((index as u64) < args.msgs % SUBSCRIBERS as u64);
+        let client = connect(url).await?;
+        let share = msgs / SUBSCRIBERS as u64 + u64::from((index as u64) < msgs % SUBSCRIBERS as u64);
         let subscriber = if on_server {
             filtered_subscriber(&client, index).await?
         } else {
@@ -124,29 +141,24 @@ async fn measure(server: &Server, args: &FilterFanoutArgs, on_server: bool) -> R
         };
         client.flush().await.context("flush")?;
         let model = format!("model-{index}");
-        receivers.spawn(receive(subscriber, share, on_server, model, args.timeout));
+        receivers.spawn(receive(subscriber, share, on_server, model, timeout));
         clients.push(client);
     }
-    let before = server.out_bytes()?;
-    let publisher = connect(&server.url).await?;
+    let publisher = connect(url).await?;
     let started = Instant::now();
-    for i in 0..args.msgs {
+    for i in 0..msgs {
         publisher.publish(SUBJECT, event(i).into()).await.context("publish")?;
     }
     publisher.flush().await.context("flush")?;
-    let (mut matched, mut last) = (0, started);
+    let (mut matched, mut delivered_bytes, mut last) = (0, 0, started);
     while let Some(result) = receivers.join_next().await {
-        let (count, at) = result.context("receiver")?;
-        matched += count;
-        last = last.max(at);
+        let received = result.context("receiver")?;
+        matched += received.matched;
+        delivered_bytes += received.bytes;
+        last = last.max(received.last);
     }
-    let elapsed = last.duration_since(started);
-    if matched < expected * SUBSCRIBERS as u64 {
-        eprintln!("warning: {} received {matched} of {} matches", server.label, args.msgs);
-    }
-    let out_bytes = server.out_bytes()?.saturating_sub(before);
     drop(clients);
-    Ok(Outcome { matched, elapsed, out_bytes })
+    Ok(Outcome { matched, expected: msgs, elapsed: last.duration_since(started), delivered_bytes })
 }
 
 async fn connect(url: &str) -> Result<async_nats::Client> {
@@ -166,86 +178,37 @@ async fn filtered_subscriber(client: &async_nats::Client, index: usize) -> Resul
     Ok(subscriber)
 }
 
-/// Counts this subscriber's matches and when the last arrived; on nats-server it parses every
-/// message to find them. Ends with all wanted, after `QUIET` without a message, or at `timeout`.
+/// What one subscriber received.
+struct Received {
+    matched: u64,
+    bytes: u64,
+    last: Instant,
+}
+
+/// Counts this subscriber's matches, the payload bytes it received and when the last match
+/// arrived; on nats-server it parses every message to find them. Ends with all wanted, after
+/// `QUIET` without a message, or at `timeout`.
 async fn receive(
     mut subscriber: async_nats::Subscriber,
     want: u64,
     on_server: bool,
     model: String,
     timeout: Duration,
-) -> (u64, Instant) {
-    let mut matched = 0;
-    let mut last = Instant::now();
+) -> Received {
+    let mut received = Received { matched: 0, bytes: 0, last: Instant::now() };
     let deadline = tokio::time::Instant::now() + timeout;
-    while matched < want {
+    while received.matched < want {
         let quiet = (tokio::time::Instant::now() + QUIET).min(deadline);
         let Ok(Some(message)) = tokio::time::timeout_at(quiet, subscriber.next()).await else { break };
-        last = Instant::now();
-        if on_server {
-            matched += 1;
-            continue;
+        received.bytes += message.payload.len() as u64;
+        let matched = on_server || {
+            let parsed: Result<Value, _> = serde_json::from_slice(&message.payload);
+            parsed.is_ok_and(|event| event["model_id"] == model.as_str())
+        };
+        if matched {
+            received.matched += 1;
+            received.last = Instant::now();
         }
-        let parsed: Result<Value, _> = serde_json::from_slice(&message.payload);
-        if parsed.is_ok_and(|event| event["model_id"] == model.as_str()) {
-            matched += 1;
-        }
     }
-    (matched, last)
-}
-
-/// A server process on free ports, killed on drop.
-struct Server {
-    label: String,
-    url: String,
-    monitor: u16,
-    child: Child,
-}
-
-impl Server {
-    fn start(program: &PathBuf, dir: &std::path::Path) -> Result<Self> {
-        let (port, monitor) = (free_port()?, free_port()?);
-        let child = Command::new(program)
-            .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-m", &monitor.to_string()])
-            .current_dir(dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .with_context(|| format!("cannot start {}", program.display()))?;
-        let label = program.file_name().map_or("server".into(), |n| n.to_string_lossy().into_owned());
-        let server = Server { label, url: format!("nats://127.0.0.1:{port}"), monitor, child };
-        let deadline = Instant::now() + STARTUP_TIMEOUT;
-        while TcpStream::connect(("127.0.0.1", monitor)).is_err() || TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if Instant::now() > deadline {
-                bail!("{} did not start", program.display());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(server)
-    }
-
-    /// `/varz` `out_bytes`.
-    fn out_bytes(&self) -> Result<u64> {
-        let mut stream = TcpStream::connect(("127.0.0.1", self.monitor)).context("connect to /varz")?;
-        write!(stream, "GET /varz HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response)?;
-        let body = response.split("\r\n\r\n").nth(1).context("no /varz body")?;
-        let varz: Value = serde_json::from_str(body).context("/varz JSON")?;
-        varz["out_bytes"].as_u64().context("no out_bytes in /varz")
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        // The process may already be gone; nothing else to do then.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> Result<u16> {
-    let listener = TcpListener::bind(("127.0.0.1", 0)).context("no free port")?;
-    Ok(listener.local_addr()?.port())
+    received
 }

@@ -28,7 +28,7 @@ use self::state::State;
 use super::config::{AckPolicy, ConsumerConfig};
 use super::stream::Stream;
 use crate::clock;
-use crate::filter::{CompileError, Filter, Prepared};
+use crate::filter::{CompileError, Filter};
 use crate::server::{lock, Shared};
 
 /// The consumer metadata key holding a CEL content filter (SPEC §3).
@@ -153,9 +153,9 @@ impl Consumer {
 
     /// Whether a stored message passes the content filter; counted in the server's filter stats.
     fn passes_filter(&self, filter: &Filter, message: &semaq_store::StoredMessage) -> bool {
-        let prepared = Prepared::new(&message.subject, message.headers.as_deref(), &message.payload);
-        let verdict = filter.evaluate(&prepared);
-        if let Some(shared) = self.shared.upgrade() {
+        let shared = self.shared.upgrade();
+        let verdict = crate::filter::evaluate_stored(shared.as_deref(), filter, message);
+        if let Some(shared) = shared {
             shared.filters.stats.record(verdict);
         }
         verdict.matched()

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::persist::SavedState;
 use super::validate;
-use crate::filter::{Filter, Prepared};
+use crate::filter::Filter;
 use crate::jetstream::config::{ConsumerConfig, DeliverPolicy};
 use crate::jetstream::stream::Stream;
 
@@ -238,6 +238,8 @@ impl State {
         let mut count = 0;
         let mut seq = from;
         let mut steps = 0;
+        let shared = stream.shared().upgrade();
+        let passes = |f: &Filter, m: &_| crate::filter::evaluate_stored(shared.as_deref(), f, m).matched();
         while let Ok(Some(message)) = next_matching(&**store, seq, config) {
             count += u64::from(filter.is_none_or(|f| passes(f, &message)));
             seq = message.seq + 1;
@@ -269,11 +271,6 @@ impl State {
         }
         self.dirty = true;
     }
-}
-
-fn passes(filter: &Filter, message: &semaq_store::StoredMessage) -> bool {
-    let prepared = Prepared::new(&message.subject, message.headers.as_deref(), &message.payload);
-    filter.evaluate(&prepared).matched()
 }
 
 /// The first message at or after `from` matching the consumer's filters.
