@@ -14,6 +14,7 @@ use indicatif::ProgressBar;
 
 use super::disk;
 use super::idle;
+use super::js_schema;
 use super::js_store::{self, StoreReport};
 use super::server::{ServerProcess, ServerSpec};
 use super::stats::{format_bytes, format_count, format_latency_ns, median, median_ratio};
@@ -86,6 +87,8 @@ enum Entry {
     JsMemory,
     /// SIGTERM and start again on the stored messages: time until STREAM.INFO reports them all
     JsRestart,
+    /// js-pub to L2 streams (JSON Schema; Avro with JSON and binary payloads) and the same streams without a schema
+    JsPubSchema,
 }
 
 /// Whether a larger figure is better.
@@ -125,6 +128,7 @@ impl Entry {
             Entry::IdleConns => "idle-conns",
             Entry::JsMemory => "js-memory",
             Entry::JsRestart => "js-restart",
+            Entry::JsPubSchema => "js-pub-schema",
             other => other.scenario().map_or("?", Scenario::name),
         }
     }
@@ -140,7 +144,7 @@ impl Entry {
             Entry::JsPubSync => Some(Scenario::JsPubSync),
             Entry::JsPubSyncNosync => Some(Scenario::JsPubSyncNosync),
             Entry::JsConsume => Some(Scenario::JsConsume),
-            Entry::IdleConns | Entry::JsMemory | Entry::JsRestart => None,
+            Entry::IdleConns | Entry::JsMemory | Entry::JsRestart | Entry::JsPubSchema => None,
         }
     }
 
@@ -154,9 +158,19 @@ impl Entry {
             Entry::IdleConns => &[RSS_PER_CONNECTION],
             Entry::JsMemory => &[RSS_TOTAL, RSS_PER_MESSAGE],
             Entry::JsRestart => &[RESTART_TIME],
+            Entry::JsPubSchema => &SCHEMA_RATES,
         }
     }
 }
+
+/// One throughput row per [`js_schema::VARIANTS`] entry, in that order.
+const SCHEMA_RATES: [Metric; 5] = [
+    Metric { name: "plain", better: Better::Higher, format: format_rate },
+    Metric { name: "json-schema", better: Better::Higher, format: format_rate },
+    Metric { name: "avro-json", better: Better::Higher, format: format_rate },
+    Metric { name: "plain-bin", better: Better::Higher, format: format_rate },
+    Metric { name: "avro-bin", better: Better::Higher, format: format_rate },
+];
 
 /// The two servers; `sides[0]` is semaq, `sides[1]` nats.
 struct Contenders {
@@ -193,7 +207,8 @@ async fn compare(args: CompareArgs) -> Result<()> {
     for scenario in &scenarios {
         scenario.load(&args.load)?;
     }
-    let contenders = Contenders::start(&args, !scenarios.is_empty())?;
+    let needs_servers = !scenarios.is_empty() || args.scenarios.contains(&Entry::JsPubSchema);
+    let contenders = Contenders::start(&args, needs_servers)?;
     let mut rows: Vec<Row> = args
         .scenarios
         .iter()
@@ -213,6 +228,11 @@ async fn compare(args: CompareArgs) -> Result<()> {
     // Dropping the servers kills them before the table is printed.
     drop(contenders);
     print_table(&rows);
+    let schema_lines = schema_summary(&rows, &findings.schema);
+    for line in &schema_lines {
+        println!("{line}");
+    }
+    findings.details.extend(schema_lines);
     for line in &findings.disk {
         println!("disk: {line}");
     }
@@ -239,6 +259,8 @@ struct Findings {
     details: Vec<String>,
     /// The disk probe's lines: fsync latency in the store's file system before and after the rounds.
     disk: Vec<String>,
+    /// semaq's server CPU per message in each js-pub-schema round.
+    schema: js_schema::Tally,
 }
 
 impl Findings {
@@ -292,6 +314,9 @@ async fn measure(
     args: &CompareArgs,
     findings: &mut Findings,
 ) -> Result<Vec<f64>> {
+    if entry == Entry::JsPubSchema {
+        return measure_schema(side, contenders, args, findings).await;
+    }
     let Some(scenario) = entry.scenario() else {
         return measure_fresh(entry, side, contenders, args, findings).await;
     };
@@ -303,6 +328,33 @@ async fn measure(
         .problems
         .extend(report.problems.iter().map(|problem| format!("{} on {}: {problem}", scenario.name(), server.label)));
     Ok(figures(entry, &report))
+}
+
+/// js-pub-schema: every variant on the running server (schemas on semaq only), one figure each.
+async fn measure_schema(
+    side: usize,
+    contenders: &Contenders,
+    args: &CompareArgs,
+    findings: &mut Findings,
+) -> Result<Vec<f64>> {
+    let server = contenders.running.as_ref().map(|servers| &servers[side]).context("servers not running")?;
+    let target = Target::plain(server.url.clone(), LOCAL_TIMEOUT);
+    let load = Scenario::JsPub.load(&args.load)?;
+    let runs = js_schema::measure(&target, &load, side == 0, Some(server.pid())).await?;
+    if side == 0 {
+        findings.schema.add(&runs);
+    }
+    Ok(runs.iter().map(|run| run.rate).collect())
+}
+
+/// The L2 / no-schema ratios of semaq's js-pub-schema rows, and validations per second per core.
+fn schema_summary(rows: &[Row], tally: &js_schema::Tally) -> Vec<String> {
+    let semaq: Vec<Vec<f64>> =
+        rows.iter().filter(|row| row.entry == Entry::JsPubSchema).map(|row| row.values[0].clone()).collect();
+    match <[Vec<f64>; 5]>::try_from(semaq) {
+        Ok(rates) => js_schema::summary(&rates, tally),
+        Err(_) => Vec::new(),
+    }
 }
 
 /// Measurements on a freshly started server: idle-conns, js-memory and js-restart.
@@ -424,11 +476,12 @@ fn metric_label(metric: &Metric) -> String {
 
 fn print_table(rows: &[Row]) {
     let width = rows.iter().map(|row| row.entry.name().len()).max().unwrap_or(0).max(11);
-    println!("{:<width$} {:<11} {:>14} {:>14} {:>11}", "scenario", "metric", "semaq", "nats", "semaq/nats");
+    let metric_width = rows.iter().map(|row| metric_label(&row.metric).chars().count()).max().unwrap_or(0).max(11);
+    println!("{:<width$} {:<metric_width$} {:>14} {:>14} {:>11}", "scenario", "metric", "semaq", "nats", "semaq/nats");
     for row in rows {
         let [semaq, nats, ratio] = row_cells(row);
         let metric = metric_label(&row.metric);
-        println!("{:<width$} {metric:<11} {semaq:>14} {nats:>14} {ratio:>11}", row.entry.name());
+        println!("{:<width$} {metric:<metric_width$} {semaq:>14} {nats:>14} {ratio:>11}", row.entry.name());
     }
     println!(
         "↑ higher is better, ↓ lower is better; figures are medians over rounds, ratios medians of per-round ratios"
