@@ -100,6 +100,8 @@ pub const REGISTRY_REFERENCES_MAX: usize = 1_000;
 /// Schema pairs one compatibility check compares (combinators and references multiply them);
 /// past it the check reports the schemas as too complex rather than compatible.
 pub const SCHEMA_COMPATIBILITY_STEPS_MAX: usize = 100_000;
+/// Array and map items one validated Avro binary datum may hold (zero-byte items cost no input).
+pub const SCHEMA_DATUM_ITEMS_MAX: usize = 1 << 20;
 /// Schemas one `GET /schemas` or `referencedby` answer lists (Confluent's schema.search.max.limit).
 pub const REGISTRY_LIST_SCHEMAS_MAX: usize = 1_000;
 /// Longest CEL filter expression accepted.

@@ -127,8 +127,15 @@ impl AvroSchema {
         check(&self.schema, value, &mut path, &self.names, 0).map_err(|message| Violation { path, message })
     }
 
-    /// Decodes one Avro binary datum; it must use every byte, and no more.
+    /// Checks one Avro binary datum; it must use every byte, and no more.
     pub fn validate_binary(&self, body: &[u8]) -> Result<(), Violation> {
+        super::avro_binary::check(&self.schema, &self.names, body)
+            .map_err(|(path, message)| Violation { path, message: format!("Avro binary does not decode: {message}") })
+    }
+
+    /// The value of one Avro binary datum (types from references resolved); it must use every
+    /// byte, and no more.
+    pub fn decode_binary(&self, body: &[u8]) -> Result<apache_avro::types::Value, Violation> {
         let mut reader = Guarded { rest: body, overrun: false };
         let fail = |message: String| Violation { path: "$".into(), message };
         let decoded = if self.schemata.is_empty() {
@@ -141,11 +148,11 @@ impl AvroSchema {
         if reader.overrun {
             return Err(fail("Avro binary does not decode: the datum is truncated".into()));
         }
-        decoded.map_err(|e| fail(format!("Avro binary does not decode: {e}")))?;
+        let value = decoded.map_err(|e| fail(format!("Avro binary does not decode: {e}")))?;
         if !reader.rest.is_empty() {
             return Err(fail(format!("{} bytes left over after the Avro datum", reader.rest.len())));
         }
-        Ok(())
+        Ok(value)
     }
 }
 
@@ -346,7 +353,8 @@ fn short_name(schema: &Schema) -> String {
     name.rsplit('.').next().unwrap_or(&name).to_string()
 }
 
-fn is_uuid(text: &str) -> bool {
+/// A hyphenated UUID (8-4-4-4-12 hex digits).
+pub(super) fn is_uuid(text: &str) -> bool {
     let bytes = text.as_bytes();
     bytes.len() == 36
         && bytes.iter().enumerate().all(|(i, b)| match i {

@@ -17,6 +17,7 @@
 
 pub mod admin;
 pub mod avro;
+pub mod avro_binary;
 pub mod binding;
 pub mod error;
 pub mod format;
