@@ -340,7 +340,8 @@ async fn measure_schema(
     let server = contenders.running.as_ref().map(|servers| &servers[side]).context("servers not running")?;
     let target = Target::plain(server.url.clone(), LOCAL_TIMEOUT);
     let load = Scenario::JsPub.load(&args.load)?;
-    let runs = js_schema::measure(&target, &load, side == 0, Some(server.pid())).await?;
+    let reverse = findings.schema.len() % 2 == 1;
+    let runs = js_schema::measure(&target, &load, side == 0, Some(server.pid()), reverse).await?;
     if side == 0 {
         findings.schema.add(&runs);
     }

@@ -92,6 +92,11 @@ pub struct Tally {
 }
 
 impl Tally {
+    /// Rounds kept so far.
+    pub fn len(&self) -> usize {
+        self.rounds.len()
+    }
+
     /// Keeps one round's CPU figures.
     pub fn add(&mut self, runs: &[VariantRun; 5]) {
         self.rounds.push(runs.map(|run| run.cpu_per_message));
@@ -139,9 +144,17 @@ pub fn summary(rates: &[Vec<f64>; 5], tally: &Tally) -> Vec<String> {
     lines
 }
 
-/// Publishes to every variant's stream once on the server at `target`. With `schemas` false
-/// (nats-server) every stream is plain. `pid` is the server's process, for its CPU time.
-pub async fn measure(target: &Target, load: &Load, schemas: bool, pid: Option<u32>) -> Result<[VariantRun; 5]> {
+/// Publishes to every variant's stream once on the server at `target`, in [`VARIANTS`] order or
+/// (`reverse`, every other round) the opposite, so drift during a round favours no variant. With
+/// `schemas` false (nats-server) every stream is plain. `pid` is the server's, for its CPU time.
+/// The runs come back in [`VARIANTS`] order.
+pub async fn measure(
+    target: &Target,
+    load: &Load,
+    schemas: bool,
+    pid: Option<u32>,
+    reverse: bool,
+) -> Result<[VariantRun; 5]> {
     let client = target.connect().await?;
     let unique = unique_suffix();
     let subjects = [format!("semaq-bench-json-{unique}"), format!("semaq-bench-avro-{unique}")];
@@ -151,16 +164,21 @@ pub async fn measure(target: &Target, load: &Load, schemas: bool, pid: Option<u3
     } else {
         1
     };
-    let mut runs = Vec::with_capacity(VARIANTS.len());
-    for variant in VARIANTS {
+    let mut runs: Vec<(usize, VariantRun)> = Vec::with_capacity(VARIANTS.len());
+    let mut order: Vec<(usize, Variant)> = VARIANTS.into_iter().enumerate().collect();
+    if reverse {
+        order.reverse();
+    }
+    for (index, variant) in order {
         let bound = match variant {
             Variant::JsonSchema => Some(subjects[0].as_str()),
             Variant::AvroJson | Variant::AvroBinary => Some(subjects[1].as_str()),
             Variant::Plain | Variant::PlainBinary => None,
         };
         let payload = if variant.binary() { avro_wire(avro_id) } else { Bytes::from_static(EVENT_JSON) };
-        runs.push(run_variant(&client, variant, bound.filter(|_| schemas), payload, load, pid).await?);
+        runs.push((index, run_variant(&client, variant, bound.filter(|_| schemas), payload, load, pid).await?));
     }
+    runs.sort_by_key(|(index, _)| *index);
     if schemas {
         for subject in &subjects {
             // Best effort: a leftover subject only takes space on a bench server.
@@ -168,6 +186,7 @@ pub async fn measure(target: &Target, load: &Load, schemas: bool, pid: Option<u3
             let _ = call(&client, "DELETE", json!({"subject": subject, "permanent": true})).await;
         }
     }
+    let runs: Vec<VariantRun> = runs.into_iter().map(|(_, run)| run).collect();
     runs.try_into().map_err(|_| anyhow!("a variant was not measured"))
 }
 
