@@ -46,8 +46,15 @@ pub fn incompatibilities(reader: &Documents, writer: &Documents) -> Vec<String> 
     let mut checker = Checker { writer, reader, active: HashSet::new(), steps: 0 };
     let mut found = Vec::new();
     checker.compare(Node::root(writer), Node::root(reader), "#", &mut found, 0);
+    if checker.steps > limits::SCHEMA_COMPATIBILITY_STEPS_MAX {
+        // Findings made once the budget ran out are artifacts of it: report the one reason.
+        found.clear();
+        found.push(format!("#: more than {} comparisons {TOO_COMPLEX}", limits::SCHEMA_COMPATIBILITY_STEPS_MAX));
+    }
     found
 }
+
+const TOO_COMPLEX: &str = "needed to check the schemas (COMPATIBILITY_CHECK_TOO_COMPLEX)";
 
 static TRUE: Value = Value::Bool(true);
 static EMPTY: LazyLock<Map<String, Value>> = LazyLock::new(Map::new);
@@ -273,11 +280,11 @@ struct Checker<'a> {
 
 impl<'a> Checker<'a> {
     fn compare(&mut self, w: Node<'a>, r: Node<'a>, at: &str, found: &mut Vec<String>, depth: usize) {
-        self.steps += 1;
+        self.steps = self.steps.saturating_add(1);
         if self.steps > limits::SCHEMA_COMPATIBILITY_STEPS_MAX {
-            if self.steps == limits::SCHEMA_COMPATIBILITY_STEPS_MAX + 1 {
-                found.push(format!("{at}: too complex to check (COMPATIBILITY_CHECK_TOO_COMPLEX)"));
-            }
+            // Fail closed: every check past the budget is an incompatibility, so no branch
+            // matching or combinator rule can turn the exhausted check into "compatible".
+            found.push(format!("{at}: {TOO_COMPLEX}"));
             return;
         }
         if depth > limits::SCHEMA_NESTING_DEPTH_MAX {
@@ -737,6 +744,8 @@ fn required(schema: &Map<String, Value>) -> Vec<&str> {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]
@@ -752,5 +761,24 @@ mod tests {
         assert_eq!(code("maxLength"), "MAX_LENGTH");
         assert_eq!(code("$ref"), "REF");
         assert_eq!(percent_decode("/definitions/a%20b"), "/definitions/a b");
+    }
+
+    #[test]
+    fn a_check_past_its_budget_is_incompatible_not_compatible() {
+        // Level k is a oneOf of three spellings of level k-1: each level compares 3 × 3 pairs
+        // below it, 3^20 pairs in all, from a schema of a few kilobytes.
+        let mut definitions = serde_json::Map::new();
+        definitions.insert("d0".into(), json!({"type": "string"}));
+        for level in 1..=10 {
+            let below = json!({"$ref": format!("#/definitions/d{}", level - 1)});
+            let spellings = json!([below.clone(), {"allOf": [below.clone()]}, {"anyOf": [below]}]);
+            definitions.insert(format!("d{level}"), json!({"oneOf": spellings}));
+        }
+        let root = json!({"definitions": definitions, "$ref": "#/definitions/d10"});
+        let documents =
+            || Documents { main: Document { uri: "json-schema:///".into(), root: root.clone() }, externals: vec![] };
+        let found = incompatibilities(&documents(), &documents());
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].ends_with(TOO_COMPLEX), "{found:?}");
     }
 }
