@@ -115,3 +115,100 @@ def test_protobuf_schemas_register_and_evolve(registry):
     assert registry.test_compatibility("proto-events", Schema(breaking, "PROTOBUF")) is False
     assert registry.register_schema("proto-events", Schema(v2, "PROTOBUF")) != first
     assert "PROTOBUF" in registry.get_schema_types()
+
+
+ADDRESS = {
+    "type": "record",
+    "name": "Address",
+    "namespace": "geo",
+    "fields": [{"name": "city", "type": "string"}],
+}
+ORDER = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "shop",
+    "fields": [{"name": "id", "type": "long"}, {"name": "ship_to", "type": "geo.Address"}],
+}
+
+
+def test_a_schema_with_references_registers_and_protects_what_it_refers_to(registry):
+    from confluent_kafka.schema_registry import SchemaReference
+
+    address_id = registry.register_schema("geo-address", avro(ADDRESS))
+    order = Schema(json.dumps(ORDER), "AVRO", [SchemaReference("geo.Address", "geo-address", 1)])
+    order_id = registry.register_schema("orders-value", order)
+    assert order_id != address_id
+    fetched = registry.get_schema(order_id)
+    assert [(r.name, r.subject, r.version) for r in fetched.references] == [("geo.Address", "geo-address", 1)]
+    latest = registry.get_latest_version("orders-value")
+    assert latest.schema.references[0].subject == "geo-address"
+    assert registry.lookup_schema("orders-value", order).schema_id == order_id
+    assert registry.get_referenced_by("geo-address", 1) == [order_id]
+    with pytest.raises(SchemaRegistryError) as refused:
+        registry.delete_version("geo-address", 1)
+    assert refused.value.error_code == 42206
+    # An order that changes the referenced type's field type is checked through the reference.
+    broken = dict(ORDER, fields=[{"name": "id", "type": "string"}, ORDER["fields"][1]])
+    breaking = Schema(json.dumps(broken), "AVRO", [SchemaReference("geo.Address", "geo-address", 1)])
+    assert registry.test_compatibility("orders-value", breaking) is False
+    with pytest.raises(SchemaRegistryError) as unresolved:
+        registry.register_schema("lost", Schema(json.dumps(ORDER), "AVRO", [SchemaReference("geo.Address", "none", 1)]))
+    assert unresolved.value.error_code == 42201
+
+
+def test_protobuf_and_json_schema_references(registry):
+    from confluent_kafka.schema_registry import SchemaReference
+
+    address = 'syntax = "proto3";\npackage geo;\nmessage Address { string city = 1; }\n'
+    order = (
+        'syntax = "proto3";\npackage shop;\nimport "geo/address.proto";\n'
+        "message Order { int64 id = 1; geo.Address ship_to = 2; }\n"
+    )
+    registry.register_schema("geo-address-proto", Schema(address, "PROTOBUF"))
+    reference = SchemaReference("geo/address.proto", "geo-address-proto", 1)
+    order_id = registry.register_schema("orders-proto", Schema(order, "PROTOBUF", [reference]))
+    assert registry.get_schema(order_id).references[0].name == "geo/address.proto"
+
+    city = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    registry.register_schema("city-json", Schema(json.dumps(city), "JSON"))
+    shipment = {"type": "object", "properties": {"to": {"$ref": "city.json"}}}
+    json_reference = SchemaReference("city.json", "city-json", 1)
+    shipment_id = registry.register_schema("shipments", Schema(json.dumps(shipment), "JSON", [json_reference]))
+    assert registry.get_referenced_by("city-json", "latest") == [shipment_id]
+
+
+def test_modes_refuse_writes_and_report_themselves(registry):
+    registry.register_schema("frozen", avro(EVENT_V1))
+    assert registry.get_global_mode() == "READWRITE"
+    assert registry.update_mode("frozen", "READONLY") == "READONLY"
+    assert registry.get_mode("frozen") == "READONLY"
+    v2 = with_field(EVENT_V1, {"name": "input_tokens", "type": "int", "default": 0})
+    with pytest.raises(SchemaRegistryError) as refused:
+        registry.register_schema("frozen", avro(v2))
+    assert refused.value.error_code == 42205
+    assert refused.value.http_status_code == 422
+    assert registry.delete_mode("frozen") == "READONLY"
+    assert registry.register_schema("frozen", avro(v2)) > 0
+    with pytest.raises(SchemaRegistryError) as no_import:
+        registry.update_global_mode("IMPORT")
+    assert no_import.value.error_code == 42205
+
+
+def test_listings_contexts_and_config(registry):
+    first = registry.register_schema("orders-value", avro(EVENT_V1))
+    registry.register_schema("users-value", avro({"type": "string"}))
+    assert registry.get_contexts() == ["."]
+    assert registry.get_subjects(subject_prefix="orders") == ["orders-value"]
+    registry.delete_subject("users-value")
+    assert registry.get_subjects(deleted=True) == ["orders-value", "users-value"]
+    assert registry.get_subjects(deleted_only=True) == ["users-value"]
+    versions = registry.get_schema_versions(first)
+    assert [(v.subject, v.version) for v in versions] == [("orders-value", 1)]
+    assert registry.get_subjects_by_schema_id(first) == ["orders-value"]
+    # normalize=true: another spelling of the same schema finds it.
+    spelled = dict(EVENT_V1, fields=[{"name": "model_id", "type": {"type": "string"}}, EVENT_V1["fields"][1]])
+    normalized = registry.register_schema("normalized", avro(EVENT_V1), normalize_schemas=True)
+    assert registry.lookup_schema("normalized", avro(spelled), normalize_schemas=True).schema_id == normalized
+    assert registry.set_compatibility("orders-value", "FULL") == {"compatibility": "FULL"}
+    assert registry.delete_config("orders-value").compatibility_level.value == "FULL"
+    assert registry.get_compatibility() == "BACKWARD"

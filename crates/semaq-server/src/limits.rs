@@ -93,6 +93,17 @@ pub const SCHEMA_API_QUEUE_REQUESTS_MAX: usize = 1024;
 pub const SCHEMA_API_QUEUE_BYTES_MAX: usize = 16 * 1024 * 1024;
 /// Messages (nested ones included) one Protobuf schema's compatibility check walks.
 pub const REGISTRY_PROTO_MESSAGES_MAX: usize = 10_000;
+/// Subjects the registry holds (deleted ones included, until hard-deleted).
+pub const REGISTRY_SUBJECTS_MAX: usize = 100_000;
+/// Schemas one registration may depend on through its references, transitively.
+pub const REGISTRY_REFERENCES_MAX: usize = 1_000;
+/// Schema pairs one compatibility check compares (combinators and references multiply them);
+/// past it the check reports the schemas as too complex rather than compatible.
+pub const SCHEMA_COMPATIBILITY_STEPS_MAX: usize = 100_000;
+/// Array and map items one validated Avro binary datum may hold (zero-byte items cost no input).
+pub const SCHEMA_DATUM_ITEMS_MAX: usize = 1 << 20;
+/// Schemas one `GET /schemas` or `referencedby` answer lists (Confluent's schema.search.max.limit).
+pub const REGISTRY_LIST_SCHEMAS_MAX: usize = 1_000;
 /// Longest CEL filter expression accepted.
 pub const FILTER_EXPRESSION_BYTES_MAX: usize = 4096;
 /// Largest payload a filter parses; a larger one is a non-match (bounds the work per message).

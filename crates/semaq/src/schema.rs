@@ -1,4 +1,4 @@
-//! `semaq schema register|list|show|check|delete|config`: the server's schema registry over
+//! `semaq schema register|list|show|check|delete|config|mode`: the server's schema registry over
 //! `$SEMAQ.API.SCHEMA.*` (request/reply with JSON bodies, Confluent's error codes).
 
 use std::path::{Path, PathBuf};
@@ -26,6 +26,12 @@ enum SchemaCommand {
         /// avro, json or protobuf
         #[arg(long = "type")]
         schema_type: Option<String>,
+        /// A schema it refers to: the name it uses (import path, Avro type, $ref) = subject, at a version (default latest)
+        #[arg(long = "ref", value_name = "NAME=SUBJECT[:VERSION]")]
+        references: Vec<String>,
+        /// Register the normalized form, so equivalent spellings share one id
+        #[arg(long)]
+        normalize: bool,
     },
     /// List subjects
     List {
@@ -57,6 +63,9 @@ enum SchemaCommand {
         /// avro, json or protobuf
         #[arg(long = "type")]
         schema_type: Option<String>,
+        /// A schema it refers to, as for register
+        #[arg(long = "ref", value_name = "NAME=SUBJECT[:VERSION]")]
+        references: Vec<String>,
     },
     /// Delete a subject, or one version (soft; --permanent after a soft delete)
     Delete {
@@ -86,6 +95,17 @@ enum SchemaCommand {
         /// BACKWARD, BACKWARD_TRANSITIVE, FORWARD, FORWARD_TRANSITIVE, FULL, FULL_TRANSITIVE or NONE
         level: Option<String>,
     },
+    /// Show or set the mode (READWRITE, READONLY, READONLY_OVERRIDE, IMPORT), globally or for one subject
+    Mode {
+        /// Registry subject (global mode when absent)
+        #[arg(long)]
+        subject: Option<String>,
+        /// The mode to set
+        mode: Option<String>,
+        /// Enter IMPORT even though subjects exist
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 /// Runs one `semaq schema` command.
@@ -107,7 +127,13 @@ pub async fn run(target: &Target, args: SchemaArgs) -> Result<()> {
 /// Registers `file` under `subject` exactly as `semaq schema register SUBJECT FILE` does
 /// (type from the extension), returning the registry's answer (`{"id": ...}`).
 pub async fn register_file(target: &Target, subject: &str, file: &Path) -> Result<Value> {
-    let command = SchemaCommand::Register { subject: subject.to_string(), file: file.to_path_buf(), schema_type: None };
+    let command = SchemaCommand::Register {
+        subject: subject.to_string(),
+        file: file.to_path_buf(),
+        schema_type: None,
+        references: Vec::new(),
+        normalize: false,
+    };
     let (operation, body) = request_for(command.with_schema_file()?)?;
     call(target, operation, &body)
         .await
@@ -133,17 +159,22 @@ impl SchemaCommand {
 }
 
 fn request_for(parts: Parts) -> Result<(&'static str, Value)> {
-    let schema_body = |subject: &str| -> Result<Value> {
+    let schema_body = |subject: &str, references: &[String]| -> Result<Value> {
         let (text, schema_type) = parts.schema.clone().ok_or_else(|| anyhow!("no schema"))?;
-        Ok(json!({ "subject": subject, "schema": text, "schemaType": schema_type }))
+        let references = references.iter().map(|r| parse_reference(r)).collect::<Result<Vec<_>>>()?;
+        Ok(json!({ "subject": subject, "schema": text, "schemaType": schema_type, "references": references }))
     };
     Ok(match &parts.command {
-        SchemaCommand::Register { subject, .. } => ("REGISTER", schema_body(subject)?),
+        SchemaCommand::Register { subject, references, normalize, .. } => {
+            let mut body = schema_body(subject, references)?;
+            body["normalize"] = json!(normalize);
+            ("REGISTER", body)
+        }
         SchemaCommand::List { deleted } => ("SUBJECTS", json!({ "deleted": deleted })),
         SchemaCommand::Show { id: Some(id), .. } => ("ID", json!({ "id": id })),
         SchemaCommand::Show { subject, at, .. } => ("GET", json!({ "subject": subject, "version": at })),
-        SchemaCommand::Check { subject, against, .. } => {
-            let mut body = schema_body(subject)?;
+        SchemaCommand::Check { subject, against, references, .. } => {
+            let mut body = schema_body(subject, references)?;
             if let Some(version) = against {
                 body["version"] = json!(version);
             }
@@ -154,7 +185,30 @@ fn request_for(parts: Parts) -> Result<(&'static str, Value)> {
         }
         SchemaCommand::Infer { .. } => bail!("infer needs no server"),
         SchemaCommand::Config { subject, level } => ("CONFIG", json!({ "subject": subject, "compatibility": level })),
+        SchemaCommand::Mode { subject, mode, force } => {
+            ("MODE", json!({ "subject": subject, "mode": mode, "force": force }))
+        }
     })
+}
+
+/// `NAME=SUBJECT[:VERSION]` → Confluent's `{"name", "subject", "version"}` (`-1`: the latest).
+fn parse_reference(text: &str) -> Result<Value> {
+    let (name, target) =
+        text.split_once('=').ok_or_else(|| anyhow!("--ref {text:?}: expected NAME=SUBJECT[:VERSION]"))?;
+    let (subject, version) = match target.rsplit_once(':') {
+        Some((subject, "latest")) => (subject, -1),
+        Some((subject, version)) => {
+            let version: i64 = version.parse().ok().filter(|v| *v >= 1).ok_or_else(|| {
+                anyhow!("--ref {text:?}: the version must be a number from 1, or latest, not {version:?}")
+            })?;
+            (subject, version)
+        }
+        None => (target, -1),
+    };
+    if name.is_empty() || subject.is_empty() {
+        bail!("--ref {text:?}: expected NAME=SUBJECT[:VERSION]");
+    }
+    Ok(json!({ "name": name, "subject": subject, "version": version }))
 }
 
 /// Reads a schema file: (text, AVRO | JSON).
@@ -229,6 +283,37 @@ mod tests {
         assert_eq!(schema["fields"][0], json!({"name": "a", "type": "long"}));
         assert!(infer("{}\n[1]\n".as_bytes(), "json", "E").unwrap_err().to_string().contains("line 2"));
         assert!(infer("".as_bytes(), "json", "E").is_err());
+    }
+
+    #[test]
+    fn references_are_name_subject_and_version() {
+        assert_eq!(
+            parse_reference("geo/address.proto=geo-address:2").unwrap(),
+            json!({"name": "geo/address.proto", "subject": "geo-address", "version": 2})
+        );
+        assert_eq!(parse_reference("geo.Address=addr").unwrap()["version"], -1);
+        assert_eq!(parse_reference("a=b:latest").unwrap()["version"], -1);
+        assert!(parse_reference("no-equals").is_err());
+        assert!(parse_reference("a=b:0").is_err());
+        assert!(parse_reference("=b").is_err());
+    }
+
+    #[test]
+    fn register_sends_references_and_normalize() {
+        let parts = Parts {
+            command: SchemaCommand::Register {
+                subject: "orders".into(),
+                file: PathBuf::from("order.avsc"),
+                schema_type: None,
+                references: vec!["geo.Address=geo-address:1".into()],
+                normalize: true,
+            },
+            schema: Some(("{}".into(), "AVRO".into())),
+        };
+        let (operation, body) = request_for(parts).unwrap();
+        assert_eq!(operation, "REGISTER");
+        assert_eq!(body["references"], json!([{"name": "geo.Address", "subject": "geo-address", "version": 1}]));
+        assert_eq!(body["normalize"], true);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use apache_avro::schema::{RecordSchema, Schema};
+use apache_avro::schema::{RecordSchema, Schema, UnionSchema};
 use apache_avro::schema_compatibility::SchemaCompatibility;
 use serde_json::Value;
 
@@ -81,21 +81,43 @@ fn named_types(schema: &Schema, names: &mut HashMap<String, Schema>, depth: usiz
     }
 }
 
-/// A parsed Avro schema and its named types (collected once, for following `Ref`s).
+/// A parsed Avro schema, the named types its references define, and all named types by full
+/// name (collected once, for following `Ref`s).
 #[derive(Debug)]
 pub struct AvroSchema {
-    /// The schema.
+    /// The schema; types defined by referenced schemas appear in it as `Ref`s.
     pub schema: Schema,
+    /// The referenced schemas, parsed (needed to decode binary datums).
+    schemata: Vec<Schema>,
     names: HashMap<String, Schema>,
+    /// The schema with referenced types written out, for compatibility checks (`None`: no
+    /// references, the schema itself).
+    inlined: Option<Schema>,
 }
 
 impl AvroSchema {
-    /// Parses Avro schema text.
-    pub fn parse(text: &str) -> Result<Self, apache_avro::Error> {
-        let schema = Schema::parse_str(text)?;
+    /// Parses Avro schema text, with the texts of the named types its references define.
+    pub fn parse(text: &str, references: &[&str]) -> Result<Self, apache_avro::Error> {
+        let (schema, schemata) = if references.is_empty() {
+            (Schema::parse_str(text)?, Vec::new())
+        } else {
+            Schema::parse_str_with_list(text, references)?
+        };
         let mut names = HashMap::new();
-        named_types(&schema, &mut names, 0);
-        Ok(Self { schema, names })
+        for named in schemata.iter().chain(std::iter::once(&schema)) {
+            named_types(named, &mut names, 0);
+        }
+        let inlined = (!schemata.is_empty()).then(|| {
+            let mut budget = limits::SCHEMA_COMPATIBILITY_STEPS_MAX;
+            inline(&schema, &names, &mut Vec::new(), &mut budget)
+        });
+        Ok(Self { schema, schemata, names, inlined })
+    }
+
+    /// The schema compatibility checks compare: referenced types written out, so a change in
+    /// a referenced schema counts, not only its name.
+    pub fn comparable(&self) -> &Schema {
+        self.inlined.as_ref().unwrap_or(&self.schema)
     }
 
     /// Checks a JSON payload (Avro's JSON encoding; a union branch may also be given bare,
@@ -103,6 +125,76 @@ impl AvroSchema {
     pub fn validate_json(&self, value: &Value) -> Result<(), Violation> {
         let mut path = String::from("$");
         check(&self.schema, value, &mut path, &self.names, 0).map_err(|message| Violation { path, message })
+    }
+
+    /// Checks one Avro binary datum; it must use every byte, and no more.
+    pub fn validate_binary(&self, body: &[u8]) -> Result<(), Violation> {
+        super::avro_binary::check(&self.schema, &self.names, body)
+            .map_err(|(path, message)| Violation { path, message: format!("Avro binary does not decode: {message}") })
+    }
+
+    /// The value of one Avro binary datum (types from references resolved); it must use every
+    /// byte, and no more.
+    pub fn decode_binary(&self, body: &[u8]) -> Result<apache_avro::types::Value, Violation> {
+        let mut reader = Guarded { rest: body, overrun: false };
+        let fail = |message: String| Violation { path: "$".into(), message };
+        let decoded = if self.schemata.is_empty() {
+            apache_avro::from_avro_datum(&self.schema, &mut reader, None)
+        } else {
+            // Referenced types first: each is resolved against what came before it.
+            let known: Vec<&Schema> = self.schemata.iter().chain(std::iter::once(&self.schema)).collect();
+            apache_avro::from_avro_datum_schemata(&self.schema, known, &mut reader, None)
+        };
+        if reader.overrun {
+            return Err(fail("Avro binary does not decode: the datum is truncated".into()));
+        }
+        let value = decoded.map_err(|e| fail(format!("Avro binary does not decode: {e}")))?;
+        if !reader.rest.is_empty() {
+            return Err(fail(format!("{} bytes left over after the Avro datum", reader.rest.len())));
+        }
+        Ok(value)
+    }
+}
+
+/// `schema` with each `Ref` replaced by the type it names, except a type inside itself
+/// (recursion stays a `Ref`), for at most `budget` nodes (past it, `Ref`s stay: compared by name).
+fn inline(schema: &Schema, names: &HashMap<String, Schema>, within: &mut Vec<String>, budget: &mut usize) -> Schema {
+    if *budget == 0 || within.len() > limits::SCHEMA_NESTING_DEPTH_MAX {
+        return schema.clone();
+    }
+    *budget -= 1;
+    match schema {
+        Schema::Ref { name } => {
+            let full = name.fullname(None);
+            match names.get(&full) {
+                Some(named) if !within.contains(&full) => inline(named, names, within, budget),
+                _ => schema.clone(),
+            }
+        }
+        Schema::Record(record) => {
+            let mut record = record.clone();
+            within.push(record.name.fullname(None));
+            for field in &mut record.fields {
+                field.schema = inline(&field.schema, names, within, budget);
+            }
+            within.pop();
+            Schema::Record(record)
+        }
+        Schema::Array(array) => {
+            let mut array = array.clone();
+            array.items = Box::new(inline(&array.items, names, within, budget));
+            Schema::Array(array)
+        }
+        Schema::Map(map) => {
+            let mut map = map.clone();
+            map.types = Box::new(inline(&map.types, names, within, budget));
+            Schema::Map(map)
+        }
+        Schema::Union(union) => {
+            let variants = union.variants().iter().map(|v| inline(v, names, within, budget)).collect();
+            UnionSchema::new(variants).map(Schema::Union).unwrap_or_else(|_| schema.clone())
+        }
+        other => other.clone(),
     }
 }
 
@@ -261,7 +353,8 @@ fn short_name(schema: &Schema) -> String {
     name.rsplit('.').next().unwrap_or(&name).to_string()
 }
 
-fn is_uuid(text: &str) -> bool {
+/// A hyphenated UUID (8-4-4-4-12 hex digits).
+pub(super) fn is_uuid(text: &str) -> bool {
     let bytes = text.as_bytes();
     bytes.len() == 36
         && bytes.iter().enumerate().all(|(i, b)| match i {
@@ -284,19 +377,4 @@ impl std::io::Read for Guarded<'_> {
         }
         self.rest.read(buf)
     }
-}
-
-/// Decodes one Avro binary datum; it must use every byte, and no more.
-pub fn validate_binary(schema: &Schema, body: &[u8]) -> Result<(), Violation> {
-    let mut reader = Guarded { rest: body, overrun: false };
-    let fail = |message: String| Violation { path: "$".into(), message };
-    let decoded = apache_avro::from_avro_datum(schema, &mut reader, None);
-    if reader.overrun {
-        return Err(fail("Avro binary does not decode: the datum is truncated".into()));
-    }
-    decoded.map_err(|e| fail(format!("Avro binary does not decode: {e}")))?;
-    if !reader.rest.is_empty() {
-        return Err(fail(format!("{} bytes left over after the Avro datum", reader.rest.len())));
-    }
-    Ok(())
 }

@@ -28,6 +28,9 @@ pub enum RegistryError {
     /// 40408.
     #[error("Subject '{0}' does not have subject-level compatibility configured")]
     SubjectConfigNotFound(String),
+    /// 40409.
+    #[error("Subject '{0}' does not have subject-level mode configured")]
+    SubjectModeNotFound(String),
     /// 409: every incompatibility found.
     #[error("Schema being registered is incompatible with an earlier schema for subject \"{subject}\", details: [{}]", .messages.join(", "))]
     Incompatible {
@@ -45,6 +48,15 @@ pub enum RegistryError {
     /// 42203.
     #[error("Invalid compatibility level. Valid values are none, backward, forward, full, backward_transitive, forward_transitive, and full_transitive")]
     InvalidCompatibility,
+    /// 42204.
+    #[error("Invalid mode. Valid values are READWRITE, READONLY, READONLY_OVERRIDE and IMPORT.")]
+    InvalidMode,
+    /// 42205: the subject's mode (or an id clash in IMPORT mode) forbids the operation.
+    #[error("{0}")]
+    NotPermitted(String),
+    /// 42206: a schema version other schemas refer to cannot be deleted.
+    #[error("One or more references exist to the schema {{magic=1,keytype=SCHEMA,subject={0},version={1}}}.")]
+    ReferenceExists(String, u32),
     /// 422: the request body was not understood.
     #[error("{0}")]
     InvalidRequest(String),
@@ -68,10 +80,14 @@ impl RegistryError {
             Self::VersionSoftDeleted(..) => 40406,
             Self::VersionNotSoftDeleted(..) => 40407,
             Self::SubjectConfigNotFound(_) => 40408,
+            Self::SubjectModeNotFound(_) => 40409,
             Self::Incompatible { .. } => 409,
             Self::InvalidSchema(_) => 42201,
             Self::InvalidVersion(_) => 42202,
             Self::InvalidCompatibility => 42203,
+            Self::InvalidMode => 42204,
+            Self::NotPermitted(_) => 42205,
+            Self::ReferenceExists(..) => 42206,
             Self::InvalidRequest(_) => 422,
             Self::LimitReached(_) => 42205,
             Self::Storage(_) => 50001,

@@ -3,15 +3,16 @@
 use serde_json::Value;
 
 use super::error::RegistryError;
+use super::references::Resolved;
 use super::types::SchemaType;
-use super::{avro, json_schema, protobuf};
+use super::{avro, json_compat, json_schema, protobuf};
 
 /// A schema ready to check compatibility and validate payloads.
 pub enum Parsed {
     /// An Avro schema.
     Avro(Box<avro::AvroSchema>),
-    /// A compiled JSON Schema, and its JSON for compatibility checks.
-    Json(Box<jsonschema::Validator>, Value),
+    /// A compiled JSON Schema, and its JSON (with its referenced documents) for compatibility checks.
+    Json(Box<jsonschema::Validator>, json_compat::Documents),
     /// A compiled `.proto` file.
     Protobuf(protobuf::ProtoSchema),
 }
@@ -20,7 +21,7 @@ impl std::fmt::Debug for Parsed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Parsed::Avro(schema) => f.debug_tuple("Avro").field(schema).finish(),
-            Parsed::Json(_, raw) => f.debug_tuple("Json").field(raw).finish(),
+            Parsed::Json(_, documents) => f.debug_tuple("Json").field(documents).finish(),
             Parsed::Protobuf(schema) => f.debug_tuple("Protobuf").field(schema).finish(),
         }
     }
@@ -41,14 +42,25 @@ impl std::fmt::Display for Violation {
     }
 }
 
-/// Parses `text` as a schema of `schema_type`.
-pub fn parse(schema_type: SchemaType, text: &str) -> Result<Parsed, RegistryError> {
+/// Parses `text` as a schema of `schema_type`, with the schemas its references resolve to.
+pub fn parse(schema_type: SchemaType, text: &str, references: &[Resolved]) -> Result<Parsed, RegistryError> {
+    if let Some(other) = references.iter().find(|r| r.schema_type != schema_type) {
+        return Err(RegistryError::InvalidSchema(format!(
+            "reference {:?} is a {} schema, not {}",
+            other.name,
+            other.schema_type.name(),
+            schema_type.name()
+        )));
+    }
     match schema_type {
-        SchemaType::Avro => avro::AvroSchema::parse(text)
-            .map(|schema| Parsed::Avro(Box::new(schema)))
-            .map_err(|e| RegistryError::InvalidSchema(format!("{text}, details: {e}"))),
-        SchemaType::Json => json_schema::parse(text),
-        SchemaType::Protobuf => protobuf::parse(text).map(Parsed::Protobuf),
+        SchemaType::Avro => {
+            let texts: Vec<&str> = references.iter().map(|r| r.text.as_str()).collect();
+            avro::AvroSchema::parse(text, &texts)
+                .map(|schema| Parsed::Avro(Box::new(schema)))
+                .map_err(|e| RegistryError::InvalidSchema(format!("{text}, details: {e}")))
+        }
+        SchemaType::Json => json_schema::parse(text, references),
+        SchemaType::Protobuf => protobuf::parse(text, references).map(Parsed::Protobuf),
     }
 }
 
@@ -64,11 +76,29 @@ pub fn canonical(schema_type: SchemaType, text: &str) -> Result<String, Registry
     Ok(value.to_string())
 }
 
+/// Confluent's `normalize=true`: the schema rewritten in one standard form, so equivalent
+/// texts register as one schema. Avro: the parsed schema written back (full names, `"type"`
+/// objects for primitives only where needed, keys sorted); JSON Schema: compact with keys
+/// sorted; Protobuf: comments dropped and the declarations one per line.
+pub fn normalize(schema_type: SchemaType, parsed: &Parsed, text: &str) -> Result<String, RegistryError> {
+    match (schema_type, parsed) {
+        (SchemaType::Avro, Parsed::Avro(schema)) => {
+            let value = serde_json::to_value(&schema.schema)
+                .map_err(|e| RegistryError::InvalidSchema(format!("cannot normalize: {e}")))?;
+            Ok(value.to_string())
+        }
+        (SchemaType::Protobuf, _) => Ok(protobuf::normalize_text(text)),
+        _ => canonical(schema_type, text),
+    }
+}
+
 /// Every reason data written with `writer` cannot be read with `reader` (empty: compatible).
 pub fn incompatibilities(reader: &Parsed, writer: &Parsed) -> Vec<String> {
     match (reader, writer) {
-        (Parsed::Avro(reader), Parsed::Avro(writer)) => avro::incompatibilities(&reader.schema, &writer.schema),
-        (Parsed::Json(_, reader), Parsed::Json(_, writer)) => json_schema::incompatibilities(reader, writer),
+        (Parsed::Avro(reader), Parsed::Avro(writer)) => {
+            avro::incompatibilities(reader.comparable(), writer.comparable())
+        }
+        (Parsed::Json(_, reader), Parsed::Json(_, writer)) => json_compat::incompatibilities(reader, writer),
         (Parsed::Protobuf(reader), Parsed::Protobuf(writer)) => protobuf::incompatibilities(reader, writer),
         _ => vec!["the schema type differs".into()],
     }
@@ -87,7 +117,7 @@ impl Parsed {
     /// Checks the body of a Confluent wire-format payload (after magic byte and id).
     pub fn validate_binary(&self, body: &[u8]) -> Result<(), Violation> {
         match self {
-            Parsed::Avro(schema) => avro::validate_binary(&schema.schema, body),
+            Parsed::Avro(schema) => schema.validate_binary(body),
             Parsed::Protobuf(schema) => schema.validate_binary(body),
             Parsed::Json(validator, _) => {
                 let value: Value = serde_json::from_slice(body)

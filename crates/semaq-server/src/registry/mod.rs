@@ -1,8 +1,13 @@
-//! The schema registry: subjects with versions, global schema ids, compatibility levels, in
-//! Confluent Schema Registry's model, persisted in `<store_dir>/registry/registry.json`.
+//! The schema registry: subjects with versions, global schema ids, compatibility levels and
+//! modes, schema references, in Confluent Schema Registry's model, persisted in
+//! `<store_dir>/registry/registry.json`.
 //!
 //! - [`types`]: what is stored and returned; [`error`]: Confluent's error codes.
-//! - [`format`], [`avro`], [`json_schema`], [`protobuf`]: parsing, compatibility and payload validation.
+//! - This file: registering, looking up and checking schemas; [`queries`]: what the API lists;
+//!   [`admin`]: deletes, compatibility config and modes.
+//! - [`references`]: resolving a schema's references into the schemas it is parsed with.
+//! - [`format`], [`avro`], [`json_schema`], [`protobuf`]: parsing and payload validation;
+//!   compatibility in [`avro`], [`json_compat`] and [`protobuf`].
 //! - [`store`]: the file, written atomically and checksummed.
 //! - [`http`]: the Confluent REST API; [`nats`]: the same over `$SEMAQ.API.SCHEMA.*`.
 //! - [`binding`]: L2 streams bound to a subject validate what they store; [`evolve`] and [`infer`]:
@@ -11,7 +16,9 @@
 //! Every change is made to a copy of the state, written to disk, and only then swapped in, so
 //! what a client was told was registered is on disk. The state lock is a leaf: taken alone.
 
+pub mod admin;
 pub mod avro;
+pub mod avro_binary;
 pub mod binding;
 pub mod decode;
 pub mod error;
@@ -19,9 +26,12 @@ pub mod evolve;
 pub mod format;
 pub mod http;
 pub mod infer;
+pub mod json_compat;
 pub mod json_schema;
 pub mod nats;
 pub mod protobuf;
+pub mod queries;
+pub mod references;
 pub mod store;
 pub mod types;
 
@@ -33,7 +43,8 @@ use std::sync::{Arc, Mutex, RwLock};
 pub use self::error::RegistryError;
 use self::format::Parsed;
 use self::types::{
-    Compatibility, SchemaRequest, SchemaType, State, StoredSchema, Subject, Version, VersionInfo, VersionSelector,
+    Compatibility, Identity, Mode, Reference, RegisterOptions, SchemaRequest, SchemaType, State, StoredSchema, Subject,
+    Version, VersionInfo, VersionSelector,
 };
 use crate::limits;
 
@@ -62,6 +73,17 @@ fn read_lock<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
     lock.read().unwrap_or_else(|p| p.into_inner())
 }
 
+/// A schema request made ready: parsed with its references, in the text it is stored as.
+struct Prepared {
+    schema_type: SchemaType,
+    parsed: Parsed,
+    /// The text to store (normalized when asked).
+    text: String,
+    /// References with their versions pinned.
+    references: Vec<Reference>,
+    identity: Identity,
+}
+
 impl Registry {
     /// Opens the registry kept in `dir`; a damaged file is an error, never an empty registry.
     pub fn open(dir: PathBuf) -> Result<Self, store::StoreFileError> {
@@ -76,6 +98,12 @@ impl Registry {
 
     fn with_state(dir: Option<PathBuf>, mut state: State) -> Self {
         state.next_id = state.next_id.max(state.schemas.keys().max().map_or(1, |id| id + 1));
+        state.ids = state
+            .schemas
+            .iter()
+            .rev()
+            .filter_map(|(id, stored)| identity_of(stored).ok().map(|identity| (identity, *id)))
+            .collect();
         Self { dir, state: RwLock::new(state), parsed: Mutex::new(HashMap::new()), refusals: AtomicU64::new(0) }
     }
 
@@ -110,7 +138,8 @@ impl Registry {
             return Ok(parsed.clone());
         }
         let stored = state.schemas.get(&id).ok_or_else(|| RegistryError::SchemaNotFound(id.to_string()))?;
-        let parsed = Arc::new(format::parse(stored.schema_type, &stored.schema)?);
+        let resolved = references::resolve(state, &stored.references, true)?;
+        let parsed = Arc::new(format::parse(stored.schema_type, &stored.schema, &resolved)?);
         crate::server::lock(&self.parsed).insert(id, parsed.clone());
         Ok(parsed)
     }
@@ -118,132 +147,82 @@ impl Registry {
     /// Registers a schema under `subject`: its existing id when the subject already has it,
     /// otherwise a new version, if compatible. Returns the global id.
     pub fn register(&self, subject: &str, request: &SchemaRequest) -> Result<u32, RegistryError> {
+        self.register_with(subject, request, RegisterOptions::default())
+    }
+
+    /// [`Registry::register`] with Confluent's options: `normalize`, and in IMPORT mode the id
+    /// and version the schema keeps (no compatibility check then).
+    pub fn register_with(
+        &self,
+        subject: &str,
+        request: &SchemaRequest,
+        options: RegisterOptions,
+    ) -> Result<u32, RegistryError> {
         check_subject_name(subject)?;
-        let (schema_type, parsed, canonical) = prepare(request)?;
-        let parsed = Arc::new(parsed);
+        let mut parsed = None;
         let id = self.change(|state| {
-            if let Some(found) = find_in_subject(state, subject, schema_type, &canonical, false) {
-                return Ok(found.id);
-            }
-            let problems = self.check_against(state, subject, &parsed, schema_type, None)?;
-            if !problems.is_empty() {
-                return Err(RegistryError::Incompatible { subject: subject.into(), messages: problems });
-            }
-            let id = match find_id(state, schema_type, &canonical) {
-                Some(id) => id,
-                None => add_schema(state, schema_type, request)?,
+            check_register_mode(state, subject, options.id.is_some())?;
+            let prepared = prepare(state, request, options.normalize)?;
+            let id = match options.id {
+                Some(id) => register_import(state, subject, &prepared, id, options.version)?,
+                None => self.register_new(state, subject, &prepared)?,
             };
-            let entry = state.subjects.entry(subject.to_string()).or_default();
-            if entry.versions.len() >= limits::REGISTRY_VERSIONS_PER_SUBJECT_MAX {
-                return Err(RegistryError::LimitReached(format!("subject {subject:?} has too many versions")));
-            }
-            let version = entry.versions.iter().map(|v| v.version).max().unwrap_or(0) + 1;
-            entry.versions.push(Version { version, id, deleted: false });
+            parsed = Some(prepared.parsed);
             Ok(id)
         })?;
-        crate::server::lock(&self.parsed).entry(id).or_insert(parsed);
+        if let Some(parsed) = parsed {
+            crate::server::lock(&self.parsed).entry(id).or_insert_with(|| Arc::new(parsed));
+        }
+        Ok(id)
+    }
+
+    fn register_new(&self, state: &mut State, subject: &str, prepared: &Prepared) -> Result<u32, RegistryError> {
+        let known = state.ids.get(&prepared.identity).copied();
+        let live_here =
+            |id| state.subjects.get(subject).is_some_and(|s| s.versions.iter().any(|v| v.id == id && !v.deleted));
+        if let Some(id) = known.filter(|id| live_here(*id)) {
+            return Ok(id);
+        }
+        let problems = self.check_against(state, subject, &prepared.parsed, prepared.schema_type, None)?;
+        if !problems.is_empty() {
+            return Err(RegistryError::Incompatible { subject: subject.into(), messages: problems });
+        }
+        let id = match known {
+            Some(id) => id,
+            None => add_schema(state, prepared, None)?,
+        };
+        let entry = subject_entry(state, subject)?;
+        let version = entry.versions.iter().map(|v| v.version).max().unwrap_or(0) + 1;
+        entry.versions.push(Version { version, id, deleted: false });
         Ok(id)
     }
 
     /// The version of `subject` holding this schema (`POST /subjects/{s}`).
     pub fn lookup(&self, subject: &str, request: &SchemaRequest, deleted: bool) -> Result<VersionInfo, RegistryError> {
-        let (schema_type, _, canonical) = prepare(request)?;
+        self.lookup_with(subject, request, deleted, false)
+    }
+
+    /// [`Registry::lookup`], the request normalized first when `normalize`.
+    pub fn lookup_with(
+        &self,
+        subject: &str,
+        request: &SchemaRequest,
+        deleted: bool,
+        normalize: bool,
+    ) -> Result<VersionInfo, RegistryError> {
         let state = read_lock(&self.state);
         live_subject(&state, subject, deleted)?;
-        let found = find_in_subject(&state, subject, schema_type, &canonical, deleted)
-            .ok_or_else(|| RegistryError::SchemaNotFound("not found".into()))?;
-        version_info(&state, subject, found)
-    }
-
-    /// Subject names (with soft-deleted ones when `deleted`).
-    pub fn subjects(&self, deleted: bool) -> Vec<String> {
-        let state = read_lock(&self.state);
-        state
-            .subjects
-            .iter()
-            .filter(|(_, s)| s.versions.iter().any(|v| deleted || !v.deleted))
-            .map(|(n, _)| n.clone())
-            .collect()
-    }
-
-    /// Version numbers of `subject`.
-    pub fn versions(&self, subject: &str, deleted: bool) -> Result<Vec<u32>, RegistryError> {
-        let state = read_lock(&self.state);
-        let entry = live_subject(&state, subject, deleted)?;
-        Ok(entry.versions.iter().filter(|v| deleted || !v.deleted).map(|v| v.version).collect())
-    }
-
-    /// One version of `subject`.
-    pub fn version(&self, subject: &str, selector: &str, deleted: bool) -> Result<VersionInfo, RegistryError> {
-        let selector = VersionSelector::parse(selector)?;
-        let state = read_lock(&self.state);
-        let entry = live_subject(&state, subject, deleted)?;
-        let version = select(entry, selector, deleted)?;
-        version_info(&state, subject, version)
-    }
-
-    /// The schema with global id `id`.
-    pub fn schema_by_id(&self, id: u32) -> Result<StoredSchema, RegistryError> {
-        read_lock(&self.state).schemas.get(&id).cloned().ok_or_else(|| RegistryError::SchemaNotFound(id.to_string()))
-    }
-
-    /// Every (subject, version) using schema `id`.
-    pub fn uses_of(&self, id: u32) -> Result<Vec<(String, u32)>, RegistryError> {
-        let state = read_lock(&self.state);
-        if !state.schemas.contains_key(&id) {
-            return Err(RegistryError::SchemaNotFound(id.to_string()));
-        }
-        let uses = state.subjects.iter().flat_map(|(name, s)| {
-            s.versions.iter().filter(|v| v.id == id && !v.deleted).map(move |v| (name.clone(), v.version))
+        let prepared = prepare(&state, request, normalize)?;
+        let id = state.ids.get(&prepared.identity).copied();
+        let found = id.and_then(|id| {
+            let versions = state.subjects.get(subject)?.versions.iter().rev();
+            versions
+                .clone()
+                .find(|v| v.id == id && !v.deleted)
+                .or_else(|| versions.clone().find(|v| deleted && v.id == id))
         });
-        Ok(uses.collect())
-    }
-
-    /// Deletes a subject (soft, or hard after a soft delete); returns the versions deleted.
-    pub fn delete_subject(&self, subject: &str, permanent: bool) -> Result<Vec<u32>, RegistryError> {
-        self.change(|state| {
-            let entry =
-                state.subjects.get_mut(subject).ok_or_else(|| RegistryError::SubjectNotFound(subject.into()))?;
-            if permanent {
-                if entry.versions.iter().any(|v| !v.deleted) {
-                    return Err(RegistryError::SubjectNotSoftDeleted(subject.into()));
-                }
-                let versions = entry.versions.iter().map(|v| v.version).collect();
-                state.subjects.remove(subject);
-                return Ok(versions);
-            }
-            let live: Vec<u32> = entry.versions.iter().filter(|v| !v.deleted).map(|v| v.version).collect();
-            if live.is_empty() {
-                return Err(RegistryError::SubjectSoftDeleted(subject.into()));
-            }
-            entry.versions.iter_mut().for_each(|v| v.deleted = true);
-            Ok(live)
-        })
-    }
-
-    /// Deletes one version (soft, or hard after a soft delete).
-    pub fn delete_version(&self, subject: &str, selector: &str, permanent: bool) -> Result<u32, RegistryError> {
-        let selector = VersionSelector::parse(selector)?;
-        self.change(|state| {
-            let entry =
-                state.subjects.get_mut(subject).ok_or_else(|| RegistryError::SubjectNotFound(subject.into()))?;
-            let number = select(entry, selector, permanent)?.version;
-            let index = entry.versions.iter().position(|v| v.version == number).ok_or_else(|| not_found(selector))?;
-            if permanent {
-                if !entry.versions[index].deleted {
-                    return Err(RegistryError::VersionNotSoftDeleted(subject.into(), number));
-                }
-                entry.versions.remove(index);
-                if entry.versions.is_empty() && entry.compatibility.is_none() {
-                    state.subjects.remove(subject);
-                }
-            } else if entry.versions[index].deleted {
-                return Err(RegistryError::VersionSoftDeleted(subject.into(), number));
-            } else {
-                entry.versions[index].deleted = true;
-            }
-            Ok(number)
-        })
+        let found = found.ok_or_else(|| RegistryError::SchemaNotFound("not found".into()))?;
+        version_info(&state, subject, found)
     }
 
     /// Every incompatibility of `request` with `subject` at `selector` (`None`: as the
@@ -255,15 +234,15 @@ impl Registry {
         request: &SchemaRequest,
     ) -> Result<Vec<String>, RegistryError> {
         let selector = selector.map(VersionSelector::parse).transpose()?;
-        let (schema_type, parsed, _) = prepare(request)?;
         let state = read_lock(&self.state);
+        let prepared = prepare(&state, request, false)?;
         if let Some(selector) = selector {
             if !matches!(selector, VersionSelector::Latest) || state.subjects.contains_key(subject) {
                 let entry = live_subject(&state, subject, false)?;
                 select(entry, selector, false)?;
             }
         }
-        self.check_against(&state, subject, &parsed, schema_type, selector)
+        self.check_against(&state, subject, &prepared.parsed, prepared.schema_type, selector)
     }
 
     fn check_against(
@@ -302,71 +281,47 @@ impl Registry {
         }
         Ok(problems)
     }
+}
 
-    /// The compatibility level of `subject` (its own, or the global one when `fallback`), or
-    /// the global level.
-    pub fn config(&self, subject: Option<&str>, fallback: bool) -> Result<Compatibility, RegistryError> {
-        let state = read_lock(&self.state);
-        match subject {
-            None => Ok(state.compatibility.unwrap_or_default()),
-            Some(name) => match state.subjects.get(name).and_then(|s| s.compatibility) {
-                Some(level) => Ok(level),
-                None if fallback => Ok(state.compatibility.unwrap_or_default()),
-                None => Err(RegistryError::SubjectConfigNotFound(name.into())),
-            },
+/// IMPORT mode: the schema keeps the id (and version) it had where it came from.
+fn register_import(
+    state: &mut State,
+    subject: &str,
+    prepared: &Prepared,
+    id: u32,
+    version: Option<u32>,
+) -> Result<u32, RegistryError> {
+    if id == 0 || id > i32::MAX as u32 {
+        return Err(RegistryError::InvalidRequest(format!("schema id {id} is not in [1, 2^31-1]")));
+    }
+    match state.schemas.get(&id) {
+        Some(stored) if identity_of(stored)? != prepared.identity => {
+            return Err(RegistryError::NotPermitted(format!(
+                "Overwrite new schema with id {id} in context . is not permitted."
+            )));
+        }
+        Some(_) => {}
+        None => {
+            add_schema(state, prepared, Some(id))?;
         }
     }
-
-    /// Sets the level of `subject`, or the global one.
-    pub fn set_config(&self, subject: Option<&str>, level: &str) -> Result<Compatibility, RegistryError> {
-        let level = Compatibility::parse(level)?;
-        if let Some(name) = subject {
-            check_subject_name(name)?;
+    let entry = subject_entry(state, subject)?;
+    let number = version.unwrap_or_else(|| entry.versions.iter().map(|v| v.version).max().unwrap_or(0) + 1);
+    if number == 0 || number > i32::MAX as u32 {
+        return Err(RegistryError::InvalidVersion(number.to_string()));
+    }
+    match entry.versions.iter().find(|v| v.version == number) {
+        Some(existing) if existing.id == id => return Ok(id),
+        Some(_) => {
+            return Err(RegistryError::NotPermitted(format!(
+                "Subject {subject} version {number} already holds another schema; overwriting it is not permitted."
+            )))
         }
-        self.change(|state| {
-            match subject {
-                None => state.compatibility = Some(level),
-                Some(name) => state.subjects.entry(name.to_string()).or_default().compatibility = Some(level),
-            }
-            Ok(level)
-        })
+        None => {}
     }
-
-    /// Removes a subject's own level (it falls back to the global one); returns what it was.
-    pub fn delete_config(&self, subject: &str) -> Result<Compatibility, RegistryError> {
-        self.change(|state| {
-            let entry =
-                state.subjects.get_mut(subject).ok_or_else(|| RegistryError::SubjectNotFound(subject.into()))?;
-            let old = entry.compatibility.take().ok_or_else(|| RegistryError::SubjectConfigNotFound(subject.into()))?;
-            if entry.versions.is_empty() {
-                state.subjects.remove(subject);
-            }
-            Ok(old)
-        })
-    }
-
-    /// The live version of `subject` selected by `version` (`None`: latest), for stream binding.
-    pub fn resolve(&self, subject: &str, version: Option<u32>) -> Result<VersionInfo, RegistryError> {
-        let selector = version.map_or(VersionSelector::Latest, VersionSelector::Number);
-        let state = read_lock(&self.state);
-        let entry = live_subject(&state, subject, false)?;
-        version_info(&state, subject, select(entry, selector, false)?)
-    }
-
-    /// The live (version, id) of `subject` selected by `version` (`None`: latest), without
-    /// copying the schema text (called once per ingest batch).
-    pub fn resolve_id(&self, subject: &str, version: Option<u32>) -> Result<(u32, u32), RegistryError> {
-        let selector = version.map_or(VersionSelector::Latest, VersionSelector::Number);
-        let state = read_lock(&self.state);
-        let found = select(live_subject(&state, subject, false)?, selector, false)?;
-        Ok((found.version, found.id))
-    }
-
-    /// The newest live version of `subject` that uses schema `id`.
-    pub fn version_of_id(&self, subject: &str, id: u32) -> Option<u32> {
-        let state = read_lock(&self.state);
-        state.subjects.get(subject)?.versions.iter().rev().find(|v| v.id == id && !v.deleted).map(|v| v.version)
-    }
+    let at = entry.versions.partition_point(|v| v.version < number);
+    entry.versions.insert(at, Version { version: number, id, deleted: false });
+    Ok(id)
 }
 
 /// Opens `<store_dir>/registry`, serves it over NATS and makes it the server's registry. A
@@ -393,6 +348,39 @@ fn subject_level(state: &State, subject: &str) -> Compatibility {
     state.subjects.get(subject).and_then(|s| s.compatibility).or(state.compatibility).unwrap_or_default()
 }
 
+/// The mode that applies to `subject`: a global READONLY_OVERRIDE, else its own, else the global.
+fn mode_in_scope(state: &State, subject: Option<&str>) -> Mode {
+    let global = state.mode.unwrap_or_default();
+    if global == Mode::ReadonlyOverride {
+        return global;
+    }
+    subject.and_then(|name| state.subjects.get(name)).and_then(|s| s.mode).unwrap_or(global)
+}
+
+/// Refuses a change to `subject` (`None`: the global settings) in a read-only mode.
+fn check_writable(state: &State, subject: Option<&str>) -> Result<(), RegistryError> {
+    if mode_in_scope(state, subject).is_read_only() {
+        return Err(RegistryError::NotPermitted(match subject {
+            Some(name) => format!("Subject {name} in context . is in read-only mode"),
+            None => "The registry is in read-only mode".into(),
+        }));
+    }
+    Ok(())
+}
+
+/// Confluent's rule: registering needs READWRITE, or IMPORT when the request brings an id.
+fn check_register_mode(state: &State, subject: &str, with_id: bool) -> Result<(), RegistryError> {
+    check_writable(state, Some(subject))?;
+    let mode = mode_in_scope(state, Some(subject));
+    match (with_id, mode) {
+        (true, Mode::Import) | (false, Mode::Readwrite) => Ok(()),
+        (true, _) => Err(RegistryError::NotPermitted(format!("Subject {subject} in context . is not in import mode"))),
+        (false, _) => {
+            Err(RegistryError::NotPermitted(format!("Subject {subject} in context . is not in read-write mode")))
+        }
+    }
+}
+
 fn check_subject_name(subject: &str) -> Result<(), RegistryError> {
     if subject.is_empty()
         || subject.len() > limits::REGISTRY_SUBJECT_NAME_BYTES_MAX
@@ -403,47 +391,64 @@ fn check_subject_name(subject: &str) -> Result<(), RegistryError> {
     Ok(())
 }
 
-/// Parses a request: its type, the parsed schema and the text registrations are compared by.
-fn prepare(request: &SchemaRequest) -> Result<(SchemaType, Parsed, String), RegistryError> {
+/// Parses a request with its references (pinned to versions; soft-deleted ones refused).
+fn prepare(state: &State, request: &SchemaRequest, normalize: bool) -> Result<Prepared, RegistryError> {
     if request.schema.len() > limits::REGISTRY_SCHEMA_BYTES_MAX {
         return Err(RegistryError::InvalidSchema(format!("longer than {} bytes", limits::REGISTRY_SCHEMA_BYTES_MAX)));
     }
-    if !request.references.is_empty() {
-        return Err(RegistryError::InvalidSchema("schema references are not supported by this server yet".into()));
+    if request.schema.trim().is_empty() {
+        return Err(RegistryError::InvalidSchema("the schema is empty".into()));
     }
     let schema_type = SchemaType::parse(request.schema_type.as_deref())?;
-    let parsed = format::parse(schema_type, &request.schema)?;
-    Ok((schema_type, parsed, format::canonical(schema_type, &request.schema)?))
+    let mut references = references::pin(state, &request.references)?;
+    if normalize {
+        references.sort();
+        references.dedup();
+    }
+    let resolved = references::resolve(state, &references, false)?;
+    let parsed = format::parse(schema_type, &request.schema, &resolved)?;
+    let text =
+        if normalize { format::normalize(schema_type, &parsed, &request.schema)? } else { request.schema.clone() };
+    let identity = (schema_type, format::canonical(schema_type, &text)?, references.clone());
+    Ok(Prepared { schema_type, parsed, text, references, identity })
 }
 
-fn find_in_subject<'a>(
-    state: &'a State,
-    subject: &str,
-    schema_type: SchemaType,
-    canonical: &str,
-    deleted: bool,
-) -> Option<&'a Version> {
-    let id = find_id(state, schema_type, canonical)?;
-    state.subjects.get(subject)?.versions.iter().rev().find(|v| v.id == id && (deleted || !v.deleted))
+fn identity_of(stored: &StoredSchema) -> Result<Identity, RegistryError> {
+    Ok((stored.schema_type, format::canonical(stored.schema_type, &stored.schema)?, stored.references.clone()))
 }
 
-fn find_id(state: &State, schema_type: SchemaType, canonical: &str) -> Option<u32> {
-    state.schemas.iter().find_map(|(id, stored)| {
-        let same = stored.schema_type == schema_type
-            && format::canonical(stored.schema_type, &stored.schema).ok().as_deref() == Some(canonical);
-        same.then_some(*id)
-    })
-}
-
-fn add_schema(state: &mut State, schema_type: SchemaType, request: &SchemaRequest) -> Result<u32, RegistryError> {
+/// Stores a new schema under `id` (`None`: the next free one) and indexes it.
+fn add_schema(state: &mut State, prepared: &Prepared, id: Option<u32>) -> Result<u32, RegistryError> {
     if state.schemas.len() >= limits::REGISTRY_SCHEMAS_MAX {
         return Err(RegistryError::LimitReached("the registry holds the most schemas it may".into()));
     }
-    let id = state.next_id.max(1);
-    state.next_id = id + 1;
-    let stored = StoredSchema { schema_type, schema: request.schema.clone(), references: request.references.clone() };
+    let id = id.unwrap_or(state.next_id.max(1));
+    state.next_id = state.next_id.max(id + 1);
+    let stored = StoredSchema {
+        schema_type: prepared.schema_type,
+        schema: prepared.text.clone(),
+        references: prepared.references.clone(),
+    };
     state.schemas.insert(id, stored);
+    state.ids.entry(prepared.identity.clone()).or_insert(id);
     Ok(id)
+}
+
+/// The subject's entry, created when absent (within the subjects limit).
+fn subject_entry_any<'a>(state: &'a mut State, subject: &str) -> Result<&'a mut Subject, RegistryError> {
+    if !state.subjects.contains_key(subject) && state.subjects.len() >= limits::REGISTRY_SUBJECTS_MAX {
+        return Err(RegistryError::LimitReached("the registry holds the most subjects it may".into()));
+    }
+    Ok(state.subjects.entry(subject.to_string()).or_default())
+}
+
+/// The subject's entry, created when absent, with room for one more version.
+fn subject_entry<'a>(state: &'a mut State, subject: &str) -> Result<&'a mut Subject, RegistryError> {
+    let entry = subject_entry_any(state, subject)?;
+    if entry.versions.len() >= limits::REGISTRY_VERSIONS_PER_SUBJECT_MAX {
+        return Err(RegistryError::LimitReached(format!("subject {subject:?} has too many versions")));
+    }
+    Ok(entry)
 }
 
 fn live_subject<'a>(state: &'a State, subject: &str, deleted: bool) -> Result<&'a Subject, RegistryError> {
@@ -476,5 +481,9 @@ fn version_info(state: &State, subject: &str, version: &Version) -> Result<Versi
     Ok(VersionInfo { subject: subject.to_string(), version: version.version, id: version.id, schema })
 }
 
+#[cfg(test)]
+mod compat_tests;
+#[cfg(test)]
+mod reference_tests;
 #[cfg(test)]
 mod tests;

@@ -3,16 +3,25 @@
 //!
 //! | subject suffix | body | answer |
 //! |---|---|---|
-//! | `SUBJECTS` | `{"deleted"?}` | `["s", ...]` |
-//! | `VERSIONS` | `{"subject", "deleted"?}` | `[1, 2]` |
+//! A schema in a body is `"schema"`, `"schemaType"`? and `"references"`? (`[{"name", "subject",
+//! "version"}]`), as in the REST API.
+//!
+//! | subject suffix | body | answer |
+//! |---|---|---|
+//! | `SUBJECTS` | `{"subjectPrefix"?, "deleted"?, "deletedOnly"?}` | `["s", ...]` |
+//! | `VERSIONS` | `{"subject", "deleted"?, "deletedOnly"?}` | `[1, 2]` |
 //! | `GET` | `{"subject", "version"? (latest), "deleted"?}` | `{"subject","version","id","schema",...}` |
-//! | `REGISTER` | `{"subject", "schema", "schemaType"?}` | `{"id"}` |
-//! | `LOOKUP` | `{"subject", "schema", "schemaType"?}` | as `GET` |
-//! | `ID` | `{"id"}` | `{"schema", "schemaType"?}` |
+//! | `REGISTER` | `{"subject", schema, "normalize"?, "id"?, "version"? (IMPORT mode)}` | `{"id"}` |
+//! | `LOOKUP` | `{"subject", schema, "normalize"?, "deleted"?}` | as `GET` |
+//! | `ID` | `{"id"}` | `{"schema", "schemaType"?, "references"?}` |
+//! | `USES` | `{"id", "deleted"?}` | `[{"subject", "version"}]` |
+//! | `SCHEMAS` | `{"subjectPrefix"?, "deleted"?, "latestOnly"?}` | `[{"subject","version","id","schema",...}]` |
+//! | `REFERENCEDBY` | `{"subject", "version"? (latest), "deleted"?}` | `[id, ...]` |
 //! | `TYPES` | | `["JSON", "PROTOBUF", "AVRO"]` |
-//! | `CHECK` | `{"subject", "version"?, "schema", "schemaType"?}` | `{"is_compatible", "messages"}` |
+//! | `CHECK` | `{"subject", "version"?, schema}` | `{"is_compatible", "messages"}` |
 //! | `DELETE` | `{"subject", "version"?, "permanent"?}` | deleted versions, or the version |
 //! | `CONFIG` | `{"subject"?, "compatibility"?, "delete"?, "defaultToGlobal"?}` | `{"compatibilityLevel"}` |
+//! | `MODE` | `{"subject"?, "mode"?, "force"?, "delete"?, "defaultToGlobal"?}` | `{"mode"}` |
 
 use std::sync::{Arc, Weak};
 
@@ -22,7 +31,8 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::error::RegistryError;
-use super::types::{Reference, SchemaRequest};
+use super::queries::Deleted;
+use super::types::{Reference, RegisterOptions, SchemaRequest, VersionInfo};
 use super::Registry;
 use crate::delivery::{InternalSink, Message};
 use crate::jetstream::ByteBudget;
@@ -105,10 +115,16 @@ struct Body {
     references: Vec<Reference>,
     id: Option<u32>,
     deleted: bool,
+    deleted_only: bool,
     permanent: bool,
     compatibility: Option<String>,
+    mode: Option<String>,
     delete: bool,
+    force: bool,
     default_to_global: bool,
+    normalize: bool,
+    subject_prefix: String,
+    latest_only: bool,
 }
 
 impl Body {
@@ -118,6 +134,23 @@ impl Body {
 
     fn version(&self) -> Option<String> {
         self.version.as_ref().map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+    }
+
+    fn id(&self) -> Result<u32, RegistryError> {
+        self.id.ok_or_else(|| RegistryError::InvalidRequest("\"id\" is required".into()))
+    }
+
+    fn deleted(&self) -> Deleted {
+        Deleted::from_flags(self.deleted, self.deleted_only)
+    }
+
+    /// REGISTER's options: `normalize`, and the IMPORT-mode id and version.
+    fn register_options(&self) -> Result<RegisterOptions, RegistryError> {
+        let version = match self.version() {
+            None => None,
+            Some(text) => Some(text.parse().map_err(|_| RegistryError::InvalidVersion(text))?),
+        };
+        Ok(RegisterOptions { normalize: self.normalize, id: self.id, version })
     }
 
     fn schema_request(&self) -> Result<SchemaRequest, RegistryError> {
@@ -135,17 +168,33 @@ pub fn handle(registry: &Registry, operation: &str, payload: &[u8]) -> Result<Va
         serde_json::from_slice(payload).map_err(|e| RegistryError::InvalidRequest(format!("request body: {e}")))?
     };
     match operation {
-        "SUBJECTS" => Ok(json!(registry.subjects(body.deleted))),
-        "VERSIONS" => Ok(json!(registry.versions(body.subject()?, body.deleted)?)),
+        "SUBJECTS" => Ok(json!(registry.list_subjects(&body.subject_prefix, body.deleted()))),
+        "VERSIONS" => Ok(json!(registry.list_versions(body.subject()?, body.deleted())?)),
         "GET" => {
             let version = body.version().unwrap_or_else(|| "latest".into());
             Ok(registry.version(body.subject()?, &version, body.deleted)?.to_json())
         }
-        "REGISTER" => Ok(json!({ "id": registry.register(body.subject()?, &body.schema_request()?)? })),
-        "LOOKUP" => Ok(registry.lookup(body.subject()?, &body.schema_request()?, body.deleted)?.to_json()),
-        "ID" => {
-            let id = body.id.ok_or_else(|| RegistryError::InvalidRequest("\"id\" is required".into()))?;
-            Ok(registry.schema_by_id(id)?.to_json())
+        "REGISTER" => {
+            let id = registry.register_with(body.subject()?, &body.schema_request()?, body.register_options()?)?;
+            Ok(json!({ "id": id }))
+        }
+        "LOOKUP" => {
+            let request = body.schema_request()?;
+            Ok(registry.lookup_with(body.subject()?, &request, body.deleted, body.normalize)?.to_json())
+        }
+        "ID" => Ok(registry.schema_by_id(body.id()?)?.to_json()),
+        "USES" => {
+            let uses = registry.uses_of_with(body.id()?, body.deleted)?;
+            Ok(json!(uses.iter().map(|(s, v)| json!({"subject": s, "version": v})).collect::<Vec<_>>()))
+        }
+        "SCHEMAS" => {
+            let mut listed = registry.schemas(&body.subject_prefix, body.deleted, body.latest_only);
+            listed.truncate(limits::REGISTRY_LIST_SCHEMAS_MAX);
+            Ok(json!(listed.iter().map(VersionInfo::to_json).collect::<Vec<_>>()))
+        }
+        "REFERENCEDBY" => {
+            let version = body.version().unwrap_or_else(|| "latest".into());
+            Ok(json!(registry.referenced_by(body.subject()?, &version, body.deleted)?))
         }
         "TYPES" => Ok(json!(["JSON", "PROTOBUF", "AVRO"])),
         "CHECK" => {
@@ -157,6 +206,7 @@ pub fn handle(registry: &Registry, operation: &str, payload: &[u8]) -> Result<Va
             None => Ok(json!(registry.delete_subject(body.subject()?, body.permanent)?)),
         },
         "CONFIG" => config(registry, &body),
+        "MODE" => mode(registry, &body),
         other => Err(RegistryError::InvalidRequest(format!("unknown schema API operation {other:?}"))),
     }
 }
@@ -165,8 +215,18 @@ fn config(registry: &Registry, body: &Body) -> Result<Value, RegistryError> {
     let subject = body.subject.as_deref();
     let level = match (&body.compatibility, body.delete, subject) {
         (Some(level), _, _) => registry.set_config(subject, level)?,
-        (None, true, Some(subject)) => registry.delete_config(subject)?,
+        (None, true, subject) => registry.delete_config(subject)?,
         (None, _, _) => registry.config(subject, body.default_to_global)?,
     };
     Ok(json!({ "compatibilityLevel": level.name() }))
+}
+
+fn mode(registry: &Registry, body: &Body) -> Result<Value, RegistryError> {
+    let subject = body.subject.as_deref();
+    let mode = match (&body.mode, body.delete) {
+        (Some(mode), _) => registry.set_mode(subject, mode, body.force)?,
+        (None, true) => registry.delete_mode(subject)?,
+        (None, false) => registry.mode(subject, body.default_to_global)?,
+    };
+    Ok(json!({ "mode": mode.name() }))
 }

@@ -11,9 +11,10 @@ use serde_json::Value;
 
 use super::error::RegistryError;
 use super::format::Violation;
+use super::references::Resolved;
 use crate::limits;
 
-/// The name the registered text is compiled under.
+/// The name the registered text is compiled under, unless one of its imports has it.
 const FILE_NAME: &str = "schema.proto";
 
 /// A compiled `.proto` file.
@@ -23,34 +24,104 @@ pub struct ProtoSchema {
     messages: Vec<MessageDescriptor>,
 }
 
-struct Source(String);
+/// The registered text and the files it imports, by import path (the references' names).
+struct Sources(HashMap<String, String>);
 
-impl FileResolver for Source {
+impl FileResolver for Sources {
     fn open_file(&self, name: &str) -> Result<File, protox::Error> {
-        if name == FILE_NAME {
-            File::from_source(name, &self.0)
-        } else {
-            Err(protox::Error::file_not_found(name))
+        match self.0.get(name) {
+            Some(text) => File::from_source(name, text),
+            None => Err(protox::Error::file_not_found(name)),
         }
     }
 }
 
-/// Compiles `.proto` text; it must declare at least one message.
-pub fn parse(text: &str) -> Result<ProtoSchema, RegistryError> {
+/// Compiles `.proto` text, its imports resolved from `references` (by import path), then the
+/// well-known `google/protobuf/*` files; it must declare at least one message.
+pub fn parse(text: &str, references: &[Resolved]) -> Result<ProtoSchema, RegistryError> {
+    let mut file_name = FILE_NAME.to_string();
+    while references.iter().any(|r| r.name == file_name) {
+        file_name.insert(0, '_');
+    }
+    let mut sources: HashMap<String, String> = references.iter().map(|r| (r.name.clone(), r.text.clone())).collect();
+    sources.insert(file_name.clone(), text.to_string());
     let mut resolver = ChainFileResolver::new();
-    resolver.add(Source(text.to_string()));
+    resolver.add(Sources(sources));
     resolver.add(GoogleFileResolver::new());
     let mut compiler = protox::Compiler::with_file_resolver(resolver);
-    compiler.open_file(FILE_NAME).map_err(|e| RegistryError::InvalidSchema(e.to_string()))?;
+    compiler.open_file(&file_name).map_err(|e| RegistryError::InvalidSchema(e.to_string()))?;
     let pool: DescriptorPool = compiler.descriptor_pool();
     let file = pool
-        .get_file_by_name(FILE_NAME)
+        .get_file_by_name(&file_name)
         .ok_or_else(|| RegistryError::InvalidSchema("the .proto file did not compile".into()))?;
     let messages: Vec<MessageDescriptor> = file.messages().collect();
     if messages.is_empty() {
         return Err(RegistryError::InvalidSchema("the .proto file declares no message".into()));
     }
     Ok(ProtoSchema { messages })
+}
+
+/// `.proto` text with comments dropped and one declaration per line (`;`, `{` and `}` end
+/// lines; runs of white space become one space): formatting and comments no longer matter.
+pub fn normalize_text(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    let mut pending_space = false;
+    while let Some(c) = chars.next() {
+        match c {
+            '/' if chars.peek() == Some(&'/') => {
+                chars.by_ref().take_while(|c| *c != '\n').for_each(drop);
+                pending_space = true;
+            }
+            '/' if chars.peek() == Some(&'*') => {
+                chars.next();
+                let mut previous = ' ';
+                for c in chars.by_ref() {
+                    if previous == '*' && c == '/' {
+                        break;
+                    }
+                    previous = c;
+                }
+                pending_space = true;
+            }
+            '"' | '\'' => {
+                push_pending(&mut out, &mut pending_space);
+                out.push(c);
+                let mut escaped = false;
+                for inner in chars.by_ref() {
+                    out.push(inner);
+                    if inner == c && !escaped {
+                        break;
+                    }
+                    escaped = inner == '\\' && !escaped;
+                }
+            }
+            ';' | '{' | '}' => {
+                if c == '}' && !out.ends_with('\n') && !out.is_empty() {
+                    out.push('\n');
+                }
+                pending_space = false;
+                if c == '{' && !out.is_empty() && !out.ends_with('\n') {
+                    out.push(' ');
+                }
+                out.push(c);
+                out.push('\n');
+            }
+            c if c.is_whitespace() => pending_space = true,
+            c => {
+                push_pending(&mut out, &mut pending_space);
+                out.push(c);
+            }
+        }
+    }
+    out.trim_end().to_string()
+}
+
+fn push_pending(out: &mut String, pending_space: &mut bool) {
+    if *pending_space && !out.is_empty() && !out.ends_with('\n') {
+        out.push(' ');
+    }
+    *pending_space = false;
 }
 
 /// Every message of the file by full name, nested ones included.
@@ -67,25 +138,42 @@ fn all_messages(schema: &ProtoSchema) -> HashMap<String, MessageDescriptor> {
     found
 }
 
-/// Every reason data written with `writer` cannot be read with `reader`.
+/// Every reason data written with `writer` cannot be read with `reader`, by Confluent's rules:
+/// the file's messages are matched by full name and their fields by number; a field's message
+/// type defined elsewhere (an import) is compared too, so a change in a referenced schema counts.
 pub fn incompatibilities(reader: &ProtoSchema, writer: &ProtoSchema) -> Vec<String> {
     let readers = all_messages(reader);
     let mut found = Vec::new();
     let mut writers: Vec<(String, MessageDescriptor)> = all_messages(writer).into_iter().collect();
     writers.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut walk = Walk { pending: Vec::new(), visited: readers.keys().cloned().collect() };
     for (name, written) in writers {
         match readers.get(&name) {
-            Some(read) => compare_message(read, &written, &mut found),
+            Some(read) => compare_message(read, &written, &mut found, &mut walk),
             None => found.push(format!("message {name} was removed (MESSAGE_REMOVED)")),
         }
+    }
+    while let Some((read, written)) = walk.pending.pop() {
+        if walk.visited.len() > limits::REGISTRY_PROTO_MESSAGES_MAX {
+            found.push("too many message types to compare (COMPATIBILITY_CHECK_TOO_COMPLEX)".into());
+            break;
+        }
+        compare_message(&read, &written, &mut found, &mut walk);
     }
     found
 }
 
-/// Which wire-compatible group a scalar kind belongs to.
+/// Message types reached through fields but declared outside the file, still to compare.
+struct Walk {
+    pending: Vec<(MessageDescriptor, MessageDescriptor)>,
+    visited: std::collections::HashSet<String>,
+}
+
+/// Which wire-compatible group a field's kind belongs to (Confluent's scalar kinds; an enum is
+/// a varint, so changing its type or removing its values does not break readers).
 fn wire_group(kind: &Kind) -> String {
     match kind {
-        Kind::Int32 | Kind::Uint32 | Kind::Int64 | Kind::Uint64 | Kind::Bool => "varint".into(),
+        Kind::Int32 | Kind::Uint32 | Kind::Int64 | Kind::Uint64 | Kind::Bool | Kind::Enum(_) => "varint".into(),
         Kind::Sint32 | Kind::Sint64 => "zigzag".into(),
         Kind::Fixed32 | Kind::Sfixed32 => "fixed32".into(),
         Kind::Fixed64 | Kind::Sfixed64 => "fixed64".into(),
@@ -93,11 +181,10 @@ fn wire_group(kind: &Kind) -> String {
         Kind::Float => "float".into(),
         Kind::Double => "double".into(),
         Kind::Message(m) => format!("message {}", m.full_name()),
-        Kind::Enum(e) => format!("enum {}", e.full_name()),
     }
 }
 
-fn compare_message(reader: &MessageDescriptor, writer: &MessageDescriptor, found: &mut Vec<String>) {
+fn compare_message(reader: &MessageDescriptor, writer: &MessageDescriptor, found: &mut Vec<String>, walk: &mut Walk) {
     let name = reader.full_name();
     let mut moved_into: HashMap<String, usize> = HashMap::new();
     for read in reader.fields() {
@@ -111,7 +198,7 @@ fn compare_message(reader: &MessageDescriptor, writer: &MessageDescriptor, found
             }
             continue;
         };
-        compare_field(name, &read, &written, found);
+        compare_field(name, &read, &written, found, walk);
         let oneof_now = read.containing_oneof().filter(|o| !o.is_synthetic()).map(|o| o.name().to_string());
         let oneof_before = written.containing_oneof().filter(|o| !o.is_synthetic()).map(|o| o.name().to_string());
         if let (Some(oneof), None) = (oneof_now, oneof_before) {
@@ -134,25 +221,82 @@ fn compare_message(reader: &MessageDescriptor, writer: &MessageDescriptor, found
     }
 }
 
-fn compare_field(message: &str, read: &FieldDescriptor, written: &FieldDescriptor, found: &mut Vec<String>) {
+fn compare_field(
+    message: &str,
+    read: &FieldDescriptor,
+    written: &FieldDescriptor,
+    found: &mut Vec<String>,
+    walk: &mut Walk,
+) {
     let number = read.number();
+    if read.is_map() != written.is_map() {
+        found.push(format!("{message}: field {number} changed between a map and a non-map (FIELD_KIND_CHANGED)"));
+        return;
+    }
+    if let (Kind::Message(now), Kind::Message(before)) = (read.kind(), written.kind()) {
+        if read.is_map() {
+            let at = format!("{message}: field {number} (map");
+            compare_kinds(
+                &format!("{at} key)"),
+                &now.map_entry_key_field(),
+                &before.map_entry_key_field(),
+                found,
+                walk,
+            );
+            let (value_now, value_before) = (now.map_entry_value_field(), before.map_entry_value_field());
+            compare_kinds(&format!("{at} value)"), &value_now, &value_before, found, walk);
+            return;
+        }
+    }
+    compare_kinds(&format!("{message}: field {number}"), read, written, found, walk);
+    compare_labels(message, read, written, found);
+}
+
+/// Wire kinds of a field (or map key or value); same-named message types declared outside the
+/// file are queued to compare field by field.
+fn compare_kinds(
+    at: &str,
+    read: &FieldDescriptor,
+    written: &FieldDescriptor,
+    found: &mut Vec<String>,
+    walk: &mut Walk,
+) {
     let (now, before) = (read.kind(), written.kind());
     if wire_group(&now) != wire_group(&before) {
-        let code = if matches!((&now, &before), (Kind::Message(_), Kind::Message(_)) | (Kind::Enum(_), Kind::Enum(_))) {
+        let code = if matches!((&now, &before), (Kind::Message(_), Kind::Message(_))) {
             "FIELD_NAMED_TYPE_CHANGED"
         } else {
             "FIELD_KIND_CHANGED"
         };
-        found.push(format!(
-            "{message}: field {number} changed from {} to {} ({code})",
-            wire_group(&before),
-            wire_group(&now)
-        ));
+        found.push(format!("{at} changed from {} to {} ({code})", wire_group(&before), wire_group(&now)));
+        return;
     }
-    let length_delimited = matches!(now, Kind::String | Kind::Bytes | Kind::Message(_));
-    if read.is_list() != written.is_list() && !length_delimited || read.is_map() != written.is_map() {
-        found.push(format!("{message}: field {number} changed between singular and repeated (FIELD_LABEL_CHANGED)"));
+    if let (Kind::Message(now), Kind::Message(before)) = (now, before) {
+        if walk.visited.insert(now.full_name().to_string()) {
+            walk.pending.push((now, before));
+        }
     }
+}
+
+/// Labels: for numbers, singular and repeated differ on the wire (packed), and proto2's
+/// required and optional differ in meaning (FIELD_NUMERIC_LABEL_CHANGED); strings, bytes and
+/// messages are length-delimited either way (FIELD_STRING_OR_BYTES_LABEL_CHANGED is compatible).
+fn compare_labels(message: &str, read: &FieldDescriptor, written: &FieldDescriptor, found: &mut Vec<String>) {
+    let length_delimited = matches!(read.kind(), Kind::String | Kind::Bytes | Kind::Message(_));
+    if length_delimited || read.cardinality() == written.cardinality() {
+        return;
+    }
+    let label = |field: &FieldDescriptor| match field.cardinality() {
+        Cardinality::Repeated => "repeated",
+        Cardinality::Required => "required",
+        Cardinality::Optional => "optional",
+    };
+    found.push(format!(
+        "{message}: field {} changed from {} to {} (FIELD_NUMERIC_LABEL_CHANGED)",
+        read.number(),
+        label(written),
+        label(read)
+    ));
 }
 
 impl ProtoSchema {

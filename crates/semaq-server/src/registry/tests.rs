@@ -5,23 +5,23 @@ use serde_json::json;
 use super::types::SchemaRequest;
 use super::{Registry, RegistryError};
 
-fn avro(text: serde_json::Value) -> SchemaRequest {
+pub(super) fn avro(text: serde_json::Value) -> SchemaRequest {
     SchemaRequest { schema: text.to_string(), schema_type: None, references: vec![] }
 }
 
-fn json_schema(text: serde_json::Value) -> SchemaRequest {
+pub(super) fn json_schema(text: serde_json::Value) -> SchemaRequest {
     SchemaRequest { schema: text.to_string(), schema_type: Some("JSON".into()), references: vec![] }
 }
 
-fn proto(text: &str) -> SchemaRequest {
+pub(super) fn proto(text: &str) -> SchemaRequest {
     SchemaRequest { schema: text.to_string(), schema_type: Some("PROTOBUF".into()), references: vec![] }
 }
 
-fn event_proto(fields: &str) -> SchemaRequest {
+pub(super) fn event_proto(fields: &str) -> SchemaRequest {
     proto(&format!("syntax = \"proto3\";\npackage ai;\nmessage Event {{\n{fields}\n}}\n"))
 }
 
-fn record(fields: serde_json::Value) -> SchemaRequest {
+pub(super) fn record(fields: serde_json::Value) -> SchemaRequest {
     avro(json!({"type": "record", "name": "Event", "namespace": "ai", "fields": fields}))
 }
 
@@ -34,7 +34,11 @@ fn object(properties: serde_json::Value, required: &[&str], closed: bool) -> Sch
 }
 
 /// Registers `history` with no check, sets `mode`, then tries `candidate`.
-fn try_after(history: &[SchemaRequest], mode: &str, candidate: &SchemaRequest) -> Result<u32, RegistryError> {
+pub(super) fn try_after(
+    history: &[SchemaRequest],
+    mode: &str,
+    candidate: &SchemaRequest,
+) -> Result<u32, RegistryError> {
     let registry = Registry::in_memory();
     registry.set_config(Some("s"), "NONE").unwrap();
     for schema in history {
@@ -50,14 +54,14 @@ fn verdicts(history: &[SchemaRequest], candidate: &SchemaRequest) -> Vec<(&'stat
     MODES.iter().map(|mode| (*mode, try_after(history, mode, candidate).is_ok())).collect()
 }
 
-fn expect(history: &[SchemaRequest], candidate: &SchemaRequest, accepted: [bool; 7]) {
+pub(super) fn expect(history: &[SchemaRequest], candidate: &SchemaRequest, accepted: [bool; 7]) {
     let got = verdicts(history, candidate);
     let want: Vec<(&str, bool)> = got.iter().map(|(m, _)| *m).zip(accepted).collect();
     assert_eq!(got, want, "candidate {}", candidate.schema);
 }
 
 //                                  B      BT     F      FT     FULL   FULLT  NONE
-const ALL: [bool; 7] = [true, true, true, true, true, true, true];
+pub(super) const ALL: [bool; 7] = [true, true, true, true, true, true, true];
 
 #[test]
 fn avro_adding_a_field_with_a_default_is_compatible_in_every_mode() {
@@ -229,7 +233,7 @@ fn subject_level_config_overrides_the_global_one() {
     assert_eq!(registry.config(Some("s"), false).unwrap_err().error_code(), 40408);
     registry.set_config(Some("s"), "NONE").unwrap();
     assert_eq!(registry.config(Some("s"), false).unwrap().name(), "NONE");
-    assert_eq!(registry.delete_config("s").unwrap().name(), "NONE");
+    assert_eq!(registry.delete_config(Some("s")).unwrap().name(), "NONE");
     assert_eq!(registry.config(Some("s"), true).unwrap().name(), "FULL");
 }
 

@@ -1,6 +1,6 @@
 //! What the registry persists and what its API returns, with Confluent's JSON field names.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -86,14 +86,48 @@ impl Compatibility {
     }
 }
 
-/// A reference from one schema to a schema registered under another subject.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// What a subject (or the whole registry) accepts, as Confluent's `/mode` sets it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Mode {
+    /// Registrations and deletes allowed (the default).
+    #[default]
+    Readwrite,
+    /// Nothing may change: registrations, deletes and config changes are refused (42205).
+    Readonly,
+    /// As READONLY; set globally, it also overrides every subject's own mode.
+    ReadonlyOverride,
+    /// Registrations must bring their id (and may bring a version): schemas copied from
+    /// another registry keep their ids. No compatibility check.
+    Import,
+}
+
+impl Mode {
+    /// Reads a mode in any case.
+    pub fn parse(text: &str) -> Result<Self, RegistryError> {
+        serde_json::from_value(json!(text.to_ascii_uppercase())).map_err(|_| RegistryError::InvalidMode)
+    }
+
+    /// The name as Confluent spells it.
+    pub fn name(self) -> String {
+        serde_json::to_value(self).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+    }
+
+    /// Whether nothing may change.
+    pub fn is_read_only(self) -> bool {
+        matches!(self, Self::Readonly | Self::ReadonlyOverride)
+    }
+}
+
+/// A reference from one schema to a schema registered under another subject: a Protobuf
+/// import path, an Avro named type's full name, or a JSON Schema `$ref` target.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Reference {
     /// The name the referring schema uses.
     pub name: String,
     /// The subject it is registered under.
     pub subject: String,
-    /// Its version there.
+    /// Its version there; `-1` (latest) in a request is pinned to a number when registered.
     pub version: i64,
 }
 
@@ -110,6 +144,18 @@ pub struct SchemaRequest {
     pub references: Vec<Reference>,
 }
 
+/// A registration's settings besides its schema: Confluent's `normalize` query parameter and,
+/// in IMPORT mode, the id (and version) the schema keeps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RegisterOptions {
+    /// Store and compare the schema in its normalized form.
+    pub normalize: bool,
+    /// The global id to register under (IMPORT mode only).
+    pub id: Option<u32>,
+    /// The version to register as (IMPORT mode only; default: the next one).
+    pub version: Option<u32>,
+}
+
 /// A schema as stored, under its global id.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StoredSchema {
@@ -117,7 +163,7 @@ pub struct StoredSchema {
     pub schema_type: SchemaType,
     /// The text as first registered.
     pub schema: String,
-    /// References (always empty for now).
+    /// Schemas it refers to, each pinned to a version.
     #[serde(default)]
     pub references: Vec<Reference>,
 }
@@ -160,6 +206,16 @@ pub struct Subject {
     /// Subject-level compatibility, when set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compatibility: Option<Compatibility>,
+    /// Subject-level mode, when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
+}
+
+impl Subject {
+    /// Whether it holds nothing but could be dropped (no versions, no own config or mode).
+    pub fn is_empty(&self) -> bool {
+        self.versions.is_empty() && self.compatibility.is_none() && self.mode.is_none()
+    }
 }
 
 /// Everything the registry persists.
@@ -174,7 +230,17 @@ pub struct State {
     /// Global compatibility level, when set (BACKWARD otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compatibility: Option<Compatibility>,
+    /// Global mode, when set (READWRITE otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
+    /// Ids by what makes schemas the same, so a registration finds its id without comparing
+    /// every stored schema. Derived from `schemas`: rebuilt when loaded, never stored.
+    #[serde(skip)]
+    pub ids: HashMap<Identity, u32>,
 }
+
+/// What makes two registrations the same schema (and id): format, canonical text, references.
+pub type Identity = (SchemaType, String, Vec<Reference>);
 
 /// One subject version with its schema: `GET /subjects/{s}/versions/{v}`'s body.
 #[derive(Debug, Clone, PartialEq)]

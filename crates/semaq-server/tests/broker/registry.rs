@@ -338,3 +338,162 @@ async fn l2_messages_record_their_producer_and_message_id() {
     assert_eq!(second.headers.get("Semaq-Producer").map(|v| v.as_str()), Some("pipeline-3"));
     assert_eq!(second.payload.as_ref(), event.as_slice(), "the payload is stored as sent");
 }
+
+const ADDRESS_AVRO: &str =
+    r#"{"type": "record", "name": "Address", "namespace": "geo", "fields": [{"name": "city", "type": "string"}]}"#;
+const ORDER_AVRO: &str = r#"{"type": "record", "name": "Order", "namespace": "shop", "fields": [
+    {"name": "id", "type": "long"}, {"name": "ship_to", "type": "geo.Address"}]}"#;
+
+fn post(server: &TestServer, path: &str, body: Value) -> (u16, Value) {
+    http(server.http.unwrap(), "POST", path, Some(&body))
+}
+
+#[test]
+fn schema_references_register_show_and_protect_what_they_refer_to() {
+    let server = TestServer::start();
+    let (_, address) = post(&server, "/subjects/geo-address/versions", json!({"schema": ADDRESS_AVRO}));
+    let address_id = address["id"].as_u64().unwrap();
+    let order = json!({"schema": ORDER_AVRO,
+        "references": [{"name": "geo.Address", "subject": "geo-address", "version": -1}]});
+    let (status, registered) = post(&server, "/subjects/orders-value/versions", order.clone());
+    assert_eq!(status, 200, "{registered}");
+    let order_id = registered["id"].as_u64().unwrap();
+    assert_ne!(order_id, address_id);
+    // The same text and references again: the same id, no new version.
+    assert_eq!(post(&server, "/subjects/orders-value/versions", order.clone()).1["id"], order_id);
+    let addr = server.http.unwrap();
+    let (_, latest) = http(addr, "GET", "/subjects/orders-value/versions/latest", None);
+    assert_eq!(latest["references"], json!([{"name": "geo.Address", "subject": "geo-address", "version": 1}]));
+    assert_eq!(http(addr, "GET", &format!("/schemas/ids/{order_id}"), None).1["references"], latest["references"]);
+    assert_eq!(post(&server, "/subjects/orders-value?normalize=false", order).1["version"], 1);
+    assert_eq!(http(addr, "GET", "/subjects/geo-address/versions/1/referencedby", None), (200, json!([order_id])));
+
+    let refused = http(addr, "DELETE", "/subjects/geo-address/versions/1", None);
+    assert_eq!(refused.0, 422);
+    assert_eq!(refused.1["error_code"], 42206);
+    assert_eq!(http(addr, "DELETE", "/subjects/geo-address", None).1["error_code"], 42206);
+    let missing =
+        json!({"schema": ORDER_AVRO, "references": [{"name": "geo.Address", "subject": "nowhere", "version": 1}]});
+    let (status, error) = post(&server, "/subjects/other/versions", missing);
+    assert_eq!((status, error["error_code"].clone()), (422, json!(42201)), "{error}");
+}
+
+#[tokio::test]
+async fn protobuf_imports_are_references_over_nats() {
+    let server = TestServer::start();
+    let client = server.client().await;
+    let address = "syntax = \"proto3\";\npackage geo;\nmessage Address { string city = 1; }\n";
+    let order = "syntax = \"proto3\";\npackage shop;\nimport \"geo/address.proto\";\nmessage Order { int64 id = 1; geo.Address ship_to = 2; }\n";
+    let registered =
+        schema_api(&client, "REGISTER", json!({"subject": "geo-address", "schema": address, "schemaType": "PROTOBUF"}))
+            .await;
+    assert!(registered["id"].is_u64(), "{registered}");
+    let without =
+        schema_api(&client, "REGISTER", json!({"subject": "orders", "schema": order, "schemaType": "PROTOBUF"})).await;
+    assert_eq!(without["error_code"], 42201, "the import does not resolve without its reference");
+    let body = json!({"subject": "orders", "schema": order, "schemaType": "PROTOBUF",
+        "references": [{"name": "geo/address.proto", "subject": "geo-address", "version": 1}]});
+    let id = schema_api(&client, "REGISTER", body).await["id"].as_u64().unwrap();
+    assert_eq!(schema_api(&client, "REFERENCEDBY", json!({"subject": "geo-address"})).await, json!([id]));
+    let refused = schema_api(&client, "DELETE", json!({"subject": "geo-address", "version": 1})).await;
+    assert_eq!(refused["error_code"], 42206);
+    assert_eq!(schema_api(&client, "ID", json!({"id": id})).await["references"][0]["name"], "geo/address.proto");
+}
+
+#[tokio::test]
+async fn l2_streams_validate_against_schemas_with_references() {
+    let server = TestServer::start();
+    post(&server, "/subjects/geo-address/versions", json!({"schema": ADDRESS_AVRO}));
+    let order = json!({"schema": ORDER_AVRO,
+        "references": [{"name": "geo.Address", "subject": "geo-address", "version": 1}]});
+    let id = post(&server, "/subjects/orders-value/versions", order).1["id"].as_u64().unwrap() as u32;
+    let client = server.client().await;
+    let js = jetstream::new(client.clone());
+    js.create_stream(l2_stream("ORDERS", "orders.>", "orders-value")).await.unwrap();
+
+    let json_good = br#"{"id": 7, "ship_to": {"city": "Oslo"}}"#.to_vec();
+    assert_eq!(publish(&client, "orders.new", json_good.clone()).await["seq"], 1);
+    // Wire format: magic 0, the id, then id 7 (zigzag 14) and the city "Oslo".
+    let mut binary_good = vec![0];
+    binary_good.extend_from_slice(&id.to_be_bytes());
+    binary_good.extend_from_slice(&[14, 8, b'O', b's', b'l', b'o']);
+    assert_eq!(publish(&client, "orders.new", binary_good.clone()).await["seq"], 2);
+    let refused = publish(&client, "orders.new", br#"{"id": 8, "ship_to": {"city": 1}}"#.to_vec()).await;
+    let description = refused["error"]["description"].as_str().unwrap();
+    assert!(description.contains("$.ship_to.city: 1 is not a string"), "{description}");
+    let mut truncated = binary_good.clone();
+    truncated.pop();
+    assert!(publish(&client, "orders.new", truncated).await["error"]["description"].is_string());
+    assert_eq!(consumed(&js, "ORDERS").await, vec![json_good, binary_good]);
+}
+
+#[test]
+fn modes_contexts_and_listings_answer_as_confluent() {
+    let server = TestServer::start();
+    let addr = server.http.unwrap();
+    let v1 = event_avro();
+    register(&server, "orders-value", &v1, "AVRO");
+    register(&server, "users-value", &json!("string"), "AVRO");
+    assert_eq!(http(addr, "GET", "/contexts", None), (200, json!(["."])));
+    assert_eq!(http(addr, "GET", "/mode", None).1, json!({"mode": "READWRITE"}));
+    assert_eq!(http(addr, "GET", "/mode/orders-value", None).1["error_code"], 40409);
+    assert_eq!(http(addr, "GET", "/mode/orders-value?defaultToGlobal=true", None).1, json!({"mode": "READWRITE"}));
+    assert_eq!(
+        http(addr, "PUT", "/mode/orders-value", Some(&json!({"mode": "READONLY"}))).1,
+        json!({"mode": "READONLY"})
+    );
+    let (status, refused) = post(&server, "/subjects/orders-value/versions", json!({"schema": "\"int\""}));
+    assert_eq!((status, refused["error_code"].clone()), (422, json!(42205)), "{refused}");
+    assert_eq!(http(addr, "PUT", "/mode", Some(&json!({"mode": "WRONG"}))).1["error_code"], 42204);
+    assert_eq!(http(addr, "PUT", "/mode", Some(&json!({"mode": "IMPORT"}))).1["error_code"], 42205);
+    assert_eq!(http(addr, "DELETE", "/mode/orders-value", None).1, json!({"mode": "READONLY"}));
+
+    assert_eq!(http(addr, "GET", "/subjects?subjectPrefix=orders", None).1, json!(["orders-value"]));
+    http(addr, "DELETE", "/subjects/users-value", None);
+    assert_eq!(http(addr, "GET", "/subjects?deleted=true", None).1, json!(["orders-value", "users-value"]));
+    assert_eq!(http(addr, "GET", "/subjects?deletedOnly=true", None).1, json!(["users-value"]));
+    let (_, listed) = http(addr, "GET", "/schemas?subjectPrefix=orders&latestOnly=true", None);
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
+    assert_eq!((listed[0]["subject"].clone(), listed[0]["version"].clone()), (json!("orders-value"), json!(1)));
+    let id = listed[0]["id"].as_u64().unwrap();
+    assert_eq!(
+        http(addr, "GET", &format!("/schemas/ids/{id}/versions"), None).1,
+        json!([{"subject": "orders-value", "version": 1}])
+    );
+    assert_eq!(http(addr, "GET", &format!("/schemas/ids/{id}/subjects"), None).1, json!(["orders-value"]));
+
+    // normalize=true: an equivalent spelling of a registered schema is that schema.
+    let spelled = json!({"type": "record", "name": "AiEvent", "fields": [
+        {"name": "model_id", "type": {"type": "string"}}, {"name": "confidence", "type": "double"},
+        {"name": "input_tokens", "type": "int"}]});
+    let normalized =
+        post(&server, "/subjects/norm/versions?normalize=true", json!({"schema": v1.to_string()})).1["id"].clone();
+    let again =
+        post(&server, "/subjects/norm/versions?normalize=true", json!({"schema": spelled.to_string()})).1["id"].clone();
+    assert_eq!(normalized, again);
+
+    http(addr, "PUT", "/config/orders-value", Some(&json!({"compatibility": "NONE"})));
+    assert_eq!(http(addr, "DELETE", "/config/orders-value", None).1, json!({"compatibilityLevel": "NONE"}));
+    assert_eq!(http(addr, "GET", "/config/orders-value", None).1["error_code"], 40408);
+    assert_eq!(
+        http(addr, "GET", "/config/orders-value?defaultToGlobal=true", None).1,
+        json!({"compatibilityLevel": "BACKWARD"})
+    );
+}
+
+#[test]
+fn import_mode_registers_schemas_under_their_own_ids() {
+    let server = TestServer::start();
+    let addr = server.http.unwrap();
+    assert_eq!(http(addr, "PUT", "/mode", Some(&json!({"mode": "IMPORT"}))).1, json!({"mode": "IMPORT"}));
+    let (status, answer) =
+        post(&server, "/subjects/copied/versions", json!({"schema": "\"string\"", "id": 42, "version": 3}));
+    assert_eq!((status, answer), (200, json!({"id": 42})));
+    let (_, without_id) = post(&server, "/subjects/copied/versions", json!({"schema": "\"int\""}));
+    assert_eq!(without_id["error_code"], 42205);
+    assert_eq!(http(addr, "GET", "/subjects/copied/versions/3", None).1["id"], 42);
+    assert_eq!(http(addr, "PUT", "/mode", Some(&json!({"mode": "READWRITE"}))).1, json!({"mode": "READWRITE"}));
+    http(addr, "PUT", "/config/copied", Some(&json!({"compatibility": "NONE"})));
+    assert_eq!(post(&server, "/subjects/copied/versions", json!({"schema": "\"int\""})).1, json!({"id": 43}));
+    assert_eq!(http(addr, "GET", "/subjects/copied/versions", None).1, json!([3, 4]));
+}

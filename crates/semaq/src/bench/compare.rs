@@ -15,6 +15,7 @@ use indicatif::ProgressBar;
 use super::disk;
 use super::filter_fanout;
 use super::idle;
+use super::js_schema;
 use super::js_store::{self, StoreReport};
 use super::server::{ServerProcess, ServerSpec};
 use super::stats::{format_bytes, format_count, format_latency_ns, median, median_ratio};
@@ -91,6 +92,8 @@ enum Entry {
     JsRestart,
     /// 1 publisher → 10 subscribers matching 10% each: CEL filters on semaq, serde_json in nats clients
     FilterFanout,
+    /// js-pub to L2 streams (JSON Schema; Avro with JSON and binary payloads) and the same streams without a schema
+    JsPubSchema,
 }
 
 /// Whether a larger figure is better.
@@ -133,6 +136,7 @@ impl Entry {
             Entry::JsMemory => "js-memory",
             Entry::JsRestart => "js-restart",
             Entry::FilterFanout => "filter-fanout",
+            Entry::JsPubSchema => "js-pub-schema",
             other => other.scenario().map_or("?", Scenario::name),
         }
     }
@@ -148,7 +152,7 @@ impl Entry {
             Entry::JsPubSync => Some(Scenario::JsPubSync),
             Entry::JsPubSyncNosync => Some(Scenario::JsPubSyncNosync),
             Entry::JsConsume => Some(Scenario::JsConsume),
-            Entry::IdleConns | Entry::JsMemory | Entry::JsRestart | Entry::FilterFanout => None,
+            Entry::IdleConns | Entry::JsMemory | Entry::JsRestart | Entry::FilterFanout | Entry::JsPubSchema => None,
         }
     }
 
@@ -163,9 +167,19 @@ impl Entry {
             Entry::JsMemory => &[RSS_TOTAL, RSS_PER_MESSAGE],
             Entry::JsRestart => &[RESTART_TIME],
             Entry::FilterFanout => &[MATCHED_RATE, BYTES_TO_SUBSCRIBERS],
+            Entry::JsPubSchema => &SCHEMA_RATES,
         }
     }
 }
+
+/// One throughput row per [`js_schema::VARIANTS`] entry, in that order.
+const SCHEMA_RATES: [Metric; 5] = [
+    Metric { name: "plain", better: Better::Higher, format: format_rate },
+    Metric { name: "json-schema", better: Better::Higher, format: format_rate },
+    Metric { name: "avro-json", better: Better::Higher, format: format_rate },
+    Metric { name: "plain-bin", better: Better::Higher, format: format_rate },
+    Metric { name: "avro-bin", better: Better::Higher, format: format_rate },
+];
 
 /// The two servers; `sides[0]` is semaq, `sides[1]` nats.
 struct Contenders {
@@ -202,7 +216,8 @@ async fn compare(args: CompareArgs) -> Result<()> {
     for scenario in &scenarios {
         scenario.load(&args.load)?;
     }
-    let contenders = Contenders::start(&args, !scenarios.is_empty())?;
+    let needs_servers = !scenarios.is_empty() || args.scenarios.contains(&Entry::JsPubSchema);
+    let contenders = Contenders::start(&args, needs_servers)?;
     let mut rows: Vec<Row> = args
         .scenarios
         .iter()
@@ -222,6 +237,11 @@ async fn compare(args: CompareArgs) -> Result<()> {
     // Dropping the servers kills them before the table is printed.
     drop(contenders);
     print_table(&rows);
+    let schema_lines = schema_summary(&rows, &findings.schema);
+    for line in &schema_lines {
+        println!("{line}");
+    }
+    findings.details.extend(schema_lines);
     for line in &findings.disk {
         println!("disk: {line}");
     }
@@ -248,6 +268,8 @@ struct Findings {
     details: Vec<String>,
     /// The disk probe's lines: fsync latency in the store's file system before and after the rounds.
     disk: Vec<String>,
+    /// semaq's server CPU per message in each js-pub-schema round.
+    schema: js_schema::Tally,
 }
 
 impl Findings {
@@ -301,6 +323,9 @@ async fn measure(
     args: &CompareArgs,
     findings: &mut Findings,
 ) -> Result<Vec<f64>> {
+    if entry == Entry::JsPubSchema {
+        return measure_schema(side, contenders, args, findings).await;
+    }
     let Some(scenario) = entry.scenario() else {
         return measure_fresh(entry, side, contenders, args, findings).await;
     };
@@ -312,6 +337,34 @@ async fn measure(
         .problems
         .extend(report.problems.iter().map(|problem| format!("{} on {}: {problem}", scenario.name(), server.label)));
     Ok(figures(entry, &report))
+}
+
+/// js-pub-schema: every variant on the running server (schemas on semaq only), one figure each.
+async fn measure_schema(
+    side: usize,
+    contenders: &Contenders,
+    args: &CompareArgs,
+    findings: &mut Findings,
+) -> Result<Vec<f64>> {
+    let server = contenders.running.as_ref().map(|servers| &servers[side]).context("servers not running")?;
+    let target = Target::plain(server.url.clone(), LOCAL_TIMEOUT);
+    let load = Scenario::JsPub.load(&args.load)?;
+    let reverse = findings.schema.len() % 2 == 1;
+    let runs = js_schema::measure(&target, &load, side == 0, Some(server.pid()), reverse).await?;
+    if side == 0 {
+        findings.schema.add(&runs);
+    }
+    Ok(runs.iter().map(|run| run.rate).collect())
+}
+
+/// The L2 / no-schema ratios of semaq's js-pub-schema rows, and validations per second per core.
+fn schema_summary(rows: &[Row], tally: &js_schema::Tally) -> Vec<String> {
+    let semaq: Vec<Vec<f64>> =
+        rows.iter().filter(|row| row.entry == Entry::JsPubSchema).map(|row| row.values[0].clone()).collect();
+    match <[Vec<f64>; 5]>::try_from(semaq) {
+        Ok(rates) => js_schema::summary(&rates, tally),
+        Err(_) => Vec::new(),
+    }
 }
 
 /// Measurements on a freshly started server: idle-conns, js-memory, js-restart and filter-fanout.
@@ -446,11 +499,12 @@ fn metric_label(metric: &Metric) -> String {
 
 fn print_table(rows: &[Row]) {
     let width = rows.iter().map(|row| row.entry.name().len()).max().unwrap_or(0).max(11);
-    println!("{:<width$} {:<11} {:>14} {:>14} {:>11}", "scenario", "metric", "semaq", "nats", "semaq/nats");
+    let metric_width = rows.iter().map(|row| metric_label(&row.metric).chars().count()).max().unwrap_or(0).max(11);
+    println!("{:<width$} {:<metric_width$} {:>14} {:>14} {:>11}", "scenario", "metric", "semaq", "nats", "semaq/nats");
     for row in rows {
         let [semaq, nats, ratio] = row_cells(row);
         let metric = metric_label(&row.metric);
-        println!("{:<width$} {metric:<11} {semaq:>14} {nats:>14} {ratio:>11}", row.entry.name());
+        println!("{:<width$} {metric:<metric_width$} {semaq:>14} {nats:>14} {ratio:>11}", row.entry.name());
     }
     println!(
         "↑ higher is better, ↓ lower is better; figures are medians over rounds, ratios medians of per-round ratios"

@@ -145,7 +145,16 @@ pub struct PublishPlan {
 
 /// Publishes with up to [`ACK_WINDOW`] acks outstanding and waits for all of them.
 pub async fn publish_pipelined(stream: &BenchStream, plan: &PublishPlan, progress: &ProgressBar) -> Result<Published> {
-    let payload = Bytes::from(vec![b'x'; plan.size]);
+    publish_payload_pipelined(stream, plan, Bytes::from(vec![b'x'; plan.size]), progress).await
+}
+
+/// [`publish_pipelined`] with a given payload (`plan.size` is not used).
+pub async fn publish_payload_pipelined(
+    stream: &BenchStream,
+    plan: &PublishPlan,
+    payload: Bytes,
+    progress: &ProgressBar,
+) -> Result<Published> {
     let mut in_flight = FuturesUnordered::new();
     let mut outcome = Published::new();
     let started = Instant::now();
@@ -200,7 +209,7 @@ impl Published {
     }
 
     /// Problems worth failing a run for: failed acks, or a stored count that differs from the acks.
-    fn problems(&self, stored: Option<u64>) -> Vec<String> {
+    pub fn problems(&self, stored: Option<u64>) -> Vec<String> {
         let mut problems = Vec::new();
         if self.failed > 0 {
             problems.push(format!(

@@ -3,8 +3,9 @@
 //! `flow.rs` runs the publisher/subscriber scenarios, `latency.rs` the request/reply one, `jetstream.rs` the
 //! JetStream publish and consume ones, `stats.rs` formats numbers, `compare.rs` runs both servers side by
 //! side with `server.rs` starting them, `idle.rs` measuring memory per idle connection, `js_store.rs`
-//! memory with a million stored messages and the restart time, `disk.rs` probing the fsync latency
-//! the durable figures depend on, and `provenance.rs` the cost of level 4 and `semaq verify`'s speed.
+//! memory with a million stored messages and the restart time, `js_schema.rs` js-pub to streams bound to
+//! a schema against the same stream without one, `disk.rs` probing the fsync latency the durable
+//! figures depend on, and `provenance.rs` the cost of level 4 and `semaq verify`'s speed.
 
 mod compare;
 mod disk;
@@ -12,6 +13,7 @@ mod filter_fanout;
 mod flow;
 mod idle;
 mod jetstream;
+mod js_schema;
 mod js_store;
 mod latency;
 mod provenance;
