@@ -297,7 +297,7 @@ fn retype_mismatches(
     let payload = Value::Object(object.clone());
     for _ in 0..=object.len() {
         let text = proposal.schema.to_string();
-        let parsed = format::parse(schema_type, &text).map_err(|error| error.to_string())?;
+        let parsed = format::parse(schema_type, &text, &[]).map_err(|error| error.to_string())?;
         let Err(violation) = parsed.validate_json(&payload) else { return Ok(()) };
         let field = top_level_field(&violation.path).filter(|name| object.contains_key(name));
         let Some(field) = field.filter(|name| !proposal.changed.contains(name) && !proposal.added.contains(name))
