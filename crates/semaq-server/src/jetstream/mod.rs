@@ -3,16 +3,20 @@
 //! - [`config`]: stream and consumer configuration as the API spells it.
 //! - [`errors`]: the API's error codes.
 //! - [`stream`]: capture, checks, group-committed appends and PubAcks.
+//! - [`producers`]: L3 idempotent producers, their table and its snapshot file.
+//! - [`batch`]: atomic batch publish (`Nats-Batch-Id`): staging, commit, crash recovery.
 //! - [`api`]: the request handlers.
 //!
 //! On disk, under the store directory: `jetstream/streams/<name>/stream.json` (config and
 //! creation time) and `jetstream/streams/<name>/msgs/` (the `semaq-store` log).
 
 pub mod api;
+pub mod batch;
 pub mod config;
 pub mod consumer;
 pub mod consumers;
 pub mod errors;
+pub mod producers;
 pub mod stream;
 
 use std::collections::BTreeMap;
@@ -156,6 +160,10 @@ impl JetStream {
     }
 
     fn sync_policy_for(&self, config: &StreamConfig) -> SyncPolicy {
+        if config.exactly_once() {
+            // L3: an acknowledged publish is on disk, whatever the server's default.
+            return SyncPolicy::Always;
+        }
         config.metadata.get("semaq.sync").and_then(|text| SyncPolicy::parse(text)).unwrap_or(self.sync_policy)
     }
 
@@ -369,6 +377,7 @@ pub fn normalize(mut config: StreamConfig) -> Result<StreamConfig, ApiError> {
             )));
         }
     }
+    config.apply_exactly_once().map_err(ApiError::invalid_stream_config)?;
     Ok(config)
 }
 

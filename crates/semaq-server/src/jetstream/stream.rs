@@ -17,13 +17,16 @@ use semaq_wire::HeaderBlock;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch};
 
+use super::batch::{self, Batches, Route};
 use super::config::StreamConfig;
 use super::consumer::Consumer;
 use super::errors::ApiError;
+use super::producers::{self, Producers, Verdict};
 use std::fmt::Write as _;
 
 use crate::delivery::{FlushSet, InternalSink, Message, Subscription};
 use crate::limits;
+use crate::registry::binding::SchemaCheck;
 use crate::server::{lock, Shared};
 
 /// Headers JetStream publishers may set.
@@ -103,7 +106,7 @@ pub type PublishOutcome = Result<(u64, bool), ApiError>;
 
 /// Recent `Nats-Msg-Id`s within the duplicate window, oldest first.
 #[derive(Debug, Default)]
-struct Dedup {
+pub struct Dedup {
     /// Whether the window was rebuilt from the store since start (see [`recover_dedup`]).
     loaded: bool,
     by_id: HashMap<String, u64>,
@@ -129,7 +132,20 @@ impl Dedup {
         self.order.push_back((now_ns, id.to_string()));
         self.last_msg_id = Some(id.to_string());
     }
+
+    /// Forgets every id recorded after `mark` (an atomic batch that was refused midway).
+    fn rollback(&mut self, (length, last_msg_id): DedupMark) {
+        while self.order.len() > length {
+            if let Some((_, id)) = self.order.pop_back() {
+                self.by_id.remove(&id);
+            }
+        }
+        self.last_msg_id = last_msg_id;
+    }
 }
+
+/// Where the dedup window stood: its length and the last message id.
+pub type DedupMark = (usize, Option<String>);
 
 /// Rebuilds the dedup window from the stored messages of the last `window_ns` (reading their
 /// headers), as it is needed: only once a message with `Nats-Msg-Id` or
@@ -181,9 +197,48 @@ pub struct Stream {
     last_seq: watch::Sender<u64>,
     subscriptions: Mutex<Vec<Arc<Subscription>>>,
     consumers: Mutex<std::collections::BTreeMap<String, Arc<Consumer>>>,
+    /// L3 idempotent producers. Lock order: after `store`.
+    producers: Mutex<Producers>,
     dir: Option<std::path::PathBuf>,
     stop: tokio::sync::Notify,
     shared: Weak<Shared>,
+}
+
+/// What storing one ingest batch works with, under the stream's store lock.
+pub struct Ingest<'a> {
+    /// The stream's config, read once per batch.
+    pub config: &'a StreamConfig,
+    /// The store (its lock is held).
+    pub store: &'a mut dyn StreamStore,
+    dedup: &'a mut Dedup,
+    /// L3 producers (their lock is held, after the store's).
+    pub producers: &'a mut Producers,
+    /// L2: the bound schema, resolved once per batch.
+    pub schema: Option<&'a SchemaCheck>,
+    interest: Option<&'a [Arc<super::config::ConsumerConfig>]>,
+    now: i64,
+    window_ns: i64,
+}
+
+impl Ingest<'_> {
+    /// Whether `id` is in the dedup window (rebuilding the window first if needed).
+    pub fn knows_msg_id(&mut self, id: &str) -> bool {
+        if !self.dedup.loaded {
+            *self.dedup = recover_dedup(self.store, self.window_ns);
+            self.dedup.expire(self.now, self.window_ns);
+        }
+        self.dedup.by_id.contains_key(id)
+    }
+
+    /// Where the dedup window stands, to undo what follows.
+    pub fn dedup_mark(&self) -> DedupMark {
+        (self.dedup.order.len(), self.dedup.last_msg_id.clone())
+    }
+
+    /// Undoes the dedup records made since `mark`.
+    pub fn dedup_rollback(&mut self, mark: DedupMark) {
+        self.dedup.rollback(mark);
+    }
 }
 
 impl std::fmt::Debug for Stream {
@@ -208,6 +263,13 @@ impl Stream {
         shared: Weak<Shared>,
     ) -> Arc<Self> {
         let (ingest, inbound) = mpsc::channel(limits::STREAM_INGEST_QUEUE_MESSAGES_MAX);
+        let mut store = store;
+        // A batch cut short by a crash goes before anything reads the stream (producers included).
+        batch::remove_incomplete_tail(store.as_mut());
+        let mut producers = Producers::new(dir.as_deref());
+        if config.exactly_once() {
+            producers.ensure_loaded(store.as_mut(), now_ns());
+        }
         let last_seq = store.state().last_seq;
         let stream = Arc::new(Self {
             name: config.name.clone(),
@@ -220,6 +282,7 @@ impl Stream {
             last_seq: watch::channel(last_seq).0,
             subscriptions: Mutex::new(Vec::new()),
             consumers: Mutex::new(std::collections::BTreeMap::new()),
+            producers: Mutex::new(producers),
             dir,
             stop: tokio::sync::Notify::new(),
             shared,
@@ -238,7 +301,10 @@ impl Stream {
     /// Replaces the configuration (already validated) and re-subscribes to its subjects.
     pub fn set_config(self: &Arc<Self>, config: StreamConfig) -> Result<(), ApiError> {
         let limits = super::store_limits(&config);
-        lock(&self.store).update_limits(limits).map_err(ApiError::storage)?;
+        let mut store = self.store();
+        self.before_removal(store.as_mut(), u64::MAX).map_err(ApiError::storage)?;
+        store.update_limits(limits).map_err(ApiError::storage)?;
+        drop(store);
         *self.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);
         self.release();
         self.capture();
@@ -294,9 +360,12 @@ impl Stream {
             consumer.stop();
             consumer.save_state();
         }
-        if let Err(error) = self.store().sync() {
+        let mut store = self.store();
+        if let Err(error) = store.sync() {
             tracing::error!(stream = %self.name, %error, "sync at stop failed");
         }
+        self.snapshot_producers(store.as_mut());
+        drop(store);
         self.stop.notify_one();
     }
 
@@ -355,7 +424,12 @@ impl Stream {
             let done = retention == super::config::Retention::Workqueue
                 || consumers.iter().all(|consumer| consumer.has_acked(*seq, &subject));
             if done {
-                removed |= self.store().delete(*seq).unwrap_or(false);
+                let mut store = self.store();
+                if let Err(error) = self.before_removal(store.as_mut(), *seq) {
+                    tracing::error!(stream = %self.name, %error, "keeping an acknowledged message: producer snapshot failed");
+                    continue;
+                }
+                removed |= store.delete(*seq).unwrap_or(false);
             }
         }
         if removed {
@@ -395,28 +469,37 @@ impl Stream {
     async fn ingest_loop(self: Arc<Self>, mut inbound: mpsc::Receiver<Inbound>, mut dedup: Dedup) {
         let mut batch = Vec::with_capacity(limits::STREAM_INGEST_BATCH_MESSAGES_MAX);
         let mut acks = Vec::with_capacity(limits::STREAM_INGEST_BATCH_MESSAGES_MAX);
+        let mut batches = Batches::default();
         let interval = match self.sync_policy {
             SyncPolicy::Interval(every) => every,
             _ => Duration::from_secs(3600),
         };
         let mut sync_timer = tokio::time::interval(interval);
         let mut limits_timer = tokio::time::interval(limits::STREAM_LIMITS_CHECK_INTERVAL);
+        let mut producers_timer = tokio::time::interval(limits::PRODUCER_SNAPSHOT_INTERVAL);
         loop {
             tokio::select! {
-                _ = limits_timer.tick() => self.enforce_limits(),
+                _ = limits_timer.tick() => {
+                    self.enforce_limits();
+                    batches.expire(self.config().batch_timeout(), std::time::Instant::now());
+                }
                 received = inbound.recv_many(&mut batch, limits::STREAM_INGEST_BATCH_MESSAGES_MAX) => {
                     if received == 0 {
                         break;
                     }
                     // The fsync blocks: let the runtime move other tasks off this worker meanwhile.
-                    tokio::task::block_in_place(|| self.store_batch(&mut batch, &mut dedup, &mut acks));
+                    tokio::task::block_in_place(|| self.store_batch(&mut batch, &mut dedup, &mut batches, &mut acks));
                     self.send_acks(&mut acks);
+                    batches.send_replies(&self);
                 }
                 _ = self.stop.notified() => break,
                 _ = sync_timer.tick(), if matches!(self.sync_policy, SyncPolicy::Interval(_)) => {
                     if let Err(error) = self.store().sync() {
                         tracing::error!(stream = %self.name, %error, "sync failed");
                     }
+                }
+                _ = producers_timer.tick() => {
+                    tokio::task::block_in_place(|| self.snapshot_producers(self.store().as_mut()));
                 }
             }
         }
@@ -427,10 +510,24 @@ impl Stream {
 
     /// Removes what has grown too old (max_age); other limits apply on append.
     fn enforce_limits(&self) {
-        if self.config().max_age <= 0 {
+        let max_age = self.config().max_age;
+        if max_age <= 0 {
             return;
         }
-        let removed = self.store().enforce_limits(now_ns());
+        let mut store = self.store();
+        let now = now_ns();
+        {
+            // L3: expiry must not take a message the producer snapshot does not cover.
+            let mut producers = lock(&self.producers);
+            if producers.expiry_needs_snapshot(max_age, now) {
+                if let Err(error) = producers.write_snapshot(store.as_mut(), now) {
+                    tracing::error!(stream = %self.name, %error, "not expiring: producer snapshot failed");
+                    return;
+                }
+            }
+        }
+        let removed = store.enforce_limits(now);
+        drop(store);
         match removed {
             Ok(0) => {}
             Ok(_) => self.notify_changed(),
@@ -438,47 +535,101 @@ impl Stream {
         }
     }
 
+    /// L3: writes the producer snapshot before removing stored message `seq` (`u64::MAX`: any)
+    /// when the removal could lose a producer's entry the snapshot does not hold yet.
+    fn before_removal(&self, store: &mut dyn StreamStore, seq: u64) -> std::io::Result<()> {
+        let mut producers = lock(&self.producers);
+        if producers.removal_needs_snapshot(seq) {
+            producers.write_snapshot(store, now_ns())?;
+        }
+        Ok(())
+    }
+
+    /// L3: the periodic (and final) producer snapshot, when producers changed since the last.
+    fn snapshot_producers(&self, store: &mut dyn StreamStore) {
+        let mut producers = lock(&self.producers);
+        if producers.is_loaded() && producers.periodic_due(store.state().last_seq) {
+            if let Err(error) = producers.write_snapshot(store, now_ns()) {
+                tracing::error!(stream = %self.name, %error, "cannot write the producer snapshot");
+            }
+        }
+    }
+
+    /// Deletes one stored message (the API's `MSG.DELETE`).
+    pub fn delete_message(&self, seq: u64) -> Result<bool, ApiError> {
+        let mut store = self.store();
+        self.before_removal(store.as_mut(), seq).map_err(ApiError::message_delete_failed)?;
+        store.delete(seq).map_err(ApiError::message_delete_failed)
+    }
+
+    /// Purges stored messages (the API's `STREAM.PURGE`).
+    pub fn purge(&self, request: &semaq_store::PurgeRequest) -> Result<u64, ApiError> {
+        let mut store = self.store();
+        self.before_removal(store.as_mut(), u64::MAX).map_err(ApiError::storage)?;
+        store.purge(request).map_err(store_error)
+    }
+
+    /// L3 producers for stream info: `{count, gaps, last_gap}`, or `None` below L3.
+    pub fn producers_info(&self) -> Option<Value> {
+        let producers = lock(&self.producers);
+        producers.is_loaded().then(|| producers.info())
+    }
+
     fn store_batch(
         &self,
         batch: &mut Vec<Inbound>,
         dedup: &mut Dedup,
+        batches: &mut Batches,
         acks: &mut Vec<(Option<String>, PublishOutcome)>,
     ) {
         let config = self.config();
         let window_ns = self.duplicate_window_ns();
         let mut store = self.store();
+        let mut producers = lock(&self.producers);
         let now = now_ns();
         dedup.expire(now, window_ns);
-        let mut stored_any = false;
+        if config.exactly_once() {
+            // Also after an update raised the stream to L3.
+            producers.ensure_loaded(store.as_mut(), now);
+        }
         // Interest streams keep only what some consumer wants (nats-server's "no interest" skip).
         let interest: Option<Vec<Arc<super::config::ConsumerConfig>>> = (config.retention
             == super::config::Retention::Interest)
             .then(|| self.consumers().iter().map(|c| c.config()).collect());
         // L2: the bound schema version, resolved once per batch (None for unbound streams).
         let schema = crate::registry::binding::for_stream(&self.shared, &config.metadata);
-        for mut message in batch.drain(..) {
+        let mut ingest = Ingest {
+            config: &config,
+            store: store.as_mut(),
+            dedup,
+            producers: &mut producers,
+            schema: schema.as_ref(),
+            interest: interest.as_deref(),
+            now,
+            window_ns,
+        };
+        let mut stored_any = false;
+        for message in batch.drain(..) {
             let size = message.subject.len() + message.headers.as_ref().map_or(0, Bytes::len) + message.payload.len();
             self.ingest_budget.give_back(size);
-            let mut outcome = match schema.as_ref().map(|schema| schema.check(&message.payload)) {
-                Some(Err(refused)) => Err(refused),
-                Some(Ok(())) => {
-                    crate::registry::binding::record_producer(&self.shared, &mut message);
-                    store_one(&config, store.as_mut(), dedup, &message, (now, window_ns))
+            // Atomic batches are staged until their commit, then stored whole (batch.rs).
+            let mut message = match batches.route(&config, message, std::time::Instant::now()) {
+                Route::Single(message) => message,
+                Route::Staged => continue,
+                Route::Refused(reply, error) => {
+                    acks.push((reply, Err(error)));
+                    continue;
                 }
-                None => store_one(&config, store.as_mut(), dedup, &message, (now, window_ns)),
+                Route::Commit(commit) => {
+                    stored_any |= batch::commit(self, &mut ingest, commit, batches, acks);
+                    continue;
+                }
             };
-            if let (Ok((seq, false)), Some(consumers)) = (&outcome, &interest) {
-                let wanted = consumers.iter().any(|c| super::consumer::validate::filter_matches(c, &message.subject));
-                if !wanted {
-                    // The sequence is used and acknowledged, but nothing is kept.
-                    if let Err(error) = store.delete(*seq) {
-                        outcome = Err(store_error(error));
-                    }
-                }
-            }
+            let outcome = self.ingest_one(&mut ingest, &mut message, false);
             stored_any |= matches!(outcome, Ok((_, false)));
             acks.push((message.reply, outcome));
         }
+        drop(producers);
         if stored_any {
             // An ack promises at least "handed to the OS": with `sync: always`, "on disk".
             let written = match self.sync_policy {
@@ -487,11 +638,13 @@ impl Stream {
             };
             if let Err(error) = written {
                 tracing::error!(stream = %self.name, %error, "write failed; refusing the batch's acks");
+                let refusal = ApiError::storage(&error);
                 for (_, outcome) in acks.iter_mut() {
                     if outcome.is_ok() {
-                        *outcome = Err(ApiError::storage(&error));
+                        *outcome = Err(refusal.clone());
                     }
                 }
+                batches.refuse_commits(&refusal);
             }
         }
         let last_seq = store.state().last_seq;
@@ -499,6 +652,70 @@ impl Stream {
         if stored_any {
             self.last_seq.send_replace(last_seq);
         }
+    }
+
+    /// Checks and stores one message: the L2 schema (unless the caller checked it), the L3
+    /// producer sequence, then [`store_one`] (dedup, expected headers, limits); an interest
+    /// stream drops at once what no consumer wants. Atomic batches store each message here too.
+    pub(super) fn ingest_one(
+        &self,
+        ingest: &mut Ingest<'_>,
+        message: &mut Inbound,
+        schema_checked: bool,
+    ) -> PublishOutcome {
+        let exactly_once = ingest.config.exactly_once();
+        if let Some(schema) = ingest.schema {
+            if !schema_checked {
+                schema.check(&message.payload)?;
+            }
+            if exactly_once {
+                // An L3 sequence needs the publisher's own producer: check before lineage names one.
+                producers::claim(message.headers.as_deref())?;
+            }
+            crate::registry::binding::record_producer(&self.shared, message);
+        }
+        let claim = if exactly_once { producers::claim(message.headers.as_deref())? } else { None };
+        if let Some(claim) = claim {
+            if let Verdict::Duplicate { stream_seq } = ingest.producers.check(claim)? {
+                return Ok((stream_seq, true));
+            }
+        }
+        if exactly_once {
+            self.before_append(ingest, message)?;
+        }
+        let outcome = store_one(ingest.config, ingest.store, ingest.dedup, message, (ingest.now, ingest.window_ns))?;
+        let (seq, false) = outcome else { return Ok(outcome) };
+        if exactly_once {
+            let stored = semaq_store::stored_size_bytes(&message.subject, message.headers.as_deref(), &message.payload);
+            ingest.producers.appended(stored);
+            if let Some(claim) = claim {
+                ingest.producers.record(claim, seq);
+            }
+        }
+        if let Some(consumers) = ingest.interest {
+            let wanted = consumers.iter().any(|c| super::consumer::validate::filter_matches(c, &message.subject));
+            if !wanted {
+                // The sequence is used and acknowledged, but nothing is kept.
+                if exactly_once && ingest.producers.removal_needs_snapshot(seq) {
+                    ingest.producers.write_snapshot(ingest.store, ingest.now).map_err(ApiError::storage)?;
+                }
+                ingest.store.delete(seq).map_err(store_error)?;
+            }
+        }
+        Ok((seq, false))
+    }
+
+    /// L3: before an append that the store's limits could answer by removing a message the
+    /// producer snapshot does not cover yet, brings the snapshot up to date.
+    fn before_append(&self, ingest: &mut Ingest<'_>, message: &Inbound) -> Result<(), ApiError> {
+        let stored = semaq_store::stored_size_bytes(&message.subject, message.headers.as_deref(), &message.payload);
+        if ingest.producers.append_needs_snapshot(ingest.store.limits(), stored) {
+            ingest
+                .producers
+                .write_snapshot(ingest.store, ingest.now)
+                .map_err(|error| ApiError::storage(format!("cannot write the producer snapshot: {error}")))?;
+        }
+        Ok(())
     }
 
     fn send_acks(&self, acks: &mut Vec<(Option<String>, PublishOutcome)>) {
