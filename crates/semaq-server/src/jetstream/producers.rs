@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::errors::ApiError;
+pub use super::stream::{raw_header, raw_headers};
 use crate::limits;
 
 /// Header naming the producer (also L2's lineage header).
@@ -30,16 +31,6 @@ pub const PRODUCER_SEQ: &str = "Semaq-Producer-Seq";
 pub const SNAPSHOT_FILE: &str = "producers.json";
 const MAGIC: &str = "SEMAQ-PRODUCERS";
 const FORMAT_VERSION: u32 = 1;
-
-/// The value of header `name` in a raw `NATS/1.0` block, without allocating (first one wins,
-/// names compared case-insensitively).
-pub fn raw_header<'a>(block: &'a [u8], name: &str) -> Option<&'a str> {
-    let text = std::str::from_utf8(block).ok()?;
-    text.split("\r\n").skip(1).find_map(|line| {
-        let (key, value) = line.split_once(':')?;
-        key.trim().eq_ignore_ascii_case(name).then(|| value.trim())
-    })
-}
 
 /// A producer id and the sequence it gave one message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,8 +46,8 @@ pub struct Claim<'a> {
 /// not a positive integer.
 pub fn claim(block: Option<&[u8]>) -> Result<Option<Claim<'_>>, ApiError> {
     let Some(block) = block else { return Ok(None) };
-    let Some(seq_text) = raw_header(block, PRODUCER_SEQ) else { return Ok(None) };
-    let producer = raw_header(block, PRODUCER).filter(|producer| !producer.is_empty());
+    let [Some(seq_text), producer] = raw_headers(block, &[PRODUCER_SEQ, PRODUCER]) else { return Ok(None) };
+    let producer = producer.filter(|producer| !producer.is_empty());
     let Some(producer) = producer else {
         return Err(ApiError::invalid_producer(format!(
             "{PRODUCER_SEQ} needs a {PRODUCER} header naming the producer"
@@ -172,8 +163,8 @@ impl Producers {
         }
     }
 
-    /// Rebuilds the table once: the snapshot, then every stored message after it. Writes a fresh
-    /// snapshot when the re-read found producers, so later restarts start from here.
+    /// Rebuilds the table once: the snapshot, then every stored message after it. Then writes a
+    /// fresh snapshot up to the last message, so the counts of what came since start at zero.
     pub fn ensure_loaded(&mut self, store: &mut dyn StreamStore, now_ns: i64) {
         if self.loaded {
             return;
@@ -186,10 +177,12 @@ impl Producers {
         if self.covered_seq > last_seq {
             tracing::warn!("producer snapshot covers sequence {} past the stream's last {last_seq}", self.covered_seq);
         }
-        let found = self.rescan(store, last_seq);
-        if found > 0 || last_seq > self.covered_seq.saturating_add(limits::PRODUCER_SNAPSHOT_LAG_MESSAGES_MAX) {
-            self.dirty |= found > 0;
+        self.dirty |= self.rescan(store, last_seq) > 0;
+        let Some(file) = self.file.clone() else { return };
+        if self.dirty || self.covered_seq != last_seq || !file.exists() {
             if let Err(error) = self.write_snapshot(store, now_ns) {
+                // The counts since the snapshot are unknown: assume the worst until one is written.
+                (self.dirty, self.since_msgs, self.since_bytes) = (true, u64::MAX / 2, u64::MAX / 2);
                 tracing::error!(%error, "cannot write the producer snapshot");
             }
         }
@@ -482,6 +475,15 @@ mod tests {
 
     fn block(lines: &[&str]) -> Vec<u8> {
         format!("NATS/1.0\r\n{}\r\n", lines.iter().map(|l| format!("{l}\r\n")).collect::<String>()).into_bytes()
+    }
+
+    #[test]
+    fn raw_headers_are_found_by_name_without_parsing_the_block() {
+        let block = b"NATS/1.0\r\nNats-Msg-Id:  a:b \r\nno colon here\r\nX: 1\r\nx: 2\r\n\r\n";
+        assert_eq!(raw_header(block, "nats-msg-id"), Some("a:b"));
+        assert_eq!(raw_header(block, "X"), Some("1"), "the first of repeated names");
+        assert_eq!(raw_header(block, "Nats-Msg"), None);
+        assert_eq!(raw_header(b"NATS/1.0 503\r\n\r\n", "X"), None);
     }
 
     #[test]

@@ -13,7 +13,6 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use semaq_store::{StoreError, StreamState, StreamStore};
-use semaq_wire::HeaderBlock;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch};
 
@@ -664,17 +663,19 @@ impl Stream {
         schema_checked: bool,
     ) -> PublishOutcome {
         let exactly_once = ingest.config.exactly_once();
+        // L3: read on the headers as sent (a handle to them: lineage below may replace them, but
+        // only when there is no claim, so the claim stays true of what is stored).
+        let sent_headers = message.headers.clone().filter(|_| exactly_once);
+        let claim = producers::claim(sent_headers.as_deref())?;
         if let Some(schema) = ingest.schema {
             if !schema_checked {
                 schema.check(&message.payload)?;
             }
-            if exactly_once {
-                // An L3 sequence needs the publisher's own producer: check before lineage names one.
-                producers::claim(message.headers.as_deref())?;
+            if claim.is_none() {
+                // A claim already names the producer; otherwise L2 lineage records one.
+                crate::registry::binding::record_producer(&self.shared, message);
             }
-            crate::registry::binding::record_producer(&self.shared, message);
         }
-        let claim = if exactly_once { producers::claim(message.headers.as_deref())? } else { None };
         if let Some(claim) = claim {
             if let Verdict::Duplicate { stream_seq } = ingest.producers.check(claim)? {
                 return Ok((stream_seq, true));
@@ -771,7 +772,29 @@ pub fn pub_ack_json(stream: &str, domain: Option<&str>, outcome: PublishOutcome)
 
 /// The value of header `name` in a raw header block.
 pub fn header_value(block: &[u8], name: &str) -> Option<String> {
-    HeaderBlock::parse(block).ok()?.get(name).map(str::to_string)
+    raw_header(block, name).map(str::to_string)
+}
+
+/// The value of header `name` in a raw `NATS/1.0` block, borrowed: the first line whose name
+/// matches case-insensitively, trimmed. A scan of the bytes, no allocation (the ingest path
+/// looks up several headers per message); lines without a colon are skipped.
+pub fn raw_header<'a>(block: &'a [u8], name: &str) -> Option<&'a str> {
+    let [value] = raw_headers(block, &[name]);
+    value
+}
+
+/// [`raw_header`] for several names in one pass over the block.
+pub fn raw_headers<'a, const N: usize>(block: &'a [u8], names: &[&str; N]) -> [Option<&'a str>; N] {
+    let mut found = [None; N];
+    for line in block.split(|byte| *byte == b'\n').skip(1) {
+        let Some(colon) = line.iter().position(|byte| *byte == b':') else { continue };
+        let key = line[..colon].trim_ascii();
+        let slot = names.iter().position(|name| key.eq_ignore_ascii_case(name.as_bytes()));
+        if let Some(slot) = slot.filter(|slot| found[*slot].is_none()) {
+            found[slot] = std::str::from_utf8(line[colon + 1..].trim_ascii()).ok();
+        }
+    }
+    found
 }
 
 /// Checks and stores one message.
@@ -789,27 +812,22 @@ fn store_one(
     if config.max_msg_size >= 0 && size as i64 > config.max_msg_size {
         return Err(ApiError::message_too_large());
     }
-    let headers = match &message.headers {
-        Some(block) => HeaderBlock::parse(block).ok(),
-        None => None,
-    };
-    let msg_id = headers.as_ref().and_then(|h| h.get(header::MSG_ID)).map(str::to_string);
-    let wants_ids = msg_id.is_some() || headers.as_ref().is_some_and(|h| h.get(header::EXPECTED_LAST_MSG_ID).is_some());
-    if wants_ids && !dedup.loaded {
+    let found = message.headers.as_deref().map(|block| raw_headers(block, &EXPECTATION_HEADERS));
+    let [msg_id, stream, last_seq, last_subject_seq, last_msg_id] = found.unwrap_or_default();
+    if (msg_id.is_some() || last_msg_id.is_some()) && !dedup.loaded {
         *dedup = recover_dedup(store, window_ns);
         dedup.expire(now, window_ns);
     }
-    if let Some(headers) = &headers {
-        check_expectations(config, store, dedup, headers, &message.subject)?;
-    }
-    if let Some(id) = &msg_id {
+    let expected = Expected { stream, last_seq, last_subject_seq, last_msg_id };
+    check_expectations(config, store, dedup, &expected, &message.subject)?;
+    if let Some(id) = msg_id {
         if let Some(seq) = dedup.by_id.get(id) {
             return Ok((*seq, true));
         }
     }
     let (seq, _) =
         store.append(&message.subject, message.headers.as_deref(), &message.payload, now).map_err(store_error)?;
-    match &msg_id {
+    match msg_id {
         Some(id) => dedup.record(id, seq, now),
         // Every stored message sets the last id, empty when it has none (as nats-server).
         None => dedup.last_msg_id = None,
@@ -817,31 +835,48 @@ fn store_one(
     Ok((seq, false))
 }
 
+/// What `store_one` reads from a message's headers, in one pass: the id and the expectations.
+const EXPECTATION_HEADERS: [&str; 5] = [
+    header::MSG_ID,
+    header::EXPECTED_STREAM,
+    header::EXPECTED_LAST_SEQUENCE,
+    header::EXPECTED_LAST_SUBJECT_SEQUENCE,
+    header::EXPECTED_LAST_MSG_ID,
+];
+
+/// The `Nats-Expected-*` headers of one message.
+struct Expected<'a> {
+    stream: Option<&'a str>,
+    last_seq: Option<&'a str>,
+    last_subject_seq: Option<&'a str>,
+    last_msg_id: Option<&'a str>,
+}
+
 fn check_expectations(
     config: &StreamConfig,
     store: &mut dyn StreamStore,
     dedup: &Dedup,
-    headers: &HeaderBlock,
+    expected: &Expected<'_>,
     subject: &str,
 ) -> Result<(), ApiError> {
-    if let Some(expected) = headers.get(header::EXPECTED_STREAM) {
+    if let Some(expected) = expected.stream {
         if expected != config.name {
             return Err(ApiError::expected_stream_mismatch());
         }
     }
-    if let Some(expected) = headers.get(header::EXPECTED_LAST_SEQUENCE) {
+    if let Some(expected) = expected.last_seq {
         let last = store.state().last_seq;
         if expected.parse::<u64>().ok() != Some(last) {
             return Err(ApiError::wrong_last_sequence(last));
         }
     }
-    if let Some(expected) = headers.get(header::EXPECTED_LAST_SUBJECT_SEQUENCE) {
+    if let Some(expected) = expected.last_subject_seq {
         let last = store.get_last_for_subject(subject).map_err(store_error)?.map_or(0, |m| m.seq);
         if expected.parse::<u64>().ok() != Some(last) {
             return Err(ApiError::wrong_last_sequence(last));
         }
     }
-    if let Some(expected) = headers.get(header::EXPECTED_LAST_MSG_ID) {
+    if let Some(expected) = expected.last_msg_id {
         let last = dedup.last_msg_id.as_deref().unwrap_or("");
         if expected != last {
             return Err(ApiError::wrong_last_msg_id(last));

@@ -840,11 +840,11 @@ async fn crash_exactly_once_through_repeated_sigkills() {
         found.len(),
         first_wrong.map(|i| &found[i.saturating_sub(3)..(i + 3).min(found.len())])
     );
+    let info = stream_info(&client, CRASH_STREAM).await;
+    assert_eq!(info["semaq"]["producers"], json!({"count": 1, "gaps": 0}), "{info}");
     let producer = producer.lock().unwrap();
     let stream_seqs: Vec<u64> = messages.iter().map(|(seq, _, _)| *seq).collect();
     assert_eq!(producer.acked.values().copied().collect::<Vec<_>>(), stream_seqs, "acks name where each message is");
-    let info = stream_info(&client, CRASH_STREAM).await;
-    assert_eq!(info["semaq"]["producers"], json!({"count": 1, "gaps": 0}), "{info}");
     let consumer = consumer.lock().unwrap();
     assert!(consumer.after_confirm.is_empty(), "delivered again after a confirmed ack: {:?}", consumer.after_confirm);
     assert_eq!(consumer.confirmed.len() as u64, CRASH_MESSAGES);

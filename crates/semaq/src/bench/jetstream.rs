@@ -146,6 +146,16 @@ pub struct PublishPlan {
 /// Publishes with up to [`ACK_WINDOW`] acks outstanding and waits for all of them.
 pub async fn publish_pipelined(stream: &BenchStream, plan: &PublishPlan, progress: &ProgressBar) -> Result<Published> {
     let payload = Bytes::from(vec![b'x'; plan.size]);
+    publish_pipelined_with(stream, plan, progress, |_| (None, payload.clone())).await
+}
+
+/// [`publish_pipelined`] with each message's headers and payload made by `message(index)`.
+pub async fn publish_pipelined_with(
+    stream: &BenchStream,
+    plan: &PublishPlan,
+    progress: &ProgressBar,
+    message: impl Fn(u64) -> (Option<async_nats::HeaderMap>, Bytes),
+) -> Result<Published> {
     let mut in_flight = FuturesUnordered::new();
     let mut outcome = Published::new();
     let started = Instant::now();
@@ -167,7 +177,13 @@ pub async fn publish_pipelined(stream: &BenchStream, plan: &PublishPlan, progres
             }
         }
         let sent_at = Instant::now();
-        let ack = stream.context.publish(stream.subject.clone(), payload.clone()).await.context("cannot publish")?;
+        let ack = match message(outcome.sent) {
+            (None, payload) => stream.context.publish(stream.subject.clone(), payload).await,
+            (Some(headers), payload) => {
+                stream.context.publish_with_headers(stream.subject.clone(), headers, payload).await
+            }
+        };
+        let ack = ack.context("cannot publish")?;
         in_flight.push(async move { (ack.await, sent_at.elapsed()) });
         outcome.sent += 1;
     }
@@ -200,7 +216,7 @@ impl Published {
     }
 
     /// Problems worth failing a run for: failed acks, or a stored count that differs from the acks.
-    fn problems(&self, stored: Option<u64>) -> Vec<String> {
+    pub fn problems(&self, stored: Option<u64>) -> Vec<String> {
         let mut problems = Vec::new();
         if self.failed > 0 {
             problems.push(format!(

@@ -3,8 +3,8 @@
 //! `flow.rs` runs the publisher/subscriber scenarios, `latency.rs` the request/reply one, `jetstream.rs` the
 //! JetStream publish and consume ones, `stats.rs` formats numbers, `compare.rs` runs both servers side by
 //! side with `server.rs` starting them, `idle.rs` measuring memory per idle connection, `js_store.rs`
-//! memory with a million stored messages and the restart time, and `disk.rs` probing the fsync latency
-//! the durable figures depend on.
+//! memory with a million stored messages and the restart time, `disk.rs` probing the fsync latency
+//! the durable figures depend on, and `levels.rs` js-pub on L1, L2 and L3 streams side by side.
 
 mod compare;
 mod disk;
@@ -14,6 +14,7 @@ mod idle;
 mod jetstream;
 mod js_store;
 mod latency;
+mod levels;
 mod server;
 mod stats;
 
@@ -47,6 +48,8 @@ enum BenchCommand {
     Queue(RunArgs),
     /// JetStream publish to a file stream, 1,000 acks outstanding: acked messages per second
     JsPub(RunArgs),
+    /// js-pub on an L1, an L2 (schema) and an L3 (producer sequences) stream of semaq-server, with ratios
+    JsPubLevels(levels::LevelsArgs),
     /// As js-pub, with the stream's metadata semaq.sync=never (SemaQ acks without fsync)
     JsPubNosync(RunArgs),
     /// JetStream publish, one at a time: ack latency percentiles
@@ -261,6 +264,7 @@ pub async fn run(target: &Target, args: BenchArgs) -> Result<()> {
     let (scenario, run_args) = match args.command {
         BenchCommand::Compare(compare_args) => return compare::run(compare_args).await,
         BenchCommand::FilterFanout(filter_args) => return filter_fanout::run(filter_args).await,
+        BenchCommand::JsPubLevels(levels_args) => return levels::run(target, levels_args).await,
         BenchCommand::Pubsub(run_args) => (Scenario::Pubsub, run_args),
         BenchCommand::Fanout(run_args) => (Scenario::Fanout, run_args),
         BenchCommand::Latency(run_args) => (Scenario::Latency, run_args),
