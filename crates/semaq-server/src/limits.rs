@@ -166,3 +166,34 @@ pub const FILTER_CACHE_BYTES_MAX: usize = 4 * 1024 * 1024;
 pub const FILTER_CACHE_PAYLOAD_BYTES_MAX: usize = 64 * 1024;
 /// Compiled size of one filter's `matches()` regex (the regex crate's own default is 10 MiB).
 pub const FILTER_REGEX_COMPILED_BYTES_MAX: usize = 256 * 1024;
+/// Idempotent producers (`Semaq-Producer`) one L3 stream remembers; a new one beyond this is refused.
+pub const PRODUCERS_PER_STREAM_MAX: usize = 10_000;
+/// Longest `Semaq-Producer` id on an L3 stream (bounds the producer table's memory).
+pub const PRODUCER_ID_BYTES_MAX: usize = 256;
+/// How often an L3 stream writes its producer snapshot when producers changed.
+pub const PRODUCER_SNAPSHOT_INTERVAL: Duration = Duration::from_secs(1);
+/// Messages stored past an L3 stream's producer snapshot before it is rewritten even though no
+/// producer changed: bounds what a restart re-reads to rebuild the producer table.
+pub const PRODUCER_SNAPSHOT_LAG_MESSAGES_MAX: u64 = 100_000;
+/// Messages in one atomic batch (nats-server's `max_batch_size` default).
+pub const ATOMIC_BATCH_MESSAGES_MAX: usize = 1000;
+/// Bytes (headers and payloads) one atomic batch may stage before its commit.
+pub const ATOMIC_BATCH_BYTES_MAX: usize = 16 * 1024 * 1024;
+/// Atomic batches open at once on one stream (nats-server's per-stream inflight default).
+pub const ATOMIC_BATCHES_PER_STREAM_MAX: usize = 50;
+/// Atomic batches one connection may have open at once on one stream.
+pub const ATOMIC_BATCHES_PER_CONNECTION_MAX: usize = 8;
+/// Bytes of all open atomic batches staged by one stream.
+pub const ATOMIC_BATCH_STAGED_BYTES_PER_STREAM_MAX: usize = 64 * 1024 * 1024;
+/// Inactivity after which an open atomic batch is abandoned (nats-server's default; a stream may
+/// lower or raise it with metadata `semaq.batch_timeout`, up to [`ATOMIC_BATCH_TIMEOUT_MAX`]).
+pub const ATOMIC_BATCH_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest `semaq.batch_timeout` a stream may set.
+pub const ATOMIC_BATCH_TIMEOUT_MAX: Duration = Duration::from_secs(60);
+/// Longest `Nats-Batch-Id` (as nats-server).
+pub const ATOMIC_BATCH_ID_BYTES_MAX: usize = 64;
+/// Stored messages stream start-up walks back to remove an uncommitted atomic batch tail.
+pub const ATOMIC_BATCH_TAIL_SCAN_MESSAGES_MAX: u64 = ATOMIC_BATCH_MESSAGES_MAX as u64 + 1;
+/// Double-ack confirmations one L3 consumer holds while its state is being saved; beyond this an
+/// ack is applied but not confirmed (the client's double ack times out and it acks again).
+pub const ACK_CONFIRMATIONS_PENDING_MAX: usize = 64 * 1024;

@@ -277,6 +277,9 @@ pub fn stream_info(stream: &Stream) -> Value {
     if let Some(provenance) = stream.provenance() {
         info["semaq"]["provenance"] = provenance.info(&stream.config());
     }
+    if let Some(producers) = stream.producers_info() {
+        info["semaq"]["producers"] = producers;
+    }
     info
 }
 
@@ -312,7 +315,7 @@ fn purge(jetstream: &JetStream, name: &str, payload: &[u8]) -> Result<Value, Api
         return Err(ApiError::append_only("a purge with a subject filter"));
     }
     let purge = semaq_store::PurgeRequest { subject: request.filter, keep: request.keep, up_to_seq: request.seq };
-    let purged = stream.store().purge(&purge).map_err(store_error)?;
+    let purged = stream.purge(&purge)?;
     stream.notify_changed();
     Ok(json!({ "success": true, "purged": purged }))
 }
@@ -424,7 +427,7 @@ fn delete_message(jetstream: &JetStream, name: &str, payload: &[u8]) -> Result<V
     if request.seq == 0 || request.seq > last_seq {
         return Err(ApiError::message_delete_failed("sequence is beyond the last sequence of the stream"));
     }
-    let deleted = stream.store().delete(request.seq).map_err(ApiError::message_delete_failed)?;
+    let deleted = stream.delete_message(request.seq)?;
     if !deleted {
         return Err(ApiError::sequence_not_found(request.seq));
     }

@@ -2,8 +2,11 @@
 //! field names; durations in nanoseconds, `-1` for "unlimited").
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+
+use crate::limits;
 
 fn minus_one() -> i64 {
     -1
@@ -104,6 +107,9 @@ pub struct StreamConfig {
     /// Discard new per subject.
     #[serde(skip_serializing_if = "is_false")]
     pub discard_new_per_subject: bool,
+    /// Allow atomic batch publish (`Nats-Batch-Id`, nats-server 2.12); always on at level 3.
+    #[serde(skip_serializing_if = "is_false")]
+    pub allow_atomic: bool,
     /// Compression ("none").
     pub compression: String,
     /// First sequence to use.
@@ -148,6 +154,7 @@ impl Default for StreamConfig {
             allow_direct: false,
             mirror_direct: false,
             discard_new_per_subject: false,
+            allow_atomic: false,
             compression: "none".to_string(),
             first_seq: 0,
             consumer_limits: serde_json::json!({}),
@@ -162,7 +169,52 @@ impl StreamConfig {
     pub fn level(&self) -> u8 {
         self.metadata.get(crate::registry::binding::LEVEL_KEY).and_then(|text| text.trim().parse().ok()).unwrap_or(1)
     }
+
+    /// Whether the stream enforces L3 (exactly-once): idempotent producers, durable double acks.
+    pub fn exactly_once(&self) -> bool {
+        self.level() >= 3
+    }
+
+    /// How long an open atomic batch may sit idle (`semaq.batch_timeout`, else the default).
+    pub fn batch_timeout(&self) -> Duration {
+        self.metadata
+            .get(BATCH_TIMEOUT_KEY)
+            .and_then(|text| super::stream::parse_duration(text.trim()))
+            .unwrap_or(limits::ATOMIC_BATCH_TIMEOUT)
+    }
+
+    /// Applies what level 3 implies and checks its settings (called by `normalize`): atomic batch
+    /// publish is part of the L3 promise, so `allow_atomic` is switched on (visible in stream
+    /// info, as nats-server would show it); an ack must mean "on disk", so `semaq.sync` may only
+    /// be `always`; `semaq.batch_timeout` must be a duration up to the limit.
+    pub fn apply_exactly_once(&mut self) -> Result<(), String> {
+        if let Some(text) = self.metadata.get(BATCH_TIMEOUT_KEY) {
+            let max = limits::ATOMIC_BATCH_TIMEOUT_MAX;
+            match super::stream::parse_duration(text.trim()) {
+                Some(timeout) if !timeout.is_zero() && timeout <= max => {}
+                _ => {
+                    return Err(format!(
+                        "{BATCH_TIMEOUT_KEY} must be a duration like 500ms or 10s, at most {}s, not {text:?}",
+                        max.as_secs()
+                    ))
+                }
+            }
+        }
+        if !self.exactly_once() {
+            return Ok(());
+        }
+        if self.metadata.get(SYNC_KEY).is_some_and(|sync| sync.trim() != "always") {
+            return Err(format!("semaq.level 3 and above acknowledge only what is on disk: {SYNC_KEY} must be always"));
+        }
+        self.allow_atomic = true;
+        Ok(())
+    }
 }
+
+/// Stream metadata key: how long an open atomic batch may sit idle (`500ms`, `10s`).
+pub const BATCH_TIMEOUT_KEY: &str = "semaq.batch_timeout";
+/// Stream metadata key: when appended messages are fsynced (`always`, `never`, an interval).
+pub const SYNC_KEY: &str = "semaq.sync";
 
 /// Which message a new consumer starts at.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

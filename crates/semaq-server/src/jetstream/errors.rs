@@ -314,6 +314,61 @@ impl ApiError {
     pub fn message_delete_failed(reason: impl std::fmt::Display) -> Self {
         Self::new(500, 10057, format!("{reason}"))
     }
+    /// `atomic publish is disabled`: a `Nats-Batch-Id` on a stream without `allow_atomic`.
+    pub fn atomic_publish_disabled() -> Self {
+        Self::new(400, 10174, "atomic publish is disabled")
+    }
+    /// Atomic batches on a level 4 stream (not supported yet: see `batch.rs`).
+    pub fn atomic_publish_on_level_4() -> Self {
+        Self::new(400, 10174, "atomic publish is disabled on level 4 streams (their hash chain cannot undo a batch)")
+    }
+    /// `atomic publish sequence is missing` (or not a number).
+    pub fn atomic_publish_missing_seq() -> Self {
+        Self::new(400, 10175, "atomic publish sequence is missing")
+    }
+    /// `atomic publish batch is incomplete`: a gap, an unknown or abandoned batch.
+    pub fn atomic_publish_incomplete() -> Self {
+        Self::new(400, 10176, "atomic publish batch is incomplete")
+    }
+    /// `atomic publish unsupported header used: {header}`.
+    pub fn atomic_publish_unsupported_header(header: &str) -> Self {
+        Self::new(400, 10177, format!("atomic publish unsupported header used: {header}"))
+    }
+    /// `atomic publish batch ID is invalid`.
+    pub fn atomic_publish_invalid_id() -> Self {
+        Self::new(400, 10179, "atomic publish batch ID is invalid")
+    }
+    /// `atomic publish batch is too large: {size}` (messages, as nats-server).
+    pub fn atomic_publish_too_large(size: impl std::fmt::Display) -> Self {
+        Self::new(400, 10199, format!("atomic publish batch is too large: {size}"))
+    }
+    /// `atomic publish batch commit is invalid`.
+    pub fn atomic_publish_invalid_commit() -> Self {
+        Self::new(400, 10200, "atomic publish batch commit is invalid")
+    }
+    /// `atomic publish batch contains duplicate message id`; `detail` names a duplicate producer
+    /// sequence when that is what repeats (SemaQ's addition).
+    pub fn atomic_publish_duplicate(detail: Option<String>) -> Self {
+        let base = "atomic publish batch contains duplicate message id";
+        Self::new(400, 10201, detail.map_or_else(|| base.to_string(), |detail| format!("{base}: {detail}")))
+    }
+    /// `atomic publish too many inflight`.
+    pub fn atomic_publish_too_many_inflight() -> Self {
+        Self::new(429, 10210, "atomic publish too many inflight")
+    }
+    /// `wrong last sequence`: an expected-sequence header a batch cannot honour (only its first
+    /// message may expect the stream's last sequence).
+    pub fn wrong_last_sequence_constant() -> Self {
+        Self::new(400, 10164, "wrong last sequence")
+    }
+    /// Malformed L3 producer headers (SemaQ's own code: nats-server has none).
+    pub fn invalid_producer(reason: impl std::fmt::Display) -> Self {
+        Self::new(400, 10430, format!("invalid idempotent producer headers: {reason}"))
+    }
+    /// An L3 stream already remembers as many producers as it may (SemaQ's own code).
+    pub fn too_many_producers(max: usize) -> Self {
+        Self::new(400, 10431, format!("too many idempotent producers on this stream (at most {max})"))
+    }
     /// `consumer idle heartbeat needs to be >= 100ms`.
     pub fn small_heartbeat() -> Self {
         Self::new(400, 10083, "consumer idle heartbeat needs to be >= 100ms")

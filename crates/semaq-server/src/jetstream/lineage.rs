@@ -167,7 +167,7 @@ impl Parents {
 
 /// A message refused for its lineage (SemaQ's own code: nats-server has none).
 fn refused(reason: impl std::fmt::Display) -> ApiError {
-    ApiError { code: 400, err_code: 10430, description: format!("invalid {PARENT_HEADER}: {reason}") }
+    ApiError { code: 400, err_code: 10450, description: format!("invalid {PARENT_HEADER}: {reason}") }
 }
 
 fn decide(jetstream: Option<&JetStream>, own: &str, message: &Inbound) -> Decision {

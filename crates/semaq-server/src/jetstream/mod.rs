@@ -3,6 +3,8 @@
 //! - [`config`]: stream and consumer configuration as the API spells it.
 //! - [`errors`]: the API's error codes.
 //! - [`stream`]: capture, checks, group-committed appends and PubAcks.
+//! - [`producers`]: L3 idempotent producers, their table and its snapshot file.
+//! - [`batch`]: atomic batch publish (`Nats-Batch-Id`): staging, commit, crash recovery.
 //! - [`api`]: the request handlers.
 //! - [`lineage`]: L4 `Semaq-Parent` checks at publish and the `$SEMAQ.API.LINEAGE` graph.
 //! - [`provenance`]: level 4 streams: event time, context headers, hash chain, checkpoints.
@@ -12,11 +14,13 @@
 //! `jetstream/streams/<name>/provenance/` (key pair and checkpoints).
 
 pub mod api;
+pub mod batch;
 pub mod config;
 pub mod consumer;
 pub mod consumers;
 pub mod errors;
 pub mod lineage;
+pub mod producers;
 pub mod provenance;
 pub mod stream;
 
@@ -161,6 +165,10 @@ impl JetStream {
     }
 
     fn sync_policy_for(&self, config: &StreamConfig) -> SyncPolicy {
+        if config.exactly_once() {
+            // L3: an acknowledged publish is on disk, whatever the server's default.
+            return SyncPolicy::Always;
+        }
         config.metadata.get("semaq.sync").and_then(|text| SyncPolicy::parse(text)).unwrap_or(self.sync_policy)
     }
 
@@ -377,6 +385,7 @@ pub fn normalize(mut config: StreamConfig) -> Result<StreamConfig, ApiError> {
             )));
         }
     }
+    config.apply_exactly_once().map_err(ApiError::invalid_stream_config)?;
     Ok(config)
 }
 

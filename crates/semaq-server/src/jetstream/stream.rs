@@ -13,17 +13,19 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use semaq_store::{StoreError, StreamState, StreamStore};
-use semaq_wire::HeaderBlock;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch};
 
+use super::batch::{self, Batches, Route};
 use super::config::StreamConfig;
 use super::consumer::Consumer;
 use super::errors::ApiError;
+use super::producers::{self, Producers, Verdict};
 use std::fmt::Write as _;
 
 use crate::delivery::{FlushSet, InternalSink, Message, Subscription};
 use crate::limits;
+use crate::registry::binding::SchemaCheck;
 use crate::server::{lock, Shared};
 
 /// Headers JetStream publishers may set.
@@ -103,7 +105,7 @@ pub type PublishOutcome = Result<(u64, bool), ApiError>;
 
 /// Recent `Nats-Msg-Id`s within the duplicate window, oldest first.
 #[derive(Debug, Default)]
-struct Dedup {
+pub struct Dedup {
     /// Whether the window was rebuilt from the store since start (see [`recover_dedup`]).
     loaded: bool,
     by_id: HashMap<String, u64>,
@@ -129,7 +131,20 @@ impl Dedup {
         self.order.push_back((now_ns, id.to_string()));
         self.last_msg_id = Some(id.to_string());
     }
+
+    /// Forgets every id recorded after `mark` (an atomic batch that was refused midway).
+    fn rollback(&mut self, (length, last_msg_id): DedupMark) {
+        while self.order.len() > length {
+            if let Some((_, id)) = self.order.pop_back() {
+                self.by_id.remove(&id);
+            }
+        }
+        self.last_msg_id = last_msg_id;
+    }
 }
+
+/// Where the dedup window stood: its length and the last message id.
+pub type DedupMark = (usize, Option<String>);
 
 /// Rebuilds the dedup window from the stored messages of the last `window_ns` (reading their
 /// headers), as it is needed: only once a message with `Nats-Msg-Id` or
@@ -181,11 +196,52 @@ pub struct Stream {
     last_seq: watch::Sender<u64>,
     subscriptions: Mutex<Vec<Arc<Subscription>>>,
     consumers: Mutex<std::collections::BTreeMap<String, Arc<Consumer>>>,
+    /// L3 idempotent producers. Lock order: after `store`.
+    producers: Mutex<Producers>,
     dir: Option<std::path::PathBuf>,
     stop: tokio::sync::Notify,
     shared: Weak<Shared>,
     /// Level 4: the hash chain and its checkpoints.
     provenance: Option<Arc<super::provenance::Provenance>>,
+}
+
+/// What storing one ingest batch works with, under the stream's store lock.
+pub struct Ingest<'a, 'c> {
+    /// The stream's config, read once per batch.
+    pub config: &'a StreamConfig,
+    /// The store (its lock is held).
+    pub store: &'a mut dyn StreamStore,
+    dedup: &'a mut Dedup,
+    /// L3 producers (their lock is held, after the store's).
+    pub producers: &'a mut Producers,
+    /// L2: the bound schema, resolved once per batch (mutable: L4 auto-evolution may widen it).
+    pub schema: Option<&'a mut SchemaCheck>,
+    /// L4: the hash chain writer (its lock is held, after the store's).
+    pub chain: Option<&'a mut super::provenance::ChainWriter<'c>>,
+    interest: Option<&'a [Arc<super::config::ConsumerConfig>]>,
+    now: i64,
+    window_ns: i64,
+}
+
+impl Ingest<'_, '_> {
+    /// Whether `id` is in the dedup window (rebuilding the window first if needed).
+    pub fn knows_msg_id(&mut self, id: &str) -> bool {
+        if !self.dedup.loaded {
+            *self.dedup = recover_dedup(self.store, self.window_ns);
+            self.dedup.expire(self.now, self.window_ns);
+        }
+        self.dedup.by_id.contains_key(id)
+    }
+
+    /// Where the dedup window stands, to undo what follows.
+    pub fn dedup_mark(&self) -> DedupMark {
+        (self.dedup.order.len(), self.dedup.last_msg_id.clone())
+    }
+
+    /// Undoes the dedup records made since `mark`.
+    pub fn dedup_rollback(&mut self, mark: DedupMark) {
+        self.dedup.rollback(mark);
+    }
 }
 
 impl std::fmt::Debug for Stream {
@@ -211,6 +267,13 @@ impl Stream {
         provenance: Option<Arc<super::provenance::Provenance>>,
     ) -> Arc<Self> {
         let (ingest, inbound) = mpsc::channel(limits::STREAM_INGEST_QUEUE_MESSAGES_MAX);
+        let mut store = store;
+        // A batch cut short by a crash goes before anything reads the stream (producers included).
+        batch::remove_incomplete_tail(store.as_mut());
+        let mut producers = Producers::new(dir.as_deref());
+        if config.exactly_once() {
+            producers.ensure_loaded(store.as_mut(), now_ns());
+        }
         let last_seq = store.state().last_seq;
         let stream = Arc::new(Self {
             name: config.name.clone(),
@@ -223,6 +286,7 @@ impl Stream {
             last_seq: watch::channel(last_seq).0,
             subscriptions: Mutex::new(Vec::new()),
             consumers: Mutex::new(std::collections::BTreeMap::new()),
+            producers: Mutex::new(producers),
             dir,
             stop: tokio::sync::Notify::new(),
             shared,
@@ -257,7 +321,10 @@ impl Stream {
     /// Replaces the configuration (already validated) and re-subscribes to its subjects.
     pub fn set_config(self: &Arc<Self>, config: StreamConfig) -> Result<(), ApiError> {
         let limits = super::store_limits(&config);
-        lock(&self.store).update_limits(limits).map_err(ApiError::storage)?;
+        let mut store = self.store();
+        self.before_removal(store.as_mut(), u64::MAX).map_err(ApiError::storage)?;
+        store.update_limits(limits).map_err(ApiError::storage)?;
+        drop(store);
         *self.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);
         self.release();
         self.capture();
@@ -313,9 +380,12 @@ impl Stream {
             consumer.stop();
             consumer.save_state();
         }
-        if let Err(error) = self.store().sync() {
+        let mut store = self.store();
+        if let Err(error) = store.sync() {
             tracing::error!(stream = %self.name, %error, "sync at stop failed");
         }
+        self.snapshot_producers(store.as_mut());
+        drop(store);
         self.checkpoint_pending();
         self.provenance.iter().for_each(|provenance| provenance.sync_log());
         self.stop.notify_one();
@@ -376,7 +446,12 @@ impl Stream {
             let done = retention == super::config::Retention::Workqueue
                 || consumers.iter().all(|consumer| consumer.has_acked(*seq, &subject));
             if done {
-                removed |= self.store().delete(*seq).unwrap_or(false);
+                let mut store = self.store();
+                if let Err(error) = self.before_removal(store.as_mut(), *seq) {
+                    tracing::error!(stream = %self.name, %error, "keeping an acknowledged message: producer snapshot failed");
+                    continue;
+                }
+                removed |= store.delete(*seq).unwrap_or(false);
             }
         }
         if removed {
@@ -416,28 +491,37 @@ impl Stream {
     async fn ingest_loop(self: Arc<Self>, mut inbound: mpsc::Receiver<Inbound>, mut dedup: Dedup) {
         let mut batch = Vec::with_capacity(limits::STREAM_INGEST_BATCH_MESSAGES_MAX);
         let mut acks = Vec::with_capacity(limits::STREAM_INGEST_BATCH_MESSAGES_MAX);
+        let mut batches = Batches::default();
         let interval = match self.sync_policy {
             SyncPolicy::Interval(every) => every,
             _ => Duration::from_secs(3600),
         };
         let mut sync_timer = tokio::time::interval(interval);
         let mut limits_timer = tokio::time::interval(limits::STREAM_LIMITS_CHECK_INTERVAL);
+        let mut producers_timer = tokio::time::interval(limits::PRODUCER_SNAPSHOT_INTERVAL);
         loop {
             tokio::select! {
-                _ = limits_timer.tick() => self.enforce_limits(),
+                _ = limits_timer.tick() => {
+                    self.enforce_limits();
+                    batches.expire(self.config().batch_timeout(), std::time::Instant::now());
+                }
                 received = inbound.recv_many(&mut batch, limits::STREAM_INGEST_BATCH_MESSAGES_MAX) => {
                     if received == 0 {
                         break;
                     }
                     // The fsync blocks: let the runtime move other tasks off this worker meanwhile.
-                    tokio::task::block_in_place(|| self.store_batch(&mut batch, &mut dedup, &mut acks));
+                    tokio::task::block_in_place(|| self.store_batch(&mut batch, &mut dedup, &mut batches, &mut acks));
                     self.send_acks(&mut acks);
+                    batches.send_replies(&self);
                 }
                 _ = self.stop.notified() => break,
                 _ = sync_timer.tick(), if matches!(self.sync_policy, SyncPolicy::Interval(_)) => {
                     if let Err(error) = self.store().sync() {
                         tracing::error!(stream = %self.name, %error, "sync failed");
                     }
+                }
+                _ = producers_timer.tick() => {
+                    tokio::task::block_in_place(|| self.snapshot_producers(self.store().as_mut()));
                 }
             }
         }
@@ -448,10 +532,24 @@ impl Stream {
 
     /// Removes what has grown too old (max_age); other limits apply on append.
     fn enforce_limits(&self) {
-        if self.config().max_age <= 0 {
+        let max_age = self.config().max_age;
+        if max_age <= 0 {
             return;
         }
-        let removed = self.store().enforce_limits(now_ns());
+        let mut store = self.store();
+        let now = now_ns();
+        {
+            // L3: expiry must not take a message the producer snapshot does not cover.
+            let mut producers = lock(&self.producers);
+            if producers.expiry_needs_snapshot(max_age, now) {
+                if let Err(error) = producers.write_snapshot(store.as_mut(), now) {
+                    tracing::error!(stream = %self.name, %error, "not expiring: producer snapshot failed");
+                    return;
+                }
+            }
+        }
+        let removed = store.enforce_limits(now);
+        drop(store);
         match removed {
             Ok(0) => {}
             Ok(_) => self.notify_changed(),
@@ -459,10 +557,51 @@ impl Stream {
         }
     }
 
+    /// L3: writes the producer snapshot before removing stored message `seq` (`u64::MAX`: any)
+    /// when the removal could lose a producer's entry the snapshot does not hold yet.
+    fn before_removal(&self, store: &mut dyn StreamStore, seq: u64) -> std::io::Result<()> {
+        let mut producers = lock(&self.producers);
+        if producers.removal_needs_snapshot(seq) {
+            producers.write_snapshot(store, now_ns())?;
+        }
+        Ok(())
+    }
+
+    /// L3: the periodic (and final) producer snapshot, when producers changed since the last.
+    fn snapshot_producers(&self, store: &mut dyn StreamStore) {
+        let mut producers = lock(&self.producers);
+        if producers.is_loaded() && producers.periodic_due(store.state().last_seq) {
+            if let Err(error) = producers.write_snapshot(store, now_ns()) {
+                tracing::error!(stream = %self.name, %error, "cannot write the producer snapshot");
+            }
+        }
+    }
+
+    /// Deletes one stored message (the API's `MSG.DELETE`).
+    pub fn delete_message(&self, seq: u64) -> Result<bool, ApiError> {
+        let mut store = self.store();
+        self.before_removal(store.as_mut(), seq).map_err(ApiError::message_delete_failed)?;
+        store.delete(seq).map_err(ApiError::message_delete_failed)
+    }
+
+    /// Purges stored messages (the API's `STREAM.PURGE`).
+    pub fn purge(&self, request: &semaq_store::PurgeRequest) -> Result<u64, ApiError> {
+        let mut store = self.store();
+        self.before_removal(store.as_mut(), u64::MAX).map_err(ApiError::storage)?;
+        store.purge(request).map_err(store_error)
+    }
+
+    /// L3 producers for stream info: `{count, gaps, last_gap}`, or `None` below L3.
+    pub fn producers_info(&self) -> Option<Value> {
+        let producers = lock(&self.producers);
+        producers.is_loaded().then(|| producers.info())
+    }
+
     fn store_batch(
         &self,
         batch: &mut Vec<Inbound>,
         dedup: &mut Dedup,
+        batches: &mut Batches,
         acks: &mut Vec<(Option<String>, PublishOutcome)>,
     ) {
         let config = self.config();
@@ -470,9 +609,13 @@ impl Stream {
         let mut parents = super::lineage::Parents::check(self, &config, batch);
         let window_ns = self.duplicate_window_ns();
         let mut store = self.store();
+        let mut producers = lock(&self.producers);
         let now = now_ns();
         dedup.expire(now, window_ns);
-        let mut stored_any = false;
+        if config.exactly_once() {
+            // Also after an update raised the stream to L3.
+            producers.ensure_loaded(store.as_mut(), now);
+        }
         // Interest streams keep only what some consumer wants (nats-server's "no interest" skip).
         let interest: Option<Vec<Arc<super::config::ConsumerConfig>>> = (config.retention
             == super::config::Retention::Interest)
@@ -481,33 +624,44 @@ impl Stream {
         let mut schema = crate::registry::binding::for_stream(&self.shared, &config);
         // L4: the hash chain, held for the batch (lock order: store, then chain).
         let mut chain = self.provenance.as_deref().map(|provenance| provenance.writer(&config));
+        let mut ingest = Ingest {
+            config: &config,
+            store: store.as_mut(),
+            dedup,
+            producers: &mut producers,
+            schema: schema.as_mut(),
+            chain: chain.as_mut(),
+            interest: interest.as_deref(),
+            now,
+            window_ns,
+        };
+        let mut stored_any = false;
         for (index, mut message) in batch.drain(..).enumerate() {
             let size = message.subject.len() + message.headers.as_ref().map_or(0, Bytes::len) + message.payload.len();
             self.ingest_budget.give_back(size);
-            let checked = match parents.apply(index, &mut message) {
-                Err(refused) => Some(Err(refused)),
-                Ok(()) => schema.as_mut().map(|schema| schema.check(&message.payload)),
-            };
-            let mut outcome = match checked {
-                Some(Err(refused)) => Err(refused),
-                Some(Ok(())) => {
-                    crate::registry::binding::record_producer(&self.shared, &mut message);
-                    store_one(&config, store.as_mut(), dedup, &message, (now, window_ns), chain.as_mut())
-                }
-                None => store_one(&config, store.as_mut(), dedup, &message, (now, window_ns), chain.as_mut()),
-            };
-            if let (Ok((seq, false)), Some(consumers)) = (&outcome, &interest) {
-                let wanted = consumers.iter().any(|c| super::consumer::validate::filter_matches(c, &message.subject));
-                if !wanted {
-                    // The sequence is used and acknowledged, but nothing is kept.
-                    if let Err(error) = store.delete(*seq) {
-                        outcome = Err(store_error(error));
-                    }
-                }
+            // L4 lineage: what was decided before the store lock (a refusal, or the resolved parents).
+            if let Err(refused) = parents.apply(index, &mut message) {
+                acks.push((message.reply, Err(refused)));
+                continue;
             }
+            // Atomic batches are staged until their commit, then stored whole (batch.rs).
+            let mut message = match batches.route(&config, message, std::time::Instant::now()) {
+                Route::Single(message) => message,
+                Route::Staged => continue,
+                Route::Refused(reply, error) => {
+                    acks.push((reply, Err(error)));
+                    continue;
+                }
+                Route::Commit(commit) => {
+                    stored_any |= batch::commit(self, &mut ingest, commit, batches, acks);
+                    continue;
+                }
+            };
+            let outcome = self.ingest_one(&mut ingest, &mut message, false);
             stored_any |= matches!(outcome, Ok((_, false)));
             acks.push((message.reply, outcome));
         }
+        drop(producers);
         let mut written_ok = true;
         if stored_any {
             // An ack promises at least "handed to the OS": with `sync: always`, "on disk".
@@ -518,11 +672,13 @@ impl Stream {
             written_ok = written.is_ok();
             if let Err(error) = written {
                 tracing::error!(stream = %self.name, %error, "write failed; refusing the batch's acks");
+                let refusal = ApiError::storage(&error);
                 for (_, outcome) in acks.iter_mut() {
                     if outcome.is_ok() {
-                        *outcome = Err(ApiError::storage(&error));
+                        *outcome = Err(refusal.clone());
                     }
                 }
+                batches.refuse_commits(&refusal);
             }
         }
         if let Some(chain) = chain.as_mut() {
@@ -534,6 +690,79 @@ impl Stream {
         if stored_any {
             self.last_seq.send_replace(last_seq);
         }
+    }
+
+    /// Checks and stores one message: the L2 schema (unless the caller checked it), the L3
+    /// producer sequence, then [`store_one`] (dedup, expected headers, limits); an interest
+    /// stream drops at once what no consumer wants. Atomic batches store each message here too.
+    pub(super) fn ingest_one(
+        &self,
+        ingest: &mut Ingest<'_, '_>,
+        message: &mut Inbound,
+        schema_checked: bool,
+    ) -> PublishOutcome {
+        let exactly_once = ingest.config.exactly_once();
+        // L3: read on the headers as sent (a handle to them: lineage below may replace them, but
+        // only when there is no claim, so the claim stays true of what is stored).
+        let sent_headers = message.headers.clone().filter(|_| exactly_once);
+        let claim = producers::claim(sent_headers.as_deref())?;
+        if let Some(schema) = ingest.schema.as_deref_mut() {
+            if !schema_checked {
+                schema.check(&message.payload)?;
+            }
+            if claim.is_none() {
+                // A claim already names the producer; otherwise L2 lineage records one.
+                crate::registry::binding::record_producer(&self.shared, message);
+            }
+        }
+        if let Some(claim) = claim {
+            if let Verdict::Duplicate { stream_seq } = ingest.producers.check(claim)? {
+                return Ok((stream_seq, true));
+            }
+        }
+        if exactly_once {
+            self.before_append(ingest, message)?;
+        }
+        let outcome = store_one(
+            ingest.config,
+            ingest.store,
+            ingest.dedup,
+            message,
+            (ingest.now, ingest.window_ns),
+            ingest.chain.as_deref_mut(),
+        )?;
+        let (seq, false) = outcome else { return Ok(outcome) };
+        if exactly_once {
+            let stored = semaq_store::stored_size_bytes(&message.subject, message.headers.as_deref(), &message.payload);
+            ingest.producers.appended(stored);
+            if let Some(claim) = claim {
+                ingest.producers.record(claim, seq);
+            }
+        }
+        if let Some(consumers) = ingest.interest {
+            let wanted = consumers.iter().any(|c| super::consumer::validate::filter_matches(c, &message.subject));
+            if !wanted {
+                // The sequence is used and acknowledged, but nothing is kept.
+                if exactly_once && ingest.producers.removal_needs_snapshot(seq) {
+                    ingest.producers.write_snapshot(ingest.store, ingest.now).map_err(ApiError::storage)?;
+                }
+                ingest.store.delete(seq).map_err(store_error)?;
+            }
+        }
+        Ok((seq, false))
+    }
+
+    /// L3: before an append that the store's limits could answer by removing a message the
+    /// producer snapshot does not cover yet, brings the snapshot up to date.
+    fn before_append(&self, ingest: &mut Ingest<'_, '_>, message: &Inbound) -> Result<(), ApiError> {
+        let stored = semaq_store::stored_size_bytes(&message.subject, message.headers.as_deref(), &message.payload);
+        if ingest.producers.append_needs_snapshot(ingest.store.limits(), stored) {
+            ingest
+                .producers
+                .write_snapshot(ingest.store, ingest.now)
+                .map_err(|error| ApiError::storage(format!("cannot write the producer snapshot: {error}")))?;
+        }
+        Ok(())
     }
 
     fn send_acks(&self, acks: &mut Vec<(Option<String>, PublishOutcome)>) {
@@ -589,7 +818,29 @@ pub fn pub_ack_json(stream: &str, domain: Option<&str>, outcome: PublishOutcome)
 
 /// The value of header `name` in a raw header block.
 pub fn header_value(block: &[u8], name: &str) -> Option<String> {
-    HeaderBlock::parse(block).ok()?.get(name).map(str::to_string)
+    raw_header(block, name).map(str::to_string)
+}
+
+/// The value of header `name` in a raw `NATS/1.0` block, borrowed: the first line whose name
+/// matches case-insensitively, trimmed. A scan of the bytes, no allocation (the ingest path
+/// looks up several headers per message); lines without a colon are skipped.
+pub fn raw_header<'a>(block: &'a [u8], name: &str) -> Option<&'a str> {
+    let [value] = raw_headers(block, &[name]);
+    value
+}
+
+/// [`raw_header`] for several names in one pass over the block.
+pub fn raw_headers<'a, const N: usize>(block: &'a [u8], names: &[&str; N]) -> [Option<&'a str>; N] {
+    let mut found = [None; N];
+    for line in block.split(|byte| *byte == b'\n').skip(1) {
+        let Some(colon) = line.iter().position(|byte| *byte == b':') else { continue };
+        let key = line[..colon].trim_ascii();
+        let slot = names.iter().position(|name| key.eq_ignore_ascii_case(name.as_bytes()));
+        if let Some(slot) = slot.filter(|slot| found[*slot].is_none()) {
+            found[slot] = std::str::from_utf8(line[colon + 1..].trim_ascii()).ok();
+        }
+    }
+    found
 }
 
 /// Checks and stores one message (on L4 streams through `chain`, which checks and chains it).
@@ -608,20 +859,15 @@ fn store_one(
     if config.max_msg_size >= 0 && size as i64 > config.max_msg_size {
         return Err(ApiError::message_too_large());
     }
-    let headers = match &message.headers {
-        Some(block) => HeaderBlock::parse(block).ok(),
-        None => None,
-    };
-    let msg_id = headers.as_ref().and_then(|h| h.get(header::MSG_ID)).map(str::to_string);
-    let wants_ids = msg_id.is_some() || headers.as_ref().is_some_and(|h| h.get(header::EXPECTED_LAST_MSG_ID).is_some());
-    if wants_ids && !dedup.loaded {
+    let found = message.headers.as_deref().map(|block| raw_headers(block, &EXPECTATION_HEADERS));
+    let [msg_id, stream, last_seq, last_subject_seq, last_msg_id] = found.unwrap_or_default();
+    if (msg_id.is_some() || last_msg_id.is_some()) && !dedup.loaded {
         *dedup = recover_dedup(store, window_ns);
         dedup.expire(now, window_ns);
     }
-    if let Some(headers) = &headers {
-        check_expectations(config, store, dedup, headers, &message.subject)?;
-    }
-    if let Some(id) = &msg_id {
+    let expected = Expected { stream, last_seq, last_subject_seq, last_msg_id };
+    check_expectations(config, store, dedup, &expected, &message.subject)?;
+    if let Some(id) = msg_id {
         if let Some(seq) = dedup.by_id.get(id) {
             return Ok((*seq, true));
         }
@@ -632,7 +878,7 @@ fn store_one(
             store.append(&message.subject, message.headers.as_deref(), &message.payload, now).map_err(store_error)?.0
         }
     };
-    match &msg_id {
+    match msg_id {
         Some(id) => dedup.record(id, seq, now),
         // Every stored message sets the last id, empty when it has none (as nats-server).
         None => dedup.last_msg_id = None,
@@ -640,31 +886,48 @@ fn store_one(
     Ok((seq, false))
 }
 
+/// What `store_one` reads from a message's headers, in one pass: the id and the expectations.
+const EXPECTATION_HEADERS: [&str; 5] = [
+    header::MSG_ID,
+    header::EXPECTED_STREAM,
+    header::EXPECTED_LAST_SEQUENCE,
+    header::EXPECTED_LAST_SUBJECT_SEQUENCE,
+    header::EXPECTED_LAST_MSG_ID,
+];
+
+/// The `Nats-Expected-*` headers of one message.
+struct Expected<'a> {
+    stream: Option<&'a str>,
+    last_seq: Option<&'a str>,
+    last_subject_seq: Option<&'a str>,
+    last_msg_id: Option<&'a str>,
+}
+
 fn check_expectations(
     config: &StreamConfig,
     store: &mut dyn StreamStore,
     dedup: &Dedup,
-    headers: &HeaderBlock,
+    expected: &Expected<'_>,
     subject: &str,
 ) -> Result<(), ApiError> {
-    if let Some(expected) = headers.get(header::EXPECTED_STREAM) {
+    if let Some(expected) = expected.stream {
         if expected != config.name {
             return Err(ApiError::expected_stream_mismatch());
         }
     }
-    if let Some(expected) = headers.get(header::EXPECTED_LAST_SEQUENCE) {
+    if let Some(expected) = expected.last_seq {
         let last = store.state().last_seq;
         if expected.parse::<u64>().ok() != Some(last) {
             return Err(ApiError::wrong_last_sequence(last));
         }
     }
-    if let Some(expected) = headers.get(header::EXPECTED_LAST_SUBJECT_SEQUENCE) {
+    if let Some(expected) = expected.last_subject_seq {
         let last = store.get_last_for_subject(subject).map_err(store_error)?.map_or(0, |m| m.seq);
         if expected.parse::<u64>().ok() != Some(last) {
             return Err(ApiError::wrong_last_sequence(last));
         }
     }
-    if let Some(expected) = headers.get(header::EXPECTED_LAST_MSG_ID) {
+    if let Some(expected) = expected.last_msg_id {
         let last = dedup.last_msg_id.as_deref().unwrap_or("");
         if expected != last {
             return Err(ApiError::wrong_last_msg_id(last));

@@ -158,7 +158,7 @@ async fn bad_parent_references_are_refused_and_nothing_is_stored() {
     let forward =
         publish(&client, "rag.answer", l4_headers(&[("Semaq-Parent", "QUERIES:2")]), json!({"text": "a"})).await;
     assert!(error_of(&forward).contains("QUERIES:2 is not stored yet"), "{forward}");
-    assert_eq!((forward["error"]["code"].as_u64(), forward["error"]["err_code"].as_u64()), (Some(400), Some(10430)));
+    assert_eq!((forward["error"]["code"].as_u64(), forward["error"]["err_code"].as_u64()), (Some(400), Some(10450)));
     let own_future =
         publish(&client, "rag.answer", l4_headers(&[("Semaq-Parent", "ANSWERS:1")]), json!({"text": "a"})).await;
     assert!(error_of(&own_future).contains("stored up to sequence 0"), "{own_future}");

@@ -5,6 +5,7 @@ mod common;
 
 mod auth;
 mod crash;
+mod exactly_once;
 mod filter;
 mod harness;
 mod jetstream;

@@ -145,7 +145,8 @@ pub struct PublishPlan {
 
 /// Publishes with up to [`ACK_WINDOW`] acks outstanding and waits for all of them.
 pub async fn publish_pipelined(stream: &BenchStream, plan: &PublishPlan, progress: &ProgressBar) -> Result<Published> {
-    publish_payload_pipelined(stream, plan, Bytes::from(vec![b'x'; plan.size]), progress).await
+    let payload = Bytes::from(vec![b'x'; plan.size]);
+    publish_pipelined_with(stream, plan, progress, |_| (None, payload.clone())).await
 }
 
 /// [`publish_pipelined`] with a given payload (`plan.size` is not used).
@@ -154,6 +155,16 @@ pub async fn publish_payload_pipelined(
     plan: &PublishPlan,
     payload: Bytes,
     progress: &ProgressBar,
+) -> Result<Published> {
+    publish_pipelined_with(stream, plan, progress, |_| (None, payload.clone())).await
+}
+
+/// [`publish_pipelined`] with each message's headers and payload made by `message(index)`.
+pub async fn publish_pipelined_with(
+    stream: &BenchStream,
+    plan: &PublishPlan,
+    progress: &ProgressBar,
+    message: impl Fn(u64) -> (Option<async_nats::HeaderMap>, Bytes),
 ) -> Result<Published> {
     let mut in_flight = FuturesUnordered::new();
     let mut outcome = Published::new();
@@ -176,7 +187,13 @@ pub async fn publish_payload_pipelined(
             }
         }
         let sent_at = Instant::now();
-        let ack = stream.context.publish(stream.subject.clone(), payload.clone()).await.context("cannot publish")?;
+        let ack = match message(outcome.sent) {
+            (None, payload) => stream.context.publish(stream.subject.clone(), payload).await,
+            (Some(headers), payload) => {
+                stream.context.publish_with_headers(stream.subject.clone(), headers, payload).await
+            }
+        };
+        let ack = ack.context("cannot publish")?;
         in_flight.push(async move { (ack.await, sent_at.elapsed()) });
         outcome.sent += 1;
     }

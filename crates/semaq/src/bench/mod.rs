@@ -5,7 +5,8 @@
 //! side with `server.rs` starting them, `idle.rs` measuring memory per idle connection, `js_store.rs`
 //! memory with a million stored messages and the restart time, `js_schema.rs` js-pub to streams bound to
 //! a schema against the same stream without one, `disk.rs` probing the fsync latency the durable
-//! figures depend on, and `provenance.rs` the cost of level 4 and `semaq verify`'s speed.
+//! figures depend on, `levels.rs` js-pub on L1, L2 and L3 streams side by side, and `provenance.rs` the
+//! cost of level 4 and `semaq verify`'s speed.
 
 mod compare;
 mod disk;
@@ -16,6 +17,7 @@ mod jetstream;
 mod js_schema;
 mod js_store;
 mod latency;
+mod levels;
 mod provenance;
 mod server;
 mod stats;
@@ -50,6 +52,8 @@ enum BenchCommand {
     Queue(RunArgs),
     /// JetStream publish to a file stream, 1,000 acks outstanding: acked messages per second
     JsPub(RunArgs),
+    /// js-pub on an L1, an L2 (schema) and an L3 (producer sequences) stream of semaq-server, with ratios
+    JsPubLevels(levels::LevelsArgs),
     /// As js-pub, with the stream's metadata semaq.sync=never (SemaQ acks without fsync)
     JsPubNosync(RunArgs),
     /// JetStream publish, one at a time: ack latency percentiles
@@ -267,6 +271,7 @@ pub async fn run(target: &Target, args: BenchArgs) -> Result<()> {
         BenchCommand::Compare(compare_args) => return compare::run(compare_args).await,
         BenchCommand::FilterFanout(filter_args) => return filter_fanout::run(filter_args).await,
         BenchCommand::Provenance(provenance_args) => return provenance::run(provenance_args).await,
+        BenchCommand::JsPubLevels(levels_args) => return levels::run(target, levels_args).await,
         BenchCommand::Pubsub(run_args) => (Scenario::Pubsub, run_args),
         BenchCommand::Fanout(run_args) => (Scenario::Fanout, run_args),
         BenchCommand::Latency(run_args) => (Scenario::Latency, run_args),

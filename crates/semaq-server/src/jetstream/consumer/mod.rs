@@ -4,7 +4,7 @@
 //! - `state`: what has been delivered, what awaits an ack, and the waiting pull requests.
 //! - `pump`: the consumer's task, which hands messages to pull requests or the push subject.
 //! - `acks`: `+ACK`, `-NAK`, `+WPI`, `+TERM`, `+NXT` from `$JS.ACK.>` replies.
-//! - `persist`: durable consumers' config and state on disk.
+//! - `persist`: durable consumers' config and state on disk, and L3's durable double acks.
 //!
 //! Lock order: a consumer's `state` before its stream's `store`; deliveries are published only
 //! after `state` is released, so a delivery can never re-enter a consumer.
@@ -71,6 +71,10 @@ pub struct Consumer {
     stream: Weak<Stream>,
     shared: Weak<Shared>,
     dir: Option<PathBuf>,
+    /// L3: double-ack replies waiting for the next state save (group commit; see `persist`).
+    confirmations: Mutex<Vec<String>>,
+    /// Serializes state saves, so "nothing changed since the last save" means "already on disk".
+    save_lock: Mutex<()>,
 }
 
 impl std::fmt::Debug for Consumer {
@@ -108,6 +112,8 @@ impl Consumer {
             stream: Arc::downgrade(stream),
             shared: stream.shared(),
             dir,
+            confirmations: Mutex::new(Vec::new()),
+            save_lock: Mutex::new(()),
         });
         tokio::spawn(pump::run(consumer.clone(), stream.watch_last_seq()));
         consumer

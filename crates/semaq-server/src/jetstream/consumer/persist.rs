@@ -1,15 +1,23 @@
 //! Durable consumers on disk: `consumers/<name>/consumer.json` (config, creation time) and
 //! `consumers/<name>/state.json` (delivery and ack state), each replaced atomically.
+//!
+//! On L3 streams a double ack (an ack with a reply subject) is confirmed only once the state
+//! holding it is on disk: the ack is applied in memory on the connection's read path, its reply
+//! waits in `confirmations`, and the consumer's task saves the state once for all the replies
+//! that arrived meanwhile (group commit), then sends them.
 
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use super::Consumer;
+use super::{AckKind, Consumer};
+use crate::delivery::{FlushSet, Message};
 use crate::jetstream::config::ConsumerConfig;
+use crate::jetstream::producers::write_durably;
 use crate::jetstream::write_atomically;
-use crate::server::lock;
+use crate::limits;
+use crate::server::{lock, Shared};
 
 /// A consumer's saved delivery state.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -74,21 +82,81 @@ impl Consumer {
 
     /// Saves delivery state if it changed since the last save.
     pub fn save_state(&self) {
-        let Some(dir) = &self.dir else { return };
+        if let Err(error) = self.save_state_checked() {
+            tracing::error!(consumer = %self.name, %error, "cannot save consumer state");
+        }
+    }
+
+    /// Saves delivery state if it changed; `Ok` means every change made before the call is on
+    /// disk. On an L3 stream the save also syncs the directory, so it survives power loss.
+    fn save_state_checked(&self) -> std::io::Result<()> {
+        let Some(dir) = &self.dir else { return Ok(()) };
+        let _one_at_a_time = lock(&self.save_lock);
         let saved = {
             let mut state = lock(&self.state);
             if !state.dirty {
-                return;
+                return Ok(());
             }
             state.dirty = false;
             state.save()
         };
-        let result = serde_json::to_vec(&saved)
-            .map_err(std::io::Error::other)
-            .and_then(|bytes| write_atomically(&dir.join("state.json"), &bytes));
-        if let Err(error) = result {
-            tracing::error!(consumer = %self.name, %error, "cannot save consumer state");
+        let durable = self.stream().is_some_and(|stream| stream.config().exactly_once());
+        let path = dir.join("state.json");
+        let written = serde_json::to_vec(&saved).map_err(std::io::Error::other).and_then(|bytes| {
+            if durable {
+                write_durably(&path, &bytes)
+            } else {
+                write_atomically(&path, &bytes)
+            }
+        });
+        if written.is_err() {
+            lock(&self.state).dirty = true;
         }
+        written
+    }
+
+    /// Whether a double ack is confirmed only once the ack is on disk: durable consumers of L3
+    /// streams. Others are confirmed at once, as nats-server does.
+    pub fn confirms_durably(&self) -> bool {
+        self.dir.is_some() && self.stream().is_some_and(|stream| stream.config().exactly_once())
+    }
+
+    /// L3: queues the confirmation of an ack of `stream_seq` until the next state save. An ack
+    /// that did not land (the message is not delivered and pending here, e.g. the delivery was
+    /// lost with a crash) is not confirmed: the client's double ack times out, and the message
+    /// comes again. Beyond the bound the confirmation is dropped the same way.
+    pub fn confirm_when_saved(&self, reply: &str, stream_seq: u64, kind: &AckKind) {
+        if matches!(kind, AckKind::Ack | AckKind::Term) && !lock(&self.state).has_acked(stream_seq) {
+            return;
+        }
+        {
+            let mut confirmations = lock(&self.confirmations);
+            if confirmations.len() >= limits::ACK_CONFIRMATIONS_PENDING_MAX {
+                return;
+            }
+            confirmations.push(reply.to_string());
+        }
+        self.wake();
+    }
+
+    /// Saves the state once for every confirmation queued so far, then sends them (group commit,
+    /// in the consumer's task: never on the connection that sent the ack). If the save fails they
+    /// are not sent; the clients ack again.
+    pub(super) fn confirm_saved(&self, shared: &Shared) {
+        let replies = std::mem::take(&mut *lock(&self.confirmations));
+        if replies.is_empty() {
+            return;
+        }
+        if let Err(error) = tokio::task::block_in_place(|| self.save_state_checked()) {
+            tracing::error!(consumer = %self.name, %error, "cannot save consumer state; acks stay unconfirmed");
+            return;
+        }
+        let mut flush = FlushSet::default();
+        for reply in &replies {
+            let message = Message { subject: reply, reply: None, headers: None, payload: b"", publisher: None };
+            shared.publish_batched(reply, &message, &mut flush);
+        }
+        flush.flush();
     }
 
     /// Removes the consumer's files.

@@ -145,6 +145,7 @@ pub async fn run(consumer: Arc<Consumer>, mut last_seq: watch::Receiver<u64>) {
             break;
         }
         let (Some(stream), Some(shared)) = (consumer.stream(), consumer.shared.upgrade()) else { break };
+        consumer.confirm_saved(&shared);
         let next_wake = consumer.pump(&stream, &shared);
         if consumer.inactive_too_long() {
             tracing::debug!(consumer = %consumer.name, "removing inactive ephemeral consumer");
@@ -157,7 +158,7 @@ pub async fn run(consumer: Arc<Consumer>, mut last_seq: watch::Receiver<u64>) {
             _ = consumer.wake.notified() => {}
             changed = last_seq.changed() => if changed.is_err() { break },
             _ = sleep => {}
-            _ = save_timer.tick() => consumer.save_state(),
+            _ = save_timer.tick() => tokio::task::block_in_place(|| consumer.save_state()),
         }
     }
     consumer.save_state();

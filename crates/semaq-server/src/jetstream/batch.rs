@@ -1,0 +1,581 @@
+//! Atomic batch publish, as nats-server 2.12: messages with `Nats-Batch-Id`, numbered by
+//! `Nats-Batch-Sequence` from 1, the last with `Nats-Batch-Commit` (`1`: commit including this
+//! message; `eob`: commit excluding it). Every message of a committed batch is stored, one after
+//! another, and becomes visible to consumers at once, or none is.
+//!
+//! - Staging: an open batch waits in memory in the stream's ingest task (bounded per batch, per
+//!   connection and per stream; `limits.rs`). Each staged message is answered with an empty reply,
+//!   as nats-server does. A batch idle longer than its timeout is abandoned; a crash forgets it.
+//! - Commit: every message is checked first (the checks below plus the stream's own: schema,
+//!   producer sequences, dedup ids, expected headers, limits), then all are appended under the
+//!   store lock, which consumers need to read, and the fsync that follows covers them together.
+//!   A failure while appending deletes what the batch appended and undoes its producer and dedup
+//!   records. The commit's PubAck carries `batch` and `count`.
+//! - Crash: the last stored message of a batch carries `Nats-Batch-Commit: 1`. One task appends,
+//!   so only the stream's tail can hold a batch cut short; start-up removes such a tail
+//!   ([`remove_incomplete_tail`]).
+//!
+//! On streams of level 3 and above `allow_atomic` is always on (`StreamConfig::apply_exactly_once`).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use semaq_store::StreamStore;
+
+use super::config::{Discard, StreamConfig};
+use super::errors::ApiError;
+use super::producers::{self, raw_header};
+use super::stream::{header as js_header, Inbound, Ingest, PublishOutcome, Stream};
+use crate::delivery::{FlushSet, Message};
+use crate::limits;
+
+/// Batch headers (nats-server's names).
+pub mod header {
+    /// Names the batch a message belongs to.
+    pub const BATCH_ID: &str = "Nats-Batch-Id";
+    /// The message's position in its batch, from 1.
+    pub const BATCH_SEQUENCE: &str = "Nats-Batch-Sequence";
+    /// On the last message: `1` (commit with it) or `eob` (commit without it).
+    pub const BATCH_COMMIT: &str = "Nats-Batch-Commit";
+}
+
+/// Environment variable naming a test-only crash point: `batch-append:<n>` makes the server exit
+/// at once after appending the n-th message of a committed batch (after handing the appended
+/// records to the OS, without syncing), as a crash between two appends would.
+pub const FAILPOINT_ENV: &str = "SEMAQ_FAILPOINT";
+
+/// A batch waiting for its commit.
+#[derive(Debug)]
+struct Open {
+    messages: Vec<Inbound>,
+    bytes: usize,
+    last_active: Instant,
+    connection: Option<u64>,
+}
+
+/// A committed batch, ready to be checked and stored.
+#[derive(Debug)]
+pub struct Commit {
+    /// `Nats-Batch-Id`.
+    pub id: String,
+    /// Its messages in order (without an `eob` marker).
+    pub messages: Vec<Inbound>,
+    /// Where the commit's PubAck goes.
+    pub reply: Option<String>,
+}
+
+/// What the ingest task does with an arriving message.
+#[derive(Debug)]
+pub enum Route {
+    /// Not part of a batch: store it on its own.
+    Single(Inbound),
+    /// Staged in an open batch (its empty reply is queued).
+    Staged,
+    /// Refused: the PubAck error to send.
+    Refused(Option<String>, ApiError),
+    /// The last message of a batch arrived: store the whole batch.
+    Commit(Commit),
+}
+
+/// A reply the ingest task sends once the batch of appends it belongs to is synced.
+#[derive(Debug)]
+enum Reply {
+    /// A staged message: an empty message, as nats-server sends.
+    Staged(String),
+    /// A stored batch: its PubAck (or, when the sync failed, the error).
+    Committed { reply: String, outcome: Result<(u64, String, u64), ApiError> },
+}
+
+/// One stream's open atomic batches, owned by its ingest task.
+#[derive(Debug, Default)]
+pub struct Batches {
+    open: HashMap<String, Open>,
+    staged_bytes: usize,
+    replies: Vec<Reply>,
+}
+
+impl Batches {
+    /// Sorts a message: on its own, staged, refused, or the commit of its batch.
+    pub fn route(&mut self, config: &StreamConfig, message: Inbound, now: Instant) -> Route {
+        let id = match message.headers.as_deref().and_then(|block| raw_header(block, header::BATCH_ID)) {
+            Some(id) if !id.is_empty() => id.to_string(),
+            _ => return Route::Single(message),
+        };
+        match self.stage(config, &id, message, now) {
+            Ok(route) => route,
+            Err((reply, error)) => Route::Refused(reply, error),
+        }
+    }
+
+    fn stage(
+        &mut self,
+        config: &StreamConfig,
+        id: &str,
+        message: Inbound,
+        now: Instant,
+    ) -> Result<Route, (Option<String>, ApiError)> {
+        let refuse = |error: ApiError| (message.reply.clone(), error);
+        if !config.allow_atomic {
+            return Err(refuse(ApiError::atomic_publish_disabled()));
+        }
+        if config.level() >= 4 {
+            // A batch refused halfway is undone by deleting what it appended, which would break
+            // the hash chain; until the L4 checks run in the batch's pre-check, L4 refuses batches.
+            return Err(refuse(ApiError::atomic_publish_on_level_4()));
+        }
+        if id.len() > limits::ATOMIC_BATCH_ID_BYTES_MAX {
+            return Err(refuse(ApiError::atomic_publish_invalid_id()));
+        }
+        let block = message.headers.as_deref().unwrap_or_default();
+        let Some(seq) = raw_header(block, header::BATCH_SEQUENCE).and_then(|text| text.parse::<u64>().ok()) else {
+            return Err(refuse(ApiError::atomic_publish_missing_seq()));
+        };
+        let commit = raw_header(block, header::BATCH_COMMIT);
+        let eob = commit == Some("eob");
+        // The "end of batch" marker is not stored, so it does not count toward the size.
+        let size = seq.saturating_sub(u64::from(eob));
+        if !self.open.contains_key(id) {
+            if seq != 1 {
+                let too_large = size > limits::ATOMIC_BATCH_MESSAGES_MAX as u64;
+                return Err(refuse(if too_large { too_large_error() } else { ApiError::atomic_publish_incomplete() }));
+            }
+            self.open_batch(id, message.publisher, now).map_err(refuse)?;
+        }
+        let message_bytes = message.headers.as_ref().map_or(0, Bytes::len) + message.payload.len();
+        let problem = self.problem(id, seq, size, message_bytes, commit, now, config.batch_timeout());
+        if let Some(error) = problem {
+            self.abandon(id);
+            return Err(refuse(error));
+        }
+        let Some(open) = self.open.get_mut(id) else { return Err(refuse(ApiError::atomic_publish_incomplete())) };
+        open.last_active = now;
+        if commit.is_none() {
+            open.bytes += message_bytes;
+            self.staged_bytes += message_bytes;
+            if let Some(reply) = message.reply.clone().filter(|_| !config.no_ack) {
+                self.replies.push(Reply::Staged(reply));
+            }
+            open.messages.push(message);
+            return Ok(Route::Staged);
+        }
+        let Some(mut open) = self.open.remove(id) else { return Err(refuse(ApiError::atomic_publish_incomplete())) };
+        self.staged_bytes -= open.bytes;
+        let reply = message.reply.clone();
+        if !eob {
+            open.messages.push(message);
+        }
+        Ok(Route::Commit(Commit { id: id.to_string(), messages: open.messages, reply }))
+    }
+
+    /// Opens a batch, within the stream's and the connection's bounds.
+    fn open_batch(&mut self, id: &str, connection: Option<u64>, now: Instant) -> Result<(), ApiError> {
+        let by_connection = self.open.values().filter(|open| open.connection == connection).count();
+        if self.open.len() >= limits::ATOMIC_BATCHES_PER_STREAM_MAX
+            || (connection.is_some() && by_connection >= limits::ATOMIC_BATCHES_PER_CONNECTION_MAX)
+        {
+            return Err(ApiError::atomic_publish_too_many_inflight());
+        }
+        let open = Open { messages: Vec::new(), bytes: 0, last_active: now, connection };
+        self.open.insert(id.to_string(), open);
+        Ok(())
+    }
+
+    /// Why the next message of open batch `id` ends it, if it does (nats-server's order of checks).
+    #[allow(clippy::too_many_arguments)]
+    fn problem(
+        &self,
+        id: &str,
+        seq: u64,
+        size: u64,
+        message_bytes: usize,
+        commit: Option<&str>,
+        now: Instant,
+        timeout: Duration,
+    ) -> Option<ApiError> {
+        let open = self.open.get(id)?;
+        if commit.is_some_and(|commit| commit != "1" && commit != "eob") {
+            return Some(ApiError::atomic_publish_invalid_commit());
+        }
+        let timed_out = now.duration_since(open.last_active) > timeout;
+        let eob = commit == Some("eob");
+        if seq != open.messages.len() as u64 + 1 || timed_out || (seq == 1 && eob) {
+            return Some(ApiError::atomic_publish_incomplete());
+        }
+        if size > limits::ATOMIC_BATCH_MESSAGES_MAX as u64 {
+            return Some(too_large_error());
+        }
+        let staged = if eob { 0 } else { message_bytes };
+        if open.bytes + staged > limits::ATOMIC_BATCH_BYTES_MAX
+            || self.staged_bytes + staged > limits::ATOMIC_BATCH_STAGED_BYTES_PER_STREAM_MAX
+        {
+            return Some(ApiError::atomic_publish_too_large(format!(
+                "{} bytes staged at most per batch",
+                limits::ATOMIC_BATCH_BYTES_MAX
+            )));
+        }
+        None
+    }
+
+    fn abandon(&mut self, id: &str) {
+        if let Some(open) = self.open.remove(id) {
+            self.staged_bytes -= open.bytes;
+        }
+    }
+
+    /// Abandons batches idle longer than `timeout`; returns how many.
+    pub fn expire(&mut self, timeout: Duration, now: Instant) -> usize {
+        let expired: Vec<String> = self
+            .open
+            .iter()
+            .filter(|(_, open)| now.duration_since(open.last_active) > timeout)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &expired {
+            tracing::debug!(batch = %id, "abandoning an idle atomic batch");
+            self.abandon(id);
+        }
+        expired.len()
+    }
+
+    /// Open batches right now.
+    pub fn open_count(&self) -> usize {
+        self.open.len()
+    }
+
+    /// The sync after the appends failed: committed batches are answered with the error instead.
+    pub fn refuse_commits(&mut self, error: &ApiError) {
+        for reply in &mut self.replies {
+            if let Reply::Committed { outcome, .. } = reply {
+                *outcome = Err(error.clone());
+            }
+        }
+    }
+
+    /// Sends the queued replies (after the sync that made committed batches durable).
+    pub fn send_replies(&mut self, stream: &Stream) {
+        if self.replies.is_empty() {
+            return;
+        }
+        let Some(shared) = stream.shared().upgrade() else {
+            self.replies.clear();
+            return;
+        };
+        let domain = shared.options.jetstream_domain.clone();
+        let mut flush = FlushSet::default();
+        for reply in self.replies.drain(..) {
+            let (subject, body) = match reply {
+                Reply::Staged(subject) => (subject, Vec::new()),
+                Reply::Committed { reply, outcome } => (reply, commit_ack(&stream.name, domain.as_deref(), outcome)),
+            };
+            let message = Message { subject: &subject, reply: None, headers: None, payload: &body, publisher: None };
+            shared.publish_batched(&subject, &message, &mut flush);
+        }
+        flush.flush();
+    }
+}
+
+fn too_large_error() -> ApiError {
+    ApiError::atomic_publish_too_large(limits::ATOMIC_BATCH_MESSAGES_MAX)
+}
+
+/// The commit's PubAck body: the last message's sequence, the batch id and its size.
+fn commit_ack(stream: &str, domain: Option<&str>, outcome: Result<(u64, String, u64), ApiError>) -> Vec<u8> {
+    let body = match outcome {
+        Ok((seq, id, count)) => {
+            let mut ack = super::stream::pub_ack_json(stream, domain, Ok((seq, false)));
+            ack["batch"] = serde_json::json!(id);
+            ack["count"] = serde_json::json!(count);
+            ack
+        }
+        Err(error) => super::stream::pub_ack_json(stream, domain, Err(error)),
+    };
+    body.to_string().into_bytes()
+}
+
+/// Checks and stores a committed batch; returns whether anything was stored (to be synced).
+/// A refusal goes to `acks` as the commit's PubAck error; success waits in `batches` for the sync.
+pub fn commit(
+    stream: &Stream,
+    ingest: &mut Ingest<'_, '_>,
+    commit: Commit,
+    batches: &mut Batches,
+    acks: &mut Vec<(Option<String>, PublishOutcome)>,
+) -> bool {
+    let Commit { id, mut messages, reply } = commit;
+    if let Err(error) = precheck(ingest, &messages) {
+        acks.push((reply, Err(error)));
+        return false;
+    }
+    if let Some(last) = messages.last_mut() {
+        mark_committed(last);
+    }
+    let count = messages.len() as u64;
+    match append_all(stream, ingest, messages) {
+        Ok(last_seq) => {
+            if let Some(reply) = reply.filter(|_| !ingest.config.no_ack) {
+                batches.replies.push(Reply::Committed { reply, outcome: Ok((last_seq, id, count)) });
+            }
+            true
+        }
+        Err(error) => {
+            acks.push((reply, Err(error)));
+            false
+        }
+    }
+}
+
+/// The last stored message of a batch says the batch is complete (`eob` commits add it).
+fn mark_committed(message: &mut Inbound) {
+    let block = message.headers.as_deref().unwrap_or_default();
+    if raw_header(block, header::BATCH_COMMIT) == Some("1") {
+        return;
+    }
+    let line = format!("{}: 1\r\n", header::BATCH_COMMIT);
+    let marked = match block.strip_suffix(b"\r\n\r\n") {
+        Some(head) => [head, b"\r\n", line.as_bytes(), b"\r\n"].concat(),
+        None => format!("NATS/1.0\r\n{line}\r\n").into_bytes(),
+    };
+    message.headers = Some(Bytes::from(marked));
+}
+
+/// Everything that can refuse a batch before anything is appended, so a refusal leaves no trace.
+fn precheck(ingest: &mut Ingest<'_, '_>, messages: &[Inbound]) -> Result<(), ApiError> {
+    let config = ingest.config;
+    if config.sealed {
+        return Err(ApiError::sealed());
+    }
+    let mut ids = HashSet::new();
+    let mut subjects = HashSet::new();
+    let mut bytes = 0u64;
+    for (index, message) in messages.iter().enumerate() {
+        let block = message.headers.as_deref().unwrap_or_default();
+        let size = block.len() + message.payload.len();
+        if config.max_msg_size >= 0 && size as i64 > config.max_msg_size {
+            return Err(ApiError::message_too_large());
+        }
+        bytes += semaq_store::stored_size_bytes(&message.subject, message.headers.as_deref(), &message.payload);
+        if raw_header(block, js_header::EXPECTED_LAST_MSG_ID).is_some() {
+            return Err(ApiError::atomic_publish_unsupported_header(js_header::EXPECTED_LAST_MSG_ID));
+        }
+        // Only the first message may expect the stream's last sequence; an expectation on a
+        // subject this batch already wrote could not hold.
+        let expects_last = raw_header(block, js_header::EXPECTED_LAST_SEQUENCE).is_some();
+        let expects_subject = raw_header(block, js_header::EXPECTED_LAST_SUBJECT_SEQUENCE).is_some();
+        if (expects_last && index > 0) || (expects_subject && subjects.contains(message.subject.as_str())) {
+            return Err(ApiError::wrong_last_sequence_constant());
+        }
+        subjects.insert(message.subject.as_str());
+        if let Some(msg_id) = raw_header(block, js_header::MSG_ID) {
+            if !ids.insert(msg_id) || ingest.knows_msg_id(msg_id) {
+                return Err(ApiError::atomic_publish_duplicate(None));
+            }
+        }
+        if let Some(schema) = ingest.schema.as_deref_mut() {
+            schema.check(&message.payload)?;
+        }
+    }
+    if config.exactly_once() {
+        let mut claims = Vec::with_capacity(messages.len());
+        for message in messages {
+            claims.extend(producers::claim(message.headers.as_deref())?);
+        }
+        ingest.producers.check_all(claims.into_iter())?;
+    }
+    check_discard_new(config, ingest.store, messages.len() as u64, bytes)
+}
+
+/// With `discard: new`, a batch that would not fit is refused whole.
+fn check_discard_new(config: &StreamConfig, store: &dyn StreamStore, count: u64, bytes: u64) -> Result<(), ApiError> {
+    if config.discard != Discard::New {
+        return Ok(());
+    }
+    let state = store.state();
+    if config.max_msgs > 0 && state.msgs + count > config.max_msgs as u64 {
+        return Err(ApiError::max_messages());
+    }
+    if config.max_bytes > 0 && state.bytes + bytes > config.max_bytes as u64 {
+        return Err(ApiError::max_bytes());
+    }
+    Ok(())
+}
+
+/// Appends every message through the stream's own per-message path; on the first refusal,
+/// deletes what was appended and undoes the producer and dedup records. Returns the last sequence.
+fn append_all(stream: &Stream, ingest: &mut Ingest<'_, '_>, messages: Vec<Inbound>) -> Result<u64, ApiError> {
+    let undo_dedup = ingest.dedup_mark();
+    ingest.producers.begin_batch(ingest.store.state().last_seq);
+    let mut appended = Vec::with_capacity(messages.len());
+    let mut failure = None;
+    for mut message in messages {
+        match stream.ingest_one(ingest, &mut message, true) {
+            Ok((seq, false)) => appended.push(seq),
+            Ok((_, true)) => failure = Some(ApiError::atomic_publish_duplicate(None)),
+            Err(error) => failure = Some(error),
+        }
+        if failure.is_some() {
+            break;
+        }
+        failpoint_after_append(ingest.store, appended.len());
+    }
+    let Some(error) = failure else {
+        ingest.producers.commit_batch();
+        return Ok(appended.last().copied().unwrap_or_default());
+    };
+    for seq in appended.iter().rev() {
+        if let Err(delete_error) = ingest.store.delete(*seq) {
+            // The batch has no commit marker: start-up removes what is left of it.
+            tracing::error!(stream = %stream.name, seq, %delete_error, "cannot remove a refused batch's message");
+        }
+    }
+    ingest.producers.rollback_batch();
+    ingest.dedup_rollback(undo_dedup);
+    Err(error)
+}
+
+/// The test-only crash point ([`FAILPOINT_ENV`]).
+fn failpoint_after_append(store: &mut dyn StreamStore, appended: usize) {
+    static AFTER: OnceLock<Option<usize>> = OnceLock::new();
+    let after =
+        AFTER.get_or_init(|| std::env::var(FAILPOINT_ENV).ok()?.strip_prefix("batch-append:")?.trim().parse().ok());
+    if *after == Some(appended) {
+        let _ = store.flush();
+        tracing::warn!("{FAILPOINT_ENV}: exiting after appending message {appended} of a batch");
+        std::process::exit(86);
+    }
+}
+
+/// Removes an atomic batch cut short by a crash from the end of the stream: messages carrying
+/// one `Nats-Batch-Id` and no `Nats-Batch-Commit` at the tail, back to the batch's first. Only
+/// the tail can hold one (one task appends, a batch at a time). Returns how many were removed.
+pub fn remove_incomplete_tail(store: &mut dyn StreamStore) -> u64 {
+    let state = store.state();
+    let lowest = state.first_seq.max(state.last_seq.saturating_sub(limits::ATOMIC_BATCH_TAIL_SCAN_MESSAGES_MAX));
+    let mut tail: Option<String> = None;
+    let mut doomed = Vec::new();
+    for seq in (lowest..=state.last_seq).rev() {
+        let Ok(Some(message)) = store.get(seq) else { continue };
+        let block = message.headers.as_deref().unwrap_or_default();
+        let id = raw_header(block, header::BATCH_ID).filter(|id| !id.is_empty());
+        let (Some(id), None) = (id, raw_header(block, header::BATCH_COMMIT)) else { break };
+        if tail.get_or_insert_with(|| id.to_string()) != id {
+            break;
+        }
+        doomed.push(seq);
+        if raw_header(block, header::BATCH_SEQUENCE) == Some("1") {
+            break;
+        }
+    }
+    let mut removed = 0;
+    for seq in doomed {
+        match store.delete(seq) {
+            Ok(true) => removed += 1,
+            Ok(false) => {}
+            Err(error) => tracing::error!(seq, %error, "cannot remove an uncommitted batch message"),
+        }
+    }
+    if let Some(id) = tail.filter(|_| removed > 0) {
+        tracing::warn!(batch = %id, removed, "removed an atomic batch a crash left uncommitted");
+    }
+    removed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(headers: &[(&str, &str)], reply: Option<&str>) -> Inbound {
+        let lines: String = headers.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
+        Inbound {
+            subject: "orders.new".into(),
+            reply: reply.map(str::to_string),
+            headers: Some(Bytes::from(format!("NATS/1.0\r\n{lines}\r\n"))),
+            payload: Bytes::from_static(b"{}"),
+            publisher: Some(1),
+        }
+    }
+
+    fn atomic() -> StreamConfig {
+        StreamConfig { allow_atomic: true, ..StreamConfig::default() }
+    }
+
+    fn refused_code(route: Route) -> u32 {
+        match route {
+            Route::Refused(_, error) => error.err_code,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_batch_is_staged_then_committed_whole() {
+        let mut batches = Batches::default();
+        let now = Instant::now();
+        let first = message(&[(header::BATCH_ID, "b1"), (header::BATCH_SEQUENCE, "1")], Some("r1"));
+        assert!(matches!(batches.route(&atomic(), first, now), Route::Staged));
+        assert_eq!(batches.replies.len(), 1, "a staged message gets an empty reply");
+        let last =
+            message(&[(header::BATCH_ID, "b1"), (header::BATCH_SEQUENCE, "2"), (header::BATCH_COMMIT, "1")], None);
+        let Route::Commit(commit) = batches.route(&atomic(), last, now) else { panic!("commit") };
+        assert_eq!((commit.id.as_str(), commit.messages.len()), ("b1", 2));
+        assert_eq!((batches.open_count(), batches.staged_bytes), (0, 0));
+    }
+
+    #[test]
+    fn an_eob_commit_is_not_stored_and_the_last_message_gets_the_marker() {
+        let mut batches = Batches::default();
+        let now = Instant::now();
+        batches.route(&atomic(), message(&[(header::BATCH_ID, "b"), (header::BATCH_SEQUENCE, "1")], None), now);
+        let eob =
+            message(&[(header::BATCH_ID, "b"), (header::BATCH_SEQUENCE, "2"), (header::BATCH_COMMIT, "eob")], None);
+        let Route::Commit(mut commit) = batches.route(&atomic(), eob, now) else { panic!("commit") };
+        assert_eq!(commit.messages.len(), 1);
+        mark_committed(&mut commit.messages[0]);
+        let block = commit.messages[0].headers.clone().unwrap();
+        assert_eq!(raw_header(&block, header::BATCH_COMMIT), Some("1"));
+        assert_eq!(raw_header(&block, header::BATCH_SEQUENCE), Some("1"));
+    }
+
+    #[test]
+    fn batches_are_refused_as_nats_server_refuses_them() {
+        let now = Instant::now();
+        let start = |id: &str| message(&[(header::BATCH_ID, id), (header::BATCH_SEQUENCE, "1")], None);
+        let disabled = Batches::default().route(&StreamConfig::default(), start("b"), now);
+        assert_eq!(refused_code(disabled), 10174);
+        let long_id = "x".repeat(65);
+        assert_eq!(refused_code(Batches::default().route(&atomic(), start(&long_id), now)), 10179);
+        let no_seq = message(&[(header::BATCH_ID, "b")], None);
+        assert_eq!(refused_code(Batches::default().route(&atomic(), no_seq, now)), 10175);
+        let unknown = message(&[(header::BATCH_ID, "b"), (header::BATCH_SEQUENCE, "2")], None);
+        assert_eq!(refused_code(Batches::default().route(&atomic(), unknown, now)), 10176);
+        let huge = message(&[(header::BATCH_ID, "b"), (header::BATCH_SEQUENCE, "1001")], None);
+        assert_eq!(refused_code(Batches::default().route(&atomic(), huge, now)), 10199);
+
+        let mut batches = Batches::default();
+        batches.route(&atomic(), start("g"), now);
+        let gap = message(&[(header::BATCH_ID, "g"), (header::BATCH_SEQUENCE, "3")], None);
+        assert_eq!(refused_code(batches.route(&atomic(), gap, now)), 10176);
+        assert_eq!(batches.open_count(), 0, "a gap abandons the batch");
+        batches.route(&atomic(), start("c"), now);
+        let bad_commit =
+            message(&[(header::BATCH_ID, "c"), (header::BATCH_SEQUENCE, "2"), (header::BATCH_COMMIT, "x")], None);
+        assert_eq!(refused_code(batches.route(&atomic(), bad_commit, now)), 10200);
+        assert_eq!(batches.open_count(), 0);
+    }
+
+    #[test]
+    fn open_batches_are_bounded_per_connection_and_expire() {
+        let mut batches = Batches::default();
+        let now = Instant::now();
+        for n in 0..limits::ATOMIC_BATCHES_PER_CONNECTION_MAX {
+            let id = format!("b{n}");
+            let first = message(&[(header::BATCH_ID, &id), (header::BATCH_SEQUENCE, "1")], None);
+            assert!(matches!(batches.route(&atomic(), first, now), Route::Staged));
+        }
+        let one_more = message(&[(header::BATCH_ID, "extra"), (header::BATCH_SEQUENCE, "1")], None);
+        assert_eq!(refused_code(batches.route(&atomic(), one_more, now)), 10210);
+        let later = now + limits::ATOMIC_BATCH_TIMEOUT + Duration::from_millis(1);
+        assert_eq!(batches.expire(limits::ATOMIC_BATCH_TIMEOUT, later), limits::ATOMIC_BATCHES_PER_CONNECTION_MAX);
+        assert_eq!(batches.staged_bytes, 0);
+    }
+}

@@ -1,0 +1,561 @@
+//! L3 idempotent producers: `Semaq-Producer` + `Semaq-Producer-Seq` on a stream of level ≥ 3.
+//!
+//! Each producer's last stored sequence is remembered for as long as the stream exists (not
+//! bounded by the dedup window): a repeat or older sequence is acknowledged as a duplicate and
+//! not stored; a gap is accepted, stored, and counted for stream info.
+//!
+//! The table is derived from the stored messages, which carry their producer headers. On disk,
+//! `producers.json` in the stream directory is a snapshot of the table that accounts for every
+//! message up to `covered_seq`; start-up loads it and re-reads the messages stored after
+//! `covered_seq`. That rebuild is exact as long as no message after `covered_seq` was removed
+//! while it mattered, so every path that removes messages asks first (`*_needs_snapshot`) and the
+//! stream writes a snapshot before the removal. `docs/design.md` has the argument.
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use semaq_store::{DiscardPolicy, StoreLimits, StreamStore};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use super::errors::ApiError;
+pub use super::stream::{raw_header, raw_headers};
+use crate::limits;
+
+/// Header naming the producer (also L2's lineage header).
+pub const PRODUCER: &str = "Semaq-Producer";
+/// Header carrying the producer's sequence, strictly increasing from 1.
+pub const PRODUCER_SEQ: &str = "Semaq-Producer-Seq";
+/// The snapshot's file name inside the stream directory.
+pub const SNAPSHOT_FILE: &str = "producers.json";
+const MAGIC: &str = "SEMAQ-PRODUCERS";
+const FORMAT_VERSION: u32 = 1;
+
+/// A producer id and the sequence it gave one message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Claim<'a> {
+    /// `Semaq-Producer`.
+    pub producer: &'a str,
+    /// `Semaq-Producer-Seq`.
+    pub seq: u64,
+}
+
+/// Reads a message's producer headers: `None` when it has no `Semaq-Producer-Seq` (a
+/// `Semaq-Producer` alone is plain lineage); an error when the sequence has no producer or is
+/// not a positive integer.
+pub fn claim(block: Option<&[u8]>) -> Result<Option<Claim<'_>>, ApiError> {
+    let Some(block) = block else { return Ok(None) };
+    let [Some(seq_text), producer] = raw_headers(block, &[PRODUCER_SEQ, PRODUCER]) else { return Ok(None) };
+    let producer = producer.filter(|producer| !producer.is_empty());
+    let Some(producer) = producer else {
+        return Err(ApiError::invalid_producer(format!(
+            "{PRODUCER_SEQ} needs a {PRODUCER} header naming the producer"
+        )));
+    };
+    if producer.len() > limits::PRODUCER_ID_BYTES_MAX {
+        let max = limits::PRODUCER_ID_BYTES_MAX;
+        return Err(ApiError::invalid_producer(format!("{PRODUCER} is longer than {max} bytes")));
+    }
+    match seq_text.parse::<u64>() {
+        Ok(seq) if seq > 0 => Ok(Some(Claim { producer, seq })),
+        _ => Err(ApiError::invalid_producer(format!(
+            "{PRODUCER_SEQ} must be an integer from 1 to {}, not {seq_text:?}",
+            u64::MAX
+        ))),
+    }
+}
+
+/// What an arriving producer sequence is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Newer than anything stored from this producer: store it.
+    Fresh,
+    /// A repeat or an older sequence: acknowledge as a duplicate of this stream sequence (the
+    /// original's when it repeats the last one, else the producer's last stored message).
+    Duplicate {
+        /// The stream sequence the duplicate ack names.
+        stream_seq: u64,
+    },
+}
+
+/// A producer's last stored message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+struct Last {
+    seq: u64,
+    stream_seq: u64,
+}
+
+/// The most recent gap: a producer sequence stored after a missing one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Gap {
+    /// The producer.
+    pub producer: String,
+    /// The sequence that was due.
+    pub expected: u64,
+    /// The sequence that came.
+    pub got: u64,
+}
+
+/// The snapshot file's body.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Snapshot {
+    covered_seq: u64,
+    gaps: u64,
+    last_gap: Option<Gap>,
+    /// Producer id → `[last producer seq, its stream seq]`.
+    producers: HashMap<String, (u64, u64)>,
+}
+
+/// What an atomic batch being applied changed, so it can be undone or left out of a snapshot.
+#[derive(Debug, Default)]
+struct BatchMark {
+    /// The stream's last sequence before the batch.
+    start_seq: u64,
+    /// Each entry the batch replaced, oldest first.
+    undo: Vec<(String, Option<Last>)>,
+    gaps: u64,
+    last_gap: Option<Gap>,
+    /// Whether the table as it was before the batch is not on disk yet.
+    dirty: bool,
+    since_msgs: u64,
+    since_bytes: u64,
+}
+
+/// One stream's producer table and its snapshot.
+#[derive(Debug)]
+pub struct Producers {
+    table: HashMap<String, Last>,
+    gaps: u64,
+    last_gap: Option<Gap>,
+    /// The snapshot file (`None` for memory streams, which a restart empties anyway).
+    file: Option<PathBuf>,
+    /// Whether the table was rebuilt from the snapshot and the store since start.
+    loaded: bool,
+    /// Every stored message up to here is accounted for in the snapshot on disk.
+    covered_seq: u64,
+    /// When that snapshot was taken (unix ns); later messages are stamped no earlier.
+    snapshot_at_ns: i64,
+    /// A message after `covered_seq` changed the table: the snapshot is behind.
+    dirty: bool,
+    /// Messages appended after `covered_seq`.
+    since_msgs: u64,
+    /// Stored bytes (record sizes) appended after `covered_seq`.
+    since_bytes: u64,
+    batch: Option<BatchMark>,
+}
+
+impl Producers {
+    /// An empty, not yet loaded table whose snapshot lives in `dir` (when the stream has one).
+    pub fn new(dir: Option<&Path>) -> Self {
+        Self {
+            table: HashMap::new(),
+            gaps: 0,
+            last_gap: None,
+            file: dir.map(|dir| dir.join(SNAPSHOT_FILE)),
+            loaded: false,
+            covered_seq: 0,
+            snapshot_at_ns: 0,
+            dirty: false,
+            since_msgs: 0,
+            since_bytes: 0,
+            batch: None,
+        }
+    }
+
+    /// Rebuilds the table once: the snapshot, then every stored message after it. Then writes a
+    /// fresh snapshot up to the last message, so the counts of what came since start at zero.
+    pub fn ensure_loaded(&mut self, store: &mut dyn StreamStore, now_ns: i64) {
+        if self.loaded {
+            return;
+        }
+        self.loaded = true;
+        if let Some(file) = self.file.clone() {
+            self.read_snapshot(&file);
+        }
+        let last_seq = store.state().last_seq;
+        if self.covered_seq > last_seq {
+            tracing::warn!("producer snapshot covers sequence {} past the stream's last {last_seq}", self.covered_seq);
+        }
+        self.dirty |= self.rescan(store, last_seq) > 0;
+        let Some(file) = self.file.clone() else { return };
+        if self.dirty || self.covered_seq != last_seq || !file.exists() {
+            if let Err(error) = self.write_snapshot(store, now_ns) {
+                // The counts since the snapshot are unknown: assume the worst until one is written.
+                (self.dirty, self.since_msgs, self.since_bytes) = (true, u64::MAX / 2, u64::MAX / 2);
+                tracing::error!(%error, "cannot write the producer snapshot");
+            }
+        }
+    }
+
+    fn read_snapshot(&mut self, file: &Path) {
+        let bytes = match std::fs::read(file) {
+            Ok(bytes) => bytes,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return,
+            Err(error) => {
+                tracing::error!("cannot read {}: {error}; rebuilding from the stored messages", file.display());
+                return;
+            }
+        };
+        match decode(&bytes) {
+            Ok(snapshot) => {
+                self.covered_seq = snapshot.covered_seq;
+                self.gaps = snapshot.gaps;
+                self.last_gap = snapshot.last_gap;
+                self.table = snapshot
+                    .producers
+                    .into_iter()
+                    .map(|(id, (seq, stream_seq))| (id, Last { seq, stream_seq }))
+                    .collect();
+            }
+            Err(reason) => tracing::error!(
+                "{} is damaged ({reason}); rebuilding producers from the stored messages (ones removed by retention are forgotten)",
+                file.display()
+            ),
+        }
+    }
+
+    /// Applies the producer headers of every stored message after `covered_seq`; returns how many had some.
+    fn rescan(&mut self, store: &dyn StreamStore, last_seq: u64) -> u64 {
+        let mut found = 0;
+        let mut next = self.covered_seq + 1;
+        while next <= last_seq {
+            match store.get_next(next, None) {
+                Ok(Some(message)) => {
+                    next = message.seq + 1;
+                    if let Ok(Some(claim)) = claim(message.headers.as_deref()) {
+                        self.record(claim, message.seq);
+                        found += 1;
+                    }
+                }
+                Ok(None) => break,
+                Err(semaq_store::StoreError::Corrupt { seq, .. }) => next = seq + 1,
+                Err(error) => {
+                    tracing::error!(%error, "cannot re-read stored producers");
+                    break;
+                }
+            }
+        }
+        found
+    }
+
+    /// Whether the table is in use (the stream is L3 and has loaded it).
+    pub fn is_loaded(&self) -> bool {
+        self.loaded
+    }
+
+    /// Judges an arriving sequence against the producer's last stored one.
+    pub fn check(&self, claim: Claim<'_>) -> Result<Verdict, ApiError> {
+        match self.table.get(claim.producer) {
+            Some(last) if claim.seq <= last.seq => Ok(Verdict::Duplicate { stream_seq: last.stream_seq }),
+            Some(_) => Ok(Verdict::Fresh),
+            None if self.table.len() >= limits::PRODUCERS_PER_STREAM_MAX => {
+                Err(ApiError::too_many_producers(limits::PRODUCERS_PER_STREAM_MAX))
+            }
+            None => Ok(Verdict::Fresh),
+        }
+    }
+
+    /// Judges a batch's sequences in order, as if each earlier one had been stored: the first
+    /// duplicate or error, with the stream sequence it duplicates.
+    pub fn check_all<'a>(&self, claims: impl Iterator<Item = Claim<'a>>) -> Result<(), ApiError> {
+        let mut staged: HashMap<&str, u64> = HashMap::new();
+        for claim in claims {
+            let last = staged.get(claim.producer).copied().or_else(|| self.table.get(claim.producer).map(|l| l.seq));
+            match last {
+                Some(last) if claim.seq <= last => {
+                    let stored = self.table.get(claim.producer).map(|l| l.stream_seq);
+                    let detail = match stored {
+                        Some(stream_seq) if !staged.contains_key(claim.producer) => format!(
+                            "producer {:?} sequence {} is already stored (its last is at stream sequence {stream_seq})",
+                            claim.producer, claim.seq
+                        ),
+                        _ => format!("producer {:?} sequence {} repeats within the batch", claim.producer, claim.seq),
+                    };
+                    return Err(ApiError::atomic_publish_duplicate(Some(detail)));
+                }
+                Some(_) => {}
+                None if self.table.len() + staged.len() >= limits::PRODUCERS_PER_STREAM_MAX => {
+                    return Err(ApiError::too_many_producers(limits::PRODUCERS_PER_STREAM_MAX));
+                }
+                None => {}
+            }
+            staged.insert(claim.producer, claim.seq);
+        }
+        Ok(())
+    }
+
+    /// Records a stored message's sequence; a sequence past the next one due counts as a gap.
+    pub fn record(&mut self, claim: Claim<'_>, stream_seq: u64) {
+        let previous = self.table.get(claim.producer).copied();
+        let expected = previous.map_or(1, |last| last.seq.saturating_add(1));
+        if claim.seq != expected {
+            self.gaps += 1;
+            self.last_gap = Some(Gap { producer: claim.producer.to_string(), expected, got: claim.seq });
+        }
+        if let Some(batch) = &mut self.batch {
+            batch.undo.push((claim.producer.to_string(), previous));
+        }
+        self.table.insert(claim.producer.to_string(), Last { seq: claim.seq, stream_seq });
+        self.dirty = true;
+    }
+
+    /// Counts a message appended to the stream (with or without producer headers).
+    pub fn appended(&mut self, stored_bytes: u64) {
+        self.since_msgs += 1;
+        self.since_bytes = self.since_bytes.saturating_add(stored_bytes);
+        if let Some(batch) = &mut self.batch {
+            batch.since_msgs += 1;
+            batch.since_bytes = batch.since_bytes.saturating_add(stored_bytes);
+        }
+    }
+
+    /// Whether appending a record of `stored_bytes` might make the store's limits remove a
+    /// message stored after the snapshot (limits with discard old remove the oldest first, so
+    /// that needs more messages or bytes after the snapshot than the limit allows).
+    pub fn append_needs_snapshot(&self, limits: &StoreLimits, stored_bytes: u64) -> bool {
+        if !self.dirty || self.file.is_none() {
+            return false;
+        }
+        let since_msgs = self.since_msgs + 1;
+        let discard_old = limits.discard == DiscardPolicy::Old;
+        let over_msgs = limits.max_msgs.is_some_and(|max| since_msgs > max) && discard_old;
+        let over_bytes = limits.max_bytes.is_some_and(|max| self.since_bytes + stored_bytes > max) && discard_old;
+        // Per subject: conservatively, as if every message since the snapshot had one subject.
+        let per_subject_refuses = limits.discard == DiscardPolicy::New && limits.discard_new_per_subject;
+        let over_subject = limits.max_msgs_per_subject.is_some_and(|max| since_msgs > max) && !per_subject_refuses;
+        over_msgs || over_bytes || over_subject
+    }
+
+    /// Whether removing stored message `seq` (delete, purge, workqueue or interest ack) could lose
+    /// a producer's entry that the snapshot does not hold yet.
+    pub fn removal_needs_snapshot(&self, seq: u64) -> bool {
+        self.dirty && self.file.is_some() && seq > self.covered_seq
+    }
+
+    /// Whether expiring messages older than `max_age_ns` at `now_ns` could reach one stored
+    /// after the snapshot (those are stamped no earlier than the snapshot).
+    pub fn expiry_needs_snapshot(&self, max_age_ns: i64, now_ns: i64) -> bool {
+        let margin_ns = limits::PRODUCER_SNAPSHOT_INTERVAL.as_nanos() as i64;
+        self.dirty && self.file.is_some() && now_ns - self.snapshot_at_ns + margin_ns >= max_age_ns
+    }
+
+    /// Whether the periodic snapshot is due: producers changed, or the re-read at start grew long.
+    pub fn periodic_due(&self, last_seq: u64) -> bool {
+        self.file.is_some()
+            && self.batch.is_none()
+            && (self.dirty || last_seq > self.covered_seq.saturating_add(limits::PRODUCER_SNAPSHOT_LAG_MESSAGES_MAX))
+    }
+
+    /// Syncs the store, then replaces the snapshot with the table as of its last message. While
+    /// an atomic batch is being applied, the snapshot leaves that batch out (it covers up to the
+    /// sequence before it): a crash could still remove the batch's partial tail at start-up.
+    pub fn write_snapshot(&mut self, store: &mut dyn StreamStore, now_ns: i64) -> std::io::Result<()> {
+        let Some(file) = self.file.clone() else { return Ok(()) };
+        store.sync().map_err(std::io::Error::other)?;
+        let covered_seq = self.batch.as_ref().map_or_else(|| store.state().last_seq, |batch| batch.start_seq);
+        let snapshot = self.snapshot_body(covered_seq);
+        let bytes = encode(&snapshot).map_err(std::io::Error::other)?;
+        write_durably(&file, &bytes)?;
+        self.covered_seq = covered_seq;
+        self.snapshot_at_ns = now_ns;
+        (self.dirty, self.since_msgs, self.since_bytes) = match &mut self.batch {
+            Some(batch) => {
+                // The table as it was before the batch is on disk now.
+                batch.dirty = false;
+                (!batch.undo.is_empty(), batch.since_msgs, batch.since_bytes)
+            }
+            None => (false, 0, 0),
+        };
+        Ok(())
+    }
+
+    /// The table to write: without the batch being applied, if any.
+    fn snapshot_body(&self, covered_seq: u64) -> Snapshot {
+        let mut producers: HashMap<String, (u64, u64)> =
+            self.table.iter().map(|(id, last)| (id.clone(), (last.seq, last.stream_seq))).collect();
+        let (mut gaps, mut last_gap) = (self.gaps, self.last_gap.clone());
+        if let Some(batch) = &self.batch {
+            for (id, previous) in batch.undo.iter().rev() {
+                match previous {
+                    Some(last) => producers.insert(id.clone(), (last.seq, last.stream_seq)),
+                    None => producers.remove(id),
+                };
+            }
+            (gaps, last_gap) = (batch.gaps, batch.last_gap.clone());
+        }
+        Snapshot { covered_seq, gaps, last_gap, producers }
+    }
+
+    /// Starts applying an atomic batch after stream sequence `last_seq`.
+    pub fn begin_batch(&mut self, last_seq: u64) {
+        self.batch = Some(BatchMark {
+            start_seq: last_seq,
+            undo: Vec::new(),
+            gaps: self.gaps,
+            last_gap: self.last_gap.clone(),
+            dirty: self.dirty,
+            since_msgs: 0,
+            since_bytes: 0,
+        });
+    }
+
+    /// The batch is stored: its changes stay.
+    pub fn commit_batch(&mut self) {
+        self.batch = None;
+    }
+
+    /// The batch failed: its changes are undone.
+    pub fn rollback_batch(&mut self) {
+        let Some(batch) = self.batch.take() else { return };
+        for (id, previous) in batch.undo.into_iter().rev() {
+            match previous {
+                Some(last) => self.table.insert(id, last),
+                None => self.table.remove(&id),
+            };
+        }
+        (self.gaps, self.last_gap) = (batch.gaps, batch.last_gap);
+        self.dirty = batch.dirty;
+    }
+
+    /// `{count, gaps, last_gap}` for stream info.
+    pub fn info(&self) -> Value {
+        let mut info = json!({ "count": self.table.len(), "gaps": self.gaps });
+        if let Some(gap) = &self.last_gap {
+            info["last_gap"] = json!(gap);
+        }
+        info
+    }
+}
+
+/// The file's bytes: one header line `SEMAQ-PRODUCERS 1 <crc32 hex> <json length>`, then JSON.
+fn encode(snapshot: &Snapshot) -> Result<Vec<u8>, serde_json::Error> {
+    let body = serde_json::to_vec(snapshot)?;
+    let mut bytes = format!("{MAGIC} {FORMAT_VERSION} {:08x} {}\n", crc32fast::hash(&body), body.len()).into_bytes();
+    bytes.extend_from_slice(&body);
+    Ok(bytes)
+}
+
+/// The snapshot in `bytes`, or what is wrong with them.
+fn decode(bytes: &[u8]) -> Result<Snapshot, String> {
+    let newline = bytes.iter().position(|b| *b == b'\n').ok_or("no header line")?;
+    let header = std::str::from_utf8(&bytes[..newline]).map_err(|_| "header is not text")?;
+    let body = &bytes[newline + 1..];
+    let fields: Vec<&str> = header.split(' ').collect();
+    let [MAGIC, version, crc, length] = fields.as_slice() else { return Err(format!("bad header {header:?}")) };
+    if version.parse::<u32>().ok() != Some(FORMAT_VERSION) {
+        return Err(format!("unknown format version {version}"));
+    }
+    if length.parse::<usize>().ok() != Some(body.len()) {
+        return Err(format!("length {length} in the header, {} bytes in the file", body.len()));
+    }
+    if u32::from_str_radix(crc, 16).ok() != Some(crc32fast::hash(body)) {
+        return Err("checksum mismatch".into());
+    }
+    serde_json::from_slice(body).map_err(|error| error.to_string())
+}
+
+/// Replaces `path` so a crash leaves the old or the new file, and the new one survives power
+/// loss once this returns: temporary file, fsync, rename, directory fsync.
+pub(crate) fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let temporary = path.with_extension("tmp");
+    let mut file = std::fs::File::create(&temporary)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&temporary, path)?;
+    match path.parent() {
+        Some(dir) => std::fs::File::open(dir)?.sync_all(),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(lines: &[&str]) -> Vec<u8> {
+        format!("NATS/1.0\r\n{}\r\n", lines.iter().map(|l| format!("{l}\r\n")).collect::<String>()).into_bytes()
+    }
+
+    #[test]
+    fn raw_headers_are_found_by_name_without_parsing_the_block() {
+        let block = b"NATS/1.0\r\nNats-Msg-Id:  a:b \r\nno colon here\r\nX: 1\r\nx: 2\r\n\r\n";
+        assert_eq!(raw_header(block, "nats-msg-id"), Some("a:b"));
+        assert_eq!(raw_header(block, "X"), Some("1"), "the first of repeated names");
+        assert_eq!(raw_header(block, "Nats-Msg"), None);
+        assert_eq!(raw_header(b"NATS/1.0 503\r\n\r\n", "X"), None);
+    }
+
+    #[test]
+    fn claims_are_read_case_insensitively_and_refused_when_malformed() {
+        let good = block(&["semaq-producer: agent-1", "SEMAQ-PRODUCER-SEQ: 7"]);
+        assert_eq!(claim(Some(&good)).unwrap(), Some(Claim { producer: "agent-1", seq: 7 }));
+        assert_eq!(claim(Some(&block(&["Semaq-Producer: lineage-only"]))).unwrap(), None);
+        assert_eq!(claim(None).unwrap(), None);
+        let orphan = claim(Some(&block(&["Semaq-Producer-Seq: 1"]))).unwrap_err();
+        assert!(orphan.description.contains("needs a Semaq-Producer header"), "{orphan}");
+        for bad in ["0", "-1", "x", "18446744073709551616"] {
+            let line = format!("Semaq-Producer-Seq: {bad}");
+            let error = claim(Some(&block(&["Semaq-Producer: p", &line]))).unwrap_err();
+            assert_eq!(error.err_code, 10430, "{bad}");
+        }
+    }
+
+    #[test]
+    fn repeats_and_older_sequences_are_duplicates_and_gaps_are_counted() {
+        let mut producers = Producers::new(None);
+        let claim = |seq| Claim { producer: "p", seq };
+        assert_eq!(producers.check(claim(1)).unwrap(), Verdict::Fresh);
+        producers.record(claim(1), 10);
+        producers.record(claim(2), 11);
+        assert_eq!(producers.check(claim(2)).unwrap(), Verdict::Duplicate { stream_seq: 11 });
+        assert_eq!(producers.check(claim(1)).unwrap(), Verdict::Duplicate { stream_seq: 11 });
+        producers.record(claim(5), 12);
+        assert_eq!(producers.info()["gaps"], 1);
+        assert_eq!(producers.info()["last_gap"], json!({"producer": "p", "expected": 3, "got": 5}));
+        producers.record(Claim { producer: "q", seq: 4 }, 13);
+        assert_eq!(producers.info()["gaps"], 2);
+        assert_eq!(producers.info()["count"], 2);
+    }
+
+    #[test]
+    fn a_rolled_back_batch_leaves_the_table_as_it_was() {
+        let mut producers = Producers::new(None);
+        producers.record(Claim { producer: "p", seq: 1 }, 1);
+        producers.begin_batch(1);
+        producers.record(Claim { producer: "p", seq: 2 }, 2);
+        producers.record(Claim { producer: "q", seq: 9 }, 3);
+        assert_eq!(producers.snapshot_body(1).producers, HashMap::from([("p".to_string(), (1, 1))]));
+        producers.rollback_batch();
+        assert_eq!(producers.check(Claim { producer: "p", seq: 2 }).unwrap(), Verdict::Fresh);
+        assert_eq!(producers.info(), json!({"count": 1, "gaps": 0}));
+    }
+
+    #[test]
+    fn batches_are_checked_as_if_stored_in_order() {
+        let mut producers = Producers::new(None);
+        producers.record(Claim { producer: "p", seq: 3 }, 1);
+        let fresh = [Claim { producer: "p", seq: 4 }, Claim { producer: "p", seq: 5 }];
+        assert!(producers.check_all(fresh.into_iter()).is_ok());
+        let repeat = [Claim { producer: "p", seq: 4 }, Claim { producer: "p", seq: 4 }];
+        let error = producers.check_all(repeat.into_iter()).unwrap_err();
+        assert_eq!(error.err_code, 10201);
+        assert!(error.description.contains("repeats within the batch"), "{error}");
+        let stored = producers.check_all([Claim { producer: "p", seq: 3 }].into_iter()).unwrap_err();
+        assert!(stored.description.contains("already stored"), "{stored}");
+    }
+
+    #[test]
+    fn snapshots_round_trip_and_damage_is_detected() {
+        let mut producers = Producers::new(None);
+        producers.record(Claim { producer: "p", seq: 2 }, 5);
+        let bytes = encode(&producers.snapshot_body(5)).unwrap();
+        let decoded = decode(&bytes).unwrap();
+        assert_eq!((decoded.covered_seq, decoded.producers["p"]), (5, (2, 5)));
+        let mut damaged = bytes.clone();
+        let last = damaged.len() - 2;
+        damaged[last] ^= 1;
+        assert!(decode(&damaged).is_err());
+        assert!(decode(&bytes[..bytes.len() - 1]).is_err());
+    }
+}

@@ -1,0 +1,218 @@
+//! `semaq bench js-pub-levels`: `js-pub` on an L1, an L2 and an L3 stream of one semaq-server, in
+//! the same run, so the table shows what each semantic level costs a pipelined publisher.
+//!
+//! - L1: a plain file stream; messages carry the JSON payload and no headers.
+//! - L2: the same, bound to a JSON Schema the bench registers over `$SEMAQ.API.SCHEMA.REGISTER`:
+//!   every payload is validated (and lineage records the producer).
+//! - L3: the same schema and `semaq.level: 3`; every message carries `Semaq-Producer` and
+//!   `Semaq-Producer-Seq`, checked against the producer table (which the server snapshots).
+//!
+//! Every stream syncs before it acks (L3 always does; the others get the server's default).
+//! Rounds alternate the order of the levels; the table shows each level's median rate and the
+//! median of the per-round ratios. nats-server has no levels, so this runs against SemaQ only.
+
+use std::collections::HashMap;
+
+use anyhow::{bail, Context as _, Result};
+use async_nats::jetstream::context::ContextBuilder;
+use async_nats::jetstream::stream::{Config as StreamConfig, StorageType};
+use bytes::Bytes;
+use indicatif::ProgressBar;
+
+use super::jetstream::{publish_pipelined_with, BenchStream, PublishPlan, ACK_WINDOW};
+use super::stats::{format_count, median, median_ratio};
+use super::{Load, LoadArgs, Scenario};
+use crate::connect::Target;
+
+/// The registry subject the bench registers its schema under.
+const SCHEMA_SUBJECT: &str = "semaq-bench-levels";
+/// What every payload is: `{"n": <index>, "pad": "xxx..."}`.
+const SCHEMA: &str =
+    r#"{"type": "object", "properties": {"n": {"type": "integer"}, "pad": {"type": "string"}}, "required": ["n"]}"#;
+/// How long a publish may wait for its ack, and a request for its answer.
+const ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Arguments of `semaq bench js-pub-levels`.
+#[derive(clap::Args, Debug)]
+pub struct LevelsArgs {
+    /// Rounds; each publishes to a new stream of every level, alternating the order
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+    rounds: u32,
+    #[command(flatten)]
+    load: LoadArgs,
+    /// Print only the table
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+/// The semantic levels compared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Level {
+    L1,
+    L2,
+    L3,
+}
+
+const LEVELS: [Level; 3] = [Level::L1, Level::L2, Level::L3];
+
+impl Level {
+    fn name(self) -> &'static str {
+        match self {
+            Level::L1 => "L1",
+            Level::L2 => "L2",
+            Level::L3 => "L3",
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Level::L1 => "file stream, no headers",
+            Level::L2 => "+ JSON Schema validation",
+            Level::L3 => "+ Semaq-Producer / Semaq-Producer-Seq",
+        }
+    }
+
+    /// The stream metadata that declares the level.
+    fn metadata(self) -> HashMap<String, String> {
+        let level = match self {
+            Level::L1 => return HashMap::new(),
+            Level::L2 => "2",
+            Level::L3 => "3",
+        };
+        HashMap::from([
+            ("semaq.level".to_string(), level.to_string()),
+            ("semaq.schema".to_string(), SCHEMA_SUBJECT.to_string()),
+        ])
+    }
+}
+
+/// Runs `semaq bench js-pub-levels`.
+pub async fn run(target: &Target, args: LevelsArgs) -> Result<()> {
+    let load = Scenario::JsPub.load(&args.load)?;
+    register_schema(target).await?;
+    let mut rates: [Vec<f64>; 3] = Default::default();
+    for round in 0..args.rounds {
+        let mut order = LEVELS;
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for level in order {
+            let rate = publish_to(target, &load, level).await?;
+            if !args.quiet {
+                println!("round {}: {} {} msgs/s", round + 1, level.name(), format_count(rate.round() as u64));
+            }
+            rates[level as usize].push(rate);
+        }
+    }
+    println!("{}", table(&load, &rates, args.rounds));
+    Ok(())
+}
+
+async fn register_schema(target: &Target) -> Result<()> {
+    let client = target.connect().await?;
+    let body = serde_json::json!({"subject": SCHEMA_SUBJECT, "schema": SCHEMA, "schemaType": "JSON"});
+    let request = client.request("$SEMAQ.API.SCHEMA.REGISTER", body.to_string().into());
+    let reply = tokio::time::timeout(ANSWER_TIMEOUT, request)
+        .await
+        .context("the schema registry did not answer")?
+        .context("cannot register the bench schema (js-pub-levels needs semaq-server)")?;
+    let answer: serde_json::Value = serde_json::from_slice(&reply.payload).context("schema registry answer")?;
+    if !answer["id"].is_u64() {
+        bail!("cannot register the bench schema: {answer}");
+    }
+    Ok(())
+}
+
+/// One `js-pub` run on a new stream of `level`; acknowledged messages per second.
+async fn publish_to(target: &Target, load: &Load, level: Level) -> Result<f64> {
+    let client = target.connect().await?;
+    let context = ContextBuilder::new().timeout(ANSWER_TIMEOUT).build(client);
+    let unique = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let name = format!("SEMAQ_BENCH_{}_{}_{unique}", std::process::id(), level.name());
+    let subject = format!("semaq.bench.levels.{}.{unique}", std::process::id());
+    let config = StreamConfig {
+        name: name.clone(),
+        subjects: vec![subject.clone()],
+        storage: StorageType::File,
+        metadata: level.metadata(),
+        ..Default::default()
+    };
+    context.create_stream(config).await.with_context(|| format!("cannot create stream {name}"))?;
+    let stream = BenchStream { context, name, subject };
+    let plan = PublishPlan { msgs: load.msgs, size: load.size, deadline: Some(load.duration) };
+    let producer = format!("semaq-bench-{}", std::process::id());
+    let message = |index: u64| {
+        let headers = (level == Level::L3).then(|| {
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert("Semaq-Producer", producer.as_str());
+            headers.insert("Semaq-Producer-Seq", (index + 1).to_string().as_str());
+            headers
+        });
+        (headers, payload(index, load.size))
+    };
+    let published = publish_pipelined_with(&stream, &plan, &ProgressBar::hidden(), message).await;
+    let stored = stream.stored_messages().await.ok();
+    stream.delete().await;
+    let published = published?;
+    let problems = published.problems(stored);
+    if !problems.is_empty() {
+        bail!("{} run failed: {}", level.name(), problems.join("; "));
+    }
+    let seconds = published.elapsed.as_secs_f64();
+    Ok(if seconds > 0.0 { published.acked as f64 / seconds } else { 0.0 })
+}
+
+/// `{"n": index, "pad": "xx..."}`, padded to `size` bytes when that is long enough.
+fn payload(index: u64, size: usize) -> Bytes {
+    let head = format!(r#"{{"n":{index},"pad":""#);
+    let pad = size.saturating_sub(head.len() + 2);
+    let mut text = String::with_capacity(head.len() + pad + 2);
+    text.push_str(&head);
+    text.extend(std::iter::repeat_n('x', pad));
+    text.push_str("\"}");
+    Bytes::from(text)
+}
+
+/// The result table: each level's median and its median per-round ratio to L1 and L2.
+fn table(load: &Load, rates: &[Vec<f64>; 3], rounds: u32) -> String {
+    let mut lines = vec![
+        format!(
+            "js-pub-levels: JetStream publish, {ACK_WINDOW} acks outstanding, {} B payloads, {rounds} rounds (medians)",
+            load.size
+        ),
+        format!("  {:<5} {:<40} {:>12} {:>9} {:>9}", "level", "", "msgs/s", "vs L1", "vs L2"),
+    ];
+    for level in LEVELS {
+        let own = &rates[level as usize];
+        let ratio = |base: Level| {
+            median_ratio(own, &rates[base as usize]).map_or_else(|| "-".to_string(), |ratio| format!("{ratio:.2}×"))
+        };
+        let rate = median(own).map_or_else(|| "-".to_string(), |rate| format_count(rate.round() as u64));
+        lines.push(format!(
+            "  {:<5} {:<40} {:>12} {:>9} {:>9}",
+            level.name(),
+            level.describe(),
+            rate,
+            ratio(Level::L1),
+            ratio(Level::L2)
+        ));
+    }
+    lines.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_are_json_of_the_asked_size() {
+        for (index, size) in [(0, 128), (12_345, 128), (7, 10)] {
+            let bytes = payload(index, size);
+            let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+            assert_eq!(value["n"], index);
+            if size >= 30 {
+                assert_eq!(bytes.len(), size);
+            }
+        }
+    }
+}
