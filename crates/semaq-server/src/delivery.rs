@@ -212,3 +212,34 @@ pub fn deliver(
     flush.add(client);
     true
 }
+
+/// A request to one of the server's own APIs, queued for the task that answers it.
+#[derive(Debug)]
+pub struct QueuedRequest {
+    /// The subject it was sent to.
+    pub subject: String,
+    /// Where the answer goes.
+    pub reply: String,
+    /// The request body.
+    pub payload: bytes::Bytes,
+}
+
+/// An internal subscription that queues requests (bounded) for an answering task; a request
+/// without a reply subject is dropped, and a full queue is a slow consumer.
+#[derive(Debug)]
+pub struct RequestQueue {
+    /// The answering task's queue.
+    pub queue: tokio::sync::mpsc::Sender<QueuedRequest>,
+}
+
+impl InternalSink for RequestQueue {
+    fn receive(&self, message: &Message<'_>) -> bool {
+        let Some(reply) = message.reply else { return true };
+        let request = QueuedRequest {
+            subject: message.subject.to_string(),
+            reply: reply.to_string(),
+            payload: bytes::Bytes::copy_from_slice(message.payload),
+        };
+        self.queue.try_send(request).is_ok()
+    }
+}

@@ -33,7 +33,7 @@ use super::config::StreamConfig;
 use super::errors::ApiError;
 use super::stream::{header, header_value, now_ns, Inbound, Stream};
 use super::JetStream;
-use crate::delivery::{InternalSink, Message};
+use crate::delivery::{QueuedRequest, RequestQueue};
 use crate::limits;
 use crate::server::Shared;
 
@@ -399,42 +399,17 @@ pub fn handle(jetstream: &JetStream, subject: &str, payload: &[u8]) -> Value {
     answer.unwrap_or_else(|error| error.to_json(RESPONSE_TYPE))
 }
 
-#[derive(Debug)]
-struct Request {
-    subject: String,
-    reply: String,
-    payload: Bytes,
-}
-
-/// Queues lineage requests for the task that answers them (bounded).
-#[derive(Debug)]
-struct LineageSink {
-    queue: mpsc::Sender<Request>,
-}
-
-impl InternalSink for LineageSink {
-    fn receive(&self, message: &Message<'_>) -> bool {
-        let Some(reply) = message.reply else { return true };
-        let request = Request {
-            subject: message.subject.to_string(),
-            reply: reply.to_string(),
-            payload: Bytes::copy_from_slice(message.payload),
-        };
-        self.queue.try_send(request).is_ok()
-    }
-}
-
 /// Subscribes to `$SEMAQ.API.LINEAGE.>` and starts the task that answers.
 pub fn start(shared: &Arc<Shared>, jetstream: &Arc<JetStream>) {
     let (queue, requests) = mpsc::channel(limits::LINEAGE_API_QUEUE_REQUESTS_MAX);
-    if let Err(error) = shared.subscribe_internal(&format!("{API_PREFIX}.>"), None, Arc::new(LineageSink { queue })) {
+    if let Err(error) = shared.subscribe_internal(&format!("{API_PREFIX}.>"), None, Arc::new(RequestQueue { queue })) {
         tracing::error!(%error, "cannot subscribe to the lineage API");
         return;
     }
     tokio::spawn(serve(Arc::downgrade(shared), Arc::downgrade(jetstream), requests));
 }
 
-async fn serve(shared: Weak<Shared>, jetstream: Weak<JetStream>, mut requests: mpsc::Receiver<Request>) {
+async fn serve(shared: Weak<Shared>, jetstream: Weak<JetStream>, mut requests: mpsc::Receiver<QueuedRequest>) {
     while let Some(request) = requests.recv().await {
         let (Some(shared), Some(jetstream)) = (shared.upgrade(), jetstream.upgrade()) else { return };
         // Reading stores blocks: let the runtime move other tasks off this worker meanwhile.

@@ -27,7 +27,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::{checkpoint_json, Provenance, LEVEL};
-use crate::delivery::{InternalSink, Message};
+use crate::delivery::{QueuedRequest, RequestQueue};
 use crate::jetstream::errors::ApiError;
 use crate::jetstream::stream::Stream;
 use crate::jetstream::JetStream;
@@ -43,35 +43,10 @@ const RESPONSE_TYPE: &str = "io.semaq.api.v1.stream_provenance_response";
 /// The `type` of a chain page request's error.
 const CHAIN_RESPONSE_TYPE: &str = "io.semaq.api.v1.stream_chain_response";
 
-#[derive(Debug)]
-struct Request {
-    subject: String,
-    reply: String,
-    payload: Bytes,
-}
-
-/// Queues requests for the answering task.
-#[derive(Debug)]
-struct Sink {
-    queue: mpsc::Sender<Request>,
-}
-
-impl InternalSink for Sink {
-    fn receive(&self, message: &Message<'_>) -> bool {
-        let Some(reply) = message.reply else { return true };
-        let request = Request {
-            subject: message.subject.to_string(),
-            reply: reply.to_string(),
-            payload: Bytes::copy_from_slice(message.payload),
-        };
-        self.queue.try_send(request).is_ok()
-    }
-}
-
 /// Subscribes to both request subjects and starts the task that answers.
 pub fn start(shared: &Arc<Shared>, jetstream: Arc<JetStream>) {
     let (queue, requests) = mpsc::channel(limits::PROVENANCE_API_QUEUE_REQUESTS_MAX);
-    let sink = Arc::new(Sink { queue });
+    let sink = Arc::new(RequestQueue { queue });
     for prefix in [PROVENANCE_PREFIX, CHAIN_PREFIX] {
         if let Err(error) = shared.subscribe_internal(&format!("{prefix}*"), None, sink.clone()) {
             tracing::error!(%error, "cannot subscribe to {prefix}*");
@@ -80,7 +55,7 @@ pub fn start(shared: &Arc<Shared>, jetstream: Arc<JetStream>) {
     tokio::spawn(serve(Arc::downgrade(shared), jetstream, requests));
 }
 
-async fn serve(shared: Weak<Shared>, jetstream: Arc<JetStream>, mut requests: mpsc::Receiver<Request>) {
+async fn serve(shared: Weak<Shared>, jetstream: Arc<JetStream>, mut requests: mpsc::Receiver<QueuedRequest>) {
     while let Some(request) = requests.recv().await {
         let Some(shared) = shared.upgrade() else { return };
         // Reading a page touches the disk: let the runtime move other tasks off this worker.
@@ -89,7 +64,7 @@ async fn serve(shared: Weak<Shared>, jetstream: Arc<JetStream>, mut requests: mp
     }
 }
 
-fn answer(jetstream: &JetStream, request: &Request) -> Vec<u8> {
+fn answer(jetstream: &JetStream, request: &QueuedRequest) -> Vec<u8> {
     if let Some(name) = request.subject.strip_prefix(PROVENANCE_PREFIX) {
         let offset = parse::<ProvenanceRequest>(&request.payload).map(|r| r.offset);
         let body = offset.and_then(|offset| provenance_json(jetstream, name, offset));
