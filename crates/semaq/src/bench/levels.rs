@@ -40,6 +40,9 @@ pub struct LevelsArgs {
     /// Rounds; each publishes to a new stream of every level, alternating the order
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
     rounds: u32,
+    /// Which levels to run, comma-separated
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "l1,l1h,l2,l3")]
+    levels: Vec<Level>,
     #[command(flatten)]
     load: LoadArgs,
     /// Print only the table
@@ -48,11 +51,16 @@ pub struct LevelsArgs {
 }
 
 /// The semantic levels compared.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 enum Level {
+    /// file stream, no headers
     L1,
+    /// L1 with L3's producer headers, unchecked
+    #[value(name = "l1h")]
     L1Headers,
+    /// L1 + JSON Schema validation
     L2,
+    /// L2 + producer sequences checked
     L3,
 }
 
@@ -97,7 +105,7 @@ pub async fn run(target: &Target, args: LevelsArgs) -> Result<()> {
     register_schema(target).await?;
     let mut rates: [Vec<f64>; 4] = Default::default();
     for round in 0..args.rounds {
-        let mut order = LEVELS;
+        let mut order = args.levels.clone();
         if round % 2 == 1 {
             order.reverse();
         }
@@ -187,7 +195,7 @@ fn table(load: &Load, rates: &[Vec<f64>; 4], rounds: u32) -> String {
         ),
         format!("  {:<5} {:<42} {:>10} {:>7} {:>7} {:>7}", "level", "", "msgs/s", "vs L1", "vs L1+h", "vs L2"),
     ];
-    for level in LEVELS {
+    for level in LEVELS.into_iter().filter(|level| !rates[*level as usize].is_empty()) {
         let own = &rates[level as usize];
         let ratio = |base: Level| {
             median_ratio(own, &rates[base as usize]).map_or_else(|| "-".to_string(), |ratio| format!("{ratio:.2}×"))
