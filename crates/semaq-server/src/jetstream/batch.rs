@@ -406,6 +406,7 @@ fn check_discard_new(config: &StreamConfig, store: &dyn StreamStore, count: u64,
 fn append_all(stream: &Stream, ingest: &mut Ingest<'_, '_>, messages: Vec<Inbound>) -> Result<u64, ApiError> {
     let undo_dedup = ingest.dedup_mark();
     ingest.producers.begin_batch(ingest.store.state().last_seq);
+    ingest.deferred_deletes = Some(Vec::new());
     let mut appended = Vec::with_capacity(messages.len());
     let mut failure = None;
     for mut message in messages {
@@ -419,11 +420,20 @@ fn append_all(stream: &Stream, ingest: &mut Ingest<'_, '_>, messages: Vec<Inboun
         }
         failpoint_after_append(ingest.store, appended.len());
     }
+    let deferred = ingest.deferred_deletes.take().unwrap_or_default();
     let Some(error) = failure else {
         ingest.producers.commit_batch();
+        for seq in deferred {
+            if let Err(error) = ingest.drop_unwanted(seq) {
+                // The batch is stored either way; the message stays, as if someone wanted it.
+                tracing::error!(stream = %stream.name, seq, %error, "cannot drop a batch message no consumer wants");
+            }
+        }
         return Ok(appended.last().copied().unwrap_or_default());
     };
-    for seq in appended.iter().rev() {
+    // Oldest first: if this is cut short, the batch's last message is still there, without a
+    // commit marker, and start-up removes the rest.
+    for seq in &appended {
         if let Err(delete_error) = ingest.store.delete(*seq) {
             // The batch has no commit marker: start-up removes what is left of it.
             tracing::error!(stream = %stream.name, seq, %delete_error, "cannot remove a refused batch's message");
@@ -451,6 +461,12 @@ fn failpoint_after_append(store: &mut dyn StreamStore, appended: usize) {
 /// the tail can hold one (one task appends, a batch at a time). Returns how many were removed.
 pub fn remove_incomplete_tail(store: &mut dyn StreamStore) -> u64 {
     let state = store.state();
+    // A batch cut short ends at the last sequence ever assigned, and that message is there (a
+    // batch drops nothing until all of it is in, and a refused one is removed oldest first).
+    // Otherwise the last message was removed since: whatever precedes it was complete.
+    if !matches!(store.get(state.last_seq), Ok(Some(_))) {
+        return 0;
+    }
     let lowest = state.first_seq.max(state.last_seq.saturating_sub(limits::ATOMIC_BATCH_TAIL_SCAN_MESSAGES_MAX));
     let mut tail: Option<String> = None;
     let mut doomed = Vec::new();

@@ -296,7 +296,12 @@ impl Producers {
         if let Some(batch) = &mut self.batch {
             batch.undo.push((claim.producer.to_string(), previous));
         }
-        self.table.insert(claim.producer.to_string(), Last { seq: claim.seq, stream_seq });
+        let last = Last { seq: claim.seq, stream_seq };
+        match self.table.get_mut(claim.producer) {
+            Some(entry) => *entry = last,
+            // Only a new producer allocates its id.
+            None => _ = self.table.insert(claim.producer.to_string(), last),
+        }
         self.dirty = true;
     }
 

@@ -6,6 +6,11 @@
 //! and one ingest task per stream drains the queue in batches. A batch is appended, synced
 //! once (when the stream syncs always), and only then are its PubAcks sent, so an
 //! acknowledged message is on disk and concurrent publishers share one fsync.
+//!
+//! Every message is checked and stored by [`Stream::ingest_one`]: L2 schema, L3 producer
+//! sequence (`producers.rs`), then dedup, expected headers and limits. Atomic batches
+//! (`batch.rs`) are staged first and, on commit, stored through the same function, one message
+//! after another, or not at all.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, RwLock, Weak};
@@ -221,9 +226,22 @@ pub struct Ingest<'a, 'c> {
     interest: Option<&'a [Arc<super::config::ConsumerConfig>]>,
     now: i64,
     window_ns: i64,
+    /// While an atomic batch is appended: messages no consumer wants, dropped once the whole
+    /// batch is in (so its last message is always there for the crash check at start-up).
+    pub deferred_deletes: Option<Vec<u64>>,
 }
 
 impl Ingest<'_, '_> {
+    /// Drops a stored message that no consumer of an interest stream wants (after an L3 producer
+    /// snapshot when the message is newer than the last one).
+    pub fn drop_unwanted(&mut self, seq: u64) -> Result<(), ApiError> {
+        if self.config.exactly_once() && self.producers.removal_needs_snapshot(seq) {
+            self.producers.write_snapshot(self.store, self.now).map_err(ApiError::storage)?;
+        }
+        self.store.delete(seq).map_err(store_error)?;
+        Ok(())
+    }
+
     /// Whether `id` is in the dedup window (rebuilding the window first if needed).
     pub fn knows_msg_id(&mut self, id: &str) -> bool {
         if !self.dedup.loaded {
@@ -634,6 +652,7 @@ impl Stream {
             interest: interest.as_deref(),
             now,
             window_ns,
+            deferred_deletes: None,
         };
         let mut stored_any = false;
         for (index, mut message) in batch.drain(..).enumerate() {
@@ -743,10 +762,10 @@ impl Stream {
             let wanted = consumers.iter().any(|c| super::consumer::validate::filter_matches(c, &message.subject));
             if !wanted {
                 // The sequence is used and acknowledged, but nothing is kept.
-                if exactly_once && ingest.producers.removal_needs_snapshot(seq) {
-                    ingest.producers.write_snapshot(ingest.store, ingest.now).map_err(ApiError::storage)?;
+                match &mut ingest.deferred_deletes {
+                    Some(deferred) => deferred.push(seq),
+                    None => ingest.drop_unwanted(seq)?,
                 }
-                ingest.store.delete(seq).map_err(store_error)?;
             }
         }
         Ok((seq, false))

@@ -546,6 +546,39 @@ async fn a_crash_before_the_commit_or_between_appends_leaves_no_part_of_the_batc
     assert_eq!(numbers(&stored(&client, "TORN").await), vec![1, 20, 21, 2]);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_committed_batch_whose_last_message_was_consumed_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let mut broker = Broker::start(&store);
+    let client = broker.client().await;
+    register_schema(&client).await;
+    create_stream(&client, l3_config("QUEUE", &["queue.>"], json!({"retention": "workqueue"}))).await;
+    let ack = publish_batch(&client, "queue.a", "q", &[event(1), event(2), event(3)], "1").await;
+    assert_eq!(ack["count"], 3, "{ack}");
+    let js = jetstream::new(client.clone());
+    let config = consumer::pull::Config { durable_name: Some("taker".into()), ..Default::default() };
+    let taker: consumer::PullConsumer = js.get_stream("QUEUE").await.unwrap().create_consumer(config).await.unwrap();
+    let mut messages = taker.fetch().max_messages(3).expires(Duration::from_secs(1)).messages().await.unwrap();
+    let mut delivered = Vec::new();
+    while let Some(Ok(message)) = messages.next().await {
+        delivered.push(message);
+    }
+    // Only the batch's last message (the one with the commit marker) is taken off the queue.
+    delivered.last().expect("three delivered").double_ack().await.unwrap();
+    assert_eq!(stream_info(&client, "QUEUE").await["state"]["messages"], 2);
+    broker.kill();
+    drop(broker);
+
+    let broker = Broker::start(&store);
+    let js = jetstream::new(broker.client().await);
+    let queue = js.get_stream("QUEUE").await.unwrap();
+    for (seq, n) in [(1, 1), (2, 2)] {
+        let message = queue.get_raw_message(seq).await.expect("a committed batch is not a torn tail");
+        assert_eq!(serde_json::from_slice::<Value>(&message.payload).unwrap()["n"], n);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn consumers_never_see_part_of_a_batch() {
     const BATCHES: u64 = 30;

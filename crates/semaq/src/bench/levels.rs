@@ -2,6 +2,8 @@
 //! the same run, so the table shows what each semantic level costs a pipelined publisher.
 //!
 //! - L1: a plain file stream; messages carry the JSON payload and no headers.
+//! - L1+h: the same stream, with the producer headers L3 needs, stored as ordinary headers: the
+//!   cost of the bigger messages (client, wire, disk) without any L3 check.
 //! - L2: the same, bound to a JSON Schema the bench registers over `$SEMAQ.API.SCHEMA.REGISTER`:
 //!   every payload is validated (and lineage records the producer).
 //! - L3: the same schema and `semaq.level: 3`; every message carries `Semaq-Producer` and
@@ -38,6 +40,9 @@ pub struct LevelsArgs {
     /// Rounds; each publishes to a new stream of every level, alternating the order
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
     rounds: u32,
+    /// Which levels to run, comma-separated
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "l1,l1h,l2,l3")]
+    levels: Vec<Level>,
     #[command(flatten)]
     load: LoadArgs,
     /// Print only the table
@@ -46,19 +51,26 @@ pub struct LevelsArgs {
 }
 
 /// The semantic levels compared.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 enum Level {
+    /// file stream, no headers
     L1,
+    /// L1 with L3's producer headers, unchecked
+    #[value(name = "l1h")]
+    L1Headers,
+    /// L1 + JSON Schema validation
     L2,
+    /// L2 + producer sequences checked
     L3,
 }
 
-const LEVELS: [Level; 3] = [Level::L1, Level::L2, Level::L3];
+const LEVELS: [Level; 4] = [Level::L1, Level::L1Headers, Level::L2, Level::L3];
 
 impl Level {
     fn name(self) -> &'static str {
         match self {
             Level::L1 => "L1",
+            Level::L1Headers => "L1+h",
             Level::L2 => "L2",
             Level::L3 => "L3",
         }
@@ -67,15 +79,16 @@ impl Level {
     fn describe(self) -> &'static str {
         match self {
             Level::L1 => "file stream, no headers",
-            Level::L2 => "+ JSON Schema validation",
-            Level::L3 => "+ Semaq-Producer / Semaq-Producer-Seq",
+            Level::L1Headers => "L1 with L3's producer headers, unchecked",
+            Level::L2 => "L1 + JSON Schema validation",
+            Level::L3 => "L2 + producer sequences checked",
         }
     }
 
     /// The stream metadata that declares the level.
     fn metadata(self) -> HashMap<String, String> {
         let level = match self {
-            Level::L1 => return HashMap::new(),
+            Level::L1 | Level::L1Headers => return HashMap::new(),
             Level::L2 => "2",
             Level::L3 => "3",
         };
@@ -90,9 +103,9 @@ impl Level {
 pub async fn run(target: &Target, args: LevelsArgs) -> Result<()> {
     let load = Scenario::JsPub.load(&args.load)?;
     register_schema(target).await?;
-    let mut rates: [Vec<f64>; 3] = Default::default();
+    let mut rates: [Vec<f64>; 4] = Default::default();
     for round in 0..args.rounds {
-        let mut order = LEVELS;
+        let mut order = args.levels.clone();
         if round % 2 == 1 {
             order.reverse();
         }
@@ -142,7 +155,7 @@ async fn publish_to(target: &Target, load: &Load, level: Level) -> Result<f64> {
     let plan = PublishPlan { msgs: load.msgs, size: load.size, deadline: Some(load.duration) };
     let producer = format!("semaq-bench-{}", std::process::id());
     let message = |index: u64| {
-        let headers = (level == Level::L3).then(|| {
+        let headers = matches!(level, Level::L1Headers | Level::L3).then(|| {
             let mut headers = async_nats::HeaderMap::new();
             headers.insert("Semaq-Producer", producer.as_str());
             headers.insert("Semaq-Producer-Seq", (index + 1).to_string().as_str());
@@ -173,27 +186,28 @@ fn payload(index: u64, size: usize) -> Bytes {
     Bytes::from(text)
 }
 
-/// The result table: each level's median and its median per-round ratio to L1 and L2.
-fn table(load: &Load, rates: &[Vec<f64>; 3], rounds: u32) -> String {
+/// The result table: each level's median and its median per-round ratios to L1, L1+h and L2.
+fn table(load: &Load, rates: &[Vec<f64>; 4], rounds: u32) -> String {
     let mut lines = vec![
         format!(
             "js-pub-levels: JetStream publish, {ACK_WINDOW} acks outstanding, {} B payloads, {rounds} rounds (medians)",
             load.size
         ),
-        format!("  {:<5} {:<40} {:>12} {:>9} {:>9}", "level", "", "msgs/s", "vs L1", "vs L2"),
+        format!("  {:<5} {:<42} {:>10} {:>7} {:>7} {:>7}", "level", "", "msgs/s", "vs L1", "vs L1+h", "vs L2"),
     ];
-    for level in LEVELS {
+    for level in LEVELS.into_iter().filter(|level| !rates[*level as usize].is_empty()) {
         let own = &rates[level as usize];
         let ratio = |base: Level| {
             median_ratio(own, &rates[base as usize]).map_or_else(|| "-".to_string(), |ratio| format!("{ratio:.2}×"))
         };
         let rate = median(own).map_or_else(|| "-".to_string(), |rate| format_count(rate.round() as u64));
         lines.push(format!(
-            "  {:<5} {:<40} {:>12} {:>9} {:>9}",
+            "  {:<5} {:<42} {:>10} {:>7} {:>7} {:>7}",
             level.name(),
             level.describe(),
             rate,
             ratio(Level::L1),
+            ratio(Level::L1Headers),
             ratio(Level::L2)
         ));
     }
