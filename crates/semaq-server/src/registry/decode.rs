@@ -20,7 +20,6 @@ use prost_reflect::{DynamicMessage, FieldDescriptor, Kind, MapKey, ReflectMessag
 use serde_json::{Map, Number, Value as Json};
 
 use super::format::Parsed;
-use super::protobuf::ProtoSchema;
 use super::Registry;
 use crate::limits;
 
@@ -79,45 +78,15 @@ pub fn decode_body(parsed: &Parsed, id: u32, body: &[u8]) -> Result<Json, Decode
     let fail = |reason: String| DecodeError::Body { id, reason };
     match parsed {
         Parsed::Avro(schema) => {
-            let value = avro_datum(&schema.schema, body).map_err(fail)?;
+            let value = schema.decode_binary(body).map_err(|violation| fail(violation.message))?;
             avro_to_json(value, 0).ok_or(DecodeError::TooDeep { id })
         }
         Parsed::Protobuf(schema) => {
-            let message = proto_message(schema, body).map_err(fail)?;
+            let message = schema.decode_binary(body).map_err(|violation| fail(violation.message))?;
             message_to_json(message, 0).ok_or(DecodeError::TooDeep { id })
         }
         Parsed::Json(..) => serde_json::from_slice(body).map_err(|e| fail(format!("payload is not JSON: {e}"))),
     }
-}
-
-/// A reader that notices when the Avro decoder asks for bytes past the end: it does not always
-/// treat a short read as an error.
-struct Guarded<'a> {
-    rest: &'a [u8],
-    overrun: bool,
-}
-
-impl std::io::Read for Guarded<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        if buf.len() > self.rest.len() {
-            self.overrun = true;
-        }
-        self.rest.read(buf)
-    }
-}
-
-/// One Avro binary datum that uses every byte of `body`, and no more.
-fn avro_datum(schema: &apache_avro::Schema, body: &[u8]) -> Result<Avro, String> {
-    let mut reader = Guarded { rest: body, overrun: false };
-    let decoded = apache_avro::from_avro_datum(schema, &mut reader, None);
-    if reader.overrun {
-        return Err("the Avro datum is truncated".into());
-    }
-    let value = decoded.map_err(|e| format!("Avro binary does not decode: {e}"))?;
-    if !reader.rest.is_empty() {
-        return Err(format!("{} bytes left over after the Avro datum", reader.rest.len()));
-    }
-    Ok(value)
 }
 
 /// Avro bytes in Avro's JSON encoding: one character per byte (U+0000..U+00FF).
@@ -173,41 +142,6 @@ fn avro_to_json(value: Avro, depth: usize) -> Option<Json> {
             fields.into_iter().map(|(k, v)| Some((k, avro_to_json(v, depth + 1)?))).collect::<Option<_>>()?,
         ),
     })
-}
-
-/// Reads one zig-zag varint (Confluent's message indexes).
-fn read_zigzag(bytes: &mut &[u8]) -> Option<i64> {
-    let mut value: u64 = 0;
-    for shift in (0..64).step_by(7) {
-        let (byte, rest) = bytes.split_first()?;
-        *bytes = rest;
-        value |= u64::from(byte & 0x7f) << shift;
-        if byte & 0x80 == 0 {
-            return Some(((value >> 1) as i64) ^ -((value & 1) as i64));
-        }
-    }
-    None
-}
-
-/// Confluent's message indexes (a count, then that many indexes; a lone 0 means `[0]`), then
-/// the binary message they select.
-fn proto_message(schema: &ProtoSchema, body: &[u8]) -> Result<DynamicMessage, String> {
-    let mut rest = body;
-    let truncated = || "the message indexes are truncated".to_string();
-    let count = read_zigzag(&mut rest).ok_or_else(truncated)?;
-    if !(0..=limits::SCHEMA_NESTING_DEPTH_MAX as i64).contains(&count) {
-        return Err(format!("{count} message indexes"));
-    }
-    let mut indexes = Vec::with_capacity(count as usize);
-    for _ in 0..count {
-        indexes.push(read_zigzag(&mut rest).ok_or_else(truncated)?);
-    }
-    if indexes.is_empty() {
-        indexes.push(0);
-    }
-    let descriptor = schema.select(&indexes).ok_or_else(|| format!("no message at indexes {indexes:?}"))?;
-    let name = descriptor.full_name().to_string();
-    DynamicMessage::decode(descriptor, rest).map_err(|e| format!("Protobuf binary of {name} does not decode: {e}"))
 }
 
 /// A decoded message as a JSON object by declared field names; `None` when too deep.

@@ -308,6 +308,12 @@ impl ProtoSchema {
 
     /// Decodes Confluent's message indexes then the binary message they select.
     pub fn validate_binary(&self, body: &[u8]) -> Result<(), Violation> {
+        self.decode_binary(body).map(|_| ())
+    }
+
+    /// The binary message a wire-format body holds: Confluent's message indexes, then the
+    /// message they select.
+    pub fn decode_binary(&self, body: &[u8]) -> Result<prost_reflect::DynamicMessage, Violation> {
         let fail = |message: String| Violation { path: "$".into(), message };
         let mut rest = body;
         let count = read_zigzag(&mut rest).ok_or_else(|| fail("the message indexes are truncated".into()))?;
@@ -319,13 +325,11 @@ impl ProtoSchema {
             indexes.push(0);
         }
         let descriptor = self.select(&indexes).ok_or_else(|| fail(format!("no message at indexes {indexes:?}")))?;
-        prost_reflect::DynamicMessage::decode(descriptor.clone(), rest)
-            .map(|_| ())
-            .map_err(|e| fail(format!("Protobuf binary of {} does not decode: {e}", descriptor.full_name())))
+        prost_reflect::DynamicMessage::decode(descriptor.clone(), rest).map_err(|e| fail(format!("Protobuf binary of {} does not decode: {e}", descriptor.full_name())))
     }
 
     /// The message Confluent's message indexes name: a top-level message, then nested ones.
-    pub fn select(&self, indexes: &[i64]) -> Option<MessageDescriptor> {
+    fn select(&self, indexes: &[i64]) -> Option<MessageDescriptor> {
         let first = usize::try_from(*indexes.first()?).ok()?;
         let mut message = self.messages.get(first)?.clone();
         for index in &indexes[1..] {
