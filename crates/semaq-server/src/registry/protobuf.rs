@@ -325,7 +325,8 @@ impl ProtoSchema {
             indexes.push(0);
         }
         let descriptor = self.select(&indexes).ok_or_else(|| fail(format!("no message at indexes {indexes:?}")))?;
-        prost_reflect::DynamicMessage::decode(descriptor.clone(), rest).map_err(|e| fail(format!("Protobuf binary of {} does not decode: {e}", descriptor.full_name())))
+        prost_reflect::DynamicMessage::decode(descriptor.clone(), rest)
+            .map_err(|e| fail(format!("Protobuf binary of {} does not decode: {e}", descriptor.full_name())))
     }
 
     /// The message Confluent's message indexes name: a top-level message, then nested ones.

@@ -71,13 +71,18 @@ impl BenchStream {
     pub async fn create(target: &Target, durability: Durability, tag: &str) -> Result<BenchStream> {
         let client = target.connect().await?;
         let context = ContextBuilder::new().timeout(ACK_TIMEOUT).build(client);
-        let unique = unique_suffix();
-        let name = format!("SEMAQ_BENCH_{}_{tag}_{unique}", std::process::id()).replace('-', "_");
-        let subject = format!("semaq.bench.js.{}.{unique}", std::process::id());
         let mut metadata = HashMap::new();
         if durability == Durability::NoSync {
             metadata.insert("semaq.sync".to_string(), "never".to_string());
         }
+        Self::create_in(context, tag, metadata).await
+    }
+
+    /// Creates a file stream with a fresh name and subject, and `metadata`, through `context`.
+    pub async fn create_in(context: Context, tag: &str, metadata: HashMap<String, String>) -> Result<BenchStream> {
+        let unique = unique_suffix();
+        let name = format!("SEMAQ_BENCH_{}_{tag}_{unique}", std::process::id()).replace('-', "_");
+        let subject = format!("semaq.bench.js.{}.{unique}", std::process::id());
         let config = StreamConfig {
             name: name.clone(),
             subjects: vec![subject.clone()],

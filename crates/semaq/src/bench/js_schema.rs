@@ -16,7 +16,6 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context as _, Result};
 use async_nats::jetstream::context::ContextBuilder;
-use async_nats::jetstream::stream::{Config as StreamConfig, StorageType};
 use bytes::Bytes;
 use indicatif::ProgressBar;
 use serde_json::{json, Value};
@@ -221,23 +220,12 @@ async fn run_variant(
 
 async fn create_stream(client: &async_nats::Client, variant: Variant, schema: Option<&str>) -> Result<BenchStream> {
     let context = ContextBuilder::new().timeout(REQUEST_TIMEOUT).build(client.clone());
-    let unique = unique_suffix();
-    let name = format!("SEMAQ_BENCH_SCHEMA_{}_{}_{unique}", std::process::id(), variant.name()).replace('-', "_");
-    let subject = format!("semaq.bench.schema.{}.{unique}", std::process::id());
     let mut metadata = HashMap::new();
     if let Some(schema) = schema {
         metadata.insert("semaq.level".to_string(), "2".to_string());
         metadata.insert("semaq.schema".to_string(), schema.to_string());
     }
-    let config = StreamConfig {
-        name: name.clone(),
-        subjects: vec![subject.clone()],
-        storage: StorageType::File,
-        metadata,
-        ..Default::default()
-    };
-    context.create_stream(config).await.with_context(|| format!("cannot create stream {name}"))?;
-    Ok(BenchStream { context, name, subject })
+    BenchStream::create_in(context, &format!("SCHEMA_{}", variant.name()), metadata).await
 }
 
 fn json_schema() -> Value {

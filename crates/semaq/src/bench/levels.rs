@@ -17,7 +17,6 @@ use std::collections::HashMap;
 
 use anyhow::{bail, Context as _, Result};
 use async_nats::jetstream::context::ContextBuilder;
-use async_nats::jetstream::stream::{Config as StreamConfig, StorageType};
 use bytes::Bytes;
 use indicatif::ProgressBar;
 
@@ -140,18 +139,7 @@ async fn register_schema(target: &Target) -> Result<()> {
 async fn publish_to(target: &Target, load: &Load, level: Level) -> Result<f64> {
     let client = target.connect().await?;
     let context = ContextBuilder::new().timeout(ANSWER_TIMEOUT).build(client);
-    let unique = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    let name = format!("SEMAQ_BENCH_{}_{}_{unique}", std::process::id(), level.name());
-    let subject = format!("semaq.bench.levels.{}.{unique}", std::process::id());
-    let config = StreamConfig {
-        name: name.clone(),
-        subjects: vec![subject.clone()],
-        storage: StorageType::File,
-        metadata: level.metadata(),
-        ..Default::default()
-    };
-    context.create_stream(config).await.with_context(|| format!("cannot create stream {name}"))?;
-    let stream = BenchStream { context, name, subject };
+    let stream = BenchStream::create_in(context, level.name(), level.metadata()).await?;
     let plan = PublishPlan { msgs: load.msgs, size: load.size, deadline: Some(load.duration) };
     let producer = format!("semaq-bench-{}", std::process::id());
     let message = |index: u64| {

@@ -11,14 +11,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 use async_nats::jetstream::context::{Context, ContextBuilder};
-use async_nats::jetstream::stream::{Config as StreamConfig, StorageType};
 use async_nats::HeaderMap;
 use bytes::Bytes;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use serde_json::json;
 
-use super::jetstream::ACK_WINDOW;
+use super::jetstream::{BenchStream, ACK_WINDOW};
 use super::server::ServerSpec;
 use super::stats::{format_count, median, median_ratio};
 use crate::connect::Target;
@@ -150,8 +149,6 @@ async fn register_schema(client: &async_nats::Client) -> Result<()> {
 /// Creates a stream, publishes `msgs` pipelined and returns (stream name, acked msgs/s); the
 /// stream is deleted afterwards unless `keep`.
 async fn publish_run(context: &Context, level: Level, tag: &str, msgs: u64, keep: bool) -> Result<(String, f64)> {
-    let name = format!("SEMAQ_BENCH_{level:?}_{tag}_{}", std::process::id());
-    let subject = format!("semaq.bench.l4.{}", name.to_lowercase());
     let mut metadata = HashMap::new();
     if level == Level::L4 {
         metadata.insert("semaq.level".to_string(), "4".to_string());
@@ -160,14 +157,8 @@ async fn publish_run(context: &Context, level: Level, tag: &str, msgs: u64, keep
     if keep {
         metadata.insert("semaq.sync".to_string(), "never".to_string());
     }
-    let config = StreamConfig {
-        name: name.clone(),
-        subjects: vec![subject.clone()],
-        storage: StorageType::File,
-        metadata,
-        ..Default::default()
-    };
-    context.create_stream(config).await.with_context(|| format!("cannot create stream {name}"))?;
+    let BenchStream { name, subject, .. } =
+        BenchStream::create_in(context.clone(), &format!("{level:?}_{tag}"), metadata).await?;
     let outcome = publish_pipelined(context, &subject, msgs).await;
     if !keep {
         let _ = context.delete_stream(&name).await;
