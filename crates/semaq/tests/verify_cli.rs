@@ -7,16 +7,16 @@
 //! `semaq-server` is found next to `semaq` in the target directory (`cargo test --workspace`
 //! builds it); when it is missing the tests say so and skip.
 
+mod support;
+
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::process::{Child, Command, Output};
 
 use async_nats::jetstream::{self, stream};
 use async_nats::HeaderMap;
 use serde_json::{json, Value};
+use support::server_path;
 
 const SEMAQ: &str = env!("CARGO_BIN_EXE_semaq");
 const STREAM: &str = "AUDIT";
@@ -24,10 +24,6 @@ const MESSAGES: u64 = 40;
 /// Segment file layout (docs/design.md): a 24-byte header, then records whose first 4 bytes are
 /// their length, the next 4 a CRC-32 of everything after those 8, then the sequence.
 const SEGMENT_HEADER_BYTES: usize = 24;
-
-fn server_path() -> PathBuf {
-    Path::new(SEMAQ).with_file_name(format!("semaq-server{}", std::env::consts::EXE_SUFFIX))
-}
 
 /// A semaq-server on a store directory the test owns, killed on drop.
 struct Server {
@@ -37,32 +33,8 @@ struct Server {
 
 impl Server {
     fn start(store: &Path) -> Server {
-        let mut child = Command::new(server_path())
-            .args(["-a", "127.0.0.1", "-p", "-1", "-js", "-sd"])
-            .arg(store)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("semaq-server starts");
-        let stderr = child.stderr.take().expect("stderr piped");
-        let (sender, log) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = sender.send(line);
-            }
-        });
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let mut address = None;
-        loop {
-            let line = log.recv_timeout(deadline.saturating_duration_since(Instant::now())).expect("server ready");
-            if let Some(rest) = line.split("Listening for client connections on ").nth(1) {
-                address = Some(rest.trim().to_string());
-            }
-            if line.contains("Server is ready") {
-                break;
-            }
-        }
-        Server { child, url: format!("nats://{}", address.expect("client address logged")) }
+        let (child, url) = support::spawn_server(&["-a", "127.0.0.1", "-p", "-1", "-js"], store);
+        Server { child, url }
     }
 
     /// SIGTERM (the server signs its head on the way out) and wait.

@@ -33,34 +33,7 @@ impl SemaqServer {
             return None;
         }
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut child = Command::new(&program)
-            .args(["-a", "127.0.0.1", "-p", "-1", "-m", "-1", "-sd"])
-            .arg(dir.path().join("store"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("semaq-server starts");
-        let stderr = child.stderr.take().expect("stderr piped");
-        let (sender, log) = mpsc::channel();
-        std::thread::spawn(move || {
-            // Keep draining so the server never blocks on a full pipe.
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = sender.send(line);
-            }
-        });
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let mut address = None;
-        loop {
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            let line = log.recv_timeout(remaining).expect("semaq-server did not become ready");
-            if let Some(rest) = line.split("Listening for client connections on ").nth(1) {
-                address = Some(rest.trim().to_string());
-            }
-            if line.contains("Server is ready") {
-                break;
-            }
-        }
-        let url = format!("nats://{}", address.expect("client address logged"));
+        let (child, url) = spawn_server(&["-a", "127.0.0.1", "-p", "-1", "-m", "-1"], &dir.path().join("store"));
         Some(SemaqServer { url, child, dir })
     }
 
@@ -82,6 +55,39 @@ impl Drop for SemaqServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Starts `semaq-server ARGS -sd STORE` and waits until it is ready; the child and its client URL.
+pub fn spawn_server(args: &[&str], store: &Path) -> (Child, String) {
+    let mut child = Command::new(server_path())
+        .args(args)
+        .arg("-sd")
+        .arg(store)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("semaq-server starts");
+    let stderr = child.stderr.take().expect("stderr piped");
+    let (sender, log) = mpsc::channel();
+    std::thread::spawn(move || {
+        // Keep draining so the server never blocks on a full pipe.
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = sender.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut address = None;
+    loop {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let line = log.recv_timeout(remaining).expect("semaq-server did not become ready");
+        if let Some(rest) = line.split("Listening for client connections on ").nth(1) {
+            address = Some(rest.trim().to_string());
+        }
+        if line.contains("Server is ready") {
+            break;
+        }
+    }
+    (child, format!("nats://{}", address.expect("client address logged")))
 }
 
 pub fn server_path() -> PathBuf {
