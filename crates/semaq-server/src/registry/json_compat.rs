@@ -441,12 +441,7 @@ impl<'a> Checker<'a> {
         compare_values(wm, rm, at, found);
         compare_bounds(wm, rm, at, found);
         compare_multiple_of(wm, rm, at, found);
-        for keyword in ["pattern", "format", "contains", "propertyNames", "patternProperties", "dependentSchemas"] {
-            if rm.get(keyword).is_some_and(|value| Some(value) != wm.get(keyword)) {
-                found.push(format!("{at}: '{keyword}' was added or changed ({}_CHANGED)", code(keyword)));
-            }
-        }
-        for keyword in ["if", "then", "else", "unevaluatedProperties", "unevaluatedItems"] {
+        for keyword in CHANGED_WHEN_ADDED_OR_CHANGED {
             if rm.get(keyword).is_some_and(|value| Some(value) != wm.get(keyword)) {
                 found.push(format!("{at}: '{keyword}' was added or changed ({}_CHANGED)", code(keyword)));
             }
@@ -636,6 +631,21 @@ fn listed_values(schema: &Map<String, Value>) -> Option<Vec<&Value>> {
         (None, None) => None,
     }
 }
+
+/// Keywords a reader may not add or change: any difference narrows (or reshapes) what it accepts.
+const CHANGED_WHEN_ADDED_OR_CHANGED: [&str; 11] = [
+    "pattern",
+    "format",
+    "contains",
+    "propertyNames",
+    "patternProperties",
+    "dependentSchemas",
+    "if",
+    "then",
+    "else",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+];
 
 fn compare_types(w: &Map<String, Value>, r: &Map<String, Value>, at: &str, found: &mut Vec<String>) {
     let Some(allowed) = declared_types(r) else { return };
