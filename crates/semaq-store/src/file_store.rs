@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use crate::error::{StoreError, StoreResult};
-use crate::index;
 use crate::ledger::Ledger;
 use crate::limits::{
     segment_header, CORRUPTION_REPORTS_MAX_COUNT, SEGMENT_SIZE_DEFAULT_BYTES, SEGMENT_SIZE_MAX_BYTES,
@@ -264,8 +263,7 @@ impl FileStore {
         let end_seq = self.ledger.next_seq();
         let last = self.segments.len() - 1;
         let active = &mut self.segments[last];
-        let index = index::build(&self.ledger, active.first_seq, end_seq, active.len());
-        active.seal(&self.dir, &index)?;
+        active.seal(&self.dir, &self.ledger, end_seq)?;
         let next = Segment::create(&self.dir, end_seq)?;
         self.segments.push(next);
         Ok(())

@@ -2,10 +2,11 @@
 //! table, so opening a stream learns every message's place, size, time and subject without
 //! reading a payload.
 //!
-//! Written once, when the segment is sealed (or rebuilt by a scan); never modified. Pure
-//! encode/decode here; the caller does the I/O.
+//! Written once, when the segment is sealed (or rebuilt by a scan); never modified. Encoding
+//! to any writer and decoding here; the caller owns the file.
 
 use std::collections::HashMap;
+use std::io::{self, Write};
 
 use crate::ledger::{Ledger, SlotState};
 use crate::limits::{index_entry as ie, index_header as ih, index_subject};
@@ -23,18 +24,34 @@ pub(crate) struct IndexEntry {
     pub flags: u32,
 }
 
-/// Builds an index file: entries in sequence order, then the subject table they point into.
-#[derive(Debug, Default)]
-pub(crate) struct IndexBuilder {
-    entries: Vec<u8>,
+/// Writes an index file as a stream: a placeholder header, the entries in sequence order, then
+/// the subject table they point into; [`IndexWriter::finish`] returns the real header, which
+/// the caller writes over the placeholder. A sealed segment's index can be tens of megabytes:
+/// streaming it through a small buffer keeps sealing from faulting in that much fresh memory.
+#[derive(Debug)]
+pub(crate) struct IndexWriter<W: Write> {
+    sink: W,
+    body_hasher: crc32fast::Hasher,
     subjects: Vec<u8>,
     entry_count: u32,
     subject_count: u32,
 }
 
-impl IndexBuilder {
+impl<W: Write> IndexWriter<W> {
+    /// Starts the file with a zeroed header (invalid until it is replaced).
+    pub(crate) fn new(mut sink: W) -> io::Result<Self> {
+        sink.write_all(&[0u8; ih::SIZE_BYTES])?;
+        Ok(IndexWriter {
+            sink,
+            body_hasher: crc32fast::Hasher::new(),
+            subjects: Vec::new(),
+            entry_count: 0,
+            subject_count: 0,
+        })
+    }
+
     /// Appends the entry for the next sequence.
-    pub(crate) fn push(&mut self, entry: &IndexEntry) {
+    pub(crate) fn push(&mut self, entry: &IndexEntry) -> io::Result<()> {
         let mut raw = [0u8; ie::SIZE_BYTES];
         raw[ie::SEQ_OFFSET..ie::SEQ_OFFSET + 8].copy_from_slice(&entry.seq.to_le_bytes());
         raw[ie::TIMESTAMP_OFFSET..ie::TIMESTAMP_OFFSET + 8].copy_from_slice(&entry.timestamp_ns.to_le_bytes());
@@ -42,8 +59,9 @@ impl IndexBuilder {
         raw[ie::LENGTH_OFFSET..ie::LENGTH_OFFSET + 4].copy_from_slice(&entry.length.to_le_bytes());
         raw[ie::SUBJECT_INDEX_OFFSET..ie::SUBJECT_INDEX_OFFSET + 4].copy_from_slice(&entry.subject_index.to_le_bytes());
         raw[ie::FLAGS_OFFSET..ie::FLAGS_OFFSET + 4].copy_from_slice(&entry.flags.to_le_bytes());
-        self.entries.extend_from_slice(&raw);
+        self.body_hasher.update(&raw);
         self.entry_count += 1;
+        self.sink.write_all(&raw)
     }
 
     /// Adds a subject to the table and returns its index (the caller deduplicates).
@@ -54,27 +72,37 @@ impl IndexBuilder {
         self.subject_count - 1
     }
 
-    /// The finished file bytes for a segment starting at `first_seq` whose log is `log_length` long.
-    pub(crate) fn finish(self, first_seq: u64, log_length: u64) -> Vec<u8> {
-        let mut body_hasher = crc32fast::Hasher::new();
-        body_hasher.update(&self.entries);
-        body_hasher.update(&self.subjects);
-        let mut out = vec![0u8; ih::SIZE_BYTES];
-        out[ih::MAGIC_OFFSET..ih::MAGIC_OFFSET + 4].copy_from_slice(&ih::MAGIC.to_le_bytes());
-        out[ih::VERSION_OFFSET..ih::VERSION_OFFSET + 4].copy_from_slice(&ih::VERSION.to_le_bytes());
-        out[ih::FIRST_SEQ_OFFSET..ih::FIRST_SEQ_OFFSET + 8].copy_from_slice(&first_seq.to_le_bytes());
-        out[ih::LOG_LENGTH_OFFSET..ih::LOG_LENGTH_OFFSET + 8].copy_from_slice(&log_length.to_le_bytes());
-        out[ih::ENTRY_COUNT_OFFSET..ih::ENTRY_COUNT_OFFSET + 4].copy_from_slice(&self.entry_count.to_le_bytes());
-        out[ih::SUBJECT_COUNT_OFFSET..ih::SUBJECT_COUNT_OFFSET + 4].copy_from_slice(&self.subject_count.to_le_bytes());
+    /// Writes the subject table; returns the sink, the header for a segment starting at
+    /// `first_seq` whose log is `log_length` long, and the file's length.
+    pub(crate) fn finish(mut self, first_seq: u64, log_length: u64) -> io::Result<Finished<W>> {
+        self.sink.write_all(&self.subjects)?;
+        self.body_hasher.update(&self.subjects);
+        let mut header = [0u8; ih::SIZE_BYTES];
+        header[ih::MAGIC_OFFSET..ih::MAGIC_OFFSET + 4].copy_from_slice(&ih::MAGIC.to_le_bytes());
+        header[ih::VERSION_OFFSET..ih::VERSION_OFFSET + 4].copy_from_slice(&ih::VERSION.to_le_bytes());
+        header[ih::FIRST_SEQ_OFFSET..ih::FIRST_SEQ_OFFSET + 8].copy_from_slice(&first_seq.to_le_bytes());
+        header[ih::LOG_LENGTH_OFFSET..ih::LOG_LENGTH_OFFSET + 8].copy_from_slice(&log_length.to_le_bytes());
+        header[ih::ENTRY_COUNT_OFFSET..ih::ENTRY_COUNT_OFFSET + 4].copy_from_slice(&self.entry_count.to_le_bytes());
+        header[ih::SUBJECT_COUNT_OFFSET..ih::SUBJECT_COUNT_OFFSET + 4]
+            .copy_from_slice(&self.subject_count.to_le_bytes());
         let subjects_length = self.subjects.len() as u32;
-        out[ih::SUBJECTS_LENGTH_OFFSET..ih::SUBJECTS_LENGTH_OFFSET + 4].copy_from_slice(&subjects_length.to_le_bytes());
-        out[ih::BODY_CRC_OFFSET..ih::BODY_CRC_OFFSET + 4].copy_from_slice(&body_hasher.finalize().to_le_bytes());
-        let header_crc = crc32fast::hash(&out[..ih::HEADER_CRC_OFFSET]);
-        out[ih::HEADER_CRC_OFFSET..ih::HEADER_CRC_OFFSET + 4].copy_from_slice(&header_crc.to_le_bytes());
-        out.extend_from_slice(&self.entries);
-        out.extend_from_slice(&self.subjects);
-        out
+        header[ih::SUBJECTS_LENGTH_OFFSET..ih::SUBJECTS_LENGTH_OFFSET + 4]
+            .copy_from_slice(&subjects_length.to_le_bytes());
+        header[ih::BODY_CRC_OFFSET..ih::BODY_CRC_OFFSET + 4]
+            .copy_from_slice(&self.body_hasher.finalize().to_le_bytes());
+        let header_crc = crc32fast::hash(&header[..ih::HEADER_CRC_OFFSET]);
+        header[ih::HEADER_CRC_OFFSET..ih::HEADER_CRC_OFFSET + 4].copy_from_slice(&header_crc.to_le_bytes());
+        let length = (ih::SIZE_BYTES + self.entry_count as usize * ie::SIZE_BYTES + self.subjects.len()) as u64;
+        Ok(Finished { sink: self.sink, header, length })
     }
+}
+
+/// A written index: its sink, the header to put at offset 0, and the file's length.
+#[derive(Debug)]
+pub(crate) struct Finished<W> {
+    pub sink: W,
+    pub header: [u8; ih::SIZE_BYTES],
+    pub length: u64,
 }
 
 /// A validated index file, decoded lazily entry by entry.
@@ -153,11 +181,17 @@ fn parse_subjects(mut table: &[u8], count: usize) -> Result<Vec<&str>, &'static 
     Ok(subjects)
 }
 
-/// The index of the segment holding sequences `first_seq..end_seq`, built from the ledger
-/// (at seal, or after a rebuild scan). Sequences the ledger no longer tracks were removed from
-/// the front and are written as deleted.
-pub(crate) fn build(ledger: &Ledger<u32>, first_seq: u64, end_seq: u64, log_length: u64) -> Vec<u8> {
-    let mut builder = IndexBuilder::default();
+/// Writes the index of the segment holding sequences `first_seq..end_seq` to `sink`, from the
+/// ledger (at seal, or after a rebuild scan). Sequences the ledger no longer tracks were removed
+/// from the front and are written as deleted.
+pub(crate) fn build<W: Write>(
+    ledger: &Ledger<u32>,
+    first_seq: u64,
+    end_seq: u64,
+    log_length: u64,
+    sink: W,
+) -> io::Result<Finished<W>> {
+    let mut writer = IndexWriter::new(sink)?;
     let mut local_subjects: HashMap<SubjectId, u32> = HashMap::new();
     for seq in first_seq..end_seq {
         let mut entry = IndexEntry {
@@ -174,16 +208,16 @@ pub(crate) fn build(ledger: &Ledger<u32>, first_seq: u64, end_seq: u64, log_leng
                 SlotState::Live => {
                     let subject_index = *local_subjects
                         .entry(slot.subject)
-                        .or_insert_with(|| builder.add_subject(ledger.subject_name(slot)));
+                        .or_insert_with(|| writer.add_subject(ledger.subject_name(slot)));
                     entry = IndexEntry { offset: slot.body, length: slot.size, subject_index, flags: 0, ..entry };
                 }
                 SlotState::Lost => entry.flags = ie::FLAG_LOST,
                 SlotState::Deleted => {}
             }
         }
-        builder.push(&entry);
+        writer.push(&entry)?;
     }
-    builder.finish(first_seq, log_length)
+    writer.finish(first_seq, log_length)
 }
 
 #[cfg(test)]
@@ -191,14 +225,17 @@ mod tests {
     use super::*;
 
     fn sample() -> Vec<u8> {
-        let mut builder = IndexBuilder::default();
-        let subject = builder.add_subject("a.b");
+        let mut writer = IndexWriter::new(Vec::new()).unwrap();
+        let subject = writer.add_subject("a.b");
         for seq in 10..13 {
             let entry =
                 IndexEntry { seq, timestamp_ns: seq as i64, offset: 24, length: 40, subject_index: subject, flags: 0 };
-            builder.push(&entry);
+            writer.push(&entry).unwrap();
         }
-        builder.finish(10, 1000)
+        let Finished { mut sink, header, length } = writer.finish(10, 1000).unwrap();
+        assert_eq!(length, sink.len() as u64);
+        sink[..header.len()].copy_from_slice(&header);
+        sink
     }
 
     #[test]

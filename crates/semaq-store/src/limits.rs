@@ -24,6 +24,8 @@ pub const GAP_FILL_MAX_COUNT: u64 = 1 << 24;
 
 /// Bytes buffered in memory for the active segment before they are handed to the OS.
 pub const WRITE_BUFFER_BYTES: usize = 256 * 1024;
+/// Bytes buffered while an index file is written (it is streamed, never held whole).
+pub const INDEX_WRITE_BUFFER_BYTES: usize = 64 * 1024;
 /// Distinct corruption reports kept for `state()`; later ones are only counted.
 pub const CORRUPTION_REPORTS_MAX_COUNT: usize = 16;
 

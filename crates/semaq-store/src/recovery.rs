@@ -9,7 +9,7 @@ use std::path::Path;
 
 use crate::delete_log;
 use crate::error::{io_error, StoreError, StoreResult};
-use crate::index::{self, IndexFile};
+use crate::index::IndexFile;
 use crate::ledger::{Ledger, SlotState};
 use crate::limits::{index_entry as ie, record_header as rh, segment_header as sh, GAP_FILL_MAX_COUNT};
 use crate::meta::MetaFile;
@@ -179,9 +179,8 @@ fn load_sealed(
         }
     }
     scan_into(dir, &segment, ledger, report, Some(end_seq))?;
-    let rebuilt = index::build(ledger, first_seq, ledger.next_seq(), log_length);
-    segment::write_index(&index_path, &rebuilt)?;
-    segment.set_index_bytes(rebuilt.len() as u64);
+    let rebuilt_bytes = segment::write_index(&index_path, ledger, first_seq, ledger.next_seq(), log_length)?;
+    segment.set_index_bytes(rebuilt_bytes);
     report.indexes_rebuilt_count += 1;
     Ok(segment)
 }

@@ -3,7 +3,7 @@
 //! writes; reads of bytes still in that buffer are served from it.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::Write;
+use std::io::{BufWriter, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -11,7 +11,9 @@ use bytes::{Bytes, BytesMut};
 
 use crate::delete_log;
 use crate::error::{io_error, StoreResult};
-use crate::limits::WRITE_BUFFER_BYTES;
+use crate::index;
+use crate::ledger::Ledger;
+use crate::limits::{INDEX_WRITE_BUFFER_BYTES, WRITE_BUFFER_BYTES};
 use crate::record;
 
 /// Extension of a segment's log file.
@@ -201,11 +203,12 @@ impl Segment {
         Ok(())
     }
 
-    /// Seals the segment: log fsynced, then the index written and fsynced. Returns after both.
-    pub(crate) fn seal(&mut self, dir: &Path, index: &[u8]) -> StoreResult<()> {
+    /// Seals the segment (its records end before `end_seq`): log fsynced, then the index
+    /// written from the ledger and fsynced. Returns after both.
+    pub(crate) fn seal(&mut self, dir: &Path, ledger: &Ledger<u32>, end_seq: u64) -> StoreResult<()> {
         self.sync(dir)?;
-        write_index(&self.path(dir, INDEX_EXTENSION), index)?;
-        self.index_bytes = index.len() as u64;
+        let path = self.path(dir, INDEX_EXTENSION);
+        self.index_bytes = write_index(&path, ledger, self.first_seq, end_seq, self.len())?;
         self.sealed = true;
         self.pending = Vec::new();
         Ok(())
@@ -230,11 +233,23 @@ impl Segment {
     }
 }
 
-/// Writes a whole index file and fsyncs it (recovery rejects a partial one and rebuilds it).
-pub(crate) fn write_index(path: &Path, index: &[u8]) -> StoreResult<()> {
-    let mut file = File::create(path).map_err(io_error("create", path))?;
-    file.write_all(index).map_err(io_error("write", path))?;
-    file.sync_all().map_err(io_error("fsync", path))
+/// Writes the index of `first_seq..end_seq` from the ledger and fsyncs it; returns its length.
+/// The header goes in last, so a crash leaves a file recovery rejects (and rebuilds).
+pub(crate) fn write_index(
+    path: &Path,
+    ledger: &Ledger<u32>,
+    first_seq: u64,
+    end_seq: u64,
+    log_length: u64,
+) -> StoreResult<u64> {
+    let file = File::create(path).map_err(io_error("create", path))?;
+    let sink = BufWriter::with_capacity(INDEX_WRITE_BUFFER_BYTES, file);
+    let index::Finished { sink, header, length } =
+        index::build(ledger, first_seq, end_seq, log_length, sink).map_err(io_error("write", path))?;
+    let file = sink.into_inner().map_err(|error| io_error("write", path)(error.into_error()))?;
+    file.write_all_at(&header, 0).map_err(io_error("write", path))?;
+    file.sync_all().map_err(io_error("fsync", path))?;
+    Ok(length)
 }
 
 /// Removes a file that may not exist.

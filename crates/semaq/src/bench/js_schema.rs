@@ -21,6 +21,7 @@ use indicatif::ProgressBar;
 use serde_json::{json, Value};
 
 use super::jetstream::{publish_payload_pipelined, BenchStream, PublishPlan};
+use super::server::cpu_seconds;
 use super::Load;
 use crate::connect::Target;
 
@@ -28,8 +29,6 @@ use crate::connect::Target;
 pub const EVENT_JSON: &[u8] = br#"{"model_id":"llama3-70b","confidence":0.92,"input_tokens":128}"#;
 /// How long a publish may wait for its ack, and a registry request for its answer.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-/// Linux reports process CPU time in clock ticks of 1/100 s (USER_HZ, fixed in its user ABI).
-const CLOCK_TICKS_PER_SECOND: f64 = 100.0;
 
 /// One stream and payload the measurement publishes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -271,20 +270,6 @@ async fn call(client: &async_nats::Client, operation: &str, body: Value) -> Resu
     Ok(answer)
 }
 
-/// User plus system CPU seconds the process has used (Linux `/proc/PID/stat`).
-fn cpu_seconds(pid: u32) -> Option<f64> {
-    parse_cpu_ticks(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
-        .map(|t| t as f64 / CLOCK_TICKS_PER_SECOND)
-}
-
-/// utime + stime (fields 14 and 15) of a `/proc/PID/stat` line; the command name in
-/// parentheses may hold spaces, so fields are counted after its closing parenthesis.
-fn parse_cpu_ticks(stat: &str) -> Option<u64> {
-    let fields: Vec<&str> = stat.get(stat.rfind(')')? + 1..)?.split_whitespace().collect();
-    // After the name come field 3 (state) onwards: utime is field 14, index 11 here.
-    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
-}
-
 /// A per-run suffix so concurrent benches on one server do not see each other's streams.
 fn unique_suffix() -> u128 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
@@ -293,13 +278,6 @@ fn unique_suffix() -> u128 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cpu_ticks_are_read_after_the_command_name() {
-        let stat = "4242 (semaq server) S 1 4242 4242 0 -1 4194560 900 0 0 0 350 25 0 0 20 0 9 0 100 1 2";
-        assert_eq!(parse_cpu_ticks(stat), Some(375));
-        assert_eq!(parse_cpu_ticks("garbage"), None);
-    }
 
     #[test]
     fn ratios_and_validation_costs_are_medians_per_variant() {

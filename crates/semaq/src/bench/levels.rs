@@ -1,5 +1,6 @@
-//! `semaq bench js-pub-levels`: `js-pub` on an L1, an L2 and an L3 stream of one semaq-server, in
-//! the same run, so the table shows what each semantic level costs a pipelined publisher.
+//! `semaq bench js-pub-levels`: `js-pub` on an L1, an L2 and an L3 stream of one fresh
+//! semaq-server, in the same run, so the table shows what each semantic level costs a pipelined
+//! publisher.
 //!
 //! - L1: a plain file stream; messages carry the JSON payload and no headers.
 //! - L1+h: the same stream, with the producer headers L3 needs, stored as ordinary headers: the
@@ -12,6 +13,11 @@
 //! Every stream syncs before it acks (L3 always does; the others get the server's default).
 //! Rounds alternate the order of the levels; the table shows each level's median rate and the
 //! median of the per-round ratios. nats-server has no levels, so this runs against SemaQ only.
+//!
+//! The bench starts the server itself, so it can also show where the CPU goes: the server's and
+//! this client's CPU time per acknowledged message (`/proc/PID/stat`). On a small machine the
+//! client shares the cores with the server, and what headers cost the client shows up in every
+//! ratio against header-less L1; the level's own cost is the ratio against L1+h.
 
 use std::collections::HashMap;
 
@@ -21,6 +27,7 @@ use bytes::Bytes;
 use indicatif::ProgressBar;
 
 use super::jetstream::{publish_pipelined_with, BenchStream, PublishPlan, ACK_WINDOW};
+use super::server::{cpu_seconds, ServerSpec};
 use super::stats::{format_count, median, median_ratio};
 use super::{Load, LoadArgs, Scenario};
 use crate::connect::Target;
@@ -30,6 +37,8 @@ const SCHEMA_SUBJECT: &str = "semaq-bench-levels";
 /// What every payload is: `{"n": <index>, "pad": "xxx..."}`.
 const SCHEMA: &str =
     r#"{"type": "object", "properties": {"n": {"type": "integer"}, "pad": {"type": "string"}}, "required": ["n"]}"#;
+/// Issue 6's target: js-pub on L3 at least this fraction of L1's.
+const L3_TARGET_RATIO: f64 = 0.9;
 /// How long a publish may wait for its ack, and a request for its answer.
 const ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -47,6 +56,9 @@ pub struct LevelsArgs {
     /// Print only the table
     #[arg(long, short)]
     quiet: bool,
+    /// semaq-server executable [default: semaq-server next to this program]
+    #[arg(long, value_name = "PATH")]
+    semaq_server: Option<std::path::PathBuf>,
 }
 
 /// The semantic levels compared.
@@ -98,25 +110,44 @@ impl Level {
     }
 }
 
-/// Runs `semaq bench js-pub-levels`.
-pub async fn run(target: &Target, args: LevelsArgs) -> Result<()> {
+/// What one run on one level measured.
+#[derive(Debug, Clone, Copy, Default)]
+struct LevelRun {
+    /// Acknowledged messages per second.
+    rate: f64,
+    /// Server CPU seconds per acknowledged message.
+    server_cpu: Option<f64>,
+    /// This process's CPU seconds per acknowledged message.
+    client_cpu: Option<f64>,
+}
+
+/// Runs `semaq bench js-pub-levels` on a semaq-server it starts.
+pub async fn run(args: LevelsArgs) -> Result<()> {
+    let program = match &args.semaq_server {
+        Some(path) => path.clone(),
+        None => super::compare::default_semaq_server()?,
+    };
+    let work_dir =
+        tempfile::Builder::new().prefix("semaq-bench-levels-").tempdir().context("cannot create a work dir")?;
+    let server = ServerSpec { label: "semaq", program }.start(work_dir.path())?;
+    let target = Target::plain(server.url.clone(), ANSWER_TIMEOUT);
     let load = Scenario::JsPub.load(&args.load)?;
-    register_schema(target).await?;
-    let mut rates: [Vec<f64>; 4] = Default::default();
+    register_schema(&target).await?;
+    let mut runs: [Vec<LevelRun>; 4] = Default::default();
     for round in 0..args.rounds {
         let mut order = args.levels.clone();
         if round % 2 == 1 {
             order.reverse();
         }
         for level in order {
-            let rate = publish_to(target, &load, level).await?;
+            let run = publish_to(&target, &load, level, server.pid()).await?;
             if !args.quiet {
-                println!("round {}: {} {} msgs/s", round + 1, level.name(), format_count(rate.round() as u64));
+                println!("round {}: {} {} msgs/s", round + 1, level.name(), format_count(run.rate.round() as u64));
             }
-            rates[level as usize].push(rate);
+            runs[level as usize].push(run);
         }
     }
-    println!("{}", table(&load, &rates, args.rounds));
+    println!("{}", table(&load, &runs, args.rounds));
     Ok(())
 }
 
@@ -135,8 +166,8 @@ async fn register_schema(target: &Target) -> Result<()> {
     Ok(())
 }
 
-/// One `js-pub` run on a new stream of `level`; acknowledged messages per second.
-async fn publish_to(target: &Target, load: &Load, level: Level) -> Result<f64> {
+/// One `js-pub` run on a new stream of `level`: its rate and CPU costs.
+async fn publish_to(target: &Target, load: &Load, level: Level, server_pid: u32) -> Result<LevelRun> {
     let client = target.connect().await?;
     let context = ContextBuilder::new().timeout(ANSWER_TIMEOUT).build(client);
     let stream = BenchStream::create_in(context, level.name(), level.metadata()).await?;
@@ -151,7 +182,10 @@ async fn publish_to(target: &Target, load: &Load, level: Level) -> Result<f64> {
         });
         (headers, payload(index, load.size))
     };
+    let cpu = || (cpu_seconds(server_pid), cpu_seconds(std::process::id()));
+    let before = cpu();
     let published = publish_pipelined_with(&stream, &plan, &ProgressBar::hidden(), message).await;
+    let after = cpu();
     let stored = stream.stored_messages().await.ok();
     stream.delete().await;
     let published = published?;
@@ -160,7 +194,15 @@ async fn publish_to(target: &Target, load: &Load, level: Level) -> Result<f64> {
         bail!("{} run failed: {}", level.name(), problems.join("; "));
     }
     let seconds = published.elapsed.as_secs_f64();
-    Ok(if seconds > 0.0 { published.acked as f64 / seconds } else { 0.0 })
+    let per_message = |before: Option<f64>, after: Option<f64>| match (before, after) {
+        (Some(before), Some(after)) if published.acked > 0 => Some((after - before) / published.acked as f64),
+        _ => None,
+    };
+    Ok(LevelRun {
+        rate: if seconds > 0.0 { published.acked as f64 / seconds } else { 0.0 },
+        server_cpu: per_message(before.0, after.0),
+        client_cpu: per_message(before.1, after.1),
+    })
 }
 
 /// `{"n": index, "pad": "xx..."}`, padded to `size` bytes when that is long enough.
@@ -174,29 +216,44 @@ fn payload(index: u64, size: usize) -> Bytes {
     Bytes::from(text)
 }
 
-/// The result table: each level's median and its median per-round ratios to L1, L1+h and L2.
-fn table(load: &Load, rates: &[Vec<f64>; 4], rounds: u32) -> String {
+/// The result table: each level's median rate, its median per-round ratios to L1, L1+h and L2,
+/// and the median server and client CPU per message; then the L3 target line.
+fn table(load: &Load, runs: &[Vec<LevelRun>; 4], rounds: u32) -> String {
+    let rates = |level: Level| runs[level as usize].iter().map(|run| run.rate).collect::<Vec<_>>();
+    let micros = |values: Vec<f64>| median(&values).map_or_else(|| "-".to_string(), |cpu| format!("{:.2}", cpu * 1e6));
     let mut lines = vec![
         format!(
             "js-pub-levels: JetStream publish, {ACK_WINDOW} acks outstanding, {} B payloads, {rounds} rounds (medians)",
             load.size
         ),
-        format!("  {:<5} {:<42} {:>10} {:>7} {:>7} {:>7}", "level", "", "msgs/s", "vs L1", "vs L1+h", "vs L2"),
+        format!(
+            "  {:<5} {:<42} {:>10} {:>7} {:>7} {:>7} {:>11} {:>11}",
+            "level", "", "msgs/s", "vs L1", "vs L1+h", "vs L2", "server µs", "client µs"
+        ),
     ];
-    for level in LEVELS.into_iter().filter(|level| !rates[*level as usize].is_empty()) {
-        let own = &rates[level as usize];
-        let ratio = |base: Level| {
-            median_ratio(own, &rates[base as usize]).map_or_else(|| "-".to_string(), |ratio| format!("{ratio:.2}×"))
-        };
-        let rate = median(own).map_or_else(|| "-".to_string(), |rate| format_count(rate.round() as u64));
+    let ratio = |level: Level, base: Level| median_ratio(&rates(level), &rates(base));
+    let shown = |ratio: Option<f64>| ratio.map_or_else(|| "-".to_string(), |ratio| format!("{ratio:.2}×"));
+    for level in LEVELS.into_iter().filter(|level| !runs[*level as usize].is_empty()) {
+        let own = &runs[level as usize];
+        let rate = median(&rates(level)).map_or_else(|| "-".to_string(), |rate| format_count(rate.round() as u64));
         lines.push(format!(
-            "  {:<5} {:<42} {:>10} {:>7} {:>7} {:>7}",
+            "  {:<5} {:<42} {:>10} {:>7} {:>7} {:>7} {:>11} {:>11}",
             level.name(),
             level.describe(),
             rate,
-            ratio(Level::L1),
-            ratio(Level::L1Headers),
-            ratio(Level::L2)
+            shown(ratio(level, Level::L1)),
+            shown(ratio(level, Level::L1Headers)),
+            shown(ratio(level, Level::L2)),
+            micros(own.iter().filter_map(|run| run.server_cpu).collect()),
+            micros(own.iter().filter_map(|run| run.client_cpu).collect()),
+        ));
+    }
+    if let Some(same_messages) = ratio(Level::L3, Level::L1Headers) {
+        let verdict = if same_messages >= L3_TARGET_RATIO { "meets" } else { "below" };
+        lines.push(format!(
+            "  L3 / L1 with the same messages: {same_messages:.2}× ({verdict} the {L3_TARGET_RATIO}× target); \
+             against header-less L1: {} (the headers' cost, mostly the client's: see client µs)",
+            shown(ratio(Level::L3, Level::L1))
         ));
     }
     lines.join("\n")

@@ -271,7 +271,7 @@ pub async fn run(target: &Target, args: BenchArgs) -> Result<()> {
         BenchCommand::Compare(compare_args) => return compare::run(compare_args).await,
         BenchCommand::FilterFanout(filter_args) => return filter_fanout::run(filter_args).await,
         BenchCommand::Provenance(provenance_args) => return provenance::run(provenance_args).await,
-        BenchCommand::JsPubLevels(levels_args) => return levels::run(target, levels_args).await,
+        BenchCommand::JsPubLevels(levels_args) => return levels::run(levels_args).await,
         BenchCommand::Pubsub(run_args) => (Scenario::Pubsub, run_args),
         BenchCommand::Fanout(run_args) => (Scenario::Fanout, run_args),
         BenchCommand::Latency(run_args) => (Scenario::Latency, run_args),

@@ -180,6 +180,9 @@ fn free_port() -> Result<u16> {
     Ok(listener.local_addr().context("cannot read the bound port")?.port())
 }
 
+/// Linux reports process CPU time in clock ticks of 1/100 s (USER_HZ, fixed in its user ABI).
+const CLOCK_TICKS_PER_SECOND: f64 = 100.0;
+
 /// Resident memory of a process in bytes, from `/proc/PID/status` (Linux only).
 pub fn resident_bytes(pid: u32) -> Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -192,6 +195,20 @@ pub fn parse_vm_rss(status: &str) -> Option<u64> {
     let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
     let kibibytes: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kibibytes * 1024)
+}
+
+/// User plus system CPU seconds the process has used (Linux `/proc/PID/stat`).
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    parse_cpu_ticks(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+        .map(|t| t as f64 / CLOCK_TICKS_PER_SECOND)
+}
+
+/// utime + stime (fields 14 and 15) of a `/proc/PID/stat` line; the command name in
+/// parentheses may hold spaces, so fields are counted after its closing parenthesis.
+fn parse_cpu_ticks(stat: &str) -> Option<u64> {
+    let fields: Vec<&str> = stat.get(stat.rfind(')')? + 1..)?.split_whitespace().collect();
+    // After the name come field 3 (state) onwards: utime is field 14, index 11 here.
+    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
 }
 
 /// The last part of a log file, for error messages.
@@ -211,6 +228,13 @@ mod tests {
         let status = "Name:\tnats-server\nVmPeak:\t  900 kB\nVmRSS:\t   12345 kB\nThreads: 7\n";
         assert_eq!(parse_vm_rss(status), Some(12345 * 1024));
         assert_eq!(parse_vm_rss("Name: x\n"), None);
+    }
+
+    #[test]
+    fn cpu_ticks_are_read_after_the_command_name() {
+        let stat = "4242 (semaq server) S 1 4242 4242 0 -1 4194560 900 0 0 0 350 25 0 0 20 0 9 0 100 1 2";
+        assert_eq!(parse_cpu_ticks(stat), Some(375));
+        assert_eq!(parse_cpu_ticks("garbage"), None);
     }
 
     #[test]
