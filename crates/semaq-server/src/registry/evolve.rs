@@ -33,8 +33,10 @@ pub const EVOLVE_KEY: &str = "semaq.evolve";
 /// Where each evolution is announced.
 pub const EVENT_SUBJECT: &str = "$SEMAQ.EVENT.SCHEMA.EVOLVED";
 
-/// Recent evolutions per (server, stream), for the per-minute bound. A process-wide map keeps
-/// the ingest path's types untouched; it holds at most one entry per stream that evolved.
+/// Recent evolution attempts per (server, stream), for the per-minute bound. A process-wide map
+/// keeps the ingest path's types untouched; it holds at most one entry per stream that evolved.
+/// A restart empties it, so the bound also counts the subject's registrations within the window
+/// as the registry keeps them (see [`Evolver::within_rate`]).
 static RECENT: Mutex<BTreeMap<String, VecDeque<Instant>>> = Mutex::new(BTreeMap::new());
 
 /// What one stream's evolution needs, resolved with its schema once per ingest batch.
@@ -113,7 +115,7 @@ impl Evolver {
         if proposal.added.is_empty() {
             return Outcome::Unchanged;
         }
-        if !self.within_rate() {
+        if !self.within_rate(registry, subject) {
             let reason = format!(
                 "auto-evolution limit reached: at most {} schema registrations per stream per minute",
                 limits::SCHEMA_EVOLUTIONS_PER_STREAM_PER_MINUTE_MAX
@@ -156,20 +158,25 @@ impl Evolver {
 
     /// Counts one registration attempt of this stream if the per-minute bound allows it. Refused
     /// attempts count too: each costs a compatibility check and a registry write, which is what
-    /// the bound protects.
-    fn within_rate(&self) -> bool {
+    /// the bound protects. The registry's own record of the versions registered for `subject`
+    /// within the window counts as well, so a restart (which forgets the attempts) does not
+    /// reopen the window; of the two, the larger count applies.
+    fn within_rate(&self, registry: &Registry, subject: &str) -> bool {
         let server = self.shared.upgrade().map(|shared| shared.server_id.clone()).unwrap_or_default();
         let key = format!("{server}/{}", self.stream);
         let now = Instant::now();
+        let window = limits::SCHEMA_EVOLUTION_RATE_WINDOW;
+        let window_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
+        let registered = registry.registrations_since(subject, super::store::now_ms().saturating_sub(window_ms));
         let mut recent = lock(&RECENT);
         recent.retain(|_, times| {
-            while times.front().is_some_and(|t| now.duration_since(*t) > limits::SCHEMA_EVOLUTION_RATE_WINDOW) {
+            while times.front().is_some_and(|t| now.duration_since(*t) > window) {
                 times.pop_front();
             }
             !times.is_empty()
         });
         let times = recent.entry(key).or_default();
-        if times.len() >= limits::SCHEMA_EVOLUTIONS_PER_STREAM_PER_MINUTE_MAX {
+        if times.len().max(registered) >= limits::SCHEMA_EVOLUTIONS_PER_STREAM_PER_MINUTE_MAX {
             return false;
         }
         times.push_back(now);
@@ -415,6 +422,31 @@ mod tests {
         let many: Map<String, Value> =
             (0..=limits::SCHEMA_EVOLUTION_FIELDS_MAX).map(|i| (format!("k{i}"), json!(i))).collect();
         assert!(propose(SchemaType::Json, &schema, &many).unwrap_err().contains("new fields"));
+    }
+
+    fn avro_with_fields(count: usize) -> Value {
+        let fields: Vec<Value> =
+            (0..count).map(|i| json!({"name": format!("k{i}"), "type": ["null", "long"], "default": null})).collect();
+        json!({"type": "record", "name": "Ev", "fields": fields})
+    }
+
+    #[test]
+    fn the_rate_counts_registrations_the_registry_kept_so_a_restart_does_not_reset_it() {
+        let registry = Registry::in_memory();
+        let max = limits::SCHEMA_EVOLUTIONS_PER_STREAM_PER_MINUTE_MAX;
+        for count in 1..max {
+            registry.register("rate", &request_for(SchemaType::Avro, &avro_with_fields(count))).unwrap();
+        }
+        let attempt = |stream: &str, field: &str| {
+            let (version, id) = registry.resolve_id("rate", None).unwrap();
+            let mut evolver = Evolver::new(stream, &Weak::new(), &registry, id).unwrap();
+            let payload = object(json!({ field: 1 }));
+            evolver.attempt(&registry, ("rate", version, id), &payload, false)
+        };
+        assert!(matches!(attempt("RATE-A", "one_more"), Outcome::Evolved(..)), "{max} registrations are allowed");
+        // A stream this process never saw evolve, as after a restart: the registry's record counts.
+        let refused = attempt("RATE-B", "another");
+        assert!(matches!(&refused, Outcome::Refused(reason) if reason.contains("limit reached")), "{refused:?}");
     }
 
     #[test]
