@@ -172,6 +172,12 @@ pub const FILTER_CACHE_PAYLOAD_BYTES_MAX: usize = 64 * 1024;
 pub const FILTER_REGEX_COMPILED_BYTES_MAX: usize = 256 * 1024;
 /// Idempotent producers (`Semaq-Producer`) one L3 stream remembers; a new one beyond this is refused.
 pub const PRODUCERS_PER_STREAM_MAX: usize = 10_000;
+/// Recent sequences of each L3 producer whose stream sequence is kept, so a duplicate of one is
+/// acked with its original's stream sequence (older ones name the producer's last message).
+pub const PRODUCER_RECENT_SEQS_MAX: usize = 1024;
+/// Those recent sequences of all producers of one stream together (bounds their memory, about
+/// 40 bytes each, and the producer snapshot, a few bytes each).
+pub const PRODUCER_RECENT_SEQS_PER_STREAM_MAX: usize = 64 * 1024;
 /// Longest `Semaq-Producer` id on an L3 stream (bounds the producer table's memory).
 pub const PRODUCER_ID_BYTES_MAX: usize = 256;
 /// How often an L3 stream writes its producer snapshot when producers changed.
