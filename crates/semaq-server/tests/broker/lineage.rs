@@ -270,6 +270,47 @@ async fn an_avro_stream_evolves_with_a_new_optional_field_and_refuses_a_type_cha
 }
 
 #[tokio::test]
+async fn nested_objects_and_records_evolve_and_a_nested_type_change_is_refused_by_path() {
+    let server = TestServer::start();
+    let client = server.client().await;
+    let json_v1 = json!({"type": "object", "additionalProperties": false, "required": ["user"], "properties": {
+        "user": {"type": "object", "additionalProperties": false,
+                 "properties": {"id": {"type": "integer"}}, "required": ["id"]}}});
+    register(&client, "nested-json", &json_v1.to_string(), "JSON").await;
+    let user = json!({"type": "record", "name": "User", "fields": [{"name": "id", "type": "long"}]});
+    let avro_v1 = json!({"type": "record", "name": "Ev", "fields": [{"name": "user", "type": user}]});
+    register(&client, "nested-avro", &avro_v1.to_string(), "AVRO").await;
+    let js = jetstream::new(client.clone());
+    for (name, subject, schema) in [("NJSON", "nj.>", "nested-json"), ("NAVRO", "na.>", "nested-avro")] {
+        let mut config = l4(name, subject, schema);
+        config.metadata.insert("semaq.evolve".into(), "auto".into());
+        js.create_stream(config).await.unwrap();
+    }
+    let mut events = evolved_events(&client).await;
+
+    for (subject, schema) in [("nj.a", "nested-json"), ("na.a", "nested-avro")] {
+        let ack = publish(&client, subject, l4_headers(&[]), json!({"user": {"id": 1, "locale": "fr"}})).await;
+        assert_eq!(ack["seq"], 1, "{ack}");
+        let event = tokio::time::timeout(Duration::from_secs(5), events.next()).await.unwrap().unwrap();
+        let event: Value = serde_json::from_slice(&event.payload).unwrap();
+        assert_eq!((event["subject"].as_str(), &event["added"]), (Some(schema), &json!(["user.locale"])));
+        let v2 = schema_api(&client, "GET", json!({"subject": schema, "version": 2})).await;
+        let v2: Value = serde_json::from_str(v2["schema"].as_str().unwrap()).unwrap();
+        if schema == "nested-json" {
+            assert_eq!(v2["properties"]["user"]["properties"]["locale"], json!({"type": "string"}));
+            assert_eq!(v2["properties"]["user"]["required"], json!(["id"]), "the new field is optional");
+        } else {
+            let locale = &v2["fields"][0]["type"]["fields"][1];
+            assert_eq!(*locale, json!({"name": "locale", "type": ["null", "string"], "default": null}));
+        }
+        let retyped = publish(&client, subject, l4_headers(&[]), json!({"user": {"id": "u-1"}})).await;
+        let report = error_of(&retyped);
+        assert!(report.contains("change the type of field 'user.id'"), "{report}");
+        assert_eq!(schema_api(&client, "VERSIONS", json!({"subject": schema})).await, json!([1, 2]));
+    }
+}
+
+#[tokio::test]
 async fn a_closed_json_schema_evolves_and_the_compatibility_mode_is_respected() {
     let server = TestServer::start();
     let client = server.client().await;
