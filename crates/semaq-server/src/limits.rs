@@ -123,12 +123,19 @@ pub const SCHEMA_EVOLUTIONS_PER_STREAM_PER_MINUTE_MAX: usize = 10;
 pub const SCHEMA_EVOLUTION_RATE_WINDOW: Duration = Duration::from_secs(60);
 /// New fields one auto-evolution may add (a payload with more is refused).
 pub const SCHEMA_EVOLUTION_FIELDS_MAX: usize = 64;
+/// Levels of nested objects (JSON Schema) or inline records (Avro) below the top level that
+/// auto-evolution extends; new fields deeper than this are not added.
+pub const SCHEMA_EVOLUTION_DEPTH_MAX: usize = 8;
 /// `Semaq-Parent` references one message may carry.
 pub const LINEAGE_PARENTS_PER_MESSAGE_MAX: usize = 64;
 /// Longest single `Semaq-Parent` reference.
 pub const LINEAGE_REFERENCE_BYTES_MAX: usize = 512;
-/// Newest messages of each stream searched to resolve a `Nats-Msg-Id` parent (within the
-/// stream's duplicate window, like the dedup window itself).
+/// `Nats-Msg-Id`s one L4 stream keeps to resolve `Semaq-Parent` ids (within its duplicate window).
+pub const LINEAGE_MSG_IDS_PER_STREAM_MAX: usize = 100_000;
+/// Bytes of the ids [`LINEAGE_MSG_IDS_PER_STREAM_MAX`] counts (each id is held twice).
+pub const LINEAGE_MSG_IDS_BYTES_PER_STREAM_MAX: usize = 16 * 1024 * 1024;
+/// Newest messages of each stream searched to resolve a `Nats-Msg-Id` parent stored before the
+/// server started (within the stream's duplicate window, like the dedup window itself).
 pub const LINEAGE_MSG_ID_SCAN_MESSAGES_MAX: usize = 1024;
 /// Streams searched to resolve one `Nats-Msg-Id` parent (the publishing stream first).
 pub const LINEAGE_MSG_ID_SCAN_STREAMS_MAX: usize = 64;
@@ -168,6 +175,12 @@ pub const FILTER_CACHE_PAYLOAD_BYTES_MAX: usize = 64 * 1024;
 pub const FILTER_REGEX_COMPILED_BYTES_MAX: usize = 256 * 1024;
 /// Idempotent producers (`Semaq-Producer`) one L3 stream remembers; a new one beyond this is refused.
 pub const PRODUCERS_PER_STREAM_MAX: usize = 10_000;
+/// Recent sequences of each L3 producer whose stream sequence is kept, so a duplicate of one is
+/// acked with its original's stream sequence (older ones name the producer's last message).
+pub const PRODUCER_RECENT_SEQS_MAX: usize = 1024;
+/// Those recent sequences of all producers of one stream together (bounds their memory, about
+/// 40 bytes each, and the producer snapshot, a few bytes each).
+pub const PRODUCER_RECENT_SEQS_PER_STREAM_MAX: usize = 64 * 1024;
 /// Longest `Semaq-Producer` id on an L3 stream (bounds the producer table's memory).
 pub const PRODUCER_ID_BYTES_MAX: usize = 256;
 /// How often an L3 stream writes its producer snapshot when producers changed.

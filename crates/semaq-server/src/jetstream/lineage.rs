@@ -8,10 +8,14 @@
 //! - a malformed reference is refused;
 //! - `STREAM:SEQ` must name an existing stream and a sequence it has already stored (at most its
 //!   last sequence), so a message can only point backwards in time and cycles cannot be built;
-//! - a `Nats-Msg-Id` is looked up among the newest messages of each stream (the publishing
-//!   stream first), within that stream's duplicate window and at most
-//!   [`limits::LINEAGE_MSG_ID_SCAN_MESSAGES_MAX`] messages per stream, like the dedup window the
-//!   id was made for. When found, the resolution is stored with the message as
+//! - a `Nats-Msg-Id` is looked up in each stream (the publishing stream first) among the
+//!   messages stored within that stream's duplicate window, like the dedup window the id was
+//!   made for. Each L4 stream keeps a bounded map of the ids it stored ([`MsgIds`], at most
+//!   [`limits::LINEAGE_MSG_IDS_PER_STREAM_MAX`] ids and
+//!   [`limits::LINEAGE_MSG_IDS_BYTES_PER_STREAM_MAX`] bytes); ids stored before the process
+//!   started are found by a backward scan of at most [`limits::LINEAGE_MSG_ID_SCAN_MESSAGES_MAX`]
+//!   messages, needed only until the window has passed since start. When found, the resolution
+//!   is stored with the message as
 //!   `Semaq-Parent-Resolved` (the references in order, ids replaced by `STREAM:SEQ`), so the
 //!   graph never changes when ids age out; an id not found stays an unresolved reference.
 //!
@@ -19,8 +23,9 @@
 //! and edges, walked breadth-first with a visited set (the walk also covers lower-level streams,
 //! whose references were never checked) and bounded in depth and nodes.
 
-use std::collections::{HashSet, VecDeque};
-use std::sync::{Arc, Weak};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
 use semaq_store::StoredMessage;
@@ -35,7 +40,7 @@ use super::stream::{header, header_value, now_ns, Inbound, Stream};
 use super::JetStream;
 use crate::delivery::{QueuedRequest, RequestQueue};
 use crate::limits;
-use crate::server::Shared;
+use crate::server::{lock, Shared};
 
 /// The header naming a message's parents.
 pub const PARENT_HEADER: &str = "Semaq-Parent";
@@ -226,12 +231,122 @@ fn resolve_msg_id(jetstream: &JetStream, own: &str, id: &str) -> Option<Referenc
     })
 }
 
+/// Level 4: the `Nats-Msg-Id`s one stream stored within its duplicate window, so that a parent
+/// named by id resolves with one lookup however many messages came since. Bounded in ids and
+/// bytes (the oldest go first); entries of messages removed later are checked against the store
+/// when they are used. Every message an L4 stream stores passes through [`MsgIds::record`], id
+/// or not, so the map knows when it has seen every message since some time: messages stored
+/// before the process started, or while the stream was below L4, leave a gap in the sequences
+/// it saw, and until the window has passed since the gap a miss is not trusted. Lock order:
+/// after the stream's store.
+#[derive(Debug)]
+pub struct MsgIds {
+    /// The sequence the next recorded message should have if none was stored unrecorded.
+    next_seq: AtomicU64,
+    /// Every message stored since then (unix ns) was recorded, as far as `next_seq` says.
+    complete_since_ns: AtomicI64,
+    inner: Mutex<MsgIdsInner>,
+}
+
+#[derive(Debug, Default)]
+struct MsgIdsInner {
+    /// Id → (stream sequence, stored at unix ns).
+    by_id: HashMap<String, (u64, i64)>,
+    /// (stored at, sequence, id), oldest first.
+    order: VecDeque<(i64, u64, String)>,
+    /// Bytes of the ids held (each is held twice).
+    bytes: usize,
+}
+
+impl MsgIds {
+    /// An empty map for a stream whose last stored sequence is `last_seq`: complete when the
+    /// stream is empty, else only for what is stored from `now_ns` on.
+    pub fn new(last_seq: u64, now_ns: i64) -> Self {
+        let complete_since_ns = if last_seq == 0 { i64::MIN } else { now_ns };
+        Self {
+            next_seq: AtomicU64::new(last_seq.saturating_add(1)),
+            complete_since_ns: AtomicI64::new(complete_since_ns),
+            inner: Mutex::new(MsgIdsInner::default()),
+        }
+    }
+
+    /// Records the message just stored as `seq` at `now_ns` (its `Nats-Msg-Id`, if any), and
+    /// forgets ids older than `window_ns` or beyond the bounds. Called by one ingest task.
+    pub fn record(&self, headers: Option<&[u8]>, seq: u64, now_ns: i64, window_ns: i64) {
+        if self.next_seq.swap(seq.saturating_add(1), Ordering::Relaxed) != seq {
+            // Messages were stored without passing here: ids from before now may be missing.
+            self.complete_since_ns.store(now_ns, Ordering::Relaxed);
+        }
+        let Some(id) = headers.and_then(|block| super::stream::raw_header(block, header::MSG_ID)) else { return };
+        // A longer id cannot be named in `Semaq-Parent`.
+        if id.is_empty() || id.len() > limits::LINEAGE_REFERENCE_BYTES_MAX {
+            return;
+        }
+        let mut inner = lock(&self.inner);
+        inner.bytes += 2 * id.len();
+        inner.by_id.insert(id.to_string(), (seq, now_ns));
+        inner.order.push_back((now_ns, seq, id.to_string()));
+        inner.expire(now_ns, window_ns);
+    }
+
+    /// The sequence the stream stored `id` at within `window_ns` of `now_ns`: `Some(None)` when
+    /// it did not, `None` when the map cannot tell (the window reaches back before it was
+    /// complete, or the stream has stored up to `stored_last_seq` and not every one was recorded).
+    fn find(&self, id: &str, now_ns: i64, window_ns: i64, stored_last_seq: u64) -> Option<Option<u64>> {
+        let oldest_ns = now_ns.saturating_sub(window_ns);
+        let found = lock(&self.inner).by_id.get(id).filter(|(_, stored_ns)| *stored_ns >= oldest_ns).map(|e| e.0);
+        let recorded_all = self.next_seq.load(Ordering::Relaxed) > stored_last_seq;
+        let complete = recorded_all && oldest_ns > self.complete_since_ns.load(Ordering::Relaxed);
+        match found {
+            Some(seq) => Some(Some(seq)),
+            None if complete => Some(None),
+            None => None,
+        }
+    }
+}
+
+impl MsgIdsInner {
+    fn expire(&mut self, now_ns: i64, window_ns: i64) {
+        while let Some((stored_ns, seq, id)) = self.order.front() {
+            let over = self.order.len() > limits::LINEAGE_MSG_IDS_PER_STREAM_MAX
+                || self.bytes > limits::LINEAGE_MSG_IDS_BYTES_PER_STREAM_MAX;
+            if !over && now_ns.saturating_sub(*stored_ns) <= window_ns {
+                break;
+            }
+            // A later message may have stored the same id again: that entry stays.
+            if self.by_id.get(id.as_str()).is_some_and(|(newest, _)| newest == seq) {
+                self.by_id.remove(id.as_str());
+            }
+            self.bytes -= 2 * id.len();
+            self.order.pop_front();
+        }
+    }
+}
+
+/// The sequence `stream` stored `id` at, within its duplicate window.
 fn find_msg_id(stream: &Stream, id: &str) -> Option<u64> {
     let window_ns = match stream.config().duplicate_window {
         0 => super::config::DUPLICATE_WINDOW_DEFAULT_NS,
         window => window,
     };
-    let oldest_ns = now_ns() - window_ns;
+    let now = now_ns();
+    let stored_last_seq = *stream.watch_last_seq().borrow();
+    match stream.msg_ids().find(id, now, window_ns, stored_last_seq) {
+        // Removed since, or stored again under another id? The store has the last word.
+        Some(Some(seq)) => stored_with_id(stream, seq, id).then_some(seq),
+        Some(None) => None,
+        None => scan_for_msg_id(stream, id, now - window_ns),
+    }
+}
+
+fn stored_with_id(stream: &Stream, seq: u64, id: &str) -> bool {
+    let message = stream.store().get(seq).ok().flatten();
+    message.and_then(|m| m.headers.as_deref().and_then(|h| header_value(h, header::MSG_ID))).as_deref() == Some(id)
+}
+
+/// The newest messages stored since `oldest_ns`, newest first, at most
+/// [`limits::LINEAGE_MSG_ID_SCAN_MESSAGES_MAX`] of them.
+fn scan_for_msg_id(stream: &Stream, id: &str, oldest_ns: i64) -> Option<u64> {
     let store = stream.store();
     let state = store.state();
     let mut seq = state.last_seq;
@@ -435,6 +550,59 @@ mod tests {
         assert!(parse_references(&vec!["A:1"; limits::LINEAGE_PARENTS_PER_MESSAGE_MAX + 1].join(",")).is_err());
         assert_eq!(stored("A", 2).node_id(), "A:2");
         assert_eq!(Reference::MsgId("x".into()).node_id(), "msg-id:x");
+    }
+
+    fn id_block(id: &str) -> Vec<u8> {
+        format!("NATS/1.0\r\nNats-Msg-Id: {id}\r\n\r\n").into_bytes()
+    }
+
+    #[test]
+    fn message_ids_are_found_beyond_any_scan_within_the_window() {
+        let ids = MsgIds::new(0, 0);
+        let window = 1_000;
+        let count = 10 * limits::LINEAGE_MSG_ID_SCAN_MESSAGES_MAX as u64;
+        for seq in 1..=count {
+            ids.record(Some(&id_block(&format!("id-{seq}"))), seq, 100, window);
+        }
+        ids.record(None, count + 1, 100, window);
+        let last = count + 1;
+        assert_eq!(ids.find("id-1", 100, window, last), Some(Some(1)), "the first of {count}");
+        assert_eq!(ids.find("id-77", 1_100, window, last), Some(Some(77)), "at the window's edge");
+        assert_eq!(ids.find("id-77", 1_101, window, last), Some(None), "past the window");
+        assert_eq!(ids.find("nope", 100, window, last), Some(None), "a complete map knows what it lacks");
+        assert_eq!(ids.find("nope", 100, window, last + 1), None, "a message stored unrecorded needs a scan");
+    }
+
+    #[test]
+    fn ids_stored_before_the_map_began_are_left_to_the_scan() {
+        let restored = MsgIds::new(50, 1_000);
+        restored.record(Some(&id_block("new")), 51, 1_000, 100);
+        assert_eq!(restored.find("new", 1_050, 100, 51), Some(Some(51)));
+        assert_eq!(restored.find("old", 1_050, 100, 51), None, "the window reaches before the start");
+        assert_eq!(restored.find("old", 1_101, 100, 51), Some(None), "a window after the start is complete");
+        restored.record(None, 60, 2_000, 100);
+        assert_eq!(restored.find("old", 2_050, 100, 60), None, "a gap in the sequences starts over");
+    }
+
+    #[test]
+    fn message_ids_are_bounded_and_a_reused_id_keeps_its_newest_sequence() {
+        let ids = MsgIds::new(0, 0);
+        let window = i64::MAX;
+        ids.record(Some(&id_block("again")), 1, 0, window);
+        ids.record(Some(&id_block("again")), 2, 0, window);
+        for seq in 3..=(limits::LINEAGE_MSG_IDS_PER_STREAM_MAX as u64 + 1) {
+            ids.record(Some(&id_block(&seq.to_string())), seq, 0, window);
+        }
+        assert_eq!(ids.find("again", 0, window, 0), Some(Some(2)), "evicting the first entry kept the second");
+        ids.record(Some(&id_block("last")), limits::LINEAGE_MSG_IDS_PER_STREAM_MAX as u64 + 2, 0, window);
+        assert_eq!(ids.find("again", 0, window, 0), Some(None), "the oldest go first");
+        let inner = lock(&ids.inner);
+        assert_eq!(inner.order.len(), limits::LINEAGE_MSG_IDS_PER_STREAM_MAX);
+        assert_eq!(inner.bytes, inner.order.iter().map(|(_, _, id)| 2 * id.len()).sum::<usize>());
+        let long = "x".repeat(limits::LINEAGE_REFERENCE_BYTES_MAX + 1);
+        drop(inner);
+        ids.record(Some(&id_block(&long)), limits::LINEAGE_MSG_IDS_PER_STREAM_MAX as u64 + 3, 0, window);
+        assert_eq!(ids.find(&long, 0, window, 0), Some(None), "an id no reference can name is not kept");
     }
 
     #[test]

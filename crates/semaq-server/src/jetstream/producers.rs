@@ -4,6 +4,13 @@
 //! bounded by the dedup window): a repeat or older sequence is acknowledged as a duplicate and
 //! not stored; a gap is accepted, stored, and counted for stream info.
 //!
+//! The duplicate's ack names the stream sequence the original was stored at (as nats-server does
+//! for a `Nats-Msg-Id` duplicate) while the stream remembers it: the last
+//! [`limits::PRODUCER_RECENT_SEQS_MAX`] sequences of each producer, and at most
+//! [`limits::PRODUCER_RECENT_SEQS_PER_STREAM_MAX`] of all producers together (the oldest go
+//! first). An older sequence, or one that was never stored (inside a gap), is acked with the
+//! stream sequence of the producer's last stored message instead: still a duplicate, never stored.
+//!
 //! The table is derived from the stored messages, which carry their producer headers. On disk,
 //! `producers.json` in the stream directory is a snapshot of the table that accounts for every
 //! message up to `covered_seq`; start-up loads it and re-reads the messages stored after
@@ -11,9 +18,10 @@
 //! while it mattered, so every path that removes messages asks first (`*_needs_snapshot`) and the
 //! stream writes a snapshot before the removal. `docs/design.md` has the argument.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use semaq_store::{DiscardPolicy, StoreLimits, StreamStore};
 use serde::{Deserialize, Serialize};
@@ -72,7 +80,7 @@ pub enum Verdict {
     /// Newer than anything stored from this producer: store it.
     Fresh,
     /// A repeat or an older sequence: acknowledge as a duplicate of this stream sequence (the
-    /// original's when it repeats the last one, else the producer's last stored message).
+    /// original's while the stream remembers it, else the producer's last stored message).
     Duplicate {
         /// The stream sequence the duplicate ack names.
         stream_seq: u64,
@@ -105,6 +113,94 @@ struct Snapshot {
     last_gap: Option<Gap>,
     /// Producer id → `[last producer seq, its stream seq]`.
     producers: HashMap<String, (u64, u64)>,
+    /// Producer id → its recent `(producer seq, stream seq)` pairs, oldest first, flattened and
+    /// delta-encoded: `[seq, stream seq, seq step, stream seq step, ...]` (absent in older files).
+    #[serde(default)]
+    recent: HashMap<String, Vec<u64>>,
+}
+
+/// Each producer's recent `(producer seq, stream seq)` pairs, so a duplicate is acked with its
+/// original's stream sequence. Bounded per producer and per stream; the stream-wide bound drops
+/// the entries of the oldest stored messages first.
+#[derive(Debug, Default)]
+struct Recent {
+    /// Pairs by producer, both sequences strictly increasing.
+    by_producer: HashMap<Arc<str>, VecDeque<(u64, u64)>>,
+    /// (producer, stream seq) of every pair pushed, oldest first; pairs a producer's own bound
+    /// dropped already stay here until they reach the front.
+    order: VecDeque<(Arc<str>, u64)>,
+}
+
+impl Recent {
+    fn push(&mut self, producer: &str, seq: u64, stream_seq: u64) {
+        let key = match self.by_producer.get_key_value(producer) {
+            Some((key, _)) => Arc::clone(key),
+            None => Arc::from(producer),
+        };
+        let ring = self.by_producer.entry(Arc::clone(&key)).or_default();
+        if ring.back().is_some_and(|&(last, last_stream)| seq <= last || stream_seq <= last_stream) {
+            // Only fresh sequences are stored, so this is a table rebuilt without its snapshot.
+            ring.clear();
+        }
+        ring.push_back((seq, stream_seq));
+        if ring.len() > limits::PRODUCER_RECENT_SEQS_MAX {
+            ring.pop_front();
+        }
+        self.order.push_back((key, stream_seq));
+        while self.order.len() > limits::PRODUCER_RECENT_SEQS_PER_STREAM_MAX {
+            let Some((id, oldest)) = self.order.pop_front() else { break };
+            let Some(ring) = self.by_producer.get_mut(&id) else { continue };
+            if ring.front().is_some_and(|&(_, stream_seq)| stream_seq == oldest) {
+                ring.pop_front();
+            }
+            if ring.is_empty() {
+                self.by_producer.remove(&id);
+            }
+        }
+    }
+
+    /// The stream sequence `producer` stored its `seq` at, if remembered.
+    fn find(&self, producer: &str, seq: u64) -> Option<u64> {
+        let ring = self.by_producer.get(producer)?;
+        let at = ring.binary_search_by_key(&seq, |&(seq, _)| seq).ok()?;
+        ring.get(at).map(|&(_, stream_seq)| stream_seq)
+    }
+
+    /// The snapshot's form: per producer, the first pair then the steps between pairs.
+    fn encode(&self) -> HashMap<String, Vec<u64>> {
+        let encode_ring = |ring: &VecDeque<(u64, u64)>| {
+            let mut flat = Vec::with_capacity(ring.len() * 2);
+            let mut previous = (0, 0);
+            for &(seq, stream_seq) in ring {
+                flat.extend([seq - previous.0, stream_seq - previous.1]);
+                previous = (seq, stream_seq);
+            }
+            flat
+        };
+        self.by_producer.iter().map(|(id, ring)| (id.to_string(), encode_ring(ring))).collect()
+    }
+
+    /// Rebuilds from the snapshot's form, in stream order, so the bounds apply as they did.
+    fn decode(encoded: &HashMap<String, Vec<u64>>) -> Self {
+        let mut pairs = Vec::new();
+        for (id, flat) in encoded {
+            let mut previous = (0u64, 0u64);
+            for step in flat.chunks_exact(2) {
+                let (Some(seq), Some(stream_seq)) = (previous.0.checked_add(step[0]), previous.1.checked_add(step[1]))
+                else {
+                    break;
+                };
+                previous = (seq, stream_seq);
+                pairs.push((stream_seq, seq, id.as_str()));
+            }
+        }
+        pairs.sort_unstable();
+        let mut recent = Self::default();
+        for (stream_seq, seq, id) in pairs {
+            recent.push(id, seq, stream_seq);
+        }
+        recent
+    }
 }
 
 /// What an atomic batch being applied changed, so it can be undone or left out of a snapshot.
@@ -116,6 +212,8 @@ struct BatchMark {
     undo: Vec<(String, Option<Last>)>,
     gaps: u64,
     last_gap: Option<Gap>,
+    /// The batch's `(producer, seq, stream seq)`, remembered as recent once it commits.
+    recent: Vec<(String, u64, u64)>,
     /// Whether the table as it was before the batch is not on disk yet.
     dirty: bool,
     since_msgs: u64,
@@ -126,6 +224,7 @@ struct BatchMark {
 #[derive(Debug)]
 pub struct Producers {
     table: HashMap<String, Last>,
+    recent: Recent,
     gaps: u64,
     last_gap: Option<Gap>,
     /// The snapshot file (`None` for memory streams, which a restart empties anyway).
@@ -150,6 +249,7 @@ impl Producers {
     pub fn new(dir: Option<&Path>) -> Self {
         Self {
             table: HashMap::new(),
+            recent: Recent::default(),
             gaps: 0,
             last_gap: None,
             file: dir.map(|dir| dir.join(SNAPSHOT_FILE)),
@@ -207,6 +307,7 @@ impl Producers {
                     .into_iter()
                     .map(|(id, (seq, stream_seq))| (id, Last { seq, stream_seq }))
                     .collect();
+                self.recent = Recent::decode(&snapshot.recent);
             }
             Err(reason) => tracing::error!(
                 "{} is damaged ({reason}); rebuilding producers from the stored messages (ones removed by retention are forgotten)",
@@ -247,7 +348,10 @@ impl Producers {
     /// Judges an arriving sequence against the producer's last stored one.
     pub fn check(&self, claim: Claim<'_>) -> Result<Verdict, ApiError> {
         match self.table.get(claim.producer) {
-            Some(last) if claim.seq <= last.seq => Ok(Verdict::Duplicate { stream_seq: last.stream_seq }),
+            Some(last) if claim.seq <= last.seq => {
+                let original = self.recent.find(claim.producer, claim.seq);
+                Ok(Verdict::Duplicate { stream_seq: original.unwrap_or(last.stream_seq) })
+            }
             Some(_) => Ok(Verdict::Fresh),
             None if self.table.len() >= limits::PRODUCERS_PER_STREAM_MAX => {
                 Err(ApiError::too_many_producers(limits::PRODUCERS_PER_STREAM_MAX))
@@ -293,8 +397,12 @@ impl Producers {
             self.gaps += 1;
             self.last_gap = Some(Gap { producer: claim.producer.to_string(), expected, got: claim.seq });
         }
-        if let Some(batch) = &mut self.batch {
-            batch.undo.push((claim.producer.to_string(), previous));
+        match &mut self.batch {
+            Some(batch) => {
+                batch.undo.push((claim.producer.to_string(), previous));
+                batch.recent.push((claim.producer.to_string(), claim.seq, stream_seq));
+            }
+            None => self.recent.push(claim.producer, claim.seq, stream_seq),
         }
         let last = Last { seq: claim.seq, stream_seq };
         match self.table.get_mut(claim.producer) {
@@ -389,7 +497,8 @@ impl Producers {
             }
             (gaps, last_gap) = (batch.gaps, batch.last_gap.clone());
         }
-        Snapshot { covered_seq, gaps, last_gap, producers }
+        // The batch's pairs join `recent` only when it commits.
+        Snapshot { covered_seq, gaps, last_gap, producers, recent: self.recent.encode() }
     }
 
     /// Starts applying an atomic batch after stream sequence `last_seq`.
@@ -399,6 +508,7 @@ impl Producers {
             undo: Vec::new(),
             gaps: self.gaps,
             last_gap: self.last_gap.clone(),
+            recent: Vec::new(),
             dirty: self.dirty,
             since_msgs: 0,
             since_bytes: 0,
@@ -407,7 +517,10 @@ impl Producers {
 
     /// The batch is stored: its changes stay.
     pub fn commit_batch(&mut self) {
-        self.batch = None;
+        let Some(batch) = self.batch.take() else { return };
+        for (id, seq, stream_seq) in batch.recent {
+            self.recent.push(&id, seq, stream_seq);
+        }
     }
 
     /// The batch failed: its changes are undone.
@@ -514,13 +627,98 @@ mod tests {
         producers.record(claim(1), 10);
         producers.record(claim(2), 11);
         assert_eq!(producers.check(claim(2)).unwrap(), Verdict::Duplicate { stream_seq: 11 });
-        assert_eq!(producers.check(claim(1)).unwrap(), Verdict::Duplicate { stream_seq: 11 });
+        assert_eq!(producers.check(claim(1)).unwrap(), Verdict::Duplicate { stream_seq: 10 }, "the original");
         producers.record(claim(5), 12);
         assert_eq!(producers.info()["gaps"], 1);
         assert_eq!(producers.info()["last_gap"], json!({"producer": "p", "expected": 3, "got": 5}));
         producers.record(Claim { producer: "q", seq: 4 }, 13);
         assert_eq!(producers.info()["gaps"], 2);
         assert_eq!(producers.info()["count"], 2);
+    }
+
+    #[test]
+    fn a_duplicate_of_a_recent_sequence_is_acked_with_its_original_stream_sequence() {
+        let mut producers = Producers::new(None);
+        let claim = |producer, seq| Claim { producer, seq };
+        for seq in 1..=5 {
+            producers.record(claim("p", seq), 10 + 2 * seq);
+            producers.record(claim("q", seq), 11 + 2 * seq);
+        }
+        assert_eq!(producers.check(claim("p", 2)).unwrap(), Verdict::Duplicate { stream_seq: 14 });
+        assert_eq!(producers.check(claim("q", 2)).unwrap(), Verdict::Duplicate { stream_seq: 15 });
+        assert_eq!(producers.check(claim("p", 5)).unwrap(), Verdict::Duplicate { stream_seq: 20 });
+        producers.record(claim("p", 9), 30);
+        assert_eq!(
+            producers.check(claim("p", 7)).unwrap(),
+            Verdict::Duplicate { stream_seq: 30 },
+            "never stored (a gap): the last one"
+        );
+        let max = limits::PRODUCER_RECENT_SEQS_MAX as u64;
+        for seq in 10..10 + max {
+            producers.record(claim("p", seq), 100 + seq);
+        }
+        assert_eq!(producers.check(claim("p", 10)).unwrap(), Verdict::Duplicate { stream_seq: 110 });
+        assert_eq!(
+            producers.check(claim("p", 9)).unwrap(),
+            Verdict::Duplicate { stream_seq: 109 + max },
+            "older than the {max} remembered: the last one"
+        );
+    }
+
+    #[test]
+    fn the_stream_wide_bound_forgets_the_oldest_stored_first() {
+        let mut producers = Producers::new(None);
+        let per_producer = limits::PRODUCER_RECENT_SEQS_MAX as u64;
+        let producer_count = (limits::PRODUCER_RECENT_SEQS_PER_STREAM_MAX as u64).div_ceil(per_producer) + 1;
+        let ids: Vec<String> = (0..producer_count).map(|n| format!("p{n}")).collect();
+        let mut stream_seq = 0;
+        for id in &ids {
+            for seq in 1..=per_producer {
+                stream_seq += 1;
+                producers.record(Claim { producer: id, seq }, stream_seq);
+            }
+        }
+        let held: usize = producers.recent.by_producer.values().map(VecDeque::len).sum();
+        assert_eq!(held, limits::PRODUCER_RECENT_SEQS_PER_STREAM_MAX);
+        assert_eq!(producers.recent.order.len(), held);
+        let first = Claim { producer: &ids[0], seq: 1 };
+        assert_eq!(producers.check(first).unwrap(), Verdict::Duplicate { stream_seq: per_producer }, "forgotten");
+        let last = ids.last().unwrap();
+        assert_eq!(
+            producers.check(Claim { producer: last, seq: 1 }).unwrap(),
+            Verdict::Duplicate { stream_seq: stream_seq - per_producer + 1 }
+        );
+    }
+
+    #[test]
+    fn recent_sequences_survive_the_snapshot_and_older_snapshots_still_load() {
+        let mut producers = Producers::new(None);
+        for seq in 1..=3 {
+            producers.record(Claim { producer: "p", seq }, seq * 7);
+        }
+        let snapshot = decode(&encode(&producers.snapshot_body(21)).unwrap()).unwrap();
+        assert_eq!(snapshot.recent["p"], vec![1, 7, 1, 7, 1, 7], "delta-encoded");
+        let restored = Recent::decode(&snapshot.recent);
+        assert_eq!((restored.find("p", 2), restored.find("p", 4)), (Some(14), None));
+        let old = br#"{"covered_seq":3,"gaps":0,"last_gap":null,"producers":{"p":[3,3]}}"#;
+        let header = format!("{MAGIC} {FORMAT_VERSION} {:08x} {}\n", crc32fast::hash(old), old.len());
+        let old_snapshot = decode(&[header.as_bytes(), old].concat()).unwrap();
+        assert!(old_snapshot.recent.is_empty());
+    }
+
+    #[test]
+    fn a_batch_joins_the_recent_sequences_only_when_it_commits() {
+        let mut producers = Producers::new(None);
+        producers.record(Claim { producer: "p", seq: 1 }, 1);
+        producers.begin_batch(1);
+        producers.record(Claim { producer: "p", seq: 2 }, 2);
+        assert!(producers.snapshot_body(1).recent["p"].len() == 2, "the snapshot leaves the batch out");
+        producers.rollback_batch();
+        producers.begin_batch(2);
+        producers.record(Claim { producer: "p", seq: 2 }, 3);
+        producers.commit_batch();
+        producers.record(Claim { producer: "p", seq: 3 }, 4);
+        assert_eq!(producers.check(Claim { producer: "p", seq: 2 }).unwrap(), Verdict::Duplicate { stream_seq: 3 });
     }
 
     #[test]

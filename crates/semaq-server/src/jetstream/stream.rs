@@ -208,6 +208,8 @@ pub struct Stream {
     shared: Weak<Shared>,
     /// Level 4: the hash chain and its checkpoints.
     provenance: Option<Arc<super::provenance::Provenance>>,
+    /// Level 4: recent `Nats-Msg-Id`s, for `Semaq-Parent` ids. Lock order: after `store`.
+    msg_ids: super::lineage::MsgIds,
 }
 
 /// What storing one ingest batch works with, under the stream's store lock.
@@ -309,6 +311,7 @@ impl Stream {
             stop: tokio::sync::Notify::new(),
             shared,
             provenance,
+            msg_ids: super::lineage::MsgIds::new(last_seq, now_ns()),
         });
         // A new stream has nothing to rebuild; a restored one rebuilds on first use.
         let dedup = Dedup { loaded: last_seq == 0, ..Dedup::default() };
@@ -317,6 +320,11 @@ impl Stream {
             tokio::spawn(super::provenance::run_ticker(Arc::downgrade(&stream)));
         }
         stream
+    }
+
+    /// Level 4: the `Nats-Msg-Id`s stored recently (lineage resolves parents with them).
+    pub fn msg_ids(&self) -> &super::lineage::MsgIds {
+        &self.msg_ids
     }
 
     /// Level 4: the stream's hash chain and checkpoints.
@@ -751,6 +759,9 @@ impl Stream {
             ingest.chain.as_deref_mut(),
         )?;
         let (seq, false) = outcome else { return Ok(outcome) };
+        if ingest.config.level() >= 4 {
+            self.msg_ids.record(message.headers.as_deref(), seq, ingest.now, ingest.window_ns);
+        }
         if exactly_once {
             let stored = semaq_store::stored_size_bytes(&message.subject, message.headers.as_deref(), &message.payload);
             ingest.producers.appended(stored);

@@ -193,7 +193,7 @@ impl Registry {
         };
         let entry = subject_entry(state, subject)?;
         let version = entry.versions.iter().map(|v| v.version).max().unwrap_or(0) + 1;
-        entry.versions.push(Version { version, id, deleted: false });
+        entry.versions.push(Version { version, id, deleted: false, registered_ms: Some(store::now_ms()) });
         Ok(id)
     }
 
@@ -320,7 +320,7 @@ fn register_import(
         None => {}
     }
     let at = entry.versions.partition_point(|v| v.version < number);
-    entry.versions.insert(at, Version { version: number, id, deleted: false });
+    entry.versions.insert(at, Version { version: number, id, deleted: false, registered_ms: Some(store::now_ms()) });
     Ok(id)
 }
 

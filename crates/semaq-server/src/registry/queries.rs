@@ -140,6 +140,14 @@ impl Registry {
         Ok((found.version, found.id))
     }
 
+    /// How many versions of `subject` (deleted ones included) were registered at or after
+    /// `since_ms` (unix milliseconds); versions from files that predate timestamps do not count.
+    pub fn registrations_since(&self, subject: &str, since_ms: u64) -> usize {
+        let state = read_lock(&self.state);
+        let Some(entry) = state.subjects.get(subject) else { return 0 };
+        entry.versions.iter().filter(|v| v.registered_ms.is_some_and(|at| at >= since_ms)).count()
+    }
+
     /// The newest live version of `subject` that uses schema `id`.
     pub fn version_of_id(&self, subject: &str, id: u32) -> Option<u32> {
         let state = read_lock(&self.state);

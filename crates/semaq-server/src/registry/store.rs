@@ -35,6 +35,12 @@ pub enum StoreFileError {
     },
 }
 
+/// The current time in unix milliseconds, as version registration times are kept.
+pub fn now_ms() -> u64 {
+    let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX)
+}
+
 /// The registry file inside `dir`.
 pub fn file_path(dir: &Path) -> PathBuf {
     dir.join(FILE_NAME)
@@ -116,6 +122,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         save(dir.path(), &sample()).unwrap();
         assert_eq!(load(dir.path()).unwrap(), sample());
+    }
+
+    #[test]
+    fn files_written_before_registration_times_still_load() {
+        let body = br#"{"next_id":2,"schemas":{},"subjects":{"s":{"versions":[{"version":1,"id":1}]}}}"#;
+        let mut bytes = format!("{MAGIC} {FORMAT_VERSION} {:08x} {}\n", crc32fast::hash(body), body.len()).into_bytes();
+        bytes.extend_from_slice(body);
+        let state = decode(&bytes).unwrap();
+        assert_eq!(state.subjects["s"].versions[0].registered_ms, None);
+        let mut timed = state.clone();
+        timed.subjects.get_mut("s").unwrap().versions[0].registered_ms = Some(now_ms());
+        assert_eq!(decode(&encode(&timed).unwrap()).unwrap(), timed, "the time is kept");
     }
 
     #[test]

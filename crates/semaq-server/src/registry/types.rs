@@ -196,6 +196,9 @@ pub struct Version {
     /// Soft-deleted: kept, but hidden and out of compatibility checks.
     #[serde(default)]
     pub deleted: bool,
+    /// When it was registered (unix milliseconds); absent in files written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registered_ms: Option<u64>,
 }
 
 /// A subject: its versions, oldest first, and its own compatibility level.

@@ -204,9 +204,9 @@ async fn producers_dedup_repeats_and_older_sequences_beyond_the_window_and_repor
     assert_eq!(repeat, json!({"stream": "PRODUCERS", "seq": 1, "duplicate": true}));
     assert_eq!(publish_seq(&client, "prod.a", "agent-1", 2, 2).await["seq"], 2);
     tokio::time::sleep(Duration::from_millis(400)).await;
-    // Past the dedup window: a repeat and an older sequence are still duplicates of the last stored.
+    // Past the dedup window: a repeat and an older sequence are still duplicates of what was stored.
     let older = publish_seq(&client, "prod.a", "agent-1", 1, 1).await;
-    assert_eq!(older, json!({"stream": "PRODUCERS", "seq": 2, "duplicate": true}));
+    assert_eq!(older, json!({"stream": "PRODUCERS", "seq": 1, "duplicate": true}));
     let repeat_last = publish_seq(&client, "prod.b", "agent-1", 2, 2).await;
     assert_eq!(repeat_last, json!({"stream": "PRODUCERS", "seq": 2, "duplicate": true}));
 
@@ -227,6 +227,32 @@ async fn producers_dedup_repeats_and_older_sequences_beyond_the_window_and_repor
     let plain_id = publish(&client, "prod.a", &[("Nats-Msg-Id", "order-7")], event(7)).await;
     assert_eq!(plain_id["duplicate"], true);
     assert_eq!(numbers(&stored(&client, "PRODUCERS").await), vec![1, 2, 5, 100, 7]);
+}
+
+#[tokio::test]
+async fn a_duplicate_is_acked_with_its_original_stream_sequence_even_after_a_sigkill() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let mut broker = Broker::start(&store);
+    let client = broker.client().await;
+    register_schema(&client).await;
+    create_stream(&client, l3_config("ORIGINALS", &["orig.>"], json!({}))).await;
+    // Another producer in between, so stream and producer sequences differ.
+    for seq in 1..=5 {
+        assert_eq!(publish_seq(&client, "orig.a", "p", seq, seq).await["seq"], 2 * seq - 1);
+        assert_eq!(publish_seq(&client, "orig.b", "other", seq, seq).await["seq"], 2 * seq);
+    }
+    let repeat = publish_seq(&client, "orig.a", "p", 2, 2).await;
+    assert_eq!(repeat, json!({"stream": "ORIGINALS", "seq": 3, "duplicate": true}));
+    broker.kill();
+    drop(broker);
+
+    let broker = Broker::start(&store);
+    let client = broker.client().await;
+    let repeat = publish_seq(&client, "orig.a", "p", 3, 3).await;
+    assert_eq!(repeat, json!({"stream": "ORIGINALS", "seq": 5, "duplicate": true}), "after a restart");
+    assert_eq!(publish_seq(&client, "orig.a", "p", 6, 6).await["seq"], 11);
+    assert_eq!(numbers(&stored(&client, "ORIGINALS").await), vec![1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6]);
 }
 
 #[tokio::test]
@@ -302,7 +328,7 @@ async fn producer_sequences_survive_sigkill_after_retention_removed_their_messag
     for (subject, producer, seq, expected_seq) in [
         ("kept.a", "early", 3, 3),
         ("kept.a", "late", 20, 23),
-        ("kept.a", "late", 7, 23),
+        ("kept.a", "late", 7, 10),
         ("work.a", "worker-feed", 1, 1),
         ("purged.a", "purger", 1, 1),
     ] {

@@ -149,6 +149,29 @@ async fn a_rag_flow_is_traced_from_answer_to_query_across_three_streams() {
 }
 
 #[tokio::test]
+async fn a_msg_id_parent_resolves_however_many_messages_came_after_it() {
+    let server = TestServer::start();
+    let client = server.client().await;
+    let js = rag_streams(&client).await;
+    let first = l4_headers(&[("Nats-Msg-Id", "r-1")]);
+    assert_eq!(publish(&client, "rag.retrieval", first, json!({"text": "doc 1"})).await["seq"], 1);
+    let later = semaq_server::limits::LINEAGE_MSG_ID_SCAN_MESSAGES_MAX as u64 + 100;
+    for n in 0..later {
+        let id = format!("r-later-{n}");
+        let headers = l4_headers(&[("Nats-Msg-Id", id.as_str())]);
+        client.publish_with_headers("rag.retrieval", headers, json!({"text": "doc"}).to_string().into()).await.unwrap();
+    }
+    let last = publish(&client, "rag.retrieval", l4_headers(&[]), json!({"text": "last"})).await;
+    assert_eq!(last["seq"], later + 2, "{last}");
+
+    let child = l4_headers(&[("Semaq-Parent", "r-1, r-later-7")]);
+    assert_eq!(publish(&client, "rag.answer", child, json!({"text": "a"})).await["seq"], 1);
+    let stored = js.get_stream("ANSWERS").await.unwrap().get_raw_message(1).await.unwrap();
+    let resolved = stored.headers.get("Semaq-Parent-Resolved").map(|v| v.as_str().to_string());
+    assert_eq!(resolved.as_deref(), Some("RETRIEVALS:1,RETRIEVALS:9"));
+}
+
+#[tokio::test]
 async fn bad_parent_references_are_refused_and_nothing_is_stored() {
     let server = TestServer::start();
     let client = server.client().await;
@@ -247,6 +270,47 @@ async fn an_avro_stream_evolves_with_a_new_optional_field_and_refuses_a_type_cha
 }
 
 #[tokio::test]
+async fn nested_objects_and_records_evolve_and_a_nested_type_change_is_refused_by_path() {
+    let server = TestServer::start();
+    let client = server.client().await;
+    let json_v1 = json!({"type": "object", "additionalProperties": false, "required": ["user"], "properties": {
+        "user": {"type": "object", "additionalProperties": false,
+                 "properties": {"id": {"type": "integer"}}, "required": ["id"]}}});
+    register(&client, "nested-json", &json_v1.to_string(), "JSON").await;
+    let user = json!({"type": "record", "name": "User", "fields": [{"name": "id", "type": "long"}]});
+    let avro_v1 = json!({"type": "record", "name": "Ev", "fields": [{"name": "user", "type": user}]});
+    register(&client, "nested-avro", &avro_v1.to_string(), "AVRO").await;
+    let js = jetstream::new(client.clone());
+    for (name, subject, schema) in [("NJSON", "nj.>", "nested-json"), ("NAVRO", "na.>", "nested-avro")] {
+        let mut config = l4(name, subject, schema);
+        config.metadata.insert("semaq.evolve".into(), "auto".into());
+        js.create_stream(config).await.unwrap();
+    }
+    let mut events = evolved_events(&client).await;
+
+    for (subject, schema) in [("nj.a", "nested-json"), ("na.a", "nested-avro")] {
+        let ack = publish(&client, subject, l4_headers(&[]), json!({"user": {"id": 1, "locale": "fr"}})).await;
+        assert_eq!(ack["seq"], 1, "{ack}");
+        let event = tokio::time::timeout(Duration::from_secs(5), events.next()).await.unwrap().unwrap();
+        let event: Value = serde_json::from_slice(&event.payload).unwrap();
+        assert_eq!((event["subject"].as_str(), &event["added"]), (Some(schema), &json!(["user.locale"])));
+        let v2 = schema_api(&client, "GET", json!({"subject": schema, "version": 2})).await;
+        let v2: Value = serde_json::from_str(v2["schema"].as_str().unwrap()).unwrap();
+        if schema == "nested-json" {
+            assert_eq!(v2["properties"]["user"]["properties"]["locale"], json!({"type": "string"}));
+            assert_eq!(v2["properties"]["user"]["required"], json!(["id"]), "the new field is optional");
+        } else {
+            let locale = &v2["fields"][0]["type"]["fields"][1];
+            assert_eq!(*locale, json!({"name": "locale", "type": ["null", "string"], "default": null}));
+        }
+        let retyped = publish(&client, subject, l4_headers(&[]), json!({"user": {"id": "u-1"}})).await;
+        let report = error_of(&retyped);
+        assert!(report.contains("change the type of field 'user.id'"), "{report}");
+        assert_eq!(schema_api(&client, "VERSIONS", json!({"subject": schema})).await, json!([1, 2]));
+    }
+}
+
+#[tokio::test]
 async fn a_closed_json_schema_evolves_and_the_compatibility_mode_is_respected() {
     let server = TestServer::start();
     let client = server.client().await;
@@ -285,9 +349,16 @@ async fn a_closed_json_schema_evolves_and_the_compatibility_mode_is_respected() 
     assert_eq!(schema_api(&client, "VERSIONS", json!({"subject": "forward"})).await, json!([1]));
 }
 
+fn start_on(store: &std::path::Path) -> TestServer {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_semaq-server"));
+    command.args(["-a", "127.0.0.1", "-p", "-1", "-m", "-1", "-sd"]).arg(store);
+    TestServer::spawn(command, tempfile::tempdir().unwrap())
+}
+
 #[tokio::test]
-async fn random_keys_cannot_grow_the_registry_without_bound() {
-    let server = TestServer::start();
+async fn random_keys_cannot_grow_the_registry_without_bound_even_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start_on(dir.path());
     let client = server.client().await;
     let v1 = json!({"type": "record", "name": "Ev", "fields": [{"name": "model", "type": "string"}]});
     register(&client, "keys", &v1.to_string(), "AVRO").await;
@@ -296,17 +367,28 @@ async fn random_keys_cannot_grow_the_registry_without_bound() {
     config.metadata.insert("semaq.evolve".into(), "auto".into());
     js.create_stream(config).await.unwrap();
 
+    // Every registration of the subject within the minute counts, version 1 included.
     let bound = semaq_server::limits::SCHEMA_EVOLUTIONS_PER_STREAM_PER_MINUTE_MAX as u64;
-    for n in 0..bound {
+    for n in 1..bound {
         let ack = publish(&client, "keys.a", l4_headers(&[]), json!({"model": "m", format!("k{n}"): n})).await;
-        assert_eq!(ack["seq"], n + 1, "{ack}");
+        assert_eq!(ack["seq"], n, "{ack}");
     }
     let refused = publish(&client, "keys.a", l4_headers(&[]), json!({"model": "m", "one_more": 1})).await;
     assert!(error_of(&refused).contains("auto-evolution limit reached"), "{refused}");
     let versions = schema_api(&client, "VERSIONS", json!({"subject": "keys"})).await;
-    assert_eq!(versions.as_array().map(Vec::len), Some(bound as usize + 1));
+    assert_eq!(versions.as_array().map(Vec::len), Some(bound as usize));
     // Known fields still flow.
-    assert_eq!(publish(&client, "keys.a", l4_headers(&[]), json!({"model": "m", "k3": 3})).await["seq"], bound + 1);
+    assert_eq!(publish(&client, "keys.a", l4_headers(&[]), json!({"model": "m", "k3": 3})).await["seq"], bound);
+
+    // The registry remembers when each version came: a restart does not reopen the window.
+    drop(client);
+    assert_eq!(server.terminate(), Some(0));
+    let server = start_on(dir.path());
+    let client = server.client().await;
+    let refused = publish(&client, "keys.a", l4_headers(&[]), json!({"model": "m", "one_more": 1})).await;
+    assert!(error_of(&refused).contains("auto-evolution limit reached"), "after a restart: {refused}");
+    let versions = schema_api(&client, "VERSIONS", json!({"subject": "keys"})).await;
+    assert_eq!(versions.as_array().map(Vec::len), Some(bound as usize));
 }
 
 #[tokio::test]
