@@ -6,14 +6,17 @@
 //! - Staging: an open batch waits in memory in the stream's ingest task (bounded per batch, per
 //!   connection and per stream; `limits.rs`). Each staged message is answered with an empty reply,
 //!   as nats-server does. A batch idle longer than its timeout is abandoned; a crash forgets it.
-//! - Commit: every message is checked first (the checks below plus the stream's own: schema,
-//!   producer sequences, dedup ids, expected headers, limits), then all are appended under the
-//!   store lock, which consumers need to read, and the fsync that follows covers them together.
-//!   A failure while appending deletes what the batch appended and undoes its producer and dedup
-//!   records. The commit's PubAck carries `batch` and `count`.
+//! - Commit: every message is checked first (the checks below plus the stream's own: L4 context
+//!   and event times, schema, producer sequences, dedup ids, expected headers, limits), then all
+//!   are appended under the store lock, which consumers need to read, and the fsync that follows
+//!   covers them together. A failure while appending (a store error) deletes what the batch
+//!   appended and undoes its producer and dedup records, and on L4 its links: the chain head goes
+//!   back to before the batch and the next message links over the removed sequences. The
+//!   commit's PubAck carries `batch` and `count`.
 //! - Crash: the last stored message of a batch carries `Nats-Batch-Commit: 1`. One task appends,
 //!   so only the stream's tail can hold a batch cut short; start-up removes such a tail
-//!   ([`remove_incomplete_tail`]).
+//!   ([`remove_incomplete_tail`]) before an L4 stream's chain head is rebuilt. No checkpoint
+//!   signs a batch's messages before the batch is synced, so none signs a removed one.
 //!
 //! On streams of level 3 and above `allow_atomic` is always on (`StreamConfig::apply_exactly_once`).
 
@@ -119,11 +122,6 @@ impl Batches {
         let refuse = |error: ApiError| (message.reply.clone(), error);
         if !config.allow_atomic {
             return Err(refuse(ApiError::atomic_publish_disabled()));
-        }
-        if config.level() >= 4 {
-            // A batch refused halfway is undone by deleting what it appended, which would break
-            // the hash chain; until the L4 checks run in the batch's pre-check, L4 refuses batches.
-            return Err(refuse(ApiError::atomic_publish_on_level_4()));
         }
         if id.len() > limits::ATOMIC_BATCH_ID_BYTES_MAX {
             return Err(refuse(ApiError::atomic_publish_invalid_id()));
@@ -341,10 +339,14 @@ fn mark_committed(message: &mut Inbound) {
 }
 
 /// Everything that can refuse a batch before anything is appended, so a refusal leaves no trace.
+/// L4 context first: a refused batch must not auto-evolve the schema.
 fn precheck(ingest: &mut Ingest<'_, '_>, messages: &[Inbound]) -> Result<(), ApiError> {
     let config = ingest.config;
     if config.sealed {
         return Err(ApiError::sealed());
+    }
+    if let Some(chain) = ingest.chain.as_deref_mut() {
+        chain.precheck(&*ingest.store, messages)?;
     }
     let mut ids = HashSet::new();
     let mut subjects = HashSet::new();
@@ -356,6 +358,10 @@ fn precheck(ingest: &mut Ingest<'_, '_>, messages: &[Inbound]) -> Result<(), Api
             return Err(ApiError::message_too_large());
         }
         bytes += semaq_store::stored_size_bytes(&message.subject, message.headers.as_deref(), &message.payload);
+        if ingest.chain.is_some() {
+            // L4 stores the block sealed: its end replaced by the two chain lines.
+            bytes += (semaq_store::chain::SEAL_BYTES - 4) as u64;
+        }
         if raw_header(block, js_header::EXPECTED_LAST_MSG_ID).is_some() {
             return Err(ApiError::atomic_publish_unsupported_header(js_header::EXPECTED_LAST_MSG_ID));
         }
@@ -402,9 +408,11 @@ fn check_discard_new(config: &StreamConfig, store: &dyn StreamStore, count: u64,
 }
 
 /// Appends every message through the stream's own per-message path; on the first refusal,
-/// deletes what was appended and undoes the producer and dedup records. Returns the last sequence.
+/// deletes what was appended and undoes the producer, dedup and chain records. Returns the last
+/// sequence.
 fn append_all(stream: &Stream, ingest: &mut Ingest<'_, '_>, messages: Vec<Inbound>) -> Result<u64, ApiError> {
     let undo_dedup = ingest.dedup_mark();
+    let undo_chain = ingest.chain.as_deref().map(|chain| chain.mark());
     ingest.producers.begin_batch(ingest.store.state().last_seq);
     ingest.deferred_deletes = Some(Vec::new());
     let mut appended = Vec::with_capacity(messages.len());
@@ -435,12 +443,16 @@ fn append_all(stream: &Stream, ingest: &mut Ingest<'_, '_>, messages: Vec<Inboun
     // commit marker, and start-up removes the rest.
     for seq in &appended {
         if let Err(delete_error) = ingest.store.delete(*seq) {
-            // The batch has no commit marker: start-up removes what is left of it.
+            // The batch has no commit marker: start-up removes what is left of it if it is
+            // still the tail (on L4 the chain shows a break at what is left until then).
             tracing::error!(stream = %stream.name, seq, %delete_error, "cannot remove a refused batch's message");
         }
     }
     ingest.producers.rollback_batch();
     ingest.dedup_rollback(undo_dedup);
+    if let (Some(chain), Some(mark)) = (ingest.chain.as_deref_mut(), undo_chain) {
+        chain.rollback(mark, &*ingest.store);
+    }
     Err(error)
 }
 

@@ -177,12 +177,7 @@ pub fn describe_level(shared: &Weak<Shared>, config: &StreamConfig) -> Value {
         enforces.push("producer recorded".into());
     }
     if level >= 3 {
-        enforces.push("producer sequences".into());
-        if level == 3 {
-            // L4 refuses batches for now (see jetstream/batch.rs).
-            enforces.push("atomic batches".into());
-        }
-        enforces.push("double acks".into());
+        enforces.extend(["producer sequences", "atomic batches", "double acks"].map(String::from));
     }
     if level >= 4 {
         enforces.push("event time order".into());
