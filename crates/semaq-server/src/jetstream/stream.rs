@@ -723,7 +723,7 @@ impl Stream {
         // only when there is no claim, so the claim stays true of what is stored).
         let sent_headers = message.headers.clone().filter(|_| exactly_once);
         let claim = producers::claim(sent_headers.as_deref())?;
-        if !schema_checked && ingest.schema.is_some() {
+        if !schema_checked && ingest.schema.as_deref().is_some_and(SchemaCheck::may_evolve) {
             // L4 context first: a message refused for it must not auto-evolve the schema.
             super::provenance::check_before_schema(ingest, message, claim)?;
         }

@@ -257,6 +257,12 @@ pub fn for_stream(shared: &Weak<Shared>, config: &StreamConfig) -> Option<Schema
 }
 
 impl SchemaCheck {
+    /// Whether a check may register a new version (`semaq.evolve: auto`): a side effect that
+    /// must not happen for a message something else refuses.
+    pub fn may_evolve(&self) -> bool {
+        matches!(self, SchemaCheck::Ready { evolver: Some(_), .. })
+    }
+
     /// Validates one payload (evolving the schema first where the stream says so); the refusal
     /// names the schema, version and first violation.
     pub fn check(&mut self, payload: &[u8]) -> Result<(), ApiError> {

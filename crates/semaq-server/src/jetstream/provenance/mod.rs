@@ -515,8 +515,9 @@ impl ChainWriter<'_> {
     }
 }
 
-/// L4 context checks of a message about to be checked against its schema, which may auto-evolve
-/// and register a version: a message refused for its context must leave no such trace. A
+/// L4 context checks of a message about to be checked against a schema that may auto-evolve
+/// and register a version: a message refused for its context must leave no such trace (other
+/// streams check the context as they append, with no extra pass over the headers). A
 /// duplicate (L3 producer sequence or `Nats-Msg-Id`) is let through: it is answered with the
 /// stored sequence, whatever its event time.
 pub fn check_before_schema(
