@@ -580,6 +580,74 @@ mod tests {
         assert_eq!(HeaderScan::of(b"", &required), HeaderScan::default());
     }
 
+    fn l4_message(subject: &str, event_time: &str) -> Inbound {
+        let block = format!("NATS/1.0\r\nSemaq-Event-Time: {event_time}\r\ntraceparent: t\r\nSemaq-Session: s\r\n\r\n");
+        Inbound {
+            subject: subject.into(),
+            reply: None,
+            headers: Some(Bytes::from(block)),
+            payload: Bytes::from_static(b"{}"),
+            publisher: None,
+        }
+    }
+
+    fn l4_stream() -> StreamConfig {
+        let metadata = [("semaq.level".to_string(), "4".to_string())].into_iter().collect();
+        StreamConfig { name: "S".into(), metadata, ..StreamConfig::default() }
+    }
+
+    /// Walks every stored message with the stream's key and no checkpoints.
+    fn verify(provenance: &Provenance, store: &dyn StreamStore) -> Result<chain::Summary, chain::Break> {
+        let mut verifier = chain::Verifier::new("S", &provenance.public_key(), &[], 0);
+        let mut next = store.get_next(1, None).unwrap();
+        while let Some(message) = next {
+            verifier.check(message.view())?;
+            next = store.get_next(message.seq + 1, None).unwrap();
+        }
+        verifier.finish(store.state().first_seq)
+    }
+
+    #[test]
+    fn a_batch_is_prechecked_whole_including_event_times_within_it() {
+        let config = l4_stream();
+        let mut store = semaq_store::MemoryStore::new(semaq_store::StoreLimits::default());
+        let provenance = Provenance::open(&config, None, &store).unwrap().unwrap();
+        let mut writer = provenance.writer(&config);
+        writer.append(&mut store, &l4_message("a", "10"), 1).unwrap();
+        let in_order = [l4_message("a", "11"), l4_message("b", "1"), l4_message("a", "12")];
+        assert!(writer.precheck(&store, &in_order).is_ok());
+        let repeated = [l4_message("a", "11"), l4_message("b", "1"), l4_message("a", "11")];
+        assert_eq!(writer.precheck(&store, &repeated).unwrap_err().err_code, 10442);
+        let stale = [l4_message("b", "1"), l4_message("a", "10")];
+        assert_eq!(writer.precheck(&store, &stale).unwrap_err().err_code, 10442);
+        // Prechecks accept nothing: the batch's times are not the subject's last.
+        writer.append(&mut store, &l4_message("a", "11"), 1).unwrap();
+        assert_eq!(store.state().last_seq, 2);
+    }
+
+    #[test]
+    fn a_removed_batch_is_stepped_over_by_the_next_link() {
+        let config = l4_stream();
+        let mut store = semaq_store::MemoryStore::new(semaq_store::StoreLimits::default());
+        let provenance = Provenance::open(&config, None, &store).unwrap().unwrap();
+        let mut writer = provenance.writer(&config);
+        writer.append(&mut store, &l4_message("a", "10"), 1).unwrap();
+        let mark = writer.mark();
+        for time in ["20", "30"] {
+            writer.append(&mut store, &l4_message("a", time), 1).unwrap();
+        }
+        for seq in [2, 3] {
+            assert!(store.delete(seq).unwrap());
+        }
+        writer.rollback(mark, &store);
+        // The removed messages' event times are forgotten with them.
+        assert_eq!(writer.append(&mut store, &l4_message("a", "15"), 1).unwrap(), 4);
+        drop(writer);
+        let summary = verify(&provenance, &store).unwrap();
+        assert_eq!((summary.verified, summary.skipped), (2, 2));
+        assert_eq!(provenance.info(&config)["head"]["seq"], 4);
+    }
+
     #[test]
     fn configs_that_would_break_the_chain_are_refused() {
         let level = |n: &str| StreamConfig {
