@@ -30,7 +30,7 @@ use semaq_store::StreamStore;
 use super::config::{Discard, StreamConfig};
 use super::errors::ApiError;
 use super::producers::{self, raw_header};
-use super::stream::{header as js_header, Inbound, Ingest, PublishOutcome, Stream};
+use super::stream::{header as js_header, raw_headers, store_error, Inbound, Ingest, PublishOutcome, Stream};
 use crate::delivery::{FlushSet, Message};
 use crate::limits;
 
@@ -44,9 +44,11 @@ pub mod header {
     pub const BATCH_COMMIT: &str = "Nats-Batch-Commit";
 }
 
-/// Environment variable naming a test-only crash point: `batch-append:<n>` makes the server exit
-/// at once after appending the n-th message of a committed batch (after handing the appended
-/// records to the OS, without syncing), as a crash between two appends would.
+/// Environment variable naming a test-only failure point: `batch-append:<n>` makes the server
+/// exit at once after appending the n-th message of a committed batch (after handing the
+/// appended records to the OS, without syncing), as a crash between two appends would;
+/// `batch-store-error:<n>` makes the store refuse the n-th message of every committed batch, as
+/// a full or failing disk would.
 pub const FAILPOINT_ENV: &str = "SEMAQ_FAILPOINT";
 
 /// A batch waiting for its commit.
@@ -365,13 +367,7 @@ fn precheck(ingest: &mut Ingest<'_, '_>, messages: &[Inbound]) -> Result<(), Api
         if raw_header(block, js_header::EXPECTED_LAST_MSG_ID).is_some() {
             return Err(ApiError::atomic_publish_unsupported_header(js_header::EXPECTED_LAST_MSG_ID));
         }
-        // Only the first message may expect the stream's last sequence; an expectation on a
-        // subject this batch already wrote could not hold.
-        let expects_last = raw_header(block, js_header::EXPECTED_LAST_SEQUENCE).is_some();
-        let expects_subject = raw_header(block, js_header::EXPECTED_LAST_SUBJECT_SEQUENCE).is_some();
-        if (expects_last && index > 0) || (expects_subject && subjects.contains(message.subject.as_str())) {
-            return Err(ApiError::wrong_last_sequence_constant());
-        }
+        check_expected(config, &*ingest.store, message, index == 0, subjects.contains(message.subject.as_str()))?;
         subjects.insert(message.subject.as_str());
         if let Some(msg_id) = raw_header(block, js_header::MSG_ID) {
             if !ids.insert(msg_id) || ingest.knows_msg_id(msg_id) {
@@ -390,6 +386,40 @@ fn precheck(ingest: &mut Ingest<'_, '_>, messages: &[Inbound]) -> Result<(), Api
         ingest.producers.check_all(claims.into_iter())?;
     }
     check_discard_new(config, ingest.store, messages.len() as u64, bytes)
+}
+
+/// A batch message's `Nats-Expected-*` headers, checked against the store as the batch's first
+/// append will find it. Only the first message may expect the stream's last sequence, and an
+/// expectation on a subject the batch already wrote could not hold (`first`, `subject_written`).
+fn check_expected(
+    config: &StreamConfig,
+    store: &dyn StreamStore,
+    message: &Inbound,
+    first: bool,
+    subject_written: bool,
+) -> Result<(), ApiError> {
+    let names =
+        [js_header::EXPECTED_STREAM, js_header::EXPECTED_LAST_SEQUENCE, js_header::EXPECTED_LAST_SUBJECT_SEQUENCE];
+    let [stream, last_seq, last_subject_seq] = raw_headers(message.headers.as_deref().unwrap_or_default(), &names);
+    if (last_seq.is_some() && !first) || (last_subject_seq.is_some() && subject_written) {
+        return Err(ApiError::wrong_last_sequence_constant());
+    }
+    if stream.is_some_and(|expected| expected != config.name) {
+        return Err(ApiError::expected_stream_mismatch());
+    }
+    if let Some(expected) = last_seq {
+        let last = store.state().last_seq;
+        if expected.parse::<u64>().ok() != Some(last) {
+            return Err(ApiError::wrong_last_sequence(last));
+        }
+    }
+    if let Some(expected) = last_subject_seq {
+        let last = store.get_last_for_subject(&message.subject).map_err(store_error)?.map_or(0, |m| m.seq);
+        if expected.parse::<u64>().ok() != Some(last) {
+            return Err(ApiError::wrong_last_sequence(last));
+        }
+    }
+    Ok(())
 }
 
 /// With `discard: new`, a batch that would not fit is refused whole.
@@ -418,6 +448,10 @@ fn append_all(stream: &Stream, ingest: &mut Ingest<'_, '_>, messages: Vec<Inboun
     let mut appended = Vec::with_capacity(messages.len());
     let mut failure = None;
     for mut message in messages {
+        if let Err(error) = failpoint_before_append(appended.len() + 1) {
+            failure = Some(error);
+            break;
+        }
         match stream.ingest_one(ingest, &mut message, true) {
             Ok((seq, false)) => appended.push(seq),
             Ok((_, true)) => failure = Some(ApiError::atomic_publish_duplicate(None)),
@@ -456,12 +490,40 @@ fn append_all(stream: &Stream, ingest: &mut Ingest<'_, '_>, messages: Vec<Inboun
     Err(error)
 }
 
-/// The test-only crash point ([`FAILPOINT_ENV`]).
+/// A test-only failure point ([`FAILPOINT_ENV`]), read once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Failpoint {
+    /// `batch-append:<n>`.
+    ExitAfterAppend(usize),
+    /// `batch-store-error:<n>`.
+    StoreError(usize),
+}
+
+fn failpoint() -> Option<Failpoint> {
+    static POINT: OnceLock<Option<Failpoint>> = OnceLock::new();
+    *POINT.get_or_init(|| {
+        let text = std::env::var(FAILPOINT_ENV).ok()?;
+        let (name, n) = text.split_once(':')?;
+        let n = n.trim().parse().ok()?;
+        match name {
+            "batch-append" => Some(Failpoint::ExitAfterAppend(n)),
+            "batch-store-error" => Some(Failpoint::StoreError(n)),
+            _ => None,
+        }
+    })
+}
+
+/// The test-only store refusal of a batch's `nth` message.
+fn failpoint_before_append(nth: usize) -> Result<(), ApiError> {
+    if failpoint() == Some(Failpoint::StoreError(nth)) {
+        return Err(ApiError::storage(format!("{FAILPOINT_ENV}: the store refuses message {nth} of the batch")));
+    }
+    Ok(())
+}
+
+/// The test-only crash after a batch's `appended`-th append.
 fn failpoint_after_append(store: &mut dyn StreamStore, appended: usize) {
-    static AFTER: OnceLock<Option<usize>> = OnceLock::new();
-    let after =
-        AFTER.get_or_init(|| std::env::var(FAILPOINT_ENV).ok()?.strip_prefix("batch-append:")?.trim().parse().ok());
-    if *after == Some(appended) {
+    if failpoint() == Some(Failpoint::ExitAfterAppend(appended)) {
         let _ = store.flush();
         tracing::warn!("{FAILPOINT_ENV}: exiting after appending message {appended} of a batch");
         std::process::exit(86);

@@ -185,6 +185,14 @@ async fn a_batch_an_l4_check_refuses_is_refused_whole_and_the_chain_goes_on() {
     assert_eq!(refused["error"]["err_code"], 10443, "{refused}");
     let forged = [item("strict.a", "7000"), Item { extra: &[("Semaq-Hash", "00")], ..item("strict.b", "100") }];
     assert_eq!(publish_batch(&client, "forged", &forged).await["error"]["err_code"], 10444);
+    // Expectations are checked before anything is appended too.
+    let elsewhere = [("Nats-Expected-Stream", "ELSEWHERE")];
+    let misdirected = [item("strict.a", "7000"), Item { extra: &elsewhere, ..item("strict.c", "1") }];
+    assert_eq!(publish_batch(&client, "misdirected", &misdirected).await["error"]["err_code"], 10060);
+    let not_last = [("Nats-Expected-Last-Subject-Sequence", "0")];
+    let expecting = [item("strict.b", "100"), Item { extra: &not_last, ..item("strict.a", "7000") }];
+    let refused = publish_batch(&client, "expecting", &expecting).await;
+    assert_eq!(refused["error"]["description"], "wrong last sequence: 1", "{refused}");
     assert_eq!(state(&client, "STRICT").await, (1, 1), "nothing stored, no sequence used");
 
     // The next publishes chain on from seq 1, a batch on the same subject with increasing times included.
@@ -202,17 +210,16 @@ async fn a_batch_an_l4_check_refuses_is_refused_whole_and_the_chain_goes_on() {
 }
 
 #[tokio::test]
-async fn a_batch_refused_while_appending_is_removed_and_the_chain_links_over_it() {
-    let server = TestServer::start();
-    let client = server.client().await;
+async fn a_batch_the_store_refuses_while_appending_is_removed_and_the_chain_links_over_it() {
+    let dir = tempfile::tempdir().unwrap();
+    // The store refuses the 3rd message of every batch: two are appended by then.
+    let broker = Broker::start(&dir.path().join("store"), &[("SEMAQ_FAILPOINT", "batch-store-error:3")]);
+    let client = broker.client().await;
     create_events_stream(&client, "UNDONE", "undone.>").await;
     assert_eq!(publish(&client, "undone.a", l4_headers("1000", true, &[]), EVENT).await["seq"], 1);
-    // The expected-stream header is checked as each message is appended: two are in by then.
-    let wrong_stream = [("Nats-Expected-Stream", "ELSEWHERE")];
-    let items =
-        [item("undone.a", "2000"), item("undone.b", "2000"), Item { extra: &wrong_stream, ..item("undone.c", "1") }];
+    let items = [item("undone.a", "2000"), item("undone.b", "2000"), item("undone.c", "1")];
     let refused = publish_batch(&client, "late", &items).await;
-    assert_eq!(refused["error"]["err_code"], 10060, "{refused}");
+    assert_eq!(refused["error"]["err_code"], 10077, "{refused}");
     assert_eq!(state(&client, "UNDONE").await, (1, 3), "the appended messages were removed");
 
     // The removed messages' event times are forgotten, and the chain links over their sequences.
