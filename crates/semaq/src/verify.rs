@@ -293,6 +293,9 @@ fn describe(stream: &str, outcome: &Outcome, elapsed: Duration) -> String {
                     first.saturating_sub(1)
                 ));
             }
+            if summary.skipped > 0 {
+                lines.push(format!("  note         {} seqs stepped over: removed before anything was chained on them (a refused or crash-cut atomic batch)", summary.skipped));
+            }
             if let Some((from, to)) = summary.unsigned() {
                 lines.push(format!("  note         seqs {from}..={to} are chained but not yet signed (the next checkpoint is at most 100 ms away)"));
             }
@@ -326,6 +329,7 @@ fn outcome_json(stream: &str, outcome: &Outcome, elapsed: Duration) -> Value {
             body["signed_through"] = json!(summary.signed_through);
             body["unsigned"] = json!(summary.unsigned());
             body["anchored"] = json!(summary.anchored);
+            body["skipped"] = json!(summary.skipped);
         }
         Err(found) => {
             body["break"] = json!({ "seq": found.seq, "kind": found.kind.to_string(), "detail": found.detail })

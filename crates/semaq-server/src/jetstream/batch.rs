@@ -6,14 +6,17 @@
 //! - Staging: an open batch waits in memory in the stream's ingest task (bounded per batch, per
 //!   connection and per stream; `limits.rs`). Each staged message is answered with an empty reply,
 //!   as nats-server does. A batch idle longer than its timeout is abandoned; a crash forgets it.
-//! - Commit: every message is checked first (the checks below plus the stream's own: schema,
-//!   producer sequences, dedup ids, expected headers, limits), then all are appended under the
-//!   store lock, which consumers need to read, and the fsync that follows covers them together.
-//!   A failure while appending deletes what the batch appended and undoes its producer and dedup
-//!   records. The commit's PubAck carries `batch` and `count`.
+//! - Commit: every message is checked first (the checks below plus the stream's own: L4 context
+//!   and event times, schema, producer sequences, dedup ids, expected headers, limits), then all
+//!   are appended under the store lock, which consumers need to read, and the fsync that follows
+//!   covers them together. A failure while appending (a store error) deletes what the batch
+//!   appended and undoes its producer and dedup records, and on L4 its links: the chain head goes
+//!   back to before the batch and the next message links over the removed sequences. The
+//!   commit's PubAck carries `batch` and `count`.
 //! - Crash: the last stored message of a batch carries `Nats-Batch-Commit: 1`. One task appends,
 //!   so only the stream's tail can hold a batch cut short; start-up removes such a tail
-//!   ([`remove_incomplete_tail`]).
+//!   ([`remove_incomplete_tail`]) before an L4 stream's chain head is rebuilt. No checkpoint
+//!   signs a batch's messages before the batch is synced, so none signs a removed one.
 //!
 //! On streams of level 3 and above `allow_atomic` is always on (`StreamConfig::apply_exactly_once`).
 
@@ -27,7 +30,7 @@ use semaq_store::StreamStore;
 use super::config::{Discard, StreamConfig};
 use super::errors::ApiError;
 use super::producers::{self, raw_header};
-use super::stream::{header as js_header, Inbound, Ingest, PublishOutcome, Stream};
+use super::stream::{header as js_header, raw_headers, store_error, Inbound, Ingest, PublishOutcome, Stream};
 use crate::delivery::{FlushSet, Message};
 use crate::limits;
 
@@ -41,9 +44,11 @@ pub mod header {
     pub const BATCH_COMMIT: &str = "Nats-Batch-Commit";
 }
 
-/// Environment variable naming a test-only crash point: `batch-append:<n>` makes the server exit
-/// at once after appending the n-th message of a committed batch (after handing the appended
-/// records to the OS, without syncing), as a crash between two appends would.
+/// Environment variable naming a test-only failure point: `batch-append:<n>` makes the server
+/// exit at once after appending the n-th message of a committed batch (after handing the
+/// appended records to the OS, without syncing), as a crash between two appends would;
+/// `batch-store-error:<n>` makes the store refuse the n-th message of every committed batch, as
+/// a full or failing disk would.
 pub const FAILPOINT_ENV: &str = "SEMAQ_FAILPOINT";
 
 /// A batch waiting for its commit.
@@ -119,11 +124,6 @@ impl Batches {
         let refuse = |error: ApiError| (message.reply.clone(), error);
         if !config.allow_atomic {
             return Err(refuse(ApiError::atomic_publish_disabled()));
-        }
-        if config.level() >= 4 {
-            // A batch refused halfway is undone by deleting what it appended, which would break
-            // the hash chain; until the L4 checks run in the batch's pre-check, L4 refuses batches.
-            return Err(refuse(ApiError::atomic_publish_on_level_4()));
         }
         if id.len() > limits::ATOMIC_BATCH_ID_BYTES_MAX {
             return Err(refuse(ApiError::atomic_publish_invalid_id()));
@@ -341,10 +341,14 @@ fn mark_committed(message: &mut Inbound) {
 }
 
 /// Everything that can refuse a batch before anything is appended, so a refusal leaves no trace.
+/// L4 context first: a refused batch must not auto-evolve the schema.
 fn precheck(ingest: &mut Ingest<'_, '_>, messages: &[Inbound]) -> Result<(), ApiError> {
     let config = ingest.config;
     if config.sealed {
         return Err(ApiError::sealed());
+    }
+    if let Some(chain) = ingest.chain.as_deref_mut() {
+        chain.precheck(&*ingest.store, messages)?;
     }
     let mut ids = HashSet::new();
     let mut subjects = HashSet::new();
@@ -356,16 +360,14 @@ fn precheck(ingest: &mut Ingest<'_, '_>, messages: &[Inbound]) -> Result<(), Api
             return Err(ApiError::message_too_large());
         }
         bytes += semaq_store::stored_size_bytes(&message.subject, message.headers.as_deref(), &message.payload);
+        if ingest.chain.is_some() {
+            // L4 stores the block sealed: its end replaced by the two chain lines.
+            bytes += (semaq_store::chain::SEAL_BYTES - 4) as u64;
+        }
         if raw_header(block, js_header::EXPECTED_LAST_MSG_ID).is_some() {
             return Err(ApiError::atomic_publish_unsupported_header(js_header::EXPECTED_LAST_MSG_ID));
         }
-        // Only the first message may expect the stream's last sequence; an expectation on a
-        // subject this batch already wrote could not hold.
-        let expects_last = raw_header(block, js_header::EXPECTED_LAST_SEQUENCE).is_some();
-        let expects_subject = raw_header(block, js_header::EXPECTED_LAST_SUBJECT_SEQUENCE).is_some();
-        if (expects_last && index > 0) || (expects_subject && subjects.contains(message.subject.as_str())) {
-            return Err(ApiError::wrong_last_sequence_constant());
-        }
+        check_expected(config, &*ingest.store, message, index == 0, subjects.contains(message.subject.as_str()))?;
         subjects.insert(message.subject.as_str());
         if let Some(msg_id) = raw_header(block, js_header::MSG_ID) {
             if !ids.insert(msg_id) || ingest.knows_msg_id(msg_id) {
@@ -386,6 +388,40 @@ fn precheck(ingest: &mut Ingest<'_, '_>, messages: &[Inbound]) -> Result<(), Api
     check_discard_new(config, ingest.store, messages.len() as u64, bytes)
 }
 
+/// A batch message's `Nats-Expected-*` headers, checked against the store as the batch's first
+/// append will find it. Only the first message may expect the stream's last sequence, and an
+/// expectation on a subject the batch already wrote could not hold (`first`, `subject_written`).
+fn check_expected(
+    config: &StreamConfig,
+    store: &dyn StreamStore,
+    message: &Inbound,
+    first: bool,
+    subject_written: bool,
+) -> Result<(), ApiError> {
+    let names =
+        [js_header::EXPECTED_STREAM, js_header::EXPECTED_LAST_SEQUENCE, js_header::EXPECTED_LAST_SUBJECT_SEQUENCE];
+    let [stream, last_seq, last_subject_seq] = raw_headers(message.headers.as_deref().unwrap_or_default(), &names);
+    if (last_seq.is_some() && !first) || (last_subject_seq.is_some() && subject_written) {
+        return Err(ApiError::wrong_last_sequence_constant());
+    }
+    if stream.is_some_and(|expected| expected != config.name) {
+        return Err(ApiError::expected_stream_mismatch());
+    }
+    if let Some(expected) = last_seq {
+        let last = store.state().last_seq;
+        if expected.parse::<u64>().ok() != Some(last) {
+            return Err(ApiError::wrong_last_sequence(last));
+        }
+    }
+    if let Some(expected) = last_subject_seq {
+        let last = store.get_last_for_subject(&message.subject).map_err(store_error)?.map_or(0, |m| m.seq);
+        if expected.parse::<u64>().ok() != Some(last) {
+            return Err(ApiError::wrong_last_sequence(last));
+        }
+    }
+    Ok(())
+}
+
 /// With `discard: new`, a batch that would not fit is refused whole.
 fn check_discard_new(config: &StreamConfig, store: &dyn StreamStore, count: u64, bytes: u64) -> Result<(), ApiError> {
     if config.discard != Discard::New {
@@ -402,14 +438,20 @@ fn check_discard_new(config: &StreamConfig, store: &dyn StreamStore, count: u64,
 }
 
 /// Appends every message through the stream's own per-message path; on the first refusal,
-/// deletes what was appended and undoes the producer and dedup records. Returns the last sequence.
+/// deletes what was appended and undoes the producer, dedup and chain records. Returns the last
+/// sequence.
 fn append_all(stream: &Stream, ingest: &mut Ingest<'_, '_>, messages: Vec<Inbound>) -> Result<u64, ApiError> {
     let undo_dedup = ingest.dedup_mark();
+    let undo_chain = ingest.chain.as_deref().map(|chain| chain.mark());
     ingest.producers.begin_batch(ingest.store.state().last_seq);
     ingest.deferred_deletes = Some(Vec::new());
     let mut appended = Vec::with_capacity(messages.len());
     let mut failure = None;
     for mut message in messages {
+        if let Err(error) = failpoint_before_append(appended.len() + 1) {
+            failure = Some(error);
+            break;
+        }
         match stream.ingest_one(ingest, &mut message, true) {
             Ok((seq, false)) => appended.push(seq),
             Ok((_, true)) => failure = Some(ApiError::atomic_publish_duplicate(None)),
@@ -435,21 +477,53 @@ fn append_all(stream: &Stream, ingest: &mut Ingest<'_, '_>, messages: Vec<Inboun
     // commit marker, and start-up removes the rest.
     for seq in &appended {
         if let Err(delete_error) = ingest.store.delete(*seq) {
-            // The batch has no commit marker: start-up removes what is left of it.
+            // The batch has no commit marker: start-up removes what is left of it if it is
+            // still the tail (on L4 the chain shows a break at what is left until then).
             tracing::error!(stream = %stream.name, seq, %delete_error, "cannot remove a refused batch's message");
         }
     }
     ingest.producers.rollback_batch();
     ingest.dedup_rollback(undo_dedup);
+    if let (Some(chain), Some(mark)) = (ingest.chain.as_deref_mut(), undo_chain) {
+        chain.rollback(mark, &*ingest.store);
+    }
     Err(error)
 }
 
-/// The test-only crash point ([`FAILPOINT_ENV`]).
+/// A test-only failure point ([`FAILPOINT_ENV`]), read once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Failpoint {
+    /// `batch-append:<n>`.
+    ExitAfterAppend(usize),
+    /// `batch-store-error:<n>`.
+    StoreError(usize),
+}
+
+fn failpoint() -> Option<Failpoint> {
+    static POINT: OnceLock<Option<Failpoint>> = OnceLock::new();
+    *POINT.get_or_init(|| {
+        let text = std::env::var(FAILPOINT_ENV).ok()?;
+        let (name, n) = text.split_once(':')?;
+        let n = n.trim().parse().ok()?;
+        match name {
+            "batch-append" => Some(Failpoint::ExitAfterAppend(n)),
+            "batch-store-error" => Some(Failpoint::StoreError(n)),
+            _ => None,
+        }
+    })
+}
+
+/// The test-only store refusal of a batch's `nth` message.
+fn failpoint_before_append(nth: usize) -> Result<(), ApiError> {
+    if failpoint() == Some(Failpoint::StoreError(nth)) {
+        return Err(ApiError::storage(format!("{FAILPOINT_ENV}: the store refuses message {nth} of the batch")));
+    }
+    Ok(())
+}
+
+/// The test-only crash after a batch's `appended`-th append.
 fn failpoint_after_append(store: &mut dyn StreamStore, appended: usize) {
-    static AFTER: OnceLock<Option<usize>> = OnceLock::new();
-    let after =
-        AFTER.get_or_init(|| std::env::var(FAILPOINT_ENV).ok()?.strip_prefix("batch-append:")?.trim().parse().ok());
-    if *after == Some(appended) {
+    if failpoint() == Some(Failpoint::ExitAfterAppend(appended)) {
         let _ = store.flush();
         tracing::warn!("{FAILPOINT_ENV}: exiting after appending message {appended} of a batch");
         std::process::exit(86);

@@ -318,10 +318,6 @@ impl ApiError {
     pub fn atomic_publish_disabled() -> Self {
         Self::new(400, 10174, "atomic publish is disabled")
     }
-    /// Atomic batches on a level 4 stream (not supported yet: see `batch.rs`).
-    pub fn atomic_publish_on_level_4() -> Self {
-        Self::new(400, 10174, "atomic publish is disabled on level 4 streams (their hash chain cannot undo a batch)")
-    }
     /// `atomic publish sequence is missing` (or not a number).
     pub fn atomic_publish_missing_seq() -> Self {
         Self::new(400, 10175, "atomic publish sequence is missing")

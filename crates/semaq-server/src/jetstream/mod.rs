@@ -173,7 +173,7 @@ impl JetStream {
     }
 
     fn open_stream(&self, config: StreamConfig, created: SystemTime) -> Result<Arc<Stream>, ApiError> {
-        let store: Box<dyn StreamStore> = match config.storage {
+        let mut store: Box<dyn StreamStore> = match config.storage {
             Storage::Memory => Box::new(MemoryStore::new(store_limits(&config))),
             Storage::File => {
                 let mut store_config = FileStoreConfig::new(self.stream_dir(&config.name).join("msgs"));
@@ -194,6 +194,9 @@ impl JetStream {
                 Box::new(store)
             }
         };
+        // A batch cut short by a crash goes before anything reads the stream (producers and the
+        // L4 chain head included).
+        batch::remove_incomplete_tail(store.as_mut());
         let sync_policy = self.sync_policy_for(&config);
         let dir = (config.storage == Storage::File).then(|| self.stream_dir(&config.name));
         let provenance = provenance::Provenance::open(&config, dir.as_deref(), store.as_ref())?;

@@ -288,8 +288,6 @@ impl Stream {
     ) -> Arc<Self> {
         let (ingest, inbound) = mpsc::channel(limits::STREAM_INGEST_QUEUE_MESSAGES_MAX);
         let mut store = store;
-        // A batch cut short by a crash goes before anything reads the stream (producers included).
-        batch::remove_incomplete_tail(store.as_mut());
         let mut producers = Producers::new(dir.as_deref());
         if config.exactly_once() {
             producers.ensure_loaded(store.as_mut(), now_ns());
@@ -733,6 +731,10 @@ impl Stream {
         // only when there is no claim, so the claim stays true of what is stored).
         let sent_headers = message.headers.clone().filter(|_| exactly_once);
         let claim = producers::claim(sent_headers.as_deref())?;
+        if !schema_checked && ingest.schema.as_deref().is_some_and(SchemaCheck::may_evolve) {
+            // L4 context first: a message refused for it must not auto-evolve the schema.
+            super::provenance::check_before_schema(ingest, message, claim)?;
+        }
         if let Some(schema) = ingest.schema.as_deref_mut() {
             if !schema_checked {
                 schema.check(&message.payload)?;

@@ -177,12 +177,7 @@ pub fn describe_level(shared: &Weak<Shared>, config: &StreamConfig) -> Value {
         enforces.push("producer recorded".into());
     }
     if level >= 3 {
-        enforces.push("producer sequences".into());
-        if level == 3 {
-            // L4 refuses batches for now (see jetstream/batch.rs).
-            enforces.push("atomic batches".into());
-        }
-        enforces.push("double acks".into());
+        enforces.extend(["producer sequences", "atomic batches", "double acks"].map(String::from));
     }
     if level >= 4 {
         enforces.push("event time order".into());
@@ -262,6 +257,12 @@ pub fn for_stream(shared: &Weak<Shared>, config: &StreamConfig) -> Option<Schema
 }
 
 impl SchemaCheck {
+    /// Whether a check may register a new version (`semaq.evolve: auto`): a side effect that
+    /// must not happen for a message something else refuses.
+    pub fn may_evolve(&self) -> bool {
+        matches!(self, SchemaCheck::Ready { evolver: Some(_), .. })
+    }
+
     /// Validates one payload (evolving the schema first where the stream says so); the refusal
     /// names the schema, version and first violation.
     pub fn check(&mut self, payload: &[u8]) -> Result<(), ApiError> {

@@ -432,21 +432,6 @@ async fn atomic_batches_are_stored_whole_with_one_ack() {
 }
 
 #[tokio::test]
-async fn level_4_streams_refuse_atomic_batches_rather_than_break_their_chain() {
-    let (_server, client) = server_with_schema().await;
-    let config = l3_config("CHAINED", &["chained.>"], json!({"metadata": {"semaq.level": "4"}}));
-    assert!(create_stream(&client, config).await["error"].is_null());
-    let context = [
-        ("Semaq-Event-Time", "1"),
-        ("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
-        ("Semaq-Session", "s1"),
-    ];
-    let refused = publish(&client, "chained.a", &batch_headers("b1", "1", Some("1"), &context), event(1)).await;
-    assert_eq!(refused["error"]["err_code"], 10174, "{refused}");
-    assert_eq!(stream_info(&client, "CHAINED").await["state"]["messages"], 0);
-}
-
-#[tokio::test]
 async fn atomic_batches_are_refused_whole() {
     let (_server, client) = server_with_schema().await;
     create_stream(&client, l3_config("WHOLE", &["whole.>"], json!({}))).await;

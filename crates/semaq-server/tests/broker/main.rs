@@ -11,6 +11,7 @@ mod harness;
 mod jetstream;
 mod jetstream_api;
 mod jetstream_consumers;
+mod l4_batch;
 mod lineage;
 mod provenance;
 mod pubsub;

@@ -104,7 +104,10 @@ fn checkpoint_from_header(value: &str) -> Checkpoint {
 }
 
 /// Walks the whole chain through `$SEMAQ.API.STREAM.CHAIN` with the served key and checkpoints.
-async fn verify_through_api(client: &async_nats::Client, name: &str) -> Result<chain::Summary, chain::Break> {
+pub(crate) async fn verify_through_api(
+    client: &async_nats::Client,
+    name: &str,
+) -> Result<chain::Summary, chain::Break> {
     let provenance = api(client, &format!("$SEMAQ.API.STREAM.PROVENANCE.{name}"), json!({})).await;
     let key = PublicKey::from_hex(provenance["public_key"].as_str().unwrap()).unwrap();
     let checkpoints: Vec<Checkpoint> =

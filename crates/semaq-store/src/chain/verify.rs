@@ -4,6 +4,8 @@
 //!
 //! Memory is bounded by the checkpoints (one per ~1,000 messages), never by the messages.
 
+use std::ops::RangeInclusive;
+
 use super::checkpoint::{Checkpoint, PublicKey};
 use super::{event_time, header_value, message_hash, to_hex, unseal, Hash, Link, EVENT_TIME_HEADER, GENESIS};
 use crate::types::MessageRef;
@@ -81,6 +83,10 @@ pub struct Summary {
     /// The first message's predecessor was not stored, so the walk started from the hash the
     /// message records (its own hash still covers it, and later checkpoints sign both).
     pub anchored: bool,
+    /// Sequences the chain steps over: used by messages removed before anything chained on
+    /// them (an atomic batch refused or cut short by a crash), so the next message links to the
+    /// one before them, and its hash covers its own sequence.
+    pub skipped: u64,
 }
 
 impl Summary {
@@ -214,10 +220,9 @@ impl Verifier {
             Some((last_seq, _)) if seq <= last_seq => {
                 return Err(Some(broken(seq, BreakKind::Reordered, format!("seq {seq} comes after seq {last_seq}"))));
             }
-            Some((last_seq, _)) if seq > last_seq + 1 => {
-                let detail =
-                    format!("seqs {}..={} are not stored; the next stored message is seq {seq}", last_seq + 1, seq - 1);
-                return Err(Some(broken(last_seq + 1, BreakKind::MissingSequence, detail)));
+            Some((last_seq, last_hash)) if seq > last_seq + 1 => {
+                self.step_over(last_seq + 1..=seq - 1, &last_hash, message.headers).map_err(Some)?;
+                Some(last_hash)
             }
             Some((_, last_hash)) => Some(last_hash),
             None if seq == 1 => Some(GENESIS),
@@ -266,6 +271,26 @@ impl Verifier {
             self.summary.signed_through = Some(seq);
         }
         Ok(sealed.hash)
+    }
+
+    /// Sequences `gap` are not stored: the chain steps over them only when the message after
+    /// them links to the one before (nothing was ever chained on them; its own hash, checked next,
+    /// covers its sequence) and no checkpoint signed one of them. Otherwise they were removed.
+    fn step_over(&mut self, gap: RangeInclusive<u64>, last_hash: &Hash, next: Option<&[u8]>) -> Result<(), Break> {
+        let links_over = next.and_then(|headers| unseal(headers).ok()).is_some_and(|sealed| sealed.prev == *last_hash);
+        let signed = self.checkpoints.iter().find(|c| gap.contains(&c.seq));
+        if links_over && signed.is_none() {
+            self.summary.skipped += gap.end() - gap.start() + 1;
+            return Ok(());
+        }
+        let (first, last) = (*gap.start(), *gap.end());
+        let detail = match signed {
+            Some(checkpoint) => {
+                format!("seqs {first}..={last} are not stored, but a checkpoint signs seq {}", checkpoint.seq)
+            }
+            None => format!("seqs {first}..={last} are not stored; the next stored message is seq {}", last + 1),
+        };
+        Err(broken(first, BreakKind::MissingSequence, detail))
     }
 
     /// Names an unlinked record's break, using the message after it when there is one.
@@ -415,6 +440,55 @@ mod tests {
         let mut unchained = messages.clone();
         unchained[2].1 = b"NATS/1.0\r\nSemaq-Event-Time: 30\r\n\r\n".to_vec();
         assert_eq!(failure(&unchained).kind, BreakKind::NotChained);
+    }
+
+    /// `chain(count)`, but message `skip_to` links to message `skip_from - 1`: the sequences
+    /// between were used by messages removed before the chain went on (as after a refused batch).
+    fn chain_with_skip(count: u64, skip_from: u64, skip_to: u64) -> Vec<(u64, Vec<u8>, Vec<u8>, Hash)> {
+        let mut prev = GENESIS;
+        let mut out = Vec::new();
+        for seq in (1..skip_from).chain(skip_to..=count) {
+            let covered = format!("NATS/1.0\r\nSemaq-Event-Time: {}\r\n\r\n", seq * 10).into_bytes();
+            let payload = format!("{{\"n\":{seq}}}").into_bytes();
+            let link = Link {
+                seq,
+                event_time_ns: seq as i64 * 10,
+                subject: "ai.x",
+                headers: [&covered, b""],
+                payload: &payload,
+            };
+            let hash = message_hash(&prev, &link);
+            out.push((seq, seal(&covered, &prev, &hash).unwrap(), payload, hash));
+            prev = hash;
+        }
+        out
+    }
+
+    #[test]
+    fn sequences_the_chain_links_over_are_skipped_but_removed_ones_are_not() {
+        let keys = KeyPair::from_seed(&[1; 32]);
+        // Seqs 4..=6 were used by a batch removed before seq 7 was chained on seq 3.
+        let messages = chain_with_skip(9, 4, 7);
+        let checkpoints = [keys.sign("S", 8, &messages[4].3)];
+        let summary = walk(&messages, &checkpoints, &keys).unwrap();
+        assert_eq!((summary.verified, summary.skipped, summary.range), (6, 3, Some((1, 9))));
+
+        // A checkpoint that signed a skipped sequence: it was stored, then removed.
+        let signed_inside = [keys.sign("S", 5, &[7; 32])];
+        let found = walk(&messages, &signed_inside, &keys).unwrap_err();
+        assert_eq!((found.seq, found.kind), (4, BreakKind::MissingSequence), "{found}");
+        assert!(found.detail.contains("a checkpoint signs seq 5"), "{found}");
+
+        // Removing the message before the gap: the next one links to a message not stored.
+        let mut removed = messages.clone();
+        removed.remove(2);
+        let found = walk(&removed, &[], &keys).unwrap_err();
+        assert_eq!((found.seq, found.kind), (3, BreakKind::MissingSequence), "{found}");
+
+        // Renumbering the message after the gap: its hash covers its sequence.
+        let mut renumbered = messages.clone();
+        renumbered[3].0 = 5;
+        assert_eq!(walk(&renumbered, &[], &keys).unwrap_err().kind, BreakKind::HashMismatch);
     }
 
     #[test]

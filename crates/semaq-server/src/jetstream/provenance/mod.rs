@@ -32,7 +32,8 @@ use serde_json::{json, Value};
 
 use super::config::{Retention, StreamConfig};
 use super::errors::ApiError;
-use super::stream::{store_error, Inbound, Stream, SyncPolicy};
+use super::producers::{Claim, Verdict};
+use super::stream::{header, raw_header, store_error, Inbound, Ingest, Stream, SyncPolicy};
 use crate::limits;
 use crate::server::lock;
 
@@ -49,6 +50,9 @@ struct Chain {
     /// The last chained sequence and its hash.
     head_seq: u64,
     head: Hash,
+    /// The sequence the store assigns next: `head_seq + 1`, unless messages were removed from
+    /// the tail since (an atomic batch refused or cut short), whose sequences the chain steps over.
+    next_seq: u64,
     /// The last sequence signed (in `log`, or in `unwritten`).
     signed_seq: u64,
     /// When the head was last signed.
@@ -144,6 +148,7 @@ impl Provenance {
         let keys = files::load_or_create_keys(dir.as_deref()).map_err(ApiError::provenance_unavailable)?;
         let log = files::CheckpointLog::open(dir.as_deref()).map_err(ApiError::provenance_unavailable)?;
         let (head_seq, head) = rebuild_head(&config.name, store, log.last());
+        let next_seq = store.state().last_seq + 1;
         let signed_seq = log.last().map_or(0, |c| c.seq);
         if signed_seq > head_seq {
             tracing::error!(stream = %config.name, "a checkpoint signs seq {signed_seq}, past the last stored seq {head_seq}");
@@ -151,6 +156,7 @@ impl Provenance {
         let chain = Chain {
             head_seq,
             head,
+            next_seq,
             signed_seq: signed_seq.min(head_seq),
             signed_at: Instant::now(),
             unwritten: Vec::new(),
@@ -245,23 +251,28 @@ pub fn checkpoint_json(checkpoint: &Checkpoint) -> Value {
     json!({ "seq": checkpoint.seq, "head": chain::to_hex(&checkpoint.head), "signature": signature })
 }
 
-/// The head at open: the last stored message's hash, else the last checkpoint if it signs the
-/// last sequence (the stream was emptied from the head), else a fresh start.
+/// The head at open: the newest stored message's hash, else the last checkpoint if it signs the
+/// last sequence (the stream was emptied from the head), else a fresh start. The newest stored
+/// message is the last sequence's, or shortly before it when start-up removed an atomic batch a
+/// crash cut short (`batch::remove_incomplete_tail`, which runs first): the chain then goes on
+/// from the last committed message and steps over the removed sequences.
 fn rebuild_head(stream: &str, store: &dyn StreamStore, last_checkpoint: Option<&Checkpoint>) -> (u64, Hash) {
-    let last_seq = store.state().last_seq;
+    let state = store.state();
+    let last_seq = state.last_seq;
     if last_seq == 0 {
         return (0, chain::GENESIS);
     }
-    let stored = store.get(last_seq).ok().flatten();
-    let sealed = stored.as_ref().and_then(|message| chain::unseal(message.headers.as_deref()?).ok().map(|s| s.hash));
-    if let Some(hash) = sealed {
-        return (last_seq, hash);
+    let lowest = state.first_seq.max(last_seq.saturating_sub(limits::ATOMIC_BATCH_TAIL_SCAN_MESSAGES_MAX));
+    let newest = (lowest..=last_seq).rev().find_map(|seq| store.get(seq).ok().flatten());
+    if let Some(message) = newest {
+        if let Some(sealed) = message.headers.as_deref().and_then(|block| chain::unseal(block).ok()) {
+            return (message.seq, sealed.hash);
+        }
+        tracing::error!(%stream, "the newest stored message (seq {}) carries no chain hash; the chain restarts", message.seq);
+        return (message.seq, chain::GENESIS);
     }
     if let Some(checkpoint) = last_checkpoint.filter(|c| c.seq == last_seq) {
         return (last_seq, checkpoint.head);
-    }
-    if stored.is_some() {
-        tracing::error!(%stream, "the last stored message (seq {last_seq}) carries no chain hash; the chain restarts");
     }
     (last_seq, chain::GENESIS)
 }
@@ -301,6 +312,16 @@ impl<'a> HeaderScan<'a> {
     }
 }
 
+/// Where the chain stood before an atomic batch, to return to if the batch is removed.
+#[derive(Debug)]
+pub struct ChainMark {
+    head_seq: u64,
+    head: Hash,
+    signed_seq: u64,
+    signed_at: Instant,
+    unwritten: usize,
+}
+
 /// One ingest batch's hold on the chain.
 pub struct ChainWriter<'a> {
     provenance: &'a Provenance,
@@ -313,8 +334,8 @@ impl ChainWriter<'_> {
     pub fn append(&mut self, store: &mut dyn StreamStore, message: &Inbound, now_ns: i64) -> Result<u64, ApiError> {
         let block = message.headers.as_deref().unwrap_or_default();
         let event_time_ns = self.check_context(&*store, block, &message.subject)?;
-        // Every append to an L4 stream goes through here, so the store's next sequence follows the head.
-        let seq = self.chain.head_seq + 1;
+        // Every append to an L4 stream goes through here, so the writer knows the store's next sequence.
+        let seq = self.chain.next_seq;
         let link =
             Link { seq, event_time_ns, subject: &message.subject, headers: [block, b""], payload: &message.payload };
         let hash = chain::message_hash(&self.chain.head, &link);
@@ -324,13 +345,78 @@ impl ChainWriter<'_> {
         if stored_seq != seq {
             tracing::error!(stream = %self.provenance.stream, "chained seq {seq} but the store assigned {stored_seq}");
         }
+        self.chain.next_seq = stored_seq + 1;
         self.accept(stored_seq, hash, &message.subject, event_time_ns);
         Ok(stored_seq)
+    }
+
+    /// What [`ChainWriter::append`] would refuse `message` for, without appending: run before
+    /// anything else that could leave a trace (an auto-evolved schema version).
+    pub fn check(&mut self, store: &dyn StreamStore, message: &Inbound) -> Result<(), ApiError> {
+        let block = message.headers.as_deref().unwrap_or_default();
+        self.check_context(store, block, &message.subject).map(drop)
+    }
+
+    /// What would refuse any message of an atomic batch, before any is appended: the context
+    /// checks of each, with event times increasing per subject inside the batch too, and a header
+    /// block that can be sealed. Changes nothing but the cache of stored event times.
+    pub fn precheck(&mut self, store: &dyn StreamStore, messages: &[Inbound]) -> Result<(), ApiError> {
+        let mut batch_times: HashMap<&str, i64> = HashMap::new();
+        for message in messages {
+            let block = message.headers.as_deref().unwrap_or_default();
+            let (event_time_ns, text) = self.scan_context(block)?;
+            let subject = message.subject.as_str();
+            let last_ns = match batch_times.get(subject) {
+                Some(&in_batch) => Some(in_batch),
+                None => self.last_event_time(store, subject),
+            };
+            check_increasing(subject, text, event_time_ns, last_ns)?;
+            chain::seal(block, &chain::GENESIS, &chain::GENESIS).ok_or_else(ApiError::provenance_malformed_headers)?;
+            batch_times.insert(subject, event_time_ns);
+        }
+        Ok(())
+    }
+
+    /// Where the chain stands, before an atomic batch is appended.
+    pub fn mark(&self) -> ChainMark {
+        let chain = &self.chain;
+        ChainMark {
+            head_seq: chain.head_seq,
+            head: chain.head,
+            signed_seq: chain.signed_seq,
+            signed_at: chain.signed_at,
+            unwritten: chain.unwritten.len(),
+        }
+    }
+
+    /// The messages appended since `mark` were removed from the store's tail: the head goes back
+    /// to `mark`, checkpoints signed since are dropped (never written: nothing signs a removed
+    /// message), and event times are read back from the store. The next message is chained at
+    /// the store's next sequence, linking over the removed ones (the verifier steps over them).
+    pub fn rollback(&mut self, mark: ChainMark, store: &dyn StreamStore) {
+        let chain = &mut *self.chain;
+        chain.head_seq = mark.head_seq;
+        chain.head = mark.head;
+        chain.signed_seq = mark.signed_seq;
+        chain.signed_at = mark.signed_at;
+        chain.unwritten.truncate(mark.unwritten);
+        chain.next_seq = store.state().last_seq + 1;
+        // Which subjects the batch touched is not kept: the cache refills from the store.
+        chain.event_times.clear();
     }
 
     /// No server-written headers, the required ones, and an event time after the subject's
     /// last; returns the event time in unix nanoseconds.
     fn check_context(&mut self, store: &dyn StreamStore, block: &[u8], subject: &str) -> Result<i64, ApiError> {
+        let (event_time_ns, text) = self.scan_context(block)?;
+        let last_ns = self.last_event_time(store, subject);
+        check_increasing(subject, text, event_time_ns, last_ns)?;
+        Ok(event_time_ns)
+    }
+
+    /// The checks of one header block alone: no server-written headers, an event time that
+    /// parses (returned in unix nanoseconds, with its text), the required context headers.
+    fn scan_context<'b>(&self, block: &'b [u8]) -> Result<(i64, &'b str), ApiError> {
         let scan = HeaderScan::of(block, &self.required);
         if let Some(reserved) = scan.reserved {
             return Err(ApiError::provenance_header_reserved(reserved));
@@ -340,12 +426,7 @@ impl ChainWriter<'_> {
         if let Some(missing) = self.required.iter().enumerate().find(|(i, _)| scan.present & (1 << i) == 0) {
             return Err(ApiError::context_missing(missing.1, &self.required));
         }
-        if let Some(last_ns) = self.last_event_time(store, subject) {
-            if event_time_ns <= last_ns {
-                return Err(ApiError::event_time_not_increasing(subject, text, last_ns));
-            }
-        }
-        Ok(event_time_ns)
+        Ok((event_time_ns, text))
     }
 
     /// The subject's last accepted event time: cached, else read from its last stored message.
@@ -434,6 +515,40 @@ impl ChainWriter<'_> {
     }
 }
 
+/// L4 context checks of a message about to be checked against a schema that may auto-evolve
+/// and register a version: a message refused for its context must leave no such trace (other
+/// streams check the context as they append, with no extra pass over the headers). A
+/// duplicate (L3 producer sequence or `Nats-Msg-Id`) is let through: it is answered with the
+/// stored sequence, whatever its event time.
+pub fn check_before_schema(
+    ingest: &mut Ingest<'_, '_>,
+    message: &Inbound,
+    claim: Option<Claim<'_>>,
+) -> Result<(), ApiError> {
+    if ingest.chain.is_none() {
+        return Ok(());
+    }
+    if claim.is_some_and(|claim| matches!(ingest.producers.check(claim), Ok(Verdict::Duplicate { .. }))) {
+        return Ok(());
+    }
+    let block = message.headers.as_deref().unwrap_or_default();
+    if raw_header(block, header::MSG_ID).is_some_and(|id| ingest.knows_msg_id(id)) {
+        return Ok(());
+    }
+    match ingest.chain.as_deref_mut() {
+        Some(chain) => chain.check(&*ingest.store, message),
+        None => Ok(()),
+    }
+}
+
+/// An event time must be after the subject's last accepted one (`last_ns`, if any).
+fn check_increasing(subject: &str, text: &str, event_time_ns: i64, last_ns: Option<i64>) -> Result<(), ApiError> {
+    match last_ns {
+        Some(last_ns) if event_time_ns <= last_ns => Err(ApiError::event_time_not_increasing(subject, text, last_ns)),
+        _ => Ok(()),
+    }
+}
+
 /// Signs what arrived, within [`limits::PROVENANCE_CHECKPOINT_INTERVAL`] of it arriving, and
 /// fsyncs the checkpoints file; runs per L4 stream until the stream goes away.
 pub async fn run_ticker(stream: Weak<Stream>) {
@@ -463,6 +578,74 @@ mod tests {
         let forged = HeaderScan::of(b"NATS/1.0\r\nsemaq-hash: x\r\n\r\n", &required);
         assert_eq!(forged.reserved, Some(chain::HASH_HEADER));
         assert_eq!(HeaderScan::of(b"", &required), HeaderScan::default());
+    }
+
+    fn l4_message(subject: &str, event_time: &str) -> Inbound {
+        let block = format!("NATS/1.0\r\nSemaq-Event-Time: {event_time}\r\ntraceparent: t\r\nSemaq-Session: s\r\n\r\n");
+        Inbound {
+            subject: subject.into(),
+            reply: None,
+            headers: Some(Bytes::from(block)),
+            payload: Bytes::from_static(b"{}"),
+            publisher: None,
+        }
+    }
+
+    fn l4_stream() -> StreamConfig {
+        let metadata = [("semaq.level".to_string(), "4".to_string())].into_iter().collect();
+        StreamConfig { name: "S".into(), metadata, ..StreamConfig::default() }
+    }
+
+    /// Walks every stored message with the stream's key and no checkpoints.
+    fn verify(provenance: &Provenance, store: &dyn StreamStore) -> Result<chain::Summary, chain::Break> {
+        let mut verifier = chain::Verifier::new("S", &provenance.public_key(), &[], 0);
+        let mut next = store.get_next(1, None).unwrap();
+        while let Some(message) = next {
+            verifier.check(message.view())?;
+            next = store.get_next(message.seq + 1, None).unwrap();
+        }
+        verifier.finish(store.state().first_seq)
+    }
+
+    #[test]
+    fn a_batch_is_prechecked_whole_including_event_times_within_it() {
+        let config = l4_stream();
+        let mut store = semaq_store::MemoryStore::new(semaq_store::StoreLimits::default());
+        let provenance = Provenance::open(&config, None, &store).unwrap().unwrap();
+        let mut writer = provenance.writer(&config);
+        writer.append(&mut store, &l4_message("a", "10"), 1).unwrap();
+        let in_order = [l4_message("a", "11"), l4_message("b", "1"), l4_message("a", "12")];
+        assert!(writer.precheck(&store, &in_order).is_ok());
+        let repeated = [l4_message("a", "11"), l4_message("b", "1"), l4_message("a", "11")];
+        assert_eq!(writer.precheck(&store, &repeated).unwrap_err().err_code, 10442);
+        let stale = [l4_message("b", "1"), l4_message("a", "10")];
+        assert_eq!(writer.precheck(&store, &stale).unwrap_err().err_code, 10442);
+        // Prechecks accept nothing: the batch's times are not the subject's last.
+        writer.append(&mut store, &l4_message("a", "11"), 1).unwrap();
+        assert_eq!(store.state().last_seq, 2);
+    }
+
+    #[test]
+    fn a_removed_batch_is_stepped_over_by_the_next_link() {
+        let config = l4_stream();
+        let mut store = semaq_store::MemoryStore::new(semaq_store::StoreLimits::default());
+        let provenance = Provenance::open(&config, None, &store).unwrap().unwrap();
+        let mut writer = provenance.writer(&config);
+        writer.append(&mut store, &l4_message("a", "10"), 1).unwrap();
+        let mark = writer.mark();
+        for time in ["20", "30"] {
+            writer.append(&mut store, &l4_message("a", time), 1).unwrap();
+        }
+        for seq in [2, 3] {
+            assert!(store.delete(seq).unwrap());
+        }
+        writer.rollback(mark, &store);
+        // The removed messages' event times are forgotten with them.
+        assert_eq!(writer.append(&mut store, &l4_message("a", "15"), 1).unwrap(), 4);
+        drop(writer);
+        let summary = verify(&provenance, &store).unwrap();
+        assert_eq!((summary.verified, summary.skipped), (2, 2));
+        assert_eq!(provenance.info(&config)["head"]["seq"], 4);
     }
 
     #[test]
