@@ -28,17 +28,18 @@ const SCHEMA: &str = r#"{"type": "object", "properties": {"n": {"type": "integer
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A `semaq-server` process on a store directory the test owns, so it can be restarted on it.
-struct Broker {
+pub(crate) struct Broker {
     child: Child,
     addr: SocketAddr,
 }
 
 impl Broker {
-    fn start(store: &Path) -> Self {
+    pub(crate) fn start(store: &Path) -> Self {
         Self::start_with_env(store, &[])
     }
 
-    fn start_with_env(store: &Path, env: &[(&str, &str)]) -> Self {
+    /// Starts with extra environment variables (failpoints).
+    pub(crate) fn start_with_env(store: &Path, env: &[(&str, &str)]) -> Self {
         let mut command = Command::new(env!("CARGO_BIN_EXE_semaq-server"));
         command.args(["-a", "127.0.0.1", "-p", "-1", "-js", "-sd"]).arg(store);
         command.envs(env.iter().copied());
@@ -46,7 +47,7 @@ impl Broker {
         Self { child, addr }
     }
 
-    async fn client(&self) -> async_nats::Client {
+    pub(crate) async fn client(&self) -> async_nats::Client {
         async_nats::connect(format!("nats://{}", self.addr)).await.expect("connect")
     }
 
@@ -57,7 +58,7 @@ impl Broker {
     }
 
     /// Waits (at most 10 s) for the process to exit on its own; its exit code.
-    fn wait_exit(&mut self) -> Option<i32> {
+    pub(crate) fn wait_exit(&mut self) -> Option<i32> {
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
             if let Ok(Some(status)) = self.child.try_wait() {

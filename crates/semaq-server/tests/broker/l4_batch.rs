@@ -3,16 +3,15 @@
 //! hash chain, and whatever is refused or cut short by a crash leaves a chain that verifies and
 //! goes on. Also: a message refused for its L4 context never auto-evolves the schema.
 
-use std::path::Path;
-use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, stream};
 use async_nats::HeaderMap;
 use futures::StreamExt;
 use serde_json::{json, Value};
 
-use crate::common::{start_process, Started, TestServer};
+use crate::common::TestServer;
+use crate::exactly_once::Broker;
 use crate::provenance::verify_through_api;
 
 const TRACEPARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
@@ -213,7 +212,7 @@ async fn a_batch_an_l4_check_refuses_is_refused_whole_and_the_chain_goes_on() {
 async fn a_batch_the_store_refuses_while_appending_is_removed_and_the_chain_links_over_it() {
     let dir = tempfile::tempdir().unwrap();
     // The store refuses the 3rd message of every batch: two are appended by then.
-    let broker = Broker::start(&dir.path().join("store"), &[("SEMAQ_FAILPOINT", "batch-store-error:3")]);
+    let broker = Broker::start_with_env(&dir.path().join("store"), &[("SEMAQ_FAILPOINT", "batch-store-error:3")]);
     let client = broker.client().await;
     create_events_stream(&client, "UNDONE", "undone.>").await;
     assert_eq!(publish(&client, "undone.a", l4_headers("1000", true, &[]), EVENT).await["seq"], 1);
@@ -233,50 +232,12 @@ async fn a_batch_the_store_refuses_while_appending_is_removed_and_the_chain_link
     assert_eq!((summary.verified, summary.skipped, summary.signed_through), (2, 2, Some(4)));
 }
 
-/// A server on a store directory the test keeps, so it can be restarted on it.
-struct Broker {
-    child: Child,
-    addr: std::net::SocketAddr,
-}
-
-impl Broker {
-    fn start(store: &Path, env: &[(&str, &str)]) -> Self {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_semaq-server"));
-        command.args(["-a", "127.0.0.1", "-p", "-1", "-js", "-sd"]).arg(store).envs(env.iter().copied());
-        let Started { child, addr, .. } = start_process(command);
-        Broker { child, addr }
-    }
-
-    async fn client(&self) -> async_nats::Client {
-        async_nats::connect(format!("nats://{}", self.addr)).await.expect("connect")
-    }
-
-    /// Waits (at most 10 s) for the process to exit on its own; its exit code.
-    fn wait_exit(&mut self) -> Option<i32> {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return status.code();
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_in_the_middle_of_an_l4_batch_leaves_a_chain_that_verifies_and_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
     // The server exits right after appending the 2nd message of a committed batch.
-    let mut broker = Broker::start(&store, &[("SEMAQ_FAILPOINT", "batch-append:2")]);
+    let mut broker = Broker::start_with_env(&store, &[("SEMAQ_FAILPOINT", "batch-append:2")]);
     let client = broker.client().await;
     create_events_stream(&client, "TORN", "torn.>").await;
     for (n, time) in [(1, "1000"), (2, "2000")] {
@@ -289,7 +250,7 @@ async fn a_crash_in_the_middle_of_an_l4_batch_leaves_a_chain_that_verifies_and_g
     assert_eq!(broker.wait_exit(), Some(86), "the failpoint exits the server");
     drop(broker);
 
-    let broker = Broker::start(&store, &[]);
+    let broker = Broker::start(&store);
     let client = broker.client().await;
     assert_eq!(state(&client, "TORN").await, (2, 4), "the cut batch's two appended messages are gone");
     let provenance = request(&client, "$SEMAQ.API.STREAM.PROVENANCE.TORN", json!({})).await;

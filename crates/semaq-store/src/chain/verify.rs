@@ -357,24 +357,7 @@ mod tests {
 
     /// Stored header blocks of a chained stream of `count` messages, as the server writes them.
     fn chain(count: u64) -> Vec<(u64, Vec<u8>, Vec<u8>, Hash)> {
-        let mut prev = GENESIS;
-        (1..=count)
-            .map(|seq| {
-                let covered = format!("NATS/1.0\r\nSemaq-Event-Time: {}\r\n\r\n", seq * 10).into_bytes();
-                let payload = format!("{{\"n\":{seq}}}").into_bytes();
-                let link = Link {
-                    seq,
-                    event_time_ns: seq as i64 * 10,
-                    subject: "ai.x",
-                    headers: [&covered, b""],
-                    payload: &payload,
-                };
-                let hash = message_hash(&prev, &link);
-                let stored = seal(&covered, &prev, &hash).unwrap();
-                prev = hash;
-                (seq, stored, payload, hash)
-            })
-            .collect()
+        chain_with_skip(count, count + 1, count + 1)
     }
 
     fn view<'a>(seq: u64, headers: &'a [u8], payload: &'a [u8]) -> MessageRef<'a> {
