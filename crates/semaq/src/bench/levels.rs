@@ -23,6 +23,7 @@ use std::collections::HashMap;
 
 use anyhow::{bail, Context as _, Result};
 use async_nats::jetstream::context::ContextBuilder;
+use async_nats::{HeaderName, HeaderValue};
 use bytes::Bytes;
 use indicatif::ProgressBar;
 
@@ -37,6 +38,10 @@ const SCHEMA_SUBJECT: &str = "semaq-bench-levels";
 /// What every payload is: `{"n": <index>, "pad": "xxx..."}`.
 const SCHEMA: &str =
     r#"{"type": "object", "properties": {"n": {"type": "integer"}, "pad": {"type": "string"}}, "required": ["n"]}"#;
+/// `Semaq-Producer`, made once.
+const PRODUCER: HeaderName = HeaderName::from_static("Semaq-Producer");
+/// `Semaq-Producer-Seq`, made once.
+const PRODUCER_SEQ: HeaderName = HeaderName::from_static("Semaq-Producer-Seq");
 /// Issue 6's target: js-pub on L3 at least this fraction of L1's.
 const L3_TARGET_RATIO: f64 = 0.9;
 /// How long a publish may wait for its ack, and a request for its answer.
@@ -175,9 +180,10 @@ async fn publish_to(target: &Target, load: &Load, level: Level, server_pid: u32)
     let producer = format!("semaq-bench-{}", std::process::id());
     let message = |index: u64| {
         let headers = matches!(level, Level::L1Headers | Level::L3).then(|| {
+            // Names made once and values handed over owned: the cheapest way async-nats offers.
             let mut headers = async_nats::HeaderMap::new();
-            headers.insert("Semaq-Producer", producer.as_str());
-            headers.insert("Semaq-Producer-Seq", (index + 1).to_string().as_str());
+            headers.insert(PRODUCER, HeaderValue::from(producer.clone()));
+            headers.insert(PRODUCER_SEQ, HeaderValue::from((index + 1).to_string()));
             headers
         });
         (headers, payload(index, load.size))
