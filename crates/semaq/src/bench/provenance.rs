@@ -100,7 +100,7 @@ pub async fn run(args: ProvenanceArgs) -> Result<()> {
         let (name, fill_rate) = publish_run(&context, Level::L4, "VERIFY", args.verify_msgs, true).await?;
         tokio::time::sleep(CHECKPOINT_WAIT).await;
         println!(
-            "verify: filled {} messages at {} msgs/s (semaq.sync=never)",
+            "verify: filled {} messages at {} msgs/s",
             format_count(args.verify_msgs),
             rate(fill_rate)
         );
@@ -153,9 +153,6 @@ async fn publish_run(context: &Context, level: Level, tag: &str, msgs: u64, keep
     if level == Level::L4 {
         metadata.insert("semaq.level".to_string(), "4".to_string());
         metadata.insert("semaq.schema".to_string(), SCHEMA_SUBJECT.to_string());
-    }
-    if keep {
-        metadata.insert("semaq.sync".to_string(), "never".to_string());
     }
     let BenchStream { name, subject, .. } =
         BenchStream::create_in(context.clone(), &format!("{level:?}_{tag}"), metadata).await?;
