@@ -498,11 +498,12 @@ impl Stream {
         if !self.ingest_budget.try_take(size) {
             return false;
         }
+        let (headers, payload) = copy_body(message.headers, message.payload);
         let inbound = Inbound {
             subject: message.subject.to_string(),
             reply: message.reply.map(str::to_string),
-            headers: message.headers.map(Bytes::copy_from_slice),
-            payload: Bytes::copy_from_slice(message.payload),
+            headers,
+            payload,
             publisher: message.publisher,
         };
         if self.ingest.try_send(inbound).is_err() {
@@ -825,6 +826,18 @@ impl Stream {
         }
         flush.flush();
     }
+}
+
+/// Copies a message's header block and payload out of the connection's buffer in one
+/// allocation (two views of it), rather than one per part.
+fn copy_body(headers: Option<&[u8]>, payload: &[u8]) -> (Option<Bytes>, Bytes) {
+    let Some(headers) = headers else { return (None, Bytes::copy_from_slice(payload)) };
+    let mut body = bytes::BytesMut::with_capacity(headers.len() + payload.len());
+    body.extend_from_slice(headers);
+    body.extend_from_slice(payload);
+    let mut payload = body.freeze();
+    let headers = payload.split_to(headers.len());
+    (Some(headers), payload)
 }
 
 /// The PubAck body for one outcome.
