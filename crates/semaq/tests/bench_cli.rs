@@ -5,7 +5,7 @@ mod support;
 
 use std::process::Command;
 
-use support::{ok, server_path, stdout_of};
+use support::{ok, server_path, stdout_of, SemaqServer};
 
 const SEMAQ: &str = env!("CARGO_BIN_EXE_semaq");
 
@@ -40,4 +40,13 @@ fn provenance_compares_l4_with_l1_and_verifies_a_filled_stream_online_and_offlin
     for how in ["verify online : 3,000 messages", "verify offline: 3,000 messages"] {
         assert!(output.contains(how), "no {how:?}: {output}");
     }
+}
+
+#[test]
+fn js_pipeline_consumes_every_message_while_publishing_and_reports_latency() {
+    let Some(server) = SemaqServer::start("js_pipeline_consumes_every_message") else { return };
+    let report = stdout_of(&ok(server.semaq(&["bench", "js-pipeline", "--msgs", "3000", "--quiet"])));
+    assert!(report.contains("p99"), "{report}");
+    assert!(!report.contains("PROBLEM"), "{report}");
+    assert!(report.contains("published 3,000"), "{report}");
 }

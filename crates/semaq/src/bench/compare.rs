@@ -38,7 +38,7 @@ pub struct CompareArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "pubsub,fanout,latency,queue,idle-conns,js-pub,js-pub-nosync,js-pub-sync,js-consume,js-memory,js-restart,filter-fanout"
+        default_value = "pubsub,fanout,latency,queue,idle-conns,js-pub,js-pub-nosync,js-pub-sync,js-consume,js-pipeline,js-memory,js-restart,filter-fanout"
     )]
     scenarios: Vec<Entry>,
     /// semaq-server executable [default: semaq-server next to this program]
@@ -86,6 +86,8 @@ enum Entry {
     JsPubSyncNosync,
     /// durable pull consumer with explicit acks on a pre-filled stream: msgs/s
     JsConsume,
+    /// js-pub while a pull consumer acks each message: consumed msgs/s, publish→receive p50 and p99
+    JsPipeline,
     /// server memory after storing --store-msgs messages in a file stream (fresh servers)
     JsMemory,
     /// SIGTERM and start again on the stored messages: time until STREAM.INFO reports them all
@@ -152,6 +154,7 @@ impl Entry {
             Entry::JsPubSync => Some(Scenario::JsPubSync),
             Entry::JsPubSyncNosync => Some(Scenario::JsPubSyncNosync),
             Entry::JsConsume => Some(Scenario::JsConsume),
+            Entry::JsPipeline => Some(Scenario::JsPipeline),
             Entry::IdleConns | Entry::JsMemory | Entry::JsRestart | Entry::FilterFanout | Entry::JsPubSchema => None,
         }
     }
@@ -162,6 +165,7 @@ impl Entry {
             Entry::Pubsub | Entry::Fanout | Entry::Queue => &[THROUGHPUT],
             Entry::JsPub | Entry::JsPubNosync | Entry::JsConsume => &[THROUGHPUT],
             Entry::Latency => &[LATENCY_P50, LATENCY_P99],
+            Entry::JsPipeline => &[THROUGHPUT, LATENCY_P50, LATENCY_P99],
             Entry::JsPubSync | Entry::JsPubSyncNosync => &[LATENCY_P50, LATENCY_P99, THROUGHPUT],
             Entry::IdleConns => &[RSS_PER_CONNECTION],
             Entry::JsMemory => &[RSS_TOTAL, RSS_PER_MESSAGE],
@@ -444,6 +448,7 @@ fn figures(entry: Entry, report: &Report) -> Vec<f64> {
     match entry {
         Entry::Latency => vec![p50, p99],
         Entry::JsPubSync | Entry::JsPubSyncNosync => vec![p50, p99, report.rate()],
+        Entry::JsPipeline => vec![report.rate(), p50, p99],
         _ => vec![report.rate()],
     }
 }

@@ -34,12 +34,12 @@ pub const ACK_WINDOW: usize = 1_000;
 /// How long a publish may wait for its ack, and an API request for its answer.
 const ACK_TIMEOUT: Duration = Duration::from_secs(10);
 /// Messages one pull request asks for; the client asks for more when half have arrived.
-const PULL_BATCH: usize = 1_000;
+pub const PULL_BATCH: usize = 1_000;
 /// Unacknowledged deliveries the bench consumer allows; above what a batch keeps in flight, so it does
 /// not throttle the pull, and set explicitly because the servers' defaults differ.
 const CONSUMER_MAX_ACK_PENDING: i64 = 10_000;
 /// A consumer run fails when nothing arrives for this long.
-const CONSUME_STALL_TIMEOUT: Duration = Duration::from_secs(10);
+pub const CONSUME_STALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the server may take to report the last ack processed after the client sent it.
 const ACK_FLOOR_TIMEOUT: Duration = Duration::from_secs(10);
 /// Acked publishes before the timed part of `js-pub-sync`: the first sets up async-nats' reply inbox.
@@ -354,19 +354,7 @@ async fn fill_and_consume(stream: &BenchStream, load: &Load, progress: &Progress
         bail!("filling the stream failed: {}", problems.join("; "));
     }
     let total = filled.acked;
-    let consumer: PullConsumer = stream
-        .context
-        .create_consumer_on_stream(
-            pull::Config {
-                durable_name: Some("semaq-bench".to_string()),
-                ack_policy: AckPolicy::Explicit,
-                max_ack_pending: CONSUMER_MAX_ACK_PENDING,
-                ..Default::default()
-            },
-            stream.name.as_str(),
-        )
-        .await
-        .context("cannot create the pull consumer")?;
+    let consumer = bench_consumer(stream).await?;
     let mut seen = vec![false; usize::try_from(total).context("too many messages")?];
     let (mut received, mut duplicates, mut strays) = (0u64, 0u64, 0u64);
     let started = Instant::now();
@@ -423,8 +411,23 @@ async fn fill_and_consume(stream: &BenchStream, load: &Load, progress: &Progress
     })
 }
 
+/// The durable pull consumer with explicit acks that the consuming scenarios read with.
+pub async fn bench_consumer(stream: &BenchStream) -> Result<PullConsumer> {
+    let config = pull::Config {
+        durable_name: Some("semaq-bench".to_string()),
+        ack_policy: AckPolicy::Explicit,
+        max_ack_pending: CONSUMER_MAX_ACK_PENDING,
+        ..Default::default()
+    };
+    stream
+        .context
+        .create_consumer_on_stream(config, stream.name.as_str())
+        .await
+        .context("cannot create the pull consumer")
+}
+
 /// Waits until the server reports every message acknowledged.
-async fn wait_for_ack_floor(consumer: &PullConsumer, last_sequence: u64) -> Result<()> {
+pub async fn wait_for_ack_floor(consumer: &PullConsumer, last_sequence: u64) -> Result<()> {
     let deadline = Instant::now() + ACK_FLOOR_TIMEOUT;
     loop {
         let info = consumer.get_info().await.context("CONSUMER.INFO failed")?;
@@ -481,6 +484,7 @@ mod tests {
             Scenario::JsPubSync,
             Scenario::JsPubSyncNosync,
             Scenario::JsConsume,
+            Scenario::JsPipeline,
         ];
         for scenario in scenarios {
             let report = scenario.run(&target, &load, &ProgressBar::hidden()).await;

@@ -18,6 +18,7 @@ mod js_schema;
 mod js_store;
 mod latency;
 mod levels;
+mod pipeline;
 mod provenance;
 mod server;
 mod stats;
@@ -62,6 +63,8 @@ enum BenchCommand {
     JsPubSyncNosync(RunArgs),
     /// Durable pull consumer with explicit acks on a pre-filled file stream: messages per second
     JsConsume(RunArgs),
+    /// js-pub while a durable pull consumer takes and acks each message: consumed msgs/s, publish→receive latency
+    JsPipeline(RunArgs),
     /// Start nats-server and semaq-server and run scenarios against both, alternately
     Compare(compare::CompareArgs),
     /// 1 publisher → 10 subscribers filtering 10% each: CEL on semaq-server vs serde_json in nats clients
@@ -126,6 +129,8 @@ pub enum Scenario {
     JsPubSyncNosync,
     /// Pull consumer with explicit acks.
     JsConsume,
+    /// Pipelined publishing while a pull consumer reads the same stream.
+    JsPipeline,
 }
 
 impl Scenario {
@@ -141,6 +146,7 @@ impl Scenario {
             Scenario::JsPubSync => "js-pub-sync",
             Scenario::JsPubSyncNosync => "js-pub-sync-nosync",
             Scenario::JsConsume => "js-consume",
+            Scenario::JsPipeline => "js-pipeline",
         }
     }
 
@@ -155,6 +161,9 @@ impl Scenario {
             Scenario::JsPubSync => "JetStream publish to a file stream, 1 ack outstanding",
             Scenario::JsPubSyncNosync => "JetStream publish to a file stream (semaq.sync=never), 1 ack outstanding",
             Scenario::JsConsume => "durable pull consumer, explicit acks, pre-filled file stream",
+            Scenario::JsPipeline => {
+                "JetStream publish, 1,000 acks outstanding, while a pull consumer acks each message"
+            }
         }
     }
 
@@ -170,6 +179,7 @@ impl Scenario {
             }
             Scenario::JsPubSync | Scenario::JsPubSyncNosync => Some("latency is publish→ack, one publish in flight"),
             Scenario::JsConsume => None,
+            Scenario::JsPipeline => Some("latency is publish→receive through the stream, publisher at full speed"),
         }
     }
 
@@ -182,7 +192,7 @@ impl Scenario {
             Scenario::Queue => 1_000_000,
             Scenario::JsPub | Scenario::JsPubNosync => 300_000,
             Scenario::JsPubSync | Scenario::JsPubSyncNosync => 20_000,
-            Scenario::JsConsume => 200_000,
+            Scenario::JsConsume | Scenario::JsPipeline => 200_000,
         }
     }
 
@@ -191,6 +201,9 @@ impl Scenario {
         let msgs = args.msgs.unwrap_or(self.default_msgs());
         if msgs == 0 {
             bail!("--msgs must be at least 1");
+        }
+        if self == Scenario::JsPipeline && args.size < pipeline::STAMP_BYTES {
+            bail!("--size must be at least {} bytes: each message carries its send time", pipeline::STAMP_BYTES);
         }
         if self.uses_stamps() && args.size < flow::STAMP_BYTES {
             bail!(
@@ -225,6 +238,7 @@ impl Scenario {
                 jetstream::run_publish_sync(target, load, jetstream::Durability::NoSync, progress).await
             }
             Scenario::JsConsume => jetstream::run_consume(target, load, progress).await,
+            Scenario::JsPipeline => pipeline::run(target, load, progress).await,
         }
     }
 }
@@ -281,6 +295,7 @@ pub async fn run(target: &Target, args: BenchArgs) -> Result<()> {
         BenchCommand::JsPubSync(run_args) => (Scenario::JsPubSync, run_args),
         BenchCommand::JsPubSyncNosync(run_args) => (Scenario::JsPubSyncNosync, run_args),
         BenchCommand::JsConsume(run_args) => (Scenario::JsConsume, run_args),
+        BenchCommand::JsPipeline(run_args) => (Scenario::JsPipeline, run_args),
     };
     let load = scenario.load(&run_args.load)?;
     let show_progress = !run_args.quiet && std::io::stdout().is_terminal();

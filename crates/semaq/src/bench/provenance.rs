@@ -99,11 +99,7 @@ pub async fn run(args: ProvenanceArgs) -> Result<()> {
     if args.verify_msgs > 0 {
         let (name, fill_rate) = publish_run(&context, Level::L4, "VERIFY", args.verify_msgs, true).await?;
         tokio::time::sleep(CHECKPOINT_WAIT).await;
-        println!(
-            "verify: filled {} messages at {} msgs/s",
-            format_count(args.verify_msgs),
-            rate(fill_rate)
-        );
+        println!("verify: filled {} messages at {} msgs/s", format_count(args.verify_msgs), rate(fill_rate));
         let started = Instant::now();
         let online = crate::verify::online(&target, &name, 0, None).await?;
         report_verify("online ", online, started.elapsed())?;
