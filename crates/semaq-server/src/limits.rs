@@ -123,9 +123,12 @@ pub const SCHEMA_EVOLUTIONS_PER_STREAM_PER_MINUTE_MAX: usize = 10;
 pub const SCHEMA_EVOLUTION_RATE_WINDOW: Duration = Duration::from_secs(60);
 /// New fields one auto-evolution may add (a payload with more is refused).
 pub const SCHEMA_EVOLUTION_FIELDS_MAX: usize = 64;
-/// Levels of nested objects (JSON Schema) or inline records (Avro) below the top level that
+/// Levels of nested objects (JSON Schema) or records (Avro), array items included, below the top level that
 /// auto-evolution extends; new fields deeper than this are not added.
 pub const SCHEMA_EVOLUTION_DEPTH_MAX: usize = 8;
+/// Elements of one payload array of objects auto-evolution looks at for new item fields (the
+/// first ones; later elements are not looked at).
+pub const SCHEMA_EVOLUTION_ARRAY_ITEMS_MAX: usize = 32;
 /// `Semaq-Parent` references one message may carry.
 pub const LINEAGE_PARENTS_PER_MESSAGE_MAX: usize = 64;
 /// Longest single `Semaq-Parent` reference.

@@ -336,6 +336,12 @@ fn check_union(
             return Ok(());
         }
     }
+    // A value for an optional type (`["null", T]`) that is not null: T's own error says where.
+    if let [Schema::Null, only] | [only, Schema::Null] = variants {
+        if !value.is_null() {
+            return check(only, value, path, names, depth + 1);
+        }
+    }
     let before = path.len();
     for variant in variants {
         if check(variant, value, path, names, depth + 1).is_ok() {

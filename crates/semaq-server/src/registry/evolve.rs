@@ -227,122 +227,277 @@ fn field_names(schema_type: SchemaType, node: &Value) -> Option<Box<dyn Iterator
     }
 }
 
-/// The extendable node field `name` of `node` holds: a nested object JSON Schema, or an Avro
-/// record written inline (alone or beside `"null"` in a union). Named references to records
-/// defined elsewhere are not followed: their new fields are not added.
-fn child<'a>(schema_type: SchemaType, node: &'a Value, name: &str) -> Option<&'a Value> {
-    let child = match schema_type {
-        SchemaType::Avro => avro_record_of(&node["fields"].as_array()?.iter().find(|f| f["name"] == name)?["type"])?,
-        _ => node.get("properties")?.get(name)?,
-    };
-    field_names(schema_type, child).is_some().then_some(child)
+/// Where the fields of a field's value are declared: the JSON pointer of an extendable node in
+/// the schema, and whether the value is an array of such objects rather than one.
+#[derive(Debug, Clone, PartialEq)]
+struct Link {
+    at: String,
+    array: bool,
 }
 
-fn child_mut<'a>(schema_type: SchemaType, node: &'a mut Value, name: &str) -> Option<&'a mut Value> {
-    child(schema_type, node, name)?;
-    match schema_type {
-        SchemaType::Avro => {
-            let field = node["fields"].as_array_mut()?.iter_mut().find(|f| f["name"] == name)?;
-            avro_record_of_mut(&mut field["type"])
+/// One step of a field's path: a field by name, or an element of an array of objects (shown as
+/// `[]`: `items[].price` is the `price` of any element of `items`).
+#[derive(Debug, Clone, PartialEq)]
+enum Step {
+    Field(String),
+    Item(usize),
+}
+
+/// A path as fields are named in proposals, events and refusals: `user.id`, `items[].price`.
+fn shown(path: &[Step]) -> String {
+    let mut text = String::new();
+    for step in path {
+        match step {
+            Step::Field(name) if text.is_empty() => text.push_str(name),
+            Step::Field(name) => text.extend(['.'.to_string(), name.clone()]),
+            Step::Item(_) => text.push_str("[]"),
         }
-        _ => node.get_mut("properties")?.get_mut(name),
     }
+    text
 }
 
-fn avro_record_of(field_type: &Value) -> Option<&Value> {
-    match field_type {
-        Value::Array(branches) => match branches.as_slice() {
-            [null, record] | [record, null] if *null == "null" => Some(record),
-            _ => None,
-        },
-        _ => Some(field_type),
-    }
+/// A schema with the named Avro types it defines, so a field typed by a record's name leads to
+/// the ONE definition of that record (extending it extends every field that names it).
+struct Tree<'a> {
+    schema_type: SchemaType,
+    schema: &'a Value,
+    /// Full name of each named Avro type → JSON pointer of its definition (the first one).
+    defined: BTreeMap<String, String>,
+    /// JSON pointer of each Avro record → its namespace, which its fields' short names resolve in.
+    namespaces: BTreeMap<String, String>,
 }
 
-fn avro_record_of_mut(field_type: &mut Value) -> Option<&mut Value> {
-    match field_type {
-        Value::Array(branches) => {
-            let null_at = branches.iter().position(|b| *b == "null").filter(|_| branches.len() == 2)?;
-            branches.get_mut(1 - null_at)
+impl<'a> Tree<'a> {
+    fn of(schema_type: SchemaType, schema: &'a Value) -> Self {
+        let mut tree = Self { schema_type, schema, defined: BTreeMap::new(), namespaces: BTreeMap::new() };
+        if schema_type == SchemaType::Avro {
+            tree.collect(schema, String::new(), "", 0);
         }
-        _ => Some(field_type),
+        tree
+    }
+
+    /// Records where each named type is defined, with Avro's namespace rules: a dotted name is
+    /// full, else the type's `namespace`, else the enclosing named type's namespace applies.
+    fn collect(&mut self, value: &Value, at: String, namespace: &str, depth: usize) {
+        if depth > limits::SCHEMA_NESTING_DEPTH_MAX {
+            return;
+        }
+        match value {
+            Value::Object(object) => {
+                let named = matches!(object.get("type").and_then(Value::as_str), Some("record" | "enum" | "fixed"));
+                let mut inner = namespace.to_string();
+                if let (true, Some(name)) = (named, object.get("name").and_then(Value::as_str)) {
+                    let declared = object.get("namespace").and_then(Value::as_str).unwrap_or(namespace);
+                    let full = match name.rsplit_once('.') {
+                        Some(_) => name.to_string(),
+                        None if declared.is_empty() => name.to_string(),
+                        None => format!("{declared}.{name}"),
+                    };
+                    inner = full.rsplit_once('.').map_or(String::new(), |(space, _)| space.to_string());
+                    self.defined.entry(full).or_insert_with(|| at.clone());
+                    self.namespaces.insert(at.clone(), inner.clone());
+                }
+                for (key, value) in object {
+                    self.collect(value, format!("{at}/{}", escaped(key)), &inner, depth + 1);
+                }
+            }
+            Value::Array(items) => {
+                for (index, value) in items.iter().enumerate() {
+                    self.collect(value, format!("{at}/{index}"), namespace, depth + 1);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The node at pointer `at` when it is extendable.
+    fn node(&self, at: &str) -> Option<&'a Value> {
+        let node = self.schema.pointer(at)?;
+        field_names(self.schema_type, node).is_some().then_some(node)
+    }
+
+    /// Where the fields of field `name` of the node at `at` are declared, when its value is an
+    /// object (JSON Schema object, Avro record inline or by name, alone or beside `"null"`) or an
+    /// array of them.
+    fn link(&self, at: &str, name: &str) -> Option<Link> {
+        let node = self.node(at)?;
+        let (mut pointer, mut field_type) = match self.schema_type {
+            SchemaType::Avro => {
+                let fields = node["fields"].as_array()?;
+                let index = fields.iter().position(|f| f["name"] == name)?;
+                (format!("{at}/fields/{index}/type"), &fields[index]["type"])
+            }
+            _ => (format!("{at}/properties/{}", escaped(name)), node.get("properties")?.get(name)?),
+        };
+        (pointer, field_type) = self.without_null(pointer, field_type);
+        let array = field_type["type"] == "array" && field_type.get("items").is_some();
+        if array {
+            (pointer, field_type) = self.without_null(format!("{pointer}/items"), &field_type["items"]);
+        }
+        if let (SchemaType::Avro, Some(reference)) = (self.schema_type, field_type.as_str()) {
+            pointer = self.definition(reference, self.namespaces.get(at).map_or("", String::as_str))?.clone();
+        }
+        self.node(&pointer).map(|_| Link { at: pointer, array })
+    }
+
+    /// An Avro `["null", T]` union's `T` (with its pointer); anything else as it is.
+    fn without_null(&self, pointer: String, field_type: &'a Value) -> (String, &'a Value) {
+        let Some(branches) = field_type.as_array().filter(|_| self.schema_type == SchemaType::Avro) else {
+            return (pointer, field_type);
+        };
+        match branches.as_slice() {
+            [null, other] if *null == "null" => (format!("{pointer}/1"), other),
+            [other, null] if *null == "null" => (format!("{pointer}/0"), other),
+            _ => (pointer, field_type),
+        }
+    }
+
+    /// Where the type `reference` names, written in `namespace`, is defined.
+    fn definition(&self, reference: &str, namespace: &str) -> Option<&String> {
+        if reference.contains('.') || namespace.is_empty() {
+            return self.defined.get(reference);
+        }
+        self.defined.get(&format!("{namespace}.{reference}")).or_else(|| self.defined.get(reference))
     }
 }
 
-/// The fields a schema declares, nested: each field's own fields when it is an extendable node.
+/// A JSON pointer token for `key` (RFC 6901).
+fn escaped(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+/// The objects of a payload value: the value itself, or (`array`) the first
+/// [`limits::SCHEMA_EVOLUTION_ARRAY_ITEMS_MAX`] elements of an array (those that are objects).
+fn objects_of(array: bool, value: &Value) -> Vec<(Option<usize>, &Map<String, Value>)> {
+    match (array, value) {
+        (false, Value::Object(object)) => vec![(None, object)],
+        (true, Value::Array(items)) => items
+            .iter()
+            .take(limits::SCHEMA_EVOLUTION_ARRAY_ITEMS_MAX)
+            .enumerate()
+            .filter_map(|(index, item)| item.as_object().map(|object| (Some(index), object)))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The fields a schema declares, as a graph: each node's fields, and for those whose values are
+/// objects or arrays of objects with declared fields, the node declaring them. A named Avro
+/// record is one node however many fields name it (a recursive one links to itself).
 #[derive(Debug, Default)]
 pub struct Known {
-    fields: BTreeMap<String, Option<Known>>,
+    nodes: Vec<BTreeMap<String, Option<KnownLink>>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct KnownLink {
+    node: usize,
+    array: bool,
 }
 
 impl Known {
-    /// The fields of `node` (an extendable node), down to [`limits::SCHEMA_EVOLUTION_DEPTH_MAX`].
-    pub fn of(schema_type: SchemaType, node: &Value) -> Option<Self> {
-        Self::walk(schema_type, node, 0)
+    /// The fields of `schema` (an extendable node) and of the nodes below it.
+    pub fn of(schema_type: SchemaType, schema: &Value) -> Option<Self> {
+        let tree = Tree::of(schema_type, schema);
+        tree.node("")?;
+        let mut known = Self::default();
+        known.add(&tree, "", &mut BTreeMap::new(), 0);
+        Some(known)
     }
 
-    fn walk(schema_type: SchemaType, node: &Value, depth: usize) -> Option<Self> {
-        let names = field_names(schema_type, node)?;
-        let fields = names
-            .map(|name| {
-                let nested = (depth < limits::SCHEMA_EVOLUTION_DEPTH_MAX)
-                    .then(|| child(schema_type, node, name))
-                    .flatten()
-                    .and_then(|child| Self::walk(schema_type, child, depth + 1));
-                (name.to_string(), nested)
-            })
-            .collect();
-        Some(Self { fields })
+    /// Adds the node at pointer `at` (once: `seen` maps pointers to nodes) and returns its index.
+    fn add(&mut self, tree: &Tree, at: &str, seen: &mut BTreeMap<String, usize>, depth: usize) -> usize {
+        if let Some(index) = seen.get(at) {
+            return *index;
+        }
+        let index = self.nodes.len();
+        self.nodes.push(BTreeMap::new());
+        seen.insert(at.to_string(), index);
+        let names: Vec<String> = tree
+            .node(at)
+            .and_then(|node| field_names(tree.schema_type, node))
+            .map_or_else(Vec::new, |names| names.map(str::to_string).collect());
+        for name in names {
+            let link = (depth < limits::SCHEMA_NESTING_DEPTH_MAX).then(|| tree.link(at, &name)).flatten();
+            let link =
+                link.map(|link| KnownLink { node: self.add(tree, &link.at, seen, depth + 1), array: link.array });
+            self.nodes[index].insert(name, link);
+        }
+        index
     }
 
-    /// Whether `object` has a field, at any level walked, that the schema does not declare.
+    /// Whether `object` has a field, down to [`limits::SCHEMA_EVOLUTION_DEPTH_MAX`] levels (in
+    /// nested objects and the first elements of arrays of objects), the schema does not declare.
     pub fn lacks_any_of(&self, object: &Map<String, Value>) -> bool {
-        object.iter().any(|(name, value)| match self.fields.get(name) {
+        self.lacks(0, object, 0)
+    }
+
+    fn lacks(&self, node: usize, object: &Map<String, Value>, depth: usize) -> bool {
+        let Some(fields) = self.nodes.get(node) else { return false };
+        object.iter().any(|(name, value)| match fields.get(name) {
             None => true,
-            Some(Some(nested)) => value.as_object().is_some_and(|inner| nested.lacks_any_of(inner)),
-            Some(None) => false,
+            Some(Some(link)) if depth < limits::SCHEMA_EVOLUTION_DEPTH_MAX => {
+                objects_of(link.array, value).iter().any(|(_, inner)| self.lacks(link.node, inner, depth + 1))
+            }
+            Some(_) => false,
         })
     }
 }
 
 /// The schema `object` implies: new fields added (optional), at the top level or inside nested
-/// objects and records, fields it gives another type changed to that type, required fields it
-/// lacks removed. Fields are named by their dotted path (`user.locale`).
+/// objects, records and array items, fields it gives another type changed to that type, required
+/// fields it lacks removed. Fields are named by their path (`user.locale`, `items[].price`).
 pub fn propose(schema_type: SchemaType, schema: &Value, object: &Map<String, Value>) -> Result<Proposal, String> {
     if field_names(schema_type, schema).is_none() {
         return Err("the schema is not a record or an object schema".into());
     }
     let mut proposal = Proposal { schema: schema.clone(), ..Proposal::default() };
-    let mut names = BTreeSet::new();
-    avro_names(schema, &mut names, 0);
-    let mut node = Node { schema_type, names: &mut names, added: &mut proposal.added, removed: &mut proposal.removed };
-    node.extend(&mut proposal.schema, object, "", 0)?;
+    let mut taken = BTreeSet::new();
+    avro_names(schema, &mut taken, 0);
+    let tree = Tree::of(schema_type, schema);
+    let mut node = Node {
+        tree: &tree,
+        taken: &mut taken,
+        added: &mut proposal.added,
+        removed: &mut proposal.removed,
+        dropped: Vec::new(),
+    };
+    node.extend(&mut proposal.schema, "", object, "", 0)?;
+    node.drop_lacking(&mut proposal.schema);
     retype_mismatches(schema_type, &mut proposal, object)?;
     Ok(proposal)
 }
 
 /// What [`propose`] carries down the nested nodes.
 struct Node<'a> {
-    schema_type: SchemaType,
+    /// The schema as it was, whose pointers stay valid in the proposal: new fields are appended,
+    /// and the Avro fields a payload lacks are only dropped at the end ([`Node::drop_lacking`]).
+    tree: &'a Tree<'a>,
     /// Named Avro types taken, so inferred records do not reuse one.
-    names: &'a mut BTreeSet<String>,
+    taken: &'a mut BTreeSet<String>,
     added: &'a mut Vec<String>,
     removed: &'a mut Vec<String>,
+    /// Avro fields to drop: (pointer of the record, field name).
+    dropped: Vec<(String, String)>,
 }
 
 impl Node<'_> {
-    /// Adds `object`'s new fields to `node` and drops the required ones it lacks, then does the
-    /// same in each nested node the payload fills with an object.
+    /// Adds `object`'s new fields to the node at pointer `at` and drops the required ones it
+    /// lacks, then does the same in each nested node the payload fills with an object (or an
+    /// array of objects: each of its first elements).
     /// Refuses more than [`limits::SCHEMA_EVOLUTION_FIELDS_MAX`] new fields before typing them.
     fn extend(
         &mut self,
-        node: &mut Value,
+        schema: &mut Value,
+        at: &str,
         object: &Map<String, Value>,
         prefix: &str,
         depth: usize,
     ) -> Result<(), String> {
+        let Some(node) = schema.pointer_mut(at) else { return Ok(()) };
+        let schema_type = self.tree.schema_type;
         let known: BTreeSet<String> =
-            field_names(self.schema_type, node).map_or_else(BTreeSet::new, |names| names.map(str::to_string).collect());
+            field_names(schema_type, node).map_or_else(BTreeSet::new, |names| names.map(str::to_string).collect());
         let new_fields = self.added.len() + object.keys().filter(|name| !known.contains(*name)).count();
         if new_fields > limits::SCHEMA_EVOLUTION_FIELDS_MAX {
             return Err(format!(
@@ -350,28 +505,36 @@ impl Node<'_> {
                 limits::SCHEMA_EVOLUTION_FIELDS_MAX
             ));
         }
-        match self.schema_type {
-            SchemaType::Avro => self.extend_avro(node, object, &known, prefix),
+        match schema_type {
+            SchemaType::Avro => self.extend_avro(node, at, object, &known, prefix),
             _ => self.extend_json(node, object, &known, prefix),
         }
         if depth >= limits::SCHEMA_EVOLUTION_DEPTH_MAX {
             return Ok(());
         }
         for (name, value) in object.iter().filter(|(name, _)| known.contains(*name)) {
-            let Some(inner) = value.as_object() else { continue };
-            if let Some(nested) = child_mut(self.schema_type, node, name) {
-                self.extend(nested, inner, &format!("{prefix}{name}."), depth + 1)?;
+            let Some(link) = self.tree.link(at, name) else { continue };
+            let inner_prefix = format!("{prefix}{name}{}.", if link.array { "[]" } else { "" });
+            for (_, inner) in objects_of(link.array, value) {
+                self.extend(schema, &link.at, inner, &inner_prefix, depth + 1)?;
             }
         }
         Ok(())
+    }
+
+    fn note_removed(&mut self, path: String) {
+        if !self.removed.contains(&path) {
+            self.removed.push(path);
+        }
     }
 
     fn extend_json(&mut self, node: &mut Value, object: &Map<String, Value>, known: &BTreeSet<String>, prefix: &str) {
         let required: Vec<String> = node["required"]
             .as_array()
             .map_or(Vec::new(), |r| r.iter().filter_map(|n| n.as_str().map(str::to_string)).collect());
-        let lacking = required.iter().filter(|name| !object.contains_key(*name));
-        self.removed.extend(lacking.map(|name| format!("{prefix}{name}")));
+        for name in required.iter().filter(|name| !object.contains_key(*name)) {
+            self.note_removed(format!("{prefix}{name}"));
+        }
         if node.get("required").is_some() {
             let kept: Vec<&String> = required.iter().filter(|name| object.contains_key(*name)).collect();
             node["required"] = json!(kept);
@@ -382,19 +545,40 @@ impl Node<'_> {
         }
     }
 
-    fn extend_avro(&mut self, node: &mut Value, object: &Map<String, Value>, known: &BTreeSet<String>, prefix: &str) {
+    fn extend_avro(
+        &mut self,
+        node: &mut Value,
+        at: &str,
+        object: &Map<String, Value>,
+        known: &BTreeSet<String>,
+        prefix: &str,
+    ) {
         let Some(fields) = node["fields"].as_array_mut() else { return };
-        fields.retain(|field| {
-            let name = field["name"].as_str().unwrap_or_default();
-            let lacking = !object.contains_key(name) && field.get("default").is_none();
-            if lacking {
-                self.removed.push(format!("{prefix}{name}"));
-            }
-            !lacking
-        });
+        let lacking: Vec<String> = fields
+            .iter()
+            .filter(|field| field.get("default").is_none())
+            .filter_map(|field| field["name"].as_str())
+            .filter(|name| !object.contains_key(*name))
+            .map(str::to_string)
+            .collect();
         for (name, value) in object.iter().filter(|(name, _)| !known.contains(*name)) {
-            fields.push(infer::avro_optional_field(name, value, self.names, AvroEncoding::Json));
+            fields.push(infer::avro_optional_field(name, value, self.taken, AvroEncoding::Json));
             self.added.push(format!("{prefix}{name}"));
+        }
+        for name in lacking {
+            self.note_removed(format!("{prefix}{name}"));
+            self.dropped.push((at.to_string(), name));
+        }
+    }
+
+    /// Drops the Avro fields the payload lacks, deepest records first, so that removing a field
+    /// does not move a record whose turn has not come yet.
+    fn drop_lacking(&mut self, schema: &mut Value) {
+        self.dropped.sort_by_key(|(at, _)| std::cmp::Reverse(at.len()));
+        for (at, name) in &self.dropped {
+            if let Some(fields) = schema.pointer_mut(at).and_then(|node| node["fields"].as_array_mut()) {
+                fields.retain(|field| field["name"] != name.as_str());
+            }
         }
     }
 }
@@ -429,87 +613,115 @@ fn retype_mismatches(
         let text = proposal.schema.to_string();
         let parsed = format::parse(schema_type, &text, &[]).map_err(|error| error.to_string())?;
         let Err(violation) = parsed.validate_json(&payload) else { return Ok(()) };
-        let target = retype_target(schema_type, &proposal.schema, object, &field_path(&violation.path));
-        let Some(target) = target else { return Err(violation.to_string()) };
-        let dotted = target.join(".");
-        if proposal.changed.contains(&dotted) || proposal.added.contains(&dotted) {
+        let tree = Tree::of(schema_type, &proposal.schema);
+        let Some(target) = retype_target(&tree, object, &field_path(&violation.path)) else {
+            return Err(violation.to_string());
+        };
+        let name = shown(&target);
+        if proposal.changed.contains(&name) {
+            // Array elements giving one field different types: the change is reported as it is.
+            return Ok(());
+        }
+        if proposal.added.contains(&name) {
             return Err(violation.to_string());
         }
         retype(schema_type, &mut proposal.schema, &target, object);
-        proposal.changed.push(dotted);
+        proposal.changed.push(name);
     }
     Err("the payload does not fit the schema".into())
 }
 
 /// The field to retype for a violation at `path`: the deepest one along it that the schema
-/// and the payload both nest (a field inside an array is retyped as the whole array field).
-fn retype_target(
-    schema_type: SchemaType,
-    schema: &Value,
-    object: &Map<String, Value>,
-    path: &[String],
-) -> Option<Vec<String>> {
-    let (mut node, mut object) = (schema, object);
-    for (at, name) in path.iter().enumerate() {
-        let value = object.get(name)?;
-        let deeper = at + 1 < path.len() && at < limits::SCHEMA_EVOLUTION_DEPTH_MAX;
-        match (deeper, child(schema_type, node, name), value.as_object()) {
-            (true, Some(nested), Some(inner)) => (node, object) = (nested, inner),
-            _ => return Some(path[..=at].to_vec()),
+/// and the payload both nest (through objects, records and elements of arrays of them; a field
+/// holding anything else is retyped whole).
+fn retype_target(tree: &Tree, object: &Map<String, Value>, path: &[Step]) -> Option<Vec<Step>> {
+    let (mut at, mut values, mut target, mut depth) = (String::new(), object, Vec::new(), 0);
+    let mut steps = path.iter().peekable();
+    while let Some(step) = steps.next() {
+        let Step::Field(name) = step else { return None };
+        let value = values.get(name)?;
+        target.push(step.clone());
+        let link = (depth < limits::SCHEMA_EVOLUTION_DEPTH_MAX).then(|| tree.link(&at, name)).flatten();
+        let inner = match (link, steps.peek()) {
+            (Some(link), Some(Step::Item(index))) if link.array => {
+                value.get(*index).and_then(Value::as_object).map(|inner| (link, inner, Some(*index)))
+            }
+            (Some(link), Some(Step::Field(_))) if !link.array => value.as_object().map(|inner| (link, inner, None)),
+            _ => None,
+        };
+        let Some((link, inner, index)) = inner else { return Some(target) };
+        if let Some(index) = index {
+            steps.next();
+            target.push(Step::Item(index));
         }
+        (at, values, depth) = (link.at, inner, depth + 1);
     }
     None
 }
 
-/// Gives the field at `path` the type its value in `object` implies.
-fn retype(schema_type: SchemaType, schema: &mut Value, path: &[String], object: &Map<String, Value>) {
-    let Some((field, parents)) = path.split_last() else { return };
+/// Gives the field at `path` (from [`retype_target`]) the type its value in `object` implies.
+fn retype(schema_type: SchemaType, schema: &mut Value, path: &[Step], object: &Map<String, Value>) {
+    let Some((Step::Field(field), parents)) = path.split_last() else { return };
     let mut names = BTreeSet::new();
     avro_names(schema, &mut names, 0);
-    let mut node = schema;
-    let mut values = object;
-    for name in parents {
-        let (Some(nested), Some(inner)) =
-            (child_mut(schema_type, node, name), values.get(name).and_then(Value::as_object))
-        else {
-            return;
-        };
-        (node, values) = (nested, inner);
-    }
-    let Some(value) = values.get(field) else { return };
+    let (at, value) = {
+        let tree = Tree::of(schema_type, schema);
+        let (mut at, mut values) = (String::new(), object);
+        let mut steps = parents.iter().peekable();
+        while let Some(Step::Field(name)) = steps.next() {
+            let Some(link) = tree.link(&at, name) else { return };
+            let mut value = values.get(name);
+            if let Some(Step::Item(index)) = steps.peek() {
+                value = value.and_then(|items| items.get(*index));
+                steps.next();
+            }
+            let Some(inner) = value.and_then(Value::as_object) else { return };
+            (at, values) = (link.at, inner);
+        }
+        let Some(value) = values.get(field) else { return };
+        (at, value)
+    };
+    let Some(node) = schema.pointer_mut(&at) else { return };
     if schema_type == SchemaType::Json {
         node["properties"][field] = infer::json_property(value);
         return;
     }
-    let new_type = infer::avro_field_type(field, value, &mut names, AvroEncoding::Json);
     let entry = node["fields"].as_array_mut().and_then(|fields| fields.iter_mut().find(|f| f["name"] == *field));
-    if let Some(entry) = entry {
-        entry["type"] = new_type;
+    let Some(entry) = entry else { return };
+    // An optional field (default null) stays optional: other array elements may lack it.
+    if entry.get("default") == Some(&Value::Null) {
+        entry["type"] = infer::avro_optional_field(field, value, &mut names, AvroEncoding::Json)["type"].take();
+    } else {
+        entry["type"] = infer::avro_field_type(field, value, &mut names, AvroEncoding::Json);
         entry.as_object_mut().map(|f| f.remove("default"));
     }
 }
 
-/// The field names along a violation's path, up to the first array index:
-/// `$.a.b` → `[a, b]`, `$["a b"][0].c` → `[a b]`.
-fn field_path(path: &str) -> Vec<String> {
-    let mut names = Vec::new();
+/// The steps of a violation's path: `$.a.b` → `[a, b]`, `$["a b"][0].c` → `[a b, [0], c]`.
+fn field_path(path: &str) -> Vec<Step> {
+    let mut steps = Vec::new();
     let mut rest = path.strip_prefix('$').unwrap_or_default();
     while !rest.is_empty() {
         if let Some(dotted) = rest.strip_prefix('.') {
             let end = dotted.find(['.', '[']).unwrap_or(dotted.len());
-            names.push(dotted[..end].to_string());
+            steps.push(Step::Field(dotted[..end].to_string()));
             rest = &dotted[end..];
             continue;
         }
-        // `["name"]`; an array index (`[0]`) ends the walk.
-        let Some(bracketed) = rest.strip_prefix('[').filter(|b| b.starts_with('"')) else { break };
+        let Some(bracketed) = rest.strip_prefix('[') else { break };
+        if let Some((index, after)) = bracketed.split_once(']').filter(|(index, _)| !index.starts_with('"')) {
+            let Ok(index) = index.parse() else { break };
+            steps.push(Step::Item(index));
+            rest = after;
+            continue;
+        }
         let mut stream = serde_json::Deserializer::from_str(bracketed).into_iter::<String>();
         let Some(Ok(name)) = stream.next() else { break };
         let Some(after) = bracketed[stream.byte_offset()..].strip_prefix(']') else { break };
-        names.push(name);
+        steps.push(Step::Field(name));
         rest = after;
     }
-    names
+    steps
 }
 
 fn request_for(schema_type: SchemaType, schema: &Value) -> SchemaRequest {
@@ -618,11 +830,13 @@ mod tests {
     }
 
     #[test]
-    fn violation_paths_name_their_fields_up_to_an_array_index() {
-        assert_eq!(field_path("$.confidence"), ["confidence"]);
-        assert_eq!(field_path("$.user.email"), ["user", "email"]);
-        assert_eq!(field_path("$[\"a b\"][0].c"), ["a b"]);
-        assert_eq!(field_path("$.a[\"x.y\"].b"), ["a", "x.y", "b"]);
+    fn violation_paths_name_their_fields_and_array_elements() {
+        let field = |name: &str| Step::Field(name.to_string());
+        assert_eq!(field_path("$.confidence"), [field("confidence")]);
+        assert_eq!(field_path("$.user.email"), [field("user"), field("email")]);
+        assert_eq!(field_path("$[\"a b\"][0].c"), [field("a b"), Step::Item(0), field("c")]);
+        assert_eq!(field_path("$.a[\"x.y\"].b"), [field("a"), field("x.y"), field("b")]);
+        assert_eq!(shown(&field_path("$.items[12].price")), "items[].price");
         assert!(field_path("$").is_empty());
     }
 
@@ -661,6 +875,107 @@ mod tests {
         let lacking = object(json!({"user": {"locale": "fr"}}));
         let proposal = propose(SchemaType::Avro, &avro_user(true), &lacking).unwrap();
         assert_eq!((proposal.added, proposal.removed), (vec!["user.locale".to_string()], vec!["user.id".to_string()]));
+    }
+
+    fn json_order() -> Value {
+        let line = json!({"type": "object", "additionalProperties": false, "required": ["sku"],
+            "properties": {"sku": {"type": "string"}, "price": {"type": "number"}}});
+        json!({"type": "object", "properties": {"items": {"type": "array", "items": line}}})
+    }
+
+    fn avro_order(nullable: bool) -> Value {
+        let line = json!({"type": "record", "name": "Line", "fields": [
+            {"name": "sku", "type": "string"}, {"name": "price", "type": ["null", "double"], "default": null}]});
+        let items = json!({"type": "array", "items": line});
+        let items = if nullable { json!(["null", items]) } else { items };
+        json!({"type": "record", "name": "Order", "fields": [{"name": "items", "type": items}]})
+    }
+
+    #[test]
+    fn a_new_field_in_any_array_element_evolves_the_item_schema() {
+        let payload = object(json!({"items": [{"sku": "a"}, {"sku": "b", "qty": 2}]}));
+        let proposal = propose(SchemaType::Json, &json_order(), &payload).unwrap();
+        assert_eq!((proposal.added.as_slice(), proposal.changed.len()), (&["items[].qty".to_string()][..], 0));
+        let line = &proposal.schema["properties"]["items"]["items"];
+        assert_eq!((&line["properties"]["qty"], &line["required"]), (&json!({"type": "integer"}), &json!(["sku"])));
+        for nullable in [false, true] {
+            let proposal = propose(SchemaType::Avro, &avro_order(nullable), &payload).unwrap();
+            assert_eq!(proposal.added, ["items[].qty"], "nullable: {nullable}");
+            let items = &proposal.schema["fields"][0]["type"];
+            let line = if nullable { &items[1]["items"] } else { &items["items"] };
+            assert_eq!(line["fields"][2], json!({"name": "qty", "type": ["null", "long"], "default": null}));
+        }
+    }
+
+    #[test]
+    fn only_the_first_array_elements_are_looked_at() {
+        let max = limits::SCHEMA_EVOLUTION_ARRAY_ITEMS_MAX;
+        let items = |new_at: usize| {
+            let items: Vec<Value> = (0..=new_at)
+                .map(|i| if i == new_at { json!({"sku": "s", "qty": 1}) } else { json!({"sku": "s"}) })
+                .collect();
+            object(json!({ "items": items }))
+        };
+        for schema_type in [SchemaType::Json, SchemaType::Avro] {
+            let schema = if schema_type == SchemaType::Json { json_order() } else { avro_order(false) };
+            let known = Known::of(schema_type, &schema).unwrap();
+            assert!(known.lacks_any_of(&items(max - 1)), "{schema_type:?}");
+            assert!(!known.lacks_any_of(&items(max)), "{schema_type:?}: beyond the bound");
+            assert!(!known.lacks_any_of(&object(json!({"items": "not an array"}))));
+        }
+    }
+
+    #[test]
+    fn a_type_change_inside_array_items_is_named_by_its_path() {
+        let retyped = object(json!({"items": [{"sku": "a"}, {"sku": "b", "price": "cheap"}]}));
+        let mixed = object(json!({"items": [{"sku": "a", "price": 1.5}, {"sku": "b", "price": "cheap"}]}));
+        for (schema_type, schema) in [(SchemaType::Json, json_order()), (SchemaType::Avro, avro_order(true))] {
+            for payload in [&retyped, &mixed] {
+                let proposal = propose(schema_type, &schema, payload).unwrap();
+                assert_eq!(proposal.changed, ["items[].price"], "{schema_type:?} {payload:?}");
+            }
+        }
+        let lacking = object(json!({"items": [{"sku": "a"}, {"price": 2.0}, {"price": 3.0}]}));
+        assert_eq!(propose(SchemaType::Avro, &avro_order(false), &lacking).unwrap().removed, ["items[].sku"]);
+    }
+
+    /// `home` defines `semaq.Address`; `work` names it in full, `past` by its short name inside
+    /// an array, `next` names the record itself (recursion).
+    fn avro_named() -> Value {
+        let address = json!({"type": "record", "name": "Address", "fields": [{"name": "city", "type": "string"}]});
+        json!({"type": "record", "name": "Person", "namespace": "semaq", "fields": [
+            {"name": "home", "type": address},
+            {"name": "work", "type": ["null", "semaq.Address"], "default": null},
+            {"name": "past", "type": {"type": "array", "items": "Address"}, "default": []},
+            {"name": "next", "type": ["null", "Person"], "default": null}]})
+    }
+
+    #[test]
+    fn a_record_referenced_by_name_evolves_its_one_definition() {
+        let home = json!({"city": "Lyon"});
+        let cases = [
+            (json!({"home": home, "work": {"city": "Paris", "zip": "75001"}}), "work.zip"),
+            (json!({"home": home, "past": [{"city": "Nice", "zip": "06000"}]}), "past[].zip"),
+            (json!({"home": home, "next": {"home": {"city": "Nantes", "zip": "44000"}}}), "next.home.zip"),
+        ];
+        for (payload, path) in cases {
+            let payload = object(payload);
+            assert!(Known::of(SchemaType::Avro, &avro_named()).unwrap().lacks_any_of(&payload), "{path}");
+            let proposal = propose(SchemaType::Avro, &avro_named(), &payload).unwrap();
+            assert_eq!((proposal.added.as_slice(), proposal.changed.len()), (&[path.to_string()][..], 0));
+            let schema = &proposal.schema;
+            let zip = json!({"name": "zip", "type": ["null", "string"], "default": null});
+            assert_eq!(schema["fields"][0]["type"]["fields"][1], zip, "{path}: added to the definition");
+            assert_eq!(schema["fields"][1]["type"], json!(["null", "semaq.Address"]), "{path}: references kept");
+            assert!(format::parse(SchemaType::Avro, &schema.to_string(), &[]).is_ok(), "{path}: {schema}");
+        }
+        let retyped = object(json!({"home": home, "past": [{"city": 75}]}));
+        let proposal = propose(SchemaType::Avro, &avro_named(), &retyped).unwrap();
+        assert_eq!(proposal.changed, ["past[].city", "home.city"], "one definition: its other uses break too");
+        let retyped = object(json!({"home": home, "work": {"city": 75}}));
+        assert_eq!(propose(SchemaType::Avro, &avro_named(), &retyped).unwrap().changed[0], "work.city");
+        let known = Known::of(SchemaType::Avro, &avro_named()).unwrap();
+        assert!(!known.lacks_any_of(&object(json!({"home": home, "past": [home], "next": {"home": home}}))));
     }
 
     #[test]
