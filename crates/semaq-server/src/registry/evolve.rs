@@ -4,9 +4,11 @@
 //! A JSON payload with fields the schema does not declare, or that fails validation, is turned
 //! into a *proposal*: the schema plus each new field, typed by the same inference as
 //! `semaq schema infer` ([`super::infer`]) and optional (Avro: nullable, default null). New
-//! fields are found at the top level and inside nested objects (JSON Schema `properties`) and
-//! inline records (Avro, alone or in a `["null", record]` union), down to
-//! [`limits::SCHEMA_EVOLUTION_DEPTH_MAX`] levels, and named by their path (`user.locale`).
+//! fields are found at the top level, inside nested objects (JSON Schema `properties`) and
+//! records (Avro, inline or referenced by name, alone or in a `["null", T]` union), and in the
+//! first [`limits::SCHEMA_EVOLUTION_ARRAY_ITEMS_MAX`] elements of arrays of those, down to
+//! [`limits::SCHEMA_EVOLUTION_DEPTH_MAX`] levels, and named by their path (`user.locale`,
+//! `items[].price`). A record referenced by name is extended where it is defined, once.
 //! When the proposal only adds fields, the registry checks it against the subject's
 //! compatibility mode and registers it as a new version; the message is then validated against
 //! it and stored, and `$SEMAQ.EVENT.SCHEMA.EVOLVED` announces the change. Protobuf subjects do
@@ -935,6 +937,8 @@ mod tests {
                 assert_eq!(proposal.changed, ["items[].price"], "{schema_type:?} {payload:?}");
             }
         }
+        let mixed_new = object(json!({"items": [{"sku": "a", "qty": 1}, {"sku": "b", "qty": "two"}]}));
+        assert!(propose(SchemaType::Json, &json_order(), &mixed_new).is_err(), "one new field, two types");
         let lacking = object(json!({"items": [{"sku": "a"}, {"price": 2.0}, {"price": 3.0}]}));
         assert_eq!(propose(SchemaType::Avro, &avro_order(false), &lacking).unwrap().removed, ["items[].sku"]);
     }

@@ -311,6 +311,73 @@ async fn nested_objects_and_records_evolve_and_a_nested_type_change_is_refused_b
 }
 
 #[tokio::test]
+async fn arrays_of_objects_and_avro_records_named_twice_evolve_and_an_item_type_change_is_refused_by_path() {
+    let server = TestServer::start();
+    let client = server.client().await;
+    let line = json!({"type": "object", "additionalProperties": false, "required": ["sku"],
+        "properties": {"sku": {"type": "string"}, "price": {"type": "number"}}});
+    let json_v1 = json!({"type": "object", "properties": {"items": {"type": "array", "items": line}}});
+    register(&client, "order-json", &json_v1.to_string(), "JSON").await;
+    let line = json!({"type": "record", "name": "Line", "fields": [
+        {"name": "sku", "type": "string"}, {"name": "price", "type": ["null", "double"], "default": null}]});
+    let address = json!({"type": "record", "name": "Address", "fields": [{"name": "city", "type": "string"}]});
+    let avro_v1 = json!({"type": "record", "name": "Order", "namespace": "semaq", "fields": [
+        {"name": "items", "type": {"type": "array", "items": line}},
+        {"name": "ship", "type": address},
+        {"name": "bill", "type": ["null", "semaq.Address"], "default": null}]});
+    register(&client, "order-avro", &avro_v1.to_string(), "AVRO").await;
+    let js = jetstream::new(client.clone());
+    for (name, subject, schema) in [("OJSON", "oj.>", "order-json"), ("OAVRO", "oa.>", "order-avro")] {
+        let mut config = l4(name, subject, schema);
+        config.metadata.insert("semaq.evolve".into(), "auto".into());
+        js.create_stream(config).await.unwrap();
+    }
+    let mut events = evolved_events(&client).await;
+    let ship = json!({"city": "Lyon"});
+
+    // The new field is in the second element only; for Avro also in `bill`, which names `ship`'s record.
+    let items = json!([{"sku": "a"}, {"sku": "b", "qty": 2}]);
+    let cases = [
+        ("oj.a", "order-json", json!({"items": items}), json!(["items[].qty"])),
+        (
+            "oa.a",
+            "order-avro",
+            json!({"items": items, "ship": ship, "bill": {"city": "Paris", "zip": "75001"}}),
+            json!(["bill.zip", "items[].qty"]),
+        ),
+    ];
+    for (subject, schema, payload, added) in cases {
+        assert_eq!(publish(&client, subject, l4_headers(&[]), payload).await["seq"], 1);
+        let event = tokio::time::timeout(Duration::from_secs(5), events.next()).await.unwrap().unwrap();
+        let event: Value = serde_json::from_slice(&event.payload).unwrap();
+        let mut got: Vec<String> = serde_json::from_value(event["added"].clone()).unwrap();
+        got.sort();
+        assert_eq!((event["subject"].as_str(), json!(got)), (Some(schema), added));
+        let v2 = schema_api(&client, "GET", json!({"subject": schema, "version": 2})).await;
+        let v2: Value = serde_json::from_str(v2["schema"].as_str().unwrap()).unwrap();
+        if schema == "order-json" {
+            let line = &v2["properties"]["items"]["items"];
+            assert_eq!(line["properties"]["qty"], json!({"type": "integer"}));
+            assert_eq!(line["required"], json!(["sku"]), "the new item field is optional");
+        } else {
+            let qty = json!({"name": "qty", "type": ["null", "long"], "default": null});
+            assert_eq!(v2["fields"][0]["type"]["items"]["fields"][2], qty);
+            let zip = json!({"name": "zip", "type": ["null", "string"], "default": null});
+            assert_eq!(v2["fields"][1]["type"]["fields"][1], zip, "added to the one definition of semaq.Address");
+            assert_eq!(v2["fields"][2]["type"], json!(["null", "semaq.Address"]), "the reference stays a name");
+        }
+        let retyped = json!({"items": [{"sku": "a"}, {"sku": "b", "price": "cheap"}], "ship": ship});
+        let report = error_of(&publish(&client, subject, l4_headers(&[]), retyped).await).to_string();
+        assert!(report.contains("change the type of field 'items[].price'"), "{report}");
+        assert_eq!(schema_api(&client, "VERSIONS", json!({"subject": schema})).await, json!([1, 2]));
+    }
+    // `ship` of a later message has the field `bill` brought: no new version.
+    let later = json!({"items": [], "ship": {"city": "Nice", "zip": "06000"}});
+    assert_eq!(publish(&client, "oa.b", l4_headers(&[]), later).await["seq"], 2);
+    assert_eq!(schema_api(&client, "VERSIONS", json!({"subject": "order-avro"})).await, json!([1, 2]));
+}
+
+#[tokio::test]
 async fn a_closed_json_schema_evolves_and_the_compatibility_mode_is_respected() {
     let server = TestServer::start();
     let client = server.client().await;
