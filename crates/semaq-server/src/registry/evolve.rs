@@ -370,17 +370,11 @@ fn escaped(key: &str) -> String {
 
 /// The objects of a payload value: the value itself, or (`array`) the first
 /// [`limits::SCHEMA_EVOLUTION_ARRAY_ITEMS_MAX`] elements of an array (those that are objects).
-fn objects_of(array: bool, value: &Value) -> Vec<(Option<usize>, &Map<String, Value>)> {
-    match (array, value) {
-        (false, Value::Object(object)) => vec![(None, object)],
-        (true, Value::Array(items)) => items
-            .iter()
-            .take(limits::SCHEMA_EVOLUTION_ARRAY_ITEMS_MAX)
-            .enumerate()
-            .filter_map(|(index, item)| item.as_object().map(|object| (Some(index), object)))
-            .collect(),
-        _ => Vec::new(),
-    }
+fn objects_of(array: bool, value: &Value) -> impl Iterator<Item = &Map<String, Value>> {
+    let single = if array { None } else { value.as_object() };
+    let items = if array { value.as_array().map(Vec::as_slice) } else { None };
+    let items = items.unwrap_or_default().iter().take(limits::SCHEMA_EVOLUTION_ARRAY_ITEMS_MAX);
+    single.into_iter().chain(items.filter_map(Value::as_object))
 }
 
 /// The fields a schema declares, as a graph: each node's fields, and for those whose values are
@@ -439,7 +433,7 @@ impl Known {
         object.iter().any(|(name, value)| match fields.get(name) {
             None => true,
             Some(Some(link)) if depth < limits::SCHEMA_EVOLUTION_DEPTH_MAX => {
-                objects_of(link.array, value).iter().any(|(_, inner)| self.lacks(link.node, inner, depth + 1))
+                objects_of(link.array, value).any(|inner| self.lacks(link.node, inner, depth + 1))
             }
             Some(_) => false,
         })
@@ -517,7 +511,7 @@ impl Node<'_> {
         for (name, value) in object.iter().filter(|(name, _)| known.contains(*name)) {
             let Some(link) = self.tree.link(at, name) else { continue };
             let inner_prefix = format!("{prefix}{name}{}.", if link.array { "[]" } else { "" });
-            for (_, inner) in objects_of(link.array, value) {
+            for inner in objects_of(link.array, value) {
                 self.extend(schema, &link.at, inner, &inner_prefix, depth + 1)?;
             }
         }
