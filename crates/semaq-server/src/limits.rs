@@ -137,8 +137,8 @@ pub const LINEAGE_REFERENCE_BYTES_MAX: usize = 512;
 pub const LINEAGE_MSG_IDS_PER_STREAM_MAX: usize = 100_000;
 /// Bytes of the ids [`LINEAGE_MSG_IDS_PER_STREAM_MAX`] counts (each id is held twice).
 pub const LINEAGE_MSG_IDS_BYTES_PER_STREAM_MAX: usize = 16 * 1024 * 1024;
-/// Newest messages of each stream searched to resolve a `Nats-Msg-Id` parent stored before the
-/// server started (within the stream's duplicate window, like the dedup window itself).
+/// Newest messages of a stream below L4 (which keeps no id map) searched to resolve a
+/// `Nats-Msg-Id` parent (within the stream's duplicate window, like the dedup window itself).
 pub const LINEAGE_MSG_ID_SCAN_MESSAGES_MAX: usize = 1024;
 /// Streams searched to resolve one `Nats-Msg-Id` parent (the publishing stream first).
 pub const LINEAGE_MSG_ID_SCAN_STREAMS_MAX: usize = 64;

@@ -17,6 +17,10 @@
 //!   so only the stream's tail can hold a batch cut short; start-up removes such a tail
 //!   ([`remove_incomplete_tail`]) before an L4 stream's chain head is rebuilt. No checkpoint
 //!   signs a batch's messages before the batch is synced, so none signs a removed one.
+//! - Abandoned: a batch that times out, or that a message ends with a gap, a bad commit or too
+//!   much size, is dropped and announced once on `$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED.<stream>`
+//!   with nats-server's advisory body (reason `timeout`, `incomplete` or `large`). A commit the
+//!   checks refuse is answered to its publisher instead, as nats-server does.
 //!
 //! On streams of level 3 and above `allow_atomic` is always on (`StreamConfig::apply_exactly_once`).
 
@@ -31,6 +35,7 @@ use super::config::{Discard, StreamConfig};
 use super::errors::ApiError;
 use super::producers::{self, raw_header};
 use super::stream::{header as js_header, raw_headers, store_error, Inbound, Ingest, PublishOutcome, Stream};
+use crate::clock;
 use crate::delivery::{FlushSet, Message};
 use crate::limits;
 
@@ -50,6 +55,33 @@ pub mod header {
 /// `batch-store-error:<n>` makes the store refuse the n-th message of every committed batch, as
 /// a full or failing disk would.
 pub const FAILPOINT_ENV: &str = "SEMAQ_FAILPOINT";
+
+/// The subject prefix of the advisory announcing an abandoned batch (nats-server's); the
+/// stream's name follows.
+pub const ABANDONED_ADVISORY_PREFIX: &str = "$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED";
+/// The advisory's `type`.
+const ABANDONED_ADVISORY_TYPE: &str = "io.nats.jetstream.advisory.v1.stream_batch_abandoned";
+
+/// Why a batch was abandoned: nats-server's `reason` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Abandon {
+    /// Idle longer than the batch timeout.
+    Timeout,
+    /// More messages or bytes than a batch may hold.
+    Large,
+    /// A sequence gap, a bad commit, or a message arriving after the timeout.
+    Incomplete,
+}
+
+impl Abandon {
+    fn reason(self) -> &'static str {
+        match self {
+            Abandon::Timeout => "timeout",
+            Abandon::Large => "large",
+            Abandon::Incomplete => "incomplete",
+        }
+    }
+}
 
 /// A batch waiting for its commit.
 #[derive(Debug)]
@@ -99,6 +131,9 @@ pub struct Batches {
     open: HashMap<String, Open>,
     staged_bytes: usize,
     replies: Vec<Reply>,
+    /// Batches abandoned since the last [`Batches::send_replies`], to announce: one entry per
+    /// batch removed from `open`, so at most the open batches plus one per message routed.
+    abandoned: Vec<(String, Abandon)>,
 }
 
 impl Batches {
@@ -145,8 +180,8 @@ impl Batches {
         }
         let message_bytes = message.headers.as_ref().map_or(0, Bytes::len) + message.payload.len();
         let problem = self.problem(id, seq, size, message_bytes, commit, now, config.batch_timeout());
-        if let Some(error) = problem {
-            self.abandon(id);
+        if let Some((reason, error)) = problem {
+            self.abandon(id, reason);
             return Err(refuse(error));
         }
         let Some(open) = self.open.get_mut(id) else { return Err(refuse(ApiError::atomic_publish_incomplete())) };
@@ -193,34 +228,39 @@ impl Batches {
         commit: Option<&str>,
         now: Instant,
         timeout: Duration,
-    ) -> Option<ApiError> {
+    ) -> Option<(Abandon, ApiError)> {
         let open = self.open.get(id)?;
         if commit.is_some_and(|commit| commit != "1" && commit != "eob") {
-            return Some(ApiError::atomic_publish_invalid_commit());
+            return Some((Abandon::Incomplete, ApiError::atomic_publish_invalid_commit()));
         }
-        let timed_out = now.duration_since(open.last_active) > timeout;
+        if now.duration_since(open.last_active) > timeout {
+            return Some((Abandon::Timeout, ApiError::atomic_publish_incomplete()));
+        }
         let eob = commit == Some("eob");
-        if seq != open.messages.len() as u64 + 1 || timed_out || (seq == 1 && eob) {
-            return Some(ApiError::atomic_publish_incomplete());
+        if seq != open.messages.len() as u64 + 1 || (seq == 1 && eob) {
+            return Some((Abandon::Incomplete, ApiError::atomic_publish_incomplete()));
         }
         if size > limits::ATOMIC_BATCH_MESSAGES_MAX as u64 {
-            return Some(too_large_error());
+            return Some((Abandon::Large, too_large_error()));
         }
         let staged = if eob { 0 } else { message_bytes };
         if open.bytes + staged > limits::ATOMIC_BATCH_BYTES_MAX
             || self.staged_bytes + staged > limits::ATOMIC_BATCH_STAGED_BYTES_PER_STREAM_MAX
         {
-            return Some(ApiError::atomic_publish_too_large(format!(
+            let error = ApiError::atomic_publish_too_large(format!(
                 "{} bytes staged at most per batch",
                 limits::ATOMIC_BATCH_BYTES_MAX
-            )));
+            ));
+            return Some((Abandon::Large, error));
         }
         None
     }
 
-    fn abandon(&mut self, id: &str) {
+    /// Drops open batch `id` and queues its advisory (once: a batch no longer open is not announced).
+    fn abandon(&mut self, id: &str, reason: Abandon) {
         if let Some(open) = self.open.remove(id) {
             self.staged_bytes -= open.bytes;
+            self.abandoned.push((id.to_string(), reason));
         }
     }
 
@@ -234,7 +274,7 @@ impl Batches {
             .collect();
         for id in &expired {
             tracing::debug!(batch = %id, "abandoning an idle atomic batch");
-            self.abandon(id);
+            self.abandon(id, Abandon::Timeout);
         }
         expired.len()
     }
@@ -253,27 +293,56 @@ impl Batches {
         }
     }
 
-    /// Sends the queued replies (after the sync that made committed batches durable).
+    /// Sends the queued replies (after the sync that made committed batches durable) and the
+    /// advisories of abandoned batches.
     pub fn send_replies(&mut self, stream: &Stream) {
-        if self.replies.is_empty() {
+        if self.replies.is_empty() && self.abandoned.is_empty() {
             return;
         }
         let Some(shared) = stream.shared().upgrade() else {
             self.replies.clear();
+            self.abandoned.clear();
             return;
         };
         let domain = shared.options.jetstream_domain.clone();
         let mut flush = FlushSet::default();
-        for reply in self.replies.drain(..) {
-            let (subject, body) = match reply {
-                Reply::Staged(subject) => (subject, Vec::new()),
-                Reply::Committed { reply, outcome } => (reply, commit_ack(&stream.name, domain.as_deref(), outcome)),
-            };
+        let advisory_subject = format!("{ABANDONED_ADVISORY_PREFIX}.{}", stream.name);
+        let advisories = self.abandoned.drain(..).map(|(batch, reason)| {
+            (advisory_subject.clone(), abandoned_advisory(&stream.name, domain.as_deref(), &batch, reason))
+        });
+        let replies = self.replies.drain(..).map(|reply| match reply {
+            Reply::Staged(subject) => (subject, Vec::new()),
+            Reply::Committed { reply, outcome } => (reply, commit_ack(&stream.name, domain.as_deref(), outcome)),
+        });
+        for (subject, body) in replies.chain(advisories) {
             let message = Message { subject: &subject, reply: None, headers: None, payload: &body, publisher: None };
             shared.publish_batched(&subject, &message, &mut flush);
         }
         flush.flush();
     }
+}
+
+/// nats-server's `JSStreamBatchAbandonedAdvisory` body (without `account`: SemaQ's accounts
+/// share one subject space).
+fn abandoned_advisory(stream: &str, domain: Option<&str>, batch: &str, reason: Abandon) -> Vec<u8> {
+    let mut advisory = serde_json::json!({
+        "type": ABANDONED_ADVISORY_TYPE,
+        "id": advisory_id(),
+        "timestamp": clock::rfc3339(std::time::SystemTime::now()),
+        "stream": stream,
+        "batch": batch,
+        "reason": reason.reason(),
+    });
+    if let Some(domain) = domain {
+        advisory["domain"] = serde_json::json!(domain);
+    }
+    advisory.to_string().into_bytes()
+}
+
+/// A unique event id, shaped like nats-server's (22 base-62 characters, as a NUID).
+fn advisory_id() -> String {
+    const ALPHABET: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    (0..22).map(|_| ALPHABET[rand::random::<u32>() as usize % ALPHABET.len()] as char).collect()
 }
 
 fn too_large_error() -> ApiError {
@@ -651,6 +720,40 @@ mod tests {
             message(&[(header::BATCH_ID, "c"), (header::BATCH_SEQUENCE, "2"), (header::BATCH_COMMIT, "x")], None);
         assert_eq!(refused_code(batches.route(&atomic(), bad_commit, now)), 10200);
         assert_eq!(batches.open_count(), 0);
+        let after_gap = message(&[(header::BATCH_ID, "g"), (header::BATCH_SEQUENCE, "4")], None);
+        assert_eq!(refused_code(batches.route(&atomic(), after_gap, now)), 10176);
+        assert_eq!(
+            batches.abandoned,
+            [("g".to_string(), Abandon::Incomplete), ("c".to_string(), Abandon::Incomplete)],
+            "one advisory per abandoned batch, none for a batch that is not open"
+        );
+    }
+
+    #[test]
+    fn abandoned_batches_say_why() {
+        let mut batches = Batches::default();
+        let now = Instant::now();
+        let at = |id: &str, seq: &str| message(&[(header::BATCH_ID, id), (header::BATCH_SEQUENCE, seq)], None);
+        for seq in 1..=limits::ATOMIC_BATCH_MESSAGES_MAX {
+            assert!(matches!(batches.route(&atomic(), at("big", &seq.to_string()), now), Route::Staged));
+        }
+        let past_the_end = (limits::ATOMIC_BATCH_MESSAGES_MAX + 1).to_string();
+        assert_eq!(refused_code(batches.route(&atomic(), at("big", &past_the_end), now)), 10199);
+        batches.route(&atomic(), at("late", "1"), now);
+        let later = now + limits::ATOMIC_BATCH_TIMEOUT + Duration::from_millis(1);
+        assert_eq!(refused_code(batches.route(&atomic(), at("late", "2"), later)), 10176);
+        batches.route(&atomic(), at("idle", "1"), now);
+        batches.expire(limits::ATOMIC_BATCH_TIMEOUT, later);
+        let reasons: Vec<(&str, &str)> =
+            batches.abandoned.iter().map(|(id, why)| (id.as_str(), why.reason())).collect();
+        assert_eq!(reasons, [("big", "large"), ("late", "timeout"), ("idle", "timeout")]);
+        let advisory: serde_json::Value =
+            serde_json::from_slice(&abandoned_advisory("ORDERS", Some("hub"), "idle", Abandon::Timeout)).unwrap();
+        assert_eq!(advisory["type"], ABANDONED_ADVISORY_TYPE);
+        assert_eq!((advisory["stream"].as_str(), advisory["batch"].as_str()), (Some("ORDERS"), Some("idle")));
+        assert_eq!((advisory["reason"].as_str(), advisory["domain"].as_str()), (Some("timeout"), Some("hub")));
+        assert_eq!(advisory["id"].as_str().map(str::len), Some(22));
+        assert!(advisory["timestamp"].as_str().is_some_and(|t| t.ends_with('Z')), "{advisory}");
     }
 
     #[test]

@@ -12,10 +12,12 @@
 //!   messages stored within that stream's duplicate window, like the dedup window the id was
 //!   made for. Each L4 stream keeps a bounded map of the ids it stored ([`MsgIds`], at most
 //!   [`limits::LINEAGE_MSG_IDS_PER_STREAM_MAX`] ids and
-//!   [`limits::LINEAGE_MSG_IDS_BYTES_PER_STREAM_MAX`] bytes); ids stored before the process
-//!   started are found by a backward scan of at most [`limits::LINEAGE_MSG_ID_SCAN_MESSAGES_MAX`]
-//!   messages, needed only until the window has passed since start. When found, the resolution
-//!   is stored with the message as
+//!   [`limits::LINEAGE_MSG_IDS_BYTES_PER_STREAM_MAX`] bytes). When the map cannot know every id
+//!   of the window (after a restart, or when the stream was raised to L4), the first lookup
+//!   rebuilds it from the store, reading the window back newest first within the map's own
+//!   bounds, and its misses are trusted from then on. Streams below L4 keep no map: their newest
+//!   [`limits::LINEAGE_MSG_ID_SCAN_MESSAGES_MAX`] messages are searched. When found, the
+//!   resolution is stored with the message as
 //!   `Semaq-Parent-Resolved` (the references in order, ids replaced by `STREAM:SEQ`), so the
 //!   graph never changes when ids age out; an id not found stays an unresolved reference.
 //!
@@ -28,7 +30,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
-use semaq_store::StoredMessage;
+use semaq_store::{StoreError, StoredMessage, StreamStore};
 use semaq_wire::HeaderBlock;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -237,8 +239,8 @@ fn resolve_msg_id(jetstream: &JetStream, own: &str, id: &str) -> Option<Referenc
 /// when they are used. Every message an L4 stream stores passes through [`MsgIds::record`], id
 /// or not, so the map knows when it has seen every message since some time: messages stored
 /// before the process started, or while the stream was below L4, leave a gap in the sequences
-/// it saw, and until the window has passed since the gap a miss is not trusted. Lock order:
-/// after the stream's store.
+/// it saw, and until the window has passed since the gap a miss is not trusted, unless the map
+/// is rebuilt from the store ([`MsgIds::rebuild`]). Lock order: after the stream's store.
 #[derive(Debug)]
 pub struct MsgIds {
     /// The sequence the next recorded message should have if none was stored unrecorded.
@@ -277,16 +279,69 @@ impl MsgIds {
             // Messages were stored without passing here: ids from before now may be missing.
             self.complete_since_ns.store(now_ns, Ordering::Relaxed);
         }
-        let Some(id) = headers.and_then(|block| super::stream::raw_header(block, header::MSG_ID)) else { return };
-        // A longer id cannot be named in `Semaq-Parent`.
-        if id.is_empty() || id.len() > limits::LINEAGE_REFERENCE_BYTES_MAX {
-            return;
-        }
+        let Some(id) = headers.and_then(recordable_id) else { return };
         let mut inner = lock(&self.inner);
-        inner.bytes += 2 * id.len();
-        inner.by_id.insert(id.to_string(), (seq, now_ns));
-        inner.order.push_back((now_ns, seq, id.to_string()));
+        inner.push(id, seq, now_ns);
         inner.expire(now_ns, window_ns);
+    }
+
+    /// Whether every message the stream stored up to `stored_last_seq` since `oldest_ns` was
+    /// recorded, so a miss is trusted.
+    fn complete(&self, oldest_ns: i64, stored_last_seq: u64) -> bool {
+        let recorded_all = self.next_seq.load(Ordering::Relaxed) > stored_last_seq;
+        recorded_all && oldest_ns > self.complete_since_ns.load(Ordering::Relaxed)
+    }
+
+    /// Makes the map complete again when it is not: replaces it with the ids of the messages
+    /// `store` holds from the last `window_ns`, read newest first, at most
+    /// [`limits::LINEAGE_MSG_IDS_PER_STREAM_MAX`] messages and ids of at most
+    /// [`limits::LINEAGE_MSG_IDS_BYTES_PER_STREAM_MAX`] bytes, as the map would hold had it seen
+    /// them stored (ids further back are missed as ones the bounds dropped would be). Called with
+    /// the stream's store locked, so no message is stored meanwhile; returns whether it read.
+    pub fn rebuild(&self, store: &dyn StreamStore, now_ns: i64, window_ns: i64) -> bool {
+        let state = store.state();
+        let oldest_ns = now_ns.saturating_sub(window_ns);
+        if self.complete(oldest_ns, state.last_seq) {
+            return false;
+        }
+        let mut found = Vec::new();
+        let mut bytes = 0;
+        let lowest = state.first_seq.max(1);
+        let mut seq = state.last_seq;
+        for _ in 0..limits::LINEAGE_MSG_IDS_PER_STREAM_MAX {
+            if seq < lowest {
+                break;
+            }
+            let message = match store.get(seq) {
+                Ok(Some(message)) if message.timestamp_ns < oldest_ns => break,
+                Ok(Some(message)) => message,
+                // Removed, or unreadable: no id to learn from it.
+                Ok(None) | Err(StoreError::Corrupt { .. }) => {
+                    seq -= 1;
+                    continue;
+                }
+                Err(error) => {
+                    tracing::error!(%error, "cannot read the stored message ids back; lineage keeps what it has");
+                    return false;
+                }
+            };
+            if let Some(id) = message.headers.as_deref().and_then(|block| recordable_id(block)) {
+                bytes += 2 * id.len();
+                if bytes > limits::LINEAGE_MSG_IDS_BYTES_PER_STREAM_MAX {
+                    break;
+                }
+                found.push((message.timestamp_ns, seq, id.to_string()));
+            }
+            seq -= 1;
+        }
+        let mut rebuilt = MsgIdsInner::default();
+        for (stored_ns, seq, id) in found.into_iter().rev() {
+            rebuilt.push(&id, seq, stored_ns);
+        }
+        *lock(&self.inner) = rebuilt;
+        self.next_seq.store(state.last_seq.saturating_add(1), Ordering::Relaxed);
+        self.complete_since_ns.store(i64::MIN, Ordering::Relaxed);
+        true
     }
 
     /// The sequence the stream stored `id` at within `window_ns` of `now_ns`: `Some(None)` when
@@ -295,17 +350,27 @@ impl MsgIds {
     fn find(&self, id: &str, now_ns: i64, window_ns: i64, stored_last_seq: u64) -> Option<Option<u64>> {
         let oldest_ns = now_ns.saturating_sub(window_ns);
         let found = lock(&self.inner).by_id.get(id).filter(|(_, stored_ns)| *stored_ns >= oldest_ns).map(|e| e.0);
-        let recorded_all = self.next_seq.load(Ordering::Relaxed) > stored_last_seq;
-        let complete = recorded_all && oldest_ns > self.complete_since_ns.load(Ordering::Relaxed);
         match found {
             Some(seq) => Some(Some(seq)),
-            None if complete => Some(None),
+            None if self.complete(oldest_ns, stored_last_seq) => Some(None),
             None => None,
         }
     }
 }
 
+/// A message's `Nats-Msg-Id` when the map keeps it: a longer id cannot be named in `Semaq-Parent`.
+fn recordable_id(block: &[u8]) -> Option<&str> {
+    let id = super::stream::raw_header(block, header::MSG_ID)?;
+    (!id.is_empty() && id.len() <= limits::LINEAGE_REFERENCE_BYTES_MAX).then_some(id)
+}
+
 impl MsgIdsInner {
+    fn push(&mut self, id: &str, seq: u64, stored_ns: i64) {
+        self.bytes += 2 * id.len();
+        self.by_id.insert(id.to_string(), (seq, stored_ns));
+        self.order.push_back((stored_ns, seq, id.to_string()));
+    }
+
     fn expire(&mut self, now_ns: i64, window_ns: i64) {
         while let Some((stored_ns, seq, id)) = self.order.front() {
             let over = self.order.len() > limits::LINEAGE_MSG_IDS_PER_STREAM_MAX
@@ -325,18 +390,24 @@ impl MsgIdsInner {
 
 /// The sequence `stream` stored `id` at, within its duplicate window.
 fn find_msg_id(stream: &Stream, id: &str) -> Option<u64> {
-    let window_ns = match stream.config().duplicate_window {
+    let config = stream.config();
+    let window_ns = match config.duplicate_window {
         0 => super::config::DUPLICATE_WINDOW_DEFAULT_NS,
         window => window,
     };
     let now = now_ns();
-    let stored_last_seq = *stream.watch_last_seq().borrow();
-    match stream.msg_ids().find(id, now, window_ns, stored_last_seq) {
-        // Removed since, or stored again under another id? The store has the last word.
-        Some(Some(seq)) => stored_with_id(stream, seq, id).then_some(seq),
-        Some(None) => None,
-        None => scan_for_msg_id(stream, id, now - window_ns),
-    }
+    let ids = stream.msg_ids();
+    let known = match ids.find(id, now, window_ns, *stream.watch_last_seq().borrow()) {
+        Some(known) => known,
+        // An L4 map records every message from now on: rebuilt once, it can tell again.
+        None if config.level() >= 4 => {
+            ids.rebuild(&**stream.store(), now, window_ns);
+            ids.find(id, now, window_ns, *stream.watch_last_seq().borrow())?
+        }
+        None => return scan_for_msg_id(stream, id, now - window_ns),
+    };
+    // Removed since, or stored again under another id? The store has the last word.
+    known.filter(|&seq| stored_with_id(stream, seq, id))
 }
 
 fn stored_with_id(stream: &Stream, seq: u64, id: &str) -> bool {
@@ -574,7 +645,7 @@ mod tests {
     }
 
     #[test]
-    fn ids_stored_before_the_map_began_are_left_to_the_scan() {
+    fn ids_stored_before_the_map_began_are_not_known_until_it_is_rebuilt() {
         let restored = MsgIds::new(50, 1_000);
         restored.record(Some(&id_block("new")), 51, 1_000, 100);
         assert_eq!(restored.find("new", 1_050, 100, 51), Some(Some(51)));
@@ -582,6 +653,33 @@ mod tests {
         assert_eq!(restored.find("old", 1_101, 100, 51), Some(None), "a window after the start is complete");
         restored.record(None, 60, 2_000, 100);
         assert_eq!(restored.find("old", 2_050, 100, 60), None, "a gap in the sequences starts over");
+    }
+
+    #[test]
+    fn a_map_that_cannot_tell_is_rebuilt_once_from_the_window_in_the_store() {
+        let mut store = semaq_store::MemoryStore::new(semaq_store::StoreLimits::default());
+        let window = 1_000;
+        for seq in 1..=3_000i64 {
+            // Stored 10 ns apart, the newest at 30_000: the window holds the last 100.
+            let block = (seq % 2 == 0).then(|| id_block(&format!("id-{seq}")));
+            store.append("s", block.as_deref(), b"{}", seq * 10).unwrap();
+        }
+        store.delete(2_990).unwrap();
+        let now = 30_000;
+        let restored = MsgIds::new(3_000, now);
+        assert_eq!(restored.find("id-2950", now, window, 3_000), None, "ids stored before the start are unknown");
+        assert!(restored.rebuild(&store, now, window));
+        assert_eq!(restored.find("id-2950", now, window, 3_000), Some(Some(2_950)), "within the window");
+        assert_eq!(restored.find("id-2990", now, window, 3_000), Some(None), "removed before the rebuild");
+        assert_eq!(
+            restored.find("id-2000", now, window, 3_000),
+            Some(None),
+            "stored before the window: a trusted miss"
+        );
+        assert_eq!(lock(&restored.inner).order.len(), 50, "ids of the window only, not of the 3,000 messages");
+        assert!(!restored.rebuild(&store, now, window), "once complete, never read again");
+        restored.record(Some(&id_block("after")), 3_001, now + 1, window);
+        assert_eq!(restored.find("after", now + 1, window, 3_001), Some(Some(3_001)), "records go on from the rebuild");
     }
 
     #[test]

@@ -368,15 +368,7 @@ impl Producers {
             let last = staged.get(claim.producer).copied().or_else(|| self.table.get(claim.producer).map(|l| l.seq));
             match last {
                 Some(last) if claim.seq <= last => {
-                    let stored = self.table.get(claim.producer).map(|l| l.stream_seq);
-                    let detail = match stored {
-                        Some(stream_seq) if !staged.contains_key(claim.producer) => format!(
-                            "producer {:?} sequence {} is already stored (its last is at stream sequence {stream_seq})",
-                            claim.producer, claim.seq
-                        ),
-                        _ => format!("producer {:?} sequence {} repeats within the batch", claim.producer, claim.seq),
-                    };
-                    return Err(ApiError::atomic_publish_duplicate(Some(detail)));
+                    return Err(ApiError::atomic_publish_duplicate(Some(self.duplicate_detail(claim))));
                 }
                 Some(_) => {}
                 None if self.table.len() + staged.len() >= limits::PRODUCERS_PER_STREAM_MAX => {
@@ -387,6 +379,24 @@ impl Producers {
             staged.insert(claim.producer, claim.seq);
         }
         Ok(())
+    }
+
+    /// Why a batch's `claim` is a duplicate: a stored sequence names its original's stream
+    /// sequence when it is recent (else the producer's last), any other repeats within the batch.
+    fn duplicate_detail(&self, claim: Claim<'_>) -> String {
+        let (producer, seq) = (claim.producer, claim.seq);
+        match self.table.get(producer).filter(|last| seq <= last.seq) {
+            Some(last) => match self.recent.find(producer, seq) {
+                Some(original) => {
+                    format!("producer {producer:?} sequence {seq} is already stored at stream sequence {original}")
+                }
+                None => format!(
+                    "producer {producer:?} sequence {seq} is already stored (its last is at stream sequence {})",
+                    last.stream_seq
+                ),
+            },
+            None => format!("producer {producer:?} sequence {seq} repeats within the batch"),
+        }
     }
 
     /// Records a stored message's sequence; a sequence past the next one due counts as a gap.
@@ -745,7 +755,23 @@ mod tests {
         assert_eq!(error.err_code, 10201);
         assert!(error.description.contains("repeats within the batch"), "{error}");
         let stored = producers.check_all([Claim { producer: "p", seq: 3 }].into_iter()).unwrap_err();
-        assert!(stored.description.contains("already stored"), "{stored}");
+        assert!(stored.description.ends_with("sequence 3 is already stored at stream sequence 1"), "{stored}");
+    }
+
+    #[test]
+    fn a_batch_duplicate_names_the_stream_sequence_of_its_original() {
+        let mut producers = Producers::new(None);
+        for seq in 1..=3 {
+            producers.record(Claim { producer: "p", seq }, 10 * seq);
+        }
+        let detail = |claims: &[Claim<'static>]| producers.check_all(claims.iter().copied()).unwrap_err().description;
+        let old = detail(&[Claim { producer: "p", seq: 4 }, Claim { producer: "p", seq: 2 }]);
+        assert!(old.ends_with("producer \"p\" sequence 2 is already stored at stream sequence 20"), "{old}");
+        let mut forgetful = Producers::new(None);
+        forgetful.record(Claim { producer: "p", seq: 1 }, 10);
+        forgetful.record(Claim { producer: "p", seq: 5 }, 50);
+        let never_stored = forgetful.check_all([Claim { producer: "p", seq: 3 }].into_iter()).unwrap_err();
+        assert!(never_stored.description.ends_with("(its last is at stream sequence 50)"), "a gap: {never_stored}");
     }
 
     #[test]

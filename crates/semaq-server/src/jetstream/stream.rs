@@ -529,6 +529,7 @@ impl Stream {
                 _ = limits_timer.tick() => {
                     self.enforce_limits();
                     batches.expire(self.config().batch_timeout(), std::time::Instant::now());
+                    batches.send_replies(&self);
                 }
                 received = inbound.recv_many(&mut batch, limits::STREAM_INGEST_BATCH_MESSAGES_MAX) => {
                     if received == 0 {

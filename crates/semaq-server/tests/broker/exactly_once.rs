@@ -501,13 +501,27 @@ async fn an_abandoned_batch_times_out_and_stores_nothing() {
     let (_server, client) = server_with_schema().await;
     let config = l3_config("IDLE", &["idle.>"], json!({"metadata": {"semaq.batch_timeout": "300ms"}}));
     assert!(create_stream(&client, config).await["error"].is_null());
+    let mut advisories = client.subscribe("$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED.*").await.unwrap();
+    client.flush().await.unwrap();
     for seq in ["1", "2"] {
         assert_eq!(publish(&client, "idle.a", &batch_headers("slow", seq, None, &[]), event(1)).await, Value::Null);
     }
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // nats-server's advisory, once the batch has been idle past its timeout.
+    let advisory = tokio::time::timeout(Duration::from_secs(5), advisories.next()).await.unwrap().unwrap();
+    assert_eq!(advisory.subject.as_str(), "$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED.IDLE");
+    let body: Value = serde_json::from_slice(&advisory.payload).unwrap();
+    assert_eq!(body["type"], "io.nats.jetstream.advisory.v1.stream_batch_abandoned", "{body}");
+    assert_eq!((&body["stream"], &body["batch"], &body["reason"]), (&json!("IDLE"), &json!("slow"), &json!("timeout")));
     let late = publish(&client, "idle.a", &batch_headers("slow", "3", Some("1"), &[]), event(3)).await;
     assert_eq!(late["error"]["err_code"], 10176, "{late}");
     assert_eq!(stream_info(&client, "IDLE").await["state"]["messages"], 0);
+    // A gap abandons a batch too; the late commit above was for no open batch and told nobody.
+    assert_eq!(publish(&client, "idle.a", &batch_headers("gap", "1", None, &[]), event(1)).await, Value::Null);
+    let gap = publish(&client, "idle.a", &batch_headers("gap", "3", None, &[]), event(1)).await;
+    assert_eq!(gap["error"]["err_code"], 10176, "{gap}");
+    let advisory = tokio::time::timeout(Duration::from_secs(5), advisories.next()).await.unwrap().unwrap();
+    let body: Value = serde_json::from_slice(&advisory.payload).unwrap();
+    assert_eq!((&body["batch"], &body["reason"]), (&json!("gap"), &json!("incomplete")), "one advisory per batch");
 
     let refused =
         create_stream(&client, l3_config("BAD", &["bad.>"], json!({"metadata": {"semaq.batch_timeout": "2h"}}))).await;

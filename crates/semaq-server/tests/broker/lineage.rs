@@ -459,6 +459,46 @@ async fn random_keys_cannot_grow_the_registry_without_bound_even_across_a_restar
 }
 
 #[tokio::test]
+async fn msg_id_parents_stored_before_a_restart_resolve_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start_on(dir.path());
+    let client = server.client().await;
+    rag_streams(&client).await;
+    // More than the newest-messages search of lower-level streams reaches.
+    let count = 2_000;
+    for n in 0..count {
+        let headers = l4_headers(&[("Nats-Msg-Id", format!("r-{n}").as_str())]);
+        client.publish_with_headers("rag.retrieval", headers, json!({"text": "doc"}).to_string().into()).await.unwrap();
+    }
+    let last = publish(&client, "rag.retrieval", l4_headers(&[]), json!({"text": "last"})).await;
+    assert_eq!(last["seq"], count + 1, "{last}");
+    drop(client);
+    assert_eq!(server.terminate(), Some(0));
+
+    let server = start_on(dir.path());
+    let client = server.client().await;
+    let js = jetstream::new(client.clone());
+    let resolved = |seq| {
+        let js = js.clone();
+        async move {
+            let stored = js.get_stream("ANSWERS").await.unwrap().get_raw_message(seq).await.unwrap();
+            stored.headers.get("Semaq-Parent-Resolved").map(|v| v.as_str().to_string())
+        }
+    };
+    let child = l4_headers(&[("Semaq-Parent", "r-0")]);
+    assert_eq!(publish(&client, "rag.answer", child, json!({"text": "a"})).await["seq"], 1);
+    assert_eq!(resolved(1).await.as_deref(), Some("RETRIEVALS:1"), "the oldest of {count}, stored before the restart");
+    let mixed = l4_headers(&[("Semaq-Parent", "r-1999, never-seen, r-1000")]);
+    assert_eq!(publish(&client, "rag.answer", mixed, json!({"text": "b"})).await["seq"], 2);
+    assert_eq!(resolved(2).await.as_deref(), Some("RETRIEVALS:2000,never-seen,RETRIEVALS:1001"));
+    let unknown = l4_headers(&[("Semaq-Parent", "never-seen")]);
+    assert_eq!(publish(&client, "rag.answer", unknown, json!({"text": "c"})).await["seq"], 3);
+    assert_eq!(resolved(3).await, None, "an id nobody stored stays an unresolved parent");
+    let graph = lineage(&client, "ANSWERS:3", json!({})).await;
+    assert_eq!(node(&graph, "msg-id:never-seen")["status"], "unresolved");
+}
+
+#[tokio::test]
 async fn level_keys_are_checked_at_create_and_shown_in_stream_info() {
     let server = TestServer::start();
     let client = server.client().await;
