@@ -22,25 +22,17 @@ pub struct Civil {
     pub micros: u32,
 }
 
-/// Splits a time into UTC calendar fields (Howard Hinnant's days-to-civil algorithm).
+/// Splits a time into UTC calendar fields.
 pub fn civil(time: SystemTime) -> Civil {
     let since_epoch = time.duration_since(SystemTime::UNIX_EPOCH).unwrap_or(Duration::ZERO);
     let secs = since_epoch.as_secs() as i64;
     let days = secs.div_euclid(86_400);
     let of_day = secs.rem_euclid(86_400) as u32;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (year, month, day) = semaq_store::chain::event_time::civil_from_days(days);
     Civil {
         year,
-        month,
-        day,
+        month: month as u32,
+        day: day as u32,
         hour: of_day / 3600,
         minute: of_day / 60 % 60,
         second: of_day % 60,

@@ -96,15 +96,20 @@ impl TestServer {
     /// Sends SIGTERM and waits for exit, returning the exit code.
     pub fn terminate(mut self) -> Option<i32> {
         unsafe_kill(self.child.id(), "TERM");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return status.code();
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
+        wait_for_exit(&mut self.child)?.code()
     }
+}
+
+/// Waits (at most 10 s) for a server process to exit; its status, or `None` if it is still running.
+pub fn wait_for_exit(child: &mut Child) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
 }
 
 /// Waits until the server has processed everything `client` sent before. async-nats' `flush`

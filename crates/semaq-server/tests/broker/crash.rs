@@ -35,7 +35,7 @@ use async_nats::jetstream::{self, consumer, stream};
 use futures::StreamExt;
 use tokio::sync::watch;
 
-use crate::common::{start_process, Started};
+use crate::common::{start_process, wait_for_exit, Started};
 
 /// Outstanding publish acks the publisher keeps in flight.
 const ACK_WINDOW: usize = 256;
@@ -77,15 +77,8 @@ impl Broker {
     /// SIGTERM, and wait (at most 10 s) for a clean exit.
     fn terminate(&mut self) {
         let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                assert!(status.success(), "server exited with {status} after SIGTERM");
-                return;
-            }
-            assert!(Instant::now() < deadline, "server did not exit within 10 s of SIGTERM");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let status = wait_for_exit(&mut self.child).expect("server did not exit within 10 s of SIGTERM");
+        assert!(status.success(), "server exited with {status} after SIGTERM");
     }
 
     fn log_text(&self) -> String {

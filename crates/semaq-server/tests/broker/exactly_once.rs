@@ -19,7 +19,7 @@ use async_nats::HeaderMap;
 use futures::StreamExt;
 use serde_json::{json, Value};
 
-use crate::common::{start_process, Started, TestServer};
+use crate::common::{start_process, wait_for_exit, Started, TestServer};
 
 const SCHEMA_SUBJECT: &str = "exact-event";
 const SCHEMA: &str = r#"{"type": "object", "properties": {"n": {"type": "integer"}, "note": {"type": "string"}},
@@ -59,14 +59,7 @@ impl Broker {
 
     /// Waits (at most 10 s) for the process to exit on its own; its exit code.
     pub(crate) fn wait_exit(&mut self) -> Option<i32> {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return status.code();
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
+        wait_for_exit(&mut self.child)?.code()
     }
 }
 

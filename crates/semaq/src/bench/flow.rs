@@ -222,7 +222,7 @@ impl Flow {
 }
 
 /// Copies the template with the current time and sequence written into its first 16 bytes.
-fn stamp(template: &mut BytesMut, epoch: Instant, sequence: u64) -> Bytes {
+pub fn stamp(template: &mut BytesMut, epoch: Instant, sequence: u64) -> Bytes {
     let elapsed_ns = u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
     let mut header = &mut template[..STAMP_BYTES];
     header.put_u64_le(elapsed_ns);
@@ -231,7 +231,7 @@ fn stamp(template: &mut BytesMut, epoch: Instant, sequence: u64) -> Bytes {
 }
 
 /// Reads the (send time, sequence) stamp; `None` for a payload too short to carry one.
-fn read_stamp(payload: &[u8]) -> Option<(u64, u64)> {
+pub fn read_stamp(payload: &[u8]) -> Option<(u64, u64)> {
     let sent_ns = u64::from_le_bytes(payload.get(0..8)?.try_into().ok()?);
     let sequence = u64::from_le_bytes(payload.get(8..16)?.try_into().ok()?);
     Some((sent_ns, sequence))

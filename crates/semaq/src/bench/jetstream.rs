@@ -169,7 +169,7 @@ pub async fn publish_pipelined_with(
     stream: &BenchStream,
     plan: &PublishPlan,
     progress: &ProgressBar,
-    message: impl Fn(u64) -> (Option<async_nats::HeaderMap>, Bytes),
+    mut message: impl FnMut(u64) -> (Option<async_nats::HeaderMap>, Bytes),
 ) -> Result<Published> {
     let mut in_flight = FuturesUnordered::new();
     let mut outcome = Published::new();

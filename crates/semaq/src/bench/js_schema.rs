@@ -21,7 +21,7 @@ use indicatif::ProgressBar;
 use serde_json::{json, Value};
 
 use super::jetstream::{publish_payload_pipelined, BenchStream, PublishPlan};
-use super::server::cpu_seconds;
+use super::server::{cpu_per_message, cpu_seconds};
 use super::Load;
 use crate::connect::Target;
 
@@ -210,10 +210,7 @@ async fn run_variant(
     }
     let seconds = published.elapsed.as_secs_f64();
     let rate = if seconds > 0.0 { published.acked as f64 / seconds } else { 0.0 };
-    let cpu_per_message = match (cpu_before, cpu_after) {
-        (Some(before), Some(after)) if published.acked > 0 => Some((after - before) / published.acked as f64),
-        _ => None,
-    };
+    let cpu_per_message = cpu_per_message(cpu_before, cpu_after, published.acked);
     Ok(VariantRun { rate, cpu_per_message })
 }
 

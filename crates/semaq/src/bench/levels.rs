@@ -28,7 +28,7 @@ use bytes::Bytes;
 use indicatif::ProgressBar;
 
 use super::jetstream::{publish_pipelined_with, BenchStream, PublishPlan, ACK_WINDOW};
-use super::server::{cpu_seconds, ServerSpec};
+use super::server::{cpu_per_message, cpu_seconds, ServerSpec};
 use super::stats::{format_count, median, median_ratio};
 use super::{Load, LoadArgs, Scenario};
 use crate::connect::Target;
@@ -200,14 +200,10 @@ async fn publish_to(target: &Target, load: &Load, level: Level, server_pid: u32)
         bail!("{} run failed: {}", level.name(), problems.join("; "));
     }
     let seconds = published.elapsed.as_secs_f64();
-    let per_message = |before: Option<f64>, after: Option<f64>| match (before, after) {
-        (Some(before), Some(after)) if published.acked > 0 => Some((after - before) / published.acked as f64),
-        _ => None,
-    };
     Ok(LevelRun {
         rate: if seconds > 0.0 { published.acked as f64 / seconds } else { 0.0 },
-        server_cpu: per_message(before.0, after.0),
-        client_cpu: per_message(before.1, after.1),
+        server_cpu: cpu_per_message(before.0, after.0, published.acked),
+        client_cpu: cpu_per_message(before.1, after.1, published.acked),
     })
 }
 

@@ -202,9 +202,6 @@ impl Scenario {
         if msgs == 0 {
             bail!("--msgs must be at least 1");
         }
-        if self == Scenario::JsPipeline && args.size < pipeline::STAMP_BYTES {
-            bail!("--size must be at least {} bytes: each message carries its send time", pipeline::STAMP_BYTES);
-        }
         if self.uses_stamps() && args.size < flow::STAMP_BYTES {
             bail!(
                 "--size must be at least {} bytes: each message carries its send time and sequence",
@@ -216,7 +213,7 @@ impl Scenario {
 
     /// Whether payloads carry the send-time stamp of `flow.rs`.
     fn uses_stamps(self) -> bool {
-        matches!(self, Scenario::Pubsub | Scenario::Fanout | Scenario::Queue)
+        matches!(self, Scenario::Pubsub | Scenario::Fanout | Scenario::Queue | Scenario::JsPipeline)
     }
 
     /// Runs the scenario once against `target`.

@@ -2,17 +2,18 @@
 //! PubAcks outstanding on a file stream (default durability) while a durable pull consumer on the
 //! same stream receives and acks each message as it arrives. The figures are messages consumed
 //! per second (from the first publish to the last message received) and publish→receive latency
-//! (every payload starts with its send time), so a server whose readers wait behind its writers
+//! (payloads carry `flow.rs`'s send-time stamp), so a server whose readers wait behind its writers
 //! shows here, where neither `js-pub` nor `js-consume` alone would.
 
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 use async_nats::jetstream::consumer::PullConsumer;
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::BytesMut;
 use futures::StreamExt;
 use indicatif::ProgressBar;
 
+use super::flow::{read_stamp, stamp};
 use super::jetstream::{
     bench_consumer, publish_pipelined_with, wait_for_ack_floor, BenchStream, Durability, PublishPlan, ACK_WINDOW,
     CONSUME_STALL_TIMEOUT, PULL_BATCH,
@@ -20,9 +21,6 @@ use super::jetstream::{
 use super::stats::{format_count, latency_histogram, record_latency};
 use super::{Load, Report};
 use crate::connect::Target;
-
-/// Bytes of the send-time stamp at the start of every payload.
-pub const STAMP_BYTES: usize = 8;
 
 /// Runs `js-pipeline` on a new stream, deleted afterwards.
 pub async fn run(target: &Target, load: &Load, progress: &ProgressBar) -> Result<Report> {
@@ -38,7 +36,8 @@ async fn publish_while_consuming(stream: &BenchStream, load: &Load, progress: &P
     // Every message is published: the consumer knows how many to wait for.
     let plan = PublishPlan { msgs: load.msgs, size: load.size, deadline: None };
     let hidden = ProgressBar::hidden();
-    let publish = publish_pipelined_with(stream, &plan, &hidden, |_| (None, stamped(epoch, load.size)));
+    let mut template = BytesMut::zeroed(load.size);
+    let publish = publish_pipelined_with(stream, &plan, &hidden, |index| (None, stamp(&mut template, epoch, index)));
     let (published, consumed) = tokio::join!(publish, consume(&consumer, load, epoch, progress));
     let published = published?;
     let problems = published.problems(Some(stream.stored_messages().await?));
@@ -85,8 +84,8 @@ async fn consume(
             Ok(None) => bail!("the pull stream ended after {received} of {}", load.msgs),
             Ok(Some(message)) => message.context("pull failed")?,
         };
-        if let Some(sent_at) = stamp_of(&message.payload) {
-            record_latency(&mut latency, epoch.elapsed().saturating_sub(sent_at));
+        if let Some((sent_ns, _)) = read_stamp(&message.payload) {
+            record_latency(&mut latency, epoch.elapsed().saturating_sub(Duration::from_nanos(sent_ns)));
         }
         message.ack().await.map_err(|error| anyhow::anyhow!("cannot ack: {error}"))?;
         received += 1;
@@ -96,34 +95,4 @@ async fn consume(
     }
     progress.set_position(received);
     Ok((received, epoch.elapsed(), latency))
-}
-
-/// A payload of `size` bytes (at least the stamp) starting with the time since `epoch` in nanoseconds.
-fn stamped(epoch: Instant, size: usize) -> Bytes {
-    let mut payload = BytesMut::with_capacity(size.max(STAMP_BYTES));
-    payload.put_u64_le(epoch.elapsed().as_nanos() as u64);
-    payload.resize(size.max(STAMP_BYTES), b'x');
-    payload.freeze()
-}
-
-/// The send time a payload starts with.
-fn stamp_of(payload: &[u8]) -> Option<Duration> {
-    let stamp: [u8; STAMP_BYTES] = payload.get(..STAMP_BYTES)?.try_into().ok()?;
-    Some(Duration::from_nanos(u64::from_le_bytes(stamp)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn payloads_carry_their_send_time_and_have_the_asked_size() {
-        let epoch = Instant::now();
-        let payload = stamped(epoch, 128);
-        assert_eq!(payload.len(), 128);
-        let sent_at = stamp_of(&payload).unwrap();
-        assert!(sent_at <= epoch.elapsed());
-        assert_eq!(stamped(epoch, 3).len(), STAMP_BYTES);
-        assert_eq!(stamp_of(b"short"), None);
-    }
 }

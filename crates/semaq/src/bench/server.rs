@@ -197,6 +197,15 @@ pub fn parse_vm_rss(status: &str) -> Option<u64> {
     Some(kibibytes * 1024)
 }
 
+/// CPU seconds per message between two [`cpu_seconds`] readings; `None` if either is missing
+/// or nothing was handled.
+pub fn cpu_per_message(before: Option<f64>, after: Option<f64>, messages: u64) -> Option<f64> {
+    match (before, after) {
+        (Some(before), Some(after)) if messages > 0 => Some((after - before) / messages as f64),
+        _ => None,
+    }
+}
+
 /// User plus system CPU seconds the process has used (Linux `/proc/PID/stat`).
 pub fn cpu_seconds(pid: u32) -> Option<f64> {
     parse_cpu_ticks(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
