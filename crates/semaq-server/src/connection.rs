@@ -446,8 +446,3 @@ impl Connection {
         self.client.subscriptions.store(0, Ordering::Relaxed);
     }
 }
-
-/// Unix time now in nanoseconds.
-pub fn unix_nanos(time: SystemTime) -> u64 {
-    time.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
-}

@@ -6,9 +6,10 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use anyhow::Context;
+use semaq_server::flags;
 use semaq_server::options::Options;
 use semaq_server::server::{Server, SEMAQ_VERSION};
-use semaq_server::{clock, flags};
+use semaq_wire::clock;
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};

@@ -7,11 +7,11 @@ use std::time::SystemTime;
 use axum::extract::{Query, State};
 use axum::routing::get;
 use axum::{Json, Router};
+use semaq_wire::clock;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
-use crate::clock;
 use crate::connection::Client;
 use crate::limits;
 use crate::server::{lock, Shared, NATS_COMPATIBLE_VERSION, SEMAQ_VERSION};

@@ -7,6 +7,7 @@ use std::cell::OnceCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use semaq_wire::headers::names;
 use serde_json::Value as Json;
 
 use super::cache::PayloadCache;
@@ -17,24 +18,24 @@ use crate::registry::{decode, Registry};
 /// Header names as SPEC §2 writes them; a header sent in another case is also bound under this
 /// spelling, so `headers["Semaq-Priority"]` finds `semaq-priority: 0`.
 const KNOWN_HEADERS: &[&str] = &[
-    "Nats-Msg-Id",
-    "Semaq-Producer",
-    "Semaq-Producer-Seq",
-    "Nats-Batch-Id",
-    "Nats-Batch-Sequence",
-    "Nats-Batch-Commit",
-    "Semaq-Model",
-    "Semaq-Intent",
-    "Semaq-Confidence",
-    "Semaq-Priority",
-    "Semaq-Lossy",
-    "Semaq-Session",
-    "Semaq-Tokens-In",
-    "Semaq-Tokens-Out",
-    "Semaq-Event-Time",
-    "Semaq-Parent",
-    "traceparent",
-    "tracestate",
+    names::MSG_ID,
+    names::PRODUCER,
+    names::PRODUCER_SEQ,
+    names::BATCH_ID,
+    names::BATCH_SEQUENCE,
+    names::BATCH_COMMIT,
+    names::MODEL,
+    names::INTENT,
+    names::CONFIDENCE,
+    names::PRIORITY,
+    names::LOSSY,
+    names::SESSION,
+    names::TOKENS_IN,
+    names::TOKENS_OUT,
+    names::EVENT_TIME,
+    names::PARENT,
+    names::TRACEPARENT,
+    names::TRACESTATE,
 ];
 
 /// The `headers` binding: header name → first value.
@@ -44,18 +45,16 @@ pub struct Headers {
 }
 
 impl Headers {
-    /// Reads a `NATS/1.0` block; a malformed block binds no headers.
+    /// Reads a `NATS/1.0` block as the broker reads it ([`semaq_wire::Headers`]): a malformed
+    /// line binds nothing, the block's other headers still bind.
     pub fn parse(block: Option<&[u8]>) -> Self {
-        let Some(parsed) = block.and_then(|b| semaq_wire::HeaderBlock::parse(b).ok()) else {
-            return Self::default();
-        };
         let mut headers = Self::default();
-        for (name, value) in parsed.entries {
-            let known = KNOWN_HEADERS.iter().find(|k| k.eq_ignore_ascii_case(&name) && **k != name);
+        for (name, value) in semaq_wire::Headers::new(block.unwrap_or_default()) {
+            let known = KNOWN_HEADERS.iter().find(|k| k.eq_ignore_ascii_case(name) && **k != name);
             if let Some(known) = known {
-                headers.insert(known, &value);
+                headers.insert(known, value);
             }
-            headers.insert(&name, &value);
+            headers.insert(name, value);
         }
         headers
     }

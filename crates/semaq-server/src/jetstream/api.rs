@@ -7,6 +7,8 @@ use std::sync::{Arc, Weak};
 
 use base64::Engine;
 use bytes::Bytes;
+use semaq_wire::headers::names;
+use semaq_wire::{clock, Headers};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -18,7 +20,6 @@ use super::consumers::{self, CreateRequest, CreateSubject};
 use super::errors::ApiError;
 use super::stream::{store_error, Stream};
 use super::JetStream;
-use crate::clock;
 use crate::delivery::{InternalSink, Message};
 use crate::limits;
 use crate::server::Shared;
@@ -284,11 +285,10 @@ pub fn stream_info(stream: &Stream) -> Value {
 }
 
 fn timestamp(unix_ns: i64) -> String {
-    let time = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_nanos(unix_ns.max(0) as u64);
     if unix_ns <= 0 {
         "0001-01-01T00:00:00Z".to_string()
     } else {
-        clock::rfc3339(time)
+        clock::rfc3339(clock::system_time(unix_ns))
     }
 }
 
@@ -519,18 +519,21 @@ fn direct_get(shared: &Shared, jetstream: &JetStream, reply: &str, stream: &str,
         message.headers = provenance.annotate(message.seq, message.headers.take());
     }
     let mut headers = format!(
-        "NATS/1.0\r\nNats-Stream: {}\r\nNats-Subject: {}\r\nNats-Sequence: {}\r\nNats-Time-Stamp: {}\r\n",
+        "NATS/1.0\r\n{}: {}\r\n{}: {}\r\n{}: {}\r\n{}: {}\r\n",
+        names::STREAM,
         stream.name,
+        names::SUBJECT,
         message.subject,
+        names::SEQUENCE,
         message.seq,
+        names::TIME_STAMP,
         timestamp(message.timestamp_ns)
     );
-    if let Some(original) = message.headers.as_deref().and_then(|h| std::str::from_utf8(h).ok()) {
-        let lines = original.split("\r\n").skip(1).filter(|line| !line.is_empty());
-        for line in lines {
-            headers.push_str(line);
-            headers.push_str("\r\n");
-        }
+    for (name, value) in Headers::new(message.headers.as_deref().unwrap_or_default()) {
+        headers.push_str(name);
+        headers.push_str(": ");
+        headers.push_str(value);
+        headers.push_str("\r\n");
     }
     headers.push_str("\r\n");
     shared.publish_as(

@@ -30,23 +30,18 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use semaq_store::StreamStore;
+use semaq_wire::{clock, Headers};
 
 use super::config::{Discard, StreamConfig};
 use super::errors::ApiError;
-use super::producers::{self, raw_header};
-use super::stream::{header as js_header, raw_headers, store_error, Inbound, Ingest, PublishOutcome, Stream};
-use crate::clock;
+use super::producers;
+use super::stream::{header as js_header, store_error, Inbound, Ingest, PublishOutcome, Stream};
 use crate::delivery::{FlushSet, Message};
 use crate::limits;
 
 /// Batch headers (nats-server's names).
 pub mod header {
-    /// Names the batch a message belongs to.
-    pub const BATCH_ID: &str = "Nats-Batch-Id";
-    /// The message's position in its batch, from 1.
-    pub const BATCH_SEQUENCE: &str = "Nats-Batch-Sequence";
-    /// On the last message: `1` (commit with it) or `eob` (commit without it).
-    pub const BATCH_COMMIT: &str = "Nats-Batch-Commit";
+    pub use semaq_wire::headers::names::{BATCH_COMMIT, BATCH_ID, BATCH_SEQUENCE};
 }
 
 /// Environment variable naming a test-only failure point: `batch-append:<n>` makes the server
@@ -139,7 +134,7 @@ pub struct Batches {
 impl Batches {
     /// Sorts a message: on its own, staged, refused, or the commit of its batch.
     pub fn route(&mut self, config: &StreamConfig, message: Inbound, now: Instant) -> Route {
-        let id = match message.headers.as_deref().and_then(|block| raw_header(block, header::BATCH_ID)) {
+        let id = match message.headers.as_deref().and_then(|block| Headers::new(block).get(header::BATCH_ID)) {
             Some(id) if !id.is_empty() => id.to_string(),
             _ => return Route::Single(message),
         };
@@ -164,10 +159,10 @@ impl Batches {
             return Err(refuse(ApiError::atomic_publish_invalid_id()));
         }
         let block = message.headers.as_deref().unwrap_or_default();
-        let Some(seq) = raw_header(block, header::BATCH_SEQUENCE).and_then(|text| text.parse::<u64>().ok()) else {
+        let [seq, commit] = Headers::new(block).get_many(&[header::BATCH_SEQUENCE, header::BATCH_COMMIT]);
+        let Some(seq) = seq.and_then(|text| text.parse::<u64>().ok()) else {
             return Err(refuse(ApiError::atomic_publish_missing_seq()));
         };
-        let commit = raw_header(block, header::BATCH_COMMIT);
         let eob = commit == Some("eob");
         // The "end of batch" marker is not stored, so it does not count toward the size.
         let size = seq.saturating_sub(u64::from(eob));
@@ -398,7 +393,7 @@ pub fn commit(
 /// The last stored message of a batch says the batch is complete (`eob` commits add it).
 fn mark_committed(message: &mut Inbound) {
     let block = message.headers.as_deref().unwrap_or_default();
-    if raw_header(block, header::BATCH_COMMIT) == Some("1") {
+    if Headers::new(block).get(header::BATCH_COMMIT) == Some("1") {
         return;
     }
     let line = format!("{}: 1\r\n", header::BATCH_COMMIT);
@@ -433,12 +428,13 @@ fn precheck(ingest: &mut Ingest<'_, '_>, messages: &[Inbound]) -> Result<(), Api
             // L4 stores the block sealed: its end replaced by the two chain lines.
             bytes += (semaq_store::chain::SEAL_BYTES - 4) as u64;
         }
-        if raw_header(block, js_header::EXPECTED_LAST_MSG_ID).is_some() {
+        let [last_msg_id, msg_id] = Headers::new(block).get_many(&[js_header::EXPECTED_LAST_MSG_ID, js_header::MSG_ID]);
+        if last_msg_id.is_some() {
             return Err(ApiError::atomic_publish_unsupported_header(js_header::EXPECTED_LAST_MSG_ID));
         }
         check_expected(config, &*ingest.store, message, index == 0, subjects.contains(message.subject.as_str()))?;
         subjects.insert(message.subject.as_str());
-        if let Some(msg_id) = raw_header(block, js_header::MSG_ID) {
+        if let Some(msg_id) = msg_id {
             if !ids.insert(msg_id) || ingest.knows_msg_id(msg_id) {
                 return Err(ApiError::atomic_publish_duplicate(None));
             }
@@ -469,7 +465,8 @@ fn check_expected(
 ) -> Result<(), ApiError> {
     let names =
         [js_header::EXPECTED_STREAM, js_header::EXPECTED_LAST_SEQUENCE, js_header::EXPECTED_LAST_SUBJECT_SEQUENCE];
-    let [stream, last_seq, last_subject_seq] = raw_headers(message.headers.as_deref().unwrap_or_default(), &names);
+    let [stream, last_seq, last_subject_seq] =
+        Headers::new(message.headers.as_deref().unwrap_or_default()).get_many(&names);
     if (last_seq.is_some() && !first) || (last_subject_seq.is_some() && subject_written) {
         return Err(ApiError::wrong_last_sequence_constant());
     }
@@ -616,13 +613,14 @@ pub fn remove_incomplete_tail(store: &mut dyn StreamStore) -> u64 {
     for seq in (lowest..=state.last_seq).rev() {
         let Ok(Some(message)) = store.get(seq) else { continue };
         let block = message.headers.as_deref().unwrap_or_default();
-        let id = raw_header(block, header::BATCH_ID).filter(|id| !id.is_empty());
-        let (Some(id), None) = (id, raw_header(block, header::BATCH_COMMIT)) else { break };
+        let [id, commit, batch_seq] =
+            Headers::new(block).get_many(&[header::BATCH_ID, header::BATCH_COMMIT, header::BATCH_SEQUENCE]);
+        let (Some(id), None) = (id.filter(|id| !id.is_empty()), commit) else { break };
         if tail.get_or_insert_with(|| id.to_string()) != id {
             break;
         }
         doomed.push(seq);
-        if raw_header(block, header::BATCH_SEQUENCE) == Some("1") {
+        if batch_seq == Some("1") {
             break;
         }
     }
@@ -691,8 +689,8 @@ mod tests {
         assert_eq!(commit.messages.len(), 1);
         mark_committed(&mut commit.messages[0]);
         let block = commit.messages[0].headers.clone().unwrap();
-        assert_eq!(raw_header(&block, header::BATCH_COMMIT), Some("1"));
-        assert_eq!(raw_header(&block, header::BATCH_SEQUENCE), Some("1"));
+        assert_eq!(Headers::new(&block).get(header::BATCH_COMMIT), Some("1"));
+        assert_eq!(Headers::new(&block).get(header::BATCH_SEQUENCE), Some("1"));
     }
 
     #[test]

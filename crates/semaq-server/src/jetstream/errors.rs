@@ -46,7 +46,7 @@ impl ApiError {
     }
     /// Level 4: an event time not after the subject's last accepted one.
     pub fn event_time_not_increasing(subject: &str, text: &str, last_ns: i64) -> Self {
-        let last = semaq_store::chain::format_event_time(last_ns);
+        let last = semaq_wire::clock::rfc3339_nanos(last_ns);
         Self::new(
             400,
             10442,
@@ -66,9 +66,13 @@ impl ApiError {
     pub fn provenance_header_reserved(name: &str) -> Self {
         Self::new(400, 10444, format!("header {name} is written by the server on level 4 streams; do not publish it"))
     }
-    /// Level 4: a header block that does not end as one should.
+    /// Level 4: a header block that is not well-formed (`semaq_wire::Headers::check`).
     pub fn provenance_malformed_headers() -> Self {
-        Self::new(400, 10444, "the message's header block is malformed (it must end with a blank line)")
+        Self::new(
+            400,
+            10444,
+            "the message's header block is malformed (it must be NATS/1.0, then Name: value lines, then a blank line)",
+        )
     }
     /// Level 4: an operation that would remove messages from the middle of the chain.
     pub fn append_only(what: &str) -> Self {

@@ -31,29 +31,20 @@ use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
 use semaq_store::{StoreError, StoredMessage, StreamStore};
-use semaq_wire::HeaderBlock;
+use semaq_wire::headers::names;
+use semaq_wire::{clock, Headers};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::config::StreamConfig;
 use super::errors::ApiError;
-use super::stream::{header, header_value, now_ns, Inbound, Stream};
+use super::stream::{header, Inbound, Stream};
 use super::JetStream;
 use crate::delivery::{QueuedRequest, RequestQueue};
 use crate::limits;
 use crate::server::{lock, Shared};
 
-/// The header naming a message's parents.
-pub const PARENT_HEADER: &str = "Semaq-Parent";
-/// The header the broker adds with `Nats-Msg-Id` parents resolved to `STREAM:SEQ`.
-pub const RESOLVED_HEADER: &str = "Semaq-Parent-Resolved";
-/// The producer header (recorded by L2 and above).
-const PRODUCER_HEADER: &str = "Semaq-Producer";
-/// The event time header (L4).
-const EVENT_TIME_HEADER: &str = "Semaq-Event-Time";
-/// The chain hash header (L4 provenance).
-const HASH_HEADER: &str = "Semaq-Hash";
 /// The prefix of the lineage API subjects.
 pub const API_PREFIX: &str = "$SEMAQ.API.LINEAGE";
 /// The response type of the lineage API.
@@ -164,7 +155,7 @@ impl Parents {
             Decision::Refuse(error) => Err(error),
             Decision::Record(resolved) => {
                 let block = message.headers.as_deref().unwrap_or_default();
-                let extended = crate::registry::binding::with_header(block, RESOLVED_HEADER, &resolved);
+                let extended = crate::registry::binding::with_header(block, names::PARENT_RESOLVED, &resolved);
                 message.headers = Some(Bytes::from(extended));
                 Ok(())
             }
@@ -174,16 +165,19 @@ impl Parents {
 
 /// A message refused for its lineage (SemaQ's own code: nats-server has none).
 fn refused(reason: impl std::fmt::Display) -> ApiError {
-    ApiError { code: 400, err_code: 10450, description: format!("invalid {PARENT_HEADER}: {reason}") }
+    ApiError { code: 400, err_code: 10450, description: format!("invalid {}: {reason}", names::PARENT) }
 }
 
 fn decide(jetstream: Option<&JetStream>, own: &str, message: &Inbound) -> Decision {
     let Some(block) = message.headers.as_deref() else { return Decision::Keep };
-    let Ok(headers) = HeaderBlock::parse(block) else { return Decision::Keep };
-    if headers.get(RESOLVED_HEADER).is_some() {
-        return Decision::Refuse(refused(format!("{RESOLVED_HEADER} is set by the server, not by publishers")));
+    let [resolved, parent] = Headers::new(block).get_many(&[names::PARENT_RESOLVED, names::PARENT]);
+    if resolved.is_some() {
+        return Decision::Refuse(refused(format!(
+            "{} is set by the server, not by publishers",
+            names::PARENT_RESOLVED
+        )));
     }
-    let Some(value) = headers.get(PARENT_HEADER) else { return Decision::Keep };
+    let Some(value) = parent else { return Decision::Keep };
     let references = match parse_references(value) {
         Ok(references) => references,
         Err(reason) => return Decision::Refuse(refused(reason)),
@@ -360,7 +354,7 @@ impl MsgIds {
 
 /// A message's `Nats-Msg-Id` when the map keeps it: a longer id cannot be named in `Semaq-Parent`.
 fn recordable_id(block: &[u8]) -> Option<&str> {
-    let id = super::stream::raw_header(block, header::MSG_ID)?;
+    let id = Headers::new(block).get(header::MSG_ID)?;
     (!id.is_empty() && id.len() <= limits::LINEAGE_REFERENCE_BYTES_MAX).then_some(id)
 }
 
@@ -395,7 +389,7 @@ fn find_msg_id(stream: &Stream, id: &str) -> Option<u64> {
         0 => super::config::DUPLICATE_WINDOW_DEFAULT_NS,
         window => window,
     };
-    let now = now_ns();
+    let now = clock::unix_nanos_now();
     let ids = stream.msg_ids();
     let known = match ids.find(id, now, window_ns, *stream.watch_last_seq().borrow()) {
         Some(known) => known,
@@ -412,7 +406,7 @@ fn find_msg_id(stream: &Stream, id: &str) -> Option<u64> {
 
 fn stored_with_id(stream: &Stream, seq: u64, id: &str) -> bool {
     let message = stream.store().get(seq).ok().flatten();
-    message.and_then(|m| m.headers.as_deref().and_then(|h| header_value(h, header::MSG_ID))).as_deref() == Some(id)
+    message.as_ref().and_then(|m| m.headers.as_deref()).and_then(|h| Headers::new(h).get(header::MSG_ID)) == Some(id)
 }
 
 /// The newest messages stored since `oldest_ns`, newest first, at most
@@ -429,7 +423,7 @@ fn scan_for_msg_id(stream: &Stream, id: &str, oldest_ns: i64) -> Option<u64> {
             if message.timestamp_ns < oldest_ns {
                 return None;
             }
-            if message.headers.as_deref().and_then(|h| header_value(h, header::MSG_ID)).as_deref() == Some(id) {
+            if message.headers.as_deref().and_then(|h| Headers::new(h).get(header::MSG_ID)) == Some(id) {
                 return Some(seq);
             }
         }
@@ -527,23 +521,24 @@ fn with_status(mut node: Value, status: &str) -> Value {
 }
 
 fn stored_node(mut node: Value, message: &StoredMessage) -> (Value, Vec<Reference>) {
-    let headers = message.headers.as_deref().and_then(|block| HeaderBlock::parse(block).ok());
-    let get = |name: &str| headers.as_ref().and_then(|h| h.get(name)).map(str::to_string);
-    let stored_time = crate::clock::rfc3339(unix_ns_time(message.timestamp_ns));
+    let wanted =
+        [names::EVENT_TIME, names::PRODUCER, names::HASH, header::MSG_ID, names::PARENT_RESOLVED, names::PARENT];
+    let [event_time, producer, hash, msg_id, resolved, parent] =
+        Headers::new(message.headers.as_deref().unwrap_or_default()).get_many(&wanted);
+    let stored_time = clock::rfc3339(clock::system_time(message.timestamp_ns));
     node["status"] = json!("stored");
     node["subject"] = json!(message.subject);
     node["stored_time"] = json!(stored_time);
-    match get(EVENT_TIME_HEADER) {
-        Some(event_time) => node["time"] = json!(readable_event_time(&event_time)),
+    match event_time {
+        Some(event_time) => node["time"] = json!(readable_event_time(event_time)),
         None => node["time"] = json!(stored_time),
     }
-    for (key, name) in [("producer", PRODUCER_HEADER), ("hash", HASH_HEADER), ("msg_id", header::MSG_ID)] {
-        if let Some(value) = get(name) {
+    for (key, value) in [("producer", producer), ("hash", hash), ("msg_id", msg_id)] {
+        if let Some(value) = value {
             node[key] = json!(value);
         }
     }
-    let references = get(RESOLVED_HEADER).or_else(|| get(PARENT_HEADER));
-    let parents = match references.as_deref().map(parse_references) {
+    let parents = match resolved.or(parent).map(parse_references) {
         None => Vec::new(),
         Some(Ok(parents)) => parents,
         Some(Err(reason)) => {
@@ -555,14 +550,10 @@ fn stored_node(mut node: Value, message: &StoredMessage) -> (Value, Vec<Referenc
     (node, parents)
 }
 
-fn unix_ns_time(unix_ns: i64) -> std::time::SystemTime {
-    std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_nanos(unix_ns.max(0) as u64)
-}
-
 /// An event time as RFC 3339: integer unix nanoseconds are converted, text is kept as sent.
 fn readable_event_time(text: &str) -> String {
     match text.trim().parse::<i64>() {
-        Ok(unix_ns) => crate::clock::rfc3339(unix_ns_time(unix_ns)),
+        Ok(unix_ns) => clock::rfc3339(clock::system_time(unix_ns)),
         Err(_) => text.to_string(),
     }
 }

@@ -30,13 +30,12 @@ use std::sync::{Arc, RwLock, Weak};
 use std::time::{Duration, SystemTime};
 
 use semaq_store::{DiscardPolicy, FileStore, FileStoreConfig, MemoryStore, StoreLimits, StreamStore};
-use semaq_wire::subject;
+use semaq_wire::{clock, subject};
 use serde::{Deserialize, Serialize};
 
 use self::config::{Discard, Retention, Storage, StreamConfig};
 use self::errors::ApiError;
 use self::stream::{Stream, SyncPolicy};
-use crate::clock;
 use crate::limits;
 use crate::server::Shared;
 
@@ -152,7 +151,7 @@ impl JetStream {
                 tracing::warn!("skipping {}: no readable stream.json", entry.path().display());
                 continue;
             };
-            let created = SystemTime::UNIX_EPOCH + Duration::from_nanos(meta.created_unix_ns.max(0) as u64);
+            let created = clock::system_time(meta.created_unix_ns);
             match self.open_stream(meta.config, created) {
                 Ok(stream) => tracing::info!("  Restored stream {:?}: {} messages", stream.name, stream.state().msgs),
                 Err(error) => tracing::error!("cannot restore stream in {}: {error}", entry.path().display()),
@@ -230,7 +229,7 @@ impl JetStream {
         let meta = StreamMeta {
             config: config.clone(),
             created: clock::rfc3339(created),
-            created_unix_ns: created.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64),
+            created_unix_ns: clock::unix_nanos(created),
         };
         let bytes = serde_json::to_vec_pretty(&meta).map_err(ApiError::stream_create)?;
         write_atomically(&dir.join("stream.json"), &bytes).map_err(ApiError::stream_create)

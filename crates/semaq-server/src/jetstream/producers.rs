@@ -24,17 +24,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use semaq_store::{DiscardPolicy, StoreLimits, StreamStore};
+use semaq_wire::headers::names::{PRODUCER, PRODUCER_SEQ};
+use semaq_wire::Headers;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::errors::ApiError;
-pub use super::stream::{raw_header, raw_headers};
 use crate::limits;
 
-/// Header naming the producer (also L2's lineage header).
-pub const PRODUCER: &str = "Semaq-Producer";
-/// Header carrying the producer's sequence, strictly increasing from 1.
-pub const PRODUCER_SEQ: &str = "Semaq-Producer-Seq";
 /// The snapshot's file name inside the stream directory.
 pub const SNAPSHOT_FILE: &str = "producers.json";
 const MAGIC: &str = "SEMAQ-PRODUCERS";
@@ -54,7 +51,7 @@ pub struct Claim<'a> {
 /// not a positive integer.
 pub fn claim(block: Option<&[u8]>) -> Result<Option<Claim<'_>>, ApiError> {
     let Some(block) = block else { return Ok(None) };
-    let [Some(seq_text), producer] = raw_headers(block, &[PRODUCER_SEQ, PRODUCER]) else { return Ok(None) };
+    let [Some(seq_text), producer] = Headers::new(block).get_many(&[PRODUCER_SEQ, PRODUCER]) else { return Ok(None) };
     let producer = producer.filter(|producer| !producer.is_empty());
     let Some(producer) = producer else {
         return Err(ApiError::invalid_producer(format!(
@@ -607,11 +604,11 @@ mod tests {
 
     #[test]
     fn raw_headers_are_found_by_name_without_parsing_the_block() {
-        let block = b"NATS/1.0\r\nNats-Msg-Id:  a:b \r\nno colon here\r\nX: 1\r\nx: 2\r\n\r\n";
-        assert_eq!(raw_header(block, "nats-msg-id"), Some("a:b"));
-        assert_eq!(raw_header(block, "X"), Some("1"), "the first of repeated names");
-        assert_eq!(raw_header(block, "Nats-Msg"), None);
-        assert_eq!(raw_header(b"NATS/1.0 503\r\n\r\n", "X"), None);
+        let block = Headers::new(b"NATS/1.0\r\nNats-Msg-Id:  a:b \r\nno colon here\r\nX: 1\r\nx: 2\r\n\r\n");
+        assert_eq!(block.get("nats-msg-id"), Some("a:b"));
+        assert_eq!(block.get("X"), Some("1"), "the first of repeated names");
+        assert_eq!(block.get("Nats-Msg"), None);
+        assert_eq!(Headers::new(b"NATS/1.0 503\r\n\r\n").get("X"), None);
     }
 
     #[test]

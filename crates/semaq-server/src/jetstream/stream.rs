@@ -18,6 +18,7 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use semaq_store::{StoreError, StreamState, StreamStore};
+use semaq_wire::{clock, Headers};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch};
 
@@ -35,16 +36,9 @@ use crate::server::{lock, Shared};
 
 /// Headers JetStream publishers may set.
 pub mod header {
-    /// Idempotency key for the dedup window.
-    pub const MSG_ID: &str = "Nats-Msg-Id";
-    /// The stream the publisher expects to store the message.
-    pub const EXPECTED_STREAM: &str = "Nats-Expected-Stream";
-    /// The stream's last sequence the publisher expects.
-    pub const EXPECTED_LAST_SEQUENCE: &str = "Nats-Expected-Last-Sequence";
-    /// The last sequence on this subject the publisher expects.
-    pub const EXPECTED_LAST_SUBJECT_SEQUENCE: &str = "Nats-Expected-Last-Subject-Sequence";
-    /// The last message id the publisher expects.
-    pub const EXPECTED_LAST_MSG_ID: &str = "Nats-Expected-Last-Msg-Id";
+    pub use semaq_wire::headers::names::{
+        EXPECTED_LAST_MSG_ID, EXPECTED_LAST_SEQUENCE, EXPECTED_LAST_SUBJECT_SEQUENCE, EXPECTED_STREAM, MSG_ID,
+    };
 }
 
 /// When appended messages are fsynced.
@@ -158,7 +152,7 @@ pub type DedupMark = (usize, Option<String>);
 fn recover_dedup(store: &dyn StreamStore, window_ns: i64) -> Dedup {
     let mut dedup = Dedup { loaded: true, ..Dedup::default() };
     let state = store.state();
-    let oldest_ns = now_ns() - window_ns;
+    let oldest_ns = clock::unix_nanos_now() - window_ns;
     let mut seq = state.last_seq;
     let mut found = Vec::new();
     let mut newest_has_id = None;
@@ -166,7 +160,8 @@ fn recover_dedup(store: &dyn StreamStore, window_ns: i64) -> Dedup {
         match store.get(seq) {
             Ok(Some(message)) if message.timestamp_ns < oldest_ns => break,
             Ok(Some(message)) => {
-                let id = message.headers.as_deref().and_then(|h| header_value(h, header::MSG_ID));
+                let id =
+                    message.headers.as_deref().and_then(|h| Headers::new(h).get(header::MSG_ID)).map(str::to_string);
                 newest_has_id.get_or_insert(id.is_some());
                 if let Some(id) = id {
                     found.push((message.timestamp_ns, id, message.seq));
@@ -270,11 +265,6 @@ impl std::fmt::Debug for Stream {
     }
 }
 
-/// Now in unix nanoseconds.
-pub fn now_ns() -> i64 {
-    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
-}
-
 impl Stream {
     /// Wraps an opened store and starts the ingest task; subscriptions are made by [`Stream::capture`].
     pub fn start(
@@ -290,7 +280,7 @@ impl Stream {
         let mut store = store;
         let mut producers = Producers::new(dir.as_deref());
         if config.exactly_once() {
-            producers.ensure_loaded(store.as_mut(), now_ns());
+            producers.ensure_loaded(store.as_mut(), clock::unix_nanos_now());
         }
         let last_seq = store.state().last_seq;
         let stream = Arc::new(Self {
@@ -309,7 +299,7 @@ impl Stream {
             stop: tokio::sync::Notify::new(),
             shared,
             provenance,
-            msg_ids: super::lineage::MsgIds::new(last_seq, now_ns()),
+            msg_ids: super::lineage::MsgIds::new(last_seq, clock::unix_nanos_now()),
         });
         // A new stream has nothing to rebuild; a restored one rebuilds on first use.
         let dedup = Dedup { loaded: last_seq == 0, ..Dedup::default() };
@@ -563,7 +553,7 @@ impl Stream {
             return;
         }
         let mut store = self.store();
-        let now = now_ns();
+        let now = clock::unix_nanos_now();
         {
             // L3: expiry must not take a message the producer snapshot does not cover.
             let mut producers = lock(&self.producers);
@@ -588,7 +578,7 @@ impl Stream {
     fn before_removal(&self, store: &mut dyn StreamStore, seq: u64) -> std::io::Result<()> {
         let mut producers = lock(&self.producers);
         if producers.removal_needs_snapshot(seq) {
-            producers.write_snapshot(store, now_ns())?;
+            producers.write_snapshot(store, clock::unix_nanos_now())?;
         }
         Ok(())
     }
@@ -597,7 +587,7 @@ impl Stream {
     fn snapshot_producers(&self, store: &mut dyn StreamStore) {
         let mut producers = lock(&self.producers);
         if producers.is_loaded() && producers.periodic_due(store.state().last_seq) {
-            if let Err(error) = producers.write_snapshot(store, now_ns()) {
+            if let Err(error) = producers.write_snapshot(store, clock::unix_nanos_now()) {
                 tracing::error!(stream = %self.name, %error, "cannot write the producer snapshot");
             }
         }
@@ -636,7 +626,7 @@ impl Stream {
         let window_ns = self.duplicate_window_ns();
         let mut store = self.store();
         let mut producers = lock(&self.producers);
-        let now = now_ns();
+        let now = clock::unix_nanos_now();
         dedup.expire(now, window_ns);
         if config.exactly_once() {
             // Also after an update raised the stream to L3.
@@ -862,31 +852,10 @@ pub fn pub_ack_json(stream: &str, domain: Option<&str>, outcome: PublishOutcome)
     }
 }
 
-/// The value of header `name` in a raw header block.
+/// The value of header `name` in a raw header block, owned. Kept for `registry::binding` until
+/// it reads [`Headers`] itself; everything else borrows from [`Headers`].
 pub fn header_value(block: &[u8], name: &str) -> Option<String> {
-    raw_header(block, name).map(str::to_string)
-}
-
-/// The value of header `name` in a raw `NATS/1.0` block, borrowed: the first line whose name
-/// matches case-insensitively, trimmed. A scan of the bytes, no allocation (the ingest path
-/// looks up several headers per message); lines without a colon are skipped.
-pub fn raw_header<'a>(block: &'a [u8], name: &str) -> Option<&'a str> {
-    let [value] = raw_headers(block, &[name]);
-    value
-}
-
-/// [`raw_header`] for several names in one pass over the block.
-pub fn raw_headers<'a, const N: usize>(block: &'a [u8], names: &[&str; N]) -> [Option<&'a str>; N] {
-    let mut found = [None; N];
-    for line in block.split(|byte| *byte == b'\n').skip(1) {
-        let Some(colon) = line.iter().position(|byte| *byte == b':') else { continue };
-        let key = line[..colon].trim_ascii();
-        let slot = names.iter().position(|name| key.eq_ignore_ascii_case(name.as_bytes()));
-        if let Some(slot) = slot.filter(|slot| found[*slot].is_none()) {
-            found[slot] = std::str::from_utf8(line[colon + 1..].trim_ascii()).ok();
-        }
-    }
-    found
+    Headers::new(block).get(name).map(str::to_string)
 }
 
 /// Checks and stores one message (on L4 streams through `chain`, which checks and chains it).
@@ -905,7 +874,7 @@ fn store_one(
     if config.max_msg_size >= 0 && size as i64 > config.max_msg_size {
         return Err(ApiError::message_too_large());
     }
-    let found = message.headers.as_deref().map(|block| raw_headers(block, &EXPECTATION_HEADERS));
+    let found = message.headers.as_deref().map(|block| Headers::new(block).get_many(&EXPECTATION_HEADERS));
     let [msg_id, stream, last_seq, last_subject_seq, last_msg_id] = found.unwrap_or_default();
     if (msg_id.is_some() || last_msg_id.is_some()) && !dedup.loaded {
         *dedup = recover_dedup(store, window_ns);

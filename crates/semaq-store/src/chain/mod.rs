@@ -23,10 +23,11 @@ pub mod event_time;
 pub mod page;
 pub mod verify;
 
+use semaq_wire::headers::names;
 use sha2::{Digest, Sha256};
 
 pub use checkpoint::{Checkpoint, KeyPair, PublicKey};
-pub use event_time::{format_event_time, parse_event_time};
+pub use event_time::parse_event_time;
 pub use verify::{Break, BreakKind, Summary, Verifier};
 
 /// A SHA-256 chain hash.
@@ -36,16 +37,8 @@ pub type Hash = [u8; HASH_BYTES];
 pub const HASH_BYTES: usize = 32;
 /// The predecessor of a stream's very first message.
 pub const GENESIS: Hash = [0; HASH_BYTES];
-/// Header naming the event time; required on L4 streams.
-pub const EVENT_TIME_HEADER: &str = "Semaq-Event-Time";
-/// Header holding a message's chain hash (hex).
-pub const HASH_HEADER: &str = "Semaq-Hash";
-/// Header holding the chain hash of the message before it (hex).
-pub const PREV_HASH_HEADER: &str = "Semaq-Prev-Hash";
-/// Header the server adds on delivery: the checkpoint that covers the message.
-pub const CHECKPOINT_HEADER: &str = "Semaq-Checkpoint";
 /// Headers only the server may write on an L4 stream.
-pub const SERVER_HEADERS: [&str; 3] = [HASH_HEADER, PREV_HASH_HEADER, CHECKPOINT_HEADER];
+pub const SERVER_HEADERS: [&str; 3] = [names::HASH, names::PREV_HASH, names::CHECKPOINT];
 
 /// Domain tag at the start of every hashed message, so a chain hash is never mistaken for
 /// another SHA-256 (and the encoding can change under a new tag).
@@ -55,7 +48,7 @@ const BLOCK_END: &[u8] = b"\r\n\r\n";
 /// Bytes a sealed block ends with after the covered block's last line:
 /// `\r\nSemaq-Prev-Hash: <64 hex>` (83) + `\r\nSemaq-Hash: <64 hex>` (78) + `\r\n\r\n` (4).
 pub const SEAL_BYTES: usize =
-    (2 + PREV_HASH_HEADER.len() + 2 + 2 * HASH_BYTES) + (2 + HASH_HEADER.len() + 2 + 2 * HASH_BYTES) + 4;
+    (2 + names::PREV_HASH.len() + 2 + 2 * HASH_BYTES) + (2 + names::HASH.len() + 2 + 2 * HASH_BYTES) + 4;
 
 /// The fields a chain hash covers, borrowed from wherever the message is.
 #[derive(Debug, Clone, Copy)]
@@ -97,7 +90,7 @@ pub fn seal(covered: &[u8], prev: &Hash, hash: &Hash) -> Option<Vec<u8>> {
     let head = covered.strip_suffix(BLOCK_END)?;
     let mut out = Vec::with_capacity(head.len() + SEAL_BYTES);
     out.extend_from_slice(head);
-    for (name, value) in [(PREV_HASH_HEADER, prev), (HASH_HEADER, hash)] {
+    for (name, value) in [(names::PREV_HASH, prev), (names::HASH, hash)] {
         out.extend_from_slice(b"\r\n");
         out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(b": ");
@@ -133,28 +126,18 @@ pub fn unseal(stored: &[u8]) -> Result<Sealed<'_>, &'static str> {
     let (head, tail) = stored.split_at(cut);
     let tail = tail.strip_suffix(BLOCK_END).ok_or("its header block does not end with the chain lines")?;
     let rest = tail.strip_prefix(b"\r\n").ok_or("its header block does not end with the chain lines")?;
-    let (prev_line, hash_line) = rest.split_at(PREV_HASH_HEADER.len() + 2 + 2 * HASH_BYTES);
+    let (prev_line, hash_line) = rest.split_at(names::PREV_HASH.len() + 2 + 2 * HASH_BYTES);
     let value = |line: &[u8], name: &str| -> Option<Hash> {
         let line = line.strip_prefix(name.as_bytes())?.strip_prefix(b": ")?;
         hash_from_hex(std::str::from_utf8(line).ok()?)
     };
-    let prev = value(prev_line, PREV_HASH_HEADER).ok_or("its Semaq-Prev-Hash line is missing or malformed")?;
+    let prev = value(prev_line, names::PREV_HASH).ok_or("its Semaq-Prev-Hash line is missing or malformed")?;
     let hash_line = hash_line.strip_prefix(b"\r\n").ok_or("its Semaq-Hash line is missing or malformed")?;
-    let hash = value(hash_line, HASH_HEADER).ok_or("its Semaq-Hash line is missing or malformed")?;
+    let hash = value(hash_line, names::HASH).ok_or("its Semaq-Hash line is missing or malformed")?;
     if !head.starts_with(b"NATS/1.0") {
         return Err("its header block does not start with NATS/1.0");
     }
     Ok(Sealed { head, prev, hash })
-}
-
-/// The first value of header `name` (case-insensitive, trimmed) in a header block, without
-/// allocating; the same reading as `semaq_wire::HeaderBlock::get`.
-pub fn header_value<'a>(block: &'a [u8], name: &str) -> Option<&'a str> {
-    let text = std::str::from_utf8(block).ok()?;
-    text.split("\r\n").skip(1).filter(|line| !line.is_empty()).find_map(|line| {
-        let (key, value) = line.split_once(':')?;
-        key.trim().eq_ignore_ascii_case(name).then(|| value.trim())
-    })
 }
 
 /// Lower-case hex.
@@ -210,8 +193,9 @@ mod tests {
         let sealed = unseal(&stored).unwrap();
         assert_eq!((sealed.prev, sealed.hash), (prev, hash));
         assert_eq!(sealed.covered().concat(), covered);
-        assert_eq!(header_value(&stored, "semaq-event-time"), Some("7"));
-        assert_eq!(header_value(&stored, HASH_HEADER), Some(&*"02".repeat(32)));
+        let read = semaq_wire::Headers::new(&stored);
+        assert_eq!(read.get("semaq-event-time"), Some("7"));
+        assert_eq!(read.get(names::HASH), Some(&*"02".repeat(32)));
         assert!(seal(b"NATS/1.0\r\nA: b\r\n", &prev, &hash).is_none(), "not a complete block");
     }
 

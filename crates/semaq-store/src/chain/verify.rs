@@ -6,8 +6,10 @@
 
 use std::ops::RangeInclusive;
 
+use semaq_wire::headers::{names, Headers};
+
 use super::checkpoint::{Checkpoint, PublicKey};
-use super::{event_time, header_value, message_hash, to_hex, unseal, Hash, Link, EVENT_TIME_HEADER, GENESIS};
+use super::{event_time, message_hash, to_hex, unseal, Hash, Link, GENESIS};
 use crate::types::MessageRef;
 
 /// How far a record that does not link to its predecessor is searched for the sequence it was
@@ -231,8 +233,9 @@ impl Verifier {
         let not_chained = |detail: String| Some(broken(seq, BreakKind::NotChained, detail));
         let headers = message.headers.ok_or_else(|| not_chained("it has no header block".into()))?;
         let sealed = unseal(headers).map_err(|reason| not_chained(reason.into()))?;
-        let text =
-            header_value(headers, EVENT_TIME_HEADER).ok_or_else(|| not_chained("it has no Semaq-Event-Time".into()))?;
+        let text = Headers::new(headers)
+            .get(names::EVENT_TIME)
+            .ok_or_else(|| not_chained("it has no Semaq-Event-Time".into()))?;
         let event_time_ns = event_time::parse_event_time(text)
             .ok_or_else(|| not_chained(format!("its Semaq-Event-Time {text:?} cannot be read")))?;
         let link = |seq| Link {

@@ -16,6 +16,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use futures::StreamExt;
 use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
+use semaq_wire::clock;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
@@ -85,7 +86,8 @@ struct Flow {
 /// Runs one publisher against `shape.subscribers` subscribers and reports delivered throughput.
 pub async fn run(target: &Target, load: &Load, shape: Shape, progress: &ProgressBar) -> Result<Report> {
     let flow = Arc::new(Flow {
-        subject: Subject::from(format!("semaq.bench.{}.{}", std::process::id(), unique_suffix())),
+        // Now in nanoseconds names this run apart from concurrent benches on the same server.
+        subject: Subject::from(format!("semaq.bench.{}.{}", std::process::id(), clock::unix_nanos_now())),
         shape,
         epoch: Instant::now(),
         counters: (0..shape.subscribers).map(|_| AtomicU64::new(0)).collect(),
@@ -286,11 +288,6 @@ pub fn check_exactly_once<'a>(sent: u64, members: impl Iterator<Item = &'a [u64]
         return Ok(());
     }
     Err(format!("exactly-once violated: {duplicates} duplicates, {missing} missing, {strays} unknown sequences"))
-}
-
-/// A per-run suffix so concurrent benches on one server do not see each other's messages.
-fn unique_suffix() -> u128 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
 }
 
 #[cfg(test)]

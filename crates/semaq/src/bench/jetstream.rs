@@ -24,6 +24,7 @@ use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
+use semaq_wire::clock;
 
 use super::stats::{format_count, latency_histogram, record_latency};
 use super::{Load, Report};
@@ -80,7 +81,8 @@ impl BenchStream {
 
     /// Creates a file stream with a fresh name and subject, and `metadata`, through `context`.
     pub async fn create_in(context: Context, tag: &str, metadata: HashMap<String, String>) -> Result<BenchStream> {
-        let unique = unique_suffix();
+        // Now in nanoseconds names this run apart from concurrent benches on the same server.
+        let unique = clock::unix_nanos_now();
         let name = format!("SEMAQ_BENCH_{}_{tag}_{unique}", std::process::id()).replace('-', "_");
         let subject = format!("semaq.bench.js.{}.{unique}", std::process::id());
         let config = StreamConfig {
@@ -444,11 +446,6 @@ pub async fn wait_for_ack_floor(consumer: &PullConsumer, last_sequence: u64) -> 
         }
         tokio::time::sleep(Duration::from_micros(500)).await;
     }
-}
-
-/// A per-run suffix so concurrent benches on one server do not see each other's streams.
-fn unique_suffix() -> u128 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ use anyhow::{anyhow, bail, Context as _, Result};
 use async_nats::jetstream::context::ContextBuilder;
 use bytes::Bytes;
 use indicatif::ProgressBar;
+use semaq_wire::clock;
 use serde_json::{json, Value};
 
 use super::jetstream::{publish_payload_pipelined, BenchStream, PublishPlan};
@@ -154,7 +155,8 @@ pub async fn measure(
     reverse: bool,
 ) -> Result<[VariantRun; 5]> {
     let client = target.connect().await?;
-    let unique = unique_suffix();
+    // Now in nanoseconds names this run apart from concurrent benches on the same server.
+    let unique = clock::unix_nanos_now();
     let subjects = [format!("semaq-bench-json-{unique}"), format!("semaq-bench-avro-{unique}")];
     let avro_id = if schemas {
         register(&client, &subjects[0], &json_schema(), "JSON").await?;
@@ -265,11 +267,6 @@ async fn call(client: &async_nats::Client, operation: &str, body: Value) -> Resu
         bail!("{} (error_code {code})", answer["message"].as_str().unwrap_or("?"));
     }
     Ok(answer)
-}
-
-/// A per-run suffix so concurrent benches on one server do not see each other's streams.
-fn unique_suffix() -> u128 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@ use async_nats::jetstream::context::ContextBuilder;
 use async_nats::{HeaderName, HeaderValue};
 use bytes::Bytes;
 use indicatif::ProgressBar;
+use semaq_wire::headers::names;
 
 use super::jetstream::{publish_pipelined_with, BenchStream, PublishPlan, ACK_WINDOW};
 use super::server::{cpu_per_message, cpu_seconds, ServerSpec};
@@ -39,9 +40,9 @@ const SCHEMA_SUBJECT: &str = "semaq-bench-levels";
 const SCHEMA: &str =
     r#"{"type": "object", "properties": {"n": {"type": "integer"}, "pad": {"type": "string"}}, "required": ["n"]}"#;
 /// `Semaq-Producer`, made once.
-const PRODUCER: HeaderName = HeaderName::from_static("Semaq-Producer");
+const PRODUCER: HeaderName = HeaderName::from_static(names::PRODUCER);
 /// `Semaq-Producer-Seq`, made once.
-const PRODUCER_SEQ: HeaderName = HeaderName::from_static("Semaq-Producer-Seq");
+const PRODUCER_SEQ: HeaderName = HeaderName::from_static(names::PRODUCER_SEQ);
 /// Issue 6's target: js-pub on L3 at least this fraction of L1's.
 const L3_TARGET_RATIO: f64 = 0.9;
 /// How long a publish may wait for its ack, and a request for its answer.

@@ -15,6 +15,7 @@ use async_nats::HeaderMap;
 use bytes::Bytes;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
+use semaq_wire::headers::names;
 use serde_json::json;
 
 use super::jetstream::{BenchStream, ACK_WINDOW};
@@ -186,9 +187,9 @@ async fn publish_pipelined(context: &Context, subject: &str, msgs: u64) -> Resul
             }
         }
         let mut headers = HeaderMap::new();
-        headers.insert("Semaq-Event-Time", n.to_string().as_str());
-        headers.insert("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
-        headers.insert("Semaq-Session", "bench-session");
+        headers.insert(names::EVENT_TIME, n.to_string().as_str());
+        headers.insert(names::TRACEPARENT, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+        headers.insert(names::SESSION, "bench-session");
         let ack = context
             .publish_with_headers(subject.to_string(), headers, payload.clone())
             .await

@@ -20,6 +20,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
+use semaq_wire::clock;
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 
@@ -27,7 +28,6 @@ pub use self::acks::{AckKind, AckSubject};
 use self::state::State;
 use super::config::{AckPolicy, ConsumerConfig};
 use super::stream::Stream;
-use crate::clock;
 use crate::filter::{CompileError, Filter};
 use crate::server::{lock, Shared};
 

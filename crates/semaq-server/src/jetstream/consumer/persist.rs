@@ -7,8 +7,9 @@
 //! that arrived meanwhile (group commit), then sends them.
 
 use std::path::Path;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
+use semaq_wire::clock;
 use serde::{Deserialize, Serialize};
 
 use super::{AckKind, Consumer};
@@ -50,7 +51,7 @@ pub struct SavedConsumer {
 impl SavedConsumer {
     /// The creation time.
     pub fn created(&self) -> SystemTime {
-        SystemTime::UNIX_EPOCH + Duration::from_nanos(self.created_unix_ns.max(0) as u64)
+        clock::system_time(self.created_unix_ns)
     }
 }
 
@@ -69,7 +70,7 @@ impl Consumer {
         let saved = SavedConsumer {
             name: self.name.clone(),
             config: (*self.config()).clone(),
-            created_unix_ns: self.created.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64),
+            created_unix_ns: clock::unix_nanos(self.created),
         };
         let result = std::fs::create_dir_all(dir).and_then(|()| {
             let bytes = serde_json::to_vec_pretty(&saved).map_err(std::io::Error::other)?;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use semaq_wire::headers::names;
 use serde::Deserialize;
 use tokio::sync::watch;
 
@@ -85,7 +86,7 @@ fn status_line(code: u16, text: &str, extra: &[(&str, u64)]) -> String {
 }
 
 fn pending_headers(request: &PullRequest) -> [(&'static str, u64); 2] {
-    [("Nats-Pending-Messages", request.batch_remaining), ("Nats-Pending-Bytes", request.bytes_remaining.unwrap_or(0))]
+    [(names::PENDING_MESSAGES, request.batch_remaining), (names::PENDING_BYTES, request.bytes_remaining.unwrap_or(0))]
 }
 
 impl Consumer {
@@ -330,8 +331,8 @@ impl Consumer {
         if let Some(every) = idle_heartbeat {
             if delivered == 0 && state.last_push.is_none_or(|at| now.duration_since(at) >= every) {
                 let last = [
-                    ("Nats-Last-Consumer", state.delivered_consumer_seq),
-                    ("Nats-Last-Stream", state.delivered_stream_seq),
+                    (names::LAST_CONSUMER, state.delivered_consumer_seq),
+                    (names::LAST_STREAM, state.delivered_stream_seq),
                 ];
                 outgoing.push(Outgoing::status(deliver, status_line(100, "Idle Heartbeat", &last)));
                 state.last_push = Some(now);
@@ -434,7 +435,7 @@ impl Consumer {
         state.dirty = true;
         let headers = if config.headers_only {
             let mut block = message.headers.as_deref().map(|h| String::from_utf8_lossy(h).into_owned());
-            let size = format!("Nats-Msg-Size: {}\r\n\r\n", message.payload.len());
+            let size = format!("{}: {}\r\n\r\n", names::MSG_SIZE, message.payload.len());
             let text = match block.take() {
                 Some(existing) => existing.trim_end_matches("\r\n").to_string() + "\r\n" + &size,
                 None => format!("NATS/1.0\r\n{size}"),

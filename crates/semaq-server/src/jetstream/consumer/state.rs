@@ -100,7 +100,7 @@ impl State {
             DeliverPolicy::New => stream_state.last_seq + 1,
             DeliverPolicy::ByStartSequence => config.opt_start_seq.unwrap_or(first).max(first),
             DeliverPolicy::ByStartTime => {
-                let start_ns = config.opt_start_time.as_deref().and_then(validate::parse_rfc3339_ns).unwrap_or(0);
+                let start_ns = config.opt_start_time.as_deref().and_then(semaq_wire::clock::parse_rfc3339).unwrap_or(0);
                 first_at_or_after(&**store, start_ns, first, stream_state.last_seq)
             }
             DeliverPolicy::Last => {

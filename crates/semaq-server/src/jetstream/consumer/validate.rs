@@ -1,6 +1,6 @@
 //! Consumer config defaults and nats-server's checks.
 
-use semaq_wire::subject;
+use semaq_wire::{clock, subject};
 
 use crate::jetstream::config::{
     AckPolicy, ConsumerConfig, DeliverPolicy, Retention, StreamConfig, MAX_ACK_PENDING_DEFAULT, MAX_WAITING_DEFAULT,
@@ -25,47 +25,6 @@ pub fn filters(config: &ConsumerConfig) -> Vec<String> {
 /// Whether `subject` passes the consumer's filters.
 pub fn filter_matches(config: &ConsumerConfig, subject: &str) -> bool {
     filters(config).iter().any(|filter| subject::matches(filter, subject))
-}
-
-/// Parses `2026-11-29T08:56:48.123456789Z` (UTC or with an offset) into unix nanoseconds.
-pub fn parse_rfc3339_ns(text: &str) -> Option<i64> {
-    let (date, time) = text.split_once(['T', 't'])?;
-    let mut date_parts = date.split('-');
-    let year: i64 = date_parts.next()?.parse().ok()?;
-    let month: i64 = date_parts.next()?.parse().ok()?;
-    let day: i64 = date_parts.next()?.parse().ok()?;
-    let (clock_part, offset_seconds) = split_offset(time)?;
-    let mut clock = clock_part.split(':');
-    let hour: i64 = clock.next()?.parse().ok()?;
-    let minute: i64 = clock.next()?.parse().ok()?;
-    let seconds_text = clock.next()?;
-    let (whole, fraction) = seconds_text.split_once('.').unwrap_or((seconds_text, ""));
-    let second: i64 = whole.parse().ok()?;
-    let nanos: i64 = format!("{fraction:0<9}").get(..9)?.parse().ok()?;
-    let days = days_from_civil(year, month, day);
-    let seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offset_seconds;
-    Some(seconds * 1_000_000_000 + nanos)
-}
-
-fn split_offset(time: &str) -> Option<(&str, i64)> {
-    if let Some(clock) = time.strip_suffix(['Z', 'z']) {
-        return Some((clock, 0));
-    }
-    let position = time.rfind(['+', '-'])?;
-    let (clock, offset) = time.split_at(position);
-    let sign = if offset.starts_with('-') { -1 } else { 1 };
-    let (hours, minutes) = offset[1..].split_once(':')?;
-    Some((clock, sign * (hours.parse::<i64>().ok()? * 3600 + minutes.parse::<i64>().ok()? * 60)))
-}
-
-/// Days since 1970-01-01 (Howard Hinnant's days-from-civil).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let yoe = year - era * 400;
-    let doy = (153 * (month + if month > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 /// Fills nats-server's defaults and checks the config against its stream.
@@ -190,7 +149,7 @@ fn check_deliver_policy(config: &ConsumerConfig) -> Result<(), ApiError> {
         DeliverPolicy::ByStartSequence if has_time => Err(also_set("time")),
         DeliverPolicy::ByStartTime if !has_time => Err(not_set("start time")),
         DeliverPolicy::ByStartTime if has_sequence => Err(also_set("start sequence")),
-        DeliverPolicy::ByStartTime if config.opt_start_time.as_deref().and_then(parse_rfc3339_ns).is_none() => {
+        DeliverPolicy::ByStartTime if config.opt_start_time.as_deref().and_then(clock::parse_rfc3339).is_none() => {
             Err(ApiError::bad_request())
         }
         DeliverPolicy::ByStartSequence | DeliverPolicy::ByStartTime => Ok(()),
@@ -276,11 +235,11 @@ mod tests {
 
     #[test]
     fn rfc3339_parses_utc_and_offsets() {
-        assert_eq!(parse_rfc3339_ns("1970-01-01T00:00:00Z"), Some(0));
-        assert_eq!(parse_rfc3339_ns("1970-01-01T00:00:01.5Z"), Some(1_500_000_000));
-        assert_eq!(parse_rfc3339_ns("1970-01-01T01:00:00+01:00"), Some(0));
-        assert_eq!(parse_rfc3339_ns("2000-03-01T00:00:00Z"), Some(951_868_800_000_000_000));
-        assert_eq!(parse_rfc3339_ns("nonsense"), None);
+        assert_eq!(clock::parse_rfc3339("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(clock::parse_rfc3339("1970-01-01T00:00:01.5Z"), Some(1_500_000_000));
+        assert_eq!(clock::parse_rfc3339("1970-01-01T01:00:00+01:00"), Some(0));
+        assert_eq!(clock::parse_rfc3339("2000-03-01T00:00:00Z"), Some(951_868_800_000_000_000));
+        assert_eq!(clock::parse_rfc3339("nonsense"), None);
     }
 
     #[test]

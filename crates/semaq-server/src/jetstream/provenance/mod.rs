@@ -28,19 +28,21 @@ use base64::Engine;
 use bytes::Bytes;
 use semaq_store::chain::{self, Checkpoint, Hash, KeyPair, Link, PublicKey};
 use semaq_store::StreamStore;
+use semaq_wire::headers::names;
+use semaq_wire::Headers;
 use serde_json::{json, Value};
 
 use super::config::{Retention, StreamConfig};
 use super::errors::ApiError;
 use super::producers::{Claim, Verdict};
-use super::stream::{header, raw_header, store_error, Inbound, Ingest, Stream, SyncPolicy};
+use super::stream::{header, store_error, Inbound, Ingest, Stream, SyncPolicy};
 use crate::limits;
 use crate::server::lock;
 
 /// Stream metadata key: the context headers an L4 stream requires, comma-separated.
 pub const REQUIRE_KEY: &str = "semaq.require";
 /// Context headers required when `semaq.require` is absent.
-pub const REQUIRED_DEFAULT: [&str; 2] = ["traceparent", "Semaq-Session"];
+pub const REQUIRED_DEFAULT: [&str; 2] = [names::TRACEPARENT, names::SESSION];
 /// The level that carries a provenance chain.
 pub const LEVEL: u8 = 4;
 
@@ -210,7 +212,7 @@ impl Provenance {
             None => "pending".to_string(),
         };
         let Some(head) = block.strip_suffix(b"\r\n\r\n") else { return Some(block) };
-        let line = format!("\r\n{}: {value}\r\n\r\n", chain::CHECKPOINT_HEADER);
+        let line = format!("\r\n{}: {value}\r\n\r\n", names::CHECKPOINT);
         Some(Bytes::from([head, line.as_bytes()].concat()))
     }
 
@@ -277,8 +279,8 @@ fn rebuild_head(stream: &str, store: &dyn StreamStore, last_checkpoint: Option<&
     (last_seq, chain::GENESIS)
 }
 
-/// What an L4 stream checks in a header block, found in one pass over its lines (names compared
-/// case-insensitively, first occurrence wins, as `HeaderBlock::get`).
+/// What an L4 stream checks in a header block, found in one pass over its headers as
+/// [`Headers`] reads them (names compared case-insensitively, first occurrence wins).
 #[derive(Debug, Default, PartialEq, Eq)]
 struct HeaderScan<'a> {
     /// The first `Semaq-Event-Time`.
@@ -292,11 +294,8 @@ struct HeaderScan<'a> {
 impl<'a> HeaderScan<'a> {
     fn of(block: &'a [u8], required: &[String]) -> Self {
         let mut scan = HeaderScan::default();
-        let Ok(text) = std::str::from_utf8(block) else { return scan };
-        for line in text.split("\r\n").skip(1) {
-            let Some((name, value)) = line.split_once(':') else { continue };
-            let (name, value) = (name.trim(), value.trim());
-            if name.eq_ignore_ascii_case(chain::EVENT_TIME_HEADER) {
+        for (name, value) in Headers::new(block) {
+            if name.eq_ignore_ascii_case(names::EVENT_TIME) {
                 // The first one counts, even if empty: the verifier reads it the same way.
                 scan.event_time = scan.event_time.or(Some(value));
             } else if let Some(reserved) = chain::SERVER_HEADERS.iter().find(|r| r.eq_ignore_ascii_case(name)) {
@@ -415,7 +414,8 @@ impl ChainWriter<'_> {
     }
 
     /// The checks of one header block alone: no server-written headers, an event time that
-    /// parses (returned in unix nanoseconds, with its text), the required context headers.
+    /// parses (returned in unix nanoseconds, with its text), the required context headers, and
+    /// a well-formed block.
     fn scan_context<'b>(&self, block: &'b [u8]) -> Result<(i64, &'b str), ApiError> {
         let scan = HeaderScan::of(block, &self.required);
         if let Some(reserved) = scan.reserved {
@@ -426,6 +426,9 @@ impl ChainWriter<'_> {
         if let Some(missing) = self.required.iter().enumerate().find(|(i, _)| scan.present & (1 << i) == 0) {
             return Err(ApiError::context_missing(missing.1, &self.required));
         }
+        // The chain proves these bytes to every reader, not only to ours: a line ours skips (a
+        // stray LF, a value that is not UTF-8) could show another reader a header ours never saw.
+        Headers::new(block).check().map_err(|_| ApiError::provenance_malformed_headers())?;
         Ok((event_time_ns, text))
     }
 
@@ -441,8 +444,8 @@ impl ChainWriter<'_> {
                 return None;
             }
         };
-        let event_time_ns = chain::header_value(last.headers.as_deref()?, chain::EVENT_TIME_HEADER)
-            .and_then(chain::parse_event_time)?;
+        let event_time_ns =
+            Headers::new(last.headers.as_deref()?).get(names::EVENT_TIME).and_then(chain::parse_event_time)?;
         self.remember(subject, event_time_ns);
         Some(event_time_ns)
     }
@@ -532,7 +535,7 @@ pub fn check_before_schema(
         return Ok(());
     }
     let block = message.headers.as_deref().unwrap_or_default();
-    if raw_header(block, header::MSG_ID).is_some_and(|id| ingest.knows_msg_id(id)) {
+    if Headers::new(block).get(header::MSG_ID).is_some_and(|id| ingest.knows_msg_id(id)) {
         return Ok(());
     }
     match ingest.chain.as_deref_mut() {
@@ -576,7 +579,7 @@ mod tests {
         let scan = HeaderScan::of(block, &required);
         assert_eq!(scan, HeaderScan { event_time: Some("5"), reserved: None, present: 0b01 });
         let forged = HeaderScan::of(b"NATS/1.0\r\nsemaq-hash: x\r\n\r\n", &required);
-        assert_eq!(forged.reserved, Some(chain::HASH_HEADER));
+        assert_eq!(forged.reserved, Some(names::HASH));
         assert_eq!(HeaderScan::of(b"", &required), HeaderScan::default());
     }
 
