@@ -14,15 +14,16 @@
 //! - **Version line**: the first line is `NATS/1.0`, alone or followed by space or tab and a
 //!   status: three digits, then optionally space or tab and a description (UTF-8). A block whose
 //!   first line is anything else is not a header block: it has no headers and no status.
-//! - **Header lines**: `name:value`, split at the first colon. The name, without surrounding
-//!   spaces and tabs, is one or more visible ASCII characters; the value, without surrounding
-//!   spaces and tabs, is UTF-8 and may be empty (an empty value is a value: `Some("")`).
-//! - **Malformed lines** (no colon, an empty or invalid name, a value that is not UTF-8, a stray
-//!   CR or LF) are not headers: lookups skip them and read on. **Empty lines** are skipped too.
+//! - **Header lines**: `name:value`, split at the first colon. The name and the value, without
+//!   surrounding spaces and tabs, are UTF-8; the name is not empty, the value may be (an empty
+//!   value is a value: `Some("")`).
+//! - **Malformed lines** (no colon, an empty name, a name or value that is not UTF-8, a stray CR
+//!   or LF) are not headers: lookups skip them and read on. **Empty lines** are skipped too.
 //! - **Lookups** compare names ASCII-case-insensitively; the first header with the name wins.
 //! - **Well-formed** ([`Headers::check`]): a valid version line and status, no malformed line,
-//!   and exactly one empty line, the last, so the block ends with CRLF CRLF. What `check`
-//!   refuses, [`HeaderBlock::parse`] refuses; what it accepts, every reader reads alike.
+//!   every name visible ASCII (`!` to `~`), and exactly one empty line, the last, so the block
+//!   ends with CRLF CRLF. What `check` refuses, [`HeaderBlock::parse`] refuses; what it
+//!   accepts, readers that split on LF or CRLF alike read the same (a property test shows it).
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -37,8 +38,8 @@ pub enum HeaderError {
     /// The block does not start with `NATS/1.0`.
     #[error("header block does not start with NATS/1.0")]
     MissingVersion,
-    /// A line is not `Name: value` (or the status is not a three-digit code), or an empty line
-    /// comes before the end.
+    /// A line is not `Name: value` with a visible-ASCII name (or the status is not a three-digit
+    /// code), or an empty line comes before the end.
     #[error("malformed header line")]
     MalformedLine,
     /// The block does not end with its blank line.
@@ -90,13 +91,15 @@ impl<'a> Headers<'a> {
                 break;
             }
             let Some((name, value)) = split_line(line).filter(|_| clean) else { continue };
-            // Only a line whose name is wanted is checked in full: most lines are not.
-            let mut header = None;
+            // Only a line whose name is wanted is checked in full: most lines are not. Its name
+            // needs no UTF-8 check: equal to a `&str` but for ASCII case, it is UTF-8 too.
+            let mut checked = None;
             for (slot, wanted) in found.iter_mut().zip(names) {
                 if slot.is_some() || !name.eq_ignore_ascii_case(wanted.as_bytes()) {
                     continue;
                 }
-                let Some((_, value)) = *header.get_or_insert_with(|| to_header(name, value)) else { break };
+                let header = || (!name.is_empty()).then(|| utf8_value(value)).flatten();
+                let Some(value) = *checked.get_or_insert_with(header) else { break };
                 *slot = Some(value);
                 missing -= 1;
             }
@@ -121,7 +124,7 @@ impl<'a> Headers<'a> {
                 continue;
             }
             let header = split_line(line).filter(|_| clean).and_then(|(name, value)| to_header(name, value));
-            if header.is_none() {
+            if !header.is_some_and(|(name, _)| name.bytes().all(|byte| byte.is_ascii_graphic())) {
                 return Err(HeaderError::MalformedLine);
             }
         }
@@ -135,6 +138,10 @@ impl<'a> Headers<'a> {
     /// The version line's text after `NATS/1.0` (trimmed) and the lines after it; `None` when
     /// the block is not a header block.
     fn version(&self) -> Option<(&'a [u8], Lines<'a>)> {
+        // Almost every block starts so (a status is only on the server's own replies).
+        if let Some(rest) = self.block.strip_prefix(b"NATS/1.0\r\n") {
+            return Some((b"", Lines { rest }));
+        }
         let mut lines = Lines { rest: self.block };
         let (first, clean) = lines.next()?;
         let status = first.strip_prefix(VERSION)?;
@@ -185,10 +192,15 @@ impl<'a> Iterator for Lines<'a> {
     type Item = (&'a [u8], bool);
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.rest.is_empty() {
+        let rest = self.rest;
+        if rest.is_empty() {
             return None;
         }
-        let rest = self.rest;
+        // The blank line that ends a block, without memchr's setup.
+        if let Some(after) = rest.strip_prefix(b"\r\n") {
+            self.rest = after;
+            return Some((b"", true));
+        }
         let mut clean = true;
         let mut from = 0;
         while let Some(offset) = memchr::memchr2(b'\r', b'\n', &rest[from..]) {
@@ -210,26 +222,34 @@ fn is_blank(byte: u8) -> bool {
     byte == b' ' || byte == b'\t'
 }
 
-fn trim_blanks(bytes: &[u8]) -> &[u8] {
-    let start = bytes.iter().position(|byte| !is_blank(*byte)).unwrap_or(bytes.len());
-    let end = bytes.iter().rposition(|byte| !is_blank(*byte)).map_or(start, |last| last + 1);
-    &bytes[start..end]
+fn trim_blanks(mut bytes: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = bytes {
+        bytes = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = bytes {
+        bytes = rest;
+    }
+    bytes
 }
 
 /// A line split at its first colon: the trimmed name (not yet checked) and the raw value.
 fn split_line(line: &[u8]) -> Option<(&[u8], &[u8])> {
-    let colon = memchr::memchr(b':', line)?;
+    // Names are short: a plain scan spares memchr's setup, which small blocks feel most.
+    let colon = line.iter().position(|byte| *byte == b':')?;
     Some((trim_blanks(&line[..colon]), &line[colon + 1..]))
 }
 
 /// The header a split line holds, if its name and value are valid.
 fn to_header<'a>(name: &'a [u8], value: &'a [u8]) -> Option<(&'a str, &'a str)> {
-    if name.is_empty() || !name.iter().all(u8::is_ascii_graphic) {
+    if name.is_empty() {
         return None;
     }
-    let name = std::str::from_utf8(name).ok()?;
-    let value = std::str::from_utf8(trim_blanks(value)).ok()?;
-    Some((name, value))
+    Some((std::str::from_utf8(name).ok()?, utf8_value(value)?))
+}
+
+/// A split line's value, trimmed, if it is UTF-8.
+fn utf8_value(value: &[u8]) -> Option<&str> {
+    std::str::from_utf8(trim_blanks(value)).ok()
 }
 
 /// `503` or `408 Request Timeout` (already trimmed): three digits, then a blank and a description.
