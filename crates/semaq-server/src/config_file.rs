@@ -13,8 +13,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::flags::Given;
-use crate::options::Options;
+use crate::options::{Given, Options};
 
 mod settings;
 mod syntax;
@@ -91,7 +90,7 @@ pub enum ConfigError {
 pub struct LoadReport {
     /// Keys that were ignored and similar notes, each naming its line.
     pub warnings: Vec<String>,
-    /// Listener settings the file gave, for [`crate::flags::finalize`].
+    /// Listener settings the file gave, for `flags::finalize`.
     pub given: Given,
 }
 

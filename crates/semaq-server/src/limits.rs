@@ -31,6 +31,8 @@ pub const READ_BUFFER_BYTES: usize = 64 * 1024;
 pub const WRITE_BATCH_BYTES_MAX: usize = 1024 * 1024;
 /// Cached subject-match results in the router before the cache is trimmed.
 pub const ROUTER_CACHE_ENTRIES_MAX: usize = 4096;
+/// Closed connections remembered for `/connz?state=closed`.
+pub const CLOSED_CLIENTS_MAX: usize = 1000;
 /// Connections listed by one `/connz` page.
 pub const CONNZ_PAGE_ENTRIES_MAX: usize = 1024;
 /// Time allowed to deliver the `-ERR 'Slow Consumer'` line to a client that is not reading.

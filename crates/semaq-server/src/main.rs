@@ -6,8 +6,9 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use anyhow::Context;
+use semaq_server::identity::SEMAQ_VERSION;
 use semaq_server::options::Options;
-use semaq_server::server::{Server, SEMAQ_VERSION};
+use semaq_server::server::Server;
 use semaq_server::{clock, flags};
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::fmt::format::Writer;

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -20,10 +20,11 @@ use super::evolve::{self, Evolver, EVOLVE_KEY};
 use super::format::Parsed;
 use super::types::SchemaType;
 use super::Registry;
+use crate::client::Clients;
 use crate::jetstream::config::StreamConfig;
 use crate::jetstream::errors::ApiError;
 use crate::jetstream::stream::{header_value, Inbound};
-use crate::server::{lock, Shared};
+use crate::jetstream::Services;
 
 /// Stream metadata key: the semantic level, `0`..=`4` (absent: 1).
 pub const LEVEL_KEY: &str = "semaq.level";
@@ -151,10 +152,8 @@ fn describe_type(schema_type: SchemaType) -> &'static str {
 }
 
 /// [`check_stream_metadata`] with the server's registry (the one line JetStream calls).
-pub fn check_stream(shared: &Weak<Shared>, metadata: &BTreeMap<String, String>) -> Result<(), ApiError> {
-    let shared = shared.upgrade();
-    let registry = shared.as_ref().and_then(|shared| shared.registry.get());
-    check_stream_metadata(registry.map(|registry| &**registry), metadata)
+pub fn check_stream(registry: &Registry, metadata: &BTreeMap<String, String>) -> Result<(), ApiError> {
+    check_stream_metadata(Some(registry), metadata)
 }
 
 /// The level names of SPEC §1, by level.
@@ -163,7 +162,7 @@ const LEVEL_NAMES: [&str; 5] =
 
 /// `{"level", "name", "enforces": [...]}` for stream info: what the stream's level has the
 /// broker check on every message (each level includes those below it).
-pub fn describe_level(shared: &Weak<Shared>, config: &StreamConfig) -> Value {
+pub fn describe_level(registry: &Registry, config: &StreamConfig) -> Value {
     let metadata = &config.metadata;
     let level = level_of(metadata).unwrap_or(1);
     let mut enforces: Vec<String> = Vec::new();
@@ -172,7 +171,7 @@ pub fn describe_level(shared: &Weak<Shared>, config: &StreamConfig) -> Value {
     }
     if level >= 2 {
         if let Ok(Some(binding)) = from_metadata(metadata) {
-            enforces.push(describe_schema(shared, &binding));
+            enforces.push(describe_schema(registry, &binding));
         }
         enforces.push("producer recorded".into());
     }
@@ -193,9 +192,8 @@ pub fn describe_level(shared: &Weak<Shared>, config: &StreamConfig) -> Value {
 }
 
 /// `schema ai-event-v1 v3` (with `(latest)` when not pinned).
-fn describe_schema(shared: &Weak<Shared>, binding: &Binding) -> String {
-    let registry = shared.upgrade().and_then(|shared| shared.registry.get().cloned());
-    let resolved = registry.and_then(|registry| registry.resolve_id(&binding.subject, binding.version).ok());
+fn describe_schema(registry: &Registry, binding: &Binding) -> String {
+    let resolved = registry.resolve_id(&binding.subject, binding.version).ok();
     match (resolved, binding.version) {
         (Some((version, _)), Some(_)) => format!("schema {} v{version}", binding.subject),
         (Some((version, _)), None) => format!("schema {} v{version} (latest)", binding.subject),
@@ -226,7 +224,7 @@ pub enum SchemaCheck {
 }
 
 /// The check for a stream with this config, or `None` when it is not bound to a schema.
-pub fn for_stream(shared: &Weak<Shared>, config: &StreamConfig) -> Option<SchemaCheck> {
+pub fn for_stream(services: &Services, config: &StreamConfig) -> Option<SchemaCheck> {
     let metadata = &config.metadata;
     if !metadata.contains_key(SCHEMA_KEY) && !metadata.contains_key(LEVEL_KEY) {
         return None;
@@ -235,10 +233,7 @@ pub fn for_stream(shared: &Weak<Shared>, config: &StreamConfig) -> Option<Schema
         Ok(binding) => binding?,
         Err(reason) => return Some(SchemaCheck::Unavailable(ApiError::schema_violation(reason))),
     };
-    let registry = shared.upgrade().and_then(|shared| shared.registry.get().cloned());
-    let Some(registry) = registry else {
-        return Some(SchemaCheck::Unavailable(ApiError::schema_violation("the schema registry is not available")));
-    };
+    let registry = services.registry.clone();
     let resolved = registry.resolve_id(&binding.subject, binding.version).and_then(|(version, id)| {
         let parsed = registry.parsed(id)?;
         Ok((version, id, parsed))
@@ -246,7 +241,8 @@ pub fn for_stream(shared: &Weak<Shared>, config: &StreamConfig) -> Option<Schema
     let auto = config.level() >= LEVEL_MAX && evolves(metadata) == Ok(true);
     Some(match resolved {
         Ok((version, id, parsed)) => {
-            let evolver = auto.then(|| Evolver::new(&config.name, shared, &registry, id)).flatten().map(Box::new);
+            let announce = (&services.bus, services.server_id.as_str());
+            let evolver = auto.then(|| Evolver::new(&config.name, announce, &registry, id)).flatten().map(Box::new);
             SchemaCheck::Ready { subject: binding.subject, version, id, parsed, registry, evolver }
         }
         Err(error) => SchemaCheck::Unavailable(ApiError::schema_violation(format!(
@@ -322,15 +318,14 @@ pub const PRODUCER_HEADER: &str = "Semaq-Producer";
 /// Single-hop lineage: an L2 message stored without a `Semaq-Producer` header gets one naming
 /// the publishing connection (its CONNECT `name`, else `cid:<id>`). Its `Nats-Msg-Id`, if any,
 /// is stored as sent. Messages the server publishes itself are left alone.
-pub fn record_producer(shared: &Weak<Shared>, message: &mut Inbound) {
+pub fn record_producer(clients: &Clients, message: &mut Inbound) {
     let Some(client_id) = message.publisher else { return };
     let block = message.headers.as_deref().unwrap_or_default();
     if !block.is_empty() && header_value(block, PRODUCER_HEADER).is_some() {
         return;
     }
-    let name = shared
-        .upgrade()
-        .and_then(|shared| lock(&shared.clients).get(&client_id).cloned())
+    let name = clients
+        .get(client_id)
         .and_then(|client| client.details().and_then(|d| d.options.name.clone()))
         .map(|name| name.chars().filter(|c| !c.is_control()).collect::<String>())
         .filter(|name| !name.trim().is_empty())
@@ -374,7 +369,7 @@ mod tests {
         assert_eq!(required_headers(&meta(&[(REQUIRE_KEY, " x-a, x-b ")])).unwrap(), ["x-a", "x-b"]);
         let l1 = StreamConfig { name: "S".into(), ..StreamConfig::default() };
         assert_eq!(
-            describe_level(&Weak::new(), &l1),
+            describe_level(&Registry::in_memory(), &l1),
             json!({"level": 1, "name": "ordered durable", "enforces": ["ordered durable storage"]})
         );
     }

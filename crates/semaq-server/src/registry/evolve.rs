@@ -32,8 +32,9 @@ use super::format::{self, Parsed};
 use super::infer::{self, AvroEncoding};
 use super::types::{SchemaRequest, SchemaType};
 use super::Registry;
+use crate::bus::Bus;
 use crate::limits;
-use crate::server::{lock, Shared};
+use crate::sync::lock;
 
 /// Stream metadata key: `auto` evolves the bound schema from payloads (L4 only); `off` (default) does not.
 pub const EVOLVE_KEY: &str = "semaq.evolve";
@@ -50,7 +51,9 @@ static RECENT: Mutex<BTreeMap<String, VecDeque<Instant>>> = Mutex::new(BTreeMap:
 #[derive(Debug)]
 pub struct Evolver {
     stream: String,
-    shared: Weak<Shared>,
+    /// Where evolutions are announced (weak: streams outlive nothing they announce to).
+    bus: Weak<Bus>,
+    server_id: String,
     schema_type: SchemaType,
     /// The bound version's schema as JSON.
     schema: Value,
@@ -84,13 +87,14 @@ pub enum Outcome {
 
 impl Evolver {
     /// The evolver of a stream whose metadata says `semaq.evolve: auto`, bound to schema `id`.
-    pub fn new(stream: &str, shared: &Weak<Shared>, registry: &Registry, id: u32) -> Option<Self> {
+    pub fn new(stream: &str, (bus, server_id): (&Arc<Bus>, &str), registry: &Registry, id: u32) -> Option<Self> {
         let stored = registry.schema_by_id(id).ok()?;
         let schema: Value = serde_json::from_str(&stored.schema).ok()?;
         let known = Known::of(stored.schema_type, &schema)?;
         Some(Self {
             stream: stream.to_string(),
-            shared: shared.clone(),
+            bus: Arc::downgrade(bus),
+            server_id: server_id.to_string(),
             schema_type: stored.schema_type,
             schema,
             known,
@@ -169,8 +173,7 @@ impl Evolver {
     /// within the window counts as well, so a restart (which forgets the attempts) does not
     /// reopen the window; of the two, the larger count applies.
     fn within_rate(&self, registry: &Registry, subject: &str) -> bool {
-        let server = self.shared.upgrade().map(|shared| shared.server_id.clone()).unwrap_or_default();
-        let key = format!("{server}/{}", self.stream);
+        let key = format!("{}/{}", self.server_id, self.stream);
         let now = Instant::now();
         let window = limits::SCHEMA_EVOLUTION_RATE_WINDOW;
         let window_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
@@ -192,7 +195,7 @@ impl Evolver {
 
     fn announce(&self, subject: &str, (old_version, old_id): (u32, u32), (version, id): (u32, u32), added: &[String]) {
         tracing::info!(stream = %self.stream, %subject, old_version, version, ?added, "schema evolved");
-        let Some(shared) = self.shared.upgrade() else { return };
+        let Some(bus) = self.bus.upgrade() else { return };
         let event = json!({
             "stream": self.stream,
             "subject": subject,
@@ -204,7 +207,7 @@ impl Evolver {
             "added": added,
             "time": crate::clock::rfc3339(std::time::SystemTime::now()),
         });
-        shared.publish(EVENT_SUBJECT, None, event.to_string().as_bytes());
+        bus.publish(EVENT_SUBJECT, None, event.to_string().as_bytes());
     }
 }
 
@@ -815,7 +818,7 @@ mod tests {
         }
         let attempt = |stream: &str, field: &str| {
             let (version, id) = registry.resolve_id("rate", None).unwrap();
-            let mut evolver = Evolver::new(stream, &Weak::new(), &registry, id).unwrap();
+            let mut evolver = Evolver::new(stream, (&Arc::new(Bus::default()), ""), &registry, id).unwrap();
             let payload = object(json!({ field: 1 }));
             evolver.attempt(&registry, ("rate", version, id), &payload, false)
         };

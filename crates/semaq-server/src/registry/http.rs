@@ -19,7 +19,6 @@ use super::queries::Deleted;
 use super::types::{RegisterOptions, SchemaRequest, VersionInfo};
 use super::Registry;
 use crate::limits;
-use crate::server::Shared;
 
 /// Confluent's response content type.
 pub const CONTENT_TYPE: &str = "application/vnd.schemaregistry.v1+json";
@@ -28,10 +27,11 @@ pub const CONTENT_TYPE: &str = "application/vnd.schemaregistry.v1+json";
 pub const DEFAULT_CONTEXT: &str = ".";
 
 type Params = Query<HashMap<String, String>>;
-type Shared_ = State<Arc<Shared>>;
+type Shared = Arc<Registry>;
+type Shared_ = State<Shared>;
 
 /// The registry's routes, merged into the monitoring router.
-pub fn routes() -> Router<Arc<Shared>> {
+pub fn routes() -> Router<Arc<Registry>> {
     Router::new()
         .route("/subjects", get(list_subjects))
         .route("/subjects/{subject}", post(lookup).delete(delete_subject))
@@ -71,8 +71,8 @@ fn page<T>(items: Vec<T>, params: &HashMap<String, String>, max: Option<usize>) 
     items.into_iter().skip(offset).take(limit.unwrap_or(ceiling)).collect()
 }
 
-fn registry(shared: &Shared) -> Result<&Arc<Registry>, RegistryError> {
-    shared.registry.get().ok_or_else(|| RegistryError::Storage("the schema registry is not running".into()))
+fn registry(registry: &Arc<Registry>) -> Result<&Arc<Registry>, RegistryError> {
+    Ok(registry)
 }
 
 fn respond(result: Result<Value, RegistryError>) -> Response {

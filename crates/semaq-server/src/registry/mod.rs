@@ -134,13 +134,13 @@ impl Registry {
 
     /// Like [`Registry::parsed`], with the state lock already held by the caller.
     fn parsed_in(&self, state: &State, id: u32) -> Result<Arc<Parsed>, RegistryError> {
-        if let Some(parsed) = crate::server::lock(&self.parsed).get(&id) {
+        if let Some(parsed) = crate::sync::lock(&self.parsed).get(&id) {
             return Ok(parsed.clone());
         }
         let stored = state.schemas.get(&id).ok_or_else(|| RegistryError::SchemaNotFound(id.to_string()))?;
         let resolved = references::resolve(state, &stored.references, true)?;
         let parsed = Arc::new(format::parse(stored.schema_type, &stored.schema, &resolved)?);
-        crate::server::lock(&self.parsed).insert(id, parsed.clone());
+        crate::sync::lock(&self.parsed).insert(id, parsed.clone());
         Ok(parsed)
     }
 
@@ -171,7 +171,7 @@ impl Registry {
             Ok(id)
         })?;
         if let Some(parsed) = parsed {
-            crate::server::lock(&self.parsed).entry(id).or_insert_with(|| Arc::new(parsed));
+            crate::sync::lock(&self.parsed).entry(id).or_insert_with(|| Arc::new(parsed));
         }
         Ok(id)
     }
@@ -326,8 +326,11 @@ fn register_import(
 
 /// Opens `<store_dir>/registry`, serves it over NATS and makes it the server's registry. A
 /// damaged registry file stops the server: starting empty would silently drop schemas.
-pub fn start(shared: &Arc<crate::server::Shared>) -> Result<(), store::StoreFileError> {
-    let dir = shared.options.store_dir.join("registry");
+pub fn start(
+    bus: &Arc<crate::bus::Bus>,
+    options: &crate::options::Options,
+) -> Result<Arc<Registry>, store::StoreFileError> {
+    let dir = options.store_dir.join("registry");
     let registry = match Registry::open(dir) {
         Ok(registry) => Arc::new(registry),
         Err(error) => {
@@ -339,9 +342,8 @@ pub fn start(shared: &Arc<crate::server::Shared>) -> Result<(), store::StoreFile
     if subjects > 0 {
         tracing::info!("  Schema registry: {subjects} subjects, {schemas} schemas");
     }
-    nats::start(shared, registry.clone());
-    let _ = shared.registry.set(registry);
-    Ok(())
+    nats::start(bus, registry.clone());
+    Ok(registry)
 }
 
 fn subject_level(state: &State, subject: &str) -> Compatibility {

@@ -33,9 +33,10 @@ use serde_json::{json, Value};
 use super::config::{Retention, StreamConfig};
 use super::errors::ApiError;
 use super::producers::{Claim, Verdict};
-use super::stream::{header, raw_header, store_error, Inbound, Ingest, Stream, SyncPolicy};
+use super::stream::{header, raw_header, store_error, Inbound, Ingest, Stream};
 use crate::limits;
-use crate::server::lock;
+use crate::options::SyncPolicy;
+use crate::sync::lock;
 
 /// Stream metadata key: the context headers an L4 stream requires, comma-separated.
 pub const REQUIRE_KEY: &str = "semaq.require";
