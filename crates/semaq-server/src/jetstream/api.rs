@@ -267,7 +267,7 @@ pub fn stream_info(stream: &Stream) -> Value {
     if let Some(damage) = state.corruption {
         info["semaq"] = json!({ "corruption": damage });
     }
-    let level = crate::registry::binding::describe_level(&stream.services().registry, &stream.config());
+    let level = super::schema::describe_level(&stream.services().registry, &stream.config());
     info["semaq"]["level"] = level["level"].clone();
     info["semaq"]["enforces"] = level["enforces"].clone();
     if let Some(provenance) = stream.provenance() {

@@ -167,7 +167,7 @@ impl StreamConfig {
     /// The semantic level the metadata declares (`semaq.level`; absent or unreadable: 1, which
     /// stream create refuses before it gets here).
     pub fn level(&self) -> u8 {
-        self.metadata.get(crate::registry::binding::LEVEL_KEY).and_then(|text| text.trim().parse().ok()).unwrap_or(1)
+        super::schema::level_of(&self.metadata).unwrap_or(1)
     }
 
     /// Whether the stream enforces L3 (exactly-once): idempotent producers, durable double acks.

@@ -164,7 +164,7 @@ impl Parents {
             Decision::Refuse(error) => Err(error),
             Decision::Record(resolved) => {
                 let block = message.headers.as_deref().unwrap_or_default();
-                let extended = crate::registry::binding::with_header(block, RESOLVED_HEADER, &resolved);
+                let extended = super::schema::with_header(block, RESOLVED_HEADER, &resolved);
                 message.headers = Some(Bytes::from(extended));
                 Ok(())
             }

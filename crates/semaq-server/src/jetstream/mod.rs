@@ -8,6 +8,7 @@
 //! - [`api`]: the request handlers.
 //! - [`lineage`]: L4 `Semaq-Parent` checks at publish and the `$SEMAQ.API.LINEAGE` graph.
 //! - [`provenance`]: level 4 streams: event time, context headers, hash chain, checkpoints.
+//! - [`schema`]: the `semaq.*` level keys, and L2 streams bound to a registry subject.
 //!
 //! On disk, under the store directory: `jetstream/streams/<name>/stream.json` (config and
 //! creation time), `jetstream/streams/<name>/msgs/` (the `semaq-store` log) and, for level 4,
@@ -22,6 +23,7 @@ pub mod errors;
 pub mod lineage;
 pub mod producers;
 pub mod provenance;
+pub mod schema;
 pub mod stream;
 
 use std::collections::BTreeMap;
@@ -171,7 +173,7 @@ impl JetStream {
             // L3: an acknowledged publish is on disk, whatever the server's default.
             return SyncPolicy::Always;
         }
-        config.metadata.get("semaq.sync").and_then(|text| SyncPolicy::parse(text)).unwrap_or(self.sync_policy)
+        config.metadata.get(config::SYNC_KEY).and_then(|text| SyncPolicy::parse(text)).unwrap_or(self.sync_policy)
     }
 
     fn open_stream(&self, config: StreamConfig, created: SystemTime) -> Result<Arc<Stream>, ApiError> {
@@ -242,7 +244,7 @@ impl JetStream {
     /// Creates a stream, or succeeds when one with the identical config exists.
     pub fn create_stream(&self, config: StreamConfig) -> Result<Arc<Stream>, ApiError> {
         let config = normalize(config)?;
-        crate::registry::binding::check_stream(&self.services.registry, &config.metadata)?;
+        self::schema::check_stream(&self.services.registry, &config.metadata)?;
         provenance::check_config(None, &config)?;
         if let Some(existing) = self.stream(&config.name) {
             return if *existing.config() == config { Ok(existing) } else { Err(ApiError::stream_name_exists()) };
@@ -259,7 +261,7 @@ impl JetStream {
     /// Updates a stream where nats-server allows it.
     pub fn update_stream(&self, config: StreamConfig) -> Result<Arc<Stream>, ApiError> {
         let config = normalize(config)?;
-        crate::registry::binding::check_stream(&self.services.registry, &config.metadata)?;
+        self::schema::check_stream(&self.services.registry, &config.metadata)?;
         let stream = self.stream(&config.name).ok_or_else(ApiError::stream_not_found)?;
         check_update(&stream.config(), &config)?;
         provenance::check_config(Some(&stream.config()), &config)?;
@@ -384,7 +386,7 @@ pub fn normalize(mut config: StreamConfig) -> Result<StreamConfig, ApiError> {
     if config.retention == Retention::Workqueue && config.discard_new_per_subject && config.discard != Discard::New {
         return Err(ApiError::invalid_stream_config("discard new per subject requires discard new policy to be set"));
     }
-    if let Some(sync) = config.metadata.get("semaq.sync") {
+    if let Some(sync) = config.metadata.get(config::SYNC_KEY) {
         if SyncPolicy::parse(sync).is_none() {
             return Err(ApiError::invalid_stream_config(format!(
                 "semaq.sync must be always, never or an interval like 100ms, not {sync:?}"

@@ -28,10 +28,10 @@ use super::errors::ApiError;
 use super::producers::{self, Producers, Verdict};
 use std::fmt::Write as _;
 
+use super::schema::SchemaCheck;
 use crate::delivery::{FlushSet, InternalSink, Message, Subscription};
 use crate::limits;
 use crate::options::SyncPolicy;
-use crate::registry::binding::SchemaCheck;
 use crate::sync::{self, lock};
 
 /// Headers JetStream publishers may set.
@@ -611,7 +611,7 @@ impl Stream {
             == super::config::Retention::Interest)
             .then(|| self.consumers().iter().map(|c| c.config()).collect());
         // L2: the bound schema version, resolved once per batch (None for unbound streams).
-        let mut schema = crate::registry::binding::for_stream(&self.services, &config);
+        let mut schema = super::schema::for_stream(&self.services, &config);
         // L4: the hash chain, held for the batch (lock order: store, then chain).
         let mut chain = self.provenance.as_deref().map(|provenance| provenance.writer(&config));
         let mut ingest = Ingest {
@@ -707,7 +707,7 @@ impl Stream {
             }
             if claim.is_none() {
                 // A claim already names the producer; otherwise L2 lineage records one.
-                crate::registry::binding::record_producer(&self.services.bus.clients, message);
+                super::schema::record_producer(&self.services.bus.clients, message);
             }
         }
         if let Some(claim) = claim {

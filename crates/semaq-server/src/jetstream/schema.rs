@@ -1,6 +1,6 @@
 //! Levels and L2 streams: a stream whose metadata says `semaq.level` ≥ 2 and `semaq.schema`
 //! (optionally `semaq.schema.version`) stores only messages that validate against that subject's
-//! schema; on L4 with `semaq.evolve: auto` the schema widens from payloads ([`super::evolve`]).
+//! schema; on L4 with `semaq.evolve: auto` the schema widens from payloads (`registry::evolve`).
 //! Here too: the checks of the `semaq.*` level keys at stream create/update, and what a level
 //! enforces, for stream info.
 //!
@@ -16,15 +16,16 @@ use bytes::Bytes;
 
 use serde_json::{json, Value};
 
-use super::evolve::{self, Evolver, EVOLVE_KEY};
-use super::format::Parsed;
-use super::types::SchemaType;
-use super::Registry;
 use crate::client::Clients;
 use crate::jetstream::config::StreamConfig;
 use crate::jetstream::errors::ApiError;
 use crate::jetstream::stream::{header_value, Inbound};
 use crate::jetstream::Services;
+use crate::limits;
+use crate::registry::evolve::{self, Evolver, EVOLVE_KEY};
+use crate::registry::format::Parsed;
+use crate::registry::types::SchemaType;
+use crate::registry::Registry;
 
 /// Stream metadata key: the semantic level, `0`..=`4` (absent: 1).
 pub const LEVEL_KEY: &str = "semaq.level";
@@ -38,10 +39,6 @@ pub const REQUIRE_KEY: &str = "semaq.require";
 pub const REQUIRE_DEFAULT: &str = "traceparent,Semaq-Session";
 /// The highest semantic level.
 const LEVEL_MAX: u8 = 4;
-/// Header names one `semaq.require` may list.
-const REQUIRED_HEADERS_MAX: usize = 32;
-/// Longest header name `semaq.require` accepts.
-const HEADER_NAME_BYTES_MAX: usize = 128;
 
 /// Which subject and version a stream is bound to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,8 +68,8 @@ pub fn from_metadata(metadata: &BTreeMap<String, String>) -> Result<Option<Bindi
     }
 }
 
-/// The level in `semaq.level` (absent: 1).
-fn level_of(metadata: &BTreeMap<String, String>) -> Result<u8, String> {
+/// The level in `semaq.level` (absent: 1): the one reading of the key.
+pub fn level_of(metadata: &BTreeMap<String, String>) -> Result<u8, String> {
     match metadata.get(LEVEL_KEY) {
         None => Ok(1),
         Some(text) => match text.trim().parse::<u8>() {
@@ -96,11 +93,13 @@ pub fn required_headers(metadata: &BTreeMap<String, String>) -> Result<Vec<Strin
     let text = metadata.get(REQUIRE_KEY).map_or(REQUIRE_DEFAULT, String::as_str);
     let names: Vec<String> =
         text.split(',').map(str::trim).filter(|name| !name.is_empty()).map(str::to_string).collect();
-    if names.len() > REQUIRED_HEADERS_MAX {
-        return Err(format!("{REQUIRE_KEY} may list at most {REQUIRED_HEADERS_MAX} headers"));
+    if names.len() > limits::PROVENANCE_REQUIRED_HEADERS_MAX {
+        return Err(format!("{REQUIRE_KEY} may list at most {} headers", limits::PROVENANCE_REQUIRED_HEADERS_MAX));
     }
-    let valid =
-        |name: &str| name.len() <= HEADER_NAME_BYTES_MAX && name.bytes().all(|b| b.is_ascii_graphic() && b != b':');
+    let valid = |name: &str| {
+        name.len() <= limits::PROVENANCE_REQUIRED_HEADER_NAME_BYTES_MAX
+            && name.bytes().all(|b| b.is_ascii_graphic() && b != b':')
+    };
     match names.iter().find(|name| !valid(name)) {
         Some(bad) => Err(format!("{REQUIRE_KEY}: {bad:?} is not a header name")),
         None => Ok(names),
