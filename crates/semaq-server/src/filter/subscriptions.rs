@@ -2,7 +2,7 @@
 //!
 //! The filtered subscriptions live in a private subject index (a [`Router`] of their own, so
 //! patterns and queue groups match exactly as for `SUB`). The server's router holds one internal
-//! subscription per distinct pattern, a [`Trigger`]. A message on `ai.inference` reaches the
+//! subscription per distinct pattern, a `Trigger`. A message on `ai.inference` reaches the
 //! triggers of `ai.>`, `ai.*` and `ai.inference` alike; only the one whose pattern was created
 //! first among those that match (the lead) acts: it takes every filtered subscription the index
 //! matches, whatever its pattern, and evaluates them all over ONE prepared message. So a payload

@@ -7,7 +7,7 @@
 //! once (when the stream syncs always), and only then are its PubAcks sent, so an
 //! acknowledged message is on disk and concurrent publishers share one fsync.
 //!
-//! Every message is checked and stored by [`Stream::ingest_one`]: L2 schema, L3 producer
+//! Every message is checked and stored by `Stream::ingest_one`: L2 schema, L3 producer
 //! sequence (`producers.rs`), then dedup, expected headers and limits. Atomic batches
 //! (`batch.rs`) are staged first and, on commit, stored through the same function, one message
 //! after another, or not at all.
