@@ -46,7 +46,7 @@ fn parse_rfc3339(text: &[u8]) -> Option<i64> {
             return None;
         }
         let value = after_dot[..count].iter().fold(0i64, |n, d| n * 10 + i64::from(d - b'0'));
-        fraction_ns = value * 10i64.pow((FRACTION_DIGITS_MAX - count) as u32);
+        fraction_ns = value * 10i64.pow(u32::try_from(FRACTION_DIGITS_MAX - count).ok()?);
         rest = &after_dot[count..];
     }
     let offset_seconds = match rest {
