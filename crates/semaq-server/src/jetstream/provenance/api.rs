@@ -148,7 +148,7 @@ fn chain_page(jetstream: &JetStream, name: &str, request: &PageRequest) -> Resul
         for _ in 0..limits::PROVENANCE_PAGE_LOCK_MESSAGES_MAX {
             match store.get_next(next, None) {
                 Ok(Some(message)) if message.seq <= state.last_seq => {
-                    page::push_record(&mut out, &message.view());
+                    page::push_record(&mut out, &message.view()).map_err(ApiError::storage)?;
                     next = message.seq + 1;
                     count += 1;
                     bytes += page::RECORD_PREFIX_BYTES + message.subject.len() + message.payload.len();
