@@ -3,6 +3,9 @@
 //!
 //! `cargo bench -p semaq-server --bench filter`; `cargo test` runs each case once as a check.
 
+// criterion_group! generates a public function without a doc comment.
+#![allow(missing_docs)]
+
 use std::hint::black_box;
 use std::time::Duration;
 

@@ -6,9 +6,9 @@
 
 use std::time::{Duration, Instant};
 
+use semaq_registry::types::SchemaRequest;
+use semaq_registry::Registry;
 use semaq_server::options::Options;
-use semaq_server::registry::types::SchemaRequest;
-use semaq_server::registry::Registry;
 use serde_json::json;
 
 const JSON_EVENT: &[u8] = br#"{"model_id":"llama3-70b","confidence":0.92,"input_tokens":128}"#;

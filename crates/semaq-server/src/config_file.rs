@@ -1,11 +1,11 @@
 //! nats-server's configuration file format, read into [`Options`].
 //!
-//! The syntax (in [`syntax`]) is nats-server's: `key: value`, `key = value` or `key value`; blocks
+//! The syntax (in `syntax.rs`) is nats-server's: `key: value`, `key = value` or `key value`; blocks
 //! `name { ... }`; arrays `[a, b]` split by commas or new lines; `#` and `//` comments; quoted and bare
 //! strings; numbers with size suffixes; booleans `true/false/yes/no/on/off`; `include 'file'` relative
 //! to the including file; `$VAR` from an earlier key in an enclosing block or from the environment.
 //!
-//! The settings (in [`settings`]) are matched case-insensitively. A key SemaQ does not know is a warning,
+//! The settings (in `settings.rs`) are matched case-insensitively. A key SemaQ does not know is a warning,
 //! never an error and never misread; a known key with a wrong type or an out-of-range value is an error
 //! with its line and column. Loading is all-or-nothing: on error the options are left untouched.
 
@@ -13,8 +13,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::flags::Given;
-use crate::options::Options;
+use crate::options::{Given, Options};
 
 mod settings;
 mod syntax;
@@ -91,7 +90,7 @@ pub enum ConfigError {
 pub struct LoadReport {
     /// Keys that were ignored and similar notes, each naming its line.
     pub warnings: Vec<String>,
-    /// Listener settings the file gave, for [`crate::flags::finalize`].
+    /// Listener settings the file gave, for `flags::finalize`.
     pub given: Given,
 }
 

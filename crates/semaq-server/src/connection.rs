@@ -2,165 +2,119 @@
 //!
 //! The reader runs in the connection's own task and is the only owner of the parser and the
 //! subscription map. Everything other tasks need (the outbound buffer, CONNECT options,
-//! counters) lives in [`Client`], shared through an `Arc`.
+//! counters) lives in [`Client`], shared through an `Arc`. What all connections share is a
+//! [`Context`] the server builds once: the bus, auth, options and the INFO template.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::time::SystemTime;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use bytes::BytesMut;
-use semaq_wire::info::ConnectOptions;
+use semaq_wire::info::{ConnectOptions, ServerInfo};
 use semaq_wire::op::Publish;
 use semaq_wire::{encode, subject, ByteString, ClientOp, HeaderBlock, ParseError, Parser, ParserLimits};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::net::TcpStream;
+use tokio_rustls::TlsAcceptor;
 
-use crate::auth::{ClientPermissions, Grant};
+use crate::auth::{Authenticator, ClientPermissions, Grant};
+use crate::bus::Bus;
+use crate::client::{Client, ClientDetails};
 use crate::delivery::{self, FlushSet, Message, Sink, SubscriberRef, Subscription};
+use crate::filter::Filters;
+use crate::identity::random_nonce;
 use crate::limits;
-use crate::outbound::{CloseReason, Outbound};
-use crate::server::Shared;
-use crate::stats::{bump, Traffic};
+use crate::options::Options;
+use crate::outbound::CloseReason;
+use crate::stats::bump;
 
-/// What a client told us in CONNECT, fixed once accepted.
-#[derive(Debug, Clone, Default)]
-pub struct ClientDetails {
-    /// CONNECT options.
-    pub options: ConnectOptions,
-    /// The authenticated user, if any.
-    pub user: Option<String>,
-    /// Restrictions from the user's permissions.
-    pub permissions: Option<Arc<ClientPermissions>>,
+/// What every connection shares, built once by the server.
+pub struct Context {
+    /// Routing, the connection table and the counters.
+    pub bus: Arc<Bus>,
+    /// Effective options.
+    pub options: Arc<Options>,
+    /// Credentials and permissions.
+    pub auth: Authenticator,
+    /// TLS acceptor when TLS is on.
+    pub tls: Option<TlsAcceptor>,
+    /// The INFO every connection is sent, before its own id, address and nonce are filled in.
+    pub info: ServerInfo,
+    /// Filtered subscriptions, which end with the connection that made them.
+    pub filters: Arc<Filters>,
 }
 
-/// The shared half of a connection: what publishers and monitoring need to reach.
-#[derive(Debug)]
-pub struct Client {
-    /// Server-unique connection id.
-    pub id: u64,
-    /// Remote address.
-    pub addr: SocketAddr,
-    /// When the connection was accepted.
-    pub started: SystemTime,
-    /// Bytes waiting to be written to the socket.
-    pub outbound: Outbound,
-    /// Messages and bytes received from this client.
-    pub inbound: Traffic,
-    /// Subscriptions currently held.
-    pub subscriptions: AtomicUsize,
-    /// Set once at CONNECT.
-    details: OnceLock<ClientDetails>,
-    /// Copied out of `details` for the per-message checks.
-    echo: AtomicBool,
-    headers: AtomicBool,
-    filters_deliveries: AtomicBool,
-    /// Whether the connection runs over TLS.
-    pub tls: bool,
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context").field("server_id", &self.info.server_id).finish_non_exhaustive()
+    }
 }
 
-impl Client {
-    fn new(id: u64, addr: SocketAddr, pending_bytes_max: usize, tls: bool) -> Self {
-        Self {
-            id,
-            addr,
-            started: SystemTime::now(),
-            outbound: Outbound::new(pending_bytes_max),
-            inbound: Traffic::default(),
-            subscriptions: AtomicUsize::new(0),
-            details: OnceLock::new(),
-            echo: AtomicBool::new(true),
-            headers: AtomicBool::new(false),
-            filters_deliveries: AtomicBool::new(false),
-            tls,
+impl Context {
+    /// The INFO sent to connection `client_id` from `addr`.
+    pub fn client_info(&self, client_id: u64, addr: SocketAddr) -> ServerInfo {
+        ServerInfo {
+            client_id,
+            client_ip: addr.ip().to_string(),
+            nonce: self.info.auth_required.then(random_nonce),
+            ..self.info.clone()
         }
-    }
-
-    /// CONNECT details, once received.
-    pub fn details(&self) -> Option<&ClientDetails> {
-        self.details.get()
-    }
-
-    /// Whether the client wants its own messages back.
-    pub fn echo(&self) -> bool {
-        self.echo.load(Ordering::Relaxed)
-    }
-
-    /// Whether the client understands `HMSG`.
-    pub fn headers(&self) -> bool {
-        self.headers.load(Ordering::Relaxed)
-    }
-
-    /// Whether a message on `subject` may be delivered to this client under its permissions.
-    pub fn may_receive(&self, subject: &str) -> bool {
-        if !self.filters_deliveries.load(Ordering::Relaxed) {
-            return true;
-        }
-        self.details().and_then(|d| d.permissions.as_ref()).is_none_or(|p| p.may_receive(subject))
-    }
-
-    fn accept_details(&self, details: ClientDetails) {
-        self.echo.store(details.options.echo, Ordering::Relaxed);
-        self.headers.store(details.options.headers, Ordering::Relaxed);
-        let filters = details.permissions.as_ref().is_some_and(|p| p.filters_deliveries());
-        self.filters_deliveries.store(filters, Ordering::Relaxed);
-        let _ = self.details.set(details);
     }
 }
 
 /// Serves one accepted TCP connection until it closes.
-pub async fn serve(shared: Arc<Shared>, socket: TcpStream, addr: SocketAddr) {
+pub async fn serve(context: Arc<Context>, socket: TcpStream, addr: SocketAddr) {
     let _ = socket.set_nodelay(true);
-    let id = shared.next_client_id();
-    let tls = shared.tls.clone();
-    let client = Arc::new(Client::new(id, addr, shared.options.pending_bytes_max, tls.is_some()));
-    let info = shared.client_info(id, addr);
+    let id = context.bus.clients.next_id();
+    let tls = context.tls.clone();
+    let client = Arc::new(Client::new(id, addr, context.options.pending_bytes_max, tls.is_some()));
+    let info = context.client_info(id, addr);
     let mut hello = BytesMut::new();
     encode::info(&mut hello, &info);
     let Some(acceptor) = tls else {
         let (reader, writer) = socket.into_split();
-        return run(shared, client, reader, writer, hello).await;
+        return run(context, client, reader, writer, hello).await;
     };
     // INFO goes out in plain text first; the client then starts the TLS handshake.
     let mut socket = socket;
     if tokio::io::AsyncWriteExt::write_all(&mut socket, &hello).await.is_err() {
         return;
     }
-    let timeout = shared.options.tls.as_ref().map_or(limits::TLS_HANDSHAKE_TIMEOUT, |tls| tls.timeout);
+    let timeout = context.options.tls.as_ref().map_or(limits::TLS_HANDSHAKE_TIMEOUT, |tls| tls.timeout);
     match tokio::time::timeout(timeout, acceptor.accept(socket)).await {
         Ok(Ok(stream)) => {
             let (reader, writer) = tokio::io::split(stream);
-            run(shared, client, reader, writer, BytesMut::new()).await;
+            run(context, client, reader, writer, BytesMut::new()).await;
         }
         Ok(Err(error)) => tracing::debug!(%addr, %error, "TLS handshake failed"),
         Err(_) => tracing::debug!(%addr, "TLS handshake timed out"),
     }
 }
 
-async fn run<R, W>(shared: Arc<Shared>, client: Arc<Client>, reader: R, writer: W, hello: BytesMut)
+async fn run<R, W>(context: Arc<Context>, client: Arc<Client>, reader: R, writer: W, hello: BytesMut)
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    shared.register(&client);
+    context.bus.register(&client);
     client.outbound.send(&hello);
-    let write_deadline = shared.options.write_deadline;
+    let write_deadline = context.options.write_deadline;
     let writer_client = client.clone();
     let writer_task = tokio::spawn(async move { writer_client.outbound.run_writer(writer, write_deadline).await });
-    let mut connection = Connection::new(shared.clone(), client.clone());
+    let mut connection = Connection::new(context.clone(), client.clone());
     let reason = connection.read_loop(reader).await;
     client.outbound.close(reason);
     connection.remove_subscriptions();
     let reason = writer_task.await.unwrap_or(reason);
-    shared.unregister(&client, reason);
+    context.bus.unregister(&client, reason);
     // After unregister: a filtered subscription is only created while its requester is open.
-    shared.filters.connection_closed(&shared, client.id);
+    context.filters.connection_closed(client.id);
 }
 
 /// The reader's private state for one connection.
 struct Connection {
-    shared: Arc<Shared>,
+    context: Arc<Context>,
     client: Arc<Client>,
     parser: Parser,
     subscriptions: HashMap<ByteString, Arc<Subscription>>,
@@ -174,13 +128,13 @@ struct Connection {
 const PUBLISH_PERMISSION_CACHE_ENTRIES_MAX: usize = 1024;
 
 impl Connection {
-    fn new(shared: Arc<Shared>, client: Arc<Client>) -> Self {
+    fn new(context: Arc<Context>, client: Arc<Client>) -> Self {
         let limits = ParserLimits {
-            control_line_bytes_max: shared.options.control_line_bytes_max,
-            payload_bytes_max: shared.options.payload_bytes_max,
+            control_line_bytes_max: context.options.control_line_bytes_max,
+            payload_bytes_max: context.options.payload_bytes_max,
         };
         Self {
-            shared,
+            context,
             client,
             parser: Parser::new(limits),
             subscriptions: HashMap::new(),
@@ -193,10 +147,10 @@ impl Connection {
 
     async fn read_loop<R: AsyncRead + Unpin>(&mut self, mut reader: R) -> CloseReason {
         let mut buffer = BytesMut::with_capacity(limits::READ_BUFFER_BYTES);
-        let ping_interval = self.shared.options.ping_interval;
+        let ping_interval = self.context.options.ping_interval;
         let mut ping_timer = tokio::time::interval_at(tokio::time::Instant::now() + ping_interval, ping_interval);
-        let auth_timer = tokio::time::sleep(self.shared.options.auth_timeout);
-        let auth_required = self.shared.auth.is_required();
+        let auth_timer = tokio::time::sleep(self.context.options.auth_timeout);
+        let auth_required = self.context.auth.is_required();
         let client = self.client.clone();
         let closed = client.outbound.closed();
         tokio::pin!(auth_timer, closed);
@@ -231,7 +185,7 @@ impl Connection {
     }
 
     fn ping(&mut self) -> Option<CloseReason> {
-        if self.pings_outstanding >= self.shared.options.pings_outstanding_max {
+        if self.pings_outstanding >= self.context.options.pings_outstanding_max {
             self.client.outbound.close_with_error(CloseReason::StaleConnection, "Stale Connection");
             return Some(CloseReason::StaleConnection);
         }
@@ -261,7 +215,7 @@ impl Connection {
     }
 
     fn handle(&mut self, op: ClientOp) -> Result<(), CloseReason> {
-        if !self.connected && !matches!(op, ClientOp::Connect(_)) && self.shared.auth.is_required() {
+        if !self.connected && !matches!(op, ClientOp::Connect(_)) && self.context.auth.is_required() {
             return self.refuse_auth();
         }
         match op {
@@ -282,7 +236,7 @@ impl Connection {
     }
 
     fn refuse_auth(&mut self) -> Result<(), CloseReason> {
-        bump(&self.shared.stats.auth_failures);
+        bump(&self.context.bus.stats.auth_failures);
         self.client.outbound.close_with_error(CloseReason::AuthenticationFailure, "Authorization Violation");
         Err(CloseReason::AuthenticationFailure)
     }
@@ -297,7 +251,7 @@ impl Connection {
             self.ok();
             return Ok(());
         }
-        let Ok(Grant { user, permissions }) = self.shared.auth.authenticate(&options) else {
+        let Ok(Grant { user, permissions }) = self.context.auth.authenticate(&options) else {
             return self.refuse_auth();
         };
         let verbose = options.verbose;
@@ -364,8 +318,9 @@ impl Connection {
             payload: &publish.payload,
             publisher: Some(self.client.id),
         };
-        let matches = self.shared.router.matches(&publish.subject);
-        let delivered = delivery::fan_out(&self.shared.router, &matches, &message, Some(&self.client), &mut self.flush);
+        let matches = self.context.bus.router.matches(&publish.subject);
+        let delivered =
+            delivery::fan_out(&self.context.bus.router, &matches, &message, Some(&self.client), &mut self.flush);
         if delivered == 0 {
             self.no_responders(&message);
         }
@@ -385,7 +340,7 @@ impl Connection {
         };
         let status = HeaderBlock::status(503, "").encode();
         let notice = Message { subject: reply, reply: None, headers: Some(&status), payload: b"", publisher: None };
-        delivery::deliver(&self.shared.router, &subscription, &notice, &mut self.flush);
+        delivery::deliver(&self.context.bus.router, &subscription, &notice, &mut self.flush);
     }
 
     fn subscribe(&mut self, subject: ByteString, queue: Option<ByteString>, sid: ByteString) {
@@ -403,13 +358,13 @@ impl Connection {
             return;
         }
         self.subscriptions.retain(|_, s| !s.is_exhausted());
-        if self.subscriptions.len() >= self.shared.options.subscriptions_per_connection_max {
+        if self.subscriptions.len() >= self.context.options.subscriptions_per_connection_max {
             self.send_err("Maximum Subscriptions Exceeded");
             return;
         }
         let subscription = Arc::new(Subscription::new(Sink::Client(self.client.clone()), subject, queue, sid.clone()));
         let reference = SubscriberRef(subscription.clone());
-        if self.shared.router.insert(&subscription.subject, subscription.queue.as_deref(), reference).is_err() {
+        if self.context.bus.router.insert(&subscription.subject, subscription.queue.as_deref(), reference).is_err() {
             self.send_err("Invalid Subject");
             return;
         }
@@ -436,7 +391,7 @@ impl Connection {
 
     fn remove_from_router(&self, subscription: &Arc<Subscription>) {
         let reference = SubscriberRef(subscription.clone());
-        self.shared.router.remove(&subscription.subject, subscription.queue.as_deref(), &reference);
+        self.context.bus.router.remove(&subscription.subject, subscription.queue.as_deref(), &reference);
     }
 
     fn remove_subscriptions(&mut self) {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use semaq_wire::{encode, ByteString};
 
-use crate::connection::Client;
+use crate::client::Client;
 use crate::router::{Matches, Router};
 
 /// Where a subscription's messages go.

@@ -13,10 +13,7 @@ use std::path::PathBuf;
 
 use crate::config_file::{self, ConfigError};
 use crate::limits;
-use crate::options::{Options, TlsOptions, User};
-
-/// nats-server's client port, which it also uses when a port of 0 is given.
-const NATS_DEFAULT_PORT: u16 = 4222;
+use crate::options::{client_port, monitor_port, Given, Options, TlsOptions, User};
 
 /// What the command line asked for; `None` fields were not given and leave the option alone.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -102,31 +99,6 @@ pub enum FlagError {
     Conflict(String),
 }
 
-/// Which listener settings a source gave explicitly rather than leaving at their defaults.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Given {
-    /// Client host (`-a`, `host`/`net`, `listen: "host:port"`).
-    pub host: bool,
-    /// Client port (`-p`, `port`, `listen`).
-    pub port: bool,
-    /// Monitoring host (`--http_host`, `http_host`, `http: "host:port"`).
-    pub http_host: bool,
-    /// Monitoring port (`-m`, `http_port`/`monitor_port`, `http`).
-    pub http_port: bool,
-}
-
-impl Given {
-    /// Settings given by either source.
-    pub fn union(self, other: Given) -> Given {
-        Given {
-            host: self.host || other.host,
-            port: self.port || other.port,
-            http_host: self.http_host || other.http_host,
-            http_port: self.http_port || other.http_port,
-        }
-    }
-}
-
 /// Applies the rules that depend on which sources gave what, once the config file and flags are in.
 ///
 /// - Monitoring: `Options::default()` serves monitoring on 8222, SemaQ's embedded default for a bare
@@ -141,26 +113,6 @@ pub fn finalize(options: &mut Options, given: Given) {
     }
     if given.host && !given.http_host {
         options.http_host = options.host.clone();
-    }
-}
-
-/// The client port a nats-server port number means: -1 picks a free port (0), 0 means the default 4222.
-pub(crate) fn client_port(number: i64) -> Result<u16, String> {
-    match number {
-        -1 => Ok(0),
-        0 => Ok(NATS_DEFAULT_PORT),
-        1..=65535 => Ok(number as u16),
-        _ => Err("expected a port between 1 and 65535, or -1 for a random free port".to_string()),
-    }
-}
-
-/// The monitoring port a nats-server port number means: -1 picks a free port, 0 turns monitoring off.
-pub(crate) fn monitor_port(number: i64) -> Result<Option<u16>, String> {
-    match number {
-        -1 => Ok(Some(0)),
-        0 => Ok(None),
-        1..=65535 => Ok(Some(number as u16)),
-        _ => Err("expected a port between 1 and 65535, -1 for a random free port, or 0 for none".to_string()),
     }
 }
 

@@ -1,29 +1,41 @@
 //! The SemaQ broker.
 //!
-//! Follow one message through the rooms in this order:
+//! Follow one message through the rooms in this order: [`server`] accepts a socket;
+//! [`connection`] reads it, parses ops with `semaq_wire` and authorizes them ([`auth`]);
+//! [`router`] maps the subject to subscriptions; [`delivery`] fans the message out to clients'
+//! [`outbound`] buffers and to internal sinks, such as a stream of [`jetstream`] capturing its
+//! subjects (checks, store append, PubAck), whose consumers deliver back through the same path.
 //!
-//! - [`server`]: binds the listeners, accepts connections (bounded), runs until shutdown.
-//! - [`connection`]: one client: reads bytes, parses ops with `semaq_wire`, authorizes, dispatches.
-//! - [`router`]: the subject trie that maps a published subject to the subscriptions it reaches.
-//! - [`outbound`]: each client's bounded outbound buffer and the task that writes it to the socket.
-//! - [`auth`]: who may connect and what each user may publish and subscribe to.
-//! - [`tls`]: rustls configuration for the client listener.
-//! - [`jetstream`]: streams (capture → checks → store append → ack) and consumers (delivery, acks).
-//! - [`filter`]: CEL content filters for core subscriptions and JetStream consumers.
-//! - [`monitor`]: the HTTP endpoints (`/varz`, `/connz`, `/subsz`, `/healthz`).
-//! - [`registry`]: the schema registry (Confluent's REST API, `$SEMAQ.API.SCHEMA.*`) and L2 validation.
-//! - [`stats`]: counters shared by the rooms above.
+//! The modules form layers, bottom to top; a module uses only those below it (and those before
+//! it in its own layer), so no import cycle spans two modules. `architecture.rs` tests this.
 //!
-//! Settings come from [`options`], filled by [`config_file`] (nats-server's format) and then
-//! [`flags`] (nats-server's command line). Every default bound lives in [`limits`].
+//! 1. **Basics:** [`limits`] (every default bound), [`clock`], [`sync`] (lock helpers, byte
+//!    budgets), [`stats`], [`identity`], [`options`] filled by [`config_file`] (nats-server's
+//!    format) and [`flags`] (its command line), [`auth`], [`tls`].
+//! 2. **Routing:** [`router`] (the subject trie), [`outbound`] (each client's bounded buffer and
+//!    writer), [`client`] (a connection's shared half and the connection table), [`delivery`]
+//!    (fan-out to subscriptions).
+//! 3. **The bus:** [`bus`], the one way any subsystem publishes, subscribes internally and reaches
+//!    the connections. Subsystems hold an `Arc<Bus>` (or, from sinks the router holds, a
+//!    `Weak<Bus>`), never the whole server.
+//! 4. **Subsystems:** [`registry`] (the schema registry's REST and NATS APIs over the
+//!    `semaq-registry` crate), [`filter`] (CEL content filters, filtered subscriptions),
+//!    [`connection`] (one client).
+//! 5. **[`jetstream`]:** streams and consumers, with the handles they use in
+//!    [`jetstream::Services`] (bus, registry, filters, options).
+//! 6. **Edges:** [`monitor`] (the HTTP endpoints) and [`server`], the only place that builds the
+//!    whole and wires it.
 
 pub mod auth;
+pub mod bus;
+pub mod client;
 pub mod clock;
 pub mod config_file;
 pub mod connection;
 pub mod delivery;
 pub mod filter;
 pub mod flags;
+pub mod identity;
 pub mod jetstream;
 pub mod limits;
 pub mod monitor;
@@ -33,4 +45,8 @@ pub mod registry;
 pub mod router;
 pub mod server;
 pub mod stats;
+pub mod sync;
 pub mod tls;
+
+#[cfg(test)]
+mod architecture;

@@ -1,5 +1,6 @@
 //! Every bound the broker enforces by default, in one place. Units come last in each name.
-//! Options (flags and the config file) may override those marked "configurable".
+//! Options (flags and the config file) may override those marked "configurable". The schema
+//! registry's own bounds are in [`semaq_registry::limits`].
 
 use std::time::Duration;
 
@@ -31,6 +32,8 @@ pub const READ_BUFFER_BYTES: usize = 64 * 1024;
 pub const WRITE_BATCH_BYTES_MAX: usize = 1024 * 1024;
 /// Cached subject-match results in the router before the cache is trimmed.
 pub const ROUTER_CACHE_ENTRIES_MAX: usize = 4096;
+/// Closed connections remembered for `/connz?state=closed`.
+pub const CLOSED_CLIENTS_MAX: usize = 1000;
 /// Connections listed by one `/connz` page.
 pub const CONNZ_PAGE_ENTRIES_MAX: usize = 1024;
 /// Time allowed to deliver the `-ERR 'Slow Consumer'` line to a client that is not reading.
@@ -77,31 +80,12 @@ pub const STREAM_INGEST_QUEUE_BYTES_MAX: usize = 64 * 1024 * 1024;
 pub const JETSTREAM_API_QUEUE_BYTES_MAX: usize = 16 * 1024 * 1024;
 /// Subjects listed by one `STREAM.INFO` with `subjects_filter` (nats-server's JSMaxSubjectDetails).
 pub const API_SUBJECT_DETAILS_MAX: usize = 100_000;
-/// Nesting a schema or a validated payload may reach before it is refused (bounds recursion).
-pub const SCHEMA_NESTING_DEPTH_MAX: usize = 64;
-/// Longest schema text the registry accepts.
-pub const REGISTRY_SCHEMA_BYTES_MAX: usize = 1024 * 1024;
-/// Schemas (distinct global ids) the registry holds.
-pub const REGISTRY_SCHEMAS_MAX: usize = 100_000;
-/// Versions one subject may have, deleted ones included.
-pub const REGISTRY_VERSIONS_PER_SUBJECT_MAX: usize = 10_000;
-/// Longest subject name.
-pub const REGISTRY_SUBJECT_NAME_BYTES_MAX: usize = 1024;
+/// The auto-evolution rate bound, named here as well for the broker tests that hit it through a server.
+pub use semaq_registry::limits::SCHEMA_EVOLUTIONS_PER_STREAM_PER_MINUTE_MAX;
 /// Schema API requests over NATS queued before new ones are refused.
 pub const SCHEMA_API_QUEUE_REQUESTS_MAX: usize = 1024;
 /// Bytes of schema API requests over NATS queued.
 pub const SCHEMA_API_QUEUE_BYTES_MAX: usize = 16 * 1024 * 1024;
-/// Messages (nested ones included) one Protobuf schema's compatibility check walks.
-pub const REGISTRY_PROTO_MESSAGES_MAX: usize = 10_000;
-/// Subjects the registry holds (deleted ones included, until hard-deleted).
-pub const REGISTRY_SUBJECTS_MAX: usize = 100_000;
-/// Schemas one registration may depend on through its references, transitively.
-pub const REGISTRY_REFERENCES_MAX: usize = 1_000;
-/// Schema pairs one compatibility check compares (combinators and references multiply them);
-/// past it the check reports the schemas as too complex rather than compatible.
-pub const SCHEMA_COMPATIBILITY_STEPS_MAX: usize = 100_000;
-/// Array and map items one validated Avro binary datum may hold (zero-byte items cost no input).
-pub const SCHEMA_DATUM_ITEMS_MAX: usize = 1 << 20;
 /// Schemas one `GET /schemas` or `referencedby` answer lists (Confluent's schema.search.max.limit).
 pub const REGISTRY_LIST_SCHEMAS_MAX: usize = 1_000;
 /// Longest CEL filter expression accepted.
@@ -116,19 +100,6 @@ pub const FILTERED_SUBSCRIPTIONS_PER_CONNECTION_MAX: usize = 1024;
 pub const FILTERED_SUBSCRIPTIONS_MAX: usize = 64 * 1024;
 /// Messages a filtered consumer skips in one look for its next match before yielding.
 pub const FILTER_SKIP_MESSAGES_MAX: usize = 16 * 1024;
-/// Schema registrations L4 auto-evolution may attempt for one stream within [`SCHEMA_EVOLUTION_RATE_WINDOW`]
-/// (refused attempts count: each costs a compatibility check).
-pub const SCHEMA_EVOLUTIONS_PER_STREAM_PER_MINUTE_MAX: usize = 10;
-/// The window [`SCHEMA_EVOLUTIONS_PER_STREAM_PER_MINUTE_MAX`] counts over.
-pub const SCHEMA_EVOLUTION_RATE_WINDOW: Duration = Duration::from_secs(60);
-/// New fields one auto-evolution may add (a payload with more is refused).
-pub const SCHEMA_EVOLUTION_FIELDS_MAX: usize = 64;
-/// Levels of nested objects (JSON Schema) or records (Avro), array items included, below the top level that
-/// auto-evolution extends; new fields deeper than this are not added.
-pub const SCHEMA_EVOLUTION_DEPTH_MAX: usize = 8;
-/// Elements of one payload array of objects auto-evolution looks at for new item fields (the
-/// first ones; later elements are not looked at).
-pub const SCHEMA_EVOLUTION_ARRAY_ITEMS_MAX: usize = 32;
 /// `Semaq-Parent` references one message may carry.
 pub const LINEAGE_PARENTS_PER_MESSAGE_MAX: usize = 64;
 /// Longest single `Semaq-Parent` reference.
@@ -166,8 +137,10 @@ pub const PROVENANCE_PAGE_BYTES_MAX: usize = 1024 * 1024;
 pub const PROVENANCE_PAGE_LOCK_MESSAGES_MAX: usize = 256;
 /// Provenance API requests queued before new ones are refused.
 pub const PROVENANCE_API_QUEUE_REQUESTS_MAX: usize = 256;
-/// Level 4: headers `semaq.require` may name.
+/// Level 4: headers `semaq.require` may name (each is one bit of the ingest's one-pass scan).
 pub const PROVENANCE_REQUIRED_HEADERS_MAX: usize = 16;
+/// Level 4: the longest header name `semaq.require` accepts.
+pub const PROVENANCE_REQUIRED_HEADER_NAME_BYTES_MAX: usize = 128;
 /// Parsed stored payloads kept for the filtered consumers of the same messages.
 pub const FILTER_CACHE_ENTRIES_MAX: usize = 1024;
 /// Payload bytes of those entries (their parsed values take a few times as much).

@@ -7,8 +7,9 @@ use std::sync::Mutex;
 
 use anyhow::Context;
 use semaq_server::flags;
+use semaq_server::identity::SEMAQ_VERSION;
 use semaq_server::options::Options;
-use semaq_server::server::{Server, SEMAQ_VERSION};
+use semaq_server::server::Server;
 use semaq_wire::clock;
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::fmt::format::Writer;

@@ -1,6 +1,7 @@
 //! The monitoring HTTP endpoints, with nats-server's field names so existing tooling reads them:
 //! `/varz`, `/connz`, `/subsz`, `/healthz`.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -12,21 +13,51 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
-use crate::connection::Client;
+use crate::bus::Bus;
+use crate::client::Client;
+use crate::filter::Filters;
+use crate::identity::{Identity, NATS_COMPATIBLE_VERSION, SEMAQ_VERSION};
+use crate::jetstream::JetStream;
 use crate::limits;
-use crate::server::{lock, Shared, NATS_COMPATIBLE_VERSION, SEMAQ_VERSION};
+use crate::options::Options;
+use crate::registry::Registry;
+
+/// What the monitoring endpoints read, handed over by the server once everything is started.
+#[derive(Debug)]
+pub struct Monitor {
+    /// Who this server is.
+    pub identity: Identity,
+    /// Effective options.
+    pub options: Arc<Options>,
+    /// Routing, connections and counters.
+    pub bus: Arc<Bus>,
+    /// Bound client address.
+    pub client_addr: Option<SocketAddr>,
+    /// Bound monitoring address.
+    pub http_addr: Option<SocketAddr>,
+    /// Whether clients must authenticate.
+    pub auth_required: bool,
+    /// Whether the client listener speaks TLS.
+    pub tls_required: bool,
+    /// The schema registry, also served over Confluent's REST API here.
+    pub registry: Arc<Registry>,
+    /// Filter counters and filtered subscriptions.
+    pub filters: Arc<Filters>,
+    /// Streams and consumers, when JetStream is on.
+    pub jetstream: Option<Arc<JetStream>>,
+}
 
 /// Serves the monitoring endpoints on `listener` until the task is aborted.
-pub async fn serve(shared: Arc<Shared>, listener: TcpListener) {
+pub async fn serve(monitor: Arc<Monitor>, listener: TcpListener) {
     let app = Router::new()
         .route("/", get(root))
         .route("/varz", get(varz))
         .route("/connz", get(connz))
         .route("/subsz", get(subsz))
         .route("/healthz", get(healthz))
-        .merge(crate::registry::http::routes())
-        .merge(crate::jetstream::provenance::api::routes())
-        .with_state(shared);
+        .with_state(monitor.clone())
+        .merge(crate::registry::http::routes().with_state(monitor.registry.clone()))
+        .merge(crate::jetstream::provenance::api::routes().with_state(monitor.jetstream.clone()));
     if let Err(error) = axum::serve(listener, app).await {
         tracing::error!(%error, "monitoring server failed");
     }
@@ -50,15 +81,15 @@ pub fn resident_memory_bytes() -> u64 {
         .map_or(0, |kib| kib * 1024)
 }
 
-async fn varz(State(shared): State<Arc<Shared>>) -> Json<Value> {
-    let options = &shared.options;
-    let ((in_msgs, in_bytes), (out_msgs, out_bytes)) = shared.traffic_totals();
-    let client_addr = *lock(&shared.client_addr);
-    let http_addr = *lock(&shared.http_addr);
+async fn varz(State(monitor): State<Arc<Monitor>>) -> Json<Value> {
+    let options = &monitor.options;
+    let ((in_msgs, in_bytes), (out_msgs, out_bytes)) = monitor.bus.traffic_totals();
+    let (client_addr, http_addr) = (monitor.client_addr, monitor.http_addr);
+    let (identity, stats) = (&monitor.identity, &monitor.bus.stats);
     let stat = |counter: &std::sync::atomic::AtomicU64| counter.load(std::sync::atomic::Ordering::Relaxed);
     Json(json!({
-        "server_id": shared.server_id,
-        "server_name": shared.server_name,
+        "server_id": identity.server_id,
+        "server_name": identity.server_name,
         "version": NATS_COMPATIBLE_VERSION,
         "semaq_version": SEMAQ_VERSION,
         "proto": 1,
@@ -67,8 +98,8 @@ async fn varz(State(shared): State<Arc<Shared>>) -> Json<Value> {
         "port": client_addr.map(|a| a.port()),
         "http_host": http_addr.map(|a| a.ip().to_string()),
         "http_port": http_addr.map(|a| a.port()),
-        "auth_required": shared.auth.is_required(),
-        "tls_required": shared.tls.is_some(),
+        "auth_required": monitor.auth_required,
+        "tls_required": monitor.tls_required,
         "tls_verify": options.tls.as_ref().is_some_and(|tls| tls.verify),
         "max_connections": options.connections_max,
         "max_subscriptions": options.subscriptions_per_connection_max,
@@ -78,13 +109,13 @@ async fn varz(State(shared): State<Arc<Shared>>) -> Json<Value> {
         "max_payload": options.payload_bytes_max,
         "max_pending": options.pending_bytes_max,
         "write_deadline": options.write_deadline.as_nanos() as u64,
-        "start": clock::rfc3339(shared.started_at),
+        "start": clock::rfc3339(identity.started_at),
         "now": clock::rfc3339(SystemTime::now()),
-        "uptime": clock::go_duration(shared.started.elapsed()),
+        "uptime": clock::go_duration(identity.started.elapsed()),
         "mem": resident_memory_bytes(),
         "cores": std::thread::available_parallelism().map_or(1, usize::from),
-        "connections": lock(&shared.clients).len(),
-        "total_connections": stat(&shared.stats.total_connections),
+        "connections": monitor.bus.clients.len(),
+        "total_connections": stat(&stats.total_connections),
         "routes": 0,
         "remotes": 0,
         "leafnodes": 0,
@@ -92,19 +123,19 @@ async fn varz(State(shared): State<Arc<Shared>>) -> Json<Value> {
         "out_msgs": out_msgs,
         "in_bytes": in_bytes,
         "out_bytes": out_bytes,
-        "slow_consumers": stat(&shared.stats.slow_consumers),
-        "subscriptions": shared.router.count(),
-        "auth_failures": stat(&shared.stats.auth_failures),
-        "refused_connections": stat(&shared.stats.refused_connections),
-        "schema_refusals": shared.registry.get().map_or(0, |registry| stat(&registry.refusals)),
-        "semaq_filters": filters_json(&shared),
+        "slow_consumers": stat(&stats.slow_consumers),
+        "subscriptions": monitor.bus.router.count(),
+        "auth_failures": stat(&stats.auth_failures),
+        "refused_connections": stat(&stats.refused_connections),
+        "schema_refusals": stat(&monitor.registry.refusals),
+        "semaq_filters": filters_json(&monitor.filters),
     }))
 }
 
 /// Filter counters (core subscriptions and consumers together) and open filtered subscriptions.
-fn filters_json(shared: &Shared) -> Value {
-    let mut counts = json!(shared.filters.stats.snapshot());
-    counts["subscriptions"] = json!(shared.filters.len());
+fn filters_json(filters: &Filters) -> Value {
+    let mut counts = json!(filters.stats.snapshot());
+    counts["subscriptions"] = json!(filters.len());
     counts
 }
 
@@ -151,16 +182,16 @@ fn connection_json(client: &Client, now: SystemTime, closed: Option<(&str, Syste
     entry
 }
 
-async fn connz(State(shared): State<Arc<Shared>>, Query(query): Query<ConnzQuery>) -> Json<Value> {
+async fn connz(State(monitor): State<Arc<Monitor>>, Query(query): Query<ConnzQuery>) -> Json<Value> {
     let now = SystemTime::now();
     let state = query.state.as_deref().unwrap_or("open");
     let mut entries: Vec<(u64, Value)> = Vec::new();
     if state == "open" || state == "any" || state == "all" {
-        let open: Vec<_> = lock(&shared.clients).values().cloned().collect();
+        let open = monitor.bus.clients.open();
         entries.extend(open.iter().map(|client| (client.id, connection_json(client, now, None))));
     }
     if state == "closed" || state == "any" || state == "all" {
-        let closed = lock(&shared.closed_clients).clone();
+        let closed = monitor.bus.clients.closed();
         entries.extend(
             closed.iter().map(|c| (c.client.id, connection_json(&c.client, now, Some((c.reason.as_str(), c.stopped))))),
         );
@@ -171,7 +202,7 @@ async fn connz(State(shared): State<Arc<Shared>>, Query(query): Query<ConnzQuery
     let limit = query.limit.unwrap_or(limits::CONNZ_PAGE_ENTRIES_MAX).min(limits::CONNZ_PAGE_ENTRIES_MAX);
     let page: Vec<Value> = entries.into_iter().skip(offset).take(limit).map(|(_, entry)| entry).collect();
     Json(json!({
-        "server_id": shared.server_id,
+        "server_id": monitor.identity.server_id,
         "now": clock::rfc3339(now),
         "num_connections": page.len(),
         "total": total,
@@ -181,10 +212,10 @@ async fn connz(State(shared): State<Arc<Shared>>, Query(query): Query<ConnzQuery
     }))
 }
 
-async fn subsz(State(shared): State<Arc<Shared>>) -> Json<Value> {
-    let stats = shared.router.stats();
+async fn subsz(State(monitor): State<Arc<Monitor>>) -> Json<Value> {
+    let stats = monitor.bus.router.stats();
     Json(json!({
-        "server_id": shared.server_id,
+        "server_id": monitor.identity.server_id,
         "now": clock::rfc3339(SystemTime::now()),
         "num_subscriptions": stats.num_subscriptions,
         "num_cache": stats.num_cache,

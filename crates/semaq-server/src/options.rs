@@ -71,7 +71,7 @@ impl Default for Options {
         Self {
             server_name: None,
             host: "127.0.0.1".to_string(),
-            port: 4222,
+            port: NATS_DEFAULT_PORT,
             http_host: "127.0.0.1".to_string(),
             http_port: Some(8222),
             jetstream: true,
@@ -185,4 +185,95 @@ pub struct AccountJetStream {
     pub streams_max: Option<u64>,
     /// Consumers.
     pub consumers_max: Option<u64>,
+}
+
+/// When appended messages are fsynced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncPolicy {
+    /// Before each batch is acknowledged (the default: an ack means on disk).
+    Always,
+    /// Every interval; an ack means written to the OS.
+    Interval(Duration),
+    /// Left to the OS.
+    Never,
+}
+
+impl SyncPolicy {
+    /// Reads `always`, `never`, or an interval like `100ms` / `1s`.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.trim() {
+            "always" => Some(SyncPolicy::Always),
+            "never" => Some(SyncPolicy::Never),
+            other => parse_duration(other).map(SyncPolicy::Interval),
+        }
+    }
+
+    /// The policy's name for stream info.
+    pub fn describe(&self) -> String {
+        match self {
+            SyncPolicy::Always => "always".into(),
+            SyncPolicy::Never => "never".into(),
+            SyncPolicy::Interval(every) => format!("{}ms", every.as_millis()),
+        }
+    }
+}
+
+/// Reads `250ms`, `2s` or `1m`.
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit())?);
+    let value: u64 = number.parse().ok()?;
+    match unit {
+        "ms" => Some(Duration::from_millis(value)),
+        "s" => Some(Duration::from_secs(value)),
+        "m" => Some(Duration::from_secs(value * 60)),
+        _ => None,
+    }
+}
+
+/// Which listener settings a source gave explicitly rather than leaving at their defaults.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Given {
+    /// Client host (`-a`, `host`/`net`, `listen: "host:port"`).
+    pub host: bool,
+    /// Client port (`-p`, `port`, `listen`).
+    pub port: bool,
+    /// Monitoring host (`--http_host`, `http_host`, `http: "host:port"`).
+    pub http_host: bool,
+    /// Monitoring port (`-m`, `http_port`/`monitor_port`, `http`).
+    pub http_port: bool,
+}
+
+impl Given {
+    /// Settings given by either source.
+    pub fn union(self, other: Given) -> Given {
+        Given {
+            host: self.host || other.host,
+            port: self.port || other.port,
+            http_host: self.http_host || other.http_host,
+            http_port: self.http_port || other.http_port,
+        }
+    }
+}
+
+/// nats-server's client port, which it also uses when a port of 0 is given.
+const NATS_DEFAULT_PORT: u16 = 4222;
+
+/// The client port a nats-server port number means: -1 picks a free port (0), 0 means the default 4222.
+pub fn client_port(number: i64) -> Result<u16, String> {
+    match number {
+        -1 => Ok(0),
+        0 => Ok(NATS_DEFAULT_PORT),
+        1..=65535 => Ok(number as u16),
+        _ => Err("expected a port between 1 and 65535, or -1 for a random free port".to_string()),
+    }
+}
+
+/// The monitoring port a nats-server port number means: -1 picks a free port, 0 turns monitoring off.
+pub fn monitor_port(number: i64) -> Result<Option<u16>, String> {
+    match number {
+        -1 => Ok(Some(0)),
+        0 => Ok(None),
+        1..=65535 => Ok(Some(number as u16)),
+        _ => Err("expected a port between 1 and 65535, -1 for a random free port, or 0 for none".to_string()),
+    }
 }

@@ -16,8 +16,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     let mut store = FileStore::open(FileStoreConfig::new(dir.path()))?;
     let started = Instant::now();
-    for ts in 0..count {
-        store.append("bench.orders", None, &payload, ts as i64)?;
+    for ts in 0..i64::try_from(count)? {
+        store.append("bench.orders", None, &payload, ts)?;
     }
     report("file append (no sync)", count, payload_bytes, started);
     let started = Instant::now();
@@ -50,8 +50,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let mut memory = MemoryStore::new(StoreLimits::default());
     let started = Instant::now();
-    for ts in 0..count {
-        memory.append("bench.orders", None, &payload, ts as i64)?;
+    for ts in 0..i64::try_from(count)? {
+        memory.append("bench.orders", None, &payload, ts)?;
     }
     report("memory append", count, payload_bytes, started);
     Ok(())
@@ -88,11 +88,12 @@ fn group_commit(payload: &[u8]) -> Result<(), Box<dyn std::error::Error>> {
     let started = Instant::now();
     for batch in 0..BATCHES {
         for index in 0..BATCH_MESSAGES {
-            store.append("bench.orders", None, payload, (batch * BATCH_MESSAGES + index) as i64)?;
+            store.append("bench.orders", None, payload, i64::try_from(batch * BATCH_MESSAGES + index)?)?;
         }
         let sync_started = Instant::now();
         store.sync()?;
-        sync_times_us.push(sync_started.elapsed().as_micros() as u64);
+        // Saturates: a sync would have to take over half a million years to reach it.
+        sync_times_us.push(u64::try_from(sync_started.elapsed().as_micros()).unwrap_or(u64::MAX));
     }
     sync_times_us.sort_unstable();
     let count = (BATCHES * BATCH_MESSAGES) as u64;

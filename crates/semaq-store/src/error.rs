@@ -33,6 +33,17 @@ pub enum StoreError {
         /// The limit that refused it.
         max_bytes: usize,
     },
+    /// A length, offset or count does not fit the field the store's format (or its in-memory
+    /// bookkeeping) gives it; refused before anything was written.
+    #[error("{what} {value} exceeds the store format's maximum {max}")]
+    TooLarge {
+        /// What did not fit (`"record length"`, `"segment offset"`, ...).
+        what: &'static str,
+        /// Its value.
+        value: u64,
+        /// The largest value the field holds.
+        max: u64,
+    },
     /// The subject is empty, has wildcards or empty tokens, or is too long.
     #[error("invalid subject: {0}")]
     InvalidSubject(String),
@@ -67,4 +78,49 @@ pub(crate) fn io_error<'p>(
     path: &'p std::path::Path,
 ) -> impl FnOnce(io::Error) -> StoreError + 'p {
     move |source| StoreError::Io { operation, path: path.to_path_buf(), source }
+}
+
+/// An unsigned integer type a format field is stored as.
+pub(crate) trait Field: Into<u64> {
+    /// Its largest value.
+    const LARGEST: Self;
+}
+
+impl Field for u16 {
+    const LARGEST: Self = u16::MAX;
+}
+
+impl Field for u32 {
+    const LARGEST: Self = u32::MAX;
+}
+
+/// `value` as the field type `T`, or `TooLarge` naming `what` when it does not fit: the write
+/// path's checked narrowing.
+pub(crate) fn fit<T, V>(what: &'static str, value: V) -> StoreResult<T>
+where
+    T: Field + TryFrom<V>,
+    V: Copy,
+    u64: TryFrom<V>,
+{
+    T::try_from(value).map_err(|_| StoreError::TooLarge {
+        what,
+        value: u64::try_from(value).unwrap_or(u64::MAX),
+        max: T::LARGEST.into(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_value_fits_its_field_up_to_the_field_maximum_and_no_further() {
+        assert_eq!(fit::<u16, usize>("subject length", 65_535).unwrap(), u16::MAX);
+        let refused = fit::<u16, usize>("subject length", 65_536).unwrap_err();
+        assert!(matches!(refused, StoreError::TooLarge { what: "subject length", value: 65_536, max: 65_535 }));
+        assert_eq!(
+            fit::<u32, u64>("segment offset", 1 << 32).unwrap_err().to_string(),
+            "segment offset 4294967296 exceeds the store format's maximum 4294967295"
+        );
+    }
 }

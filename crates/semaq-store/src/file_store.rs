@@ -276,16 +276,18 @@ impl FileStore {
         payload: &[u8],
         timestamp_ns: i64,
     ) -> StoreResult<u64> {
-        let size = record_size(subject, headers, payload);
         let message_size = headers.map_or(0, <[u8]>::len) + payload.len();
-        self.ledger.check_append(subject, message_size, size)?;
+        let size = self.ledger.check_append(subject, message_size, record_size(subject, headers, payload))?;
         let active_length = self.active().len();
-        if active_length > segment_header::SIZE_BYTES as u64 && active_length + size as u64 > self.segment_size_bytes {
+        if active_length > segment_header::SIZE_BYTES as u64
+            && active_length + u64::from(size) > self.segment_size_bytes
+        {
             self.roll()?;
         }
         let seq = self.ledger.next_seq();
         let offset = self.active().append(seq, timestamp_ns, subject, headers, payload)?;
-        let pushed = self.ledger.push(subject, size as u32, timestamp_ns, offset);
+        // `check_append` has refused whatever `push` would, so the buffered record gets its slot.
+        let pushed = self.ledger.push(subject, size, timestamp_ns, offset)?;
         debug_assert_eq!(pushed, seq);
         if self.ledger.enforce_after_append(seq) > 0 {
             self.settle()?;

@@ -5,12 +5,14 @@
 //! Written once, when the segment is sealed (or rebuilt by a scan); never modified. Encoding
 //! to any writer and decoding here; the caller owns the file.
 
-use std::collections::HashMap;
+use std::collections::hash_map::{Entry, HashMap};
 use std::io::{self, Write};
+use std::path::Path;
 
+use crate::error::{fit, io_error, StoreResult};
 use crate::ledger::{Ledger, SlotState};
 use crate::limits::{index_entry as ie, index_header as ih, index_subject};
-use crate::record::{read_u32, read_u64};
+use crate::record::{read_i64, read_u32, read_u64};
 use crate::subjects::SubjectId;
 
 /// One decoded entry.
@@ -33,6 +35,8 @@ pub(crate) struct IndexWriter<W: Write> {
     sink: W,
     body_hasher: crc32fast::Hasher,
     subjects: Vec<u8>,
+    /// `subjects.len()`, kept as the header field it becomes (`add_subject` refuses past it).
+    subjects_length: u32,
     entry_count: u32,
     subject_count: u32,
 }
@@ -45,6 +49,7 @@ impl<W: Write> IndexWriter<W> {
             sink,
             body_hasher: crc32fast::Hasher::new(),
             subjects: Vec::new(),
+            subjects_length: 0,
             entry_count: 0,
             subject_count: 0,
         })
@@ -64,12 +69,17 @@ impl<W: Write> IndexWriter<W> {
         self.sink.write_all(&raw)
     }
 
-    /// Adds a subject to the table and returns its index (the caller deduplicates).
-    pub(crate) fn add_subject(&mut self, subject: &str) -> u32 {
-        self.subjects.extend_from_slice(&(subject.len() as u16).to_le_bytes());
+    /// Adds a subject to the table and returns its index (the caller deduplicates);
+    /// `TooLarge` when the subject or the table outgrows its length field.
+    pub(crate) fn add_subject(&mut self, subject: &str) -> StoreResult<u32> {
+        let length: u16 = fit("index subject length", subject.len())?;
+        let added = index_subject::LENGTH_PREFIX_BYTES + subject.len();
+        let subjects_length: u32 = fit("index subject table length", self.subjects.len() + added)?;
+        self.subjects.extend_from_slice(&length.to_le_bytes());
         self.subjects.extend_from_slice(subject.as_bytes());
+        self.subjects_length = subjects_length;
         self.subject_count += 1;
-        self.subject_count - 1
+        Ok(self.subject_count - 1)
     }
 
     /// Writes the subject table; returns the sink, the header for a segment starting at
@@ -85,9 +95,8 @@ impl<W: Write> IndexWriter<W> {
         header[ih::ENTRY_COUNT_OFFSET..ih::ENTRY_COUNT_OFFSET + 4].copy_from_slice(&self.entry_count.to_le_bytes());
         header[ih::SUBJECT_COUNT_OFFSET..ih::SUBJECT_COUNT_OFFSET + 4]
             .copy_from_slice(&self.subject_count.to_le_bytes());
-        let subjects_length = self.subjects.len() as u32;
         header[ih::SUBJECTS_LENGTH_OFFSET..ih::SUBJECTS_LENGTH_OFFSET + 4]
-            .copy_from_slice(&subjects_length.to_le_bytes());
+            .copy_from_slice(&self.subjects_length.to_le_bytes());
         header[ih::BODY_CRC_OFFSET..ih::BODY_CRC_OFFSET + 4]
             .copy_from_slice(&self.body_hasher.finalize().to_le_bytes());
         let header_crc = crc32fast::hash(&header[..ih::HEADER_CRC_OFFSET]);
@@ -152,7 +161,7 @@ impl<'a> IndexFile<'a> {
     pub(crate) fn entries(&self) -> impl Iterator<Item = IndexEntry> + 'a {
         self.entries.chunks_exact(ie::SIZE_BYTES).map(|raw| IndexEntry {
             seq: read_u64(raw, ie::SEQ_OFFSET),
-            timestamp_ns: read_u64(raw, ie::TIMESTAMP_OFFSET) as i64,
+            timestamp_ns: read_i64(raw, ie::TIMESTAMP_OFFSET),
             offset: read_u32(raw, ie::OFFSET_OFFSET),
             length: read_u32(raw, ie::LENGTH_OFFSET),
             subject_index: read_u32(raw, ie::SUBJECT_INDEX_OFFSET),
@@ -183,15 +192,16 @@ fn parse_subjects(mut table: &[u8], count: usize) -> Result<Vec<&str>, &'static 
 
 /// Writes the index of the segment holding sequences `first_seq..end_seq` to `sink`, from the
 /// ledger (at seal, or after a rebuild scan). Sequences the ledger no longer tracks were removed
-/// from the front and are written as deleted.
+/// from the front and are written as deleted. `path` names the sink in I/O errors.
 pub(crate) fn build<W: Write>(
     ledger: &Ledger<u32>,
     first_seq: u64,
     end_seq: u64,
     log_length: u64,
     sink: W,
-) -> io::Result<Finished<W>> {
-    let mut writer = IndexWriter::new(sink)?;
+    path: &Path,
+) -> StoreResult<Finished<W>> {
+    let mut writer = IndexWriter::new(sink).map_err(io_error("write", path))?;
     let mut local_subjects: HashMap<SubjectId, u32> = HashMap::new();
     for seq in first_seq..end_seq {
         let mut entry = IndexEntry {
@@ -206,18 +216,19 @@ pub(crate) fn build<W: Write>(
             entry.timestamp_ns = slot.timestamp_ns;
             match slot.state {
                 SlotState::Live => {
-                    let subject_index = *local_subjects
-                        .entry(slot.subject)
-                        .or_insert_with(|| writer.add_subject(ledger.subject_name(slot)));
+                    let subject_index = match local_subjects.entry(slot.subject) {
+                        Entry::Occupied(known) => *known.get(),
+                        Entry::Vacant(new) => *new.insert(writer.add_subject(ledger.subject_name(slot))?),
+                    };
                     entry = IndexEntry { offset: slot.body, length: slot.size, subject_index, flags: 0, ..entry };
                 }
                 SlotState::Lost => entry.flags = ie::FLAG_LOST,
                 SlotState::Deleted => {}
             }
         }
-        writer.push(&entry)?;
+        writer.push(&entry).map_err(io_error("write", path))?;
     }
-    writer.finish(first_seq, log_length)
+    writer.finish(first_seq, log_length).map_err(io_error("write", path))
 }
 
 #[cfg(test)]
@@ -226,10 +237,10 @@ mod tests {
 
     fn sample() -> Vec<u8> {
         let mut writer = IndexWriter::new(Vec::new()).unwrap();
-        let subject = writer.add_subject("a.b");
+        let subject = writer.add_subject("a.b").unwrap();
         for seq in 10..13 {
-            let entry =
-                IndexEntry { seq, timestamp_ns: seq as i64, offset: 24, length: 40, subject_index: subject, flags: 0 };
+            let timestamp_ns = i64::try_from(seq).unwrap();
+            let entry = IndexEntry { seq, timestamp_ns, offset: 24, length: 40, subject_index: subject, flags: 0 };
             writer.push(&entry).unwrap();
         }
         let Finished { mut sink, header, length } = writer.finish(10, 1000).unwrap();

@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-use crate::error::{StoreError, StoreResult};
+use crate::error::{fit, StoreError, StoreResult};
 use crate::limits::{RECORD_SIZE_MAX_BYTES, SUBJECT_LENGTH_MAX_BYTES};
 use crate::subjects::{SubjectFilter, SubjectId, Subjects};
 use crate::types::{DiscardPolicy, PurgeRequest, StoreLimits, StreamState};
@@ -102,8 +102,9 @@ impl<B: Default> Ledger<B> {
         std::mem::take(&mut self.removed)
     }
 
-    /// Refuses a message that breaks a hard limit or a discard-new limit; `record_size` is its stored size.
-    pub(crate) fn check_append(&self, subject: &str, message_size: usize, record_size: usize) -> StoreResult<()> {
+    /// Refuses a message that breaks a hard limit or a discard-new limit, or that `push` would
+    /// refuse; `record_size` is its stored size, returned as the slot keeps it.
+    pub(crate) fn check_append(&self, subject: &str, message_size: usize, record_size: usize) -> StoreResult<u32> {
         check_subject(subject)?;
         let max_message = self.limits.max_msg_size.map_or(usize::MAX, |max| max as usize);
         if message_size > max_message {
@@ -113,10 +114,12 @@ impl<B: Default> Ledger<B> {
             let max_bytes = RECORD_SIZE_MAX_BYTES - (record_size - message_size);
             return Err(StoreError::MessageTooLarge { size_bytes: message_size, max_bytes });
         }
+        let size = fit("record length", record_size)?;
+        self.subjects.check_room(subject)?;
         if self.limits.discard == DiscardPolicy::New {
             self.check_discard_new(subject, record_size)?;
         }
-        Ok(())
+        Ok(size)
     }
 
     fn check_discard_new(&self, subject: &str, record_size: usize) -> StoreResult<()> {
@@ -135,16 +138,17 @@ impl<B: Default> Ledger<B> {
         Ok(())
     }
 
-    /// Adds a live message (already checked) and returns its sequence.
-    pub(crate) fn push(&mut self, subject: &str, size: u32, timestamp_ns: i64, body: B) -> u64 {
+    /// Adds a live message (already checked) and returns its sequence; `TooLarge`, with nothing
+    /// changed, when a new subject finds every id taken (which `check_append` refuses first).
+    pub(crate) fn push(&mut self, subject: &str, size: u32, timestamp_ns: i64, body: B) -> StoreResult<u64> {
         let seq = self.next_seq;
-        let subject = self.subjects.add(subject, seq);
+        let subject = self.subjects.add(subject, seq)?;
         self.slots.push_back(Slot { timestamp_ns, size, subject, state: SlotState::Live, body });
         self.next_seq += 1;
         self.last_ts = timestamp_ns;
         self.live_msgs += 1;
         self.live_bytes += u64::from(size);
-        seq
+        Ok(seq)
     }
 
     /// Adds a sequence that holds nothing (loaded as deleted or lost), keeping sequences contiguous.
@@ -453,7 +457,7 @@ mod tests {
     fn removing_the_front_skips_the_gaps_behind_it() {
         let mut ledger: Ledger<u32> = Ledger::new(1, StoreLimits::default());
         for _ in 0..4 {
-            ledger.push("s", 40, 0, 0);
+            ledger.push("s", 40, 0, 0).unwrap();
         }
         assert!(ledger.remove(2) && ledger.remove(3));
         assert_eq!(ledger.take_removed(), vec![2, 3], "middle removals are reported for delete logs");

@@ -170,4 +170,5 @@ pub mod meta_slot {
 
 const _: () = assert!(SEGMENT_SIZE_MAX_BYTES + RECORD_SIZE_MAX_BYTES as u64 <= u32::MAX as u64);
 const _: () = assert!(SUBJECT_LENGTH_MAX_BYTES <= u16::MAX as usize);
-const _: () = assert!(SEGMENT_SIZE_MIN_BYTES as usize > segment_header::SIZE_BYTES + record_header::SIZE_BYTES);
+// Widening `usize` to `u64` (no `From` in a const): the sum is 56.
+const _: () = assert!(SEGMENT_SIZE_MIN_BYTES > (segment_header::SIZE_BYTES + record_header::SIZE_BYTES) as u64);

@@ -55,11 +55,10 @@ impl StreamStore for MemoryStore {
         payload: &[u8],
         timestamp_ns: i64,
     ) -> StoreResult<(u64, i64)> {
-        let size = record_size(subject, headers, payload);
         let message_size = headers.map_or(0, <[u8]>::len) + payload.len();
-        self.ledger.check_append(subject, message_size, size)?;
+        let size = self.ledger.check_append(subject, message_size, record_size(subject, headers, payload))?;
         let body = Body { headers: headers.map(Bytes::copy_from_slice), payload: Bytes::copy_from_slice(payload) };
-        let seq = self.ledger.push(subject, size as u32, timestamp_ns, Some(body));
+        let seq = self.ledger.push(subject, size, timestamp_ns, Some(body))?;
         self.ledger.enforce_after_append(seq);
         self.settle();
         Ok((seq, timestamp_ns))

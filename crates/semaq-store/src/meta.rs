@@ -7,9 +7,8 @@
 //! The open meta file also carries the directory's lock: an exclusive `flock` held for the
 //! store's lifetime, so two stores can never append to one stream.
 
-use std::fs::{File, OpenOptions};
+use std::fs::{File, OpenOptions, TryLockError};
 use std::os::unix::fs::FileExt;
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use crate::error::{io_error, StoreError, StoreResult};
@@ -39,13 +38,8 @@ impl MetaFile {
             .truncate(false)
             .open(&path)
             .map_err(io_error("open", &path))?;
-        lock_exclusive(&file, dir)?;
-        let mut raw = [0u8; ms::SIZE_BYTES * ms::SLOT_COUNT];
-        let length = file.metadata().map_err(io_error("stat", &path))?.len() as usize;
-        let readable = length.min(raw.len());
-        file.read_exact_at(&mut raw[..readable], 0).map_err(io_error("read", &path))?;
-        let newest = raw.chunks_exact(ms::SIZE_BYTES).filter_map(decode_slot).max_by_key(|&(generation, _)| generation);
-        let (generation, floor_seq) = newest.unwrap_or((0, 0));
+        lock(file.try_lock(), dir)?;
+        let (generation, floor_seq) = read_newest_slot(&file, &path)?.unwrap_or((0, 0));
         Ok(MetaFile { file, path, generation, floor_seq })
     }
 
@@ -77,35 +71,30 @@ pub(crate) fn read_floor_shared(dir: &Path) -> StoreResult<(Option<File>, u64)> 
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok((None, 0)),
         Err(error) => return Err(io_error("open", &path)(error)),
     };
-    // SAFETY: `flock` only reads the descriptor, which `file` keeps open for the call.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } != 0 {
-        let error = std::io::Error::last_os_error();
-        if error.kind() == std::io::ErrorKind::WouldBlock {
-            return Err(StoreError::Locked(dir.to_path_buf()));
-        }
-        return Err(io_error("lock", dir)(error));
-    }
-    let mut raw = [0u8; ms::SIZE_BYTES * ms::SLOT_COUNT];
-    let length = file.metadata().map_err(io_error("stat", &path))?.len() as usize;
-    let readable = length.min(raw.len());
-    file.read_exact_at(&mut raw[..readable], 0).map_err(io_error("read", &path))?;
-    let newest = raw.chunks_exact(ms::SIZE_BYTES).filter_map(decode_slot).max_by_key(|&(generation, _)| generation);
-    Ok((Some(file), newest.map_or(0, |(_, floor_seq)| floor_seq)))
+    lock(file.try_lock_shared(), dir)?;
+    let floor_seq = read_newest_slot(&file, &path)?.map_or(0, |(_, floor_seq)| floor_seq);
+    Ok((Some(file), floor_seq))
 }
 
-/// Takes the directory lock, failing at once if another store holds it. The lock belongs to
-/// this open file and goes away when it is closed (the store dropped) or the process dies.
-fn lock_exclusive(file: &File, dir: &Path) -> StoreResult<()> {
-    // SAFETY: `flock` only reads the descriptor, which `file` keeps open for the call.
-    let result = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if result == 0 {
-        return Ok(());
+/// The outcome of taking the directory lock (`File::try_lock` or `try_lock_shared`, a
+/// non-blocking `flock` on Unix): `Locked` when another open file holds it. The lock belongs
+/// to the open file and goes away when it is closed (the store dropped) or the process dies.
+fn lock(attempt: Result<(), TryLockError>, dir: &Path) -> StoreResult<()> {
+    match attempt {
+        Ok(()) => Ok(()),
+        Err(TryLockError::WouldBlock) => Err(StoreError::Locked(dir.to_path_buf())),
+        Err(TryLockError::Error(error)) => Err(io_error("lock", dir)(error)),
     }
-    let error = std::io::Error::last_os_error();
-    if error.kind() == std::io::ErrorKind::WouldBlock {
-        return Err(StoreError::Locked(dir.to_path_buf()));
-    }
-    Err(io_error("lock", dir)(error))
+}
+
+/// `(generation, floor)` of the newest intact slot of the meta file at `path`, if any.
+fn read_newest_slot(file: &File, path: &Path) -> StoreResult<Option<(u64, u64)>> {
+    let mut raw = [0u8; ms::SIZE_BYTES * ms::SLOT_COUNT];
+    let length = file.metadata().map_err(io_error("stat", path))?.len();
+    // A length beyond `usize` is longer than both slots: they are read whole.
+    let readable = usize::try_from(length).map_or(raw.len(), |length| length.min(raw.len()));
+    file.read_exact_at(&mut raw[..readable], 0).map_err(io_error("read", path))?;
+    Ok(raw.chunks_exact(ms::SIZE_BYTES).filter_map(decode_slot).max_by_key(|&(generation, _)| generation))
 }
 
 fn encode_slot(generation: u64, floor_seq: u64) -> [u8; ms::SIZE_BYTES] {

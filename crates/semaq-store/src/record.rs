@@ -5,6 +5,7 @@
 
 use bytes::Bytes;
 
+use crate::error::{fit, StoreResult};
 use crate::limits::{record_header as rh, segment_header as sh, RECORD_SIZE_MAX_BYTES, SUBJECT_LENGTH_MAX_BYTES};
 use crate::types::StoredMessage;
 
@@ -50,7 +51,8 @@ pub(crate) fn record_size(subject: &str, headers: Option<&[u8]>, payload: &[u8])
     rh::SIZE_BYTES + subject.len() + headers.map_or(0, <[u8]>::len) + payload.len()
 }
 
-/// Appends one record to `out`. The caller has checked sizes against the limits.
+/// Appends one record to `out`. The caller has checked sizes against the limits; a length that
+/// still does not fit its header field is `TooLarge`, and then nothing is appended.
 pub(crate) fn encode(
     out: &mut Vec<u8>,
     seq: u64,
@@ -58,24 +60,28 @@ pub(crate) fn encode(
     subject: &str,
     headers: Option<&[u8]>,
     payload: &[u8],
-) {
+) -> StoreResult<()> {
     let length = record_size(subject, headers, payload);
     debug_assert!(length <= RECORD_SIZE_MAX_BYTES && subject.len() <= SUBJECT_LENGTH_MAX_BYTES);
-    let start = out.len();
     let flags = if headers.is_some() { rh::FLAG_HAS_HEADERS } else { 0 };
     let headers = headers.unwrap_or_default();
-    out.extend_from_slice(&(length as u32).to_le_bytes());
+    let length: u32 = fit("record length", length)?;
+    let subject_length: u16 = fit("subject length", subject.len())?;
+    let headers_length: u32 = fit("headers length", headers.len())?;
+    let start = out.len();
+    out.extend_from_slice(&length.to_le_bytes());
     out.extend_from_slice(&[0; 4]); // crc, filled below once the bytes it covers exist
     out.extend_from_slice(&seq.to_le_bytes());
     out.extend_from_slice(&timestamp_ns.to_le_bytes());
-    out.extend_from_slice(&(subject.len() as u16).to_le_bytes());
+    out.extend_from_slice(&subject_length.to_le_bytes());
     out.extend_from_slice(&flags.to_le_bytes());
-    out.extend_from_slice(&(headers.len() as u32).to_le_bytes());
+    out.extend_from_slice(&headers_length.to_le_bytes());
     out.extend_from_slice(subject.as_bytes());
     out.extend_from_slice(headers);
     out.extend_from_slice(payload);
     let crc = crc32fast::hash(&out[start + rh::SEQ_OFFSET..]);
     out[start + rh::CRC_OFFSET..start + rh::CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
+    Ok(())
 }
 
 /// Validates the record at the start of `bytes` (which may continue past it): framing, then checksum.
@@ -99,7 +105,7 @@ pub(crate) fn check_framing(bytes: &[u8]) -> Result<RecordHeader, FrameError> {
     let header = RecordHeader {
         length: read_u32(bytes, rh::LENGTH_OFFSET),
         seq: read_u64(bytes, rh::SEQ_OFFSET),
-        timestamp_ns: read_u64(bytes, rh::TIMESTAMP_OFFSET) as i64,
+        timestamp_ns: read_i64(bytes, rh::TIMESTAMP_OFFSET),
         subject_length: read_u16(bytes, rh::SUBJECT_LENGTH_OFFSET),
         flags: read_u16(bytes, rh::FLAGS_OFFSET),
         headers_length: read_u32(bytes, rh::HEADERS_LENGTH_OFFSET),
@@ -191,13 +197,21 @@ pub(crate) fn read_u64(bytes: &[u8], offset: usize) -> u64 {
     u64::from_le_bytes(raw)
 }
 
+/// Little-endian `i64` at `offset` (two's complement, as `i64::to_le_bytes` wrote it); the
+/// caller has checked the bounds.
+pub(crate) fn read_i64(bytes: &[u8], offset: usize) -> i64 {
+    let mut raw = [0u8; 8];
+    raw.copy_from_slice(&bytes[offset..offset + 8]);
+    i64::from_le_bytes(raw)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn encoded(seq: u64, headers: Option<&[u8]>) -> Vec<u8> {
         let mut out = Vec::new();
-        encode(&mut out, seq, 42, "orders.eu", headers, b"payload");
+        encode(&mut out, seq, 42, "orders.eu", headers, b"payload").unwrap();
         out
     }
 

@@ -173,7 +173,7 @@ fn load_sealed(
     report.index_bytes_read += index_bytes.len() as u64;
     if let Ok(index) = IndexFile::parse(&index_bytes, first_seq, log_length) {
         if index_fits(&index, first_seq, end_seq, log_length) {
-            load_index(&index, ledger, report, first_seq);
+            load_index(&index, ledger, report, first_seq)?;
             segment.set_index_bytes(index_bytes.len() as u64);
             return Ok(segment);
         }
@@ -187,7 +187,8 @@ fn load_sealed(
 
 /// Whether every entry is where it claims to be (checked before any is loaded).
 fn index_fits(index: &IndexFile<'_>, first_seq: u64, end_seq: u64, log_length: u64) -> bool {
-    let subject_count = index.subjects.len() as u32;
+    // The table was counted by a `u32` field; a count beyond it is an index to rebuild.
+    let Ok(subject_count) = u32::try_from(index.subjects.len()) else { return false };
     let entries_fit = index.entries().enumerate().all(|(position, entry)| {
         let placed = entry.seq == first_seq + position as u64;
         let live = entry.flags & (ie::FLAG_DELETED | ie::FLAG_LOST) == 0;
@@ -200,7 +201,12 @@ fn index_fits(index: &IndexFile<'_>, first_seq: u64, end_seq: u64, log_length: u
     entries_fit && first_seq + index.len() as u64 <= end_seq
 }
 
-fn load_index(index: &IndexFile<'_>, ledger: &mut Ledger<u32>, report: &mut RecoveryReport, first_seq: u64) {
+fn load_index(
+    index: &IndexFile<'_>,
+    ledger: &mut Ledger<u32>,
+    report: &mut RecoveryReport,
+    first_seq: u64,
+) -> StoreResult<()> {
     let mut lost_count = 0u64;
     for entry in index.entries() {
         if entry.flags & ie::FLAG_LOST != 0 {
@@ -210,12 +216,13 @@ fn load_index(index: &IndexFile<'_>, ledger: &mut Ledger<u32>, report: &mut Reco
             ledger.push_dead(SlotState::Deleted, entry.timestamp_ns);
         } else {
             let subject = index.subjects[entry.subject_index as usize];
-            ledger.push(subject, entry.length, entry.timestamp_ns, entry.offset);
+            ledger.push(subject, entry.length, entry.timestamp_ns, entry.offset)?;
         }
     }
     if lost_count > 0 {
         report.corruption.push(format!("segment {first_seq}: {lost_count} messages lost to earlier corruption"));
     }
+    Ok(())
 }
 
 /// Loads the active segment by scanning it, cutting a torn tail.
@@ -259,12 +266,16 @@ fn scan_into(
     if record::decode_segment_header(&bytes) != Some(first_seq) {
         report.corruption.push(format!("segment {first_seq}: file header damaged or names another sequence"));
     }
+    let mut refused = Ok(());
     let scan = scan_log(&bytes, first_seq, |event| match event {
         Scanned::Record { timestamp_ns, offset, length, subject, .. } => {
-            ledger.push(subject, length, timestamp_ns, offset);
+            if refused.is_ok() {
+                refused = ledger.push(subject, length, timestamp_ns, offset).map(drop);
+            }
         }
         Scanned::Lost => ledger.push_dead(SlotState::Lost, 0),
     });
+    refused?;
     report.corruption.extend(scan.damage.iter().map(|damage| format!("segment {first_seq}: {damage}")));
     if let (Some((offset, reason)), Some(end_seq)) = (scan.bad_tail, end_seq) {
         let lost_from = ledger.next_seq();
@@ -308,12 +319,18 @@ pub(crate) fn scan_log<'a>(bytes: &'a [u8], first_seq: u64, mut emit: impl FnMut
     while offset < bytes.len() {
         let reason = match record::check(&bytes[offset..]) {
             Ok(header) if header.seq == expected => {
+                // Offsets are `u32` in the index and the ledger: a record past that cannot be
+                // one the store wrote, so it ends the readable part like any impossible framing.
+                let Ok(record_offset) = u32::try_from(offset) else {
+                    end.bad_tail = Some((offset as u64, "record offset beyond the format's u32"));
+                    break;
+                };
                 let subject = record::subject_of(&bytes[offset..], &header);
                 let timestamp_ns = header.timestamp_ns;
                 emit(Scanned::Record {
                     seq: expected,
                     timestamp_ns,
-                    offset: offset as u32,
+                    offset: record_offset,
                     length: header.length,
                     subject,
                 });
@@ -391,7 +408,7 @@ mod tests {
     fn log_of(seqs: &[u64]) -> Vec<u8> {
         let mut bytes = record::encode_segment_header(1).to_vec();
         for &seq in seqs {
-            record::encode(&mut bytes, seq, 0, "s", None, b"0123456789");
+            record::encode(&mut bytes, seq, 0, "s", None, b"0123456789").unwrap();
         }
         bytes
     }
@@ -421,7 +438,7 @@ mod tests {
         let record_length = (bytes.len() - sh::SIZE_BYTES) / 3;
         let (events, end) = scan_events(&bytes[..bytes.len() - 5]);
         assert_eq!(events, vec![Some(1), Some(2)]);
-        assert_eq!(end.valid_end as usize, sh::SIZE_BYTES + 2 * record_length);
+        assert_eq!(usize::try_from(end.valid_end).unwrap(), sh::SIZE_BYTES + 2 * record_length);
         assert!(end.bad_tail.is_some() && end.damage.is_empty());
     }
 
@@ -443,6 +460,6 @@ mod tests {
         bytes[sh::SIZE_BYTES + record_length + 2] = 0x7f;
         let (events, end) = scan_events(&bytes);
         assert_eq!(events, vec![Some(1), None, Some(3), Some(4)]);
-        assert_eq!(end.valid_end as usize, bytes.len());
+        assert_eq!(usize::try_from(end.valid_end).unwrap(), bytes.len());
     }
 }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use bytes::{Bytes, BytesMut};
 
 use crate::delete_log;
-use crate::error::{io_error, StoreResult};
+use crate::error::{fit, io_error, StoreResult};
 use crate::index;
 use crate::ledger::Ledger;
 use crate::limits::{INDEX_WRITE_BUFFER_BYTES, WRITE_BUFFER_BYTES};
@@ -127,7 +127,8 @@ impl Segment {
         self.index_bytes = index_bytes;
     }
 
-    /// Appends one record and returns its offset in the log.
+    /// Appends one record and returns its offset in the log; `TooLarge` (with nothing appended)
+    /// when the offset or a length does not fit the format.
     pub(crate) fn append(
         &mut self,
         seq: u64,
@@ -137,13 +138,13 @@ impl Segment {
         payload: &[u8],
     ) -> StoreResult<u32> {
         debug_assert!(!self.sealed);
-        let offset = self.len();
-        record::encode(&mut self.pending, seq, timestamp_ns, subject, headers, payload);
+        // Segment sizes are capped so that offsets fit (see limits.rs); checked all the same.
+        let offset: u32 = fit("segment offset", self.len())?;
+        record::encode(&mut self.pending, seq, timestamp_ns, subject, headers, payload)?;
         if self.pending.len() >= WRITE_BUFFER_BYTES {
             self.flush()?;
         }
-        // Segment sizes are capped so that offsets fit (see limits.rs).
-        Ok(offset as u32)
+        Ok(offset)
     }
 
     /// Hands buffered appends to the OS (no fsync).
@@ -160,9 +161,10 @@ impl Segment {
     pub(crate) fn read(&self, offset: u32, length: u32) -> StoreResult<Bytes> {
         let (offset, length) = (u64::from(offset), length as usize);
         if offset >= self.written_bytes {
-            let start = (offset - self.written_bytes) as usize;
-            let bytes = self.pending.get(start..start + length).unwrap_or_default();
-            return Ok(Bytes::copy_from_slice(bytes));
+            // Bytes the buffer does not hold come back empty, which the record check reports.
+            let start = usize::try_from(offset - self.written_bytes).ok();
+            let bytes = start.and_then(|start| self.pending.get(start..start.checked_add(length)?));
+            return Ok(Bytes::copy_from_slice(bytes.unwrap_or_default()));
         }
         let mut buffer = BytesMut::zeroed(length);
         self.log.read_exact_at(&mut buffer, offset).map_err(io_error("read", &self.log_path))?;
@@ -244,8 +246,7 @@ pub(crate) fn write_index(
 ) -> StoreResult<u64> {
     let file = File::create(path).map_err(io_error("create", path))?;
     let sink = BufWriter::with_capacity(INDEX_WRITE_BUFFER_BYTES, file);
-    let index::Finished { sink, header, length } =
-        index::build(ledger, first_seq, end_seq, log_length, sink).map_err(io_error("write", path))?;
+    let index::Finished { sink, header, length } = index::build(ledger, first_seq, end_seq, log_length, sink, path)?;
     let file = sink.into_inner().map_err(|error| io_error("write", path)(error.into_error()))?;
     file.write_all_at(&header, 0).map_err(io_error("write", path))?;
     file.sync_all().map_err(io_error("fsync", path))?;

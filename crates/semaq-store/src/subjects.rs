@@ -6,6 +6,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::error::{StoreError, StoreResult};
+
 /// A subject's interned id, valid while the subject has live messages.
 pub(crate) type SubjectId = u32;
 
@@ -43,15 +45,24 @@ impl Subjects {
         self.entry(id).map_or("", |entry| &entry.name)
     }
 
-    /// Counts a new live message of `name` at `seq` (sequences only grow) and returns its id.
-    pub(crate) fn add(&mut self, name: &str, seq: u64) -> SubjectId {
+    /// Refuses in advance what `add` would refuse: a new subject when every id is taken.
+    pub(crate) fn check_room(&self, name: &str) -> StoreResult<()> {
+        if self.id(name).is_none() && self.free.is_empty() {
+            new_id(self.entries.len())?;
+        }
+        Ok(())
+    }
+
+    /// Counts a new live message of `name` at `seq` (sequences only grow) and returns its id;
+    /// `TooLarge`, with nothing changed, when `name` is new and every id is taken.
+    pub(crate) fn add(&mut self, name: &str, seq: u64) -> StoreResult<SubjectId> {
         if let Some(id) = self.id(name) {
             if let Some(Some(entry)) = self.entries.get_mut(id as usize) {
                 entry.count += 1;
                 entry.last_hint = seq;
                 entry.last_exact = true;
             }
-            return id;
+            return Ok(id);
         }
         let name: Arc<str> = Arc::from(name);
         let entry = SubjectEntry {
@@ -68,12 +79,13 @@ impl Subjects {
                 id
             }
             None => {
+                let id = new_id(self.entries.len())?;
                 self.entries.push(Some(entry));
-                (self.entries.len() - 1) as SubjectId
+                id
             }
         };
         self.ids.insert(name, id);
-        id
+        Ok(id)
     }
 
     /// Uncounts the live message of `id` at `seq`.
@@ -129,10 +141,10 @@ impl Subjects {
 
     /// Every live subject with its count.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (SubjectId, &str, u64)> + '_ {
-        self.entries
-            .iter()
-            .enumerate()
-            .filter_map(|(id, entry)| entry.as_ref().map(|entry| (id as SubjectId, &*entry.name, entry.count)))
+        // `add` hands out every id `0..=SubjectId::MAX` at most, so the ids cover the entries.
+        (0..=SubjectId::MAX)
+            .zip(&self.entries)
+            .filter_map(|(id, entry)| entry.as_ref().map(|entry| (id, &*entry.name, entry.count)))
     }
 
     /// Forgets everything (purge of the whole stream).
@@ -143,6 +155,15 @@ impl Subjects {
     fn entry(&self, id: SubjectId) -> Option<&SubjectEntry> {
         self.entries.get(id as usize).and_then(Option::as_ref)
     }
+}
+
+/// The id of the entry that would go at index `count`; `TooLarge` past the last `SubjectId`.
+fn new_id(count: usize) -> StoreResult<SubjectId> {
+    SubjectId::try_from(count).map_err(|_| StoreError::TooLarge {
+        what: "distinct subjects",
+        value: count as u64 + 1,
+        max: u64::from(SubjectId::MAX) + 1,
+    })
 }
 
 /// A subject filter resolved against the table, remembering answers for ids it has seen.
@@ -202,27 +223,34 @@ mod tests {
     #[test]
     fn ids_are_freed_with_the_last_message_and_reused() {
         let mut subjects = Subjects::default();
-        let a = subjects.add("a", 1);
-        let b = subjects.add("b", 2);
-        assert_eq!(subjects.add("a", 3), a);
+        let a = subjects.add("a", 1).unwrap();
+        let b = subjects.add("b", 2).unwrap();
+        assert_eq!(subjects.add("a", 3).unwrap(), a);
         subjects.remove(b, 2);
         assert_eq!(subjects.id("b"), None);
-        assert_eq!(subjects.add("c", 4), b, "freed id is reused");
+        assert_eq!(subjects.add("c", 4).unwrap(), b, "freed id is reused");
         assert_eq!(subjects.count(a), 2);
         assert_eq!(subjects.len(), 2);
     }
 
     #[test]
+    fn ids_run_out_after_the_last_u32() {
+        let last = usize::try_from(SubjectId::MAX).unwrap();
+        assert_eq!(new_id(last).unwrap(), SubjectId::MAX);
+        assert!(matches!(new_id(last + 1), Err(StoreError::TooLarge { what: "distinct subjects", .. })));
+    }
+
+    #[test]
     fn bounds_stay_bounds_after_removals() {
         let mut subjects = Subjects::default();
-        let a = subjects.add("a", 1);
-        subjects.add("a", 5);
-        subjects.add("a", 9);
+        let a = subjects.add("a", 1).unwrap();
+        subjects.add("a", 5).unwrap();
+        subjects.add("a", 9).unwrap();
         subjects.remove(a, 1);
         subjects.remove(a, 9);
         assert_eq!(subjects.bounds(a), Some((2, 8)), "both ends moved: bounds around 5, not exact");
         subjects.set_first(a, 5);
-        subjects.add("a", 12);
+        subjects.add("a", 12).unwrap();
         subjects.remove(a, 12);
         assert_eq!(subjects.bounds(a), Some((5, 5)), "one message left: the exact first pins the last");
     }
@@ -230,9 +258,9 @@ mod tests {
     #[test]
     fn one_message_per_subject_keeps_exact_bounds_without_scans() {
         let mut subjects = Subjects::default();
-        let key = subjects.add("kv.key", 1);
+        let key = subjects.add("kv.key", 1).unwrap();
         for seq in 2..100 {
-            subjects.add("kv.key", seq);
+            subjects.add("kv.key", seq).unwrap();
             subjects.remove(key, seq - 1);
             assert_eq!(subjects.bounds(key), Some((seq, seq)));
         }
@@ -241,7 +269,7 @@ mod tests {
     #[test]
     fn wildcard_filters_match_by_token() {
         let mut subjects = Subjects::default();
-        let id = subjects.add("orders.eu.new", 1);
+        let id = subjects.add("orders.eu.new", 1).unwrap();
         assert!(SubjectFilter::new(Some("orders.*.new"), &subjects).matches(id, &subjects));
         assert!(SubjectFilter::new(Some("orders.>"), &subjects).matches(id, &subjects));
         assert!(!SubjectFilter::new(Some("orders.*"), &subjects).matches(id, &subjects));

@@ -133,9 +133,9 @@ for_both_stores! {
 
     fn purge_by_subject_keep_and_sequence(fresh: unlimited()) {
         let store = &mut *fresh.store;
-        for index in 0..12u64 {
-            let subject = ["a.x", "a.y", "b"][index as usize % 3];
-            store.append(subject, None, b"m", index as i64).unwrap();
+        for index in 0..12usize {
+            let subject = ["a.x", "a.y", "b"][index % 3];
+            store.append(subject, None, b"m", i64::try_from(index).unwrap()).unwrap();
         }
         // seqs: a.x = 1,4,7,10   a.y = 2,5,8,11   b = 3,6,9,12
         assert_eq!(store.purge(&purge(Some("b"), None, Some(9))).unwrap(), 2, "b below 9: 3 and 6");

@@ -27,7 +27,7 @@ fn payload(index: u64) -> Vec<u8> {
 /// Appends messages `seq = from..=to` (payload names the sequence).
 fn append_range(store: &mut FileStore, from: u64, to: u64) {
     for seq in from..=to {
-        assert_eq!(store.append("s", None, &payload(seq), seq as i64).unwrap().0, seq);
+        assert_eq!(store.append("s", None, &payload(seq), i64::try_from(seq).unwrap()).unwrap().0, seq);
     }
 }
 

@@ -197,7 +197,7 @@ impl Model {
 
     fn expire(&mut self, now_ns: i64) {
         let Some(max_age) = self.limits.max_age else { return };
-        let cutoff = now_ns - max_age.as_nanos() as i64;
+        let cutoff = now_ns - i64::try_from(max_age.as_nanos()).unwrap();
         while self.live.first_key_value().is_some_and(|(_, entry)| entry.3 <= cutoff) {
             self.live.pop_first();
         }
@@ -401,8 +401,9 @@ impl Harness {
                 let subject = SUBJECTS[*subject];
                 let headers =
                     with_headers.then(|| format!("NATS/1.0\r\nN: {}\r\n\r\n", self.model.last_seq).into_bytes());
+                // The low byte of `index + last_seq`: a pattern that differs from message to message.
                 let payload: Vec<u8> =
-                    (0..*payload_bytes).map(|index| (index as u64 + self.model.last_seq) as u8).collect();
+                    (0..*payload_bytes).map(|index| (index as u64 + self.model.last_seq).to_le_bytes()[0]).collect();
                 let ts = self.model.last_ts.max(0) + TICK_NS;
                 let stored = self.store.append(subject, headers.as_deref(), &payload, ts);
                 let expected = self.model.append((subject.to_string(), headers, payload, ts));

@@ -50,12 +50,14 @@ pub struct Civil {
 pub fn civil(time: SystemTime) -> Civil {
     let since_epoch = time.duration_since(SystemTime::UNIX_EPOCH).unwrap_or(Duration::ZERO);
     let secs = i64::try_from(since_epoch.as_secs()).unwrap_or(i64::MAX);
-    let of_day = secs.rem_euclid(SECONDS_PER_DAY) as u32;
+    // Each fits: a second of the day, a month, a day of the month.
+    let small = |n: i64| u32::try_from(n).unwrap_or_default();
+    let of_day = small(secs.rem_euclid(SECONDS_PER_DAY));
     let (year, month, day) = civil_from_days(secs.div_euclid(SECONDS_PER_DAY));
     Civil {
         year,
-        month: month as u32,
-        day: day as u32,
+        month: small(month),
+        day: small(day),
         hour: of_day / 3600,
         minute: of_day / 60 % 60,
         second: of_day % 60,
@@ -113,7 +115,7 @@ pub fn parse_rfc3339(text: &str) -> Option<i64> {
             return None;
         }
         let value = after_dot[..count].iter().fold(0i64, |n, d| n * 10 + i64::from(d - b'0'));
-        fraction_ns = value * 10i64.pow((FRACTION_DIGITS_MAX - count) as u32);
+        fraction_ns = value * 10i64.pow(u32::try_from(FRACTION_DIGITS_MAX - count).ok()?);
         rest = &after_dot[count..];
     }
     let offset_seconds = match rest {

@@ -4,7 +4,7 @@
 //! shares and turns connect failures into one line; `pubsub.rs` has `pub`, `sub` and `req`, printing through
 //! `output.rs`; `parse.rs` has the pure value parsers; `bench/` drives load against any NATS URL and
 //! compares semaq-server with nats-server; `schema.rs` talks to the schema registry over `$SEMAQ.API.SCHEMA`
-//! (`infer` uses the server library's inference, the one L4 auto-evolution uses); `stream.rs` has streams and
+//! (`infer` uses semaq-registry's inference, the one L4 auto-evolution uses); `stream.rs` has streams and
 //! consumers; `trace.rs` prints lineage graphs; `verify.rs` checks a level 4 stream's hash chain (online or on
 //! a stopped server's files). New command groups (`agent`) get a module of their own and one arm in [`Command`].
 
@@ -25,7 +25,8 @@ use clap::{Parser, Subcommand};
 
 use crate::connect::{GlobalArgs, Target};
 
-/// The SemaQ client: publish, subscribe, request and benchmark against any NATS-compatible server.
+/// The SemaQ client: publish, subscribe, request, manage streams, consumers and schemas, trace
+/// lineage, verify L4 hash chains and benchmark, against SemaQ or any NATS-compatible server.
 #[derive(Parser, Debug)]
 #[command(name = "semaq", version, about, propagate_version = true)]
 struct Cli {
@@ -45,7 +46,7 @@ enum Command {
     Req(pubsub::ReqArgs),
     /// Measure throughput and latency, or compare semaq-server with nats-server
     Bench(bench::BenchArgs),
-    /// The server's schema registry: register, list, show, check, delete, config, infer
+    /// The server's schema registry: register, list, show, check, delete, config, mode, infer
     Schema(schema::SchemaArgs),
     /// JetStream streams: add (with a schema binding), ls, info, rm
     Stream(stream::StreamArgs),

@@ -233,7 +233,7 @@ const INFER_SAMPLES_MAX: usize = 100_000;
 
 /// Reads JSON objects, one per line, and proposes an Avro (`avro`) or JSON Schema (`json`).
 fn infer(input: impl std::io::BufRead, format: &str, name: &str) -> Result<Value> {
-    let mut shape = semaq_server::registry::infer::Shape::default();
+    let mut shape = semaq_registry::infer::Shape::default();
     let mut count = 0;
     for (number, line) in input.lines().enumerate().take(INFER_SAMPLES_MAX) {
         let line = line.context("cannot read the samples")?;
@@ -251,8 +251,8 @@ fn infer(input: impl std::io::BufRead, format: &str, name: &str) -> Result<Value
         bail!("no samples on stdin (one JSON object per line)");
     }
     match format.to_ascii_lowercase().as_str() {
-        "avro" => Ok(semaq_server::registry::infer::avro_schema(&shape, name)),
-        "json" => Ok(semaq_server::registry::infer::json_schema(&shape)),
+        "avro" => Ok(semaq_registry::infer::avro_schema(&shape, name)),
+        "json" => Ok(semaq_registry::infer::json_schema(&shape)),
         other => bail!("--format must be avro or json, not {other:?}"),
     }
 }

@@ -21,9 +21,8 @@ use semaq_wire::subject;
 
 use super::syntax::{size_multiplier, Entry, Kind, Map, Value};
 use super::{ConfigError, LoadReport, Location};
-use crate::flags;
 use crate::limits;
-use crate::options::{Account, AccountJetStream, Options, Permissions, SubjectPermission, TlsOptions, User};
+use crate::options::{self, Account, AccountJetStream, Options, Permissions, SubjectPermission, TlsOptions, User};
 
 /// Top-level nats-server settings for features SemaQ lacks; warned about as such rather than as unknown.
 const NATS_ONLY_KEYS: &[&str] = &[
@@ -121,13 +120,13 @@ impl Mapper<'_> {
                 self.report.given.host = true;
             }
             "port" => {
-                self.options.port = port(key, value, flags::client_port)?;
+                self.options.port = port(key, value, options::client_port)?;
                 self.report.given.port = true;
             }
             "server_name" => self.server_name(value)?,
             "http" => self.http(value)?,
             "http_port" | "monitor_port" => {
-                self.options.http_port = port(key, value, flags::monitor_port)?;
+                self.options.http_port = port(key, value, options::monitor_port)?;
                 self.report.given.http_port = true;
             }
             "http_host" => {
@@ -211,7 +210,7 @@ impl Mapper<'_> {
     }
 
     fn listen(&mut self, value: &Value) -> Result<(), ConfigError> {
-        let (host, port) = host_port("listen", value, flags::client_port)?;
+        let (host, port) = host_port("listen", value, options::client_port)?;
         if let Some(host) = host {
             self.options.host = host;
             self.report.given.host = true;
@@ -222,7 +221,7 @@ impl Mapper<'_> {
     }
 
     fn http(&mut self, value: &Value) -> Result<(), ConfigError> {
-        let (host, port) = host_port("http", value, flags::monitor_port)?;
+        let (host, port) = host_port("http", value, options::monitor_port)?;
         if let Some(host) = host {
             self.options.http_host = host;
             self.report.given.http_host = true;
@@ -433,7 +432,7 @@ impl Mapper<'_> {
                 "domain" => self.options.jetstream_domain = Some(string("jetstream.domain", v)?),
                 "sync" | "sync_interval" => {
                     let text = string("jetstream.sync", v)?;
-                    if crate::jetstream::stream::SyncPolicy::parse(&text).is_none() {
+                    if crate::options::SyncPolicy::parse(&text).is_none() {
                         let message = format!(
                             "jetstream.sync must be \"always\", \"never\" or an interval like \"100ms\", not {text:?}"
                         );

@@ -15,7 +15,7 @@ use serde_json::Value as Json;
 
 use super::message::PayloadIssue;
 use crate::limits;
-use crate::server::lock;
+use crate::sync::lock;
 
 type Parse = Result<Arc<Json>, PayloadIssue>;
 

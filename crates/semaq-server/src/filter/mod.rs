@@ -27,9 +27,9 @@ use serde::Serialize;
 
 pub use self::cache::PayloadCache;
 pub use self::message::{Context, PayloadIssue, Prepared};
+pub use self::subscriptions::Filters;
 use self::value::{Fail, Val};
 use crate::limits;
-use crate::server::Shared;
 
 /// Why an expression was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -288,11 +288,11 @@ impl FilterStats {
 /// Evaluates `filter` on a stored message for a consumer: a wire-format payload is decoded
 /// with the server's registry, and the parse is shared with the other consumers reading the
 /// same message (the server's [`PayloadCache`]). The verdict is not counted here.
-pub fn evaluate_stored(shared: Option<&Shared>, filter: &Filter, message: &semaq_store::StoredMessage) -> Verdict {
-    let context = shared.map_or_else(Context::default, |shared| Context {
-        registry: shared.registry.get().map(|registry| &**registry),
-        cache: Some(&shared.filters.cache),
-        stats: Some(&shared.filters.stats),
+pub fn evaluate_stored(filters: Option<&Filters>, filter: &Filter, message: &semaq_store::StoredMessage) -> Verdict {
+    let context = filters.map_or_else(Context::default, |filters| Context {
+        registry: filters.registry.as_deref(),
+        cache: Some(&filters.cache),
+        stats: Some(&filters.stats),
     });
     let prepared = Prepared::new(&message.subject, message.headers.as_deref(), &message.payload).with_context(context);
     filter.evaluate(&prepared)

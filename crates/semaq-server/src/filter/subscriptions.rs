@@ -2,7 +2,7 @@
 //!
 //! The filtered subscriptions live in a private subject index (a [`Router`] of their own, so
 //! patterns and queue groups match exactly as for `SUB`). The server's router holds one internal
-//! subscription per distinct pattern, a [`Trigger`]. A message on `ai.inference` reaches the
+//! subscription per distinct pattern, a `Trigger`. A message on `ai.inference` reaches the
 //! triggers of `ai.>`, `ai.*` and `ai.inference` alike; only the one whose pattern was created
 //! first among those that match (the lead) acts: it takes every filtered subscription the index
 //! matches, whatever its pattern, and evaluates them all over ONE prepared message. So a payload
@@ -22,10 +22,12 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{CompileError, Context, Filter, FilterStats, PayloadCache, Prepared};
+use crate::bus::Bus;
 use crate::delivery::{InternalSink, Message, Subscription};
 use crate::limits;
+use crate::registry::Registry;
 use crate::router::{Matches, Router};
-use crate::server::{lock, Shared};
+use crate::sync::lock;
 
 /// The subject that creates a filtered subscription.
 pub const API_CREATE: &str = "$SEMAQ.API.SUB.CREATE";
@@ -70,7 +72,8 @@ impl std::hash::Hash for Member {
 #[derive(Debug)]
 struct Trigger {
     order: u64,
-    shared: Weak<Shared>,
+    // Weak: the bus's router holds this trigger, and the filters hold the bus.
+    filters: Weak<Filters>,
 }
 
 impl InternalSink for Trigger {
@@ -78,8 +81,8 @@ impl InternalSink for Trigger {
         if DELIVERING.with(Cell::get) {
             return false;
         }
-        let Some(shared) = self.shared.upgrade() else { return false };
-        shared.filters.dispatch(&shared, self.order, message)
+        let Some(filters) = self.filters.upgrade() else { return false };
+        filters.dispatch(self.order, message)
     }
 }
 
@@ -109,8 +112,11 @@ struct Inner {
 
 /// Every filtered core subscription, the server-wide filter counters, and the parsed payloads
 /// consumers share.
-#[derive(Default)]
-pub struct Registry {
+pub struct Filters {
+    /// Where triggers subscribe and matches are republished.
+    bus: Arc<Bus>,
+    /// Decodes wire-format payloads for filters that read them.
+    pub registry: Option<Arc<Registry>>,
     inner: Mutex<Inner>,
     /// The filtered subscriptions by pattern and queue; read without `inner` by publishers.
     index: Router<Member>,
@@ -120,9 +126,9 @@ pub struct Registry {
     pub cache: PayloadCache,
 }
 
-impl std::fmt::Debug for Registry {
+impl std::fmt::Debug for Filters {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Registry").field("subscriptions", &self.len()).finish()
+        f.debug_struct("Filters").field("subscriptions", &self.len()).finish()
     }
 }
 
@@ -175,7 +181,19 @@ struct DeleteRequest {
     id: u64,
 }
 
-impl Registry {
+impl Filters {
+    /// No filtered subscriptions yet; they publish on `bus` and decode with `registry`.
+    pub fn new(bus: Arc<Bus>, registry: Option<Arc<Registry>>) -> Self {
+        Self {
+            bus,
+            registry,
+            inner: Mutex::default(),
+            index: Router::default(),
+            stats: FilterStats::default(),
+            cache: PayloadCache::default(),
+        }
+    }
+
     /// Filtered subscriptions open now.
     pub fn len(&self) -> usize {
         lock(&self.inner).by_id.len()
@@ -188,16 +206,12 @@ impl Registry {
 
     /// Evaluates, for the trigger of order `order`, every filtered subscription `message`
     /// reaches, if that trigger leads; republishes the matches. True when any was delivered.
-    fn dispatch(&self, shared: &Shared, order: u64, message: &Message<'_>) -> bool {
+    fn dispatch(&self, order: u64, message: &Message<'_>) -> bool {
         let matches = self.index.matches(message.subject);
         if lead(&matches) != Some(order) {
             return false;
         }
-        let context = Context {
-            registry: shared.registry.get().map(|registry| &**registry),
-            cache: None,
-            stats: Some(&self.stats),
-        };
+        let context = Context { registry: self.registry.as_deref(), cache: None, stats: Some(&self.stats) };
         let prepared = Prepared::new(message.subject, message.headers, message.payload).with_context(context);
         let passes = |member: &&Member| {
             let verdict = member.0.filter.evaluate(&prepared);
@@ -213,14 +227,14 @@ impl Registry {
         }
         DELIVERING.with(|flag| flag.set(true));
         for member in &targets {
-            shared.publish_as(&member.0.deliver, &Message { publisher: None, ..*message });
+            self.bus.publish_as(&member.0.deliver, &Message { publisher: None, ..*message });
         }
         DELIVERING.with(|flag| flag.set(false));
         !targets.is_empty()
     }
 
-    fn create(&self, shared: &Arc<Shared>, owner: u64, request: CreateRequest) -> Result<Value, ApiError> {
-        check_subjects(shared, owner, &request)?;
+    fn create(self: &Arc<Self>, owner: u64, request: CreateRequest) -> Result<Value, ApiError> {
+        check_subjects(&self.bus, owner, &request)?;
         let filter = Filter::compile(&request.filter)?;
         let native = filter.is_native();
         let queue = request.queue.clone().filter(|q| !q.is_empty());
@@ -233,12 +247,12 @@ impl Registry {
         }
         inner.next_id += 1;
         let id = inner.next_id;
-        let pattern_order = self.claim_pattern(&mut inner, shared, &request.subject, id)?;
+        let pattern_order = self.claim_pattern(&mut inner, &request.subject, id)?;
         let member = Member(Arc::new(Filtered { id, filter, deliver: request.deliver.clone(), pattern_order }));
         // A new pattern's trigger orders after every existing one, so it never takes the lead
         // from a trigger that already handles this subject.
         if let Err(error) = self.index.insert(&request.subject, queue.as_deref(), member.clone()) {
-            self.release_pattern(&mut inner, shared, &request.subject);
+            self.release_pattern(&mut inner, &request.subject);
             return Err(ApiError::new(400, format!("invalid subject: {error}")));
         }
         let placement = Placement { member, pattern: request.subject.clone(), queue, owner };
@@ -256,7 +270,7 @@ impl Registry {
 
     /// Counts one more subscription on `pattern`, subscribing its trigger for the first; returns
     /// the trigger's order. `id` (fresh, increasing) orders a new trigger after all others.
-    fn claim_pattern(&self, inner: &mut Inner, shared: &Arc<Shared>, pattern: &str, id: u64) -> Result<u64, ApiError> {
+    fn claim_pattern(self: &Arc<Self>, inner: &mut Inner, pattern: &str, id: u64) -> Result<u64, ApiError> {
         if let Some(existing) = inner.patterns.get_mut(pattern) {
             if existing.members >= limits::FILTERS_PER_SUBJECT_MAX {
                 return Err(ApiError::new(503, "too many filters on this subject"));
@@ -264,8 +278,9 @@ impl Registry {
             existing.members += 1;
             return Ok(existing.order);
         }
-        let trigger = Arc::new(Trigger { order: id, shared: Arc::downgrade(shared) });
-        let subscription = shared
+        let trigger = Arc::new(Trigger { order: id, filters: Arc::downgrade(self) });
+        let subscription = self
+            .bus
             .subscribe_internal(pattern, None, trigger)
             .map_err(|error| ApiError::new(400, format!("invalid subject: {error}")))?;
         inner.patterns.insert(pattern.to_string(), Pattern { order: id, members: 1, subscription });
@@ -273,36 +288,36 @@ impl Registry {
     }
 
     /// Counts one subscription less on `pattern`, unsubscribing its trigger after the last.
-    fn release_pattern(&self, inner: &mut Inner, shared: &Shared, pattern: &str) {
+    fn release_pattern(&self, inner: &mut Inner, pattern: &str) {
         let Some(entry) = inner.patterns.get_mut(pattern) else { return };
         entry.members -= 1;
         if entry.members == 0 {
             if let Some(entry) = inner.patterns.remove(pattern) {
-                shared.unsubscribe_internal(&entry.subscription);
+                self.bus.unsubscribe_internal(&entry.subscription);
             }
         }
     }
 
-    fn delete(&self, shared: &Shared, owner: u64, id: u64) -> Result<Value, ApiError> {
+    fn delete(&self, owner: u64, id: u64) -> Result<Value, ApiError> {
         let mut inner = lock(&self.inner);
         match inner.by_id.get(&id) {
             Some(placement) if placement.owner == owner => {}
             _ => return Err(ApiError::new(404, "filtered subscription not found")),
         }
-        self.remove(&mut inner, shared, id);
+        self.remove(&mut inner, id);
         Ok(json!({ "success": true }))
     }
 
     /// Removes every filtered subscription the connection `owner` created (it closed).
-    pub fn connection_closed(&self, shared: &Shared, owner: u64) {
+    pub fn connection_closed(&self, owner: u64) {
         let mut inner = lock(&self.inner);
         let Some(ids) = inner.by_owner.remove(&owner) else { return };
         for id in ids {
-            self.remove(&mut inner, shared, id);
+            self.remove(&mut inner, id);
         }
     }
 
-    fn remove(&self, inner: &mut Inner, shared: &Shared, id: u64) {
+    fn remove(&self, inner: &mut Inner, id: u64) {
         let Some(placement) = inner.by_id.remove(&id) else { return };
         if let Some(ids) = inner.by_owner.get_mut(&placement.owner) {
             ids.retain(|other| *other != id);
@@ -311,7 +326,7 @@ impl Registry {
             }
         }
         self.index.remove(&placement.pattern, placement.queue.as_deref(), &placement.member);
-        self.release_pattern(inner, shared, &placement.pattern);
+        self.release_pattern(inner, &placement.pattern);
     }
 }
 
@@ -321,7 +336,7 @@ fn lead(matches: &Matches<Member>) -> Option<u64> {
     matches.plain.iter().chain(queued).map(|member| member.0.pattern_order).min()
 }
 
-fn check_subjects(shared: &Shared, owner: u64, request: &CreateRequest) -> Result<(), ApiError> {
+fn check_subjects(bus: &Bus, owner: u64, request: &CreateRequest) -> Result<(), ApiError> {
     use semaq_wire::subject;
     if !subject::is_valid_filter(&request.subject) {
         return Err(ApiError::new(400, "invalid subject"));
@@ -332,7 +347,7 @@ fn check_subjects(shared: &Shared, owner: u64, request: &CreateRequest) -> Resul
     if request.queue.as_deref().is_some_and(|q| !q.is_empty() && !subject::is_valid_queue(q)) {
         return Err(ApiError::new(400, "invalid queue group"));
     }
-    let client = lock(&shared.clients).get(&owner).cloned();
+    let client = bus.clients.get(owner);
     let permissions = client.as_ref().and_then(|c| c.details()).and_then(|d| d.permissions.clone());
     if permissions.is_some_and(|p| !p.may_subscribe(&request.subject)) {
         return Err(ApiError::new(403, format!("permissions violation for subscription to \"{}\"", request.subject)));
@@ -344,41 +359,41 @@ fn check_subjects(shared: &Shared, owner: u64, request: &CreateRequest) -> Resul
 /// by the expression size, and a request cannot race its connection's close.
 #[derive(Debug)]
 struct ApiSink {
-    shared: Weak<Shared>,
+    filters: Weak<Filters>,
 }
 
 impl InternalSink for ApiSink {
     fn receive(&self, message: &Message<'_>) -> bool {
-        let (Some(shared), Some(reply)) = (self.shared.upgrade(), message.reply) else { return false };
+        let (Some(filters), Some(reply)) = (self.filters.upgrade(), message.reply) else { return false };
         let result = match message.publisher {
             None => Err(ApiError::new(400, "filtered subscriptions are created by client connections")),
-            Some(owner) => handle(&shared, owner, message.subject, message.payload),
+            Some(owner) => handle(&filters, owner, message.subject, message.payload),
         };
         let body = result.unwrap_or_else(|error| error.to_json());
-        shared.publish(reply, None, body.to_string().as_bytes());
+        filters.bus.publish(reply, None, body.to_string().as_bytes());
         true
     }
 }
 
-fn handle(shared: &Arc<Shared>, owner: u64, subject: &str, payload: &[u8]) -> Result<Value, ApiError> {
+fn handle(filters: &Arc<Filters>, owner: u64, subject: &str, payload: &[u8]) -> Result<Value, ApiError> {
     let invalid = |error: serde_json::Error| ApiError::new(400, format!("invalid JSON: {error}"));
     match subject {
         API_CREATE => {
             let request = serde_json::from_slice(payload).map_err(invalid)?;
-            shared.filters.create(shared, owner, request)
+            filters.create(owner, request)
         }
         API_DELETE => {
             let request: DeleteRequest = serde_json::from_slice(payload).map_err(invalid)?;
-            shared.filters.delete(shared, owner, request.id)
+            filters.delete(owner, request.id)
         }
         _ => Err(ApiError::new(400, "unknown request")),
     }
 }
 
 /// Subscribes the API to `$SEMAQ.API.SUB.>`.
-pub fn start(shared: &Arc<Shared>) {
-    let sink = Arc::new(ApiSink { shared: Arc::downgrade(shared) });
-    if let Err(error) = shared.subscribe_internal("$SEMAQ.API.SUB.>", None, sink) {
+pub fn start(filters: &Arc<Filters>) {
+    let sink = Arc::new(ApiSink { filters: Arc::downgrade(filters) });
+    if let Err(error) = filters.bus.subscribe_internal("$SEMAQ.API.SUB.>", None, sink) {
         tracing::error!(%error, "cannot subscribe to the filtered subscription API");
     }
 }

@@ -19,10 +19,10 @@ use super::consumer::Consumer;
 use super::consumers::{self, CreateRequest, CreateSubject};
 use super::errors::ApiError;
 use super::stream::{store_error, Stream};
-use super::JetStream;
+use super::{JetStream, Services};
 use crate::delivery::{InternalSink, Message};
 use crate::limits;
-use crate::server::Shared;
+use crate::sync::ByteBudget;
 
 /// The prefix of every JetStream API subject.
 pub const API_PREFIX: &str = "$JS.API";
@@ -39,7 +39,7 @@ struct Request {
 #[derive(Debug)]
 struct ApiSink {
     queue: mpsc::Sender<Request>,
-    budget: Arc<super::ByteBudget>,
+    budget: Arc<ByteBudget>,
 }
 
 impl InternalSink for ApiSink {
@@ -64,32 +64,28 @@ impl InternalSink for ApiSink {
 }
 
 /// Subscribes to `$JS.API.>` and starts the task that answers.
-pub fn start(shared: &Arc<Shared>, jetstream: Arc<JetStream>) {
+pub fn start(jetstream: Arc<JetStream>) {
     let (queue, requests) = mpsc::channel(limits::JETSTREAM_API_QUEUE_REQUESTS_MAX);
-    let budget = Arc::new(super::ByteBudget::new(limits::JETSTREAM_API_QUEUE_BYTES_MAX));
+    let budget = Arc::new(ByteBudget::new(limits::JETSTREAM_API_QUEUE_BYTES_MAX));
     let sink = Arc::new(ApiSink { queue, budget: budget.clone() });
-    if let Err(error) = shared.subscribe_internal(&format!("{API_PREFIX}.>"), None, sink) {
+    if let Err(error) = jetstream.services().bus.subscribe_internal(&format!("{API_PREFIX}.>"), None, sink) {
         tracing::error!(%error, "cannot subscribe to the JetStream API");
         return;
     }
-    super::provenance::api::start(shared, jetstream.clone());
-    tokio::spawn(serve(Arc::downgrade(shared), jetstream, requests, budget));
+    super::provenance::api::start(jetstream.clone());
+    tokio::spawn(serve(Arc::downgrade(&jetstream), requests, budget));
 }
 
-async fn serve(
-    shared: Weak<Shared>,
-    jetstream: Arc<JetStream>,
-    mut requests: mpsc::Receiver<Request>,
-    budget: Arc<super::ByteBudget>,
-) {
+async fn serve(jetstream: Weak<JetStream>, mut requests: mpsc::Receiver<Request>, budget: Arc<ByteBudget>) {
     while let Some(request) = requests.recv().await {
         budget.give_back(request.payload.len());
-        let Some(shared) = shared.upgrade() else { return };
+        let Some(jetstream) = jetstream.upgrade() else { return };
+        let services = jetstream.services();
         let Some(reply) = request.reply.clone() else { continue };
         let tokens: Vec<&str> = request.subject.split('.').skip(2).collect();
-        let response = handle(&shared, &jetstream, &reply, &tokens, &request.payload);
+        let response = handle(services, &jetstream, &reply, &tokens, &request.payload);
         if let Some(response) = response {
-            shared.publish(&reply, None, response.to_string().as_bytes());
+            services.bus.publish(&reply, None, response.to_string().as_bytes());
         }
     }
 }
@@ -118,13 +114,13 @@ fn parse<T: DeserializeOwned + Default>(payload: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(payload).map_err(ApiError::invalid_json)
 }
 
-fn handle(shared: &Shared, jetstream: &JetStream, reply: &str, tokens: &[&str], payload: &[u8]) -> Option<Value> {
+fn handle(services: &Services, jetstream: &JetStream, reply: &str, tokens: &[&str], payload: &[u8]) -> Option<Value> {
     if let ["DIRECT", "GET", stream, subject @ ..] = tokens {
-        direct_get(shared, jetstream, reply, stream, subject, payload);
+        direct_get(services, jetstream, reply, stream, subject, payload);
         return None;
     }
     let response = match tokens {
-        ["INFO"] => respond("account_info", Ok(account_info(shared, jetstream))),
+        ["INFO"] => respond("account_info", Ok(account_info(services, jetstream))),
         ["STREAM", "CREATE", name] => respond("stream_create", create_stream(jetstream, name, payload)),
         ["STREAM", "UPDATE", name] => respond("stream_update", update_stream(jetstream, name, payload)),
         ["STREAM", "INFO", name] => respond("stream_info", stream_info_request(jetstream, name, payload)),
@@ -161,7 +157,7 @@ fn handle(shared: &Shared, jetstream: &JetStream, reply: &str, tokens: &[&str], 
             }
             Err(error) => {
                 let status = format!("NATS/1.0 404 {}\r\n\r\n", error.description);
-                shared.publish(reply, Some(status.as_bytes()), b"");
+                services.bus.publish(reply, Some(status.as_bytes()), b"");
                 return None;
             }
         },
@@ -170,7 +166,7 @@ fn handle(shared: &Shared, jetstream: &JetStream, reply: &str, tokens: &[&str], 
     Some(response)
 }
 
-fn account_info(shared: &Shared, jetstream: &JetStream) -> Value {
+fn account_info(services: &Services, jetstream: &JetStream) -> Value {
     let (streams, memory, storage) = jetstream.usage();
     let consumers: usize = jetstream.streams().iter().map(|s| s.consumer_count()).sum();
     let mut info = json!({
@@ -181,8 +177,8 @@ fn account_info(shared: &Shared, jetstream: &JetStream) -> Value {
         "streams": streams,
         "consumers": consumers,
         "limits": {
-            "max_memory": shared.options.jetstream_memory_bytes_max.map_or(-1, |v| v as i64),
-            "max_storage": shared.options.jetstream_file_bytes_max.map_or(-1, |v| v as i64),
+            "max_memory": services.options.jetstream_memory_bytes_max.map_or(-1, |v| v as i64),
+            "max_storage": services.options.jetstream_file_bytes_max.map_or(-1, |v| v as i64),
             "max_streams": -1,
             "max_consumers": -1,
             "max_ack_pending": -1,
@@ -192,7 +188,7 @@ fn account_info(shared: &Shared, jetstream: &JetStream) -> Value {
         },
         "api": { "total": 0, "errors": 0 },
     });
-    if let Some(domain) = &shared.options.jetstream_domain {
+    if let Some(domain) = &services.options.jetstream_domain {
         info["domain"] = json!(domain);
     }
     info
@@ -272,7 +268,7 @@ pub fn stream_info(stream: &Stream) -> Value {
     if let Some(damage) = state.corruption {
         info["semaq"] = json!({ "corruption": damage });
     }
-    let level = crate::registry::binding::describe_level(&stream.shared(), &stream.config());
+    let level = super::schema::describe_level(&stream.services().registry, &stream.config());
     info["semaq"]["level"] = level["level"].clone();
     info["semaq"]["enforces"] = level["enforces"].clone();
     if let Some(provenance) = stream.provenance() {
@@ -494,10 +490,10 @@ fn consumer_list(jetstream: &JetStream, stream: &str, payload: &[u8]) -> Result<
 
 /// `DIRECT.GET.<stream>[.<subject>]`: the message itself, with `Nats-Stream`, `Nats-Subject`,
 /// `Nats-Sequence` and `Nats-Time-Stamp` headers, or a status (404, 400) with no body.
-fn direct_get(shared: &Shared, jetstream: &JetStream, reply: &str, stream: &str, subject: &[&str], payload: &[u8]) {
+fn direct_get(services: &Services, jetstream: &JetStream, reply: &str, stream: &str, subject: &[&str], payload: &[u8]) {
     let status = |code: u16, text: &str| {
         let headers = format!("NATS/1.0 {code} {text}\r\n\r\n");
-        shared.publish(reply, Some(headers.as_bytes()), b"");
+        services.bus.publish(reply, Some(headers.as_bytes()), b"");
     };
     let Some(stream) = jetstream.stream(stream).filter(|s| s.config().allow_direct) else {
         return status(503, "");
@@ -536,7 +532,7 @@ fn direct_get(shared: &Shared, jetstream: &JetStream, reply: &str, stream: &str,
         headers.push_str("\r\n");
     }
     headers.push_str("\r\n");
-    shared.publish_as(
+    services.bus.publish_as(
         reply,
         &Message {
             subject: reply,

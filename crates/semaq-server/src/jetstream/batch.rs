@@ -294,12 +294,8 @@ impl Batches {
         if self.replies.is_empty() && self.abandoned.is_empty() {
             return;
         }
-        let Some(shared) = stream.shared().upgrade() else {
-            self.replies.clear();
-            self.abandoned.clear();
-            return;
-        };
-        let domain = shared.options.jetstream_domain.clone();
+        let services = stream.services();
+        let domain = &services.options.jetstream_domain;
         let mut flush = FlushSet::default();
         let advisory_subject = format!("{ABANDONED_ADVISORY_PREFIX}.{}", stream.name);
         let advisories = self.abandoned.drain(..).map(|(batch, reason)| {
@@ -311,7 +307,7 @@ impl Batches {
         });
         for (subject, body) in replies.chain(advisories) {
             let message = Message { subject: &subject, reply: None, headers: None, payload: &body, publisher: None };
-            shared.publish_batched(&subject, &message, &mut flush);
+            services.bus.publish_batched(&subject, &message, &mut flush);
         }
         flush.flush();
     }

@@ -167,7 +167,7 @@ impl StreamConfig {
     /// The semantic level the metadata declares (`semaq.level`; absent or unreadable: 1, which
     /// stream create refuses before it gets here).
     pub fn level(&self) -> u8 {
-        self.metadata.get(crate::registry::binding::LEVEL_KEY).and_then(|text| text.trim().parse().ok()).unwrap_or(1)
+        super::schema::level_of(&self.metadata).unwrap_or(1)
     }
 
     /// Whether the stream enforces L3 (exactly-once): idempotent producers, durable double acks.
@@ -179,7 +179,7 @@ impl StreamConfig {
     pub fn batch_timeout(&self) -> Duration {
         self.metadata
             .get(BATCH_TIMEOUT_KEY)
-            .and_then(|text| super::stream::parse_duration(text.trim()))
+            .and_then(|text| crate::options::parse_duration(text.trim()))
             .unwrap_or(limits::ATOMIC_BATCH_TIMEOUT)
     }
 
@@ -190,7 +190,7 @@ impl StreamConfig {
     pub fn apply_exactly_once(&mut self) -> Result<(), String> {
         if let Some(text) = self.metadata.get(BATCH_TIMEOUT_KEY) {
             let max = limits::ATOMIC_BATCH_TIMEOUT_MAX;
-            match super::stream::parse_duration(text.trim()) {
+            match crate::options::parse_duration(text.trim()) {
                 Some(timeout) if !timeout.is_zero() && timeout <= max => {}
                 _ => {
                     return Err(format!(

@@ -12,7 +12,6 @@ use super::stream::Stream;
 use super::JetStream;
 use crate::delivery::{InternalSink, Message};
 use crate::limits;
-use crate::server::Shared;
 
 /// Body of `CONSUMER.CREATE` and `CONSUMER.DURABLE.CREATE`.
 #[derive(Debug, Default, Deserialize)]
@@ -144,7 +143,6 @@ pub fn restore(stream: &Arc<Stream>) {
 #[derive(Debug)]
 struct AckSink {
     jetstream: Weak<JetStream>,
-    shared: Weak<Shared>,
 }
 
 impl InternalSink for AckSink {
@@ -163,9 +161,7 @@ impl InternalSink for AckSink {
                 _ if consumer.confirms_durably() => consumer.confirm_when_saved(reply, ack.stream_seq, &kind),
                 // The ack itself is acknowledged: the client knows it landed (double ack).
                 _ => {
-                    if let Some(shared) = self.shared.upgrade() {
-                        shared.publish(reply, None, b"");
-                    }
+                    jetstream.services().bus.publish(reply, None, b"");
                 }
             }
         }
@@ -198,11 +194,11 @@ impl InternalSink for FlowControlSink {
 }
 
 /// Subscribes to acks and flow-control responses.
-pub fn subscribe(shared: &Arc<Shared>, jetstream: &Arc<JetStream>) {
-    let acks = Arc::new(AckSink { jetstream: Arc::downgrade(jetstream), shared: Arc::downgrade(shared) });
+pub fn subscribe(jetstream: &Arc<JetStream>) {
+    let acks = Arc::new(AckSink { jetstream: Arc::downgrade(jetstream) });
     let flow = Arc::new(FlowControlSink { jetstream: Arc::downgrade(jetstream) });
     for (subject, sink) in [("$JS.ACK.>", acks as Arc<dyn InternalSink>), ("$JS.FC.>", flow)] {
-        if let Err(error) = shared.subscribe_internal(subject, None, sink) {
+        if let Err(error) = jetstream.services().bus.subscribe_internal(subject, None, sink) {
             tracing::error!(%subject, %error, "cannot subscribe");
         }
     }

@@ -43,7 +43,7 @@ use super::stream::{header, Inbound, Stream};
 use super::JetStream;
 use crate::delivery::{QueuedRequest, RequestQueue};
 use crate::limits;
-use crate::server::{lock, Shared};
+use crate::sync::lock;
 
 /// The prefix of the lineage API subjects.
 pub const API_PREFIX: &str = "$SEMAQ.API.LINEAGE";
@@ -141,7 +141,7 @@ impl Parents {
         if config.level() < 4 {
             return Self::default();
         }
-        let jetstream = stream.shared().upgrade().and_then(|shared| shared.jetstream.get().cloned());
+        let jetstream = stream.jetstream();
         let decisions = batch.iter().map(|message| decide(jetstream.as_deref(), &stream.name, message)).collect();
         Self { decisions }
     }
@@ -155,7 +155,7 @@ impl Parents {
             Decision::Refuse(error) => Err(error),
             Decision::Record(resolved) => {
                 let block = message.headers.as_deref().unwrap_or_default();
-                let extended = crate::registry::binding::with_header(block, names::PARENT_RESOLVED, &resolved);
+                let extended = super::schema::with_header(block, names::PARENT_RESOLVED, &resolved);
                 message.headers = Some(Bytes::from(extended));
                 Ok(())
             }
@@ -577,21 +577,22 @@ pub fn handle(jetstream: &JetStream, subject: &str, payload: &[u8]) -> Value {
 }
 
 /// Subscribes to `$SEMAQ.API.LINEAGE.>` and starts the task that answers.
-pub fn start(shared: &Arc<Shared>, jetstream: &Arc<JetStream>) {
+pub fn start(jetstream: &Arc<JetStream>) {
     let (queue, requests) = mpsc::channel(limits::LINEAGE_API_QUEUE_REQUESTS_MAX);
-    if let Err(error) = shared.subscribe_internal(&format!("{API_PREFIX}.>"), None, Arc::new(RequestQueue { queue })) {
+    let bus = &jetstream.services().bus;
+    if let Err(error) = bus.subscribe_internal(&format!("{API_PREFIX}.>"), None, Arc::new(RequestQueue { queue })) {
         tracing::error!(%error, "cannot subscribe to the lineage API");
         return;
     }
-    tokio::spawn(serve(Arc::downgrade(shared), Arc::downgrade(jetstream), requests));
+    tokio::spawn(serve(Arc::downgrade(jetstream), requests));
 }
 
-async fn serve(shared: Weak<Shared>, jetstream: Weak<JetStream>, mut requests: mpsc::Receiver<QueuedRequest>) {
+async fn serve(jetstream: Weak<JetStream>, mut requests: mpsc::Receiver<QueuedRequest>) {
     while let Some(request) = requests.recv().await {
-        let (Some(shared), Some(jetstream)) = (shared.upgrade(), jetstream.upgrade()) else { return };
+        let Some(jetstream) = jetstream.upgrade() else { return };
         // Reading stores blocks: let the runtime move other tasks off this worker meanwhile.
         let answer = tokio::task::block_in_place(|| handle(&jetstream, &request.subject, &request.payload));
-        shared.publish(&request.reply, None, answer.to_string().as_bytes());
+        jetstream.services().bus.publish(&request.reply, None, answer.to_string().as_bytes());
     }
 }
 

@@ -8,6 +8,7 @@
 //! - [`api`]: the request handlers.
 //! - [`lineage`]: L4 `Semaq-Parent` checks at publish and the `$SEMAQ.API.LINEAGE` graph.
 //! - [`provenance`]: level 4 streams: event time, context headers, hash chain, checkpoints.
+//! - [`schema`]: the `semaq.*` level keys, and L2 streams bound to a registry subject.
 //!
 //! On disk, under the store directory: `jetstream/streams/<name>/stream.json` (config and
 //! creation time), `jetstream/streams/<name>/msgs/` (the `semaq-store` log) and, for level 4,
@@ -22,6 +23,7 @@ pub mod errors;
 pub mod lineage;
 pub mod producers;
 pub mod provenance;
+pub mod schema;
 pub mod stream;
 
 use std::collections::BTreeMap;
@@ -35,37 +37,27 @@ use serde::{Deserialize, Serialize};
 
 use self::config::{Discard, Retention, Storage, StreamConfig};
 use self::errors::ApiError;
-use self::stream::{Stream, SyncPolicy};
+use self::stream::Stream;
+use crate::bus::Bus;
+use crate::filter::Filters;
 use crate::limits;
-use crate::server::Shared;
+use crate::options::{Options, SyncPolicy};
+use crate::registry::Registry;
+use crate::sync;
 
-/// A bound on the bytes held by a queue of work (a stream's ingest queue, the API queue).
+/// What streams and consumers use outside JetStream: the narrow handles, never the whole server.
 #[derive(Debug)]
-pub struct ByteBudget {
-    used: std::sync::atomic::AtomicUsize,
-    max: usize,
-}
-
-impl ByteBudget {
-    /// A budget of `max` bytes.
-    pub fn new(max: usize) -> Self {
-        Self { used: std::sync::atomic::AtomicUsize::new(0), max }
-    }
-
-    /// Reserves `bytes`; false when that would exceed the budget.
-    pub fn try_take(&self, bytes: usize) -> bool {
-        use std::sync::atomic::Ordering;
-        self.used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-                (used + bytes <= self.max).then_some(used + bytes)
-            })
-            .is_ok()
-    }
-
-    /// Returns bytes reserved with [`ByteBudget::try_take`].
-    pub fn give_back(&self, bytes: usize) {
-        self.used.fetch_sub(bytes, std::sync::atomic::Ordering::AcqRel);
-    }
+pub struct Services {
+    /// Where streams capture their subjects and acks, API replies and deliveries are published.
+    pub bus: Arc<Bus>,
+    /// Schemas that L2+ streams validate against.
+    pub registry: Arc<Registry>,
+    /// The payload cache and counters filtered consumers share.
+    pub filters: Arc<Filters>,
+    /// Effective options (store directory, sync policy, domain, account limits).
+    pub options: Arc<Options>,
+    /// This server's id, for events.
+    pub server_id: String,
 }
 
 /// What is persisted beside a stream's messages.
@@ -81,7 +73,9 @@ pub struct JetStream {
     dir: PathBuf,
     streams: RwLock<BTreeMap<String, Arc<Stream>>>,
     sync_policy: SyncPolicy,
-    shared: Weak<Shared>,
+    services: Arc<Services>,
+    /// This JetStream, handed to its streams (lineage reads other streams).
+    this: Weak<JetStream>,
 }
 
 impl std::fmt::Debug for JetStream {
@@ -129,16 +123,26 @@ pub fn is_valid_name(name: &str) -> bool {
 
 impl JetStream {
     /// Opens every stream found under `store_dir` and starts their tasks.
-    pub fn start(shared: &Arc<Shared>) -> Result<Arc<Self>, JetStreamError> {
-        let dir = shared.options.store_dir.join("jetstream").join("streams");
+    pub fn start(services: Arc<Services>) -> Result<Arc<Self>, JetStreamError> {
+        let dir = services.options.store_dir.join("jetstream").join("streams");
         std::fs::create_dir_all(&dir)
             .map_err(|source| JetStreamError::Directory { path: dir.display().to_string(), source })?;
         let sync_policy =
-            shared.options.jetstream_sync.as_deref().and_then(SyncPolicy::parse).unwrap_or(SyncPolicy::Always);
-        let jetstream =
-            Arc::new(Self { dir, streams: RwLock::new(BTreeMap::new()), sync_policy, shared: Arc::downgrade(shared) });
+            services.options.jetstream_sync.as_deref().and_then(SyncPolicy::parse).unwrap_or(SyncPolicy::Always);
+        let jetstream = Arc::new_cyclic(|this| Self {
+            dir,
+            streams: RwLock::new(BTreeMap::new()),
+            sync_policy,
+            services,
+            this: this.clone(),
+        });
         jetstream.recover();
         Ok(jetstream)
+    }
+
+    /// The handles streams and consumers use.
+    pub fn services(&self) -> &Arc<Services> {
+        &self.services
     }
 
     fn recover(&self) {
@@ -168,7 +172,7 @@ impl JetStream {
             // L3: an acknowledged publish is on disk, whatever the server's default.
             return SyncPolicy::Always;
         }
-        config.metadata.get("semaq.sync").and_then(|text| SyncPolicy::parse(text)).unwrap_or(self.sync_policy)
+        config.metadata.get(config::SYNC_KEY).and_then(|text| SyncPolicy::parse(text)).unwrap_or(self.sync_policy)
     }
 
     fn open_stream(&self, config: StreamConfig, created: SystemTime) -> Result<Arc<Stream>, ApiError> {
@@ -199,7 +203,8 @@ impl JetStream {
         let sync_policy = self.sync_policy_for(&config);
         let dir = (config.storage == Storage::File).then(|| self.stream_dir(&config.name));
         let provenance = provenance::Provenance::open(&config, dir.as_deref(), store.as_ref())?;
-        let stream = Stream::start(config, created, store, sync_policy, dir, self.shared.clone(), provenance);
+        let owners = (self.services.clone(), self.this.clone());
+        let stream = Stream::start(config, created, store, sync_policy, dir, owners, provenance);
         stream.capture();
         consumers::restore(&stream);
         self.write_streams().insert(stream.name.clone(), stream.clone());
@@ -207,17 +212,17 @@ impl JetStream {
     }
 
     fn write_streams(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, Arc<Stream>>> {
-        self.streams.write().unwrap_or_else(|p| p.into_inner())
+        sync::write(&self.streams)
     }
 
     /// A stream by name.
     pub fn stream(&self, name: &str) -> Option<Arc<Stream>> {
-        self.streams.read().unwrap_or_else(|p| p.into_inner()).get(name).cloned()
+        sync::read(&self.streams).get(name).cloned()
     }
 
     /// All streams, by name.
     pub fn streams(&self) -> Vec<Arc<Stream>> {
-        self.streams.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
+        sync::read(&self.streams).values().cloned().collect()
     }
 
     fn persist_meta(&self, config: &StreamConfig, created: SystemTime) -> Result<(), ApiError> {
@@ -238,7 +243,7 @@ impl JetStream {
     /// Creates a stream, or succeeds when one with the identical config exists.
     pub fn create_stream(&self, config: StreamConfig) -> Result<Arc<Stream>, ApiError> {
         let config = normalize(config)?;
-        crate::registry::binding::check_stream(&self.shared, &config.metadata)?;
+        self::schema::check_stream(&self.services.registry, &config.metadata)?;
         provenance::check_config(None, &config)?;
         if let Some(existing) = self.stream(&config.name) {
             return if *existing.config() == config { Ok(existing) } else { Err(ApiError::stream_name_exists()) };
@@ -255,7 +260,7 @@ impl JetStream {
     /// Updates a stream where nats-server allows it.
     pub fn update_stream(&self, config: StreamConfig) -> Result<Arc<Stream>, ApiError> {
         let config = normalize(config)?;
-        crate::registry::binding::check_stream(&self.shared, &config.metadata)?;
+        self::schema::check_stream(&self.services.registry, &config.metadata)?;
         let stream = self.stream(&config.name).ok_or_else(ApiError::stream_not_found)?;
         check_update(&stream.config(), &config)?;
         provenance::check_config(Some(&stream.config()), &config)?;
@@ -380,7 +385,7 @@ pub fn normalize(mut config: StreamConfig) -> Result<StreamConfig, ApiError> {
     if config.retention == Retention::Workqueue && config.discard_new_per_subject && config.discard != Discard::New {
         return Err(ApiError::invalid_stream_config("discard new per subject requires discard new policy to be set"));
     }
-    if let Some(sync) = config.metadata.get("semaq.sync") {
+    if let Some(sync) = config.metadata.get(config::SYNC_KEY) {
         if SyncPolicy::parse(sync).is_none() {
             return Err(ApiError::invalid_stream_config(format!(
                 "semaq.sync must be always, never or an interval like 100ms, not {sync:?}"

@@ -7,7 +7,7 @@
 //! once (when the stream syncs always), and only then are its PubAcks sent, so an
 //! acknowledged message is on disk and concurrent publishers share one fsync.
 //!
-//! Every message is checked and stored by [`Stream::ingest_one`]: L2 schema, L3 producer
+//! Every message is checked and stored by `Stream::ingest_one`: L2 schema, L3 producer
 //! sequence (`producers.rs`), then dedup, expected headers and limits. Atomic batches
 //! (`batch.rs`) are staged first and, on commit, stored through the same function, one message
 //! after another, or not at all.
@@ -29,59 +29,17 @@ use super::errors::ApiError;
 use super::producers::{self, Producers, Verdict};
 use std::fmt::Write as _;
 
+use super::schema::SchemaCheck;
 use crate::delivery::{FlushSet, InternalSink, Message, Subscription};
 use crate::limits;
-use crate::registry::binding::SchemaCheck;
-use crate::server::{lock, Shared};
+use crate::options::SyncPolicy;
+use crate::sync::{self, lock};
 
 /// Headers JetStream publishers may set.
 pub mod header {
     pub use semaq_wire::headers::names::{
         EXPECTED_LAST_MSG_ID, EXPECTED_LAST_SEQUENCE, EXPECTED_LAST_SUBJECT_SEQUENCE, EXPECTED_STREAM, MSG_ID,
     };
-}
-
-/// When appended messages are fsynced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SyncPolicy {
-    /// Before each batch is acknowledged (the default: an ack means on disk).
-    Always,
-    /// Every interval; an ack means written to the OS.
-    Interval(Duration),
-    /// Left to the OS.
-    Never,
-}
-
-impl SyncPolicy {
-    /// Reads `always`, `never`, or an interval like `100ms` / `1s`.
-    pub fn parse(text: &str) -> Option<Self> {
-        match text.trim() {
-            "always" => Some(SyncPolicy::Always),
-            "never" => Some(SyncPolicy::Never),
-            other => parse_duration(other).map(SyncPolicy::Interval),
-        }
-    }
-
-    /// The policy's name for stream info.
-    pub fn describe(&self) -> String {
-        match self {
-            SyncPolicy::Always => "always".into(),
-            SyncPolicy::Never => "never".into(),
-            SyncPolicy::Interval(every) => format!("{}ms", every.as_millis()),
-        }
-    }
-}
-
-/// Reads `250ms`, `2s` or `1m`.
-pub fn parse_duration(text: &str) -> Option<Duration> {
-    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit())?);
-    let value: u64 = number.parse().ok()?;
-    match unit {
-        "ms" => Some(Duration::from_millis(value)),
-        "s" => Some(Duration::from_secs(value)),
-        "m" => Some(Duration::from_secs(value * 60)),
-        _ => None,
-    }
 }
 
 /// A message waiting to be stored.
@@ -191,7 +149,7 @@ pub struct Stream {
     store: Mutex<Box<dyn StreamStore>>,
     sync_policy: SyncPolicy,
     ingest: mpsc::Sender<Inbound>,
-    ingest_budget: super::ByteBudget,
+    ingest_budget: sync::ByteBudget,
     /// The last stored sequence, watched by consumers.
     last_seq: watch::Sender<u64>,
     subscriptions: Mutex<Vec<Arc<Subscription>>>,
@@ -200,7 +158,9 @@ pub struct Stream {
     producers: Mutex<Producers>,
     dir: Option<std::path::PathBuf>,
     stop: tokio::sync::Notify,
-    shared: Weak<Shared>,
+    services: Arc<super::Services>,
+    /// The JetStream that owns this stream (weak: it holds the stream).
+    jetstream: Weak<super::JetStream>,
     /// Level 4: the hash chain and its checkpoints.
     provenance: Option<Arc<super::provenance::Provenance>>,
     /// Level 4: recent `Nats-Msg-Id`s, for `Semaq-Parent` ids. Lock order: after `store`.
@@ -273,7 +233,7 @@ impl Stream {
         store: Box<dyn StreamStore>,
         sync_policy: SyncPolicy,
         dir: Option<std::path::PathBuf>,
-        shared: Weak<Shared>,
+        (services, jetstream): (Arc<super::Services>, Weak<super::JetStream>),
         provenance: Option<Arc<super::provenance::Provenance>>,
     ) -> Arc<Self> {
         let (ingest, inbound) = mpsc::channel(limits::STREAM_INGEST_QUEUE_MESSAGES_MAX);
@@ -290,14 +250,15 @@ impl Stream {
             store: Mutex::new(store),
             sync_policy,
             ingest,
-            ingest_budget: super::ByteBudget::new(limits::STREAM_INGEST_QUEUE_BYTES_MAX),
+            ingest_budget: sync::ByteBudget::new(limits::STREAM_INGEST_QUEUE_BYTES_MAX),
             last_seq: watch::channel(last_seq).0,
             subscriptions: Mutex::new(Vec::new()),
             consumers: Mutex::new(std::collections::BTreeMap::new()),
             producers: Mutex::new(producers),
             dir,
             stop: tokio::sync::Notify::new(),
-            shared,
+            services,
+            jetstream,
             provenance,
             msg_ids: super::lineage::MsgIds::new(last_seq, clock::unix_nanos_now()),
         });
@@ -329,7 +290,7 @@ impl Stream {
 
     /// The current configuration.
     pub fn config(&self) -> Arc<StreamConfig> {
-        self.config.read().unwrap_or_else(|p| p.into_inner()).clone()
+        sync::read(&self.config).clone()
     }
 
     /// Replaces the configuration (already validated) and re-subscribes to its subjects.
@@ -339,7 +300,7 @@ impl Stream {
         self.before_removal(store.as_mut(), u64::MAX).map_err(ApiError::storage)?;
         store.update_limits(limits).map_err(ApiError::storage)?;
         drop(store);
-        *self.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);
+        *sync::write(&self.config) = Arc::new(config);
         self.release();
         self.capture();
         Ok(())
@@ -368,11 +329,10 @@ impl Stream {
 
     /// Subscribes the stream to its subjects.
     pub fn capture(self: &Arc<Self>) {
-        let Some(shared) = self.shared.upgrade() else { return };
         let sink: Arc<dyn InternalSink> = Arc::new(Capture { stream: Arc::downgrade(self) });
         let mut subscriptions = lock(&self.subscriptions);
         for subject in &self.config().subjects {
-            match shared.subscribe_internal(subject, None, sink.clone()) {
+            match self.services.bus.subscribe_internal(subject, None, sink.clone()) {
                 Ok(subscription) => subscriptions.push(subscription),
                 Err(error) => tracing::warn!(stream = %self.name, %subject, %error, "cannot capture subject"),
             }
@@ -381,9 +341,8 @@ impl Stream {
 
     /// Unsubscribes the stream from its subjects.
     pub fn release(&self) {
-        let Some(shared) = self.shared.upgrade() else { return };
         for subscription in lock(&self.subscriptions).drain(..) {
-            shared.unsubscribe_internal(&subscription);
+            self.services.bus.unsubscribe_internal(&subscription);
         }
     }
 
@@ -405,9 +364,14 @@ impl Stream {
         self.stop.notify_one();
     }
 
-    /// The server, for components that publish.
-    pub fn shared(&self) -> Weak<Shared> {
-        self.shared.clone()
+    /// The handles outside JetStream (the bus, the registry, the filters).
+    pub fn services(&self) -> &Arc<super::Services> {
+        &self.services
+    }
+
+    /// The JetStream that owns this stream, while it runs.
+    pub fn jetstream(&self) -> Option<Arc<super::JetStream>> {
+        self.jetstream.upgrade()
     }
 
     /// Where the stream keeps its files (`None` for memory streams).
@@ -637,7 +601,7 @@ impl Stream {
             == super::config::Retention::Interest)
             .then(|| self.consumers().iter().map(|c| c.config()).collect());
         // L2: the bound schema version, resolved once per batch (None for unbound streams).
-        let mut schema = crate::registry::binding::for_stream(&self.shared, &config);
+        let mut schema = super::schema::for_stream(&self.services, &config);
         // L4: the hash chain, held for the batch (lock order: store, then chain).
         let mut chain = self.provenance.as_deref().map(|provenance| provenance.writer(&config));
         let mut ingest = Ingest {
@@ -733,7 +697,7 @@ impl Stream {
             }
             if claim.is_none() {
                 // A claim already names the producer; otherwise L2 lineage records one.
-                crate::registry::binding::record_producer(&self.shared, message);
+                super::schema::record_producer(&self.services.bus.clients, message);
             }
         }
         if let Some(claim) = claim {
@@ -790,12 +754,8 @@ impl Stream {
     }
 
     fn send_acks(&self, acks: &mut Vec<(Option<String>, PublishOutcome)>) {
-        let Some(shared) = self.shared.upgrade() else {
-            acks.clear();
-            return;
-        };
         let no_ack = self.config().no_ack;
-        let domain = shared.options.jetstream_domain.clone();
+        let domain = &self.services.options.jetstream_domain;
         let mut flush = FlushSet::default();
         let mut body = String::with_capacity(64);
         for (reply, outcome) in acks.drain(..) {
@@ -804,7 +764,7 @@ impl Stream {
                 continue;
             }
             body.clear();
-            match (outcome, &domain) {
+            match (outcome, domain) {
                 // The common case, written without building a JSON tree.
                 (Ok((seq, false)), None) => {
                     let _ = write!(body, r#"{{"stream":"{}","seq":{seq}}}"#, self.name);
@@ -813,9 +773,10 @@ impl Stream {
             }
             let message =
                 Message { subject: &reply, reply: None, headers: None, payload: body.as_bytes(), publisher: None };
-            shared.publish_batched(&reply, &message, &mut flush);
+            self.services.bus.publish_batched(&reply, &message, &mut flush);
         }
         flush.flush();
+        acks.clear();
     }
 }
 
@@ -850,12 +811,6 @@ pub fn pub_ack_json(stream: &str, domain: Option<&str>, outcome: PublishOutcome)
             body
         }
     }
-}
-
-/// The value of header `name` in a raw header block, owned. Kept for `registry::binding` until
-/// it reads [`Headers`] itself; everything else borrows from [`Headers`].
-pub fn header_value(block: &[u8], name: &str) -> Option<String> {
-    Headers::new(block).get(name).map(str::to_string)
 }
 
 /// Checks and stores one message (on L4 streams through `chain`, which checks and chains it).

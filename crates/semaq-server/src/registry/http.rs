@@ -19,7 +19,6 @@ use super::queries::Deleted;
 use super::types::{RegisterOptions, SchemaRequest, VersionInfo};
 use super::Registry;
 use crate::limits;
-use crate::server::Shared;
 
 /// Confluent's response content type.
 pub const CONTENT_TYPE: &str = "application/vnd.schemaregistry.v1+json";
@@ -28,10 +27,10 @@ pub const CONTENT_TYPE: &str = "application/vnd.schemaregistry.v1+json";
 pub const DEFAULT_CONTEXT: &str = ".";
 
 type Params = Query<HashMap<String, String>>;
-type Shared_ = State<Arc<Shared>>;
+type RegistryState = State<Arc<Registry>>;
 
 /// The registry's routes, merged into the monitoring router.
-pub fn routes() -> Router<Arc<Shared>> {
+pub fn routes() -> Router<Arc<Registry>> {
     Router::new()
         .route("/subjects", get(list_subjects))
         .route("/subjects/{subject}", post(lookup).delete(delete_subject))
@@ -71,10 +70,6 @@ fn page<T>(items: Vec<T>, params: &HashMap<String, String>, max: Option<usize>) 
     items.into_iter().skip(offset).take(limit.unwrap_or(ceiling)).collect()
 }
 
-fn registry(shared: &Shared) -> Result<&Arc<Registry>, RegistryError> {
-    shared.registry.get().ok_or_else(|| RegistryError::Storage("the schema registry is not running".into()))
-}
-
 fn respond(result: Result<Value, RegistryError>) -> Response {
     let (status, body) = match result {
         Ok(body) => (StatusCode::OK, body),
@@ -93,13 +88,13 @@ fn schema_id(text: &str) -> Result<u32, RegistryError> {
     text.parse().map_err(|_| RegistryError::SchemaNotFound(text.to_string()))
 }
 
-async fn list_subjects(State(shared): Shared_, Query(params): Params) -> Response {
+async fn list_subjects(State(registry): RegistryState, Query(params): Params) -> Response {
     let prefix = params.get("subjectPrefix").map(String::as_str).filter(|p| *p != ":*:").unwrap_or("");
-    respond(registry(&shared).map(|r| json!(page(r.list_subjects(prefix, deleted_filter(&params)), &params, None))))
+    respond(Ok(json!(page(registry.list_subjects(prefix, deleted_filter(&params)), &params, None))))
 }
 
-async fn list_versions(State(shared): Shared_, Path(subject): Path<String>, Query(params): Params) -> Response {
-    let versions = registry(&shared).and_then(|r| r.list_versions(&subject, deleted_filter(&params)));
+async fn list_versions(State(registry): RegistryState, Path(subject): Path<String>, Query(params): Params) -> Response {
+    let versions = registry.list_versions(&subject, deleted_filter(&params));
     respond(versions.map(|v| json!(page(v, &params, None))))
 }
 
@@ -121,7 +116,7 @@ fn positive(value: Option<i64>) -> Result<Option<u32>, RegistryError> {
 }
 
 async fn register(
-    State(shared): Shared_,
+    State(registry): RegistryState,
     Path(subject): Path<String>,
     Query(params): Params,
     bytes: Bytes,
@@ -133,45 +128,48 @@ async fn register(
             id: positive(request.id)?,
             version: positive(request.version)?,
         };
-        let id = registry(&shared)?.register_with(&subject, &request.request, options)?;
+        let id = registry.register_with(&subject, &request.request, options)?;
         Ok(json!({ "id": id }))
     })())
 }
 
-async fn lookup(State(shared): Shared_, Path(subject): Path<String>, Query(params): Params, bytes: Bytes) -> Response {
+async fn lookup(
+    State(registry): RegistryState,
+    Path(subject): Path<String>,
+    Query(params): Params,
+    bytes: Bytes,
+) -> Response {
     respond((|| {
         let request: SchemaRequest = body(&bytes)?;
         let (deleted, normalize) = (flag(&params, "deleted"), flag(&params, "normalize"));
-        Ok(registry(&shared)?.lookup_with(&subject, &request, deleted, normalize)?.to_json())
+        Ok(registry.lookup_with(&subject, &request, deleted, normalize)?.to_json())
     })())
 }
 
 async fn get_version(
-    State(shared): Shared_,
+    State(registry): RegistryState,
     Path((subject, version)): Path<(String, String)>,
     Query(params): Params,
 ) -> Response {
-    respond(
-        registry(&shared).and_then(|r| r.version(&subject, &version, flag(&params, "deleted"))).map(|v| v.to_json()),
-    )
+    respond(registry.version(&subject, &version, flag(&params, "deleted")).map(|v| v.to_json()))
 }
 
 /// The schema text itself, as the response body.
 async fn get_version_schema(
-    State(shared): Shared_,
+    State(registry): RegistryState,
     Path((subject, version)): Path<(String, String)>,
     Query(params): Params,
 ) -> Response {
-    let result = registry(&shared).and_then(|r| r.version(&subject, &version, flag(&params, "deleted")));
+    let result = registry.version(&subject, &version, flag(&params, "deleted"));
     raw(result.map(|info| info.schema.schema))
 }
 
 async fn referenced_by(
-    State(shared): Shared_,
+    State(registry): RegistryState,
     Path((subject, version)): Path<(String, String)>,
     Query(params): Params,
 ) -> Response {
-    let ids = registry(&shared).and_then(|r| r.referenced_by(&subject, &version, flag(&params, "deleted")));
+    let ids = registry.referenced_by(&subject, &version, flag(&params, "deleted"));
     respond(ids.map(|ids| json!(page(ids, &params, Some(limits::REGISTRY_LIST_SCHEMAS_MAX)))))
 }
 
@@ -182,54 +180,57 @@ fn raw(result: Result<String, RegistryError>) -> Response {
     }
 }
 
-async fn delete_subject(State(shared): Shared_, Path(subject): Path<String>, Query(params): Params) -> Response {
-    respond(registry(&shared).and_then(|r| r.delete_subject(&subject, flag(&params, "permanent"))).map(|v| json!(v)))
+async fn delete_subject(
+    State(registry): RegistryState,
+    Path(subject): Path<String>,
+    Query(params): Params,
+) -> Response {
+    respond(registry.delete_subject(&subject, flag(&params, "permanent")).map(|v| json!(v)))
 }
 
 async fn delete_version(
-    State(shared): Shared_,
+    State(registry): RegistryState,
     Path((subject, version)): Path<(String, String)>,
     Query(params): Params,
 ) -> Response {
-    let result = registry(&shared).and_then(|r| r.delete_version(&subject, &version, flag(&params, "permanent")));
+    let result = registry.delete_version(&subject, &version, flag(&params, "permanent"));
     respond(result.map(|v| json!(v)))
 }
 
-async fn list_schemas(State(shared): Shared_, Query(params): Params) -> Response {
+async fn list_schemas(State(registry): RegistryState, Query(params): Params) -> Response {
     let prefix = params.get("subjectPrefix").map(String::as_str).unwrap_or("");
-    let listed = registry(&shared)
-        .map(|r| r.schemas(prefix, flag(&params, "deleted"), flag(&params, "latestOnly")))
+    let listed = Ok(registry.schemas(prefix, flag(&params, "deleted"), flag(&params, "latestOnly")))
         .map(|listed| page(listed, &params, Some(limits::REGISTRY_LIST_SCHEMAS_MAX)));
     respond(listed.map(|listed| json!(listed.iter().map(VersionInfo::to_json).collect::<Vec<_>>())))
 }
 
-async fn schema_by_id(State(shared): Shared_, Path(id): Path<String>) -> Response {
-    respond(schema_id(&id).and_then(|id| registry(&shared)?.schema_by_id(id)).map(|s| s.to_json()))
+async fn schema_by_id(State(registry): RegistryState, Path(id): Path<String>) -> Response {
+    respond(schema_id(&id).and_then(|id| registry.schema_by_id(id)).map(|s| s.to_json()))
 }
 
-async fn raw_schema_by_id(State(shared): Shared_, Path(id): Path<String>) -> Response {
-    raw(schema_id(&id).and_then(|id| registry(&shared)?.schema_by_id(id)).map(|s| s.schema))
+async fn raw_schema_by_id(State(registry): RegistryState, Path(id): Path<String>) -> Response {
+    raw(schema_id(&id).and_then(|id| registry.schema_by_id(id)).map(|s| s.schema))
 }
 
 /// Uses of schema `id`, narrowed to `?subject=` when given.
-fn uses(shared: &Shared, id: &str, params: &HashMap<String, String>) -> Result<Vec<(String, u32)>, RegistryError> {
-    let mut uses = registry(shared)?.uses_of_with(schema_id(id)?, flag(params, "deleted"))?;
+fn uses(registry: &Registry, id: &str, params: &HashMap<String, String>) -> Result<Vec<(String, u32)>, RegistryError> {
+    let mut uses = registry.uses_of_with(schema_id(id)?, flag(params, "deleted"))?;
     if let Some(subject) = params.get("subject").filter(|s| !s.is_empty()) {
         uses.retain(|(name, _)| name == subject);
     }
     Ok(uses)
 }
 
-async fn versions_by_id(State(shared): Shared_, Path(id): Path<String>, Query(params): Params) -> Response {
-    let listed = uses(&shared, &id, &params).map(|uses| {
+async fn versions_by_id(State(registry): RegistryState, Path(id): Path<String>, Query(params): Params) -> Response {
+    let listed = uses(&registry, &id, &params).map(|uses| {
         let pairs: Vec<Value> = uses.iter().map(|(s, v)| json!({"subject": s, "version": v})).collect();
         json!(page(pairs, &params, None))
     });
     respond(listed)
 }
 
-async fn subjects_by_id(State(shared): Shared_, Path(id): Path<String>, Query(params): Params) -> Response {
-    let listed = uses(&shared, &id, &params).map(|uses| {
+async fn subjects_by_id(State(registry): RegistryState, Path(id): Path<String>, Query(params): Params) -> Response {
+    let listed = uses(&registry, &id, &params).map(|uses| {
         let mut subjects: Vec<String> = uses.into_iter().map(|(s, _)| s).collect();
         subjects.dedup();
         json!(page(subjects, &params, None))
@@ -246,7 +247,7 @@ async fn contexts() -> Response {
 }
 
 fn compatibility(
-    shared: &Shared,
+    registry: &Registry,
     subject: &str,
     version: Option<&str>,
     params: &HashMap<String, String>,
@@ -254,7 +255,7 @@ fn compatibility(
 ) -> Response {
     respond((|| {
         let request: SchemaRequest = body(bytes)?;
-        let problems = registry(shared)?.check(subject, version, &request)?;
+        let problems = registry.check(subject, version, &request)?;
         let mut answer = json!({ "is_compatible": problems.is_empty() });
         if flag(params, "verbose") {
             answer["messages"] = json!(problems);
@@ -264,21 +265,21 @@ fn compatibility(
 }
 
 async fn compatibility_with_version(
-    State(shared): Shared_,
+    State(registry): RegistryState,
     Path((subject, version)): Path<(String, String)>,
     Query(params): Params,
     bytes: Bytes,
 ) -> Response {
-    compatibility(&shared, &subject, Some(&version), &params, &bytes)
+    compatibility(&registry, &subject, Some(&version), &params, &bytes)
 }
 
 async fn compatibility_with_all(
-    State(shared): Shared_,
+    State(registry): RegistryState,
     Path(subject): Path<String>,
     Query(params): Params,
     bytes: Bytes,
 ) -> Response {
-    compatibility(&shared, &subject, None, &params, &bytes)
+    compatibility(&registry, &subject, None, &params, &bytes)
 }
 
 /// `PUT /config` body; Confluent's clients send `compatibility` or `compatibilityLevel`.
@@ -299,36 +300,40 @@ fn config_json(level: super::types::Compatibility) -> Value {
     json!({ "compatibilityLevel": level.name() })
 }
 
-async fn get_global_config(State(shared): Shared_) -> Response {
-    respond(registry(&shared).and_then(|r| r.config(None, true)).map(config_json))
+async fn get_global_config(State(registry): RegistryState) -> Response {
+    respond(registry.config(None, true).map(config_json))
 }
 
-async fn put_global_config(State(shared): Shared_, bytes: Bytes) -> Response {
-    set_config(&shared, None, &bytes)
+async fn put_global_config(State(registry): RegistryState, bytes: Bytes) -> Response {
+    set_config(&registry, None, &bytes)
 }
 
-fn set_config(shared: &Shared, subject: Option<&str>, bytes: &[u8]) -> Response {
+fn set_config(registry: &Registry, subject: Option<&str>, bytes: &[u8]) -> Response {
     respond((|| {
         let request: ConfigRequest = body(bytes)?;
-        Ok(json!({ "compatibility": registry(shared)?.set_config(subject, request.level()?)?.name() }))
+        Ok(json!({ "compatibility": registry.set_config(subject, request.level()?)?.name() }))
     })())
 }
 
-async fn delete_global_config(State(shared): Shared_) -> Response {
-    respond(registry(&shared).and_then(|r| r.delete_config(None)).map(config_json))
+async fn delete_global_config(State(registry): RegistryState) -> Response {
+    respond(registry.delete_config(None).map(config_json))
 }
 
-async fn get_subject_config(State(shared): Shared_, Path(subject): Path<String>, Query(params): Params) -> Response {
-    let level = registry(&shared).and_then(|r| r.config(Some(&subject), flag(&params, "defaultToGlobal")));
+async fn get_subject_config(
+    State(registry): RegistryState,
+    Path(subject): Path<String>,
+    Query(params): Params,
+) -> Response {
+    let level = registry.config(Some(&subject), flag(&params, "defaultToGlobal"));
     respond(level.map(config_json))
 }
 
-async fn put_subject_config(State(shared): Shared_, Path(subject): Path<String>, bytes: Bytes) -> Response {
-    set_config(&shared, Some(&subject), &bytes)
+async fn put_subject_config(State(registry): RegistryState, Path(subject): Path<String>, bytes: Bytes) -> Response {
+    set_config(&registry, Some(&subject), &bytes)
 }
 
-async fn delete_subject_config(State(shared): Shared_, Path(subject): Path<String>) -> Response {
-    respond(registry(&shared).and_then(|r| r.delete_config(Some(&subject))).map(config_json))
+async fn delete_subject_config(State(registry): RegistryState, Path(subject): Path<String>) -> Response {
+    respond(registry.delete_config(Some(&subject)).map(config_json))
 }
 
 /// `PUT /mode` body.
@@ -341,45 +346,49 @@ fn mode_json(mode: super::types::Mode) -> Value {
     json!({ "mode": mode.name() })
 }
 
-fn get_mode(shared: &Shared, subject: Option<&str>, params: &HashMap<String, String>) -> Response {
-    respond(registry(shared).and_then(|r| r.mode(subject, flag(params, "defaultToGlobal"))).map(mode_json))
+fn get_mode(registry: &Registry, subject: Option<&str>, params: &HashMap<String, String>) -> Response {
+    respond(registry.mode(subject, flag(params, "defaultToGlobal")).map(mode_json))
 }
 
-fn set_mode(shared: &Shared, subject: Option<&str>, params: &HashMap<String, String>, bytes: &[u8]) -> Response {
+fn set_mode(registry: &Registry, subject: Option<&str>, params: &HashMap<String, String>, bytes: &[u8]) -> Response {
     respond((|| {
         let request: ModeRequest = body(bytes)?;
         let mode = request.mode.ok_or(RegistryError::InvalidMode)?;
-        Ok(mode_json(registry(shared)?.set_mode(subject, &mode, flag(params, "force"))?))
+        Ok(mode_json(registry.set_mode(subject, &mode, flag(params, "force"))?))
     })())
 }
 
-async fn get_global_mode(State(shared): Shared_, Query(params): Params) -> Response {
-    get_mode(&shared, None, &params)
+async fn get_global_mode(State(registry): RegistryState, Query(params): Params) -> Response {
+    get_mode(&registry, None, &params)
 }
 
-async fn put_global_mode(State(shared): Shared_, Query(params): Params, bytes: Bytes) -> Response {
-    set_mode(&shared, None, &params, &bytes)
+async fn put_global_mode(State(registry): RegistryState, Query(params): Params, bytes: Bytes) -> Response {
+    set_mode(&registry, None, &params, &bytes)
 }
 
-async fn delete_global_mode(State(shared): Shared_) -> Response {
-    respond(registry(&shared).and_then(|r| r.delete_mode(None)).map(mode_json))
+async fn delete_global_mode(State(registry): RegistryState) -> Response {
+    respond(registry.delete_mode(None).map(mode_json))
 }
 
-async fn get_subject_mode(State(shared): Shared_, Path(subject): Path<String>, Query(params): Params) -> Response {
-    get_mode(&shared, Some(&subject), &params)
+async fn get_subject_mode(
+    State(registry): RegistryState,
+    Path(subject): Path<String>,
+    Query(params): Params,
+) -> Response {
+    get_mode(&registry, Some(&subject), &params)
 }
 
 async fn put_subject_mode(
-    State(shared): Shared_,
+    State(registry): RegistryState,
     Path(subject): Path<String>,
     Query(params): Params,
     bytes: Bytes,
 ) -> Response {
-    set_mode(&shared, Some(&subject), &params, &bytes)
+    set_mode(&registry, Some(&subject), &params, &bytes)
 }
 
-async fn delete_subject_mode(State(shared): Shared_, Path(subject): Path<String>) -> Response {
-    respond(registry(&shared).and_then(|r| r.delete_mode(Some(&subject))).map(mode_json))
+async fn delete_subject_mode(State(registry): RegistryState, Path(subject): Path<String>) -> Response {
+    respond(registry.delete_mode(Some(&subject)).map(mode_json))
 }
 
 #[cfg(test)]

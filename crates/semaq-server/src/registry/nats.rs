@@ -34,10 +34,10 @@ use super::error::RegistryError;
 use super::queries::Deleted;
 use super::types::{Reference, RegisterOptions, SchemaRequest, VersionInfo};
 use super::Registry;
+use crate::bus::Bus;
 use crate::delivery::{InternalSink, Message};
-use crate::jetstream::ByteBudget;
 use crate::limits;
-use crate::server::Shared;
+use crate::sync::ByteBudget;
 
 /// The prefix of every schema API subject.
 pub const API_PREFIX: &str = "$SEMAQ.API.SCHEMA";
@@ -75,19 +75,19 @@ impl InternalSink for SchemaApiSink {
 }
 
 /// Subscribes to `$SEMAQ.API.SCHEMA.>` and starts the task that answers.
-pub fn start(shared: &Arc<Shared>, registry: Arc<Registry>) {
+pub fn start(bus: &Arc<Bus>, registry: Arc<Registry>) {
     let (queue, requests) = mpsc::channel(limits::SCHEMA_API_QUEUE_REQUESTS_MAX);
     let budget = Arc::new(ByteBudget::new(limits::SCHEMA_API_QUEUE_BYTES_MAX));
     let sink = Arc::new(SchemaApiSink { queue, budget: budget.clone() });
-    if let Err(error) = shared.subscribe_internal(&format!("{API_PREFIX}.>"), None, sink) {
+    if let Err(error) = bus.subscribe_internal(&format!("{API_PREFIX}.>"), None, sink) {
         tracing::error!(%error, "cannot subscribe to the schema API");
         return;
     }
-    tokio::spawn(serve(Arc::downgrade(shared), registry, requests, budget));
+    tokio::spawn(serve(Arc::downgrade(bus), registry, requests, budget));
 }
 
 async fn serve(
-    shared: Weak<Shared>,
+    bus: Weak<Bus>,
     registry: Arc<Registry>,
     mut requests: mpsc::Receiver<Request>,
     budget: Arc<ByteBudget>,
@@ -99,8 +99,8 @@ async fn serve(
             Ok(body) => body,
             Err(error) => error.to_json(),
         };
-        let Some(shared) = shared.upgrade() else { return };
-        shared.publish(&reply, None, answer.to_string().as_bytes());
+        let Some(bus) = bus.upgrade() else { return };
+        bus.publish(&reply, None, answer.to_string().as_bytes());
     }
 }
 

@@ -157,7 +157,7 @@ pub fn from_hex<const N: usize>(text: &str) -> Option<[u8; N]> {
     if text.len() != 2 * N {
         return None;
     }
-    let nibble = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    let nibble = |c: u8| char::from(c).to_digit(16).and_then(|d| u8::try_from(d).ok());
     let mut out = [0u8; N];
     for (byte, pair) in out.iter_mut().zip(text.chunks_exact(2)) {
         *byte = nibble(pair[0])? << 4 | nibble(pair[1])?;

@@ -14,6 +14,7 @@
 //! at `next_seq`, and the walk is complete once `next_seq > last_seq`. Sequences between two
 //! records of a page (or between pages) are not stored.
 
+use crate::error::{fit, StoreError, StoreResult};
 use crate::types::MessageRef;
 
 const MAGIC: &[u8; 4] = b"SQPG";
@@ -49,17 +50,30 @@ pub fn start(first_seq: u64, last_seq: u64) -> Vec<u8> {
     out
 }
 
-/// Appends one record.
-pub fn push_record(out: &mut Vec<u8>, message: &MessageRef<'_>) {
-    let headers_len = message.headers.map_or(NO_HEADERS, |h| h.len() as u32);
+/// Appends one record; [`StoreError::TooLarge`], with nothing appended, when a length does not
+/// fit its `u32` field (a header block must also stay below `u32::MAX`, which means "none").
+pub fn push_record(out: &mut Vec<u8>, message: &MessageRef<'_>) -> StoreResult<()> {
+    let subject_len: u32 = fit("page subject length", message.subject.len())?;
+    let headers_len = match message.headers {
+        None => NO_HEADERS,
+        Some(headers) => match u32::try_from(headers.len()) {
+            Ok(length) if length != NO_HEADERS => length,
+            _ => {
+                let (value, max) = (headers.len() as u64, u64::from(NO_HEADERS - 1));
+                return Err(StoreError::TooLarge { what: "page headers length", value, max });
+            }
+        },
+    };
+    let payload_len: u32 = fit("page payload length", message.payload.len())?;
     out.extend_from_slice(&message.seq.to_le_bytes());
     out.extend_from_slice(&message.timestamp_ns.to_le_bytes());
-    out.extend_from_slice(&(message.subject.len() as u32).to_le_bytes());
+    out.extend_from_slice(&subject_len.to_le_bytes());
     out.extend_from_slice(&headers_len.to_le_bytes());
-    out.extend_from_slice(&(message.payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&payload_len.to_le_bytes());
     out.extend_from_slice(message.subject.as_bytes());
     out.extend_from_slice(message.headers.unwrap_or_default());
     out.extend_from_slice(message.payload);
+    Ok(())
 }
 
 /// Fills in where the next page starts and how many records this one holds.
@@ -83,7 +97,7 @@ pub fn decode(bytes: &[u8]) -> Result<Page<'_>, &'static str> {
     let count = reader.u32()? as usize;
     let mut messages = Vec::with_capacity(count.min(bytes.len() / RECORD_PREFIX_BYTES));
     for _ in 0..count {
-        let (seq, timestamp_ns) = (reader.u64()?, reader.u64()? as i64);
+        let (seq, timestamp_ns) = (reader.u64()?, reader.i64()?);
         let (subject_len, headers_len, payload_len) = (reader.u32()?, reader.u32()?, reader.u32()?);
         let subject = std::str::from_utf8(reader.take(subject_len as usize)?).map_err(|_| "subject is not UTF-8")?;
         let headers = match headers_len {
@@ -121,6 +135,11 @@ impl<'a> Reader<'a> {
         let (low, high) = (u64::from(self.u32()?), u64::from(self.u32()?));
         Ok(low | high << 32)
     }
+
+    /// Two's complement, as `i64::to_le_bytes` wrote it.
+    fn i64(&mut self) -> Result<i64, &'static str> {
+        Ok(i64::from_le_bytes(self.u64()?.to_le_bytes()))
+    }
 }
 
 #[cfg(test)]
@@ -136,7 +155,7 @@ mod tests {
         ];
         let mut bytes = start(3, 9);
         for message in &messages {
-            push_record(&mut bytes, message);
+            push_record(&mut bytes, message).unwrap();
         }
         finish(&mut bytes, 7, 3);
         assert!(is_page(&bytes) && !is_page(b"{\"error\":{}}"));

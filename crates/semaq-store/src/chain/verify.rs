@@ -438,7 +438,7 @@ mod tests {
             let payload = format!("{{\"n\":{seq}}}").into_bytes();
             let link = Link {
                 seq,
-                event_time_ns: seq as i64 * 10,
+                event_time_ns: i64::try_from(seq).unwrap() * 10,
                 subject: "ai.x",
                 headers: [&covered, b""],
                 payload: &payload,

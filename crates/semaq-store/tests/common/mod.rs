@@ -57,7 +57,7 @@ pub fn append_many(store: &mut dyn StreamStore, subject: &str, count: u64, first
     (0..count)
         .map(|index| {
             let payload = format!("{subject}-{index}");
-            store.append(subject, None, payload.as_bytes(), first_ts + index as i64).unwrap().0
+            store.append(subject, None, payload.as_bytes(), first_ts + i64::try_from(index).unwrap()).unwrap().0
         })
         .collect()
 }
@@ -101,6 +101,6 @@ pub fn with_extension(dir: &Path, extension: &str) -> Vec<PathBuf> {
 /// Flips one byte of a file.
 pub fn flip_byte(path: &Path, offset: u64) {
     let mut bytes = fs::read(path).unwrap();
-    bytes[offset as usize] ^= 0xff;
+    bytes[usize::try_from(offset).unwrap()] ^= 0xff;
     fs::write(path, bytes).unwrap();
 }

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use super::pump::PullRequestBody;
 use super::Consumer;
 use crate::jetstream::config::{AckPolicy, Retention};
-use crate::server::lock;
+use crate::sync::lock;
 
 /// What an ack reply asks for.
 #[derive(Debug, Clone, PartialEq)]

@@ -29,7 +29,7 @@ use self::state::State;
 use super::config::{AckPolicy, ConsumerConfig};
 use super::stream::Stream;
 use crate::filter::{CompileError, Filter};
-use crate::server::{lock, Shared};
+use crate::sync::lock;
 
 /// The consumer metadata key holding a CEL content filter (SPEC §3).
 pub const FILTER_METADATA_KEY: &str = "semaq.filter";
@@ -69,7 +69,7 @@ pub struct Consumer {
     wake: Notify,
     stopped: std::sync::atomic::AtomicBool,
     stream: Weak<Stream>,
-    shared: Weak<Shared>,
+    services: Arc<super::Services>,
     dir: Option<PathBuf>,
     /// L3: double-ack replies waiting for the next state save (group commit; see `persist`).
     confirmations: Mutex<Vec<String>>,
@@ -110,7 +110,7 @@ impl Consumer {
             wake: Notify::new(),
             stopped: std::sync::atomic::AtomicBool::new(false),
             stream: Arc::downgrade(stream),
-            shared: stream.shared(),
+            services: stream.services().clone(),
             dir,
             confirmations: Mutex::new(Vec::new()),
             save_lock: Mutex::new(()),
@@ -159,11 +159,9 @@ impl Consumer {
 
     /// Whether a stored message passes the content filter; counted in the server's filter stats.
     fn passes_filter(&self, filter: &Filter, message: &semaq_store::StoredMessage) -> bool {
-        let shared = self.shared.upgrade();
-        let verdict = crate::filter::evaluate_stored(shared.as_deref(), filter, message);
-        if let Some(shared) = shared {
-            shared.filters.stats.record(verdict);
-        }
+        let filters = &self.services.filters;
+        let verdict = crate::filter::evaluate_stored(Some(filters), filter, message);
+        filters.stats.record(verdict);
         verdict.matched()
     }
 

@@ -13,12 +13,13 @@ use semaq_wire::clock;
 use serde::{Deserialize, Serialize};
 
 use super::{AckKind, Consumer};
+use crate::bus::Bus;
 use crate::delivery::{FlushSet, Message};
 use crate::jetstream::config::ConsumerConfig;
 use crate::jetstream::producers::write_durably;
 use crate::jetstream::write_atomically;
 use crate::limits;
-use crate::server::{lock, Shared};
+use crate::sync::lock;
 
 /// A consumer's saved delivery state.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -143,7 +144,7 @@ impl Consumer {
     /// Saves the state once for every confirmation queued so far, then sends them (group commit,
     /// in the consumer's task: never on the connection that sent the ack). If the save fails they
     /// are not sent; the clients ack again.
-    pub(super) fn confirm_saved(&self, shared: &Shared) {
+    pub(super) fn confirm_saved(&self, bus: &Bus) {
         let replies = std::mem::take(&mut *lock(&self.confirmations));
         if replies.is_empty() {
             return;
@@ -155,7 +156,7 @@ impl Consumer {
         let mut flush = FlushSet::default();
         for reply in &replies {
             let message = Message { subject: reply, reply: None, headers: None, payload: b"", publisher: None };
-            shared.publish_batched(reply, &message, &mut flush);
+            bus.publish_batched(reply, &message, &mut flush);
         }
         flush.flush();
     }

@@ -14,11 +14,12 @@ use tokio::sync::watch;
 
 use super::state::{next_matching, Pending, PullRequest, State};
 use super::{redelivery_deadline, Consumer};
+use crate::bus::Bus;
 use crate::delivery::{FlushSet, Message};
 use crate::jetstream::config::{AckPolicy, ConsumerConfig};
 use crate::jetstream::stream::Stream;
 use crate::limits;
-use crate::server::{lock, Shared};
+use crate::sync::lock;
 
 /// The body of `CONSUMER.MSG.NEXT`: a JSON request, a bare batch number, or empty (one message).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -92,10 +93,10 @@ fn pending_headers(request: &PullRequest) -> [(&'static str, u64); 2] {
 impl Consumer {
     /// Queues a pull request (`CONSUMER.MSG.NEXT` or `+NXT`), or answers it at once with a status.
     pub fn request_next(&self, reply: &str, body: &[u8]) {
-        let Some(shared) = self.shared.upgrade() else { return };
+        let bus = &self.services.bus;
         let config = self.config();
         let reject = |code: u16, text: String| {
-            shared.publish(reply, Some(status_line(code, &text, &[]).as_bytes()), b"");
+            bus.publish(reply, Some(status_line(code, &text, &[]).as_bytes()), b"");
         };
         if config.deliver_subject.is_some() {
             return reject(409, "Consumer is push based".into());
@@ -145,15 +146,16 @@ pub async fn run(consumer: Arc<Consumer>, mut last_seq: watch::Receiver<u64>) {
         if consumer.is_stopped() {
             break;
         }
-        let (Some(stream), Some(shared)) = (consumer.stream(), consumer.shared.upgrade()) else { break };
-        consumer.confirm_saved(&shared);
-        let next_wake = consumer.pump(&stream, &shared);
+        let Some(stream) = consumer.stream() else { break };
+        let bus = &consumer.services.bus;
+        consumer.confirm_saved(bus);
+        let next_wake = consumer.pump(&stream, bus);
         if consumer.inactive_too_long() {
             tracing::debug!(consumer = %consumer.name, "removing inactive ephemeral consumer");
             stream.remove_consumer(&consumer.name);
             break;
         }
-        drop((stream, shared));
+        drop(stream);
         let sleep = tokio::time::sleep_until(tokio::time::Instant::from_std(next_wake));
         tokio::select! {
             _ = consumer.wake.notified() => {}
@@ -191,7 +193,7 @@ impl Consumer {
     }
 
     /// One round of deliveries; returns when the task should look again at the latest.
-    fn pump(&self, stream: &Stream, shared: &Shared) -> Instant {
+    fn pump(&self, stream: &Stream, bus: &Bus) -> Instant {
         let config = self.config();
         let now = Instant::now();
         let last_seq = stream.state().last_seq;
@@ -201,7 +203,7 @@ impl Consumer {
             self.expire_requests(&mut state, now, &mut outgoing);
             collect_due(&mut state, &config, now);
             if let Some(deliver) = &config.deliver_subject {
-                let bound = !shared.router.matches(deliver).is_empty();
+                let bound = !bus.router.matches(deliver).is_empty();
                 state.push_bound = bound;
                 if bound {
                     state.last_activity = Some(now);
@@ -223,7 +225,7 @@ impl Consumer {
                 payload: &message.payload,
                 publisher: None,
             };
-            shared.publish_batched(&message.route, &message_view, &mut flush);
+            bus.publish_batched(&message.route, &message_view, &mut flush);
         }
         flush.flush();
         next_wake

@@ -238,8 +238,8 @@ impl State {
         let mut count = 0;
         let mut seq = from;
         let mut steps = 0;
-        let shared = stream.shared().upgrade();
-        let passes = |f: &Filter, m: &_| crate::filter::evaluate_stored(shared.as_deref(), f, m).matched();
+        let filters = Some(&*stream.services().filters);
+        let passes = |f: &Filter, m: &_| crate::filter::evaluate_stored(filters, f, m).matched();
         while let Ok(Some(message)) = next_matching(&**store, seq, config) {
             count += u64::from(filter.is_none_or(|f| passes(f, &message)));
             seq = message.seq + 1;

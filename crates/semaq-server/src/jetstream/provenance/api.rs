@@ -32,7 +32,6 @@ use crate::jetstream::errors::ApiError;
 use crate::jetstream::stream::Stream;
 use crate::jetstream::JetStream;
 use crate::limits;
-use crate::server::Shared;
 
 /// Subject of the key-and-checkpoints request, before the stream name.
 pub const PROVENANCE_PREFIX: &str = "$SEMAQ.API.STREAM.PROVENANCE.";
@@ -44,23 +43,23 @@ const RESPONSE_TYPE: &str = "io.semaq.api.v1.stream_provenance_response";
 const CHAIN_RESPONSE_TYPE: &str = "io.semaq.api.v1.stream_chain_response";
 
 /// Subscribes to both request subjects and starts the task that answers.
-pub fn start(shared: &Arc<Shared>, jetstream: Arc<JetStream>) {
+pub fn start(jetstream: Arc<JetStream>) {
     let (queue, requests) = mpsc::channel(limits::PROVENANCE_API_QUEUE_REQUESTS_MAX);
     let sink = Arc::new(RequestQueue { queue });
     for prefix in [PROVENANCE_PREFIX, CHAIN_PREFIX] {
-        if let Err(error) = shared.subscribe_internal(&format!("{prefix}*"), None, sink.clone()) {
+        if let Err(error) = jetstream.services().bus.subscribe_internal(&format!("{prefix}*"), None, sink.clone()) {
             tracing::error!(%error, "cannot subscribe to {prefix}*");
         }
     }
-    tokio::spawn(serve(Arc::downgrade(shared), jetstream, requests));
+    tokio::spawn(serve(Arc::downgrade(&jetstream), requests));
 }
 
-async fn serve(shared: Weak<Shared>, jetstream: Arc<JetStream>, mut requests: mpsc::Receiver<QueuedRequest>) {
+async fn serve(jetstream: Weak<JetStream>, mut requests: mpsc::Receiver<QueuedRequest>) {
     while let Some(request) = requests.recv().await {
-        let Some(shared) = shared.upgrade() else { return };
+        let Some(jetstream) = jetstream.upgrade() else { return };
         // Reading a page touches the disk: let the runtime move other tasks off this worker.
         let answer = tokio::task::block_in_place(|| answer(&jetstream, &request));
-        shared.publish(&request.reply, None, &answer);
+        jetstream.services().bus.publish(&request.reply, None, &answer);
     }
 }
 
@@ -149,7 +148,7 @@ fn chain_page(jetstream: &JetStream, name: &str, request: &PageRequest) -> Resul
         for _ in 0..limits::PROVENANCE_PAGE_LOCK_MESSAGES_MAX {
             match store.get_next(next, None) {
                 Ok(Some(message)) if message.seq <= state.last_seq => {
-                    page::push_record(&mut out, &message.view());
+                    page::push_record(&mut out, &message.view()).map_err(ApiError::storage)?;
                     next = message.seq + 1;
                     count += 1;
                     bytes += page::RECORD_PREFIX_BYTES + message.subject.len() + message.payload.len();
@@ -173,12 +172,12 @@ fn chain_page(jetstream: &JetStream, name: &str, request: &PageRequest) -> Resul
 }
 
 /// The HTTP route, merged into the monitoring router.
-pub fn routes() -> Router<Arc<Shared>> {
+pub fn routes() -> Router<Option<Arc<JetStream>>> {
     Router::new().route("/semaq/streams/{name}/provenance", get(http_provenance))
 }
 
 async fn http_provenance(
-    State(shared): State<Arc<Shared>>,
+    State(jetstream): State<Option<Arc<JetStream>>>,
     Path(name): Path<String>,
     Query(params): Query<HashMap<String, String>>,
 ) -> Response {
@@ -187,7 +186,7 @@ async fn http_provenance(
         Some(Ok(offset)) => Ok(offset),
         Some(Err(error)) => Err(ApiError::invalid_json(format!("offset: {error}"))),
     };
-    let result = match shared.jetstream.get() {
+    let result = match &jetstream {
         Some(jetstream) => offset.and_then(|offset| provenance_json(jetstream, &name, offset)),
         None => Err(ApiError::not_enabled()),
     };

@@ -35,14 +35,12 @@ use serde_json::{json, Value};
 use super::config::{Retention, StreamConfig};
 use super::errors::ApiError;
 use super::producers::{Claim, Verdict};
-use super::stream::{header, store_error, Inbound, Ingest, Stream, SyncPolicy};
+use super::schema::REQUIRE_KEY;
+use super::stream::{header, store_error, Inbound, Ingest, Stream};
 use crate::limits;
-use crate::server::lock;
+use crate::options::SyncPolicy;
+use crate::sync::lock;
 
-/// Stream metadata key: the context headers an L4 stream requires, comma-separated.
-pub const REQUIRE_KEY: &str = "semaq.require";
-/// Context headers required when `semaq.require` is absent.
-pub const REQUIRED_DEFAULT: [&str; 2] = [names::TRACEPARENT, names::SESSION];
 /// The level that carries a provenance chain.
 pub const LEVEL: u8 = 4;
 
@@ -79,12 +77,10 @@ impl std::fmt::Debug for Provenance {
     }
 }
 
-/// The context headers `config` requires (its `semaq.require`, else the defaults).
+/// The context headers `config` requires (its `semaq.require`, else the defaults), as
+/// [`super::schema::required_headers`] reads them; stream create refuses a list it cannot read.
 pub fn required_headers(config: &StreamConfig) -> Vec<String> {
-    match config.metadata.get(REQUIRE_KEY) {
-        Some(list) => list.split(',').map(str::trim).filter(|name| !name.is_empty()).map(str::to_string).collect(),
-        None => REQUIRED_DEFAULT.iter().map(|name| name.to_string()).collect(),
-    }
+    super::schema::required_headers(&config.metadata).unwrap_or_default()
 }
 
 /// Refuses configurations an append-only chain cannot keep: removal from the middle, level
@@ -117,16 +113,9 @@ pub fn check_config(old: Option<&StreamConfig>, new: &StreamConfig) -> Result<()
     if new.allow_rollup_hdrs {
         return refuse("allow_rollup_hdrs");
     }
-    let required = required_headers(new);
-    if required.len() > limits::PROVENANCE_REQUIRED_HEADERS_MAX {
-        return Err(ApiError::invalid_stream_config(format!(
-            "semaq.require names more than {} headers",
-            limits::PROVENANCE_REQUIRED_HEADERS_MAX
-        )));
-    }
+    let required = super::schema::required_headers(&new.metadata).map_err(ApiError::invalid_stream_config)?;
     for name in required {
-        let valid = name.bytes().all(|b| b.is_ascii_graphic() && b != b':');
-        if !valid || chain::SERVER_HEADERS.iter().any(|reserved| reserved.eq_ignore_ascii_case(&name)) {
+        if chain::SERVER_HEADERS.iter().any(|reserved| reserved.eq_ignore_ascii_case(&name)) {
             return Err(ApiError::invalid_stream_config(format!(
                 "semaq.require: {name:?} cannot be a required header"
             )));

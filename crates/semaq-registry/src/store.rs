@@ -36,7 +36,7 @@ pub enum StoreFileError {
 }
 
 /// The current time in unix milliseconds, as version registration times are kept.
-pub fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX)
 }

@@ -1,6 +1,6 @@
 //! Levels and L2 streams: a stream whose metadata says `semaq.level` ≥ 2 and `semaq.schema`
 //! (optionally `semaq.schema.version`) stores only messages that validate against that subject's
-//! schema; on L4 with `semaq.evolve: auto` the schema widens from payloads ([`super::evolve`]).
+//! schema; on L4 with `semaq.evolve: auto` the schema widens from payloads (`registry::evolve`).
 //! Here too: the checks of the `semaq.*` level keys at stream create/update, and what a level
 //! enforces, for stream info.
 //!
@@ -10,20 +10,23 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use bytes::Bytes;
-
+use semaq_wire::headers::names;
+use semaq_wire::Headers;
 use serde_json::{json, Value};
 
-use super::evolve::{self, Evolver, EVOLVE_KEY};
-use super::format::Parsed;
-use super::types::SchemaType;
-use super::Registry;
+use crate::client::Clients;
 use crate::jetstream::config::StreamConfig;
 use crate::jetstream::errors::ApiError;
-use crate::jetstream::stream::{header_value, Inbound};
-use crate::server::{lock, Shared};
+use crate::jetstream::stream::Inbound;
+use crate::jetstream::Services;
+use crate::limits;
+use crate::registry::evolve::{self, Evolver, EVOLVE_KEY};
+use crate::registry::format::Parsed;
+use crate::registry::types::SchemaType;
+use crate::registry::Registry;
 
 /// Stream metadata key: the semantic level, `0`..=`4` (absent: 1).
 pub const LEVEL_KEY: &str = "semaq.level";
@@ -34,13 +37,9 @@ pub const VERSION_KEY: &str = "semaq.schema.version";
 /// Stream metadata key (L4): the headers every message must carry, comma-separated.
 pub const REQUIRE_KEY: &str = "semaq.require";
 /// The headers an L4 stream requires when `semaq.require` is absent.
-pub const REQUIRE_DEFAULT: &str = "traceparent,Semaq-Session";
+pub const REQUIRE_DEFAULT: [&str; 2] = [names::TRACEPARENT, names::SESSION];
 /// The highest semantic level.
 const LEVEL_MAX: u8 = 4;
-/// Header names one `semaq.require` may list.
-const REQUIRED_HEADERS_MAX: usize = 32;
-/// Longest header name `semaq.require` accepts.
-const HEADER_NAME_BYTES_MAX: usize = 128;
 
 /// Which subject and version a stream is bound to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,8 +69,8 @@ pub fn from_metadata(metadata: &BTreeMap<String, String>) -> Result<Option<Bindi
     }
 }
 
-/// The level in `semaq.level` (absent: 1).
-fn level_of(metadata: &BTreeMap<String, String>) -> Result<u8, String> {
+/// The level in `semaq.level` (absent: 1): the one reading of the key.
+pub fn level_of(metadata: &BTreeMap<String, String>) -> Result<u8, String> {
     match metadata.get(LEVEL_KEY) {
         None => Ok(1),
         Some(text) => match text.trim().parse::<u8>() {
@@ -92,14 +91,17 @@ fn evolves(metadata: &BTreeMap<String, String>) -> Result<bool, String> {
 
 /// The header names an L4 stream requires (`semaq.require`, else [`REQUIRE_DEFAULT`]).
 pub fn required_headers(metadata: &BTreeMap<String, String>) -> Result<Vec<String>, String> {
-    let text = metadata.get(REQUIRE_KEY).map_or(REQUIRE_DEFAULT, String::as_str);
-    let names: Vec<String> =
-        text.split(',').map(str::trim).filter(|name| !name.is_empty()).map(str::to_string).collect();
-    if names.len() > REQUIRED_HEADERS_MAX {
-        return Err(format!("{REQUIRE_KEY} may list at most {REQUIRED_HEADERS_MAX} headers"));
+    let names: Vec<String> = match metadata.get(REQUIRE_KEY) {
+        Some(text) => text.split(',').map(str::trim).filter(|name| !name.is_empty()).map(str::to_string).collect(),
+        None => REQUIRE_DEFAULT.iter().map(|name| name.to_string()).collect(),
+    };
+    if names.len() > limits::PROVENANCE_REQUIRED_HEADERS_MAX {
+        return Err(format!("{REQUIRE_KEY} may list at most {} headers", limits::PROVENANCE_REQUIRED_HEADERS_MAX));
     }
-    let valid =
-        |name: &str| name.len() <= HEADER_NAME_BYTES_MAX && name.bytes().all(|b| b.is_ascii_graphic() && b != b':');
+    let valid = |name: &str| {
+        name.len() <= limits::PROVENANCE_REQUIRED_HEADER_NAME_BYTES_MAX
+            && name.bytes().all(|b| b.is_ascii_graphic() && b != b':')
+    };
     match names.iter().find(|name| !valid(name)) {
         Some(bad) => Err(format!("{REQUIRE_KEY}: {bad:?} is not a header name")),
         None => Ok(names),
@@ -151,10 +153,8 @@ fn describe_type(schema_type: SchemaType) -> &'static str {
 }
 
 /// [`check_stream_metadata`] with the server's registry (the one line JetStream calls).
-pub fn check_stream(shared: &Weak<Shared>, metadata: &BTreeMap<String, String>) -> Result<(), ApiError> {
-    let shared = shared.upgrade();
-    let registry = shared.as_ref().and_then(|shared| shared.registry.get());
-    check_stream_metadata(registry.map(|registry| &**registry), metadata)
+pub fn check_stream(registry: &Registry, metadata: &BTreeMap<String, String>) -> Result<(), ApiError> {
+    check_stream_metadata(Some(registry), metadata)
 }
 
 /// The level names of SPEC §1, by level.
@@ -163,7 +163,7 @@ const LEVEL_NAMES: [&str; 5] =
 
 /// `{"level", "name", "enforces": [...]}` for stream info: what the stream's level has the
 /// broker check on every message (each level includes those below it).
-pub fn describe_level(shared: &Weak<Shared>, config: &StreamConfig) -> Value {
+pub fn describe_level(registry: &Registry, config: &StreamConfig) -> Value {
     let metadata = &config.metadata;
     let level = level_of(metadata).unwrap_or(1);
     let mut enforces: Vec<String> = Vec::new();
@@ -172,7 +172,7 @@ pub fn describe_level(shared: &Weak<Shared>, config: &StreamConfig) -> Value {
     }
     if level >= 2 {
         if let Ok(Some(binding)) = from_metadata(metadata) {
-            enforces.push(describe_schema(shared, &binding));
+            enforces.push(describe_schema(registry, &binding));
         }
         enforces.push("producer recorded".into());
     }
@@ -193,9 +193,8 @@ pub fn describe_level(shared: &Weak<Shared>, config: &StreamConfig) -> Value {
 }
 
 /// `schema ai-event-v1 v3` (with `(latest)` when not pinned).
-fn describe_schema(shared: &Weak<Shared>, binding: &Binding) -> String {
-    let registry = shared.upgrade().and_then(|shared| shared.registry.get().cloned());
-    let resolved = registry.and_then(|registry| registry.resolve_id(&binding.subject, binding.version).ok());
+fn describe_schema(registry: &Registry, binding: &Binding) -> String {
+    let resolved = registry.resolve_id(&binding.subject, binding.version).ok();
     match (resolved, binding.version) {
         (Some((version, _)), Some(_)) => format!("schema {} v{version}", binding.subject),
         (Some((version, _)), None) => format!("schema {} v{version} (latest)", binding.subject),
@@ -226,7 +225,7 @@ pub enum SchemaCheck {
 }
 
 /// The check for a stream with this config, or `None` when it is not bound to a schema.
-pub fn for_stream(shared: &Weak<Shared>, config: &StreamConfig) -> Option<SchemaCheck> {
+pub fn for_stream(services: &Services, config: &StreamConfig) -> Option<SchemaCheck> {
     let metadata = &config.metadata;
     if !metadata.contains_key(SCHEMA_KEY) && !metadata.contains_key(LEVEL_KEY) {
         return None;
@@ -235,10 +234,7 @@ pub fn for_stream(shared: &Weak<Shared>, config: &StreamConfig) -> Option<Schema
         Ok(binding) => binding?,
         Err(reason) => return Some(SchemaCheck::Unavailable(ApiError::schema_violation(reason))),
     };
-    let registry = shared.upgrade().and_then(|shared| shared.registry.get().cloned());
-    let Some(registry) = registry else {
-        return Some(SchemaCheck::Unavailable(ApiError::schema_violation("the schema registry is not available")));
-    };
+    let registry = services.registry.clone();
     let resolved = registry.resolve_id(&binding.subject, binding.version).and_then(|(version, id)| {
         let parsed = registry.parsed(id)?;
         Ok((version, id, parsed))
@@ -246,7 +242,8 @@ pub fn for_stream(shared: &Weak<Shared>, config: &StreamConfig) -> Option<Schema
     let auto = config.level() >= LEVEL_MAX && evolves(metadata) == Ok(true);
     Some(match resolved {
         Ok((version, id, parsed)) => {
-            let evolver = auto.then(|| Evolver::new(&config.name, shared, &registry, id)).flatten().map(Box::new);
+            let announce = (&services.bus, services.server_id.as_str());
+            let evolver = auto.then(|| Evolver::new(&config.name, announce, &registry, id)).flatten().map(Box::new);
             SchemaCheck::Ready { subject: binding.subject, version, id, parsed, registry, evolver }
         }
         Err(error) => SchemaCheck::Unavailable(ApiError::schema_violation(format!(
@@ -316,26 +313,22 @@ fn wire_format(registry: &Registry, subject: &str, payload: &[u8]) -> Result<(),
     parsed.validate_binary(&payload[5..]).map_err(|v| (version, id, v.to_string()))
 }
 
-/// The header naming a message's producer (SPEC §2); L2 streams fill it in when absent.
-pub const PRODUCER_HEADER: &str = "Semaq-Producer";
-
 /// Single-hop lineage: an L2 message stored without a `Semaq-Producer` header gets one naming
 /// the publishing connection (its CONNECT `name`, else `cid:<id>`). Its `Nats-Msg-Id`, if any,
 /// is stored as sent. Messages the server publishes itself are left alone.
-pub fn record_producer(shared: &Weak<Shared>, message: &mut Inbound) {
+pub fn record_producer(clients: &Clients, message: &mut Inbound) {
     let Some(client_id) = message.publisher else { return };
     let block = message.headers.as_deref().unwrap_or_default();
-    if !block.is_empty() && header_value(block, PRODUCER_HEADER).is_some() {
+    if !block.is_empty() && Headers::new(block).get(names::PRODUCER).is_some() {
         return;
     }
-    let name = shared
-        .upgrade()
-        .and_then(|shared| lock(&shared.clients).get(&client_id).cloned())
+    let name = clients
+        .get(client_id)
         .and_then(|client| client.details().and_then(|d| d.options.name.clone()))
         .map(|name| name.chars().filter(|c| !c.is_control()).collect::<String>())
         .filter(|name| !name.trim().is_empty())
         .unwrap_or_else(|| format!("cid:{client_id}"));
-    message.headers = Some(Bytes::from(with_header(block, PRODUCER_HEADER, &name)));
+    message.headers = Some(Bytes::from(with_header(block, names::PRODUCER, &name)));
 }
 
 /// `block` (a `NATS/1.0` header block, or empty) with one more header line.
@@ -357,8 +350,8 @@ mod tests {
         let block = b"NATS/1.0\r\nNats-Msg-Id: 7\r\n\r\n";
         let extended = with_header(block, "Semaq-Producer", "p");
         assert_eq!(extended, b"NATS/1.0\r\nNats-Msg-Id: 7\r\nSemaq-Producer: p\r\n\r\n");
-        assert_eq!(header_value(&extended, "Nats-Msg-Id").as_deref(), Some("7"));
-        assert_eq!(header_value(&extended, "semaq-producer").as_deref(), Some("p"));
+        assert_eq!(Headers::new(&extended).get("Nats-Msg-Id"), Some("7"));
+        assert_eq!(Headers::new(&extended).get("semaq-producer"), Some("p"));
     }
 
     #[test]
@@ -374,7 +367,7 @@ mod tests {
         assert_eq!(required_headers(&meta(&[(REQUIRE_KEY, " x-a, x-b ")])).unwrap(), ["x-a", "x-b"]);
         let l1 = StreamConfig { name: "S".into(), ..StreamConfig::default() };
         assert_eq!(
-            describe_level(&Weak::new(), &l1),
+            describe_level(&Registry::in_memory(), &l1),
             json!({"level": 1, "name": "ordered durable", "enforces": ["ordered durable storage"]})
         );
     }

@@ -214,7 +214,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::registry::types::SchemaRequest;
+    use crate::types::SchemaRequest;
 
     fn register(registry: &Registry, schema: &str, schema_type: Option<&str>) -> u32 {
         let request =

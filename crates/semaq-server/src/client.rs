@@ -1,0 +1,189 @@
+//! A connection's shared half, and the table of open and recently closed connections.
+//!
+//! The reader task of each connection owns the parser and the subscription map; what
+//! other tasks reach (the outbound buffer, CONNECT details, counters) lives in [`Client`].
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::SystemTime;
+
+use semaq_wire::info::ConnectOptions;
+
+use crate::auth::ClientPermissions;
+use crate::limits;
+use crate::outbound::{CloseReason, Outbound};
+use crate::stats::Traffic;
+use crate::sync::lock;
+
+/// What a client told us in CONNECT, fixed once accepted.
+#[derive(Debug, Clone, Default)]
+pub struct ClientDetails {
+    /// CONNECT options.
+    pub options: ConnectOptions,
+    /// The authenticated user, if any.
+    pub user: Option<String>,
+    /// Restrictions from the user's permissions.
+    pub permissions: Option<Arc<ClientPermissions>>,
+}
+
+/// The shared half of a connection: what publishers and monitoring need to reach.
+#[derive(Debug)]
+pub struct Client {
+    /// Server-unique connection id.
+    pub id: u64,
+    /// Remote address.
+    pub addr: SocketAddr,
+    /// When the connection was accepted.
+    pub started: SystemTime,
+    /// Bytes waiting to be written to the socket.
+    pub outbound: Outbound,
+    /// Messages and bytes received from this client.
+    pub inbound: Traffic,
+    /// Subscriptions currently held.
+    pub subscriptions: AtomicUsize,
+    /// Set once at CONNECT.
+    details: OnceLock<ClientDetails>,
+    /// Copied out of `details` for the per-message checks.
+    echo: AtomicBool,
+    headers: AtomicBool,
+    filters_deliveries: AtomicBool,
+    /// Whether the connection runs over TLS.
+    pub tls: bool,
+}
+
+impl Client {
+    /// A new connection's shared half.
+    pub fn new(id: u64, addr: SocketAddr, pending_bytes_max: usize, tls: bool) -> Self {
+        Self {
+            id,
+            addr,
+            started: SystemTime::now(),
+            outbound: Outbound::new(pending_bytes_max),
+            inbound: Traffic::default(),
+            subscriptions: AtomicUsize::new(0),
+            details: OnceLock::new(),
+            echo: AtomicBool::new(true),
+            headers: AtomicBool::new(false),
+            filters_deliveries: AtomicBool::new(false),
+            tls,
+        }
+    }
+
+    /// CONNECT details, once received.
+    pub fn details(&self) -> Option<&ClientDetails> {
+        self.details.get()
+    }
+
+    /// Whether the client wants its own messages back.
+    pub fn echo(&self) -> bool {
+        self.echo.load(Ordering::Relaxed)
+    }
+
+    /// Whether the client understands `HMSG`.
+    pub fn headers(&self) -> bool {
+        self.headers.load(Ordering::Relaxed)
+    }
+
+    /// Whether a message on `subject` may be delivered to this client under its permissions.
+    pub fn may_receive(&self, subject: &str) -> bool {
+        if !self.filters_deliveries.load(Ordering::Relaxed) {
+            return true;
+        }
+        self.details().and_then(|d| d.permissions.as_ref()).is_none_or(|p| p.may_receive(subject))
+    }
+
+    /// Fixes what CONNECT said, once accepted.
+    pub fn accept_details(&self, details: ClientDetails) {
+        self.echo.store(details.options.echo, Ordering::Relaxed);
+        self.headers.store(details.options.headers, Ordering::Relaxed);
+        let filters = details.permissions.as_ref().is_some_and(|p| p.filters_deliveries());
+        self.filters_deliveries.store(filters, Ordering::Relaxed);
+        let _ = self.details.set(details);
+    }
+}
+
+/// A closed connection, kept for `/connz?state=closed`.
+#[derive(Debug, Clone)]
+pub struct ClosedClient {
+    /// The connection.
+    pub client: Arc<Client>,
+    /// Why it closed.
+    pub reason: CloseReason,
+    /// When.
+    pub stopped: SystemTime,
+}
+
+/// Open connections by id, and the most recent closed ones.
+#[derive(Debug)]
+pub struct Clients {
+    open: Mutex<HashMap<u64, Arc<Client>>>,
+    closed: Mutex<VecDeque<ClosedClient>>,
+    next_id: AtomicU64,
+}
+
+impl Default for Clients {
+    fn default() -> Self {
+        Self { open: Mutex::default(), closed: Mutex::default(), next_id: AtomicU64::new(1) }
+    }
+}
+
+impl Clients {
+    /// A fresh connection id.
+    pub fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Records an open connection.
+    pub fn insert(&self, client: &Arc<Client>) {
+        lock(&self.open).insert(client.id, client.clone());
+    }
+
+    /// Moves a connection from the open to the recently closed.
+    pub fn close(&self, client: &Arc<Client>, reason: CloseReason) {
+        lock(&self.open).remove(&client.id);
+        let mut closed = lock(&self.closed);
+        if closed.len() >= limits::CLOSED_CLIENTS_MAX {
+            closed.pop_front();
+        }
+        closed.push_back(ClosedClient { client: client.clone(), reason, stopped: SystemTime::now() });
+    }
+
+    /// The open connection `id`.
+    pub fn get(&self, id: u64) -> Option<Arc<Client>> {
+        lock(&self.open).get(&id).cloned()
+    }
+
+    /// How many connections are open.
+    pub fn len(&self) -> usize {
+        lock(&self.open).len()
+    }
+
+    /// Whether no connection is open.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The open connections, copied out so the caller holds no lock.
+    pub fn open(&self) -> Vec<Arc<Client>> {
+        lock(&self.open).values().cloned().collect()
+    }
+
+    /// The recently closed connections, oldest first.
+    pub fn closed(&self) -> Vec<ClosedClient> {
+        lock(&self.closed).iter().cloned().collect()
+    }
+
+    /// Messages and bytes received and delivered by the open connections.
+    pub fn open_traffic(&self) -> ((u64, u64), (u64, u64)) {
+        let (mut inbound, mut outbound) = ((0, 0), (0, 0));
+        for client in lock(&self.open).values() {
+            let (msgs, bytes) = client.inbound.snapshot();
+            inbound = (inbound.0 + msgs, inbound.1 + bytes);
+            let (msgs, bytes) = client.outbound.traffic.snapshot();
+            outbound = (outbound.0 + msgs, outbound.1 + bytes);
+        }
+        (inbound, outbound)
+    }
+}
