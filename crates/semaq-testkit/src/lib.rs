@@ -34,7 +34,7 @@ pub use binaries::{nats_server_path, semaq_server_path};
 pub use client::{sync, sync_via};
 pub use http::http_get_json;
 pub use nats::NatsServer;
-pub use process::{output_within, wait_for_exit, Log, EXIT_TIMEOUT, READY_TIMEOUT};
+pub use process::{output_within, wait_for_exit, EXIT_TIMEOUT, READY_TIMEOUT};
 pub use raw::Raw;
 pub use semaq::{SemaqServer, ServerBuilder};
 pub use wait::{wait_until, wait_until_async, POLL_INTERVAL};

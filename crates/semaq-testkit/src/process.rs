@@ -14,16 +14,16 @@ pub const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Every line a server process logged so far; it keeps filling while the process runs.
 #[derive(Debug, Clone, Default)]
-pub struct Log(Arc<Mutex<Vec<String>>>);
+pub(crate) struct Log(Arc<Mutex<Vec<String>>>);
 
 impl Log {
     /// The lines so far.
-    pub fn lines(&self) -> Vec<String> {
+    pub(crate) fn lines(&self) -> Vec<String> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// The lines so far, joined with newlines.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         self.lines().join("\n")
     }
 
