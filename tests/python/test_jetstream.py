@@ -8,6 +8,8 @@ import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, StorageType
 from nats.js.errors import NotFoundError
 
+from conftest import wait_until_async
+
 
 def run(coroutine):
     return asyncio.run(asyncio.wait_for(coroutine, timeout=30))
@@ -122,7 +124,12 @@ def test_push_subscription_with_durable_and_manual_ack(server):
             assert msg.metadata.sequence.stream == i + 1
             await msg.ack()
         await nc.flush()
-        await asyncio.sleep(0.2)
+
+        async def acks_applied():
+            info = await js.consumer_info("EVENTS", "pusher")
+            return info.num_ack_pending == 0 and info.ack_floor.stream_seq == 5
+
+        await wait_until_async("every ack applied", 5, acks_applied)
         info = await js.consumer_info("EVENTS", "pusher")
         assert info.config.durable_name == "pusher"
         assert info.config.deliver_subject

@@ -3,27 +3,20 @@
 
 mod support;
 
-use std::process::Command;
+use semaq_testkit::{semaq_server_path, SemaqServer};
+use support::{ok, run, semaq_command, stdout_of, Semaq};
 
-use support::{ok, server_path, stdout_of, SemaqServer};
-
-const SEMAQ: &str = env!("CARGO_BIN_EXE_semaq");
-
-/// Runs `semaq bench ARGS --semaq-server <the built one>`, or `None` when it is not built.
-fn bench(test: &str, args: &[&str]) -> Option<String> {
-    let server = server_path();
-    if !server.is_file() {
-        eprintln!("skipping {test}: {} is not built (cargo build -p semaq-server)", server.display());
-        return None;
-    }
-    let output = Command::new(SEMAQ).arg("bench").args(args).arg("--semaq-server").arg(server).output();
-    Some(stdout_of(&ok(output.expect("semaq runs"))))
+/// Runs `semaq bench ARGS --semaq-server <the built one>` (a missing one fails the test).
+fn bench(args: &[&str]) -> String {
+    let mut command = semaq_command(&[&["bench"], args].concat());
+    command.arg("--semaq-server").arg(semaq_server_path());
+    stdout_of(&ok(run(command)))
 }
 
 #[test]
 fn js_pub_levels_prints_every_level_with_cpu_per_message_and_the_target_line() {
     let args = ["js-pub-levels", "--rounds", "1", "--msgs", "2000", "--quiet"];
-    let Some(table) = bench("js_pub_levels_prints_every_level", &args) else { return };
+    let table = bench(&args);
     for level in ["L1 ", "L1+h", "L2 ", "L3 "] {
         assert!(table.lines().any(|line| line.trim_start().starts_with(level)), "no {level} row: {table}");
     }
@@ -34,7 +27,7 @@ fn js_pub_levels_prints_every_level_with_cpu_per_message_and_the_target_line() {
 #[test]
 fn provenance_compares_l4_with_l1_and_verifies_a_filled_stream_online_and_offline() {
     let args = ["provenance", "--rounds", "1", "--msgs", "2000", "--verify-msgs", "3000"];
-    let Some(output) = bench("provenance_compares_l4_with_l1", &args) else { return };
+    let output = bench(&args);
     assert!(output.contains("L4/L1"), "{output}");
     assert!(output.contains("verify: filled 3,000 messages"), "{output}");
     for how in ["verify online : 3,000 messages", "verify offline: 3,000 messages"] {
@@ -44,7 +37,7 @@ fn provenance_compares_l4_with_l1_and_verifies_a_filled_stream_online_and_offlin
 
 #[test]
 fn js_pipeline_consumes_every_message_while_publishing_and_reports_latency() {
-    let Some(server) = SemaqServer::start("js_pipeline_consumes_every_message") else { return };
+    let server = SemaqServer::start();
     let report = stdout_of(&ok(server.semaq(&["bench", "js-pipeline", "--msgs", "3000", "--quiet"])));
     assert!(report.contains("p99"), "{report}");
     assert!(!report.contains("PROBLEM"), "{report}");

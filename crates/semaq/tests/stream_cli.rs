@@ -1,12 +1,13 @@
 //! `semaq stream` and `semaq consumer` against a real `semaq-server` (the seed walkthrough:
 //! an L2 stream bound to an Avro schema, a refused payload, a CEL-filtered consumer).
-//! The server is started by [`support::SemaqServer`].
+//! The server is started by [`semaq_testkit::SemaqServer`].
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use support::{ok, one_line_failure, stderr_of, stdout_of, SemaqServer};
+use semaq_testkit::{wait_until, SemaqServer};
+use support::{ok, one_line_failure, stderr_of, stdout_of, Semaq};
 
 fn stored_messages(server: &SemaqServer, stream: &str) -> u64 {
     let info: serde_json::Value =
@@ -25,8 +26,8 @@ const MISTYPED: &str = r#"{"model_id":"llama3-70b","confidence":"high","input_to
 
 #[test]
 fn seed_walkthrough_l2_stream_refuses_a_mistyped_payload() {
-    let Some(server) = SemaqServer::start("seed_walkthrough_l2_stream_refuses_a_mistyped_payload") else { return };
-    std::fs::write(server.dir.path().join("ai-event-v1.avsc"), AI_EVENT_V1).expect("write schema");
+    let server = SemaqServer::start();
+    std::fs::write(server.dir().join("ai-event-v1.avsc"), AI_EVENT_V1).expect("write schema");
 
     let added = ok(server.semaq(&["stream", "add", "AI_EVENTS", "--subjects", "ai.>", "--schema", "ai-event-v1.avsc"]));
     let summary = stdout_of(&added);
@@ -42,11 +43,7 @@ fn seed_walkthrough_l2_stream_refuses_a_mistyped_payload() {
     ok(server.semaq(&["pub", "ai.inference", VALID]));
     ok(server.semaq(&["pub", "ai.inference", MISTYPED]));
     // Another connection's publishes may still be in flight: wait for the first one to land.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while stored_messages(&server, "AI_EVENTS") == 0 {
-        assert!(Instant::now() < deadline, "the valid message was not stored");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until("the valid message stored", Duration::from_secs(5), || stored_messages(&server, "AI_EVENTS") > 0);
     assert_eq!(stored_messages(&server, "AI_EVENTS"), 1);
 
     // `--js` waits for the PubAck, so the refusal is a one-line error naming the violation.
@@ -64,7 +61,7 @@ fn seed_walkthrough_l2_stream_refuses_a_mistyped_payload() {
 
 #[test]
 fn consumer_filters_are_checked_by_the_server() {
-    let Some(server) = SemaqServer::start("consumer_filters_are_checked_by_the_server") else { return };
+    let server = SemaqServer::start();
     ok(server.semaq(&["stream", "add", "AI_EVENTS", "--subjects", "ai.>", "--storage", "memory"]));
 
     let added = ok(server.semaq(&["consumer", "add", "AI_EVENTS", "hi", "--filter", "confidence > 0.85"]));
@@ -79,7 +76,7 @@ fn consumer_filters_are_checked_by_the_server() {
 
 #[test]
 fn stream_errors_are_one_line() {
-    let Some(server) = SemaqServer::start("stream_errors_are_one_line") else { return };
+    let server = SemaqServer::start();
     ok(server.semaq(&["stream", "add", "A", "--subjects", "a.>", "--max-msgs", "10", "--max-age", "1h"]));
     let overlap = one_line_failure(server.semaq(&["stream", "add", "B", "--subjects", "a.x"]));
     assert!(overlap.contains("overlap"), "{overlap}");

@@ -3,8 +3,9 @@
 
 mod support;
 
+use semaq_testkit::SemaqServer;
 use serde_json::Value;
-use support::{ok, one_line_failure, stderr_of, stdout_of, SemaqServer};
+use support::{ok, one_line_failure, stderr_of, stdout_of, Semaq};
 
 const RAG_SCHEMA: &str = r#"{"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}"#;
 
@@ -21,8 +22,8 @@ fn publish_l4(server: &SemaqServer, subject: &str, event_time: u64, extra: &[&st
 
 #[test]
 fn levels_round_trip_through_stream_add_and_info() {
-    let Some(server) = SemaqServer::start("levels_round_trip_through_stream_add_and_info") else { return };
-    std::fs::write(server.dir.path().join("rag.json"), RAG_SCHEMA).expect("write schema");
+    let server = SemaqServer::start();
+    std::fs::write(server.dir().join("rag.json"), RAG_SCHEMA).expect("write schema");
     let args = ["stream", "add", "ANSWERS", "--subjects", "rag.answer", "--level", "4", "--schema", "rag.json"];
     let added = ok(server.semaq(&[&args[..], &["--evolve", "auto", "--require", "traceparent,x-tenant"]].concat()));
     let summary = stdout_of(&added);
@@ -49,8 +50,8 @@ fn levels_round_trip_through_stream_add_and_info() {
 
 #[test]
 fn a_rag_answer_is_traced_to_its_query_as_a_tree_and_as_json() {
-    let Some(server) = SemaqServer::start("a_rag_answer_is_traced_to_its_query_as_a_tree_and_as_json") else { return };
-    std::fs::write(server.dir.path().join("rag.json"), RAG_SCHEMA).expect("write schema");
+    let server = SemaqServer::start();
+    std::fs::write(server.dir().join("rag.json"), RAG_SCHEMA).expect("write schema");
     ok(server.semaq(&["stream", "add", "QUERIES", "--subjects", "rag.query"]));
     for (name, subject) in [("RETRIEVALS", "rag.retrieval"), ("ANSWERS", "rag.answer")] {
         ok(server.semaq(&["stream", "add", name, "--subjects", subject, "--level", "4", "--schema", "rag.json"]));

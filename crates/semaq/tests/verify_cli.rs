@@ -5,55 +5,38 @@
 //! restart on the tampered files.
 //!
 //! `semaq-server` is found next to `semaq` in the target directory (`cargo test --workspace`
-//! builds it); when it is missing the tests say so and skip.
+//! builds it); when it is missing the tests fail, saying how to build it.
 
 mod support;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
+use std::process::Output;
 
 use async_nats::jetstream::{self, stream};
 use async_nats::HeaderMap;
+use semaq_testkit::SemaqServer;
 use serde_json::{json, Value};
-use support::server_path;
+use support::{run, semaq_command};
 
-const SEMAQ: &str = env!("CARGO_BIN_EXE_semaq");
 const STREAM: &str = "AUDIT";
 const MESSAGES: u64 = 40;
 /// Segment file layout (docs/design.md): a 24-byte header, then records whose first 4 bytes are
 /// their length, the next 4 a CRC-32 of everything after those 8, then the sequence.
 const SEGMENT_HEADER_BYTES: usize = 24;
 
-/// A semaq-server on a store directory the test owns, killed on drop.
-struct Server {
-    child: Child,
-    url: String,
+/// Starts a semaq-server with JetStream on `store`, a directory the test owns.
+fn start_on(store: &Path) -> SemaqServer {
+    SemaqServer::builder().store(store).no_monitoring().arg("-js").start()
 }
 
-impl Server {
-    fn start(store: &Path) -> Server {
-        let (child, url) = support::spawn_server(&["-a", "127.0.0.1", "-p", "-1", "-js"], store);
-        Server { child, url }
-    }
-
-    /// SIGTERM (the server signs its head on the way out) and wait.
-    fn terminate(mut self) {
-        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
-        let status = self.child.wait().expect("wait");
-        assert!(status.success(), "clean exit: {status}");
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// SIGTERM (the server signs its head on the way out) and wait.
+fn terminate(mut server: SemaqServer) {
+    assert_eq!(server.terminate(), Some(0), "clean exit");
 }
 
 fn semaq(args: &[&str]) -> Output {
-    Command::new(SEMAQ).args(args).env_remove("SEMAQ_URL").env_remove("NATS_URL").output().expect("semaq runs")
+    run(semaq_command(args))
 }
 
 fn text(output: &Output) -> String {
@@ -155,22 +138,19 @@ fn verify_offline(store: &Path, extra: &[&str]) -> Output {
     semaq(&args)
 }
 
-fn verify_online(server: &Server, extra: &[&str]) -> Output {
-    let mut args = vec!["verify", STREAM, "--server", server.url.as_str()];
+fn verify_online(server: &SemaqServer, extra: &[&str]) -> Output {
+    let url = server.url();
+    let mut args = vec!["verify", STREAM, "--server", url.as_str()];
     args.extend_from_slice(extra);
     semaq(&args)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_names_the_first_broken_sequence_online_and_offline() {
-    if !server_path().is_file() {
-        eprintln!("skipping: {} is not built (cargo build -p semaq-server)", server_path().display());
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let pristine = dir.path().join("pristine");
-    let server = Server::start(&pristine);
-    fill(&server.url).await;
+    let server = start_on(&pristine);
+    fill(&server.url()).await;
     let busy = verify_offline(&pristine, &[]);
     assert!(!busy.status.success() && text(&busy).contains("open in a running server"), "{}", text(&busy));
     let online = verify_online(&server, &["--json"]);
@@ -178,7 +158,7 @@ async fn verify_names_the_first_broken_sequence_online_and_offline() {
     let report: Value = serde_json::from_slice(&online.stdout).unwrap();
     assert_eq!((report["ok"].as_bool(), report["verified"].as_u64()), (Some(true), Some(MESSAGES)), "{report}");
     let key = report["public_key"].as_str().unwrap().to_string();
-    server.terminate();
+    terminate(server);
 
     let clean = verify_offline(&pristine, &["--key", &key]);
     let clean_text = text(&clean);
@@ -203,12 +183,12 @@ async fn verify_names_the_first_broken_sequence_online_and_offline() {
         assert!(!offline.status.success(), "{how}: {}", text(&offline));
         assert!(text(&offline).contains(&expected), "{how} offline: {}", text(&offline));
 
-        let server = Server::start(&store);
+        let server = start_on(&store);
         let online = verify_online(&server, &[]);
         assert!(!online.status.success(), "{how}: {}", text(&online));
         assert!(text(&online).contains(&expected), "{how} online: {}", text(&online));
         assert!(text(&online).contains(&format!("breaks at seq {seq}")), "{}", text(&online));
-        server.terminate();
+        terminate(server);
     }
 
     // Starting after an edited message: the walk anchors on the next one and the rest is intact.
@@ -220,23 +200,19 @@ async fn verify_names_the_first_broken_sequence_online_and_offline() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_refuses_streams_without_a_chain() {
-    if !server_path().is_file() {
-        eprintln!("skipping: {} is not built (cargo build -p semaq-server)", server_path().display());
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(&dir.path().join("store"));
-    let js = jetstream::new(async_nats::connect(&server.url).await.unwrap());
+    let server = start_on(&dir.path().join("store"));
+    let js = jetstream::new(async_nats::connect(server.url()).await.unwrap());
     js.create_stream(stream::Config { name: "PLAIN".into(), subjects: vec!["plain".into()], ..Default::default() })
         .await
         .unwrap();
-    let output = semaq(&["verify", "PLAIN", "--server", &server.url]);
+    let output = semaq(&["verify", "PLAIN", "--server", &server.url()]);
     assert!(!output.status.success());
     assert!(
         text(&output).contains("stream PLAIN is level 1: only level 4 streams have a provenance chain"),
         "{}",
         text(&output)
     );
-    let missing = semaq(&["verify", "NOPE", "--server", &server.url]);
+    let missing = semaq(&["verify", "NOPE", "--server", &server.url()]);
     assert!(text(&missing).contains("stream not found"), "{}", text(&missing));
 }

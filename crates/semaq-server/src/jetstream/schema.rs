@@ -260,6 +260,14 @@ impl SchemaCheck {
         matches!(self, SchemaCheck::Ready { evolver: Some(_), .. })
     }
 
+    /// Announces the schema versions this batch's evolution registered (after the stream's locks
+    /// are released).
+    pub fn announce(&mut self) {
+        if let SchemaCheck::Ready { evolver: Some(evolver), .. } = self {
+            evolver.announce();
+        }
+    }
+
     /// Validates one payload (evolving the schema first where the stream says so); the refusal
     /// names the schema, version and first violation.
     pub fn check(&mut self, payload: &[u8]) -> Result<(), ApiError> {

@@ -668,6 +668,9 @@ impl Stream {
         drop(chain);
         let last_seq = store.state().last_seq;
         drop(store);
+        if let Some(schema) = schema.as_mut() {
+            schema.announce();
+        }
         if stored_any {
             self.last_seq.send_replace(last_seq);
         }

@@ -20,8 +20,12 @@ pub const EVENT_SUBJECT: &str = "$SEMAQ.EVENT.SCHEMA.EVOLVED";
 #[derive(Debug)]
 pub struct Evolver {
     inner: semaq_registry::evolve::Evolver,
-    /// Where evolutions are announced (weak: the bus's router holds the stream that holds this).
+    /// Where evolutions are announced (weak: it must not keep the bus alive).
     bus: Weak<Bus>,
+    /// Event bodies waiting for [`Evolver::announce`]: evolution runs under the stream's store
+    /// lock, and a publish there could reach a handler that takes a consumer's state (a
+    /// filtered subscription delivering to `$JS.ACK.>`), against the lock order.
+    pending: Vec<String>,
 }
 
 impl Evolver {
@@ -29,7 +33,7 @@ impl Evolver {
     /// Evolutions are announced on `bus`; the rate bound is kept per `server_id` and stream.
     pub fn new(stream: &str, (bus, server_id): (&Arc<Bus>, &str), registry: &Registry, id: u32) -> Option<Self> {
         let inner = semaq_registry::evolve::Evolver::new(stream, server_id, registry, id)?;
-        Some(Self { inner, bus: Arc::downgrade(bus) })
+        Some(Self { inner, bus: Arc::downgrade(bus), pending: Vec::new() })
     }
 
     /// Whether `object` has a field the schema does not declare, at the top level or nested.
@@ -37,7 +41,7 @@ impl Evolver {
         self.inner.has_new_fields(object)
     }
 
-    /// Tries to evolve `subject` (bound at `version`) so that `object` fits, and publishes the
+    /// Tries to evolve `subject` (bound at `version`) so that `object` fits, and queues the
     /// event when a version was registered; `valid` says whether it already fits.
     pub fn attempt(
         &mut self,
@@ -47,10 +51,18 @@ impl Evolver {
         valid: bool,
     ) -> Outcome {
         let (outcome, evolution) = self.inner.attempt(registry, bound, object, valid);
-        if let (Some(evolution), Some(bus)) = (evolution, self.bus.upgrade()) {
+        if let Some(evolution) = evolution {
             let event = evolution.event(&crate::clock::rfc3339(std::time::SystemTime::now()));
-            bus.publish(EVENT_SUBJECT, None, event.to_string().as_bytes());
+            self.pending.push(event.to_string());
         }
         outcome
+    }
+
+    /// Publishes the queued events; called once the stream's locks are released.
+    pub fn announce(&mut self) {
+        let Some(bus) = self.bus.upgrade() else { return };
+        for event in self.pending.drain(..) {
+            bus.publish(EVENT_SUBJECT, None, event.as_bytes());
+        }
     }
 }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::common::{sync_via, TestServer};
+use semaq_testkit::{sync_via, SemaqServer};
 
 const USERS_CONFIG: &str = r#"
 authorization {
@@ -20,7 +20,7 @@ authorization {
 
 #[tokio::test]
 async fn token_auth_accepts_the_token_and_rejects_others() {
-    let server = TestServer::with_args(&["--auth", "s3cret"]);
+    let server = SemaqServer::with_args(&["--auth", "s3cret"]);
     assert!(server.raw_info().contains("\"auth_required\":true"));
     let good = async_nats::ConnectOptions::with_token("s3cret".into()).connect(server.url()).await;
     good.expect("right token").flush().await.unwrap();
@@ -32,7 +32,7 @@ async fn token_auth_accepts_the_token_and_rejects_others() {
 
 #[tokio::test]
 async fn user_password_auth_checks_each_user() {
-    let server = TestServer::with_config(USERS_CONFIG, &[]);
+    let server = SemaqServer::with_config(USERS_CONFIG, &[]);
     for (user, password) in [("alice", "wonderland"), ("bob", "builder")] {
         let client = async_nats::ConnectOptions::with_user_and_password(user.into(), password.into())
             .connect(server.url())
@@ -55,7 +55,7 @@ async fn user_password_auth_checks_each_user() {
 
 #[test]
 fn an_op_before_connect_is_an_authorization_violation_when_auth_is_on() {
-    let server = TestServer::with_args(&["--auth", "s3cret"]);
+    let server = SemaqServer::with_args(&["--auth", "s3cret"]);
     let mut raw = server.raw();
     raw.send(b"SUB foo 1\r\n");
     raw.expect("-ERR 'Authorization Violation'");
@@ -64,7 +64,7 @@ fn an_op_before_connect_is_an_authorization_violation_when_auth_is_on() {
 
 #[test]
 fn a_client_that_never_connects_is_timed_out() {
-    let server = TestServer::with_args(&["--auth", "s3cret"]);
+    let server = SemaqServer::with_args(&["--auth", "s3cret"]);
     let mut raw = server.raw();
     raw.expect("-ERR 'Authentication Timeout'");
     assert!(raw.is_closed());
@@ -72,7 +72,7 @@ fn a_client_that_never_connects_is_timed_out() {
 
 #[test]
 fn permission_violations_are_reported_and_the_connection_stays_open() {
-    let server = TestServer::with_config(USERS_CONFIG, &[]);
+    let server = SemaqServer::with_config(USERS_CONFIG, &[]);
     let mut raw = server.raw();
     raw.send(b"CONNECT {\"user\":\"bob\",\"pass\":\"builder\",\"verbose\":false}\r\n");
     raw.send(b"PUB payments 1\r\nx\r\n");
@@ -87,7 +87,7 @@ fn permission_violations_are_reported_and_the_connection_stays_open() {
 
 #[tokio::test]
 async fn allowed_traffic_flows_for_a_restricted_user() {
-    let server = TestServer::with_config(USERS_CONFIG, &[]);
+    let server = SemaqServer::with_config(USERS_CONFIG, &[]);
     let bob = async_nats::ConnectOptions::with_user_and_password("bob".into(), "builder".into())
         .connect(server.url())
         .await
@@ -105,10 +105,10 @@ async fn allowed_traffic_flows_for_a_restricted_user() {
 
 #[test]
 fn connections_beyond_the_limit_are_refused() {
-    let server = TestServer::with_config("max_connections: 2\n", &[]);
+    let server = SemaqServer::with_config("max_connections: 2\n", &[]);
     let _first = server.raw();
     let _second = server.raw();
-    let mut third = std::net::TcpStream::connect(server.addr).unwrap();
+    let mut third = std::net::TcpStream::connect(server.addr()).unwrap();
     third.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut text = String::new();
     let _ = std::io::Read::read_to_string(&mut third, &mut text);

@@ -12,8 +12,9 @@
 //! - A durable pull consumer resumes from its confirmed (double-acked) position after SIGKILL.
 //!   Consumer state is saved every 100 ms (`CONSUMER_STATE_SAVE_INTERVAL`), so an ack confirmed
 //!   less than that before a crash may be lost and its message redelivered; the strict check
-//!   waits 400 ms after the last confirmed ack before killing. Acks sent later (unconfirmed, or
-//!   inside that window) may or may not survive: those messages may or may not be redelivered.
+//!   waits until the consumer's state file holds the last confirmed ack before killing. Acks
+//!   sent later (unconfirmed, or not saved yet) may or may not survive: those messages may or
+//!   may not be redelivered.
 //! - Deletes, purges and workqueue acks (which delete from the store before the ack is
 //!   confirmed) survive SIGKILL even when the consumer's state file lags.
 //! - A flipped byte in the middle of a segment and a torn segment tail, written while the server
@@ -23,19 +24,16 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::future::IntoFuture;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::jetstream::{self, consumer, stream};
 use futures::StreamExt;
+use semaq_testkit::{wait_until_async, SemaqServer};
 use tokio::sync::watch;
-
-use crate::common::{start_process, wait_for_exit, Started};
 
 /// Outstanding publish acks the publisher keeps in flight.
 const ACK_WINDOW: usize = 256;
@@ -44,53 +42,14 @@ const ACK_TIMEOUT: Duration = Duration::from_secs(2);
 /// Segment header size (`limits::segment_header` in semaq-store).
 const SEGMENT_HEADER_BYTES: usize = 24;
 
-/// A `semaq-server` process on a store directory the test owns, so it can be restarted on it.
-struct Broker {
-    child: Child,
-    addr: SocketAddr,
-    log: Arc<Mutex<Vec<String>>>,
+/// Starts a `semaq-server` with JetStream on `store`, a directory the test owns, so it can be
+/// restarted on it.
+fn start_on(store: &Path) -> SemaqServer {
+    SemaqServer::builder().store(store).arg("-js").start()
 }
 
-impl Broker {
-    /// Starts on `store` and waits for `Server is ready`.
-    fn start(store: &Path) -> Self {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_semaq-server"));
-        command.args(["-a", "127.0.0.1", "-p", "-1", "-m", "-1", "-js", "-sd"]).arg(store);
-        let Started { child, addr, log, .. } = start_process(command);
-        Self { child, addr, log }
-    }
-
-    async fn client(&self) -> async_nats::Client {
-        async_nats::connect(format!("nats://{}", self.addr)).await.expect("connect")
-    }
-
-    async fn jetstream(&self) -> jetstream::Context {
-        jetstream::new(self.client().await)
-    }
-
-    /// SIGKILL, and wait until the process is gone.
-    fn kill(&mut self) {
-        self.child.kill().expect("SIGKILL");
-        self.child.wait().expect("wait");
-    }
-
-    /// SIGTERM, and wait (at most 10 s) for a clean exit.
-    fn terminate(&mut self) {
-        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
-        let status = wait_for_exit(&mut self.child).expect("server did not exit within 10 s of SIGTERM");
-        assert!(status.success(), "server exited with {status} after SIGTERM");
-    }
-
-    fn log_text(&self) -> String {
-        self.log.lock().unwrap().join("\n")
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+async fn jetstream(broker: &SemaqServer) -> jetstream::Context {
+    jetstream::new(broker.client().await)
 }
 
 fn file_stream(name: &str, subjects: &[&str]) -> stream::Config {
@@ -228,8 +187,8 @@ enum KillPoint {
 
 /// Publishes against a fresh server on `store` and SIGKILLs it at `kill`.
 async fn publish_and_kill(store: &Path, first_counter: u64, kill: KillPoint) -> Run {
-    let mut broker = Broker::start(store);
-    let js = broker.jetstream().await;
+    let mut broker = start_on(store);
+    let js = jetstream(&broker).await;
     let (stop, stopped) = watch::channel(false);
     let acked = Arc::new(AtomicU64::new(0));
     let publisher = tokio::spawn(publish_until_stopped(js.clone(), "crash.pub", first_counter, stopped, acked.clone()));
@@ -245,6 +204,7 @@ async fn publish_and_kill(store: &Path, first_counter: u64, kill: KillPoint) -> 
         }
         assert!(Instant::now() < deadline, "{kill:?} not reached in 20 s ({} acks)", acked.load(Ordering::SeqCst));
         assert!(!publisher.is_finished(), "publisher stopped early");
+        // A bounded poll (the deadline above), every 1 ms so the kill lands close to its point.
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let acked_at_kill = acked.load(Ordering::SeqCst);
@@ -264,9 +224,9 @@ async fn publish_and_kill(store: &Path, first_counter: u64, kill: KillPoint) -> 
 }
 
 /// Restarts on `store` and checks every run so far against what the stream holds.
-async fn check_after_restart(store: &Path, runs: &[Run]) -> Broker {
-    let broker = Broker::start(store);
-    let js = broker.jetstream().await;
+async fn check_after_restart(store: &Path, runs: &[Run]) -> SemaqServer {
+    let broker = start_on(store);
+    let js = jetstream(&broker).await;
     let mut stream = js.get_stream("CRASH").await.expect("stream restored after SIGKILL");
     let state = stream.info().await.expect("stream info").state.clone();
     assert_eq!(state.first_sequence, 1, "{state:?}");
@@ -318,8 +278,8 @@ async fn crash_acked_publishes_survive_repeated_sigkill() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
     {
-        let broker = Broker::start(&store);
-        let js = broker.jetstream().await;
+        let broker = start_on(&store);
+        let js = jetstream(&broker).await;
         js.create_stream(file_stream("CRASH", &["crash.>"])).await.expect("create stream");
     }
     let delay = Duration::from_millis(rand::random_range(20..400));
@@ -334,7 +294,7 @@ async fn crash_acked_publishes_survive_repeated_sigkill() {
     }
     // After the last crash the stream continues with the next sequence.
     let broker = check_after_restart(&store, &runs).await;
-    let js = broker.jetstream().await;
+    let js = jetstream(&broker).await;
     let last = js.get_stream("CRASH").await.unwrap().info().await.unwrap().state.last_sequence;
     let ack = js.publish("crash.pub", payload(next_counter)).await.unwrap().await.expect("publish after crashes");
     assert_eq!(ack.sequence, last + 1);
@@ -367,8 +327,8 @@ async fn crash_durable_consumer_resumes_from_confirmed_acks() {
     const CONFIRMED: u64 = 50;
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
-    let mut broker = Broker::start(&store);
-    let js = broker.jetstream().await;
+    let mut broker = start_on(&store);
+    let js = jetstream(&broker).await;
     let stream = js.create_stream(file_stream("CONS", &["cons.>"])).await.unwrap();
     let mut acks = Vec::new();
     for i in 1..=TOTAL {
@@ -392,8 +352,15 @@ async fn crash_durable_consumer_resumes_from_confirmed_acks() {
             message.double_ack().await.expect("double ack confirmed");
         }
     }
-    // Past two state-save intervals: the confirmed acks are on disk.
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // The confirmed acks are on disk once the consumer's state file holds them (it is saved
+    // every 100 ms and replaced atomically).
+    let state_file = store.join("jetstream/streams/CONS/consumers/worker/state.json");
+    wait_until_async("the confirmed acks saved in the consumer's state file", Duration::from_secs(5), || {
+        let saved = std::fs::read(&state_file).ok().and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+        let floor = saved.and_then(|state| state["ack_floor_stream_seq"].as_u64()).unwrap_or(0);
+        async move { floor >= CONFIRMED }
+    })
+    .await;
     // Acked without confirmation, then delivered and left unacked: either may survive the crash.
     let unconfirmed = pull_batch(&worker, 10).await;
     for message in &unconfirmed {
@@ -406,8 +373,8 @@ async fn crash_durable_consumer_resumes_from_confirmed_acks() {
     broker.kill();
     drop(broker);
 
-    let broker = Broker::start(&store);
-    let js = broker.jetstream().await;
+    let broker = start_on(&store);
+    let js = jetstream(&broker).await;
     let stream = js.get_stream("CONS").await.expect("stream restored");
     let mut worker: consumer::PullConsumer = stream.get_consumer("worker").await.expect("durable consumer restored");
     let info = worker.info().await.unwrap().clone();
@@ -447,8 +414,8 @@ async fn crash_durable_consumer_resumes_from_confirmed_acks() {
 /// returns the store and the stream's only segment log.
 async fn stream_on_disk(dir: &Path, name: &str, count: u64) -> (PathBuf, PathBuf) {
     let store = dir.join("store");
-    let mut broker = Broker::start(&store);
-    let js = broker.jetstream().await;
+    let mut broker = start_on(&store);
+    let js = jetstream(&broker).await;
     let subject = format!("{}.msg", name.to_lowercase());
     js.create_stream(file_stream(name, &[&format!("{}.>", name.to_lowercase())])).await.unwrap();
     let mut acks = Vec::new();
@@ -459,7 +426,7 @@ async fn stream_on_disk(dir: &Path, name: &str, count: u64) -> (PathBuf, PathBuf
         assert_eq!(ack.await.unwrap().sequence, i as u64 + 1);
     }
     drop(js);
-    broker.terminate();
+    assert_eq!(broker.terminate(), Some(0), "clean exit after SIGTERM");
     let msgs = store.join("jetstream").join("streams").join(name).join("msgs");
     let logs: Vec<PathBuf> = std::fs::read_dir(&msgs)
         .unwrap_or_else(|e| panic!("{}: {e}", msgs.display()))
@@ -501,7 +468,7 @@ async fn crash_flipped_byte_in_a_segment_is_reported_and_the_rest_served() {
     std::fs::write(&log_path, &log).unwrap();
 
     for restart in 0..2 {
-        let mut broker = Broker::start(&store);
+        let mut broker = start_on(&store);
         let client = broker.client().await;
         let info = raw_stream_info(&client, "DAMAGE").await;
         assert!(info.get("error").is_none(), "stream unavailable after damage: {info}");
@@ -529,7 +496,7 @@ async fn crash_flipped_byte_in_a_segment_is_reported_and_the_rest_served() {
         }
         drop(js);
         drop(client);
-        broker.terminate();
+        assert_eq!(broker.terminate(), Some(0), "clean exit after SIGTERM");
     }
 }
 
@@ -546,8 +513,8 @@ async fn crash_torn_segment_tail_is_cut_and_the_stream_continues() {
     file.set_len((offset + length / 2) as u64).unwrap();
     drop(file);
 
-    let mut broker = Broker::start(&store);
-    let js = broker.jetstream().await;
+    let mut broker = start_on(&store);
+    let js = jetstream(&broker).await;
     let mut stream = js.get_stream("TORN").await.expect("stream available after a torn tail");
     let state = stream.info().await.unwrap().state.clone();
     assert_eq!((state.first_sequence, state.last_sequence, state.messages), (1, TORN - 1, TORN - 1), "{state:?}");
@@ -561,8 +528,8 @@ async fn crash_torn_segment_tail_is_cut_and_the_stream_continues() {
     broker.kill();
     drop((js, stream));
     drop(broker);
-    let broker = Broker::start(&store);
-    let js = broker.jetstream().await;
+    let broker = start_on(&store);
+    let js = jetstream(&broker).await;
     let state = js.get_stream("TORN").await.unwrap().info().await.unwrap().state.clone();
     assert_eq!((state.last_sequence, state.messages), (TORN, TORN), "{state:?}");
     let stored = read_all(&js, "TORN", TORN).await;
@@ -577,8 +544,8 @@ async fn crash_consumer_past_a_torn_tail_gets_the_messages_that_reuse_its_sequen
     const TORN: u64 = 200;
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
-    let mut broker = Broker::start(&store);
-    let js = broker.jetstream().await;
+    let mut broker = start_on(&store);
+    let js = jetstream(&broker).await;
     let stream = js.create_stream(file_stream("TORNC", &["tornc.>"])).await.unwrap();
     for i in 1..=COUNT {
         js.publish("tornc.msg", payload(i)).await.unwrap().await.unwrap();
@@ -599,15 +566,15 @@ async fn crash_consumer_past_a_torn_tail_gets_the_messages_that_reuse_its_sequen
         }
     }
     drop((js, stream, worker));
-    broker.terminate();
+    assert_eq!(broker.terminate(), Some(0), "clean exit after SIGTERM");
     drop(broker);
     let log_path = store.join("jetstream/streams/TORNC/msgs/00000000000000000001.log");
     let spans = record_spans(&std::fs::read(&log_path).unwrap());
     let (offset, length) = spans[TORN as usize - 1];
     std::fs::OpenOptions::new().write(true).open(&log_path).unwrap().set_len((offset + length / 2) as u64).unwrap();
 
-    let broker = Broker::start(&store);
-    let js = broker.jetstream().await;
+    let broker = start_on(&store);
+    let js = jetstream(&broker).await;
     let ack = js.publish("tornc.msg", payload(TORN)).await.unwrap().await.unwrap();
     assert_eq!(ack.sequence, TORN);
     let stream = js.get_stream("TORNC").await.unwrap();
@@ -632,8 +599,8 @@ async fn acks_survive_sigkill_with_sync(policy: &str) {
     const COUNT: u64 = 500;
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
-    let mut broker = Broker::start(&store);
-    let js = broker.jetstream().await;
+    let mut broker = start_on(&store);
+    let js = jetstream(&broker).await;
     let mut config = file_stream("LAZY", &["lazy.>"]);
     config.metadata.insert("semaq.sync".into(), policy.into());
     js.create_stream(config).await.unwrap();
@@ -646,8 +613,8 @@ async fn acks_survive_sigkill_with_sync(policy: &str) {
     }
     broker.kill();
     drop((js, broker));
-    let broker = Broker::start(&store);
-    let js = broker.jetstream().await;
+    let broker = start_on(&store);
+    let js = jetstream(&broker).await;
     let state = js.get_stream("LAZY").await.unwrap().info().await.unwrap().state.clone();
     assert_eq!(
         (state.messages, state.last_sequence),
@@ -670,8 +637,8 @@ async fn crash_acks_survive_sigkill_with_sync_never() {
 async fn crash_deletes_and_workqueue_acks_survive_sigkill() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
-    let mut broker = Broker::start(&store);
-    let js = broker.jetstream().await;
+    let mut broker = start_on(&store);
+    let js = jetstream(&broker).await;
     js.create_stream(file_stream("EDITS", &["edits.>"])).await.unwrap();
     let mut work = file_stream("WORK", &["work.>"]);
     work.retention = stream::RetentionPolicy::WorkQueue;
@@ -697,8 +664,8 @@ async fn crash_deletes_and_workqueue_acks_survive_sigkill() {
     broker.kill();
     drop((js, edits, work, worker, taken, broker));
 
-    let broker = Broker::start(&store);
-    let js = broker.jetstream().await;
+    let broker = start_on(&store);
+    let js = jetstream(&broker).await;
     let mut edits = js.get_stream("EDITS").await.unwrap();
     let state = edits.info().await.unwrap().state.clone();
     assert_eq!((state.first_sequence, state.last_sequence, state.messages), (3, 20, 17), "{state:?}");

@@ -8,18 +8,15 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::IntoFuture;
-use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer};
 use async_nats::HeaderMap;
 use futures::StreamExt;
+use semaq_testkit::{wait_until_async, SemaqServer};
 use serde_json::{json, Value};
-
-use crate::common::{start_process, wait_for_exit, Started, TestServer};
 
 const SCHEMA_SUBJECT: &str = "exact-event";
 const SCHEMA: &str = r#"{"type": "object", "properties": {"n": {"type": "integer"}, "note": {"type": "string"}},
@@ -27,47 +24,16 @@ const SCHEMA: &str = r#"{"type": "object", "properties": {"n": {"type": "integer
 /// How long one publish or ack waits for its answer before it counts as lost.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// A `semaq-server` process on a store directory the test owns, so it can be restarted on it.
-pub(crate) struct Broker {
-    child: Child,
-    addr: SocketAddr,
+/// Starts a `semaq-server` with JetStream on `store`, a directory the test owns, so it can be
+/// restarted on it.
+pub(crate) fn start_on(store: &Path) -> SemaqServer {
+    start_with_env(store, &[])
 }
 
-impl Broker {
-    pub(crate) fn start(store: &Path) -> Self {
-        Self::start_with_env(store, &[])
-    }
-
-    /// Starts with extra environment variables (failpoints).
-    pub(crate) fn start_with_env(store: &Path, env: &[(&str, &str)]) -> Self {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_semaq-server"));
-        command.args(["-a", "127.0.0.1", "-p", "-1", "-js", "-sd"]).arg(store);
-        command.envs(env.iter().copied());
-        let Started { child, addr, .. } = start_process(command);
-        Self { child, addr }
-    }
-
-    pub(crate) async fn client(&self) -> async_nats::Client {
-        async_nats::connect(format!("nats://{}", self.addr)).await.expect("connect")
-    }
-
-    /// SIGKILL, and wait until the process is gone.
-    fn kill(&mut self) {
-        self.child.kill().expect("SIGKILL");
-        self.child.wait().expect("wait");
-    }
-
-    /// Waits (at most 10 s) for the process to exit on its own; its exit code.
-    pub(crate) fn wait_exit(&mut self) -> Option<i32> {
-        wait_for_exit(&mut self.child)?.code()
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// [`start_on`] with extra environment variables (failpoints).
+pub(crate) fn start_with_env(store: &Path, env: &[(&str, &str)]) -> SemaqServer {
+    let builder = SemaqServer::builder().store(store).no_monitoring().arg("-js");
+    env.iter().fold(builder, |builder, (name, value)| builder.env(*name, *value)).start()
 }
 
 /// A JSON request/reply; `Value::Null` for an empty answer.
@@ -173,8 +139,8 @@ fn numbers(messages: &[(u64, u64, HeaderMap)]) -> Vec<u64> {
     messages.iter().map(|(_, n, _)| *n).collect()
 }
 
-async fn server_with_schema() -> (TestServer, async_nats::Client) {
-    let server = TestServer::start();
+async fn server_with_schema() -> (SemaqServer, async_nats::Client) {
+    let server = SemaqServer::start();
     let client = server.client().await;
     register_schema(&client).await;
     (server, client)
@@ -197,6 +163,7 @@ async fn producers_dedup_repeats_and_older_sequences_beyond_the_window_and_repor
     let repeat = publish_seq(&client, "prod.a", "agent-1", 1, 1).await;
     assert_eq!(repeat, json!({"stream": "PRODUCERS", "seq": 1, "duplicate": true}));
     assert_eq!(publish_seq(&client, "prod.a", "agent-1", 2, 2).await["seq"], 2);
+    // The scenario: let the 200 ms dedup window pass.
     tokio::time::sleep(Duration::from_millis(400)).await;
     // Past the dedup window: a repeat and an older sequence are still duplicates of what was stored.
     let older = publish_seq(&client, "prod.a", "agent-1", 1, 1).await;
@@ -227,7 +194,7 @@ async fn producers_dedup_repeats_and_older_sequences_beyond_the_window_and_repor
 async fn a_duplicate_is_acked_with_its_original_stream_sequence_even_after_a_sigkill() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
-    let mut broker = Broker::start(&store);
+    let mut broker = start_on(&store);
     let client = broker.client().await;
     register_schema(&client).await;
     create_stream(&client, l3_config("ORIGINALS", &["orig.>"], json!({}))).await;
@@ -241,7 +208,7 @@ async fn a_duplicate_is_acked_with_its_original_stream_sequence_even_after_a_sig
     broker.kill();
     drop(broker);
 
-    let broker = Broker::start(&store);
+    let broker = start_on(&store);
     let client = broker.client().await;
     let repeat = publish_seq(&client, "orig.a", "p", 3, 3).await;
     assert_eq!(repeat, json!({"stream": "ORIGINALS", "seq": 5, "duplicate": true}), "after a restart");
@@ -285,7 +252,7 @@ async fn producer_headers_are_checked_on_l3_and_ordinary_headers_below() {
 async fn producer_sequences_survive_sigkill_after_retention_removed_their_messages() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
-    let mut broker = Broker::start(&store);
+    let mut broker = start_on(&store);
     let client = broker.client().await;
     register_schema(&client).await;
     create_stream(&client, l3_config("KEPT", &["kept.>"], json!({"max_msgs": 5}))).await;
@@ -317,7 +284,7 @@ async fn producer_sequences_survive_sigkill_after_retention_removed_their_messag
     broker.kill();
     drop(broker);
 
-    let broker = Broker::start(&store);
+    let broker = start_on(&store);
     let client = broker.client().await;
     for (subject, producer, seq, expected_seq) in [
         ("kept.a", "early", 3, 3),
@@ -529,7 +496,7 @@ async fn a_crash_before_the_commit_or_between_appends_leaves_no_part_of_the_batc
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
     // Crash point: the server exits after appending the 3rd message of a committed batch.
-    let mut broker = Broker::start_with_env(&store, &[("SEMAQ_FAILPOINT", "batch-append:3")]);
+    let mut broker = start_with_env(&store, &[("SEMAQ_FAILPOINT", "batch-append:3")]);
     let client = broker.client().await;
     register_schema(&client).await;
     create_stream(&client, l3_config("TORN", &["torn.>"], json!({}))).await;
@@ -551,7 +518,7 @@ async fn a_crash_before_the_commit_or_between_appends_leaves_no_part_of_the_batc
     assert_eq!(broker.wait_exit(), Some(86), "the failpoint exits the server");
     drop(broker);
 
-    let broker = Broker::start(&store);
+    let broker = start_on(&store);
     let client = broker.client().await;
     let info = stream_info(&client, "TORN").await;
     assert_eq!(info["state"]["messages"], 1, "the 3 appended messages of the cut batch are gone: {info}");
@@ -569,7 +536,7 @@ async fn a_crash_before_the_commit_or_between_appends_leaves_no_part_of_the_batc
 async fn a_committed_batch_whose_last_message_was_consumed_survives_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
-    let mut broker = Broker::start(&store);
+    let mut broker = start_on(&store);
     let client = broker.client().await;
     register_schema(&client).await;
     create_stream(&client, l3_config("QUEUE", &["queue.>"], json!({"retention": "workqueue"}))).await;
@@ -589,7 +556,7 @@ async fn a_committed_batch_whose_last_message_was_consumed_survives_a_restart() 
     broker.kill();
     drop(broker);
 
-    let broker = Broker::start(&store);
+    let broker = start_on(&store);
     let js = jetstream::new(broker.client().await);
     let queue = js.get_stream("QUEUE").await.unwrap();
     for (seq, n) in [(1, 1), (2, 2)] {
@@ -647,7 +614,7 @@ async fn consumers_never_see_part_of_a_batch() {
 async fn a_confirmed_ack_is_on_disk_before_the_confirmation() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
-    let mut broker = Broker::start(&store);
+    let mut broker = start_on(&store);
     let client = broker.client().await;
     register_schema(&client).await;
     create_stream(&client, l3_config("ACKED", &["acked.>"], json!({}))).await;
@@ -677,7 +644,7 @@ async fn a_confirmed_ack_is_on_disk_before_the_confirmation() {
     broker.kill();
     drop(broker);
 
-    let broker = Broker::start(&store);
+    let broker = start_on(&store);
     let client = broker.client().await;
     let js = jetstream::new(client.clone());
     let worker: consumer::PullConsumer = js.get_stream("ACKED").await.unwrap().get_consumer("worker").await.unwrap();
@@ -751,6 +718,7 @@ async fn produce(client: async_nats::Client, log: Arc<Mutex<ProducerLog>>) {
         let ack = match tokio::time::timeout(ANSWER_TIMEOUT, sent).await {
             Ok(Ok(reply)) => answer(&reply.payload),
             _ => {
+                // Pacing: a short pause before retrying while the server restarts.
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 continue;
             }
@@ -793,6 +761,7 @@ async fn consume(client: async_nats::Client, log: Arc<Mutex<ConsumerLog>>) {
     let worker: consumer::PullConsumer = loop {
         match js.get_consumer_from_stream("worker", CRASH_STREAM).await {
             Ok(worker) => break worker,
+            // Pacing: a short pause before retrying while the server restarts.
             Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
         }
     };
@@ -803,6 +772,7 @@ async fn consume(client: async_nats::Client, log: Arc<Mutex<ConsumerLog>>) {
         retry_unconfirmed(&client, &log).await;
         let Ok(mut batch) = worker.fetch().max_messages(200).expires(Duration::from_millis(200)).messages().await
         else {
+            // Pacing: a short pause before retrying while the server restarts.
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
@@ -839,7 +809,7 @@ async fn crash_exactly_once_through_repeated_sigkills() {
     const KILLS: usize = 12;
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
-    let mut broker = Broker::start(&store);
+    let mut broker = start_on(&store);
     let client = broker.client().await;
     register_schema(&client).await;
     let created = create_stream(&client, l3_config(CRASH_STREAM, &["exact.>"], json!({}))).await;
@@ -877,9 +847,13 @@ async fn crash_exactly_once_through_repeated_sigkills() {
             break;
         };
         let reached = async {
-            while producer.lock().unwrap().next <= *point {
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
+            let what = format!("the producer passes {point} before kill {}", cycle + 1);
+            wait_until_async(&what, Duration::from_secs(60), || {
+                let passed = producer.lock().unwrap().next > *point;
+                async move { passed }
+            })
+            .await;
+            // The scenario: kill a random few milliseconds later (mid-publish, mid-fsync, mid-ack).
             tokio::time::sleep(Duration::from_millis(rand::random_range(0..40))).await;
         };
         tokio::select! {
@@ -894,7 +868,7 @@ async fn crash_exactly_once_through_repeated_sigkills() {
             producer.lock().unwrap().next - 1,
             consumer.lock().unwrap().confirmed.len()
         );
-        broker = Broker::start(&store);
+        broker.restart();
     }
 
     let client = broker.client().await;

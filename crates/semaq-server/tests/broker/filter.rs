@@ -7,10 +7,10 @@ use std::time::Duration;
 use async_nats::jetstream::consumer::{pull, push, AckPolicy, PullConsumer, PushConsumer};
 use async_nats::jetstream::{self, stream};
 use futures::StreamExt;
+use semaq_testkit::{sync, wait_until_async, SemaqServer};
 use serde_json::{json, Value};
 
-use crate::common::{sync, TestServer};
-use crate::jetstream_api::{api, context, eventually, publish, stream_config, WAIT};
+use crate::jetstream_api::{api, context, publish, stream_config, WAIT};
 
 const CREATE: &str = "$SEMAQ.API.SUB.CREATE";
 const DELETE: &str = "$SEMAQ.API.SUB.DELETE";
@@ -53,13 +53,13 @@ fn confidences(messages: &[async_nats::Message]) -> Vec<f64> {
         .collect()
 }
 
-fn filter_counts(server: &TestServer) -> Value {
+fn filter_counts(server: &SemaqServer) -> Value {
     server.http_json("/varz")["semaq_filters"].clone()
 }
 
 #[tokio::test]
 async fn a_filtered_subscription_receives_only_matching_messages_with_their_subject() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let subscriber_client = server.client().await;
     let (reply, mut inbox) = filtered(&subscriber_client, "ai.inference", "confidence > 0.85", None).await;
     assert!(reply["id"].as_u64().is_some(), "{reply}");
@@ -76,7 +76,7 @@ async fn a_filtered_subscription_receives_only_matching_messages_with_their_subj
 
 #[tokio::test]
 async fn spec_examples_route_on_payload_headers_and_subject() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let client = server.client().await;
     let (_, mut by_model) = filtered(&client, "ai.>", r#"model_id == "llama3-70b" && confidence >= 0.9"#, None).await;
     let (_, mut by_header) = filtered(&client, "ai.>", r#"headers["Semaq-Priority"] == "0""#, None).await;
@@ -103,7 +103,7 @@ async fn spec_examples_route_on_payload_headers_and_subject() {
 
 #[tokio::test]
 async fn an_expression_that_does_not_compile_is_refused_with_its_position() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let client = server.client().await;
     let cases = [
         ("confidence > ", 1, 14),
@@ -133,7 +133,7 @@ async fn an_expression_that_does_not_compile_is_refused_with_its_position() {
 
 #[tokio::test]
 async fn non_json_payloads_missing_fields_and_run_time_errors_are_counted_non_matches() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let client = server.client().await;
     let (_, mut inbox) = filtered(&client, "ai.x", "input_tokens / divisor > 1", None).await;
     let publisher = server.client().await;
@@ -156,7 +156,7 @@ async fn non_json_payloads_missing_fields_and_run_time_errors_are_counted_non_ma
 
 #[tokio::test]
 async fn filters_on_subject_and_headers_deliver_non_json_payloads() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let client = server.client().await;
     let (_, mut inbox) = filtered(&client, "bin.>", r#"subject.endsWith(".png")"#, None).await;
     let publisher = server.client().await;
@@ -171,7 +171,7 @@ async fn filters_on_subject_and_headers_deliver_non_json_payloads() {
 
 #[tokio::test]
 async fn filtered_queue_subscriptions_share_each_matching_message() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let mut members = Vec::new();
     for _ in 0..3 {
         let client = server.client().await;
@@ -208,7 +208,7 @@ async fn filtered_queue_subscriptions_share_each_matching_message() {
 
 #[tokio::test]
 async fn delete_ends_a_filtered_subscription_and_only_its_owner_may_delete() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let client = server.client().await;
     let (reply, mut inbox) = filtered(&client, "ai.x", "true", None).await;
     let id = reply["id"].as_u64().expect("id");
@@ -226,7 +226,7 @@ async fn delete_ends_a_filtered_subscription_and_only_its_owner_may_delete() {
 
 #[tokio::test]
 async fn no_filtered_subscription_leaks_after_1000_connect_create_close_cycles() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let baseline = server.http_json("/subsz")["num_subscriptions"].clone();
     let body = json!({ "subject": "leak.test", "filter": "confidence > 0.5", "deliver": "leak.inbox" }).to_string();
     for i in 0..1000 {
@@ -235,13 +235,12 @@ async fn no_filtered_subscription_leaks_after_1000_connect_create_close_cycles()
         raw.read_until("\"id\"");
     }
     let mut last = Value::Null;
-    for _ in 0..100 {
+    wait_until_async("router subscriptions back to the baseline", Duration::from_secs(5), || {
         last = server.http_json("/subsz")["num_subscriptions"].clone();
-        if last == baseline {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        let back = last == baseline;
+        async move { back }
+    })
+    .await;
     assert_eq!(last, baseline, "router subscriptions back to the baseline");
     assert_eq!(filter_counts(&server)["subscriptions"], json!(0));
 }
@@ -278,7 +277,7 @@ fn js_confidences(messages: &[jetstream::Message]) -> Vec<f64> {
 
 #[tokio::test]
 async fn a_filtered_pull_consumer_skips_non_matches_and_redelivers_unacked_matches() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js.create_stream(stream_config("EVENTS", &["ai.>"])).await.expect("stream");
     publish_events(&js, &[0.5, 0.9, 0.2, 0.95, 0.3, 0.99, 0.1]).await;
@@ -300,7 +299,7 @@ async fn a_filtered_pull_consumer_skips_non_matches_and_redelivers_unacked_match
     assert_eq!(js_confidences(&redelivered), vec![0.99], "the unacked match comes back");
     assert_eq!(redelivered[0].info().expect("info").delivered, 2);
     redelivered[0].ack().await.expect("ack");
-    eventually("everything acknowledged", WAIT, || {
+    wait_until_async("everything acknowledged", WAIT, || {
         let consumer = consumer.clone();
         async move {
             let mut consumer = consumer;
@@ -315,7 +314,7 @@ async fn a_filtered_pull_consumer_skips_non_matches_and_redelivers_unacked_match
 
 #[tokio::test]
 async fn a_filtered_push_consumer_delivers_only_matches() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js.create_stream(stream_config("PUSHED", &["ai.>"])).await.expect("stream");
     let config = push::Config {
@@ -345,7 +344,7 @@ async fn a_filtered_push_consumer_delivers_only_matches() {
 
 #[tokio::test]
 async fn a_consumer_with_an_invalid_filter_is_refused_with_the_position() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     js.create_stream(stream_config("BAD", &["bad.>"])).await.expect("stream");
     let body = json!({
@@ -362,7 +361,7 @@ async fn a_consumer_with_an_invalid_filter_is_refused_with_the_position() {
 
 #[tokio::test]
 async fn an_interest_stream_removes_messages_a_filtered_consumer_skipped() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let mut config = stream_config("INTEREST", &["ai.>"]);
     config.retention = stream::RetentionPolicy::Interest;
@@ -379,7 +378,7 @@ async fn an_interest_stream_removes_messages_a_filtered_consumer_skipped() {
     for message in fetch(&consumer, 10).await {
         message.ack().await.expect("ack");
     }
-    eventually("the stream is empty", WAIT, || {
+    wait_until_async("the stream is empty", WAIT, || {
         let js = js.clone();
         async move {
             let mut stream = js.get_stream("INTEREST").await.expect("stream");
@@ -394,7 +393,7 @@ async fn an_interest_stream_removes_messages_a_filtered_consumer_skipped() {
 
 #[tokio::test]
 async fn a_message_reaching_filters_through_several_patterns_is_parsed_once() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let client = server.client().await;
     let (_, mut everything) = filtered(&client, "ai.>", "confidence > 0.85", None).await;
     let (_, mut one_token) = filtered(&client, "ai.*", "confidence < 0.3", None).await;
@@ -415,7 +414,7 @@ async fn a_message_reaching_filters_through_several_patterns_is_parsed_once() {
 
 #[tokio::test]
 async fn a_filtered_queue_group_spanning_patterns_delivers_each_match_once() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let first = server.client().await;
     let (_, mut wide) = filtered(&first, "work.*", "priority == 0", Some("workers")).await;
     let second = server.client().await;
@@ -515,7 +514,7 @@ async fn publish_binary(js: &jetstream::Context, subject: &str, payload: Vec<u8>
 
 #[tokio::test]
 async fn filtered_pull_and_push_consumers_read_avro_binary_records_decoded_once() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let id = register(&js.client(), "ai-inference", AVRO_EVENT, "AVRO").await;
     let stream = js.create_stream(l2_stream("AVRO_EVENTS", "ai.>", "ai-inference")).await.expect("stream");
@@ -556,7 +555,7 @@ async fn filtered_pull_and_push_consumers_read_avro_binary_records_decoded_once(
 
 #[tokio::test]
 async fn a_filtered_consumer_reads_protobuf_binary_messages() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let id = register(&js.client(), "ai-inference-proto", PROTO_EVENT, "PROTOBUF").await;
     let stream = js.create_stream(l2_stream("PROTO_EVENTS", "ai.>", "ai-inference-proto")).await.expect("stream");
@@ -574,7 +573,7 @@ async fn a_filtered_consumer_reads_protobuf_binary_messages() {
 
 #[tokio::test]
 async fn a_filtered_subscription_decodes_wire_format_payloads_and_counts_failures() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let client = server.client().await;
     let id = register(&client, "ai-inference", AVRO_EVENT, "AVRO").await;
     let (_, mut inbox) = filtered(&client, "ai.inference", "confidence > 0.85 && input_tokens < 4096", None).await;
@@ -617,7 +616,7 @@ fn forged_avro_array(id: u32) -> Vec<u8> {
 
 #[tokio::test]
 async fn a_forged_avro_length_is_refused_without_taking_the_server_down() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let client = js.client();
     let id = register(&client, "tags", r#"{"type": "array", "items": "string"}"#, "AVRO").await;

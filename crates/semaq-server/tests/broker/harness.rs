@@ -1,9 +1,8 @@
 //! Starting the server the way nats-server's client test harnesses do, liveness, and shutdown.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::common::{sync, TestServer};
+use semaq_testkit::{sync, SemaqServer};
 
 #[tokio::test]
 async fn starts_like_nats_server_from_a_config_file_with_a_ports_file() {
@@ -29,15 +28,19 @@ async fn starts_like_nats_server_from_a_config_file_with_a_ports_file() {
     std::fs::write(&config_path, config).unwrap();
     let ports_dir = dir.path().join("ports");
     std::fs::create_dir(&ports_dir).unwrap();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_semaq-server"));
-    command.arg("-p").arg("-1").arg("-c").arg(&config_path).arg("--ports_file_dir").arg(&ports_dir);
-    let server = TestServer::spawn(command, tempfile::tempdir().unwrap());
+    let server = SemaqServer::builder()
+        .bare()
+        .args(["-p", "-1", "-c"])
+        .arg(&config_path)
+        .arg("--ports_file_dir")
+        .arg(&ports_dir)
+        .start();
     let ports_file = ports_dir.join(format!("semaq-server_{}.ports", server.pid()));
     let ports: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&ports_file).unwrap()).unwrap();
     let nats_url = ports["nats"][0].as_str().unwrap().to_string();
     let monitoring = ports["monitoring"][0].as_str().unwrap();
     assert_eq!(nats_url, server.url());
-    assert_eq!(monitoring, format!("http://{}", server.http.unwrap()));
+    assert_eq!(monitoring, format!("http://{}", server.http_addr()));
     let varz = server.http_json("/varz");
     assert_eq!(varz["server_name"], "harness");
     assert_eq!(varz["auth_required"], true);
@@ -53,9 +56,10 @@ async fn starts_like_nats_server_from_a_config_file_with_a_ports_file() {
 fn go_style_flags_are_accepted() {
     let dir = tempfile::tempdir().unwrap();
     let store = format!("-sd={}", dir.path().join("s").display());
-    let mut command = Command::new(env!("CARGO_BIN_EXE_semaq-server"));
-    command.args(["--addr=127.0.0.1", "--port=-1", "-m=-1", "-js", &store, "-DV", "--name=flags"]);
-    let server = TestServer::spawn(command, dir);
+    let server = SemaqServer::builder()
+        .bare()
+        .args(["--addr=127.0.0.1", "--port=-1", "-m=-1", "-js", &store, "-DV", "--name=flags"])
+        .start();
     assert_eq!(server.http_json("/varz")["server_name"], "flags");
 }
 
@@ -64,7 +68,7 @@ fn a_malformed_config_file_stops_startup_with_its_position() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.conf");
     std::fs::write(&path, "port: 4222\nauthorization {\n  user: \"a\n").unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_semaq-server")).arg("-c").arg(&path).output().unwrap();
+    let output = SemaqServer::builder().bare().arg("-c").arg(&path).output();
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("line"), "{stderr}");
@@ -72,7 +76,7 @@ fn a_malformed_config_file_stops_startup_with_its_position() {
 
 #[test]
 fn clients_that_stop_answering_pings_are_closed_as_stale() {
-    let server = TestServer::with_config("ping_interval: \"100ms\"\nping_max: 2\n", &[]);
+    let server = SemaqServer::with_config("ping_interval: \"100ms\"\nping_max: 2\n", &[]);
     let mut raw = server.raw();
     raw.send(b"CONNECT {}\r\n");
     raw.expect("PING\r\n");
@@ -82,7 +86,7 @@ fn clients_that_stop_answering_pings_are_closed_as_stale() {
 
 #[test]
 fn clients_that_answer_pings_stay_connected() {
-    let server = TestServer::with_config("ping_interval: \"100ms\"\nping_max: 2\n", &[]);
+    let server = SemaqServer::with_config("ping_interval: \"100ms\"\nping_max: 2\n", &[]);
     let mut raw = server.raw();
     raw.send(b"CONNECT {}\r\n");
     for _ in 0..5 {
@@ -95,7 +99,7 @@ fn clients_that_answer_pings_stay_connected() {
 
 #[tokio::test]
 async fn sigterm_flushes_pending_messages_and_exits_zero() {
-    let server = TestServer::start();
+    let mut server = SemaqServer::start();
     let mut raw = server.raw();
     raw.send(b"CONNECT {}\r\nSUB bye 1\r\nPING\r\n");
     raw.expect("PONG");

@@ -4,10 +4,9 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, stream};
 use futures::StreamExt;
+use semaq_testkit::{wait_until_async, SemaqServer};
 
-use crate::common::TestServer;
-
-async fn context(server: &TestServer) -> jetstream::Context {
+async fn context(server: &SemaqServer) -> jetstream::Context {
     jetstream::new(server.client().await)
 }
 
@@ -21,7 +20,7 @@ fn stream_config(name: &str, subjects: &[&str]) -> stream::Config {
 
 #[tokio::test]
 async fn account_info_reports_jetstream_enabled() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let info = js.query_account().await.expect("account info");
     assert_eq!(info.streams, 0);
@@ -29,7 +28,7 @@ async fn account_info_reports_jetstream_enabled() {
 
 #[tokio::test]
 async fn publishes_are_acknowledged_with_increasing_sequences() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js.create_stream(stream_config("ORDERS", &["orders.>"])).await.expect("create");
     assert_eq!(stream.cached_info().config.name, "ORDERS");
@@ -51,7 +50,7 @@ async fn publishes_are_acknowledged_with_increasing_sequences() {
 
 #[tokio::test]
 async fn msg_id_deduplicates_within_the_window() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     js.create_stream(stream_config("DEDUP", &["dedup"])).await.unwrap();
     let mut headers = async_nats::HeaderMap::new();
@@ -68,7 +67,7 @@ async fn msg_id_deduplicates_within_the_window() {
 
 #[tokio::test]
 async fn expected_last_sequence_mismatch_is_refused_and_nothing_is_stored() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     js.create_stream(stream_config("EXPECT", &["expect.>"])).await.unwrap();
     js.publish("expect.a", "1".into()).await.unwrap().await.unwrap();
@@ -86,7 +85,7 @@ async fn expected_last_sequence_mismatch_is_refused_and_nothing_is_stored() {
 
 #[tokio::test]
 async fn bad_requests_get_error_json_and_change_nothing() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let client = server.client().await;
     let reply = client.request("$JS.API.STREAM.INFO.NOPE", "".into()).await.unwrap();
     let body: serde_json::Value = serde_json::from_slice(&reply.payload).unwrap();
@@ -108,7 +107,7 @@ async fn bad_requests_get_error_json_and_change_nothing() {
 
 #[tokio::test]
 async fn overlapping_stream_subjects_are_refused() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     js.create_stream(stream_config("A", &["shared.>"])).await.unwrap();
     let error = js.create_stream(stream_config("B", &["shared.x"])).await.unwrap_err();
@@ -117,7 +116,7 @@ async fn overlapping_stream_subjects_are_refused() {
 
 #[tokio::test]
 async fn pull_consumer_fetches_and_acks() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js.create_stream(stream_config("PULL", &["pull.>"])).await.unwrap();
     for i in 0..20 {
@@ -135,7 +134,11 @@ async fn pull_consumer_fetches_and_acks() {
         message.ack().await.unwrap();
     }
     assert_eq!(seen, (0..20).map(|i| i.to_string()).collect::<Vec<_>>());
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    wait_until_async("every ack applied", Duration::from_secs(5), || async {
+        let info = consumer.get_info().await.unwrap();
+        info.num_ack_pending == 0 && info.ack_floor.stream_sequence == 20
+    })
+    .await;
     let mut consumer = consumer;
     let info = consumer.info().await.unwrap().clone();
     assert_eq!(info.num_ack_pending, 0);
@@ -145,7 +148,7 @@ async fn pull_consumer_fetches_and_acks() {
 
 #[tokio::test]
 async fn push_consumer_delivers_to_its_subject() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js.create_stream(stream_config("PUSH", &["push.>"])).await.unwrap();
     let consumer: consumer::PushConsumer = stream
@@ -169,7 +172,7 @@ async fn push_consumer_delivers_to_its_subject() {
 
 #[tokio::test]
 async fn unacknowledged_messages_are_redelivered_after_ack_wait() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js.create_stream(stream_config("REDELIVER", &["redeliver"])).await.unwrap();
     js.publish("redeliver", "once".into()).await.unwrap().await.unwrap();
@@ -196,7 +199,7 @@ async fn unacknowledged_messages_are_redelivered_after_ack_wait() {
 
 #[tokio::test]
 async fn direct_get_serves_messages_with_stream_headers() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let config = stream::Config { allow_direct: true, ..stream_config("DIRECT", &["direct.>"]) };
     let stream = js.create_stream(config).await.unwrap();
@@ -213,18 +216,13 @@ async fn direct_get_serves_messages_with_stream_headers() {
 
 #[tokio::test]
 async fn messages_older_than_max_age_expire() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let config = stream::Config { max_age: Duration::from_millis(500), ..stream_config("AGED", &["aged"]) };
     js.create_stream(config).await.unwrap();
     js.publish("aged", "old".into()).await.unwrap().await.unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let info = js.get_stream("AGED").await.unwrap().info().await.unwrap().clone();
-        if info.state.messages == 0 {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "message expired");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until_async("message expired", Duration::from_secs(5), || async {
+        js.get_stream("AGED").await.unwrap().info().await.unwrap().state.messages == 0
+    })
+    .await;
 }

@@ -2,15 +2,13 @@
 //! module sees, and the exact JSON (`code`, `err_code`, `description`, paging fields) for
 //! clients that read the raw API. Error numbers are nats-server's `server/errors.json`.
 
-use std::future::Future;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, stream};
 use async_nats::HeaderMap;
 use futures::{StreamExt, TryStreamExt};
+use semaq_testkit::{wait_until_async, SemaqServer};
 use serde_json::{json, Value};
-
-use crate::common::TestServer;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers shared with `jetstream_consumers`.
@@ -18,7 +16,7 @@ use crate::common::TestServer;
 /// Bound on any single wait in these tests.
 pub(crate) const WAIT: Duration = Duration::from_secs(5);
 
-pub(crate) async fn context(server: &TestServer) -> jetstream::Context {
+pub(crate) async fn context(server: &SemaqServer) -> jetstream::Context {
     jetstream::new(server.client().await)
 }
 
@@ -48,22 +46,6 @@ pub(crate) fn assert_api_error(body: &Value, code: u64, err_code: u64) {
     assert_eq!(error["err_code"], err_code, "err_code of {body}");
     assert!(error["description"].as_str().is_some_and(|d| !d.is_empty()), "description of {body}");
     assert!(body["type"].as_str().is_some_and(|t| t.starts_with("io.nats.jetstream.api.v1.")), "type of {body}");
-}
-
-/// Polls `check` every 20 ms until it holds; panics after `within`.
-pub(crate) async fn eventually<F, Fut>(what: &str, within: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        if check().await {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 pub(crate) async fn stream_info(js: &jetstream::Context, name: &str) -> stream::Info {
@@ -105,7 +87,7 @@ async fn names(client: &async_nats::Client) -> Value {
 
 #[tokio::test]
 async fn stream_create_info_update_delete_round_trip() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let created = js
         .create_stream(stream::Config { description: Some("first".into()), ..stream_config("ROUND", &["round.>"]) })
@@ -151,7 +133,7 @@ async fn stream_create_info_update_delete_round_trip() {
 
 #[tokio::test]
 async fn stream_names_and_list_page_with_total_offset_and_limit() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let client = js.client();
     for name in ["CHARLIE", "ALPHA", "BRAVO"] {
@@ -199,7 +181,7 @@ async fn stream_names_and_list_page_with_total_offset_and_limit() {
 
 #[tokio::test]
 async fn stream_names_offset_past_the_end_is_clamped_to_the_total() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     js.create_stream(stream_config("ONLY", &["only"])).await.expect("create");
     let page = api(&js.client(), "$JS.API.STREAM.NAMES", r#"{"offset":10}"#).await;
@@ -211,7 +193,7 @@ async fn stream_names_offset_past_the_end_is_clamped_to_the_total() {
 
 #[tokio::test]
 async fn creating_the_same_stream_twice_is_idempotent_but_a_different_config_is_10058() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let client = js.client();
     js.create_stream(stream_config("TWICE", &["twice.>"])).await.expect("first create");
@@ -230,7 +212,7 @@ async fn creating_the_same_stream_twice_is_idempotent_but_a_different_config_is_
 
 #[tokio::test]
 async fn update_cannot_change_storage_type_or_retention_to_workqueue() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let client = js.client();
     js.create_stream(stream_config("FIXED", &["fixed"])).await.expect("create");
@@ -263,7 +245,7 @@ async fn update_cannot_change_storage_type_or_retention_to_workqueue() {
 
 #[tokio::test]
 async fn update_of_an_unknown_stream_is_10059() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let client = server.client().await;
     let body = api(&client, "$JS.API.STREAM.UPDATE.GHOST", r#"{"name":"GHOST","subjects":["ghost"]}"#).await;
     assert_api_error(&body, 404, 10059);
@@ -272,7 +254,7 @@ async fn update_of_an_unknown_stream_is_10059() {
 
 #[tokio::test]
 async fn update_lowering_max_msgs_drops_the_oldest_at_once() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     js.create_stream(stream_config("SHRINK", &["shrink"])).await.expect("create");
     for i in 1..=10 {
@@ -302,7 +284,7 @@ async fn purge_fixture(js: &jetstream::Context) -> stream::Stream {
 
 #[tokio::test]
 async fn purge_all_reports_the_count_and_keeps_the_sequence() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = purge_fixture(&js).await;
     let response = stream.purge().await.expect("purge");
@@ -318,7 +300,7 @@ async fn purge_all_reports_the_count_and_keeps_the_sequence() {
 
 #[tokio::test]
 async fn purge_by_subject_removes_only_that_subject() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = purge_fixture(&js).await;
     let response = stream.purge().filter("purge.a").await.expect("purge");
@@ -334,7 +316,7 @@ async fn purge_by_subject_removes_only_that_subject() {
 
 #[tokio::test]
 async fn purge_keep_leaves_the_newest_messages() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = purge_fixture(&js).await;
     let response = stream.purge().keep(3).await.expect("purge");
@@ -354,7 +336,7 @@ async fn purge_keep_leaves_the_newest_messages() {
 
 #[tokio::test]
 async fn purge_up_to_sequence_removes_everything_below_it() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = purge_fixture(&js).await;
     let response = stream.purge().sequence(4).await.expect("purge");
@@ -373,7 +355,7 @@ async fn purge_up_to_sequence_removes_everything_below_it() {
 
 #[tokio::test]
 async fn message_get_by_sequence_and_last_by_subject_returns_headers_and_payload() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js.create_stream(stream_config("GET", &["get.>"])).await.expect("create");
     publish(&js, "get.a", "a1").await;
@@ -408,7 +390,7 @@ async fn message_get_by_sequence_and_last_by_subject_returns_headers_and_payload
 
 #[tokio::test]
 async fn deleted_message_is_gone_and_getting_it_is_10037() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js.create_stream(stream_config("DEL", &["del"])).await.expect("create");
     for i in 1..=5 {
@@ -441,7 +423,7 @@ async fn deleted_message_is_gone_and_getting_it_is_10037() {
 async fn deleting_a_missing_message_says_why() {
     // nats-server (jsMsgDeleteRequest): a sequence already deleted is JSSequenceNotFoundErrF,
     // one past the last is the store's error wrapped in JSStreamMsgDeleteFailedF.
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let client = js.client();
     js.create_stream(stream_config("MISSING", &["missing"])).await.expect("create");
@@ -467,7 +449,7 @@ pub(crate) async fn publish_n(js: &jetstream::Context, subject: &str, n: usize) 
 
 #[tokio::test]
 async fn expected_last_subject_sequence_guards_each_subject() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let client = js.client();
     js.create_stream(stream_config("SUBSEQ", &["subseq.>"])).await.expect("create");
@@ -493,7 +475,7 @@ async fn expected_last_subject_sequence_guards_each_subject() {
 
 #[tokio::test]
 async fn expected_last_msg_id_must_match_the_last_stored_msg_id() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let client = js.client();
     js.create_stream(stream_config("LASTID", &["lastid"])).await.expect("create");
@@ -519,7 +501,7 @@ async fn expected_last_msg_id_must_match_the_last_stored_msg_id() {
 async fn a_message_without_msg_id_resets_the_last_msg_id() {
     // nats-server sets `mset.lmsgId = msgId` for every stored message, so after a message
     // without Nats-Msg-Id the last msg id is "" and expecting the older id fails.
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let client = js.client();
     js.create_stream(stream_config("RESETID", &["resetid"])).await.expect("create");
@@ -536,7 +518,7 @@ async fn a_message_without_msg_id_resets_the_last_msg_id() {
 
 #[tokio::test]
 async fn max_msgs_with_discard_old_keeps_the_newest() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream =
         js.create_stream(stream::Config { max_messages: 5, ..stream_config("OLD", &["old"]) }).await.expect("create");
@@ -553,7 +535,7 @@ async fn max_msgs_with_discard_old_keeps_the_newest() {
 
 #[tokio::test]
 async fn max_msgs_with_discard_new_refuses_with_maximum_messages_exceeded() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let client = js.client();
     js.create_stream(stream::Config {
@@ -580,7 +562,7 @@ async fn max_msgs_with_discard_new_refuses_with_maximum_messages_exceeded() {
 
 #[tokio::test]
 async fn max_bytes_with_discard_old_stays_under_the_limit() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     js.create_stream(stream::Config { max_bytes: 1000, ..stream_config("BYTES", &["bytes"]) }).await.expect("create");
     let payload = "x".repeat(100);
@@ -597,7 +579,7 @@ async fn max_bytes_with_discard_old_stays_under_the_limit() {
 
 #[tokio::test]
 async fn max_bytes_with_discard_new_refuses_with_maximum_bytes_exceeded() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let client = js.client();
     js.create_stream(stream::Config {
@@ -629,7 +611,7 @@ async fn max_bytes_with_discard_new_refuses_with_maximum_bytes_exceeded() {
 
 #[tokio::test]
 async fn max_msgs_per_subject_keeps_the_newest_of_each_subject() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js
         .create_stream(stream::Config { max_messages_per_subject: 2, ..stream_config("PERSUBJ", &["per.>"]) })
@@ -651,7 +633,7 @@ async fn max_msgs_per_subject_keeps_the_newest_of_each_subject() {
 
 #[tokio::test]
 async fn max_msg_size_refuses_larger_messages_with_10054() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let client = js.client();
     js.create_stream(stream::Config { max_message_size: 64, ..stream_config("SIZE", &["size"]) })
@@ -673,7 +655,7 @@ async fn max_msg_size_refuses_larger_messages_with_10054() {
 
 #[tokio::test]
 async fn max_age_expires_messages_without_further_activity() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     js.create_stream(stream::Config { max_age: Duration::from_secs(1), ..stream_config("AGE", &["age"]) })
         .await
@@ -687,7 +669,7 @@ async fn max_age_expires_messages_without_further_activity() {
     let published = Instant::now();
     assert_eq!(stream_info(&js, "AGE").await.state.messages, 3);
     // Nothing else happens on the stream: the server must expire on its own.
-    eventually("messages older than max_age removed", Duration::from_secs(3), || async {
+    wait_until_async("messages older than max_age removed", Duration::from_secs(3), || async {
         stream_info(&js, "AGE").await.state.messages == 0
     })
     .await;
@@ -699,7 +681,7 @@ async fn max_age_expires_messages_without_further_activity() {
 
 #[tokio::test]
 async fn memory_stream_stores_reads_and_reports_memory_usage() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js
         .create_stream(stream::Config { storage: stream::StorageType::Memory, ..stream_config("MEM", &["mem.>"]) })
@@ -724,7 +706,7 @@ async fn memory_stream_stores_reads_and_reports_memory_usage() {
 
 #[tokio::test]
 async fn stream_info_subjects_filter_reports_per_subject_counts() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js.create_stream(stream_config("SUBJ", &["subj.>"])).await.expect("create");
     for (subject, count) in [("subj.a", 3), ("subj.b", 1), ("subj.c.x", 2)] {
@@ -751,7 +733,7 @@ async fn stream_info_subjects_filter_reports_per_subject_counts() {
 
 #[tokio::test]
 async fn stream_info_without_subjects_filter_has_no_subject_details() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     js.create_stream(stream_config("NOSUBJ", &["nosubj.>"])).await.expect("create");
     publish(&js, "nosubj.a", "x").await;
@@ -769,7 +751,7 @@ async fn stream_info_without_subjects_filter_has_no_subject_details() {
 
 #[tokio::test]
 async fn malformed_stream_requests_get_error_json_and_change_nothing() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let client = js.client();
     js.create_stream(stream_config("KEEP", &["keep.>"])).await.expect("create");
@@ -832,7 +814,7 @@ async fn malformed_stream_requests_get_error_json_and_change_nothing() {
 #[tokio::test]
 async fn stream_create_body_without_a_name_is_a_mismatch_10056() {
     // nats-server compares the subject's name with `cfg.Name` as sent: an empty name differs.
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let client = server.client().await;
     let body = api(&client, "$JS.API.STREAM.CREATE.NONAME", r#"{"subjects":["noname"]}"#).await;
     assert_api_error(&body, 400, 10056);
@@ -841,7 +823,7 @@ async fn stream_create_body_without_a_name_is_a_mismatch_10056() {
 
 #[tokio::test]
 async fn async_nats_refuses_invalid_names_before_asking_the_server() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     assert!(js.create_stream(stream_config("a.b", &["ab"])).await.is_err());
     assert!(js.get_stream("NOPE").await.is_err());

@@ -5,15 +5,14 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::consumer::{self, pull, push, AckPolicy, DeliverPolicy, PullConsumer, PushConsumer};
 use async_nats::jetstream::{self, stream, AckKind};
 use futures::{StreamExt, TryStreamExt};
+use semaq_testkit::{wait_until_async, SemaqServer};
 
-use crate::common::TestServer;
-use crate::jetstream_api::{api, assert_api_error, context, eventually, publish, publish_n, stream_config, WAIT};
+use crate::jetstream_api::{api, assert_api_error, context, publish, publish_n, stream_config, WAIT};
 
 // ---------------------------------------------------------------------------------------------
 // Helpers.
@@ -71,7 +70,7 @@ async fn stream_messages(js: &jetstream::Context, name: &str) -> u64 {
 
 #[tokio::test]
 async fn durable_pull_consumer_is_created_listed_and_deleted() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js.create_stream(stream_config("CRUD", &["crud.>"])).await.unwrap();
     publish_n(&js, "crud.a", 3).await;
@@ -113,7 +112,7 @@ async fn durable_pull_consumer_is_created_listed_and_deleted() {
 
 #[tokio::test]
 async fn changing_a_consumer_with_action_create_is_10148() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js.create_stream(stream_config("STRICT", &["strict"])).await.unwrap();
     pull_consumer(&stream, durable("c")).await;
@@ -126,7 +125,7 @@ async fn changing_a_consumer_with_action_create_is_10148() {
 
 #[tokio::test]
 async fn legacy_durable_create_subject_creates_a_durable() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js.create_stream(stream_config("LEGACY", &["legacy"])).await.unwrap();
     publish_n(&js, "legacy", 2).await;
@@ -147,7 +146,7 @@ async fn legacy_durable_create_subject_creates_a_durable() {
 
 #[tokio::test]
 async fn legacy_durable_create_without_durable_name_in_config_is_10018() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     js.create_stream(stream_config("LEGNAME", &["legname"])).await.unwrap();
     let body = api(
@@ -170,7 +169,7 @@ async fn legacy_durable_create_without_durable_name_in_config_is_10018() {
 
 #[tokio::test]
 async fn legacy_ephemeral_create_subject_generates_a_name() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js.create_stream(stream_config("EPHEM", &["ephem"])).await.unwrap();
     publish_n(&js, "ephem", 3).await;
@@ -190,7 +189,7 @@ async fn legacy_ephemeral_create_subject_generates_a_name() {
 
 #[tokio::test]
 async fn legacy_ephemeral_create_with_a_durable_name_is_10020() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     js.create_stream(stream_config("EPHDUR", &["ephdur"])).await.unwrap();
     let body = api(
@@ -206,7 +205,7 @@ async fn legacy_ephemeral_create_with_a_durable_name_is_10020() {
 
 #[tokio::test]
 async fn consumer_create_naming_another_stream_in_the_body_is_10056() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     js.create_stream(stream_config("MINE", &["mine"])).await.unwrap();
     let body = api(
@@ -229,7 +228,7 @@ async fn consumer_create_naming_another_stream_in_the_body_is_10056() {
 
 #[tokio::test]
 async fn malformed_consumer_requests_get_error_json_and_create_nothing() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let client = js.client();
     js.create_stream(stream_config("KEEPC", &["keepc.>"])).await.unwrap();
@@ -289,7 +288,7 @@ async fn deliver_policy_fixture(js: &jetstream::Context) -> stream::Stream {
     for (i, subject) in ["dp.a", "dp.b", "dp.a"].iter().enumerate() {
         publish(js, subject, &(i + 1).to_string()).await;
     }
-    // A gap in time before 4, for by_start_time.
+    // A gap in time before 4, for by_start_time (part of the fixture, not a wait for anything).
     tokio::time::sleep(Duration::from_millis(30)).await;
     for (i, subject) in ["dp.c", "dp.b"].iter().enumerate() {
         publish(js, subject, &(i + 4).to_string()).await;
@@ -304,7 +303,7 @@ async fn first_delivered(stream: &stream::Stream, deliver_policy: DeliverPolicy)
 
 #[tokio::test]
 async fn deliver_all_starts_at_the_first_message() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = deliver_policy_fixture(&js).await;
     assert_eq!(first_delivered(&stream, DeliverPolicy::All).await, 1);
@@ -312,7 +311,7 @@ async fn deliver_all_starts_at_the_first_message() {
 
 #[tokio::test]
 async fn deliver_last_starts_at_the_last_message_or_the_last_matching_the_filter() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = deliver_policy_fixture(&js).await;
     assert_eq!(first_delivered(&stream, DeliverPolicy::Last).await, 5);
@@ -326,7 +325,7 @@ async fn deliver_last_starts_at_the_last_message_or_the_last_matching_the_filter
 
 #[tokio::test]
 async fn deliver_new_skips_what_is_stored_and_delivers_the_next_publish() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = deliver_policy_fixture(&js).await;
     let mut consumer =
@@ -341,7 +340,7 @@ async fn deliver_new_skips_what_is_stored_and_delivers_the_next_publish() {
 
 #[tokio::test]
 async fn deliver_by_start_sequence_starts_there() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = deliver_policy_fixture(&js).await;
     let mut consumer = pull_consumer(
@@ -355,7 +354,7 @@ async fn deliver_by_start_sequence_starts_there() {
 
 #[tokio::test]
 async fn deliver_by_start_time_starts_at_the_first_message_at_or_after_it() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = deliver_policy_fixture(&js).await;
     let fourth = stream.get_raw_message(4).await.expect("message 4").time;
@@ -366,7 +365,7 @@ async fn deliver_by_start_time_starts_at_the_first_message_at_or_after_it() {
 
 #[tokio::test]
 async fn deliver_last_per_subject_delivers_each_subjects_last_in_stream_order() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = deliver_policy_fixture(&js).await;
     let mut consumer = pull_consumer(
@@ -388,7 +387,7 @@ async fn deliver_last_per_subject_delivers_each_subjects_last_in_stream_order() 
 #[tokio::test]
 async fn deliver_last_per_subject_requires_a_filter_subject_10094() {
     // nats-server: NewJSConsumerInvalidPolicyError(notSet("last per subject", "filter subject")).
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     deliver_policy_fixture(&js).await;
     let body = api(
@@ -405,7 +404,7 @@ async fn deliver_last_per_subject_requires_a_filter_subject_10094() {
 
 #[tokio::test]
 async fn ack_explicit_acknowledges_only_the_acked_message() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js.create_stream(stream_config("EXPL", &["expl"])).await.unwrap();
     publish_n(&js, "expl", 5).await;
@@ -428,7 +427,7 @@ async fn ack_explicit_acknowledges_only_the_acked_message() {
 
 #[tokio::test]
 async fn ack_all_acknowledges_everything_up_to_the_acked_message() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js.create_stream(stream_config("ACKALL", &["ackall"])).await.unwrap();
     publish_n(&js, "ackall", 10).await;
@@ -448,7 +447,7 @@ async fn ack_all_acknowledges_everything_up_to_the_acked_message() {
 
 #[tokio::test]
 async fn ack_none_counts_delivered_as_acknowledged_and_never_redelivers() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js.create_stream(stream_config("ACKNONE", &["acknone"])).await.unwrap();
     publish_n(&js, "acknone", 5).await;
@@ -468,7 +467,7 @@ async fn ack_none_counts_delivered_as_acknowledged_and_never_redelivers() {
 async fn max_ack_pending_with_ack_none_is_refused_for_push_consumers_only() {
     // nats-server checks `MaxAckPending > 0 && AckPolicy == AckNone` in its push-mode branch
     // (checkConsumerCfg); a pull consumer with ack none may carry max_ack_pending.
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     js.create_stream(stream_config("NONEMAP", &["nonemap"])).await.unwrap();
     let body = api(
@@ -492,7 +491,7 @@ async fn max_ack_pending_with_ack_none_is_refused_for_push_consumers_only() {
 async fn consumer_config_without_ack_policy_defaults_to_ack_none() {
     // In nats-server the zero value of AckPolicy is AckNone: a raw request that leaves
     // `ack_policy` out gets a consumer that needs no acks.
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     js.create_stream(stream_config("DEFACK", &["defack"])).await.unwrap();
     let body =
@@ -509,7 +508,7 @@ async fn consumer_config_without_ack_policy_defaults_to_ack_none() {
 
 #[tokio::test]
 async fn nak_with_delay_redelivers_after_the_delay_and_not_before() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js.create_stream(stream_config("NAKD", &["nakd"])).await.unwrap();
     publish(&js, "nakd", "job").await;
@@ -527,7 +526,7 @@ async fn nak_with_delay_redelivers_after_the_delay_and_not_before() {
 
 #[tokio::test]
 async fn nak_without_delay_redelivers_at_once() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js.create_stream(stream_config("NAK", &["nak"])).await.unwrap();
     publish_n(&js, "nak", 2).await;
@@ -544,13 +543,14 @@ async fn nak_without_delay_redelivers_at_once() {
 
 #[tokio::test]
 async fn progress_postpones_redelivery_by_a_full_ack_wait() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js.create_stream(stream_config("WPI", &["wpi"])).await.unwrap();
     publish(&js, "wpi", "slow job").await;
     let consumer = pull_consumer(&stream, pull::Config { ack_wait: Duration::from_millis(800), ..durable("c") }).await;
     let message = receive_one(&consumer, Duration::from_secs(1)).await;
     let delivered = Instant::now();
+    // The scenario: the worker is busy for 500 ms of its 800 ms ack wait before it sends +WPI.
     tokio::time::sleep(Duration::from_millis(500)).await;
     message.ack_with(AckKind::Progress).await.expect("+WPI");
     let again = receive_one(&consumer, Duration::from_secs(3)).await;
@@ -562,7 +562,7 @@ async fn progress_postpones_redelivery_by_a_full_ack_wait() {
 
 #[tokio::test]
 async fn term_stops_redelivery() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js.create_stream(stream_config("TERM", &["term"])).await.unwrap();
     publish(&js, "term", "poison").await;
@@ -578,7 +578,7 @@ async fn term_stops_redelivery() {
 
 #[tokio::test]
 async fn max_deliver_stops_redelivering_after_that_many_deliveries() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js.create_stream(stream_config("MAXDEL", &["maxdel"])).await.unwrap();
     publish(&js, "maxdel", "never acked").await;
@@ -593,7 +593,7 @@ async fn max_deliver_stops_redelivering_after_that_many_deliveries() {
 
 #[tokio::test]
 async fn backoff_spaces_redeliveries_by_its_delays() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js.create_stream(stream_config("BACKOFF", &["backoff"])).await.unwrap();
     publish(&js, "backoff", "flaky").await;
@@ -626,7 +626,7 @@ async fn backoff_spaces_redeliveries_by_its_delays() {
 #[tokio::test]
 async fn backoff_sets_ack_wait_to_its_first_delay() {
     // nats-server's setConsumerConfigDefaults: `if len(config.BackOff) > 0 { config.AckWait = config.BackOff[0] }`.
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js.create_stream(stream_config("BOWAIT", &["bowait"])).await.unwrap();
     let mut consumer = pull_consumer(
@@ -644,7 +644,7 @@ async fn backoff_sets_ack_wait_to_its_first_delay() {
 #[tokio::test]
 async fn backoff_may_be_as_long_as_max_deliver() {
     // nats-server refuses only `len(backoff) > max_deliver` (JSConsumerMaxDeliverBackoffErr, 10116).
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js.create_stream(stream_config("BOLEN", &["bolen"])).await.unwrap();
     let backoff = vec![Duration::from_millis(100), Duration::from_millis(200)];
@@ -662,7 +662,7 @@ async fn backoff_may_be_as_long_as_max_deliver() {
 
 #[tokio::test]
 async fn double_ack_is_confirmed_and_applied_before_it_returns() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js.create_stream(stream_config("DOUBLE", &["double"])).await.unwrap();
     publish_n(&js, "double", 3).await;
@@ -686,7 +686,7 @@ async fn double_ack_is_confirmed_and_applied_before_it_returns() {
 
 #[tokio::test]
 async fn max_ack_pending_caps_outstanding_deliveries() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js.create_stream(stream_config("MAP", &["map"])).await.unwrap();
     publish_n(&js, "map", 10).await;
@@ -704,7 +704,7 @@ async fn max_ack_pending_caps_outstanding_deliveries() {
 
 #[tokio::test]
 async fn filter_subject_delivers_only_matching_messages() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js.create_stream(stream_config("FILT", &["f.>"])).await.unwrap();
     for subject in ["f.a", "f.b", "f.c", "f.a", "f.b"] {
@@ -719,7 +719,7 @@ async fn filter_subject_delivers_only_matching_messages() {
 
 #[tokio::test]
 async fn filter_subjects_deliver_the_union_in_stream_order() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js.create_stream(stream_config("FILTS", &["f.>"])).await.unwrap();
     for subject in ["f.a", "f.b", "f.c", "f.a", "f.b", "f.c.deep"] {
@@ -745,7 +745,7 @@ async fn filter_subjects_deliver_the_union_in_stream_order() {
 
 #[tokio::test]
 async fn fetch_with_no_messages_returns_promptly() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js.create_stream(stream_config("EMPTY", &["empty"])).await.unwrap();
     let consumer = pull_consumer(&stream, durable("c")).await;
@@ -769,7 +769,7 @@ async fn fetch_with_no_messages_returns_promptly() {
 
 #[tokio::test]
 async fn batch_with_expires_ends_with_request_timeout_at_expiry() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js.create_stream(stream_config("EXPIRE", &["expire"])).await.unwrap();
     let consumer = pull_consumer(&stream, durable("c")).await;
@@ -786,6 +786,7 @@ async fn batch_with_expires_ends_with_request_timeout_at_expiry() {
     // A message published while the request waits is delivered to it.
     let js2 = js.clone();
     let publisher = tokio::spawn(async move {
+        // The scenario: the publish comes while the pull request is already waiting.
         tokio::time::sleep(Duration::from_millis(200)).await;
         publish(&js2, "expire", "late").await
     });
@@ -796,7 +797,7 @@ async fn batch_with_expires_ends_with_request_timeout_at_expiry() {
 
 #[tokio::test]
 async fn pull_max_bytes_limits_the_batch() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js.create_stream(stream_config("MAXB", &["maxb"])).await.unwrap();
     let payload = "x".repeat(1000);
@@ -815,7 +816,7 @@ async fn pull_max_bytes_counts_subject_reply_headers_and_payload() {
     // nats-server sizes a delivery as len(subject) + len(ack reply) + len(headers) + len(payload)
     // (consumer.go, getNextMsg: `sz = len(pmsg.subj) + len(ackReply) + len(pmsg.hdr) + len(pmsg.msg)`).
     // With 100-byte payloads every delivery is over 140 bytes, so 250 bytes hold one, not two.
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js.create_stream(stream_config("MB", &["mb.x"])).await.unwrap();
     let payload = "x".repeat(100);
@@ -848,7 +849,7 @@ async fn batch_with_max_bytes(consumer: &PullConsumer, messages: usize, max_byte
 
 #[tokio::test]
 async fn push_consumer_with_deliver_group_delivers_each_message_once_across_members() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js.create_stream(stream_config("QUEUE", &["queue"])).await.unwrap();
     let config = push::Config {
@@ -866,7 +867,7 @@ async fn push_consumer_with_deliver_group_delivers_each_message_once_across_memb
         members.push(consumer.messages().await.expect("subscribe"));
     }
     let (mut one, mut two) = (members.remove(0), members.remove(0));
-    crate::common::sync(&js.client()).await;
+    semaq_testkit::sync(&js.client()).await;
     for i in 1..=40 {
         publish(&js, "queue", &i.to_string()).await;
     }
@@ -900,7 +901,7 @@ async fn push_consumer_with_deliver_group_delivers_each_message_once_across_memb
 
 #[tokio::test]
 async fn push_consumer_with_heartbeat_and_flow_control_consumes_5000_messages() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let client = js.client();
     let stream = js.create_stream(stream_config("FLOW", &["flow"])).await.unwrap();
@@ -909,7 +910,7 @@ async fn push_consumer_with_heartbeat_and_flow_control_consumes_5000_messages() 
         client.publish("flow", payload.clone()).await.unwrap();
     }
     client.flush().await.unwrap();
-    eventually("5000 stored", WAIT, || async { stream_messages(&js, "FLOW").await == 5000 }).await;
+    wait_until_async("5000 stored", WAIT, || async { stream_messages(&js, "FLOW").await == 5000 }).await;
     let consumer: PushConsumer = stream
         .create_consumer(push::Config {
             durable_name: Some("fc".into()),
@@ -943,7 +944,7 @@ async fn push_consumer_with_heartbeat_and_flow_control_consumes_5000_messages() 
 
 #[tokio::test]
 async fn workqueue_stream_removes_a_message_when_it_is_acked() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js
         .create_stream(stream::Config {
@@ -970,7 +971,7 @@ async fn workqueue_stream_removes_a_message_when_it_is_acked() {
 
 #[tokio::test]
 async fn workqueue_stream_refuses_a_second_unfiltered_consumer_with_10099() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js
         .create_stream(stream::Config {
@@ -995,7 +996,7 @@ async fn workqueue_stream_refuses_a_second_unfiltered_consumer_with_10099() {
 
 #[tokio::test]
 async fn workqueue_stream_allows_filtered_consumers_that_do_not_overlap() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js
         .create_stream(stream::Config {
@@ -1033,7 +1034,7 @@ async fn workqueue_stream_allows_filtered_consumers_that_do_not_overlap() {
 
 #[tokio::test]
 async fn interest_stream_removes_a_message_once_every_consumer_acked_it() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js
         .create_stream(stream::Config {
@@ -1063,7 +1064,7 @@ async fn interest_stream_removes_a_message_once_every_consumer_acked_it() {
 async fn interest_stream_without_consumers_does_not_keep_messages() {
     // nats-server (processJetStreamMsg): with interest retention and no interested consumer the
     // message is acknowledged with its sequence but not stored.
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let stream = js
         .create_stream(stream::Config {
@@ -1089,16 +1090,14 @@ async fn interest_stream_without_consumers_does_not_keep_messages() {
 // Restarts and ephemeral cleanup.
 
 /// Starts `semaq-server` on `store`, which outlives the process.
-fn server_on(store: &Path) -> TestServer {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_semaq-server"));
-    command.args(["-a", "127.0.0.1", "-p", "-1", "-m", "-1", "-sd"]).arg(store);
-    TestServer::spawn(command, tempfile::tempdir().expect("scratch dir"))
+fn server_on(store: &Path) -> SemaqServer {
+    SemaqServer::builder().store(store).start()
 }
 
 #[tokio::test]
 async fn durable_consumer_state_survives_a_restart() {
     let store = tempfile::tempdir().expect("store dir");
-    let server = server_on(store.path());
+    let mut server = server_on(store.path());
     {
         let js = context(&server).await;
         let stream = js.create_stream(stream_config("RESTART", &["restart"])).await.unwrap();
@@ -1128,7 +1127,7 @@ async fn durable_consumer_state_survives_a_restart() {
     assert_eq!(state.config.ack_wait, Duration::from_millis(500));
 
     // Once their ack wait has passed, the unacknowledged 5 and 6 come back as redeliveries,
-    // ahead of the rest.
+    // ahead of the rest. The scenario: let the 500 ms ack wait expire before pulling.
     tokio::time::sleep(Duration::from_millis(600)).await;
     let messages = receive(&consumer, 6, Duration::from_secs(2)).await;
     assert_eq!(seqs(&messages), [5, 6, 7, 8, 9, 10]);
@@ -1137,7 +1136,7 @@ async fn durable_consumer_state_survives_a_restart() {
 
 #[tokio::test]
 async fn ephemeral_consumer_is_removed_after_its_inactive_threshold() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = context(&server).await;
     let client = js.client();
     js.create_stream(stream_config("INACTIVE", &["inactive"])).await.unwrap();
@@ -1151,7 +1150,7 @@ async fn ephemeral_consumer_is_removed_after_its_inactive_threshold() {
     assert_eq!(body["config"]["inactive_threshold"], 500_000_000);
     let created = Instant::now();
     let info_subject = format!("$JS.API.CONSUMER.INFO.INACTIVE.{name}");
-    eventually("inactive ephemeral removed", Duration::from_secs(3), || async {
+    wait_until_async("inactive ephemeral removed", Duration::from_secs(3), || async {
         api(&client, &info_subject, "").await["error"]["err_code"] == 10014
     })
     .await;
@@ -1162,6 +1161,7 @@ async fn ephemeral_consumer_is_removed_after_its_inactive_threshold() {
     // A durable without inactive_threshold is never removed for inactivity.
     let stream = js.get_stream("INACTIVE").await.unwrap();
     pull_consumer(&stream, durable("stays")).await;
+    // The scenario: stay idle longer than the ephemeral's 500 ms threshold above.
     tokio::time::sleep(Duration::from_millis(700)).await;
     let names: Vec<String> = stream.consumer_names().try_collect().await.unwrap();
     assert_eq!(names, ["stays"]);

@@ -8,16 +8,14 @@ use std::time::Duration;
 use async_nats::jetstream::{self, consumer, stream};
 use async_nats::HeaderMap;
 use futures::StreamExt;
+use semaq_testkit::SemaqServer;
 use serde_json::{json, Value};
 
-use crate::common::TestServer;
-use crate::exactly_once::Broker;
-use crate::provenance::verify_through_api;
+use crate::exactly_once::{start_on, start_with_env};
+use crate::provenance::{verify_through_api, wait_until_signed};
 
 const TRACEPARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
 const EVENT: &str = r#"{"model_id":"llama3-70b","confidence":0.92}"#;
-/// Longer than a checkpoint interval (100 ms), so what was stored is signed.
-const CHECKPOINT_WAIT: Duration = Duration::from_millis(400);
 
 async fn request(client: &async_nats::Client, subject: &str, body: Value) -> Value {
     let reply = client.request(subject.to_string(), body.to_string().into()).await.expect("answer");
@@ -135,7 +133,7 @@ fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 
 #[tokio::test]
 async fn an_l4_batch_commits_whole_into_the_hash_chain() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let client = server.client().await;
     create_events_stream(&client, "CHAINED", "chained.>").await;
     assert_eq!(publish(&client, "chained.a", l4_headers("1000", true, &[]), EVENT).await["seq"], 1);
@@ -156,14 +154,14 @@ async fn an_l4_batch_commits_whole_into_the_hash_chain() {
     let info = request(&client, "$JS.API.STREAM.INFO.CHAINED", Value::Null).await;
     let enforces = info["semaq"]["enforces"].as_array().expect("enforces");
     assert!(enforces.contains(&json!("atomic batches")) && enforces.contains(&json!("hash chain")), "{info}");
-    tokio::time::sleep(CHECKPOINT_WAIT).await;
+    wait_until_signed(&client, "CHAINED").await;
     let summary = verify_through_api(&client, "CHAINED").await.expect("the chain verifies");
     assert_eq!((summary.verified, summary.signed_through, summary.skipped), (4, Some(4), 0));
 }
 
 #[tokio::test]
 async fn a_batch_an_l4_check_refuses_is_refused_whole_and_the_chain_goes_on() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let client = server.client().await;
     create_events_stream(&client, "STRICT", "strict.>").await;
     assert_eq!(publish(&client, "strict.a", l4_headers("5000", true, &[]), EVENT).await["seq"], 1);
@@ -203,7 +201,7 @@ async fn a_batch_an_l4_check_refuses_is_refused_whole_and_the_chain_goes_on() {
     assert_eq!(publish(&client, "strict.a", l4_headers("9000", true, &producer), EVENT).await["seq"], 5);
     let again = publish(&client, "strict.a", l4_headers("9000", true, &producer), EVENT).await;
     assert_eq!((again["seq"].as_u64(), again["duplicate"].as_bool()), (Some(5), Some(true)), "{again}");
-    tokio::time::sleep(CHECKPOINT_WAIT).await;
+    wait_until_signed(&client, "STRICT").await;
     let summary = verify_through_api(&client, "STRICT").await.expect("the chain verifies");
     assert_eq!((summary.verified, summary.skipped), (5, 0));
 }
@@ -212,7 +210,7 @@ async fn a_batch_an_l4_check_refuses_is_refused_whole_and_the_chain_goes_on() {
 async fn a_batch_the_store_refuses_while_appending_is_removed_and_the_chain_links_over_it() {
     let dir = tempfile::tempdir().unwrap();
     // The store refuses the 3rd message of every batch: two are appended by then.
-    let broker = Broker::start_with_env(&dir.path().join("store"), &[("SEMAQ_FAILPOINT", "batch-store-error:3")]);
+    let broker = start_with_env(&dir.path().join("store"), &[("SEMAQ_FAILPOINT", "batch-store-error:3")]);
     let client = broker.client().await;
     create_events_stream(&client, "UNDONE", "undone.>").await;
     assert_eq!(publish(&client, "undone.a", l4_headers("1000", true, &[]), EVENT).await["seq"], 1);
@@ -227,7 +225,7 @@ async fn a_batch_the_store_refuses_while_appending_is_removed_and_the_chain_link
     assert_eq!(provenance["head"]["seq"], 4, "{provenance}");
     let messages = delivered(&client, "UNDONE").await;
     assert_eq!(header(&messages[1].2, "Semaq-Prev-Hash"), header(&messages[0].2, "Semaq-Hash"));
-    tokio::time::sleep(CHECKPOINT_WAIT).await;
+    wait_until_signed(&client, "UNDONE").await;
     let summary = verify_through_api(&client, "UNDONE").await.expect("the chain verifies");
     assert_eq!((summary.verified, summary.skipped, summary.signed_through), (2, 2, Some(4)));
 }
@@ -237,20 +235,20 @@ async fn a_crash_in_the_middle_of_an_l4_batch_leaves_a_chain_that_verifies_and_g
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
     // The server exits right after appending the 2nd message of a committed batch.
-    let mut broker = Broker::start_with_env(&store, &[("SEMAQ_FAILPOINT", "batch-append:2")]);
+    let mut broker = start_with_env(&store, &[("SEMAQ_FAILPOINT", "batch-append:2")]);
     let client = broker.client().await;
     create_events_stream(&client, "TORN", "torn.>").await;
     for (n, time) in [(1, "1000"), (2, "2000")] {
         assert_eq!(publish(&client, "torn.a", l4_headers(time, true, &[]), EVENT).await["seq"], n);
     }
-    tokio::time::sleep(CHECKPOINT_WAIT).await;
+    wait_until_signed(&client, "TORN").await;
     let items = [item("torn.a", "3000"), item("torn.b", "3000"), item("torn.a", "4000"), item("torn.a", "5000")];
     let crashed = tokio::time::timeout(Duration::from_secs(1), publish_batch(&client, "cut", &items)).await;
     assert!(crashed.is_err(), "the commit must not be acknowledged");
     assert_eq!(broker.wait_exit(), Some(86), "the failpoint exits the server");
     drop(broker);
 
-    let broker = Broker::start(&store);
+    let broker = start_on(&store);
     let client = broker.client().await;
     assert_eq!(state(&client, "TORN").await, (2, 4), "the cut batch's two appended messages are gone");
     let provenance = request(&client, "$SEMAQ.API.STREAM.PROVENANCE.TORN", json!({})).await;
@@ -258,14 +256,14 @@ async fn a_crash_in_the_middle_of_an_l4_batch_leaves_a_chain_that_verifies_and_g
     // The cut batch's event times were never accepted; the retried batch chains on.
     let retried = publish_batch(&client, "cut", &items).await;
     assert_eq!((retried["seq"].as_u64(), retried["count"].as_u64()), (Some(8), Some(4)), "{retried}");
-    tokio::time::sleep(CHECKPOINT_WAIT).await;
+    wait_until_signed(&client, "TORN").await;
     let summary = verify_through_api(&client, "TORN").await.expect("the chain verifies across the crash");
     assert_eq!((summary.verified, summary.skipped, summary.signed_through), (6, 2, Some(8)));
 }
 
 #[tokio::test]
 async fn a_message_refused_for_its_event_time_does_not_evolve_the_schema() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let client = server.client().await;
     let v1 = json!({"type": "record", "name": "AiEvent", "fields": [{"name": "model", "type": "string"}]});
     register(&client, "ai-event", v1, "AVRO").await;

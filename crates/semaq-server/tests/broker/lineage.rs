@@ -10,9 +10,8 @@ use std::time::Duration;
 use async_nats::jetstream::{self, stream};
 use async_nats::HeaderMap;
 use futures::StreamExt;
+use semaq_testkit::SemaqServer;
 use serde_json::{json, Value};
-
-use crate::common::TestServer;
 
 /// Increasing event times for every L4 publish of the process.
 static EVENT_TIME_NS: AtomicI64 = AtomicI64::new(1_767_323_045_000_000_000);
@@ -96,7 +95,7 @@ async fn rag_streams(client: &async_nats::Client) -> jetstream::Context {
 
 #[tokio::test]
 async fn a_rag_flow_is_traced_from_answer_to_query_across_three_streams() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let client = async_nats::ConnectOptions::new().name("rag-app").connect(server.url()).await.unwrap();
     let js = rag_streams(&client).await;
 
@@ -150,7 +149,7 @@ async fn a_rag_flow_is_traced_from_answer_to_query_across_three_streams() {
 
 #[tokio::test]
 async fn a_msg_id_parent_resolves_however_many_messages_came_after_it() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let client = server.client().await;
     let js = rag_streams(&client).await;
     let first = l4_headers(&[("Nats-Msg-Id", "r-1")]);
@@ -173,7 +172,7 @@ async fn a_msg_id_parent_resolves_however_many_messages_came_after_it() {
 
 #[tokio::test]
 async fn bad_parent_references_are_refused_and_nothing_is_stored() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let client = server.client().await;
     let js = rag_streams(&client).await;
     assert_eq!(publish(&client, "rag.query", HeaderMap::new(), json!({"text": "q"})).await["seq"], 1);
@@ -205,7 +204,7 @@ async fn bad_parent_references_are_refused_and_nothing_is_stored() {
 
 #[tokio::test]
 async fn lower_levels_store_parent_headers_unchecked_and_the_walk_survives_cycles() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let client = server.client().await;
     let js = jetstream::new(client.clone());
     js.create_stream(stream_config("LOOSE", "loose", &[])).await.unwrap();
@@ -229,7 +228,7 @@ async fn evolved_events(client: &async_nats::Client) -> async_nats::Subscriber {
 
 #[tokio::test]
 async fn an_avro_stream_evolves_with_a_new_optional_field_and_refuses_a_type_change() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let client = server.client().await;
     let v1 = json!({"type": "record", "name": "AiEvent", "fields": [{"name": "model", "type": "string"}]});
     register(&client, "ai-event", &v1.to_string(), "AVRO").await;
@@ -271,7 +270,7 @@ async fn an_avro_stream_evolves_with_a_new_optional_field_and_refuses_a_type_cha
 
 #[tokio::test]
 async fn nested_objects_and_records_evolve_and_a_nested_type_change_is_refused_by_path() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let client = server.client().await;
     let json_v1 = json!({"type": "object", "additionalProperties": false, "required": ["user"], "properties": {
         "user": {"type": "object", "additionalProperties": false,
@@ -312,7 +311,7 @@ async fn nested_objects_and_records_evolve_and_a_nested_type_change_is_refused_b
 
 #[tokio::test]
 async fn arrays_of_objects_and_avro_records_named_twice_evolve_and_an_item_type_change_is_refused_by_path() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let client = server.client().await;
     let line = json!({"type": "object", "additionalProperties": false, "required": ["sku"],
         "properties": {"sku": {"type": "string"}, "price": {"type": "number"}}});
@@ -379,7 +378,7 @@ async fn arrays_of_objects_and_avro_records_named_twice_evolve_and_an_item_type_
 
 #[tokio::test]
 async fn a_closed_json_schema_evolves_and_the_compatibility_mode_is_respected() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let client = server.client().await;
     let closed = json!({"type": "object", "additionalProperties": false,
         "properties": {"model": {"type": "string"}}, "required": ["model"]});
@@ -416,16 +415,14 @@ async fn a_closed_json_schema_evolves_and_the_compatibility_mode_is_respected() 
     assert_eq!(schema_api(&client, "VERSIONS", json!({"subject": "forward"})).await, json!([1]));
 }
 
-fn start_on(store: &std::path::Path) -> TestServer {
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_semaq-server"));
-    command.args(["-a", "127.0.0.1", "-p", "-1", "-m", "-1", "-sd"]).arg(store);
-    TestServer::spawn(command, tempfile::tempdir().unwrap())
+fn start_on(store: &std::path::Path) -> SemaqServer {
+    SemaqServer::builder().store(store).start()
 }
 
 #[tokio::test]
 async fn random_keys_cannot_grow_the_registry_without_bound_even_across_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let server = start_on(dir.path());
+    let mut server = start_on(dir.path());
     let client = server.client().await;
     let v1 = json!({"type": "record", "name": "Ev", "fields": [{"name": "model", "type": "string"}]});
     register(&client, "keys", &v1.to_string(), "AVRO").await;
@@ -461,7 +458,7 @@ async fn random_keys_cannot_grow_the_registry_without_bound_even_across_a_restar
 #[tokio::test]
 async fn msg_id_parents_stored_before_a_restart_resolve_after_it() {
     let dir = tempfile::tempdir().unwrap();
-    let server = start_on(dir.path());
+    let mut server = start_on(dir.path());
     let client = server.client().await;
     rag_streams(&client).await;
     // More than the newest-messages search of lower-level streams reaches.
@@ -500,7 +497,7 @@ async fn msg_id_parents_stored_before_a_restart_resolve_after_it() {
 
 #[tokio::test]
 async fn level_keys_are_checked_at_create_and_shown_in_stream_info() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let client = server.client().await;
     register(&client, "ev", r#"{"type": "object", "properties": {}}"#, "JSON").await;
     register(&client, "proto", "syntax = \"proto3\"; message M { string a = 1; }", "PROTOBUF").await;

@@ -1,7 +1,6 @@
 //! Integration tests against a real `semaq-server` process over TCP.
-//! One test binary keeps link time down; each module is one area of behaviour.
-
-mod common;
+//! One test binary keeps link time down; each module is one area of behaviour. Servers are
+//! started with `semaq-testkit`.
 
 mod auth;
 mod crash;

@@ -6,8 +6,6 @@
 //! `crates/semaq/tests/verify_cli.rs`.
 
 use std::collections::HashMap;
-use std::path::Path;
-use std::process::{Child, Command};
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, stream};
@@ -15,13 +13,12 @@ use async_nats::HeaderMap;
 use base64::Engine;
 use futures::StreamExt;
 use semaq_store::chain::{self, page, Checkpoint, PublicKey, Verifier};
+use semaq_testkit::{wait_until_async, SemaqServer};
 use serde_json::{json, Value};
-
-use crate::common::{start_process, Started, TestServer};
 
 const TRACEPARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
 const EVENT: &str = r#"{"model_id":"llama3-70b","confidence":0.92}"#;
-/// Longer than a checkpoint interval (100 ms), so what was published is signed.
+/// Bound on signing the head: longer than a checkpoint interval (100 ms).
 const CHECKPOINT_WAIT: Duration = Duration::from_millis(400);
 
 async fn register_schema(client: &async_nats::Client) {
@@ -103,6 +100,17 @@ fn checkpoint_from_header(value: &str) -> Checkpoint {
     }
 }
 
+/// Waits (at most [`CHECKPOINT_WAIT`]) until stream `name`'s head is signed: everything stored
+/// so far is covered by a checkpoint.
+pub(crate) async fn wait_until_signed(client: &async_nats::Client, name: &str) {
+    let subject = format!("$SEMAQ.API.STREAM.PROVENANCE.{name}");
+    wait_until_async(&format!("the head of {name} signed"), CHECKPOINT_WAIT, || async {
+        let provenance = api(client, &subject, json!({})).await;
+        provenance["head"]["seq"].as_u64().is_some_and(|head| provenance["signed_seq"] == head)
+    })
+    .await;
+}
+
 /// Walks the whole chain through `$SEMAQ.API.STREAM.CHAIN` with the served key and checkpoints.
 pub(crate) async fn verify_through_api(
     client: &async_nats::Client,
@@ -130,7 +138,7 @@ pub(crate) async fn verify_through_api(
 
 #[tokio::test]
 async fn event_times_must_increase_per_subject_and_context_headers_are_required() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let client = server.client().await;
     register_schema(&client).await;
     let js = jetstream::new(client.clone());
@@ -183,7 +191,7 @@ async fn event_times_must_increase_per_subject_and_context_headers_are_required(
 
 #[tokio::test]
 async fn consumers_and_gets_see_the_context_the_chain_and_a_signed_checkpoint() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let client = server.client().await;
     register_schema(&client).await;
     let js = jetstream::new(client.clone());
@@ -193,7 +201,7 @@ async fn consumers_and_gets_see_the_context_the_chain_and_a_signed_checkpoint() 
         headers.insert("tracestate", "vendor=value");
         assert_eq!(publish(&client, "prov.a", headers).await["seq"], n);
     }
-    tokio::time::sleep(CHECKPOINT_WAIT).await;
+    wait_until_signed(&client, "PROV").await;
 
     let provenance = api(&client, "$SEMAQ.API.STREAM.PROVENANCE.PROV", json!({})).await;
     assert_eq!((provenance["algorithm"].as_str(), provenance["head"]["seq"].as_u64()), (Some("ed25519"), Some(5)));
@@ -246,7 +254,7 @@ async fn consumers_and_gets_see_the_context_the_chain_and_a_signed_checkpoint() 
 
 #[tokio::test]
 async fn checkpoints_come_every_thousand_messages_never_per_message() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let client = server.client().await;
     register_schema(&client).await;
     let js = jetstream::new(client.clone());
@@ -259,7 +267,7 @@ async fn checkpoints_come_every_thousand_messages_never_per_message() {
     for ack in acks {
         ack.await.expect("acked");
     }
-    tokio::time::sleep(CHECKPOINT_WAIT).await;
+    wait_until_signed(&client, "MANY").await;
     let provenance = api(&client, "$SEMAQ.API.STREAM.PROVENANCE.MANY", json!({})).await;
     let seqs: Vec<u64> =
         provenance["checkpoints"].as_array().unwrap().iter().map(|c| c["seq"].as_u64().unwrap()).collect();
@@ -277,7 +285,7 @@ async fn checkpoints_come_every_thousand_messages_never_per_message() {
 
 #[tokio::test]
 async fn level_4_streams_are_append_only() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let client = server.client().await;
     register_schema(&client).await;
     let js = jetstream::new(client.clone());
@@ -294,7 +302,7 @@ async fn level_4_streams_are_append_only() {
     let purged = api(&client, "$JS.API.STREAM.PURGE.PROV", json!({"seq": 3})).await;
     assert_eq!(purged["purged"], 2, "{purged}");
     assert_eq!(publish(&client, "prov.1", full("10")).await["seq"], 5);
-    tokio::time::sleep(CHECKPOINT_WAIT).await;
+    wait_until_signed(&client, "PROV").await;
     let summary = verify_through_api(&client, "PROV").await.expect("verifies from the first stored message");
     assert_eq!((summary.range, summary.anchored), (Some((3, 5)), true));
 
@@ -321,7 +329,7 @@ async fn level_4_streams_are_append_only() {
 
 #[tokio::test]
 async fn memory_streams_chain_and_sign_with_a_key_held_in_memory() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let client = server.client().await;
     register_schema(&client).await;
     let js = jetstream::new(client.clone());
@@ -330,48 +338,14 @@ async fn memory_streams_chain_and_sign_with_a_key_held_in_memory() {
     for n in 1..=3 {
         assert_eq!(publish(&client, "mem", full(&n.to_string())).await["seq"], n);
     }
-    tokio::time::sleep(CHECKPOINT_WAIT).await;
+    wait_until_signed(&client, "MEM").await;
     let summary = verify_through_api(&client, "MEM").await.expect("verifies");
     assert_eq!((summary.verified, summary.signed_through), (3, Some(3)));
 }
 
-/// A server on a store directory the test keeps, so it can be restarted on it.
-struct Broker {
-    child: Child,
-    addr: std::net::SocketAddr,
-}
-
-impl Broker {
-    fn start(store: &Path) -> Self {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_semaq-server"));
-        command.args(["-a", "127.0.0.1", "-p", "-1", "-m", "-1", "-js", "-sd"]).arg(store);
-        let Started { child, addr, .. } = start_process(command);
-        Broker { child, addr }
-    }
-
-    async fn client(&self) -> async_nats::Client {
-        async_nats::connect(format!("nats://{}", self.addr)).await.expect("connect")
-    }
-
-    fn terminate(mut self) {
-        crate::common::unsafe_kill(self.child.id(), "TERM");
-        let status = self.child.wait().expect("wait");
-        assert!(status.success(), "clean exit after SIGTERM: {status}");
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[tokio::test]
 async fn the_chain_and_each_subjects_last_event_time_survive_a_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("store");
-    let broker = Broker::start(&store);
+    let mut broker = SemaqServer::builder().arg("-js").start();
     let client = broker.client().await;
     register_schema(&client).await;
     let js = jetstream::new(client.clone());
@@ -380,9 +354,9 @@ async fn the_chain_and_each_subjects_last_event_time_survive_a_restart() {
     assert_eq!(publish(&client, "prov.a", full("2024-05-01T12:00:00Z")).await["seq"], 1);
     assert_eq!(publish(&client, "prov.b", full("2024-05-01T13:00:00Z")).await["seq"], 2);
     drop(client);
-    broker.terminate();
+    assert_eq!(broker.terminate(), Some(0), "clean exit after SIGTERM");
 
-    let broker = Broker::start(&store);
+    broker.restart();
     let client = broker.client().await;
     let provenance = api(&client, "$SEMAQ.API.STREAM.PROVENANCE.PROV", json!({})).await;
     assert_eq!(provenance["public_key"], key, "the key is kept in the stream's directory");
@@ -393,7 +367,7 @@ async fn the_chain_and_each_subjects_last_event_time_survive_a_restart() {
         "the last time was read back from the store: {late}"
     );
     assert_eq!(publish(&client, "prov.a", full("2024-05-01T12:00:01Z")).await["seq"], 3);
-    tokio::time::sleep(CHECKPOINT_WAIT).await;
+    wait_until_signed(&client, "PROV").await;
     let summary = verify_through_api(&client, "PROV").await.expect("the chain goes on across the restart");
     assert_eq!((summary.verified, summary.signed_through), (3, Some(3)));
 }

@@ -4,8 +4,7 @@ use std::time::Duration;
 
 use async_nats::HeaderMap;
 use futures::StreamExt;
-
-use crate::common::{sync, TestServer};
+use semaq_testkit::{sync, wait_until_async, SemaqServer};
 
 const RECEIVE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -20,7 +19,7 @@ async fn nothing_more(subscriber: &mut async_nats::Subscriber) {
 
 #[tokio::test]
 async fn published_messages_reach_a_subscriber_in_order() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let client = server.client().await;
     let mut subscriber = client.subscribe("greet.joe").await.unwrap();
     client.flush().await.unwrap();
@@ -36,7 +35,7 @@ async fn published_messages_reach_a_subscriber_in_order() {
 
 #[tokio::test]
 async fn single_token_wildcard_matches_one_token_only() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let client = server.client().await;
     let mut subscriber = client.subscribe("orders.*.created").await.unwrap();
     client.flush().await.unwrap();
@@ -50,7 +49,7 @@ async fn single_token_wildcard_matches_one_token_only() {
 
 #[tokio::test]
 async fn tail_wildcard_matches_one_or_more_tokens() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let client = server.client().await;
     let mut subscriber = client.subscribe("ai.>").await.unwrap();
     client.flush().await.unwrap();
@@ -64,7 +63,7 @@ async fn tail_wildcard_matches_one_or_more_tokens() {
 
 #[tokio::test]
 async fn a_queue_group_delivers_each_message_to_exactly_one_member() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let publisher = server.client().await;
     let mut members = Vec::new();
     for _ in 0..3 {
@@ -100,7 +99,7 @@ async fn a_queue_group_delivers_each_message_to_exactly_one_member() {
 
 #[tokio::test]
 async fn request_reply_round_trips() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let responder = server.client().await;
     let mut requests = responder.subscribe("math.double").await.unwrap();
     sync(&responder).await;
@@ -119,7 +118,7 @@ async fn request_reply_round_trips() {
 
 #[tokio::test]
 async fn headers_round_trip() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let client = server.client().await;
     let mut subscriber = client.subscribe("h").await.unwrap();
     client.flush().await.unwrap();
@@ -138,7 +137,7 @@ async fn headers_round_trip() {
 
 #[tokio::test]
 async fn a_request_with_no_responders_fails_at_once() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let client = server.client().await;
     let started = std::time::Instant::now();
     let error = client.request("nobody.home", "?".into()).await.expect_err("no responders");
@@ -148,7 +147,7 @@ async fn a_request_with_no_responders_fails_at_once() {
 
 #[tokio::test]
 async fn auto_unsubscribe_stops_after_max_messages() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let client = server.client().await;
     let internal = server.http_json("/varz")["subscriptions"].as_u64().unwrap();
     let mut subscriber = client.subscribe("limited").await.unwrap();
@@ -163,13 +162,17 @@ async fn auto_unsubscribe_stops_after_max_messages() {
     }
     let end = tokio::time::timeout(RECEIVE_TIMEOUT, subscriber.next()).await.expect("ends");
     assert!(end.is_none(), "subscription ended after 3 messages");
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    wait_until_async("only the server's own subscriptions remain", RECEIVE_TIMEOUT, || {
+        let remain = server.http_json("/varz")["subscriptions"] == internal;
+        async move { remain }
+    })
+    .await;
     assert_eq!(server.http_json("/varz")["subscriptions"], internal, "only the server's own remain");
 }
 
 #[tokio::test]
 async fn echo_off_hides_a_clients_own_messages() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let quiet = async_nats::ConnectOptions::new().no_echo().connect(server.url()).await.unwrap();
     let other = server.client().await;
     let mut own = quiet.subscribe("chat").await.unwrap();
@@ -185,7 +188,7 @@ async fn echo_off_hides_a_clients_own_messages() {
 
 #[tokio::test]
 async fn a_message_over_max_payload_is_refused() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let client = server.client().await;
     assert_eq!(client.server_info().max_payload, 1024 * 1024);
     let error = client.publish("big", vec![0u8; 1024 * 1024 + 1].into()).await.expect_err("too big");
@@ -200,7 +203,7 @@ async fn a_message_over_max_payload_is_refused() {
 
 #[tokio::test]
 async fn monitoring_counts_messages_per_connection() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let internal = server.http_json("/subsz")["num_subscriptions"].as_u64().unwrap();
     let client = async_nats::ConnectOptions::new().name("counter").connect(server.url()).await.unwrap();
     let mut subscriber = client.subscribe("count").await.unwrap();

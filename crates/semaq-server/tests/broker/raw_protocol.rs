@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::common::TestServer;
+use semaq_testkit::{wait_until, SemaqServer};
 
 const SESSION: &[u8] = b"CONNECT {\"verbose\":true,\"headers\":true}\r\nSUB foo.* 1\r\nSUB foo.bar q 2\r\nPUB foo.bar 5\r\nhello\r\nHPUB foo.x 18 20\r\nNATS/1.0\r\nA: b\r\n\r\nhi\r\nUNSUB 1\r\nPUB foo.y 1\r\nz\r\nPING\r\n";
 
@@ -33,7 +33,7 @@ fn assert_session_answer(received: &str) {
 
 #[test]
 fn every_op_pipelined_in_one_write() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let mut raw = server.raw();
     raw.send(SESSION);
     let received = raw.read_until("PONG\r\n");
@@ -42,7 +42,7 @@ fn every_op_pipelined_in_one_write() {
 
 #[test]
 fn every_op_answers_the_same_when_sent_one_byte_at_a_time() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let mut raw = server.raw();
     raw.send_bytewise(SESSION);
     let received = raw.read_until("PONG\r\n");
@@ -51,25 +51,26 @@ fn every_op_answers_the_same_when_sent_one_byte_at_a_time() {
 
 #[test]
 fn a_split_at_every_byte_boundary_gives_the_same_answer() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     for split in (0..SESSION.len()).step_by(7) {
         let mut raw = server.raw();
         raw.send(&SESSION[..split]);
+        // Pacing: the two halves leave in separate segments, so the server reads them apart.
         std::thread::sleep(Duration::from_millis(2));
         raw.send(&SESSION[split..]);
         let received = raw.read_until("PONG\r\n");
         assert_session_answer(&received);
         drop(raw);
         // The next round reuses the queue group; wait until this member has left it.
-        while server.http_json("/varz")["connections"] != 0 {
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        wait_until("the previous connection closed", Duration::from_secs(5), || {
+            server.http_json("/varz")["connections"] == 0
+        });
     }
 }
 
 #[test]
 fn ops_are_case_insensitive_and_ping_gets_pong() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let mut raw = server.raw();
     raw.send(b"connect {}\r\nsub a 1\r\npub a 2\r\nhi\r\nping\r\n");
     raw.expect("MSG a 1 2\r\nhi\r\n");
@@ -78,7 +79,7 @@ fn ops_are_case_insensitive_and_ping_gets_pong() {
 
 #[test]
 fn unknown_operations_are_refused_and_the_server_stays_up() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     for bad in [&b"FOO BAR\r\n"[..], b"PUB\r\n", b"PUB a -1\r\n", b"SUB\r\n", b"UNSUB\r\n", b"MSG a 1 1\r\n"] {
         let mut raw = server.raw();
         raw.send(b"CONNECT {}\r\n");
@@ -93,7 +94,7 @@ fn unknown_operations_are_refused_and_the_server_stays_up() {
 
 #[test]
 fn a_wrong_byte_count_is_a_protocol_error() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let mut raw = server.raw();
     raw.send(b"CONNECT {}\r\nPUB a 2\r\nhello\r\n");
     raw.expect("-ERR 'Unknown Protocol Operation'");
@@ -102,7 +103,7 @@ fn a_wrong_byte_count_is_a_protocol_error() {
 
 #[test]
 fn bad_subjects_are_refused_and_the_connection_stays_open() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let mut raw = server.raw();
     raw.send(b"CONNECT {}\r\nPUB foo.* 1\r\nx\r\n");
     raw.expect("-ERR 'Invalid Publish Subject'");
@@ -118,7 +119,7 @@ fn bad_subjects_are_refused_and_the_connection_stays_open() {
 
 #[test]
 fn an_oversize_control_line_closes_the_connection() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let mut raw = server.raw();
     let long = format!("SUB {} 1\r\n", "a".repeat(5000));
     raw.send(long.as_bytes());
@@ -129,7 +130,7 @@ fn an_oversize_control_line_closes_the_connection() {
 
 #[test]
 fn unsub_with_max_delivers_that_many_then_stops() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let mut raw = server.raw();
     raw.send(b"CONNECT {\"verbose\":false}\r\nSUB a 1\r\nUNSUB 1 2\r\nPUB a 1\r\n1\r\nPUB a 1\r\n2\r\nPUB a 1\r\n3\r\nPING\r\n");
     let received = raw.read_until("PONG\r\n");
@@ -138,7 +139,7 @@ fn unsub_with_max_delivers_that_many_then_stops() {
 
 #[test]
 fn headers_are_stripped_for_clients_that_did_not_ask_for_them() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let mut raw = server.raw();
     raw.send(
         b"CONNECT {\"headers\":false,\"verbose\":false}\r\nSUB a 1\r\nHPUB a 12 14\r\nNATS/1.0\r\n\r\nhi\r\nPING\r\n",

@@ -5,14 +5,12 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, stream};
 use futures::StreamExt;
+use semaq_testkit::SemaqServer;
 use serde_json::{json, Value};
-
-use crate::common::TestServer;
 
 /// An HTTP/1.0 request to the monitoring port: (status, JSON body).
 fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
@@ -35,9 +33,9 @@ fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&Value>) -> (u1
     (status, serde_json::from_str(body).unwrap_or(Value::String(body.to_string())))
 }
 
-fn register(server: &TestServer, subject: &str, schema: &Value, schema_type: &str) -> u64 {
+fn register(server: &SemaqServer, subject: &str, schema: &Value, schema_type: &str) -> u64 {
     let body = json!({"schema": schema.to_string(), "schemaType": schema_type});
-    let (status, answer) = http(server.http.unwrap(), "POST", &format!("/subjects/{subject}/versions"), Some(&body));
+    let (status, answer) = http(server.http_addr(), "POST", &format!("/subjects/{subject}/versions"), Some(&body));
     assert_eq!(status, 200, "{answer}");
     answer["id"].as_u64().unwrap()
 }
@@ -102,7 +100,7 @@ async fn consumed(js: &jetstream::Context, stream: &str) -> Vec<Vec<u8>> {
 
 #[tokio::test]
 async fn l2_streams_store_only_what_matches_their_json_schema() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     register(&server, "ai-event-json", &serde_json::from_str(EVENT_JSON_SCHEMA).unwrap(), "JSON");
     let client = server.client().await;
     let js = jetstream::new(client.clone());
@@ -128,7 +126,7 @@ async fn l2_streams_store_only_what_matches_their_json_schema() {
 
 #[tokio::test]
 async fn l2_streams_validate_avro_json_and_confluent_wire_format() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let id = register(&server, "ai-event-avro", &event_avro(), "AVRO") as u32;
     let other = register(&server, "other", &json!("string"), "AVRO") as u32;
     let client = server.client().await;
@@ -163,7 +161,7 @@ async fn l2_streams_validate_avro_json_and_confluent_wire_format() {
 
 #[tokio::test]
 async fn an_l2_stream_needs_an_existing_subject_and_version() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let js = jetstream::new(server.client().await);
     let error = js.create_stream(l2_stream("NOPE", "nope.>", "missing-subject")).await.unwrap_err().to_string();
     assert!(error.contains("missing-subject"), "{error}");
@@ -184,7 +182,7 @@ async fn schema_api(client: &async_nats::Client, operation: &str, body: Value) -
 
 #[tokio::test]
 async fn the_schema_api_over_nats_mirrors_the_rest_api() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let client = server.client().await;
     let v1 = event_avro();
     let answer = schema_api(&client, "REGISTER", json!({"subject": "ev", "schema": v1.to_string()})).await;
@@ -214,8 +212,8 @@ async fn the_schema_api_over_nats_mirrors_the_rest_api() {
 
 #[test]
 fn the_rest_api_answers_with_confluent_shapes_and_errors() {
-    let server = TestServer::start();
-    let addr = server.http.unwrap();
+    let server = SemaqServer::start();
+    let addr = server.http_addr();
     let id = register(&server, "orders-value", &event_avro(), "AVRO");
     assert_eq!(http(addr, "GET", "/subjects", None), (200, json!(["orders-value"])));
     let (_, latest) = http(addr, "GET", "/subjects/orders-value/versions/latest", None);
@@ -244,35 +242,29 @@ fn the_rest_api_answers_with_confluent_shapes_and_errors() {
     assert_eq!(http(addr, "DELETE", "/subjects/orders-value?permanent=true", None).1, json!([1]));
 }
 
-fn start_on(store: &Path) -> TestServer {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_semaq-server"));
-    command.args(["-a", "127.0.0.1", "-p", "-1", "-m", "-1", "-sd"]).arg(store);
-    TestServer::spawn(command, tempfile::tempdir().unwrap())
+fn start_on(store: &Path) -> SemaqServer {
+    SemaqServer::builder().store(store).start()
 }
 
 #[test]
 fn the_registry_survives_a_restart_and_a_damaged_file_stops_startup() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
-    let server = start_on(&store);
+    let mut server = start_on(&store);
     let id = register(&server, "kept", &event_avro(), "AVRO");
-    http(server.http.unwrap(), "PUT", "/config/kept", Some(&json!({"compatibility": "FULL_TRANSITIVE"})));
+    http(server.http_addr(), "PUT", "/config/kept", Some(&json!({"compatibility": "FULL_TRANSITIVE"})));
     assert_eq!(server.terminate(), Some(0));
 
-    let server = start_on(&store);
-    let (_, latest) = http(server.http.unwrap(), "GET", "/subjects/kept/versions/latest", None);
+    let mut server = start_on(&store);
+    let (_, latest) = http(server.http_addr(), "GET", "/subjects/kept/versions/latest", None);
     assert_eq!(latest["id"], id);
-    assert_eq!(http(server.http.unwrap(), "GET", "/config/kept", None).1["compatibilityLevel"], "FULL_TRANSITIVE");
+    assert_eq!(http(server.http_addr(), "GET", "/config/kept", None).1["compatibilityLevel"], "FULL_TRANSITIVE");
     assert_eq!(server.terminate(), Some(0));
 
     let file = store.join("registry").join("registry.json");
     let bytes = std::fs::read(&file).unwrap();
     std::fs::write(&file, &bytes[..bytes.len() - 10]).unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_semaq-server"))
-        .args(["-a", "127.0.0.1", "-p", "-1", "-sd"])
-        .arg(&store)
-        .output()
-        .unwrap();
+    let output = SemaqServer::builder().store(&store).no_monitoring().output();
     assert!(!output.status.success(), "started on a truncated registry file");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("registry.json") && stderr.contains("truncated"), "{stderr}");
@@ -282,9 +274,9 @@ const EVENT_PROTO: &str = "syntax = \"proto3\";\npackage ai;\nmessage AiEvent {\
 
 #[tokio::test]
 async fn l2_streams_validate_protobuf_json_and_confluent_wire_format() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let body = json!({"schema": EVENT_PROTO, "schemaType": "PROTOBUF"});
-    let (status, answer) = http(server.http.unwrap(), "POST", "/subjects/ai-event-proto/versions", Some(&body));
+    let (status, answer) = http(server.http_addr(), "POST", "/subjects/ai-event-proto/versions", Some(&body));
     assert_eq!(status, 200, "{answer}");
     let id = answer["id"].as_u64().unwrap() as u32;
     let client = server.client().await;
@@ -317,7 +309,7 @@ async fn l2_streams_validate_protobuf_json_and_confluent_wire_format() {
 
 #[tokio::test]
 async fn l2_messages_record_their_producer_and_message_id() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     register(&server, "lineage", &serde_json::from_str(EVENT_JSON_SCHEMA).unwrap(), "JSON");
     let client = async_nats::ConnectOptions::new().name("trainer-7").connect(server.url()).await.unwrap();
     let js = jetstream::new(client.clone());
@@ -344,13 +336,13 @@ const ADDRESS_AVRO: &str =
 const ORDER_AVRO: &str = r#"{"type": "record", "name": "Order", "namespace": "shop", "fields": [
     {"name": "id", "type": "long"}, {"name": "ship_to", "type": "geo.Address"}]}"#;
 
-fn post(server: &TestServer, path: &str, body: Value) -> (u16, Value) {
-    http(server.http.unwrap(), "POST", path, Some(&body))
+fn post(server: &SemaqServer, path: &str, body: Value) -> (u16, Value) {
+    http(server.http_addr(), "POST", path, Some(&body))
 }
 
 #[test]
 fn schema_references_register_show_and_protect_what_they_refer_to() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let (_, address) = post(&server, "/subjects/geo-address/versions", json!({"schema": ADDRESS_AVRO}));
     let address_id = address["id"].as_u64().unwrap();
     let order = json!({"schema": ORDER_AVRO,
@@ -361,7 +353,7 @@ fn schema_references_register_show_and_protect_what_they_refer_to() {
     assert_ne!(order_id, address_id);
     // The same text and references again: the same id, no new version.
     assert_eq!(post(&server, "/subjects/orders-value/versions", order.clone()).1["id"], order_id);
-    let addr = server.http.unwrap();
+    let addr = server.http_addr();
     let (_, latest) = http(addr, "GET", "/subjects/orders-value/versions/latest", None);
     assert_eq!(latest["references"], json!([{"name": "geo.Address", "subject": "geo-address", "version": 1}]));
     assert_eq!(http(addr, "GET", &format!("/schemas/ids/{order_id}"), None).1["references"], latest["references"]);
@@ -380,7 +372,7 @@ fn schema_references_register_show_and_protect_what_they_refer_to() {
 
 #[tokio::test]
 async fn protobuf_imports_are_references_over_nats() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     let client = server.client().await;
     let address = "syntax = \"proto3\";\npackage geo;\nmessage Address { string city = 1; }\n";
     let order = "syntax = \"proto3\";\npackage shop;\nimport \"geo/address.proto\";\nmessage Order { int64 id = 1; geo.Address ship_to = 2; }\n";
@@ -402,7 +394,7 @@ async fn protobuf_imports_are_references_over_nats() {
 
 #[tokio::test]
 async fn l2_streams_validate_against_schemas_with_references() {
-    let server = TestServer::start();
+    let server = SemaqServer::start();
     post(&server, "/subjects/geo-address/versions", json!({"schema": ADDRESS_AVRO}));
     let order = json!({"schema": ORDER_AVRO,
         "references": [{"name": "geo.Address", "subject": "geo-address", "version": 1}]});
@@ -429,8 +421,8 @@ async fn l2_streams_validate_against_schemas_with_references() {
 
 #[test]
 fn modes_contexts_and_listings_answer_as_confluent() {
-    let server = TestServer::start();
-    let addr = server.http.unwrap();
+    let server = SemaqServer::start();
+    let addr = server.http_addr();
     let v1 = event_avro();
     register(&server, "orders-value", &v1, "AVRO");
     register(&server, "users-value", &json!("string"), "AVRO");
@@ -483,8 +475,8 @@ fn modes_contexts_and_listings_answer_as_confluent() {
 
 #[test]
 fn import_mode_registers_schemas_under_their_own_ids() {
-    let server = TestServer::start();
-    let addr = server.http.unwrap();
+    let server = SemaqServer::start();
+    let addr = server.http_addr();
     assert_eq!(http(addr, "PUT", "/mode", Some(&json!({"mode": "IMPORT"}))).1, json!({"mode": "IMPORT"}));
     let (status, answer) =
         post(&server, "/subjects/copied/versions", json!({"schema": "\"string\"", "id": 42, "version": 3}));

@@ -5,8 +5,7 @@ use std::path::{Path, PathBuf};
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose,
 };
-
-use crate::common::TestServer;
+use semaq_testkit::SemaqServer;
 
 /// PEM files of a CA, a server certificate for 127.0.0.1/localhost and a client certificate.
 struct Pki {
@@ -47,14 +46,14 @@ fn pki(dir: &Path) -> Pki {
     }
 }
 
-fn tls_server(pki: &Pki, verify: bool) -> TestServer {
+fn tls_server(pki: &Pki, verify: bool) -> SemaqServer {
     let (cert, key, ca) =
         (pki.server_cert.to_str().unwrap(), pki.server_key.to_str().unwrap(), pki.ca.to_str().unwrap());
     let mut args = vec!["--tls", "--tlscert", cert, "--tlskey", key];
     if verify {
         args.extend(["--tlsverify", "--tlscacert", ca]);
     }
-    TestServer::with_args(&args)
+    SemaqServer::with_args(&args)
 }
 
 #[tokio::test]

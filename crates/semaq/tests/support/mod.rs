@@ -1,98 +1,52 @@
-//! A `semaq-server` for CLI tests, and helpers to run `semaq` against it.
-//!
-//! Cargo gives this crate's tests only `semaq`'s own binaries, so `semaq-server` is found next to
-//! `semaq` in the same target directory; `cargo test --workspace` (`./scripts/test`) builds it.
-//! With only `cargo test -p semaq` it may be missing, and the test says so and skips.
+//! Running the `semaq` CLI in tests. Servers come from `semaq-testkit`: its `semaq-server` is the
+//! one next to `semaq` in the same target directory. `cargo test --workspace` (`./scripts/test`)
+//! builds it before any test runs; with `cargo test -p semaq` alone build it first with
+//! `cargo build -p semaq-server`. A missing `semaq-server` (or `nats-server`) fails the test.
 
 // Each test binary uses a subset of these helpers.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
-const SEMAQ: &str = env!("CARGO_BIN_EXE_semaq");
+use semaq_testkit::{output_within, SemaqServer};
 
-/// A semaq-server on a random loopback port with its store in a temp dir, killed on drop.
-pub struct SemaqServer {
-    /// `nats://host:port`.
-    pub url: String,
-    child: Child,
-    /// The server's working directory (and the CLI's).
-    pub dir: tempfile::TempDir,
+/// The `semaq` binary under test.
+pub const SEMAQ: &str = env!("CARGO_BIN_EXE_semaq");
+/// Bound on one `semaq` run (benches included), so a hung run fails instead of hanging.
+pub const RUN_LIMIT: Duration = Duration::from_secs(300);
+
+/// `semaq ARGS`, without the environment's `SEMAQ_URL` / `NATS_URL`.
+pub fn semaq_command(args: &[&str]) -> Command {
+    let mut command = Command::new(SEMAQ);
+    command.args(args).env_remove("SEMAQ_URL").env_remove("NATS_URL");
+    command
 }
 
-impl SemaqServer {
-    /// Starts a server, or `None` (the test skips) when the binary is not built.
-    pub fn start(test: &str) -> Option<SemaqServer> {
-        let program = server_path();
-        if !program.is_file() {
-            eprintln!("skipping {test}: {} is not built (cargo build -p semaq-server)", program.display());
-            return None;
-        }
-        let dir = tempfile::tempdir().expect("temp dir");
-        let (child, url) = spawn_server(&["-a", "127.0.0.1", "-p", "-1", "-m", "-1"], &dir.path().join("store"));
-        Some(SemaqServer { url, child, dir })
-    }
+/// `semaq ARGS --server URL`.
+pub fn semaq_at(url: &str, args: &[&str]) -> Command {
+    let mut command = semaq_command(args);
+    command.args(["--server", url]);
+    command
+}
 
+/// Runs `command` to its end within [`RUN_LIMIT`].
+pub fn run(command: Command) -> Output {
+    output_within(command, RUN_LIMIT)
+}
+
+/// Runs `semaq` against a [`SemaqServer`].
+pub trait Semaq {
     /// Runs `semaq ARGS --server URL` in the server's temp dir.
-    pub fn semaq(&self, args: &[&str]) -> Output {
-        Command::new(SEMAQ)
-            .args(args)
-            .args(["--server", &self.url])
-            .current_dir(self.dir.path())
-            .env_remove("SEMAQ_URL")
-            .env_remove("NATS_URL")
-            .output()
-            .expect("semaq runs")
-    }
+    fn semaq(&self, args: &[&str]) -> Output;
 }
 
-impl Drop for SemaqServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+impl Semaq for SemaqServer {
+    fn semaq(&self, args: &[&str]) -> Output {
+        let mut command = semaq_at(&self.url(), args);
+        command.current_dir(self.dir());
+        run(command)
     }
-}
-
-/// Starts `semaq-server ARGS -sd STORE` and waits until it is ready; the child and its client URL.
-pub fn spawn_server(args: &[&str], store: &Path) -> (Child, String) {
-    let mut child = Command::new(server_path())
-        .args(args)
-        .arg("-sd")
-        .arg(store)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("semaq-server starts");
-    let stderr = child.stderr.take().expect("stderr piped");
-    let (sender, log) = mpsc::channel();
-    std::thread::spawn(move || {
-        // Keep draining so the server never blocks on a full pipe.
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = sender.send(line);
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut address = None;
-    loop {
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        let line = log.recv_timeout(remaining).expect("semaq-server did not become ready");
-        if let Some(rest) = line.split("Listening for client connections on ").nth(1) {
-            address = Some(rest.trim().to_string());
-        }
-        if line.contains("Server is ready") {
-            break;
-        }
-    }
-    (child, format!("nats://{}", address.expect("client address logged")))
-}
-
-pub fn server_path() -> PathBuf {
-    let semaq = Path::new(SEMAQ);
-    semaq.with_file_name(format!("semaq-server{}", std::env::consts::EXE_SUFFIX))
 }
 
 pub fn stdout_of(output: &Output) -> String {
