@@ -9,7 +9,7 @@
 //! The modules form layers, bottom to top; a module uses only those below it (and those before
 //! it in its own layer), so no import cycle spans two modules. `architecture.rs` tests this.
 //!
-//! 1. **Basics:** [`limits`] (every default bound), [`clock`], [`sync`] (lock helpers, byte
+//! 1. **Basics:** [`limits`] (every default bound), [`sync`] (lock helpers, byte
 //!    budgets), [`stats`], [`identity`], [`options`] filled by [`config_file`] (nats-server's
 //!    format) and [`flags`] (its command line), [`auth`], [`tls`].
 //! 2. **Routing:** [`router`] (the subject trie), [`outbound`] (each client's bounded buffer and
@@ -29,7 +29,6 @@
 pub mod auth;
 pub mod bus;
 pub mod client;
-pub mod clock;
 pub mod config_file;
 pub mod connection;
 pub mod delivery;

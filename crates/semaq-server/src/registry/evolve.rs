@@ -52,7 +52,7 @@ impl Evolver {
     ) -> Outcome {
         let (outcome, evolution) = self.inner.attempt(registry, bound, object, valid);
         if let Some(evolution) = evolution {
-            let event = evolution.event(&crate::clock::rfc3339(std::time::SystemTime::now()));
+            let event = evolution.event(&semaq_wire::clock::rfc3339(std::time::SystemTime::now()));
             self.pending.push(event.to_string());
         }
         outcome
