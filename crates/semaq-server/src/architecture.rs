@@ -12,7 +12,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("basics", &["limits", "sync", "stats", "identity", "options", "config_file", "flags", "auth", "tls"]),
     ("routing", &["router", "outbound", "client", "delivery"]),
     ("bus", &["bus"]),
-    ("subsystems", &["registry", "filter", "connection"]),
+    ("subsystems", &["registry", "filter", "agents", "connection"]),
     ("jetstream", &["jetstream"]),
     ("edges", &["monitor", "server"]),
 ];

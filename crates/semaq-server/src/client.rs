@@ -43,6 +43,9 @@ pub struct Client {
     pub inbound: Traffic,
     /// Subscriptions currently held.
     pub subscriptions: AtomicUsize,
+    /// Routed requests this connection has been handed and not yet answered: while above zero,
+    /// its publishes are shown to the agent network, which watches for the replies.
+    pub replies_owed: AtomicUsize,
     /// Set once at CONNECT.
     details: OnceLock<ClientDetails>,
     /// Copied out of `details` for the per-message checks.
@@ -63,6 +66,7 @@ impl Client {
             outbound: Outbound::new(pending_bytes_max),
             inbound: Traffic::default(),
             subscriptions: AtomicUsize::new(0),
+            replies_owed: AtomicUsize::new(0),
             details: OnceLock::new(),
             echo: AtomicBool::new(true),
             headers: AtomicBool::new(false),
@@ -74,6 +78,16 @@ impl Client {
     /// CONNECT details, once received.
     pub fn details(&self) -> Option<&ClientDetails> {
         self.details.get()
+    }
+
+    /// Whether routed requests await replies from this connection.
+    pub fn owes_replies(&self) -> bool {
+        self.replies_owed.load(Ordering::Relaxed) > 0
+    }
+
+    /// Whether the client asked to be told at once when a request reaches nobody (a 503).
+    pub fn wants_no_responders(&self) -> bool {
+        self.details().is_some_and(|d| d.options.no_responders && d.options.headers)
     }
 
     /// Whether the client wants its own messages back.

@@ -18,6 +18,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 
+use crate::agents::Agents;
 use crate::auth::{Authenticator, ClientPermissions, Grant};
 use crate::bus::Bus;
 use crate::client::{Client, ClientDetails};
@@ -43,6 +44,8 @@ pub struct Context {
     pub info: ServerInfo,
     /// Filtered subscriptions, which end with the connection that made them.
     pub filters: Arc<Filters>,
+    /// The agent network, which watches agents' replies and forgets a closed connection's agents.
+    pub agents: Arc<Agents>,
 }
 
 impl std::fmt::Debug for Context {
@@ -110,6 +113,7 @@ where
     context.bus.unregister(&client, reason);
     // After unregister: a filtered subscription is only created while its requester is open.
     context.filters.connection_closed(client.id);
+    context.agents.connection_closed(client.id);
 }
 
 /// The reader's private state for one connection.
@@ -310,6 +314,9 @@ impl Connection {
         if !self.may_publish(&publish.subject) {
             self.send_err(&format!("Permissions Violation for Publish to \"{}\"", publish.subject));
             return;
+        }
+        if self.client.owes_replies() {
+            self.context.agents.observe_reply(self.client.id, &publish.subject, publish.headers.as_deref());
         }
         let message = Message {
             subject: &publish.subject,

@@ -20,12 +20,14 @@
 //!    `Weak<Bus>`), never the whole server.
 //! 4. **Subsystems:** [`registry`] (the schema registry's REST and NATS APIs over the
 //!    `semaq-registry` crate), [`filter`] (CEL content filters, filtered subscriptions),
-//!    [`connection`] (one client).
+//!    [`agents`] (the agent network: intent routing by learned weights), [`connection`]
+//!    (one client).
 //! 5. **[`jetstream`]:** streams and consumers, with the handles they use in
 //!    [`jetstream::Services`] (bus, registry, filters, options).
 //! 6. **Edges:** [`monitor`] (the HTTP endpoints) and [`server`], the only place that builds the
 //!    whole and wires it.
 
+pub mod agents;
 pub mod auth;
 pub mod bus;
 pub mod client;

@@ -186,3 +186,41 @@ pub const ATOMIC_BATCH_TAIL_SCAN_MESSAGES_MAX: u64 = ATOMIC_BATCH_MESSAGES_MAX a
 /// Double-ack confirmations one L3 consumer holds while its state is being saved; beyond this an
 /// ack is applied but not confirmed (the client's double ack times out and it acks again).
 pub const ACK_CONFIRMATIONS_PENDING_MAX: usize = 64 * 1024;
+
+// The agent network (SPEC §6).
+
+/// How often agents beat (configurable: `agents.heartbeat_interval`); SPEC §6 says at least every 2 s.
+pub const AGENT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(2);
+/// Beats an agent may miss before it expires (configurable: `agents.heartbeats_missed_max`).
+pub const AGENT_HEARTBEATS_MISSED_MAX: u32 = 3;
+/// Longest a request waits for free capacity before its 503 (configurable: `agents.wait`).
+pub const AGENT_WAIT: Duration = Duration::from_secs(5);
+/// Longest a routed request may go unanswered (configurable: `agents.request_timeout`). LLM
+/// calls take seconds; a minute leaves room for long generations.
+pub const AGENT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often expiries, waits and timeouts are checked: the precision of all three.
+pub const AGENT_SWEEP_INTERVAL: Duration = Duration::from_millis(50);
+/// Live agents per server.
+pub const AGENTS_MAX: usize = 10_000;
+/// Requests in flight to one agent when its heartbeat names no capacity.
+pub const AGENT_CAPACITY_DEFAULT: u32 = 16;
+/// Largest capacity an agent may announce.
+pub const AGENT_CAPACITY_MAX: u32 = 4096;
+/// Longest agent id.
+pub const AGENT_ID_BYTES_MAX: usize = 128;
+/// Longest intent name.
+pub const INTENT_NAME_BYTES_MAX: usize = 128;
+/// Intents one agent may serve.
+pub const INTENTS_PER_AGENT_MAX: usize = 64;
+/// Longest agent inbox subject.
+pub const AGENT_INBOX_BYTES_MAX: usize = 256;
+/// Longest description of one intent.
+pub const AGENT_DESCRIPTION_BYTES_MAX: usize = 1024;
+/// Requests waiting for capacity, per intent; one more gets its 503 at once.
+pub const AGENT_WAITING_MESSAGES_MAX: usize = 4096;
+/// Bytes of requests waiting for capacity, all intents together.
+pub const AGENT_WAITING_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Sessions remembered (to count moves and sessions held); the oldest are forgotten first.
+pub const AGENT_SESSIONS_TRACKED_MAX: usize = 64 * 1024;
+/// Agents one routed message is offered to before it counts as unroutable.
+pub const AGENT_HANDOFF_TRIES_MAX: usize = 3;

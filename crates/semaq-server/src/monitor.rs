@@ -13,6 +13,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
+use crate::agents::Agents;
 use crate::bus::Bus;
 use crate::client::Client;
 use crate::filter::Filters;
@@ -43,6 +44,8 @@ pub struct Monitor {
     pub registry: Arc<Registry>,
     /// Filter counters and filtered subscriptions.
     pub filters: Arc<Filters>,
+    /// The agent network.
+    pub agents: Arc<Agents>,
     /// Streams and consumers, when JetStream is on.
     pub jetstream: Option<Arc<JetStream>>,
 }
@@ -55,6 +58,7 @@ pub async fn serve(monitor: Arc<Monitor>, listener: TcpListener) {
         .route("/connz", get(connz))
         .route("/subsz", get(subsz))
         .route("/healthz", get(healthz))
+        .route("/semaq/agents", get(agents))
         .with_state(monitor.clone())
         .merge(crate::registry::http::routes().with_state(monitor.registry.clone()))
         .merge(crate::jetstream::provenance::api::routes().with_state(monitor.jetstream.clone()));
@@ -79,6 +83,10 @@ pub fn resident_memory_bytes() -> u64 {
         .find_map(|line| line.strip_prefix("VmRSS:"))
         .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         .map_or(0, |kib| kib * 1024)
+}
+
+async fn agents(State(monitor): State<Arc<Monitor>>) -> Json<Value> {
+    Json(monitor.agents.snapshot())
 }
 
 async fn varz(State(monitor): State<Arc<Monitor>>) -> Json<Value> {

@@ -64,6 +64,45 @@ pub struct Options {
     pub trace: bool,
     /// Named accounts with their users.
     pub accounts: Vec<Account>,
+    /// The agent network: heartbeats, waits, timeouts, service discovery.
+    pub agents: AgentOptions,
+}
+
+/// How the agent network judges liveness and waits (config block `agents { }`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentOptions {
+    /// How often agents are expected to beat, and how often services are asked `$SRV.INFO`.
+    pub heartbeat_interval: Duration,
+    /// Beats an agent may miss before it expires.
+    pub heartbeats_missed_max: u32,
+    /// Longest a request waits for an agent with free capacity before its 503.
+    pub wait: Duration,
+    /// Longest a routed request may go unanswered before it counts as a timeout.
+    pub request_timeout: Duration,
+    /// Whether NATS services (`$SRV.INFO`) are discovered as agents.
+    pub service_discovery: bool,
+    /// Service endpoint subjects routed as intents of the same name, metadata or not.
+    pub service_subjects: Vec<String>,
+}
+
+impl Default for AgentOptions {
+    fn default() -> Self {
+        Self {
+            heartbeat_interval: limits::AGENT_HEARTBEAT_INTERVAL,
+            heartbeats_missed_max: limits::AGENT_HEARTBEATS_MISSED_MAX,
+            wait: limits::AGENT_WAIT,
+            request_timeout: limits::AGENT_REQUEST_TIMEOUT,
+            service_discovery: true,
+            service_subjects: Vec::new(),
+        }
+    }
+}
+
+impl AgentOptions {
+    /// Silence after which an agent has expired.
+    pub fn expiry(&self) -> Duration {
+        self.heartbeat_interval.saturating_mul(self.heartbeats_missed_max.max(1))
+    }
 }
 
 impl Default for Options {
@@ -97,6 +136,7 @@ impl Default for Options {
             debug: false,
             trace: false,
             accounts: Vec::new(),
+            agents: AgentOptions::default(),
         }
     }
 }

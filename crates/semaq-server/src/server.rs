@@ -42,6 +42,9 @@ pub enum StartError {
     /// The schema registry's file is unreadable or damaged.
     #[error(transparent)]
     Registry(#[from] crate::registry::store::StoreFileError),
+    /// The agent network's subscriptions could not be made.
+    #[error("cannot start the agent network: {0}")]
+    Agents(crate::router::RouterError),
     /// JetStream could not start.
     #[error(transparent)]
     JetStream(#[from] crate::jetstream::JetStreamError),
@@ -81,6 +84,7 @@ impl Server {
         let registry = crate::registry::start(&bus, &options)?;
         let filters = Arc::new(Filters::new(bus.clone(), Some(registry.clone())));
         crate::filter::subscriptions::start(&filters);
+        let agents = crate::agents::start(&bus, &options.agents).map_err(StartError::Agents)?;
         let jetstream = match options.jetstream {
             true => Some(start_jetstream(&bus, &registry, &filters, &options, &identity)?),
             false => None,
@@ -97,9 +101,10 @@ impl Server {
             tls_required: tls.is_some(),
             registry,
             filters: filters.clone(),
+            agents: agents.clone(),
             jetstream,
         });
-        let context = Arc::new(Context { bus, options, auth, tls, info, filters });
+        let context = Arc::new(Context { bus, options, auth, tls, info, filters, agents });
         Ok(Self { context, monitor, listener, http_listener })
     }
 

@@ -181,6 +181,7 @@ impl Mapper<'_> {
             "authorization" => self.authorization(value)?,
             "tls" => self.tls(value)?,
             "jetstream" => self.jetstream(value)?,
+            "agents" => self.agents(value)?,
             "accounts" => self.accounts(value)?,
             _ => self.unknown(entry, ""),
         }
@@ -445,6 +446,37 @@ impl Mapper<'_> {
             }
         }
         Ok(enabled)
+    }
+
+    /// `agents { heartbeat_interval, heartbeats_missed_max, wait, request_timeout,
+    /// service_discovery, service_subjects }`.
+    fn agents(&mut self, value: &Value) -> Result<(), ConfigError> {
+        for entry in &block("agents", value)?.entries {
+            let v = &entry.value;
+            let agents = &mut self.options.agents;
+            match entry.key.to_ascii_lowercase().as_str() {
+                "heartbeat_interval" => agents.heartbeat_interval = positive_duration("agents.heartbeat_interval", v)?,
+                "heartbeats_missed_max" => {
+                    let missed = integer("agents.heartbeats_missed_max", v)?;
+                    agents.heartbeats_missed_max = u32::try_from(missed)
+                        .ok()
+                        .filter(|n| (1..=100).contains(n))
+                        .ok_or_else(|| invalid(&v.at, "agents.heartbeats_missed_max must be 1 to 100".to_string()))?;
+                }
+                "wait" => agents.wait = duration("agents.wait", v)?,
+                "request_timeout" => agents.request_timeout = positive_duration("agents.request_timeout", v)?,
+                "service_discovery" => agents.service_discovery = boolean("agents.service_discovery", v)?,
+                "service_subjects" => {
+                    let Kind::Array(items) = &v.kind else {
+                        return Err(wrong_type("agents.service_subjects", "an array of subjects", v));
+                    };
+                    agents.service_subjects =
+                        items.iter().map(|item| string("agents.service_subjects", item)).collect::<Result<_, _>>()?;
+                }
+                _ => self.unknown(entry, "agents"),
+            }
+        }
+        Ok(())
     }
 
     fn accounts(&mut self, value: &Value) -> Result<(), ConfigError> {
@@ -724,6 +756,14 @@ fn or_default(duration: Duration, default: Duration) -> Duration {
 }
 
 /// A duration: a Go duration string, or a number of seconds.
+fn positive_duration(key: &str, value: &Value) -> Result<Duration, ConfigError> {
+    let given = duration(key, value)?;
+    if given.is_zero() {
+        return Err(invalid(&value.at, format!("{key} must be longer than zero")));
+    }
+    Ok(given)
+}
+
 fn duration(key: &str, value: &Value) -> Result<Duration, ConfigError> {
     let negative = || invalid(&value.at, format!("\"{key}\" cannot be negative, found {}", value.text));
     match &value.kind {

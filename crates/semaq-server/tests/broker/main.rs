@@ -2,6 +2,7 @@
 //! One test binary keeps link time down; each module is one area of behaviour. Servers are
 //! started with `semaq-testkit`.
 
+mod agents;
 mod auth;
 mod crash;
 mod exactly_once;

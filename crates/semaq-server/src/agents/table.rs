@@ -1,0 +1,557 @@
+//! The agent network's state: live agents, the synapses of each intent, requests in flight and
+//! requests waiting. Every method runs under the one `Agents` lock and does no I/O: callers
+//! decide here, then deliver outside the lock.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde_json::{json, Value};
+
+use super::affinity::{self, Candidate};
+use super::announce::{AnnounceError, Announcement};
+use super::synapse::{pick_of_two, Outcome, Synapse};
+use super::waiting::Waiting;
+use crate::client::Client;
+use crate::limits;
+
+/// How an agent joined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// `$SEMAQ.AGENT.HB` heartbeats.
+    Heartbeat,
+    /// A NATS service's `$SRV.INFO` reply.
+    Service,
+}
+
+impl Source {
+    fn as_str(self) -> &'static str {
+        match self {
+            Source::Heartbeat => "heartbeat",
+            Source::Service => "service",
+        }
+    }
+}
+
+/// One live agent.
+#[derive(Debug)]
+struct Agent {
+    announcement: Announcement,
+    client: Arc<Client>,
+    source: Source,
+    in_flight: u32,
+    last_seen_us: u64,
+    joined_us: u64,
+}
+
+/// Counts per (intent, agent).
+#[derive(Debug, Default, Clone, Copy)]
+struct Tally {
+    routed: u64,
+    ok: u64,
+    errors: u64,
+    timeouts: u64,
+    refused: u64,
+}
+
+#[derive(Debug)]
+struct Member {
+    agent_id: Arc<str>,
+    synapse: Synapse,
+    tally: Tally,
+}
+
+/// Counts per intent.
+#[derive(Debug, Default, Clone, Copy)]
+struct IntentTally {
+    routed: u64,
+    unroutable: u64,
+    no_responders: u64,
+    waited: u64,
+    wait_timeouts: u64,
+    session_moves: u64,
+}
+
+/// A request waiting for capacity: an owned copy of the message.
+#[derive(Debug, Clone)]
+pub struct Parked {
+    /// The subject it was published to (`intent.<name>`).
+    pub subject: String,
+    /// Where the requester waits.
+    pub reply: String,
+    /// Its header block.
+    pub headers: Option<Bytes>,
+    /// Its body.
+    pub payload: Bytes,
+    /// The requester's connection.
+    pub publisher: Option<u64>,
+}
+
+impl Parked {
+    fn bytes(&self) -> usize {
+        self.subject.len() + self.reply.len() + self.headers.as_ref().map_or(0, Bytes::len) + self.payload.len()
+    }
+}
+
+#[derive(Debug, Default)]
+struct Intent {
+    members: Vec<Member>,
+    waiting: Waiting<Parked>,
+    tally: IntentTally,
+}
+
+/// A request handed to an agent, awaiting its reply.
+#[derive(Debug)]
+pub struct Pending {
+    intent: Arc<str>,
+    agent_id: Arc<str>,
+    client: Arc<Client>,
+    started_us: u64,
+    deadline_us: u64,
+}
+
+/// Where a routed message goes.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The chosen agent.
+    pub agent_id: Arc<str>,
+    /// Its connection.
+    pub client: Arc<Client>,
+    /// Its inbox subject.
+    pub inbox: String,
+}
+
+/// What to do with one message on `intent.<name>`.
+#[derive(Debug)]
+pub enum Decision {
+    /// Hand it to this agent (a request is already counted in flight).
+    Deliver(Target),
+    /// Every agent is full: the request waits.
+    Wait,
+    /// No live agent serves the intent, or the wait queue is full.
+    Unroutable,
+}
+
+/// What a sweep found.
+#[derive(Debug, Default)]
+pub struct Swept {
+    /// Requests whose wait ran out: each gets its 503.
+    pub wait_expired: Vec<Parked>,
+    /// Intents that have both waiting requests and free capacity again.
+    pub ready: Vec<Arc<str>>,
+}
+
+/// All agents and intents.
+#[derive(Debug, Default)]
+pub struct Table {
+    agents: HashMap<Arc<str>, Agent>,
+    intents: HashMap<Arc<str>, Intent>,
+    /// connection id → reply subject → request in flight.
+    pending: HashMap<u64, HashMap<Box<str>, Pending>>,
+    sessions: HashMap<Box<str>, (Arc<str>, u64)>,
+    waiting_bytes: usize,
+}
+
+impl Table {
+    /// Adds or refreshes an agent. A new intent list replaces the old one.
+    pub fn upsert(
+        &mut self,
+        announcement: Announcement,
+        client: &Arc<Client>,
+        source: Source,
+        now_us: u64,
+    ) -> Result<(), AnnounceError> {
+        let id: Arc<str> = announcement.agent_id.as_str().into();
+        if let Some(existing) = self.agents.get_mut(&id) {
+            if existing.client.id != client.id && !existing.client.outbound.is_closing() {
+                return Err(AnnounceError::IdTaken(announcement.agent_id));
+            }
+            let old_intents = std::mem::take(&mut existing.announcement.intents);
+            existing.client = client.clone();
+            existing.source = source;
+            existing.last_seen_us = now_us;
+            existing.announcement = announcement;
+            for gone in old_intents.iter().filter(|name| !existing.announcement.intents.contains(name)) {
+                if let Some(intent) = self.intents.get_mut(gone.as_str()) {
+                    intent.members.retain(|member| member.agent_id != id);
+                }
+            }
+            let intents = existing.announcement.intents.clone();
+            self.join(&id, &intents, now_us);
+            return Ok(());
+        }
+        if self.agents.len() >= limits::AGENTS_MAX {
+            return Err(AnnounceError::TooManyAgents(limits::AGENTS_MAX));
+        }
+        let intents = announcement.intents.clone();
+        let agent = Agent {
+            announcement,
+            client: client.clone(),
+            source,
+            in_flight: 0,
+            last_seen_us: now_us,
+            joined_us: now_us,
+        };
+        self.agents.insert(id.clone(), agent);
+        self.join(&id, &intents, now_us);
+        Ok(())
+    }
+
+    fn join(&mut self, id: &Arc<str>, intents: &[String], now_us: u64) {
+        for name in intents {
+            let intent = self.intents.entry(name.as_str().into()).or_default();
+            if !intent.members.iter().any(|member| &member.agent_id == id) {
+                intent.members.push(Member {
+                    agent_id: id.clone(),
+                    synapse: Synapse::new(now_us),
+                    tally: Tally::default(),
+                });
+            }
+        }
+    }
+
+    /// Removes an agent at once; true when it was there. Its requests in flight are forgotten
+    /// (their replies, if any, still reach the requesters directly).
+    pub fn remove(&mut self, agent_id: &str) -> bool {
+        let Some(agent) = self.agents.remove(agent_id) else { return false };
+        for name in &agent.announcement.intents {
+            if let Some(intent) = self.intents.get_mut(name.as_str()) {
+                intent.members.retain(|member| &*member.agent_id != agent_id);
+            }
+        }
+        if let Some(pending) = self.pending.get_mut(&agent.client.id) {
+            let before = pending.len();
+            pending.retain(|_, p| &*p.agent_id != agent_id);
+            agent.client.replies_owed.fetch_sub(before - pending.len(), Ordering::Relaxed);
+        }
+        self.forget_empty_intents();
+        true
+    }
+
+    /// Whether `agent_id` is live and announced from connection `connection`.
+    pub fn is_announced_by(&self, agent_id: &str, connection: u64) -> bool {
+        self.agents.get(agent_id).is_some_and(|agent| agent.client.id == connection)
+    }
+
+    /// Removes every agent of a closed connection.
+    pub fn connection_closed(&mut self, connection: u64) {
+        let ids: Vec<Arc<str>> =
+            self.agents.iter().filter(|(_, a)| a.client.id == connection).map(|(id, _)| id.clone()).collect();
+        for id in ids {
+            self.remove(&id);
+        }
+        self.pending.remove(&connection);
+    }
+
+    /// Drops intents nobody serves and nothing waits for (waiting requests stay until their wait ends).
+    fn forget_empty_intents(&mut self) {
+        self.intents.retain(|_, intent| !intent.members.is_empty() || !intent.waiting.is_empty());
+    }
+
+    /// Decides where one message goes. `draw(n)` returns a random index below `n`.
+    pub fn decide(
+        &mut self,
+        name: &str,
+        session: Option<&str>,
+        request: Option<(&str, u64)>,
+        now_us: u64,
+        draw: impl FnMut(usize) -> usize,
+    ) -> Decision {
+        let Some(intent) = self.intents.get_mut(name) else { return Decision::Unroutable };
+        let agents = &self.agents;
+        let live: Vec<usize> = (0..intent.members.len())
+            .filter(|&i| agents.get(&intent.members[i].agent_id).is_some_and(|a| !a.client.outbound.is_closing()))
+            .collect();
+        if live.is_empty() {
+            intent.tally.unroutable += 1;
+            return Decision::Unroutable;
+        }
+        let chosen = match session {
+            Some(session) => choose_by_session(intent, agents, &live, session, request.is_some()),
+            None => None,
+        }
+        .or_else(|| choose_by_cost(intent, agents, &live, request.is_some(), now_us, draw));
+        let Some(index) = chosen else { return Decision::Wait };
+        let member = &mut intent.members[index];
+        member.tally.routed += 1;
+        intent.tally.routed += 1;
+        let agent_id = member.agent_id.clone();
+        let Some(agent) = self.agents.get_mut(&agent_id) else { return Decision::Unroutable };
+        if let Some((reply, deadline_us)) = request {
+            agent.in_flight += 1;
+            agent.client.replies_owed.fetch_add(1, Ordering::Relaxed);
+            let pending = Pending {
+                intent: name.into(),
+                agent_id: agent_id.clone(),
+                client: agent.client.clone(),
+                started_us: now_us,
+                deadline_us,
+            };
+            self.pending.entry(agent.client.id).or_default().insert(reply.into(), pending);
+        }
+        let target = Target {
+            agent_id: agent_id.clone(),
+            client: agent.client.clone(),
+            inbox: agent.announcement.inbox.clone(),
+        };
+        if let Some(session) = session {
+            self.remember_session(name, session, &agent_id, now_us);
+        }
+        Decision::Deliver(target)
+    }
+
+    fn remember_session(&mut self, intent: &str, session: &str, agent_id: &Arc<str>, now_us: u64) {
+        if let Some((previous, seen)) = self.sessions.get_mut(session) {
+            if previous != agent_id {
+                if let Some(intent) = self.intents.get_mut(intent) {
+                    intent.tally.session_moves += 1;
+                }
+                *previous = agent_id.clone();
+            }
+            *seen = now_us;
+            return;
+        }
+        if self.sessions.len() >= limits::AGENT_SESSIONS_TRACKED_MAX {
+            // Forget the older half: a forgotten session keeps its agent (hashing), only its
+            // move count starts over.
+            let mut ages: Vec<u64> = self.sessions.values().map(|(_, seen)| *seen).collect();
+            let middle = ages.len() / 2;
+            let (_, cut, _) = ages.select_nth_unstable(middle);
+            let cut = *cut;
+            self.sessions.retain(|_, (_, seen)| *seen > cut);
+        }
+        self.sessions.insert(session.into(), (agent_id.clone(), now_us));
+    }
+
+    /// Queues a request that found every agent full; false when the queue is full.
+    pub fn park(&mut self, name: &str, priority: u8, deadline_us: u64, parked: Parked) -> bool {
+        let Some(intent) = self.intents.get_mut(name) else { return false };
+        let size = parked.bytes();
+        if intent.waiting.len() >= limits::AGENT_WAITING_MESSAGES_MAX
+            || self.waiting_bytes + size > limits::AGENT_WAITING_BYTES_MAX
+        {
+            return false;
+        }
+        intent.tally.waited += 1;
+        intent.waiting.push(priority, deadline_us, parked);
+        self.waiting_bytes += size;
+        true
+    }
+
+    /// The next waiting request of `name`, if an agent has room for it now.
+    pub fn unpark(&mut self, name: &str) -> Option<Parked> {
+        let intent = self.intents.get_mut(name)?;
+        let agents = &self.agents;
+        let room = intent
+            .members
+            .iter()
+            .any(|m| agents.get(&m.agent_id).is_some_and(|a| a.in_flight < a.announcement.capacity));
+        if !room {
+            return None;
+        }
+        let parked = intent.waiting.pop()?;
+        self.waiting_bytes -= parked.bytes();
+        Some(parked)
+    }
+
+    /// Whether any agent serves, or any request waits for, intent `name`.
+    pub fn knows(&self, name: &str) -> bool {
+        self.intents.contains_key(name)
+    }
+
+    /// Counts a request that reached nobody.
+    pub fn count_no_responders(&mut self, name: &str) {
+        if let Some(intent) = self.intents.get_mut(name) {
+            intent.tally.no_responders += 1;
+        }
+    }
+
+    /// Takes the request in flight that `subject`, published by `connection`, answers.
+    pub fn take_pending(&mut self, connection: u64, subject: &str) -> Option<Pending> {
+        let of_connection = self.pending.get_mut(&connection)?;
+        let pending = of_connection.remove(subject)?;
+        if of_connection.is_empty() {
+            self.pending.remove(&connection);
+        }
+        pending.client.replies_owed.fetch_sub(1, Ordering::Relaxed);
+        Some(pending)
+    }
+
+    /// Learns from a finished request and frees its agent's slot; returns the intents of that
+    /// agent with requests waiting, to be offered the slot.
+    pub fn complete(&mut self, pending: &Pending, outcome: Option<Outcome>, now_us: u64) -> Vec<Arc<str>> {
+        let Some(agent) = self.agents.get_mut(&pending.agent_id) else { return Vec::new() };
+        agent.in_flight = agent.in_flight.saturating_sub(1);
+        let intents = agent.announcement.intents.clone();
+        if let (Some(outcome), Some(intent)) = (outcome, self.intents.get_mut(&*pending.intent)) {
+            let reference = intent.members.iter().map(|m| m.synapse.latency_us(now_us)).fold(0.0, f64::max);
+            if let Some(member) = intent.members.iter_mut().find(|m| m.agent_id == pending.agent_id) {
+                member.synapse.observe(outcome, now_us, reference);
+                let tally = &mut member.tally;
+                match outcome {
+                    Outcome::Success { .. } => tally.ok += 1,
+                    Outcome::Error => tally.errors += 1,
+                    Outcome::Timeout => tally.timeouts += 1,
+                    Outcome::Refused => tally.refused += 1,
+                }
+            }
+        }
+        intents
+            .iter()
+            .filter(|name| self.intents.get(name.as_str()).is_some_and(|i| !i.waiting.is_empty()))
+            .map(|name| Arc::from(name.as_str()))
+            .collect()
+    }
+
+    /// The time the request has taken by `now_us`.
+    pub fn elapsed_us(pending: &Pending, now_us: u64) -> u64 {
+        now_us.saturating_sub(pending.started_us)
+    }
+
+    /// Expires silent agents, requests past their timeout and waits past their bound.
+    pub fn sweep(&mut self, now_us: u64, expiry_us: u64) -> Swept {
+        let silent: Vec<Arc<str>> = self
+            .agents
+            .iter()
+            .filter(|(_, a)| now_us.saturating_sub(a.last_seen_us) > expiry_us || a.client.outbound.is_closing())
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in silent {
+            tracing::debug!(agent = %id, "agent expired");
+            self.remove(&id);
+        }
+        let mut timed_out = Vec::new();
+        for of_connection in self.pending.values_mut() {
+            let late: Vec<Box<str>> =
+                of_connection.iter().filter(|(_, p)| p.deadline_us <= now_us).map(|(reply, _)| reply.clone()).collect();
+            timed_out.extend(late.into_iter().filter_map(|reply| of_connection.remove(&reply)));
+        }
+        self.pending.retain(|_, of_connection| !of_connection.is_empty());
+        let mut swept = Swept::default();
+        for pending in timed_out {
+            pending.client.replies_owed.fetch_sub(1, Ordering::Relaxed);
+            swept.ready.extend(self.complete(&pending, Some(Outcome::Timeout), now_us));
+        }
+        for intent in self.intents.values_mut() {
+            let expired = intent.waiting.expire(now_us);
+            intent.tally.wait_timeouts += expired.len() as u64;
+            swept.wait_expired.extend(expired);
+        }
+        self.waiting_bytes -= swept.wait_expired.iter().map(Parked::bytes).sum::<usize>();
+        self.forget_empty_intents();
+        swept.ready.sort();
+        swept.ready.dedup();
+        swept
+    }
+
+    /// Everything `/semaq/agents` and `agent ls` show.
+    pub fn snapshot(&self, now_us: u64) -> Value {
+        let mut sessions_held: HashMap<&str, u64> = HashMap::new();
+        for (agent_id, _) in self.sessions.values() {
+            *sessions_held.entry(agent_id).or_default() += 1;
+        }
+        let mut agents: Vec<Value> = self
+            .agents
+            .iter()
+            .map(|(id, agent)| {
+                json!({
+                    "agent_id": id.as_ref(),
+                    "source": agent.source.as_str(),
+                    "connection": agent.client.id,
+                    "inbox": agent.announcement.inbox,
+                    "intents": agent.announcement.intents,
+                    "descriptions": agent.announcement.descriptions,
+                    "metadata": agent.announcement.metadata,
+                    "capacity": agent.announcement.capacity,
+                    "in_flight": agent.in_flight,
+                    "sessions": sessions_held.get(id.as_ref()).copied().unwrap_or(0),
+                    "last_seen_ms_ago": now_us.saturating_sub(agent.last_seen_us) / 1000,
+                    "joined_ms_ago": now_us.saturating_sub(agent.joined_us) / 1000,
+                })
+            })
+            .collect();
+        agents.sort_by(|a, b| a["agent_id"].as_str().cmp(&b["agent_id"].as_str()));
+        let mut intents: Vec<Value> =
+            self.intents.iter().map(|(name, intent)| self.intent_json(name, intent, now_us)).collect();
+        intents.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+        json!({ "agents": agents, "intents": intents })
+    }
+
+    fn intent_json(&self, name: &str, intent: &Intent, now_us: u64) -> Value {
+        let members: Vec<Value> = intent
+            .members
+            .iter()
+            .map(|member| {
+                let in_flight = self.agents.get(&member.agent_id).map_or(0, |a| a.in_flight);
+                let t = member.tally;
+                json!({
+                    "agent_id": member.agent_id.as_ref(),
+                    "weight": round3(member.synapse.weight()),
+                    "healthy": member.synapse.is_healthy(),
+                    "latency_ms": round3(member.synapse.latency_us(now_us) / 1000.0),
+                    "penalty_ms": round3(member.synapse.penalty_us(now_us) / 1000.0),
+                    "cost": round3(member.synapse.cost(in_flight, now_us)),
+                    "in_flight": in_flight,
+                    "routed": t.routed, "ok": t.ok, "errors": t.errors, "timeouts": t.timeouts, "refused": t.refused,
+                })
+            })
+            .collect();
+        let t = intent.tally;
+        json!({
+            "name": name,
+            "agents": members,
+            "waiting": intent.waiting.len(),
+            "routed": t.routed, "unroutable": t.unroutable, "no_responders": t.no_responders,
+            "waited": t.waited, "wait_timeouts": t.wait_timeouts, "session_moves": t.session_moves,
+        })
+    }
+}
+
+fn round3(value: f64) -> f64 {
+    (value * 1000.0).round() / 1000.0
+}
+
+fn choose_by_session(
+    intent: &Intent,
+    agents: &HashMap<Arc<str>, Agent>,
+    live: &[usize],
+    session: &str,
+    request: bool,
+) -> Option<usize> {
+    let candidates: Vec<Candidate<'_>> = live
+        .iter()
+        .filter_map(|&i| {
+            let member = &intent.members[i];
+            let agent = agents.get(&member.agent_id)?;
+            Some(Candidate {
+                agent_id: &member.agent_id,
+                in_flight: agent.in_flight,
+                capacity: agent.announcement.capacity,
+                healthy: member.synapse.is_healthy(),
+            })
+        })
+        .collect();
+    affinity::choose(session, &candidates, request).map(|k| live[k])
+}
+
+fn choose_by_cost(
+    intent: &Intent,
+    agents: &HashMap<Arc<str>, Agent>,
+    live: &[usize],
+    request: bool,
+    now_us: u64,
+    draw: impl FnMut(usize) -> usize,
+) -> Option<usize> {
+    let open: Vec<(usize, f64)> = live
+        .iter()
+        .filter_map(|&i| {
+            let member = &intent.members[i];
+            let agent = agents.get(&member.agent_id)?;
+            let free = !request || agent.in_flight < agent.announcement.capacity;
+            free.then(|| (i, member.synapse.cost(agent.in_flight, now_us)))
+        })
+        .collect();
+    let costs: Vec<f64> = open.iter().map(|(_, cost)| *cost).collect();
+    pick_of_two(&costs, draw).map(|k| open[k].0)
+}
