@@ -8,6 +8,7 @@
 //! consumers; `trace.rs` prints lineage graphs; `verify.rs` checks a level 4 stream's hash chain (online or on
 //! a stopped server's files). New command groups (`agent`) get a module of their own and one arm in [`Command`].
 
+mod agent;
 mod bench;
 mod connect;
 mod output;
@@ -40,6 +41,8 @@ struct Cli {
 enum Command {
     /// Publish a message (body from the argument or stdin)
     Pub(pubsub::PubArgs),
+    /// The agent network: ls (agents, weights, in flight, sessions), watch (live)
+    Agent(agent::AgentArgs),
     /// Subscribe to a subject and print what arrives
     Sub(pubsub::SubArgs),
     /// Send a request and print the reply
@@ -74,6 +77,7 @@ async fn run(cli: Cli) -> Result<()> {
     let target = Target::from_args(&cli.global)?;
     match cli.command {
         Command::Pub(args) => pubsub::publish(&target, args).await,
+        Command::Agent(args) => agent::run(&target, args).await,
         Command::Sub(args) => pubsub::subscribe(&target, args).await,
         Command::Req(args) => pubsub::request(&target, args).await,
         Command::Bench(args) => bench::run(&target, args).await,
