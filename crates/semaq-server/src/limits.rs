@@ -224,3 +224,7 @@ pub const AGENT_WAITING_BYTES_MAX: usize = 64 * 1024 * 1024;
 pub const AGENT_SESSIONS_TRACKED_MAX: usize = 64 * 1024;
 /// Agents one routed message is offered to before it counts as unroutable.
 pub const AGENT_HANDOFF_TRIES_MAX: usize = 3;
+/// Stored messages of one durable intent handed to agents and not yet settled.
+pub const DURABLE_INTENT_PULL_MESSAGES_MAX: usize = 1024;
+/// How often a durable intent's dispatcher looks for stored work when nothing woke it.
+pub const DURABLE_INTENT_POLL_INTERVAL: Duration = Duration::from_millis(50);

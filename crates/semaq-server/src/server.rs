@@ -11,6 +11,7 @@ use semaq_wire::info::ServerInfo;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+use crate::agents::Agents;
 use crate::auth::Authenticator;
 use crate::bus::Bus;
 use crate::connection::{self, Context};
@@ -86,7 +87,7 @@ impl Server {
         crate::filter::subscriptions::start(&filters);
         let agents = crate::agents::start(&bus, &options.agents).map_err(StartError::Agents)?;
         let jetstream = match options.jetstream {
-            true => Some(start_jetstream(&bus, &registry, &filters, &options, &identity)?),
+            true => Some(start_jetstream(&bus, &registry, &filters, &agents, &options, &identity)?),
             false => None,
         };
         let auth = Authenticator::from_options(&options);
@@ -199,6 +200,7 @@ fn start_jetstream(
     bus: &Arc<Bus>,
     registry: &Arc<Registry>,
     filters: &Arc<Filters>,
+    agents: &Arc<Agents>,
     options: &Arc<Options>,
     identity: &Identity,
 ) -> Result<Arc<JetStream>, StartError> {
@@ -208,6 +210,7 @@ fn start_jetstream(
         filters: filters.clone(),
         options: options.clone(),
         server_id: identity.server_id.clone(),
+        agents: agents.clone(),
     });
     let jetstream = JetStream::start(services)?;
     crate::jetstream::api::start(jetstream.clone());

@@ -16,10 +16,12 @@
 
 mod affinity;
 mod announce;
+pub mod durable;
 mod synapse;
 mod table;
 mod waiting;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
@@ -28,8 +30,9 @@ use semaq_wire::headers::{names, Headers};
 use semaq_wire::HeaderBlock;
 use serde_json::{json, Value};
 
+pub use self::announce::{is_valid_intent, BYE_SUBJECT, HEARTBEAT_SUBJECT};
 use self::announce::{AnnounceError, Announcement};
-pub use self::announce::{BYE_SUBJECT, HEARTBEAT_SUBJECT};
+use self::durable::{Dispatcher, Durable};
 use self::synapse::Outcome;
 use self::table::{Decision, Parked, Source, Table, Target};
 use crate::bus::Bus;
@@ -68,6 +71,8 @@ pub struct Agents {
     counters: Counters,
     /// The reply subject the server's `$SRV.INFO` polls ask services to answer on.
     service_reply: String,
+    /// Durable intents' dispatchers, by intent. Taken alone.
+    durables: Mutex<HashMap<String, Arc<Dispatcher>>>,
 }
 
 /// Which of the agent network's subjects a subscription serves.
@@ -110,6 +115,7 @@ pub fn start(bus: &Arc<Bus>, options: &AgentOptions) -> Result<Arc<Agents>, Rout
         table: Mutex::new(Table::default()),
         counters: Counters::default(),
         service_reply: format!("$SEMAQ.SRV.INFO.{}", random_nonce()),
+        durables: Mutex::new(HashMap::new()),
     });
     let subjects = [
         (HEARTBEAT_SUBJECT, Role::Heartbeat),
@@ -158,6 +164,41 @@ async fn discover_services_forever(agents: Weak<Agents>, every: std::time::Durat
 impl Agents {
     fn now_us(&self) -> u64 {
         u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+
+    /// Makes `declared` the durable intents: starts a dispatcher for each new one, stops those
+    /// no stream backs any more. JetStream calls it whenever its streams change.
+    pub fn set_durable(self: &Arc<Self>, declared: Vec<Durable>) {
+        let mut durables = lock(&self.durables);
+        let stale: Vec<String> = durables
+            .iter()
+            .filter(|(intent, d)| !declared.iter().any(|n| &n.intent == *intent && n == d.durable()))
+            .map(|(intent, _)| intent.clone())
+            .collect();
+        for intent in stale {
+            if let Some(dispatcher) = durables.remove(&intent) {
+                durable::stop(self, &dispatcher);
+            }
+        }
+        for declaration in declared {
+            if durables.contains_key(&declaration.intent) {
+                continue;
+            }
+            let intent = declaration.intent.clone();
+            if let Some(dispatcher) = durable::start(self, declaration) {
+                durables.insert(intent, dispatcher);
+            }
+        }
+    }
+
+    /// The durable intent's dispatcher, if `name` is one.
+    fn durable(&self, name: &str) -> Option<Arc<Dispatcher>> {
+        lock(&self.durables).get(name).cloned()
+    }
+
+    /// Requests the live agents of `name` could take now.
+    fn free_capacity(&self, name: &str) -> usize {
+        lock(&self.table).free_capacity(name)
     }
 
     /// Forgets every agent a closed connection announced, at once.
@@ -255,9 +296,19 @@ impl Agents {
     }
 
     /// Routes one message on `intent.<name>`; false when no agent took it (a request then
-    /// gets the connection's usual no-responders status).
+    /// gets the connection's usual no-responders status). A durable intent's stream stores it
+    /// instead, and its dispatcher is woken to hand it out.
     fn route(&self, message: &Message<'_>) -> bool {
         let Some(name) = message.subject.strip_prefix(INTENT_PREFIX) else { return false };
+        if let Some(dispatcher) = self.durable(name) {
+            dispatcher.wake();
+            return false;
+        }
+        self.dispatch(name, message)
+    }
+
+    /// Hands one message of intent `name` to an agent, or parks it while all are full.
+    fn dispatch(&self, name: &str, message: &Message<'_>) -> bool {
         let [session, priority] = match message.headers {
             Some(block) => Headers::new(block).get_many(&[names::SESSION, names::PRIORITY]),
             None => [None, None],
@@ -350,13 +401,16 @@ impl Agents {
     /// Matches a publish from an agent's connection to the request it answers, if any.
     pub fn observe_reply(&self, connection: u64, subject: &str, headers: Option<&[u8]>) {
         let now = self.now_us();
-        let ready = {
+        let (ready, intent) = {
             let mut table = lock(&self.table);
             let Some(pending) = table.take_pending(connection, subject) else { return };
             let outcome = outcome_of(headers, Table::elapsed_us(&pending, now));
-            table.complete(&pending, Some(outcome), now)
+            (table.complete(&pending, Some(outcome), now), Table::intent_of(&pending).to_string())
         };
         self.offer_freed(ready);
+        if let Some(dispatcher) = self.durable(&intent) {
+            dispatcher.wake();
+        }
     }
 
     /// Hands waiting requests of `intents` to agents that have room again.
@@ -372,16 +426,20 @@ impl Agents {
                     payload: &parked.payload,
                     publisher: parked.publisher,
                 };
-                if !self.route(&message) {
+                if !self.dispatch(&name, &message) {
                     self.tell_no_responders(&parked);
                 }
             }
         }
     }
 
-    /// Sends the standard 503 to a waiting requester that asked for it.
+    /// Sends the standard 503 to a waiting requester that asked for it (the server's own
+    /// requesters, durable intents' dispatchers, always do).
     fn tell_no_responders(&self, parked: &Parked) {
-        let wants = parked.publisher.and_then(|id| self.bus.clients.get(id)).is_some_and(|c| c.wants_no_responders());
+        let wants = match parked.publisher {
+            Some(id) => self.bus.clients.get(id).is_some_and(|c| c.wants_no_responders()),
+            None => true,
+        };
         if wants {
             let status = HeaderBlock::status(503, "").encode();
             self.bus.publish(&parked.reply, Some(&status), b"");

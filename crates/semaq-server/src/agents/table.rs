@@ -355,6 +355,20 @@ impl Table {
         Some(parked)
     }
 
+    /// Requests the live agents of `name` could take now, in all.
+    pub fn free_capacity(&self, name: &str) -> usize {
+        let Some(intent) = self.intents.get(name) else { return 0 };
+        let free = intent.members.iter().filter_map(|m| self.agents.get(&m.agent_id)).map(|agent| {
+            let open = !agent.client.outbound.is_closing();
+            if open {
+                agent.announcement.capacity.saturating_sub(agent.in_flight) as usize
+            } else {
+                0
+            }
+        });
+        free.sum::<usize>().saturating_sub(intent.waiting.len())
+    }
+
     /// Whether any agent serves, or any request waits for, intent `name`.
     pub fn knows(&self, name: &str) -> bool {
         self.intents.contains_key(name)
@@ -402,6 +416,11 @@ impl Table {
             .filter(|name| self.intents.get(name.as_str()).is_some_and(|i| !i.waiting.is_empty()))
             .map(|name| Arc::from(name.as_str()))
             .collect()
+    }
+
+    /// The intent it was routed for.
+    pub fn intent_of(pending: &Pending) -> &str {
+        &pending.intent
     }
 
     /// The time the request has taken by `now_us`.

@@ -20,6 +20,7 @@ pub mod config;
 pub mod consumer;
 pub mod consumers;
 pub mod errors;
+pub mod intents;
 pub mod lineage;
 pub mod producers;
 pub mod provenance;
@@ -58,6 +59,8 @@ pub struct Services {
     pub options: Arc<Options>,
     /// This server's id, for events.
     pub server_id: String,
+    /// The agent network, told which streams back durable intents.
+    pub agents: Arc<crate::agents::Agents>,
 }
 
 /// What is persisted beside a stream's messages.
@@ -137,6 +140,7 @@ impl JetStream {
             this: this.clone(),
         });
         jetstream.recover();
+        jetstream.declare_durable_intents();
         Ok(jetstream)
     }
 
@@ -161,6 +165,11 @@ impl JetStream {
                 Err(error) => tracing::error!("cannot restore stream in {}: {error}", entry.path().display()),
             }
         }
+    }
+
+    /// Tells the agent network which streams back durable intents now.
+    fn declare_durable_intents(&self) {
+        self.services.agents.set_durable(intents::declared(&self.streams()));
     }
 
     fn stream_dir(&self, name: &str) -> PathBuf {
@@ -252,9 +261,20 @@ impl JetStream {
             return Err(ApiError::max_streams());
         }
         self.check_overlap(&config)?;
+        let durable = intents::durable_of(&config)?;
         let created = SystemTime::now();
         self.persist_meta(&config, created)?;
-        self.open_stream(config, created)
+        let stream = self.open_stream(config, created)?;
+        if let Some(durable) = durable {
+            let dead_letters = intents::dead_letter_config(&stream.config(), &durable);
+            if self.stream(&dead_letters.name).is_none() {
+                if let Err(error) = self.create_stream(dead_letters) {
+                    tracing::warn!(stream = %stream.name, %error, "the durable intent's dead-letter stream was not created");
+                }
+            }
+            self.declare_durable_intents();
+        }
+        Ok(stream)
     }
 
     /// Updates a stream where nats-server allows it.
@@ -265,8 +285,10 @@ impl JetStream {
         check_update(&stream.config(), &config)?;
         provenance::check_config(Some(&stream.config()), &config)?;
         self.check_overlap(&config)?;
+        intents::durable_of(&config)?;
         self.persist_meta(&config, stream.created)?;
         stream.set_config(config)?;
+        self.declare_durable_intents();
         Ok(stream)
     }
 
@@ -293,6 +315,7 @@ impl JetStream {
         if dir.exists() {
             std::fs::remove_dir_all(&dir).map_err(ApiError::storage)?;
         }
+        self.declare_durable_intents();
         Ok(())
     }
 

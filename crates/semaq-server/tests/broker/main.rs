@@ -3,6 +3,7 @@
 //! started with `semaq-testkit`.
 
 mod agents;
+mod agents_durable;
 mod agents_services;
 mod auth;
 mod crash;
