@@ -27,6 +27,33 @@ enum AgentCommand {
     Ls(LsArgs),
     /// As ls, redrawn every interval until interrupted
     Watch(WatchArgs),
+    /// Durable intents: `intent add NAME --durable` backs an intent with a work-queue stream
+    #[command(subcommand)]
+    Intent(IntentCommand),
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum IntentCommand {
+    /// Back intent NAME with a work-queue stream: work waits for agents and survives restarts
+    Add(IntentAddArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct IntentAddArgs {
+    /// The intent, as in `intent.<NAME>`
+    name: String,
+    /// Store its messages (the only kind of intent that needs declaring)
+    #[arg(long)]
+    durable: bool,
+    /// Deliveries before a message moves to the dead-letter stream
+    #[arg(long, default_value_t = 5)]
+    max_deliver: u32,
+    /// The stream's name (default INTENT_<NAME>, dots as underscores)
+    #[arg(long)]
+    stream: Option<String>,
+    /// Keep the stream in memory instead of on disk
+    #[arg(long)]
+    memory: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -70,7 +97,35 @@ pub async fn run(target: &Target, args: AgentArgs) -> Result<()> {
                 tokio::time::sleep(watch.interval).await;
             }
         }
+        AgentCommand::Intent(IntentCommand::Add(add)) => add_durable_intent(&client, add).await?,
     }
+    Ok(())
+}
+
+async fn add_durable_intent(client: &async_nats::Client, args: IntentAddArgs) -> Result<()> {
+    if !args.durable {
+        anyhow::bail!("intents exist as soon as an agent announces one; --durable backs {} with a stream", args.name);
+    }
+    let stream = args.stream.unwrap_or_else(|| format!("INTENT_{}", args.name.replace('.', "_")));
+    let metadata = std::collections::HashMap::from([
+        ("semaq.intent".to_string(), args.name.clone()),
+        ("semaq.max_deliver".to_string(), args.max_deliver.to_string()),
+    ]);
+    let config = async_nats::jetstream::stream::Config {
+        name: stream.clone(),
+        subjects: vec![format!("intent.{}", args.name)],
+        retention: async_nats::jetstream::stream::RetentionPolicy::WorkQueue,
+        storage: match args.memory {
+            true => async_nats::jetstream::stream::StorageType::Memory,
+            false => async_nats::jetstream::stream::StorageType::File,
+        },
+        metadata,
+        ..Default::default()
+    };
+    let js = async_nats::jetstream::new(client.clone());
+    js.create_stream(config).await.map_err(|error| anyhow!("cannot create stream {stream}: {error}"))?;
+    println!("intent {} is durable: stream {stream} on intent.{}, dead letters in {stream}_DLQ on dlq.{} after {} deliveries",
+        args.name, args.name, args.name, args.max_deliver);
     Ok(())
 }
 

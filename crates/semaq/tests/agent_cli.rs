@@ -32,3 +32,20 @@ async fn agent_ls_shows_the_agent_its_synapse_and_in_flight_work() {
     assert_eq!(table["intents"][0]["agents"][0]["weight"], 1.0);
     assert_eq!(watched.matches("1 agents").count(), 2, "watch redrew twice: {watched}");
 }
+
+#[test]
+fn agent_intent_add_durable_makes_the_work_queue_and_its_dead_letter_stream() {
+    let server = SemaqServer::start();
+    let added =
+        stdout_of(&ok(server.semaq(&["agent", "intent", "add", "eval.offline", "--durable", "--max-deliver", "3"])));
+    assert!(added.contains("stream INTENT_eval_offline on intent.eval.offline"), "{added}");
+    let info: Value =
+        serde_json::from_str(&stdout_of(&ok(server.semaq(&["stream", "info", "INTENT_eval_offline"])))).unwrap();
+    assert_eq!(info["config"]["retention"], "workqueue");
+    assert_eq!(info["config"]["metadata"]["semaq.max_deliver"], "3");
+    let dead: Value =
+        serde_json::from_str(&stdout_of(&ok(server.semaq(&["stream", "info", "INTENT_eval_offline_DLQ"])))).unwrap();
+    assert_eq!(dead["config"]["subjects"][0], "dlq.eval.offline");
+    let refused = server.semaq(&["agent", "intent", "add", "eval.offline"]);
+    assert!(!refused.status.success());
+}
