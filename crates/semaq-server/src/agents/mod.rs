@@ -17,6 +17,8 @@
 mod affinity;
 mod announce;
 pub mod durable;
+#[cfg(test)]
+mod simulate;
 mod synapse;
 mod table;
 mod waiting;
