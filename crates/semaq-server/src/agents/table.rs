@@ -288,7 +288,13 @@ impl Table {
                 started_us: now_us,
                 deadline_us,
             };
-            self.pending.entry(agent.client.id).or_default().insert(reply.into(), pending);
+            let replaced = self.pending.entry(agent.client.id).or_default().insert(reply.into(), pending);
+            // A requester reusing a reply subject still in flight: the older request can no
+            // longer be told apart, so it stops counting (its slot is freed, nothing learned).
+            if let Some(older) = replaced {
+                older.client.replies_owed.fetch_sub(1, Ordering::Relaxed);
+                self.complete(&older, None, now_us);
+            }
         }
         let target = Target {
             agent_id: agent_id.clone(),
