@@ -14,7 +14,7 @@ use semaq_wire::info::ConnectOptions;
 use crate::auth::ClientPermissions;
 use crate::limits;
 use crate::outbound::{CloseReason, Outbound};
-use crate::stats::Traffic;
+use crate::stats::{Shed, Traffic};
 use crate::sync::lock;
 
 /// What a client told us in CONNECT, fixed once accepted.
@@ -41,6 +41,9 @@ pub struct Client {
     pub outbound: Outbound,
     /// Messages and bytes received from this client.
     pub inbound: Traffic,
+    /// The server's shed counters, where deliveries shed for this client are counted (its own
+    /// count is `outbound.lossy_shed`).
+    pub server_shed: Arc<Shed>,
     /// Subscriptions currently held.
     pub subscriptions: AtomicUsize,
     /// Routed requests this connection has been handed and not yet answered: while above zero,
@@ -57,14 +60,15 @@ pub struct Client {
 }
 
 impl Client {
-    /// A new connection's shared half.
-    pub fn new(id: u64, addr: SocketAddr, pending_bytes_max: usize, tls: bool) -> Self {
+    /// A new connection's shared half, counting what is shed for it in `server_shed`.
+    pub fn new(id: u64, addr: SocketAddr, pending_bytes_max: usize, tls: bool, server_shed: Arc<Shed>) -> Self {
         Self {
             id,
             addr,
             started: SystemTime::now(),
             outbound: Outbound::new(pending_bytes_max),
             inbound: Traffic::default(),
+            server_shed,
             subscriptions: AtomicUsize::new(0),
             replies_owed: AtomicUsize::new(0),
             details: OnceLock::new(),

@@ -71,7 +71,8 @@ pub async fn serve(context: Arc<Context>, socket: TcpStream, addr: SocketAddr) {
     let _ = socket.set_nodelay(true);
     let id = context.bus.clients.next_id();
     let tls = context.tls.clone();
-    let client = Arc::new(Client::new(id, addr, context.options.pending_bytes_max, tls.is_some()));
+    let shed = context.bus.stats.shed.clone();
+    let client = Arc::new(Client::new(id, addr, context.options.pending_bytes_max, tls.is_some(), shed));
     let info = context.client_info(id, addr);
     let mut hello = BytesMut::new();
     encode::info(&mut hello, &info);

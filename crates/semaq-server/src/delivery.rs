@@ -3,13 +3,19 @@
 //! Plain subscriptions each get a copy; each queue group gets one, to a member picked at
 //! random (skipping members that are closing or refuse it). Writers are woken once per input
 //! batch through a [`FlushSet`], not once per message.
+//!
+//! A `Semaq-Lossy: true` message for a client past its high-water mark is shed, not queued
+//! (see [`crate::outbound`]): counted for the client and in the server's [`crate::stats::Shed`],
+//! and not delivered, so a queue group offers it to its next member.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use semaq_wire::headers::{names, Headers};
 use semaq_wire::{encode, ByteString};
 
 use crate::client::Client;
+use crate::outbound::Appended;
 use crate::router::{Matches, Router};
 
 /// Where a subscription's messages go.
@@ -180,7 +186,9 @@ fn may_receive(subscription: &Subscription, message: &Message<'_>, publisher: Op
     !client.outbound.is_closing() && client.may_receive(message.subject)
 }
 
-/// Appends one delivery to the subscription's client, honouring auto-unsubscribe.
+/// Appends one delivery to the subscription's client, honouring auto-unsubscribe; false when it
+/// was not delivered (budget spent, internal sink refused, client closing, or shed as lossy).
+/// A shed message has used its auto-unsubscribe slot, as nats-server counts a dropped one.
 pub fn deliver(
     router: &Router<SubscriberRef>,
     subscription: &Arc<Subscription>,
@@ -202,15 +210,30 @@ pub fn deliver(
     let sid = subscription.sid.as_bytes();
     let reply = message.reply.map(str::as_bytes);
     let len = encode::message_len(subject, sid, reply, headers, message.payload);
-    let appended = client
-        .outbound
-        .append_with(len, |buffer| encode::message(buffer, subject, sid, reply, headers, message.payload));
-    if appended.is_err() {
-        return false;
+    // Whether the publisher marked it lossy, not whether this client reads headers.
+    let lossy = || message.headers.is_some_and(is_lossy);
+    let appended = client.outbound.append_or_shed(len, lossy, |buffer| {
+        encode::message(buffer, subject, sid, reply, headers, message.payload);
+    });
+    match appended {
+        Ok(Appended::Queued) => {
+            client.outbound.traffic.record(headers.map_or(0, <[u8]>::len) + message.payload.len());
+            flush.add(client);
+            true
+        }
+        Ok(Appended::Shed) => {
+            let bytes = message.headers.map_or(0, <[u8]>::len) + message.payload.len();
+            client.outbound.lossy_shed.record(bytes);
+            client.server_shed.record(message.subject, bytes);
+            false
+        }
+        Err(_) => false,
     }
-    client.outbound.traffic.record(headers.map_or(0, <[u8]>::len) + message.payload.len());
-    flush.add(client);
-    true
+}
+
+/// Whether a header block says `Semaq-Lossy: true` (name and value in any case).
+fn is_lossy(block: &[u8]) -> bool {
+    Headers::new(block).get(names::LOSSY).is_some_and(|value| value.eq_ignore_ascii_case("true"))
 }
 
 /// A request to one of the server's own APIs, queued for the task that answers it.

@@ -10,6 +10,17 @@ pub const PAYLOAD_BYTES_MAX: usize = 1024 * 1024;
 pub const CONTROL_LINE_BYTES_MAX: usize = 4096;
 /// Bytes queued for one client before it is a slow consumer (configurable: `max_pending`).
 pub const PENDING_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Share of `pending_bytes_max` past which a client's `Semaq-Lossy: true` deliveries are shed.
+/// Half keeps the other half as headroom for the messages that must arrive, so a client that
+/// falls behind loses its lossy traffic well before the rest could reach the slow-consumer
+/// bound, while a burst of up to half the bound still sheds nothing.
+pub const LOSSY_HIGH_WATER_PERCENT: usize = 50;
+/// Subjects counted one by one in the server's shed counters (`/semaq/shed`); shed messages on
+/// further subjects are counted together under [`SHED_OTHER_SUBJECTS_KEY`], so a publisher
+/// inventing subjects cannot grow the map without bound.
+pub const SHED_SUBJECTS_MAX: usize = 1024;
+/// The key that counts shed messages on subjects beyond [`SHED_SUBJECTS_MAX`].
+pub const SHED_OTHER_SUBJECTS_KEY: &str = "_other";
 /// Concurrent client connections (configurable: `max_connections`).
 pub const CONNECTIONS_MAX: usize = 64 * 1024;
 /// Subscriptions one connection may hold (configurable: `max_subscriptions`, 0 = this default).

@@ -5,6 +5,12 @@
 //! `pending_bytes_max`, counting bytes still being written: a client that falls that far
 //! behind is a slow consumer, gets `-ERR 'Slow Consumer'` and is closed, so one stuck reader
 //! can never make the server hold unbounded memory or stall its publishers.
+//!
+//! Before that bound, a high-water mark ([`limits::LOSSY_HIGH_WATER_PERCENT`] of it): past it,
+//! deliveries the publisher marked `Semaq-Lossy: true` are shed instead of queued, so a client
+//! that falls behind loses what may be lost first and keeps its room for the rest. A lossy
+//! message is shed too when it would reach the bound, so lossy traffic alone never makes a
+//! slow consumer.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -74,13 +80,27 @@ pub struct Outbound {
     closing: AtomicBool,
     closed_signal: Notify,
     pending_bytes_max: usize,
+    /// Past this many pending bytes, lossy messages are shed.
+    high_water_bytes: usize,
     /// Messages and bytes delivered to this client.
     pub traffic: Traffic,
+    /// `Semaq-Lossy` messages and bytes shed for this client.
+    pub lossy_shed: Traffic,
 }
 
 /// The client could not take more: it has been marked a slow consumer and is closing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlowConsumer;
+
+/// What [`Outbound::append_or_shed`] did with a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Appended {
+    /// Queued for the writer.
+    Queued,
+    /// Dropped as lossy: the buffer was past its high-water mark, or the message would reach
+    /// the bound (the caller counts it).
+    Shed,
+}
 
 impl Outbound {
     /// An empty queue bounded by `pending_bytes_max`.
@@ -91,7 +111,9 @@ impl Outbound {
             closing: AtomicBool::new(false),
             closed_signal: Notify::new(),
             pending_bytes_max,
+            high_water_bytes: high_water_bytes(pending_bytes_max),
             traffic: Traffic::default(),
+            lossy_shed: Traffic::default(),
         }
     }
 
@@ -104,11 +126,28 @@ impl Outbound {
     /// Appends `len` bytes produced by `write`, unless that would exceed the bound. Does not wake
     /// the writer: call [`Outbound::flush`] once the batch is done.
     pub fn append_with(&self, len: usize, write: impl FnOnce(&mut BytesMut)) -> Result<(), SlowConsumer> {
+        self.append_or_shed(len, || false, write).map(|_| ())
+    }
+
+    /// Like [`Outbound::append_with`], but sheds the message instead when `lossy` says it may be
+    /// lost and the buffer is past its high-water mark, or the message would reach the bound.
+    /// `lossy` is asked only then, so a client that keeps up costs no header lookup.
+    pub fn append_or_shed(
+        &self,
+        len: usize,
+        lossy: impl FnOnce() -> bool,
+        write: impl FnOnce(&mut BytesMut),
+    ) -> Result<Appended, SlowConsumer> {
         let mut state = self.lock();
         if state.close_reason.is_some() {
             return Err(SlowConsumer);
         }
-        if state.buffer.len() + state.in_flight_bytes + len > self.pending_bytes_max {
+        let pending = state.buffer.len() + state.in_flight_bytes;
+        let overflows = pending + len > self.pending_bytes_max;
+        if (pending > self.high_water_bytes || overflows) && lossy() {
+            return Ok(Appended::Shed);
+        }
+        if overflows {
             // The client is not reading: what is queued would never arrive, so drop it and
             // leave only the reason, which a client that wakes up may still read.
             state.buffer.clear();
@@ -117,7 +156,7 @@ impl Outbound {
             return Err(SlowConsumer);
         }
         write(&mut state.buffer);
-        Ok(())
+        Ok(Appended::Queued)
     }
 
     /// Appends bytes and wakes the writer (for protocol replies such as `PONG` or `-ERR`).
@@ -254,5 +293,51 @@ impl Outbound {
                 notified.await;
             }
         }
+    }
+}
+
+/// [`limits::LOSSY_HIGH_WATER_PERCENT`] of `pending_bytes_max`, without overflowing for huge bounds.
+fn high_water_bytes(pending_bytes_max: usize) -> usize {
+    let percent = limits::LOSSY_HIGH_WATER_PERCENT;
+    pending_bytes_max / 100 * percent + pending_bytes_max % 100 * percent / 100
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fill(outbound: &Outbound, len: usize) -> Result<Appended, SlowConsumer> {
+        outbound.append_or_shed(len, || false, |buffer| buffer.resize(buffer.len() + len, b'x'))
+    }
+
+    #[test]
+    fn below_the_high_water_mark_nothing_is_shed_and_no_header_is_read() {
+        let outbound = Outbound::new(1000);
+        assert_eq!(fill(&outbound, 500), Ok(Appended::Queued));
+        let appended =
+            outbound.append_or_shed(10, || panic!("headers read below the mark"), |b| b.extend_from_slice(&[0; 10]));
+        assert_eq!(appended, Ok(Appended::Queued));
+    }
+
+    #[test]
+    fn past_the_mark_lossy_messages_are_shed_and_others_queued_up_to_the_bound() {
+        let outbound = Outbound::new(1000);
+        assert_eq!(fill(&outbound, 501), Ok(Appended::Queued));
+        assert_eq!(outbound.append_or_shed(10, || true, |_| unreachable!()), Ok(Appended::Shed));
+        assert_eq!(outbound.pending_bytes(), 501, "a shed message takes no room");
+        assert_eq!(fill(&outbound, 499), Ok(Appended::Queued));
+        assert_eq!(
+            fill(&outbound, 1),
+            Err(SlowConsumer),
+            "past the bound, a message that must arrive closes the client"
+        );
+        assert_eq!(outbound.close_reason(), Some(CloseReason::SlowConsumer));
+    }
+
+    #[test]
+    fn a_lossy_message_that_would_reach_the_bound_is_shed_not_a_slow_consumer() {
+        let outbound = Outbound::new(1000);
+        assert_eq!(outbound.append_or_shed(1001, || true, |_| unreachable!()), Ok(Appended::Shed));
+        assert_eq!(outbound.close_reason(), None);
     }
 }

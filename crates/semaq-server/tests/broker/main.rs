@@ -15,6 +15,7 @@ mod jetstream_api;
 mod jetstream_consumers;
 mod l4_batch;
 mod lineage;
+mod lossy;
 mod provenance;
 mod pubsub;
 mod raw_protocol;
