@@ -67,7 +67,7 @@ fn run(trouble: Trouble, end_us: u64) -> Vec<f64> {
         served += 1;
         per_second[(now / S) as usize][chosen] += 1;
         let troubled = chosen == 0 && now < HEALS_AT_US;
-        let fails = troubled && trouble == Trouble::FailsHalfFast && served % 2 == 0;
+        let fails = troubled && trouble == Trouble::FailsHalfFast && served.is_multiple_of(2);
         let took = if fails { 100 } else { latency_of(chosen, trouble, now) };
         events.push(Reverse((now + took, chosen, fails)));
     }

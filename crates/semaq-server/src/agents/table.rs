@@ -278,6 +278,11 @@ impl Table {
         intent.tally.routed += 1;
         let agent_id = member.agent_id.clone();
         let Some(agent) = self.agents.get_mut(&agent_id) else { return Decision::Unroutable };
+        let target = Target {
+            agent_id: agent_id.clone(),
+            client: agent.client.clone(),
+            inbox: agent.announcement.inbox.clone(),
+        };
         if let Some((reply, deadline_us)) = request {
             agent.in_flight += 1;
             agent.client.replies_owed.fetch_add(1, Ordering::Relaxed);
@@ -296,11 +301,6 @@ impl Table {
                 self.complete(&older, None, now_us);
             }
         }
-        let target = Target {
-            agent_id: agent_id.clone(),
-            client: agent.client.clone(),
-            inbox: agent.announcement.inbox.clone(),
-        };
         if let Some(session) = session {
             self.remember_session(name, session, &agent_id, now_us);
         }

@@ -84,7 +84,8 @@ impl TestAgent {
                     let mode = *behaviour.lock().unwrap();
                     let (client, in_flight) = (client.clone(), in_flight.clone());
                     tokio::spawn(async move {
-                        let failing = mode == Behaviour::FailAll || (mode == Behaviour::FailHalf && n % 2 == 0);
+                        let failing =
+                            mode == Behaviour::FailAll || (mode == Behaviour::FailHalf && n.is_multiple_of(2));
                         if let Behaviour::Slow(delay) = mode {
                             tokio::time::sleep(delay).await;
                         }
