@@ -300,6 +300,22 @@ async fn a_session_stays_with_its_agent_and_moves_when_the_agent_dies() {
     let moves = agents_json(&server)["intents"][0]["session_moves"].as_u64().unwrap();
     let orphaned = home.values().filter(|agent| **agent == victim_id).count() as u64;
     assert_eq!(moves, orphaned, "only the dead agent's sessions moved, and the moves are counted");
+
+    // A new agent takes only the sessions it now wins; the rest stay where they are.
+    let mut now_home = HashMap::new();
+    for name in home.keys() {
+        now_home.insert(name.clone(), ask(&requester, "chat", session(name)).await.unwrap());
+    }
+    let _joined = TestAgent::start(&server, "chat-4", &["chat"], 8, Behaviour::Ok).await;
+    let mut moved = 0;
+    for (name, before) in &now_home {
+        let after = ask(&requester, "chat", session(name)).await.unwrap();
+        if &after != before {
+            assert_eq!(after, "chat-4", "{name} moved only to the new agent");
+            moved += 1;
+        }
+    }
+    assert!(moved < now_home.len() / 2, "few sessions moved to the new agent: {moved} of {}", now_home.len());
 }
 
 #[tokio::test]
