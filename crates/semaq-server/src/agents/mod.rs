@@ -152,6 +152,9 @@ async fn discover_services_forever(agents: Weak<Agents>, every: std::time::Durat
     loop {
         interval.tick().await;
         let Some(agents) = agents.upgrade() else { return };
+        if !agents.services_listen() {
+            continue;
+        }
         let poll = Message {
             subject: SERVICE_INFO,
             reply: Some(&agents.service_reply),
@@ -164,6 +167,15 @@ async fn discover_services_forever(agents: Weak<Agents>, every: std::time::Durat
 }
 
 impl Agents {
+    /// Whether some connection subscribed to `$SRV.INFO` itself, as every NATS service does:
+    /// without one the poll is skipped, so a `>` subscriber sees no polls on a server without
+    /// services.
+    fn services_listen(&self) -> bool {
+        let matches = self.bus.router.matches(SERVICE_INFO);
+        let mut subscribers = matches.plain.iter().chain(matches.groups.iter().flat_map(|g| g.members.iter()));
+        subscribers.any(|s| s.0.subject.as_bytes() == SERVICE_INFO.as_bytes() && s.0.client().is_some())
+    }
+
     fn now_us(&self) -> u64 {
         u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
     }
