@@ -349,8 +349,13 @@ fn check_subjects(bus: &Bus, owner: u64, request: &CreateRequest) -> Result<(), 
     }
     let client = bus.clients.get(owner);
     let permissions = client.as_ref().and_then(|c| c.details()).and_then(|d| d.permissions.clone());
-    if permissions.is_some_and(|p| !p.may_subscribe(&request.subject)) {
+    if permissions.as_ref().is_some_and(|p| !p.may_subscribe(&request.subject)) {
         return Err(ApiError::new(403, format!("permissions violation for subscription to \"{}\"", request.subject)));
+    }
+    // Matches are republished on `deliver` as if the creator published them: a connection
+    // may not reach, through a filter, a subject it could not publish to itself.
+    if permissions.is_some_and(|p| !p.may_publish(&request.deliver)) {
+        return Err(ApiError::new(403, format!("permissions violation for publish to \"{}\"", request.deliver)));
     }
     Ok(())
 }

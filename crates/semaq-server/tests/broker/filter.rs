@@ -632,3 +632,24 @@ async fn a_forged_avro_length_is_refused_without_taking_the_server_down() {
     assert_eq!(drain(&mut inbox, Duration::from_millis(400)).await.len(), 1, "the server is still up");
     assert_eq!(filter_counts(&server)["undecodable"], json!(1));
 }
+
+#[tokio::test]
+async fn a_filter_may_not_deliver_where_its_creator_may_not_publish() {
+    let config = r#"
+        authorization {
+          users = [ { user: "reader", password: "pw", permissions: { publish: { allow: ["$SEMAQ.API.SUB.>", "mine.>"] } } } ]
+        }
+    "#;
+    let server = SemaqServer::with_config(config, &[]);
+    let client = async_nats::ConnectOptions::with_user_and_password("reader".into(), "pw".into())
+        .connect(server.url())
+        .await
+        .expect("connect");
+    let forbidden = json!({ "subject": "ai.x", "filter": "true", "deliver": "payments.approve" });
+    let reply = api(&client, CREATE, &forbidden.to_string()).await;
+    assert_eq!(reply["error"]["code"], json!(403), "{reply}");
+    assert!(reply["error"]["description"].as_str().unwrap().contains("payments.approve"), "{reply}");
+    let allowed = json!({ "subject": "ai.x", "filter": "true", "deliver": "mine.inbox" });
+    assert!(api(&client, CREATE, &allowed.to_string()).await.get("error").is_none());
+    assert_eq!(server.http_json("/varz")["semaq_filters"]["subscriptions"], json!(1), "only the allowed one exists");
+}
