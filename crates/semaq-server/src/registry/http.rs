@@ -199,9 +199,9 @@ async fn delete_version(
 
 async fn list_schemas(State(registry): RegistryState, Query(params): Params) -> Response {
     let prefix = params.get("subjectPrefix").map(String::as_str).unwrap_or("");
-    let listed = Ok(registry.schemas(prefix, flag(&params, "deleted"), flag(&params, "latestOnly")))
-        .map(|listed| page(listed, &params, Some(limits::REGISTRY_LIST_SCHEMAS_MAX)));
-    respond(listed.map(|listed| json!(listed.iter().map(VersionInfo::to_json).collect::<Vec<_>>())))
+    let listed = registry.schemas(prefix, flag(&params, "deleted"), flag(&params, "latestOnly"));
+    let listed = page(listed, &params, Some(limits::REGISTRY_LIST_SCHEMAS_MAX));
+    respond(Ok(json!(listed.iter().map(VersionInfo::to_json).collect::<Vec<_>>())))
 }
 
 async fn schema_by_id(State(registry): RegistryState, Path(id): Path<String>) -> Response {
