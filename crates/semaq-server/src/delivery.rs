@@ -32,6 +32,12 @@ pub enum Sink {
 pub trait InternalSink: Send + Sync + std::fmt::Debug {
     /// Takes one message; returns false when it cannot (it is then not counted as delivered).
     fn receive(&self, message: &Message<'_>) -> bool;
+
+    /// As [`InternalSink::receive`], for a sink that delivers to clients itself: it adds them
+    /// to the publisher's `flush`, so their writers wake once per input batch.
+    fn receive_batched(&self, message: &Message<'_>, _flush: &mut FlushSet) -> bool {
+        self.receive(message)
+    }
 }
 
 /// One `SUB` (or an internal subscription): where matching messages go, and its
@@ -203,7 +209,7 @@ pub fn deliver(
     }
     let client = match &subscription.sink {
         Sink::Client(client) => client,
-        Sink::Internal(sink) => return sink.receive(message),
+        Sink::Internal(sink) => return sink.receive_batched(message, flush),
     };
     let headers = if client.headers() { message.headers } else { None };
     let subject = message.subject.as_bytes();

@@ -150,7 +150,10 @@ impl Dispatcher {
         lock(&self.held).insert(id, held);
         let reply = format!("{}.ack.{id}", self.prefix);
         let routed = Message { reply: Some(&reply), publisher: None, ..*message };
-        if !agents.dispatch(&self.durable.intent, &routed) {
+        let mut flush = crate::delivery::FlushSet::default();
+        let taken = agents.dispatch(&self.durable.intent, &routed, &mut flush);
+        flush.flush();
+        if !taken {
             // Nobody took it: release it for a later pull without waiting for ack_wait.
             if let Some(held) = lock(&self.held).remove(&id) {
                 agents.bus.publish(&held.ack, None, b"-NAK");

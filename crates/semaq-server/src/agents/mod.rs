@@ -96,9 +96,16 @@ struct AgentSink {
 
 impl InternalSink for AgentSink {
     fn receive(&self, message: &Message<'_>) -> bool {
+        let mut flush = FlushSet::default();
+        let taken = self.receive_batched(message, &mut flush);
+        flush.flush();
+        taken
+    }
+
+    fn receive_batched(&self, message: &Message<'_>, flush: &mut FlushSet) -> bool {
         let Some(agents) = self.agents.upgrade() else { return false };
         match self.role {
-            Role::Intent => return agents.route(message),
+            Role::Intent => return agents.route(message, flush),
             Role::Heartbeat => agents.heartbeat(message),
             Role::Bye => agents.bye(message),
             Role::ServiceInfo => agents.service_info(message),
@@ -312,17 +319,17 @@ impl Agents {
     /// Routes one message on `intent.<name>`; false when no agent took it (a request then
     /// gets the connection's usual no-responders status). A durable intent's stream stores it
     /// instead, and its dispatcher is woken to hand it out.
-    fn route(&self, message: &Message<'_>) -> bool {
+    fn route(&self, message: &Message<'_>, flush: &mut FlushSet) -> bool {
         let Some(name) = message.subject.strip_prefix(INTENT_PREFIX) else { return false };
         if let Some(dispatcher) = self.durable(name) {
             dispatcher.wake();
             return false;
         }
-        self.dispatch(name, message)
+        self.dispatch(name, message, flush)
     }
 
     /// Hands one message of intent `name` to an agent, or parks it while all are full.
-    fn dispatch(&self, name: &str, message: &Message<'_>) -> bool {
+    fn dispatch(&self, name: &str, message: &Message<'_>, flush: &mut FlushSet) -> bool {
         let [session, priority] = match message.headers {
             Some(block) => Headers::new(block).get_many(&[names::SESSION, names::PRIORITY]),
             None => [None, None],
@@ -333,7 +340,7 @@ impl Agents {
             let decision = lock(&self.table).decide(name, session, request, now, |n| rand::random_range(0..n));
             match decision {
                 Decision::Deliver(target) => {
-                    if self.hand_off(&target, message) {
+                    if self.hand_off(&target, message, flush) {
                         return true;
                     }
                     self.refused(&target, message.reply);
@@ -385,8 +392,9 @@ impl Agents {
         parked
     }
 
-    /// Delivers a routed message to the subscriptions of the chosen agent's own connection.
-    fn hand_off(&self, target: &Target, message: &Message<'_>) -> bool {
+    /// Delivers a routed message to the subscriptions of the chosen agent's own connection,
+    /// leaving its writer's wake-up to `flush`.
+    fn hand_off(&self, target: &Target, message: &Message<'_>, flush: &mut FlushSet) -> bool {
         let name = &message.subject[INTENT_PREFIX.len().min(message.subject.len())..];
         let headers = routed_headers(message.headers, &target.agent_id, name);
         let routed = Message {
@@ -397,19 +405,12 @@ impl Agents {
             publisher: message.publisher,
         };
         let matches = self.bus.router.matches(&target.inbox);
-        let own = matches
+        let mut own = matches
             .plain
             .iter()
             .chain(matches.groups.iter().flat_map(|group| group.members.iter()))
             .filter(|s| s.0.client().is_some_and(|client| client.id == target.client.id));
-        let mut flush = FlushSet::default();
-        for subscription in own {
-            if delivery::deliver(&self.bus.router, &subscription.0, &routed, &mut flush) {
-                flush.flush();
-                return true;
-            }
-        }
-        false
+        own.any(|subscription| delivery::deliver(&self.bus.router, &subscription.0, &routed, flush))
     }
 
     /// Matches a publish from an agent's connection to the request it answers, if any.
@@ -440,9 +441,11 @@ impl Agents {
                     payload: &parked.payload,
                     publisher: parked.publisher,
                 };
-                if !self.dispatch(&name, &message) {
+                let mut flush = FlushSet::default();
+                if !self.dispatch(&name, &message, &mut flush) {
                     self.tell_no_responders(&parked);
                 }
+                flush.flush();
             }
         }
     }
