@@ -53,6 +53,9 @@ pub struct Target {
     pub url: String,
     /// Connect and request timeout.
     pub timeout: Duration,
+    /// Whether the URL was named (`--server`, `SEMAQ_URL`) rather than the fallbacks: benches that
+    /// otherwise start their own server use a named one instead.
+    pub named: bool,
     auth: Auth,
     tls: TlsFiles,
 }
@@ -89,12 +92,12 @@ impl Target {
         };
         let cert_and_key = args.tls_cert.clone().zip(args.tls_key.clone());
         let tls = TlsFiles { required: args.tls, ca: args.tls_ca.clone(), cert_and_key };
-        Ok(Target { url, timeout: args.timeout, auth, tls })
+        Ok(Target { url, timeout: args.timeout, named: args.server.is_some(), auth, tls })
     }
 
     /// A plain, unauthenticated target, for servers the bench starts itself.
     pub fn plain(url: String, timeout: Duration) -> Target {
-        Target { url, timeout, auth: Auth::None, tls: TlsFiles::default() }
+        Target { url, timeout, named: true, auth: Auth::None, tls: TlsFiles::default() }
     }
 
     /// Connects with the default client options.

@@ -43,3 +43,33 @@ fn js_pipeline_consumes_every_message_while_publishing_and_reports_latency() {
     assert!(!report.contains("PROBLEM"), "{report}");
     assert!(report.contains("published 3,000"), "{report}");
 }
+
+#[test]
+fn intent_rr_prints_both_sides_the_ratios_and_the_target_lines() {
+    let table = bench(&["intent-rr", "--rounds", "1", "--duration", "500ms", "--concurrency", "8"]);
+    for side in ["queue group", "intent     "] {
+        let rows =
+            table.lines().map(str::trim_start).filter(|line| line.starts_with("1 ") || line.starts_with("median"));
+        let with_figures = rows.filter(|line| line.contains(side) && (line.contains("µs") || line.contains(" ms")));
+        assert_eq!(with_figures.count(), 2, "a round row and a median row for {side:?}: {table}");
+    }
+    assert!(table.contains("intent / queue group: p50 "), "{table}");
+    assert!(table.contains("(target ≤ 1.10×)") && table.contains("(target ≥ 0.90×)"), "{table}");
+    assert!(!table.contains("failed"), "{table}");
+}
+
+#[test]
+fn adapt_prints_the_share_curve_a_verdict_per_target_and_saves_the_plot() {
+    let dir = tempfile::tempdir().unwrap();
+    let plot = dir.path().join("adapt.png");
+    let short = ["--warm-seconds", "1", "--sick-seconds", "2", "--heal-seconds", "2", "--rate", "200"];
+    let output = bench(&[&["adapt"], &short[..], &["--plot", plot.to_str().unwrap()]].concat());
+    assert!(output.contains("phase A: adapt-1 errors on half its requests"), "{output}");
+    assert!(output.contains("phase B: adapt-4 10× slower"), "{output}");
+    let rows = output.lines().filter(|line| line.contains('%') && line.contains("FAULT")).count();
+    assert_eq!(rows, 4, "two fault seconds per phase, each a row of shares: {output}");
+    let verdicts = output.lines().filter(|line| line.starts_with("PASS ") || line.starts_with("FAIL ")).count();
+    assert_eq!(verdicts, 4, "a drop and a recovery line per phase: {output}");
+    let png = std::fs::read(&plot).unwrap();
+    assert!(png.starts_with(b"\x89PNG"), "a PNG was saved");
+}

@@ -6,19 +6,25 @@
 //! memory with a million stored messages and the restart time, `js_schema.rs` js-pub to streams bound to
 //! a schema against the same stream without one, `disk.rs` probing the fsync latency the durable
 //! figures depend on, `levels.rs` js-pub on L1, L2 and L3 streams side by side, and `provenance.rs` the
-//! cost of level 4 and `semaq verify`'s speed.
+//! cost of level 4 and `semaq verify`'s speed. The agent network's benches: `intent_rr.rs` (intent
+//! routing against a queue group) and `adapt.rs` (traffic shifting off a failing or slow agent and
+//! back, plotted by `plot.rs`), on a server and SDK agents from `agent_net.rs`.
 
+mod adapt;
+mod agent_net;
 mod compare;
 mod disk;
 mod filter_fanout;
 mod flow;
 mod idle;
+mod intent_rr;
 mod jetstream;
 mod js_schema;
 mod js_store;
 mod latency;
 mod levels;
 mod pipeline;
+mod plot;
 mod provenance;
 mod server;
 mod stats;
@@ -71,6 +77,10 @@ enum BenchCommand {
     FilterFanout(filter_fanout::FilterFanoutArgs),
     /// js-pub on a level 4 stream vs a level 1 stream (ratio), and `semaq verify` msgs/s, on a fresh semaq-server
     Provenance(provenance::ProvenanceArgs),
+    /// Request/reply through intent routing to 4 SDK agents vs a queue group of 4: p50, p99, req/s, ratios
+    IntentRr(intent_rr::IntentRrArgs),
+    /// 4 agents on intent.adapt, one failing then one slow: per-second shares, PASS/FAIL, a PNG plot
+    Adapt(adapt::AdaptArgs),
 }
 
 /// Arguments of a single scenario run.
@@ -283,6 +293,8 @@ pub async fn run(target: &Target, args: BenchArgs) -> Result<()> {
         BenchCommand::FilterFanout(filter_args) => return filter_fanout::run(filter_args).await,
         BenchCommand::Provenance(provenance_args) => return provenance::run(provenance_args).await,
         BenchCommand::JsPubLevels(levels_args) => return levels::run(levels_args).await,
+        BenchCommand::IntentRr(rr_args) => return intent_rr::run(target, rr_args).await,
+        BenchCommand::Adapt(adapt_args) => return adapt::run(target, adapt_args).await,
         BenchCommand::Pubsub(run_args) => (Scenario::Pubsub, run_args),
         BenchCommand::Fanout(run_args) => (Scenario::Fanout, run_args),
         BenchCommand::Latency(run_args) => (Scenario::Latency, run_args),
