@@ -48,7 +48,7 @@ struct IntentAddArgs {
     /// Deliveries before a message moves to the dead-letter stream
     #[arg(long, default_value_t = 5)]
     max_deliver: u32,
-    /// The stream's name (default INTENT_<NAME>, dots as underscores)
+    /// The stream's name (default: INTENT_ then the intent, dots as underscores)
     #[arg(long)]
     stream: Option<String>,
     /// Keep the stream in memory instead of on disk
