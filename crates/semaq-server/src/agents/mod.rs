@@ -419,8 +419,8 @@ impl Agents {
         let (ready, intent) = {
             let mut table = lock(&self.table);
             let Some(pending) = table.take_pending(connection, subject) else { return };
-            let outcome = outcome_of(headers, Table::elapsed_us(&pending, now));
-            (table.complete(&pending, Some(outcome), now), Table::intent_of(&pending).to_string())
+            let outcome = outcome_of(headers, pending.elapsed_us(now));
+            (table.complete(&pending, Some(outcome), now), pending.intent().to_string())
         };
         self.offer_freed(ready);
         if let Some(dispatcher) = self.durable(&intent) {

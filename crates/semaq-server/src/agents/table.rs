@@ -111,6 +111,18 @@ pub struct Pending {
     deadline_us: u64,
 }
 
+impl Pending {
+    /// The intent it was routed for.
+    pub fn intent(&self) -> &str {
+        &self.intent
+    }
+
+    /// The time the request has taken by `now_us`.
+    pub fn elapsed_us(&self, now_us: u64) -> u64 {
+        now_us.saturating_sub(self.started_us)
+    }
+}
+
 /// Where a routed message goes.
 #[derive(Debug, Clone)]
 pub struct Target {
@@ -422,16 +434,6 @@ impl Table {
             .filter(|name| self.intents.get(name.as_str()).is_some_and(|i| !i.waiting.is_empty()))
             .map(|name| Arc::from(name.as_str()))
             .collect()
-    }
-
-    /// The intent it was routed for.
-    pub fn intent_of(pending: &Pending) -> &str {
-        &pending.intent
-    }
-
-    /// The time the request has taken by `now_us`.
-    pub fn elapsed_us(pending: &Pending, now_us: u64) -> u64 {
-        now_us.saturating_sub(pending.started_us)
     }
 
     /// Expires silent agents, requests past their timeout and waits past their bound.
