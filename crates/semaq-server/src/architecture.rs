@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 /// The broker's modules, bottom to top. Keep in step with the module doc of `lib.rs` and the
 /// layering section of `docs/design.md`.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("basics", &["limits", "sync", "stats", "identity", "options", "config_file", "flags", "auth", "tls"]),
+    ("basics", &["limits", "sync", "stats", "identity", "options", "config_file", "flags", "auth", "tls", "priority"]),
     ("routing", &["router", "outbound", "client", "delivery"]),
     ("bus", &["bus"]),
     ("subsystems", &["registry", "filter", "agents", "connection"]),

@@ -11,7 +11,8 @@
 //!
 //! 1. **Basics:** [`limits`] (every default bound), [`sync`] (lock helpers, byte
 //!    budgets), [`stats`], [`identity`], [`options`] filled by [`config_file`] (nats-server's
-//!    format) and [`flags`] (its command line), [`auth`], [`tls`].
+//!    format) and [`flags`] (its command line), [`auth`], [`tls`], [`priority`]
+//!    (`Semaq-Priority`'s shares).
 //! 2. **Routing:** [`router`] (the subject trie), [`outbound`] (each client's bounded buffer and
 //!    writer), [`client`] (a connection's shared half and the connection table), [`delivery`]
 //!    (fan-out to subscriptions).
@@ -42,6 +43,7 @@ pub mod limits;
 pub mod monitor;
 pub mod options;
 pub mod outbound;
+pub mod priority;
 pub mod registry;
 pub mod router;
 pub mod server;

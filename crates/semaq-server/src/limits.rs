@@ -75,6 +75,9 @@ pub const CONSUMER_STATE_SAVE_INTERVAL: std::time::Duration = std::time::Duratio
 pub const FLOW_CONTROL_BYTES: u64 = 1024 * 1024;
 /// Messages one consumer pump delivers before yielding.
 pub const PUMP_MESSAGES_MAX: usize = 1024;
+/// Messages a priority-ordered consumer reads ahead of its deliveries (`semaq.priority`): the
+/// window within which lower `Semaq-Priority` numbers go first.
+pub const PRIORITY_READ_AHEAD_MESSAGES_MAX: usize = 1024;
 /// Inactivity after which an ephemeral consumer without `inactive_threshold` is removed.
 pub const EPHEMERAL_INACTIVE_THRESHOLD: std::time::Duration = std::time::Duration::from_secs(5);
 /// Messages one pull request may ask for.

@@ -345,7 +345,7 @@ impl Agents {
                     }
                     self.refused(&target, message.reply);
                 }
-                Decision::Wait => return self.park(name, message, waiting::priority_of(priority)),
+                Decision::Wait => return self.park(name, message, crate::priority::priority_of(priority)),
                 Decision::Unroutable => break,
             }
         }

@@ -1,42 +1,23 @@
 //! Requests waiting for an agent with free capacity, by `Semaq-Priority`. Pure.
 //!
-//! One FIFO per priority (0 real-time … 3 offline training). The next request comes from the
-//! backlogged priority with the lowest *pass* (stride scheduling): taking from priority `p`
-//! advances its pass by `STRIDES[p]`. With every priority backlogged, 15 hand-outs give
-//! 8 to priority 0, 4 to 1, 2 to 2 and 1 to 3, so lower numbers go first while priority 3
-//! still moves: a request at the head of its queue waits at most `STARVATION_BOUND` others.
-//! A queue that was empty rejoins at the current pass, so idleness banks no credit.
+//! One FIFO per priority; the next request comes by the stride rule of [`crate::priority`]
+//! (8 : 4 : 2 : 1, so priority 3 waits behind at most `STARVATION_BOUND` others).
 
 use std::collections::VecDeque;
 
-/// Priorities, 0 to 3 (SPEC §2).
-pub const PRIORITIES: usize = 4;
-/// The priority of a message without a valid `Semaq-Priority`.
-pub const PRIORITY_DEFAULT: u8 = 1;
-/// How far one hand-out advances each priority's pass: shares 8 : 4 : 2 : 1.
-pub const STRIDES: [u64; PRIORITIES] = [1, 2, 4, 8];
-
-/// The priority a `Semaq-Priority` value names; anything else is the default.
-pub fn priority_of(value: Option<&str>) -> u8 {
-    match value.map(str::trim) {
-        Some("0") => 0,
-        Some("2") => 2,
-        Some("3") => 3,
-        _ => PRIORITY_DEFAULT,
-    }
-}
+use crate::priority::{Stride, PRIORITIES};
 
 /// Waiting items with the time (µs) after which each gives up.
 #[derive(Debug)]
 pub struct Waiting<T> {
     queues: [VecDeque<(u64, T)>; PRIORITIES],
-    passes: [u64; PRIORITIES],
+    stride: Stride,
     len: usize,
 }
 
 impl<T> Default for Waiting<T> {
     fn default() -> Self {
-        Self { queues: Default::default(), passes: [0; PRIORITIES], len: 0 }
+        Self { queues: Default::default(), stride: Stride::default(), len: 0 }
     }
 }
 
@@ -55,22 +36,20 @@ impl<T> Waiting<T> {
     pub fn push(&mut self, priority: u8, deadline_us: u64, item: T) {
         let priority = usize::from(priority).min(PRIORITIES - 1);
         if self.queues[priority].is_empty() {
-            let current = self.current_pass();
-            self.passes[priority] = self.passes[priority].max(current);
+            let backlogged = self.backlogged();
+            self.stride.rejoin(priority, backlogged);
         }
         self.queues[priority].push_back((deadline_us, item));
         self.len += 1;
     }
 
-    /// The lowest pass among backlogged priorities (0 when none is).
-    fn current_pass(&self) -> u64 {
-        (0..PRIORITIES).filter(|&p| !self.queues[p].is_empty()).map(|p| self.passes[p]).min().unwrap_or(0)
+    fn backlogged(&self) -> [bool; PRIORITIES] {
+        std::array::from_fn(|p| !self.queues[p].is_empty())
     }
 
     /// The next item by priority share, or `None` when nothing waits.
     pub fn pop(&mut self) -> Option<T> {
-        let priority = (0..PRIORITIES).filter(|&p| !self.queues[p].is_empty()).min_by_key(|&p| (self.passes[p], p))?;
-        self.passes[priority] += STRIDES[priority];
+        let priority = self.stride.pick(self.backlogged())?;
         self.len -= 1;
         self.queues[priority].pop_front().map(|(_, item)| item)
     }
@@ -94,10 +73,7 @@ impl<T> Waiting<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Most hand-outs to other priorities while a request waits at the head of its queue:
-    /// one full round of the other strides.
-    const STARVATION_BOUND: usize = 14;
+    use crate::priority::STARVATION_BOUND;
 
     #[test]
     fn one_priority_is_first_in_first_out() {
@@ -163,14 +139,5 @@ mod tests {
         assert_eq!(waiting.expire(10), vec!["early", "earliest"]);
         assert_eq!(waiting.len(), 1);
         assert_eq!(waiting.pop(), Some("late"));
-    }
-
-    #[test]
-    fn priorities_are_read_from_the_header_value() {
-        assert_eq!(priority_of(Some("0")), 0);
-        assert_eq!(priority_of(Some(" 3 ")), 3);
-        assert_eq!(priority_of(Some("7")), PRIORITY_DEFAULT);
-        assert_eq!(priority_of(Some("high")), PRIORITY_DEFAULT);
-        assert_eq!(priority_of(None), PRIORITY_DEFAULT);
     }
 }

@@ -415,6 +415,7 @@ pub fn normalize(mut config: StreamConfig) -> Result<StreamConfig, ApiError> {
             )));
         }
     }
+    consumer::check_priority(&config.metadata).map_err(ApiError::invalid_stream_config)?;
     config.apply_exactly_once().map_err(ApiError::invalid_stream_config)?;
     Ok(config)
 }

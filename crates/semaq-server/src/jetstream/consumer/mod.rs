@@ -1,6 +1,7 @@
 //! A consumer: a cursor over a stream with delivery and acknowledgement state.
 //!
 //! - `validate`: defaults and nats-server's checks for a consumer config.
+//! - `ahead`: a priority-ordered consumer's read-ahead, handed out by `Semaq-Priority`.
 //! - `state`: what has been delivered, what awaits an ack, and the waiting pull requests.
 //! - `pump`: the consumer's task, which hands messages to pull requests or the push subject.
 //! - `acks`: `+ACK`, `-NAK`, `+WPI`, `+TERM`, `+NXT` from `$JS.ACK.>` replies.
@@ -10,6 +11,8 @@
 //! after `state` is released, so a delivery can never re-enter a consumer.
 
 mod acks;
+mod ahead;
+pub use self::ahead::{check as check_priority, PRIORITY_METADATA_KEY};
 mod persist;
 pub use self::persist::load as persist_load;
 mod pump;

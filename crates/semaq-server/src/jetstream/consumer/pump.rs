@@ -12,6 +12,7 @@ use semaq_wire::headers::names;
 use serde::Deserialize;
 use tokio::sync::watch;
 
+use super::ahead::{self, priority_of_message};
 use super::state::{next_matching, Pending, PullRequest, State};
 use super::{redelivery_deadline, Consumer};
 use crate::bus::Bus;
@@ -370,6 +371,13 @@ impl Consumer {
                 _ => {}
             }
         }
+        let ordered = priority_ordered(config, stream);
+        if ordered || !state.ahead.is_empty() {
+            if ordered {
+                self.read_ahead(state, config, &**store, &passes);
+            }
+            return next_ahead(state, &**store);
+        }
         loop {
             if state.skipped.len() >= limits::FILTER_SKIP_MESSAGES_MAX {
                 // Bounded work under the locks: look again in the next round, at once.
@@ -396,13 +404,52 @@ impl Consumer {
         }
     }
 
+    /// Fills a priority-ordered consumer's read-ahead from the stream, up to its bound.
+    fn read_ahead(
+        &self,
+        state: &mut State,
+        config: &ConsumerConfig,
+        store: &dyn semaq_store::StreamStore,
+        passes: &dyn Fn(&semaq_store::StoredMessage) -> bool,
+    ) {
+        while state.ahead.len() < limits::PRIORITY_READ_AHEAD_MESSAGES_MAX {
+            if state.skipped.len() >= limits::FILTER_SKIP_MESSAGES_MAX {
+                self.wake();
+                return;
+            }
+            match next_matching(store, state.next_seq, config) {
+                Ok(Some(message)) => {
+                    state.next_seq = message.seq + 1;
+                    if state.pending.contains_key(&message.seq) {
+                        // Delivered before a restart that resumed below it: pending redelivers it.
+                        continue;
+                    }
+                    if passes(&message) {
+                        state.ahead.push(priority_of_message(message.headers.as_deref()), message.seq);
+                    } else {
+                        skip(state, message.seq);
+                    }
+                }
+                Ok(None) => {
+                    state.next_seq = state.next_seq.max(store.state().last_seq + 1);
+                    return;
+                }
+                Err(error) => {
+                    tracing::error!(consumer = %self.name, %error, "cannot read the stream");
+                    return;
+                }
+            }
+        }
+    }
+
     /// The ack reply subject the next delivery of `message` will carry:
     /// `$JS.ACK.<stream>.<consumer>.<deliveries>.<stream seq>.<consumer seq>.<timestamp>.<pending>`.
     fn ack_subject(&self, state: &State, message: &Candidate, last_seq: u64) -> String {
         let deliveries = state.pending.get(&message.seq).map_or(1, |p| p.deliveries + 1);
         let consumer_seq = state.delivered_consumer_seq + 1;
         // Messages after this one, as clients show "pending"; exact for unfiltered consumers.
-        let remaining = last_seq.saturating_sub(message.seq.max(state.next_seq.saturating_sub(1)));
+        let remaining =
+            last_seq.saturating_sub(message.seq.max(state.next_seq.saturating_sub(1))) + state.ahead.len() as u64;
         format!(
             "$JS.ACK.{}.{}.{}.{}.{}.{}.{}",
             self.stream_name, self.name, deliveries, message.seq, consumer_seq, message.timestamp_ns, remaining
@@ -457,6 +504,8 @@ enum Origin {
     Redelivery,
     Initial,
     Stream,
+    /// A priority-ordered consumer's read-ahead, at this priority.
+    Ahead(u8),
 }
 
 /// A stored message about to be delivered.
@@ -491,6 +540,7 @@ impl Candidate {
             }
             Origin::Initial => state.initial.push_front(self.seq),
             Origin::Stream => state.next_seq = state.next_seq.min(self.seq),
+            Origin::Ahead(priority) => state.ahead.put_back(priority, self.seq),
         }
     }
 }
@@ -500,9 +550,33 @@ fn skip(state: &mut State, seq: u64) {
     state.skipped.push(seq);
     state.skipped_through = state.skipped_through.max(seq);
     if state.pending.is_empty() {
-        state.ack_floor_stream_seq = state.ack_floor_stream_seq.max(seq);
+        state.ack_floor_stream_seq = state.ack_floor_stream_seq.max(seq.min(state.ack_floor_cap()));
     }
     state.dirty = true;
+}
+
+/// Whether a consumer hands out its backlog by `Semaq-Priority`: its own metadata decides, else
+/// its stream's; durable intents' streams order by priority unless told otherwise.
+fn priority_ordered(config: &ConsumerConfig, stream: &Stream) -> bool {
+    if let Some(value) = config.metadata.get(ahead::PRIORITY_METADATA_KEY) {
+        return ahead::enabled(Some(value));
+    }
+    let stream_config = stream.config();
+    match stream_config.metadata.get(ahead::PRIORITY_METADATA_KEY) {
+        Some(value) => ahead::enabled(Some(value)),
+        None => stream_config.metadata.contains_key(crate::jetstream::intents::INTENT_KEY),
+    }
+}
+
+/// The next message read ahead, by priority; messages deleted since they were read are passed over.
+fn next_ahead(state: &mut State, store: &dyn semaq_store::StreamStore) -> Option<Candidate> {
+    state.ahead.forget_below(store.state().first_seq);
+    while let Some((priority, seq)) = state.ahead.pop() {
+        if let Ok(Some(message)) = store.get(seq) {
+            return Some(Candidate::from(message, Origin::Ahead(priority)));
+        }
+    }
+    None
 }
 
 /// Moves deliveries whose ack wait ran out into the redelivery queue, or drops them at max_deliver.

@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
+use super::ahead::ReadAhead;
 use super::persist::SavedState;
 use super::validate;
 use crate::filter::Filter;
@@ -44,8 +45,11 @@ pub struct PullRequest {
 /// A consumer's delivery state.
 #[derive(Debug, Default)]
 pub struct State {
-    /// Next stream sequence to look at for a first delivery.
+    /// Next stream sequence to read for a first delivery. A priority-ordered consumer's reads
+    /// may run ahead of its deliveries: see `resume_seq`.
     pub next_seq: u64,
+    /// Messages read ahead by a priority-ordered consumer, not yet delivered.
+    pub ahead: ReadAhead,
     /// Stream sequences still to deliver first, in order (deliver policy `last_per_subject`).
     pub initial: VecDeque<u64>,
     /// Highest consumer sequence assigned.
@@ -165,7 +169,7 @@ impl State {
     /// What is saved for a durable consumer.
     pub fn save(&self) -> SavedState {
         SavedState {
-            next_seq: self.next_seq,
+            next_seq: self.resume_seq(),
             delivered_consumer_seq: self.delivered_consumer_seq,
             delivered_stream_seq: self.delivered_stream_seq,
             ack_floor_consumer_seq: self.ack_floor_consumer_seq,
@@ -226,7 +230,7 @@ impl State {
         let store = stream.store();
         let stream_state = store.state();
         let from = self.next_seq.max(stream_state.first_seq);
-        let initial = self.initial.len() as u64;
+        let initial = (self.initial.len() + self.ahead.len()) as u64;
         if stream_state.last_seq < from {
             return initial;
         }
@@ -251,20 +255,33 @@ impl State {
         initial + count
     }
 
+    /// Where first deliveries resume after a restart: the lowest message read ahead and not yet
+    /// delivered, else the read position.
+    pub fn resume_seq(&self) -> u64 {
+        self.ahead.first().map_or(self.next_seq, |first| first.min(self.next_seq))
+    }
+
+    /// The highest the ack floor may be: below every message read ahead and not yet delivered.
+    pub fn ack_floor_cap(&self) -> u64 {
+        self.ahead.first().map_or(u64::MAX, |first| first.saturating_sub(1))
+    }
+
     /// Whether `seq` is acknowledged (or skipped) by this consumer.
     pub fn has_acked(&self, seq: u64) -> bool {
-        seq <= self.ack_floor_stream_seq || (seq < self.next_seq && !self.pending.contains_key(&seq))
+        seq <= self.ack_floor_stream_seq
+            || (seq < self.next_seq && !self.pending.contains_key(&seq) && !self.ahead.contains(seq))
     }
 
     /// Moves the ack floor up to just below the oldest pending delivery.
     pub fn update_ack_floor(&mut self) {
+        let cap = self.ack_floor_cap();
         match self.pending.iter().next() {
             Some((seq, pending)) => {
-                self.ack_floor_stream_seq = seq.saturating_sub(1);
+                self.ack_floor_stream_seq = seq.saturating_sub(1).min(cap);
                 self.ack_floor_consumer_seq = pending.consumer_seq.saturating_sub(1);
             }
             None => {
-                let floor = self.delivered_stream_seq.max(self.skipped_through);
+                let floor = self.delivered_stream_seq.max(self.skipped_through).min(cap);
                 self.ack_floor_stream_seq = floor.max(self.ack_floor_stream_seq);
                 self.ack_floor_consumer_seq = self.delivered_consumer_seq;
             }

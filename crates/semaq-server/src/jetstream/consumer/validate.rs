@@ -41,6 +41,7 @@ pub fn normalize(mut config: ConsumerConfig, stream: &StreamConfig) -> Result<Co
     }
     check_filters(&config, stream)?;
     super::compile_filter(&config).map_err(|error| ApiError::invalid_filter(&error))?;
+    super::check_priority(&config.metadata).map_err(ApiError::consumer_create)?;
     check_delivery(&config)?;
     check_timing(&config)?;
     check_workqueue(&config, stream)?;
