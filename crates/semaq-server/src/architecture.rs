@@ -12,7 +12,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("basics", &["limits", "sync", "stats", "identity", "options", "config_file", "flags", "auth", "tls", "priority"]),
     ("routing", &["router", "outbound", "client", "delivery"]),
     ("bus", &["bus"]),
-    ("subsystems", &["registry", "filter", "agents", "connection"]),
+    ("subsystems", &["registry", "filter", "tokens", "agents", "connection"]),
     ("jetstream", &["jetstream"]),
     ("edges", &["monitor", "server"]),
 ];

@@ -29,6 +29,7 @@ use crate::limits;
 use crate::options::Options;
 use crate::outbound::CloseReason;
 use crate::stats::bump;
+use crate::tokens::Tokens;
 
 /// What every connection shares, built once by the server.
 pub struct Context {
@@ -46,6 +47,8 @@ pub struct Context {
     pub filters: Arc<Filters>,
     /// The agent network, which watches agents' replies and forgets a closed connection's agents.
     pub agents: Arc<Agents>,
+    /// Token load, counted from the headers of every publish that names token counts.
+    pub tokens: Arc<Tokens>,
 }
 
 impl std::fmt::Debug for Context {
@@ -316,8 +319,13 @@ impl Connection {
             self.send_err(&format!("Permissions Violation for Publish to \"{}\"", publish.subject));
             return;
         }
-        if self.client.owes_replies() {
-            self.context.agents.observe_reply(self.client.id, &publish.subject, publish.headers.as_deref());
+        let answered = match self.client.owes_replies() {
+            true => self.context.agents.observe_reply(self.client.id, &publish.subject, publish.headers.as_deref()),
+            false => None,
+        };
+        if let Some(headers) = publish.headers.as_deref() {
+            let routed = answered.as_ref().map(|a| (&*a.agent_id, &*a.intent));
+            self.context.tokens.record_headers(headers, &publish.subject, routed);
         }
         let message = Message {
             subject: &publish.subject,

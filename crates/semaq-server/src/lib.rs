@@ -21,7 +21,8 @@
 //!    `Weak<Bus>`), never the whole server.
 //! 4. **Subsystems:** [`registry`] (the schema registry's REST and NATS APIs over the
 //!    `semaq-registry` crate), [`filter`] (CEL content filters, filtered subscriptions),
-//!    [`agents`] (the agent network: intent routing by learned weights), [`connection`]
+//!    [`tokens`] (token load per model, subject, intent and agent), [`agents`] (the agent
+//!    network: intent routing by learned weights), [`connection`]
 //!    (one client).
 //! 5. **[`jetstream`]:** streams and consumers, with the handles they use in
 //!    [`jetstream::Services`] (bus, registry, filters, options).
@@ -50,6 +51,7 @@ pub mod server;
 pub mod stats;
 pub mod sync;
 pub mod tls;
+pub mod tokens;
 
 #[cfg(test)]
 mod architecture;

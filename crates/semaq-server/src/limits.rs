@@ -242,3 +242,18 @@ pub const AGENT_HANDOFF_TRIES_MAX: usize = 3;
 pub const DURABLE_INTENT_PULL_MESSAGES_MAX: usize = 1024;
 /// How often a durable intent's dispatcher looks for stored work when nothing woke it.
 pub const DURABLE_INTENT_POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+/// Token load (`tokens.rs`): subject tokens that name a subject series (`ai.chat` of `ai.chat.x`).
+pub const TOKEN_SUBJECT_DEPTH: usize = 2;
+/// Token load: the largest token count one message may state; larger counts are refused.
+pub const TOKENS_PER_MESSAGE_MAX: u64 = 100_000_000;
+/// Token load: width of the fine buckets.
+pub const TOKEN_FINE_BUCKET_SECONDS: u64 = 10;
+/// Token load: fine buckets kept (an hour of 10 s).
+pub const TOKEN_FINE_BUCKETS: usize = 360;
+/// Token load: width of the coarse buckets.
+pub const TOKEN_COARSE_BUCKET_SECONDS: u64 = 60;
+/// Token load: coarse buckets kept (a day of 1 min).
+pub const TOKEN_COARSE_BUCKETS: usize = 1440;
+/// Token load: series per dimension (models, subjects, intents, agents) before `_other`.
+pub const TOKEN_SERIES_PER_DIMENSION_MAX: usize = 128;

@@ -47,6 +47,8 @@ pub struct Monitor {
     pub filters: Arc<Filters>,
     /// The agent network.
     pub agents: Arc<Agents>,
+    /// Token load per model, subject, intent and agent.
+    pub tokens: Arc<crate::tokens::Tokens>,
     /// Streams and consumers, when JetStream is on.
     pub jetstream: Option<Arc<JetStream>>,
 }
@@ -63,6 +65,7 @@ pub async fn serve(monitor: Arc<Monitor>, listener: TcpListener) {
         .route("/semaq/shed", get(shed))
         .with_state(monitor.clone())
         .merge(crate::registry::http::routes().with_state(monitor.registry.clone()))
+        .merge(crate::tokens::http::routes().with_state(monitor.tokens.clone()))
         .merge(crate::jetstream::provenance::api::routes().with_state(monitor.jetstream.clone()));
     if let Err(error) = axum::serve(listener, app).await {
         tracing::error!(%error, "monitoring server failed");

@@ -25,6 +25,7 @@ use crate::outbound::CloseReason;
 use crate::registry::Registry;
 use crate::stats::bump;
 use crate::tls;
+use crate::tokens::Tokens;
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -86,8 +87,9 @@ impl Server {
         let filters = Arc::new(Filters::new(bus.clone(), Some(registry.clone())));
         crate::filter::subscriptions::start(&filters);
         let agents = crate::agents::start(&bus, &options.agents).map_err(StartError::Agents)?;
+        let tokens = Arc::new(Tokens::default());
         let jetstream = match options.jetstream {
-            true => Some(start_jetstream(&bus, &registry, &filters, &agents, &options, &identity)?),
+            true => Some(start_jetstream(&bus, &registry, &filters, (&agents, &tokens), &options, &identity)?),
             false => None,
         };
         let auth = Authenticator::from_options(&options);
@@ -103,9 +105,10 @@ impl Server {
             registry,
             filters: filters.clone(),
             agents: agents.clone(),
+            tokens: tokens.clone(),
             jetstream,
         });
-        let context = Arc::new(Context { bus, options, auth, tls, info, filters, agents });
+        let context = Arc::new(Context { bus, options, auth, tls, info, filters, agents, tokens });
         Ok(Self { context, monitor, listener, http_listener })
     }
 
@@ -200,7 +203,7 @@ fn start_jetstream(
     bus: &Arc<Bus>,
     registry: &Arc<Registry>,
     filters: &Arc<Filters>,
-    agents: &Arc<Agents>,
+    (agents, tokens): (&Arc<Agents>, &Arc<Tokens>),
     options: &Arc<Options>,
     identity: &Identity,
 ) -> Result<Arc<JetStream>, StartError> {
@@ -211,6 +214,7 @@ fn start_jetstream(
         options: options.clone(),
         server_id: identity.server_id.clone(),
         agents: agents.clone(),
+        tokens: tokens.clone(),
     });
     let jetstream = JetStream::start(services)?;
     crate::jetstream::api::start(jetstream.clone());

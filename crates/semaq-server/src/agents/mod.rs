@@ -36,6 +36,7 @@ pub use self::announce::{is_valid_intent, BYE_SUBJECT, HEARTBEAT_SUBJECT};
 use self::announce::{AnnounceError, Announcement};
 use self::durable::{Dispatcher, Durable};
 use self::synapse::Outcome;
+pub use self::table::Answered;
 use self::table::{Decision, Parked, Source, Table, Target};
 use crate::bus::Bus;
 use crate::client::Client;
@@ -413,19 +414,21 @@ impl Agents {
         own.any(|subscription| delivery::deliver(&self.bus.router, &subscription.0, &routed, flush))
     }
 
-    /// Matches a publish from an agent's connection to the request it answers, if any.
-    pub fn observe_reply(&self, connection: u64, subject: &str, headers: Option<&[u8]>) {
+    /// Matches a publish from an agent's connection to the request it answers, if any, and
+    /// returns the agent and intent it answered for.
+    pub fn observe_reply(&self, connection: u64, subject: &str, headers: Option<&[u8]>) -> Option<Answered> {
         let now = self.now_us();
-        let (ready, intent) = {
+        let (ready, answered) = {
             let mut table = lock(&self.table);
-            let Some(pending) = table.take_pending(connection, subject) else { return };
+            let pending = table.take_pending(connection, subject)?;
             let outcome = outcome_of(headers, pending.elapsed_us(now));
-            (table.complete(&pending, Some(outcome), now), pending.intent().to_string())
+            (table.complete(&pending, Some(outcome), now), Answered::of(&pending))
         };
         self.offer_freed(ready);
-        if let Some(dispatcher) = self.durable(&intent) {
+        if let Some(dispatcher) = self.durable(&answered.intent) {
             dispatcher.wake();
         }
+        Some(answered)
     }
 
     /// Hands waiting requests of `intents` to agents that have room again.

@@ -123,6 +123,22 @@ impl Pending {
     }
 }
 
+/// The agent and intent a reply answered for.
+#[derive(Debug, Clone)]
+pub struct Answered {
+    /// The agent that answered.
+    pub agent_id: Arc<str>,
+    /// The intent it answered for.
+    pub intent: Arc<str>,
+}
+
+impl Answered {
+    /// The agent and intent of a request in flight.
+    pub fn of(pending: &Pending) -> Self {
+        Self { agent_id: pending.agent_id.clone(), intent: pending.intent.clone() }
+    }
+}
+
 /// Where a routed message goes.
 #[derive(Debug, Clone)]
 pub struct Target {

@@ -61,6 +61,8 @@ pub struct Services {
     pub server_id: String,
     /// The agent network, told which streams back durable intents.
     pub agents: Arc<crate::agents::Agents>,
+    /// Token load, counted from payload fields a stream names (`semaq.tokens_in_field`, ...).
+    pub tokens: Arc<crate::tokens::Tokens>,
 }
 
 /// What is persisted beside a stream's messages.

@@ -720,6 +720,10 @@ impl Stream {
             ingest.chain.as_deref_mut(),
         )?;
         let (seq, false) = outcome else { return Ok(outcome) };
+        if let Some(fields) = crate::tokens::PayloadFields::from_metadata(&ingest.config.metadata) {
+            let tokens = &self.services.tokens;
+            tokens.record_payload(&fields, &message.subject, message.headers.as_deref(), &message.payload);
+        }
         if ingest.config.level() >= 4 {
             self.msg_ids.record(message.headers.as_deref(), seq, ingest.now, ingest.window_ns);
         }
