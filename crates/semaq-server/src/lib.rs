@@ -12,7 +12,7 @@
 //! 1. **Basics:** [`limits`] (every default bound), [`sync`] (lock helpers, byte
 //!    budgets), [`stats`], [`identity`], [`options`] filled by [`config_file`] (nats-server's
 //!    format) and [`flags`] (its command line), [`auth`], [`tls`], [`priority`]
-//!    (`Semaq-Priority`'s shares).
+//!    (`Semaq-Priority`'s shares), [`latency`] (publish-to-delivery histograms).
 //! 2. **Routing:** [`router`] (the subject trie), [`outbound`] (each client's bounded buffer and
 //!    writer), [`client`] (a connection's shared half and the connection table), [`delivery`]
 //!    (fan-out to subscriptions).
@@ -40,6 +40,7 @@ pub mod filter;
 pub mod flags;
 pub mod identity;
 pub mod jetstream;
+pub mod latency;
 pub mod limits;
 pub mod monitor;
 pub mod options;

@@ -257,3 +257,13 @@ pub const TOKEN_COARSE_BUCKET_SECONDS: u64 = 60;
 pub const TOKEN_COARSE_BUCKETS: usize = 1440;
 /// Token load: series per dimension (models, subjects, intents, agents) before `_other`.
 pub const TOKEN_SERIES_PER_DIMENSION_MAX: usize = 128;
+
+/// End-to-end latency (`latency.rs`): the default objective, publish to delivery (the seed's
+/// P99 target); config `latency_objective`.
+pub const LATENCY_OBJECTIVE: std::time::Duration = std::time::Duration::from_millis(15);
+/// End-to-end latency: subject tokens that name a subject series.
+pub const LATENCY_SUBJECT_DEPTH: usize = 2;
+/// End-to-end latency: streams, and subject prefixes, with their own histograms before `_other`.
+pub const LATENCY_KEYS_MAX: usize = 64;
+/// End-to-end latency: the span of the "recent" histograms.
+pub const LATENCY_RECENT_WINDOW: std::time::Duration = std::time::Duration::from_secs(60);

@@ -49,6 +49,8 @@ pub struct Monitor {
     pub agents: Arc<Agents>,
     /// Token load per model, subject, intent and agent.
     pub tokens: Arc<crate::tokens::Tokens>,
+    /// End-to-end latency per stream and subject prefix.
+    pub latency: Arc<crate::latency::Latency>,
     /// Streams and consumers, when JetStream is on.
     pub jetstream: Option<Arc<JetStream>>,
 }
@@ -63,6 +65,7 @@ pub async fn serve(monitor: Arc<Monitor>, listener: TcpListener) {
         .route("/healthz", get(healthz))
         .route("/semaq/agents", get(agents))
         .route("/semaq/shed", get(shed))
+        .route("/api/latency", get(latency))
         .with_state(monitor.clone())
         .merge(crate::registry::http::routes().with_state(monitor.registry.clone()))
         .merge(crate::tokens::http::routes().with_state(monitor.tokens.clone()))
@@ -74,6 +77,10 @@ pub async fn serve(monitor: Arc<Monitor>, listener: TcpListener) {
 
 async fn root() -> Json<Value> {
     Json(json!({ "endpoints": ["/varz", "/connz", "/subsz", "/healthz"] }))
+}
+
+async fn latency(State(monitor): State<Arc<Monitor>>) -> Json<crate::latency::Report> {
+    Json(monitor.latency.report())
 }
 
 async fn healthz() -> Json<Value> {

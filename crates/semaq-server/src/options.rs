@@ -66,6 +66,8 @@ pub struct Options {
     pub accounts: Vec<Account>,
     /// The agent network: heartbeats, waits, timeouts, service discovery.
     pub agents: AgentOptions,
+    /// The end-to-end latency objective, publish to delivery (`latency_objective`).
+    pub latency_objective: Duration,
 }
 
 /// How the agent network judges liveness and waits (config block `agents { }`).
@@ -137,6 +139,7 @@ impl Default for Options {
             trace: false,
             accounts: Vec::new(),
             agents: AgentOptions::default(),
+            latency_objective: limits::LATENCY_OBJECTIVE,
         }
     }
 }

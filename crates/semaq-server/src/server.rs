@@ -18,6 +18,7 @@ use crate::connection::{self, Context};
 use crate::filter::Filters;
 use crate::identity::{Identity, NATS_COMPATIBLE_VERSION, SEMAQ_VERSION};
 use crate::jetstream::{JetStream, Services};
+use crate::latency::Latency;
 use crate::limits;
 use crate::monitor::Monitor;
 use crate::options::Options;
@@ -88,8 +89,10 @@ impl Server {
         crate::filter::subscriptions::start(&filters);
         let agents = crate::agents::start(&bus, &options.agents).map_err(StartError::Agents)?;
         let tokens = Arc::new(Tokens::default());
+        let latency = Arc::new(Latency::new(options.latency_objective));
+        let observe = Observe { tokens: tokens.clone(), latency: latency.clone() };
         let jetstream = match options.jetstream {
-            true => Some(start_jetstream(&bus, &registry, &filters, (&agents, &tokens), &options, &identity)?),
+            true => Some(start_jetstream(&bus, &registry, &filters, (&agents, &observe), &options, &identity)?),
             false => None,
         };
         let auth = Authenticator::from_options(&options);
@@ -106,6 +109,7 @@ impl Server {
             filters: filters.clone(),
             agents: agents.clone(),
             tokens: tokens.clone(),
+            latency,
             jetstream,
         });
         let context = Arc::new(Context { bus, options, auth, tls, info, filters, agents, tokens });
@@ -198,12 +202,18 @@ async fn bind(host: &str, port: u16) -> Result<TcpListener, StartError> {
     TcpListener::bind(&address).await.map_err(|source| StartError::Bind { address, source })
 }
 
+/// What JetStream feeds the observability endpoints.
+struct Observe {
+    tokens: Arc<Tokens>,
+    latency: Arc<Latency>,
+}
+
 /// Opens the streams and starts JetStream's API, ack routing and lineage API.
 fn start_jetstream(
     bus: &Arc<Bus>,
     registry: &Arc<Registry>,
     filters: &Arc<Filters>,
-    (agents, tokens): (&Arc<Agents>, &Arc<Tokens>),
+    (agents, observe): (&Arc<Agents>, &Observe),
     options: &Arc<Options>,
     identity: &Identity,
 ) -> Result<Arc<JetStream>, StartError> {
@@ -214,7 +224,8 @@ fn start_jetstream(
         options: options.clone(),
         server_id: identity.server_id.clone(),
         agents: agents.clone(),
-        tokens: tokens.clone(),
+        tokens: observe.tokens.clone(),
+        latency: observe.latency.clone(),
     });
     let jetstream = JetStream::start(services)?;
     crate::jetstream::api::start(jetstream.clone());

@@ -182,6 +182,7 @@ impl Mapper<'_> {
             "tls" => self.tls(value)?,
             "jetstream" => self.jetstream(value)?,
             "agents" => self.agents(value)?,
+            "latency_objective" => self.options.latency_objective = positive_duration(key, value)?,
             "accounts" => self.accounts(value)?,
             _ => self.unknown(entry, ""),
         }

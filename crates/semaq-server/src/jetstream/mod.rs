@@ -63,6 +63,8 @@ pub struct Services {
     pub agents: Arc<crate::agents::Agents>,
     /// Token load, counted from payload fields a stream names (`semaq.tokens_in_field`, ...).
     pub tokens: Arc<crate::tokens::Tokens>,
+    /// End-to-end latency, recorded at each first delivery.
+    pub latency: Arc<crate::latency::Latency>,
 }
 
 /// What is persisted beside a stream's messages.

@@ -14,6 +14,7 @@ mod jetstream;
 mod jetstream_api;
 mod jetstream_consumers;
 mod l4_batch;
+mod latency;
 mod lineage;
 mod lossy;
 mod priority;

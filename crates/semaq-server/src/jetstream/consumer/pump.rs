@@ -64,6 +64,8 @@ struct Outgoing {
     reply: Option<String>,
     headers: Option<Bytes>,
     payload: Bytes,
+    /// A first delivery's store time (unix ns), for the end-to-end latency.
+    stored_ns: Option<i64>,
 }
 
 impl Outgoing {
@@ -74,6 +76,7 @@ impl Outgoing {
             reply: None,
             headers: Some(Bytes::from(headers)),
             payload: Bytes::new(),
+            stored_ns: None,
         }
     }
 }
@@ -217,6 +220,7 @@ impl Consumer {
         };
         // Messages the content filter skipped count as acknowledged (interest, workqueue).
         stream.acknowledged(&skipped);
+        self.record_latency(&outgoing);
         let mut flush = FlushSet::default();
         for message in outgoing {
             let message_view = Message {
@@ -230,6 +234,18 @@ impl Consumer {
         }
         flush.flush();
         next_wake
+    }
+
+    /// Records the end-to-end latency of this round's first deliveries.
+    fn record_latency(&self, outgoing: &[Outgoing]) {
+        let now_ns = semaq_wire::clock::unix_nanos_now();
+        let latencies: Vec<(&str, u64)> = outgoing
+            .iter()
+            .filter_map(|m| {
+                m.stored_ns.map(|at| (m.subject.as_str(), (now_ns.saturating_sub(at).max(0) / 1_000) as u64))
+            })
+            .collect();
+        self.services.latency.record(&self.stream_name, &latencies);
     }
 
     fn expire_requests(&self, state: &mut State, now: Instant, outgoing: &mut Vec<Outgoing>) {
@@ -494,7 +510,8 @@ impl Consumer {
             message.headers
         };
         let payload = if config.headers_only { Bytes::new() } else { message.payload };
-        Outgoing { route: route.to_string(), subject: message.subject, reply: Some(ack), headers, payload }
+        let stored_ns = (!message.redelivery).then_some(message.timestamp_ns);
+        Outgoing { route: route.to_string(), subject: message.subject, reply: Some(ack), headers, payload, stored_ns }
     }
 }
 
