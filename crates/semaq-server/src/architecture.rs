@@ -29,7 +29,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("bus", &["bus"]),
     ("subsystems", &["registry", "filter", "tokens", "agents", "connection"]),
     ("jetstream", &["jetstream"]),
-    ("edges", &["monitor", "server"]),
+    ("edges", &["dashboard", "monitor", "server"]),
 ];
 
 /// Test-only modules, outside the layering.

@@ -26,7 +26,7 @@
 //!    (one client).
 //! 5. **[`jetstream`]:** streams and consumers, with the handles they use in
 //!    [`jetstream::Services`] (bus, registry, filters, options).
-//! 6. **Edges:** [`monitor`] (the HTTP endpoints) and [`server`], the only place that builds the
+//! 6. **Edges:** [`dashboard`] (the web page), [`monitor`] (the HTTP endpoints) and [`server`], the only place that builds the
 //!    whole and wires it.
 
 pub mod agents;
@@ -35,6 +35,7 @@ pub mod bus;
 pub mod client;
 pub mod config_file;
 pub mod connection;
+pub mod dashboard;
 pub mod delivery;
 pub mod filter;
 pub mod flags;

@@ -267,3 +267,8 @@ pub const LATENCY_SUBJECT_DEPTH: usize = 2;
 pub const LATENCY_KEYS_MAX: usize = 64;
 /// End-to-end latency: the span of the "recent" histograms.
 pub const LATENCY_RECENT_WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Dashboard (`/api/streams`): streams listed, by name.
+pub const DASHBOARD_STREAMS_MAX: usize = 256;
+/// Dashboard (`/api/streams`): consumers listed per stream, by name.
+pub const DASHBOARD_CONSUMERS_PER_STREAM_MAX: usize = 64;

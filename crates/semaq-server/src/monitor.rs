@@ -58,7 +58,6 @@ pub struct Monitor {
 /// Serves the monitoring endpoints on `listener` until the task is aborted.
 pub async fn serve(monitor: Arc<Monitor>, listener: TcpListener) {
     let app = Router::new()
-        .route("/", get(root))
         .route("/varz", get(varz))
         .route("/connz", get(connz))
         .route("/subsz", get(subsz))
@@ -69,14 +68,11 @@ pub async fn serve(monitor: Arc<Monitor>, listener: TcpListener) {
         .with_state(monitor.clone())
         .merge(crate::registry::http::routes().with_state(monitor.registry.clone()))
         .merge(crate::tokens::http::routes().with_state(monitor.tokens.clone()))
+        .merge(crate::dashboard::routes().with_state(monitor.jetstream.clone()))
         .merge(crate::jetstream::provenance::api::routes().with_state(monitor.jetstream.clone()));
     if let Err(error) = axum::serve(listener, app).await {
         tracing::error!(%error, "monitoring server failed");
     }
-}
-
-async fn root() -> Json<Value> {
-    Json(json!({ "endpoints": ["/varz", "/connz", "/subsz", "/healthz"] }))
 }
 
 async fn latency(State(monitor): State<Arc<Monitor>>) -> Json<crate::latency::Report> {
