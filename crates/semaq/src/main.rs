@@ -11,11 +11,13 @@
 mod agent;
 mod bench;
 mod connect;
+mod http;
 mod output;
 mod parse;
 mod pubsub;
 mod schema;
 mod stream;
+mod top;
 mod trace;
 mod verify;
 
@@ -57,6 +59,8 @@ enum Command {
     Consumer(stream::ConsumerArgs),
     /// The lineage of a message (its Semaq-Parent ancestry across streams), as a tree or JSON
     Trace(trace::TraceArgs),
+    /// The key figures, live in the terminal: traffic, streams, latency objective, token load, agents
+    Top(top::TopArgs),
     /// Check a level 4 stream's hash chain and checkpoint signatures, online or on a stopped server's files
     Verify(verify::VerifyArgs),
 }
@@ -85,6 +89,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Stream(args) => stream::run_stream(&target, args).await,
         Command::Consumer(args) => stream::run_consumer(&target, args).await,
         Command::Trace(args) => trace::run(&target, args).await,
+        Command::Top(args) => top::run(args, cli.global.timeout).await,
         Command::Verify(args) => verify::run(&target, args).await,
     }
 }
