@@ -341,7 +341,7 @@ mod tests {
 
     #[test]
     fn sparklines_scale_to_the_peak_and_leave_zeros_blank() {
-        assert_eq!(sparkline(&[0, 1, 4, 8]), " ▂▄█");
+        assert_eq!(sparkline(&[0, 1, 4, 8]), " ▂▅█");
         assert_eq!(sparkline(&[]), "");
         assert_eq!(sparkline(&[0, 0]), "  ");
     }
