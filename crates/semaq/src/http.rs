@@ -35,7 +35,19 @@ pub async fn get_json(authority: &str, path: &str, timeout: Duration) -> Result<
         .map_err(|_| anyhow!("GET http://{authority}{path}: no answer within {timeout:?}"))?
 }
 
+/// GETs `path` and returns the body as text; a status other than 200 is an error.
+pub async fn get_text(authority: &str, path: &str, timeout: Duration) -> Result<String> {
+    tokio::time::timeout(timeout, get_body(authority, path))
+        .await
+        .map_err(|_| anyhow!("GET http://{authority}{path}: no answer within {timeout:?}"))?
+}
+
 async fn get(authority: &str, path: &str) -> Result<Value> {
+    let body = get_body(authority, path).await?;
+    serde_json::from_str(&body).with_context(|| format!("GET {path}: the body is not JSON"))
+}
+
+async fn get_body(authority: &str, path: &str) -> Result<String> {
     let mut stream =
         TcpStream::connect(authority).await.with_context(|| format!("cannot connect to http://{authority}"))?;
     let host = authority.split(':').next().unwrap_or(authority);
@@ -50,7 +62,7 @@ async fn get(authority: &str, path: &str) -> Result<Value> {
     if status != "200" {
         bail!("GET {path}: HTTP {status}: {}", body.chars().take(200).collect::<String>());
     }
-    serde_json::from_str(body).with_context(|| format!("GET {path}: the body is not JSON"))
+    Ok(body.to_string())
 }
 
 #[cfg(test)]

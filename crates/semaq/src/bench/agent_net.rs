@@ -40,7 +40,7 @@ impl BenchServer {
         };
         let dir =
             tempfile::Builder::new().prefix("semaq-bench-agents-").tempdir().context("cannot create a work dir")?;
-        let process = ServerSpec { label: "semaq", program }.start(dir.path())?;
+        let process = ServerSpec::new("semaq", program).start(dir.path())?;
         let target = Target::plain(process.url.clone(), LOCAL_TIMEOUT);
         Ok(BenchServer { target, _process: Some((process, dir)) })
     }

@@ -459,10 +459,7 @@ impl Contenders {
             Some(path) => path.clone(),
             None => default_semaq_server()?,
         };
-        let sides = [
-            ServerSpec { label: "semaq", program: semaq_program },
-            ServerSpec { label: "nats", program: args.nats_server.clone() },
-        ];
+        let sides = [ServerSpec::new("semaq", semaq_program), ServerSpec::new("nats", args.nats_server.clone())];
         let work_dir = tempfile::Builder::new().prefix("semaq-bench-").tempdir().context("cannot create a work dir")?;
         let running = if with_load_servers {
             Some([sides[0].start(work_dir.path())?, sides[1].start(work_dir.path())?])

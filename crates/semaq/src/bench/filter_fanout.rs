@@ -71,10 +71,10 @@ pub async fn run(args: FilterFanoutArgs) -> Result<()> {
         None => std::env::current_exe()?.with_file_name("semaq-server"),
     };
     let work = tempfile::tempdir().context("cannot create a scratch directory")?;
-    let semaq = ServerSpec { label: "semaq", program: semaq_program }.start(work.path())?;
+    let semaq = ServerSpec::new("semaq", semaq_program).start(work.path())?;
     let server_side = measure(&semaq.url, args.msgs, args.timeout, true).await?;
     drop(semaq);
-    let nats = ServerSpec { label: "nats", program: args.nats_server.clone() }.start(work.path())?;
+    let nats = ServerSpec::new("nats", args.nats_server.clone()).start(work.path())?;
     let client_side = measure(&nats.url, args.msgs, args.timeout, false).await?;
     drop(nats);
     for (label, outcome) in [("semaq-server", &server_side), ("nats-server", &client_side)] {

@@ -471,7 +471,7 @@ mod tests {
             return;
         };
         let dir = tempfile::tempdir().expect("temp dir");
-        let spec = ServerSpec { label: "nats", program };
+        let spec = ServerSpec::new("nats", program);
         let server = spec.start(dir.path()).expect("nats-server starts");
         let target = Target::plain(server.url.clone(), Duration::from_secs(5));
         let load = Load { msgs: 3_000, size: 128, duration: Duration::from_secs(10) };

@@ -135,7 +135,7 @@ pub async fn run(args: LevelsArgs) -> Result<()> {
     };
     let work_dir =
         tempfile::Builder::new().prefix("semaq-bench-levels-").tempdir().context("cannot create a work dir")?;
-    let server = ServerSpec { label: "semaq", program }.start(work_dir.path())?;
+    let server = ServerSpec::new("semaq", program).start(work_dir.path())?;
     let target = Target::plain(server.url.clone(), ANSWER_TIMEOUT);
     let load = Scenario::JsPub.load(&args.load)?;
     register_schema(&target).await?;

@@ -23,6 +23,7 @@ mod js_schema;
 mod js_store;
 mod latency;
 mod levels;
+mod observe;
 mod pipeline;
 mod plot;
 mod provenance;
@@ -81,6 +82,8 @@ enum BenchCommand {
     IntentRr(intent_rr::IntentRrArgs),
     /// 4 agents on intent.adapt, one failing then one slow: per-second shares, PASS/FAIL, a PNG plot
     Adapt(adapt::AdaptArgs),
+    /// pubsub and js-pub on a plain semaq-server vs one exporting traces (1%) and scraped for metrics: ratios
+    Observe(observe::ObserveArgs),
 }
 
 /// Arguments of a single scenario run.
@@ -295,6 +298,7 @@ pub async fn run(target: &Target, args: BenchArgs) -> Result<()> {
         BenchCommand::JsPubLevels(levels_args) => return levels::run(levels_args).await,
         BenchCommand::IntentRr(rr_args) => return intent_rr::run(target, rr_args).await,
         BenchCommand::Adapt(adapt_args) => return adapt::run(target, adapt_args).await,
+        BenchCommand::Observe(observe_args) => return observe::run(observe_args).await,
         BenchCommand::Pubsub(run_args) => (Scenario::Pubsub, run_args),
         BenchCommand::Fanout(run_args) => (Scenario::Fanout, run_args),
         BenchCommand::Latency(run_args) => (Scenario::Latency, run_args),

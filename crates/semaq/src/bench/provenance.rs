@@ -63,7 +63,7 @@ pub async fn run(args: ProvenanceArgs) -> Result<()> {
         None => super::compare::default_semaq_server()?,
     };
     let work_dir = tempfile::Builder::new().prefix("semaq-bench-l4-").tempdir().context("cannot create a work dir")?;
-    let mut server = ServerSpec { label: "semaq", program }.start(work_dir.path())?;
+    let mut server = ServerSpec::new("semaq", program).start(work_dir.path())?;
     let target = Target::plain(server.url.clone(), REQUEST_TIMEOUT);
     let client = target.connect().await?;
     register_schema(&client).await?;

@@ -22,6 +22,8 @@ pub struct ServerSpec {
     pub label: &'static str,
     /// The executable to start.
     pub program: PathBuf,
+    /// Environment variables set for it.
+    pub env: Vec<(String, String)>,
 }
 
 /// A running server; dropping it kills the process.
@@ -33,6 +35,7 @@ pub struct ServerProcess {
     pub url: String,
     child: Child,
     program: PathBuf,
+    env: Vec<(String, String)>,
     launch: Launch,
 }
 
@@ -46,6 +49,17 @@ struct Launch {
 }
 
 impl ServerSpec {
+    /// A server started with no extra environment.
+    pub fn new(label: &'static str, program: PathBuf) -> Self {
+        Self { label, program, env: Vec::new() }
+    }
+
+    /// The same server with `name=value` in its environment.
+    pub fn with_env(mut self, name: &str, value: impl Into<String>) -> Self {
+        self.env.push((name.to_string(), value.into()));
+        self
+    }
+
     /// Starts the server with nats-server's flags on free ports, its data and log under `work_dir`,
     /// and waits until it accepts connections.
     pub fn start(&self, work_dir: &Path) -> Result<ServerProcess> {
@@ -55,12 +69,13 @@ impl ServerSpec {
         std::fs::create_dir_all(&store_dir).with_context(|| format!("cannot create {}", store_dir.display()))?;
         let log_path = store_dir.join("server.log");
         let launch = Launch { client_port, monitor_port, store_dir, log_path };
-        let child = spawn(&self.program, &launch, false)?;
+        let child = spawn(&self.program, &self.env, &launch, false)?;
         let mut server = ServerProcess {
             label: self.label,
             url: format!("nats://127.0.0.1:{client_port}"),
             child,
             program: self.program.clone(),
+            env: self.env.clone(),
             launch,
         };
         server.wait_until_accepting(STARTUP_TIMEOUT)?;
@@ -69,7 +84,7 @@ impl ServerSpec {
 }
 
 /// Starts `program` with nats-server's flags, its output going to the launch's log file.
-fn spawn(program: &Path, launch: &Launch, append_log: bool) -> Result<Child> {
+fn spawn(program: &Path, env: &[(String, String)], launch: &Launch, append_log: bool) -> Result<Child> {
     let log_path = &launch.log_path;
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -84,6 +99,7 @@ fn spawn(program: &Path, launch: &Launch, append_log: bool) -> Result<Child> {
         .arg("-js")
         .arg("-sd")
         .arg(&launch.store_dir)
+        .envs(env.iter().map(|(name, value)| (name, value)))
         .stdin(Stdio::null())
         // A file, not a pipe: a pipe nobody reads would block a server that logs every connection.
         .stdout(log)
@@ -96,6 +112,11 @@ impl ServerProcess {
     /// The server's operating-system process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// The monitoring port's address, `127.0.0.1:PORT`.
+    pub fn monitor_authority(&self) -> String {
+        format!("127.0.0.1:{}", self.launch.monitor_port)
     }
 
     /// The directory the server keeps its data (and log) in.
@@ -138,7 +159,7 @@ impl ServerProcess {
         if self.child.try_wait().context("cannot check the server process")?.is_none() {
             bail!("{} is still running", self.label);
         }
-        self.child = spawn(&self.program, &self.launch, true)?;
+        self.child = spawn(&self.program, &self.env, &self.launch, true)?;
         self.wait_until_accepting(timeout)
     }
 
