@@ -143,8 +143,13 @@ impl Synapse {
     }
 }
 
+/// Costs within this factor of each other count as equal: the first draw wins, so agents that
+/// look alike share evenly instead of the pair swinging with every jitter of their latency.
+pub const NEAR_EQUAL_COST_RATIO: f64 = 1.1;
+
 /// Power of two choices: of two distinct candidates drawn at random (`draw(n)` returns an
-/// index below `n`), the one with the lower cost; the only one when there is one.
+/// index below `n`), the one with the lower cost, or the first drawn when their costs are
+/// within [`NEAR_EQUAL_COST_RATIO`]; the only one when there is one.
 pub fn pick_of_two(costs: &[f64], mut draw: impl FnMut(usize) -> usize) -> Option<usize> {
     match costs.len() {
         0 => None,
@@ -152,7 +157,7 @@ pub fn pick_of_two(costs: &[f64], mut draw: impl FnMut(usize) -> usize) -> Optio
         n => {
             let first = draw(n);
             let second = (first + 1 + draw(n - 1)) % n;
-            Some(if costs[second] < costs[first] { second } else { first })
+            Some(if costs[second] * NEAR_EQUAL_COST_RATIO < costs[first] { second } else { first })
         }
     }
 }
@@ -266,5 +271,18 @@ mod tests {
         assert_eq!(pick_of_two(&[1.0, 5.0, 9.0], |_| 0), Some(0));
         let mut draws = [2, 0].into_iter();
         assert_eq!(pick_of_two(&[1.0, 5.0, 9.0], |_| draws.next().unwrap_or(0)), Some(0), "2 and 0: 0 is cheaper");
+    }
+
+    #[test]
+    fn near_equal_costs_go_to_the_first_draw_so_look_alikes_share_evenly() {
+        assert_eq!(pick_of_two(&[1.05, 1.0], |_| 0), Some(0), "within 10%: the first draw");
+        assert_eq!(pick_of_two(&[1.2, 1.0], |_| 0), Some(1), "past 10%: the cheaper");
+        let mut seed = 7u64;
+        let mut draw = |n: usize| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 33) as usize % n
+        };
+        let firsts = (0..1000).filter(|_| pick_of_two(&[1.0, 1.04], &mut draw) == Some(0)).count();
+        assert!((400..=600).contains(&firsts), "an even split, not all to the cheaper: {firsts}");
     }
 }
