@@ -240,6 +240,9 @@ pub const AGENT_SESSIONS_TRACKED_MAX: usize = 64 * 1024;
 pub const AGENT_HANDOFF_TRIES_MAX: usize = 3;
 /// Stored messages of one durable intent handed to agents and not yet settled.
 pub const DURABLE_INTENT_PULL_MESSAGES_MAX: usize = 1024;
+/// Durable intents: messages remembered per intent as declined by an agent (`retry`, `error`),
+/// so their redelivery avoids it; the memory starts over when full.
+pub const DURABLE_INTENT_DECLINED_MAX: usize = 4096;
 /// How often a durable intent's dispatcher looks for stored work when nothing woke it.
 pub const DURABLE_INTENT_POLL_INTERVAL: Duration = Duration::from_millis(50);
 

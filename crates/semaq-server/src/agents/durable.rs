@@ -47,6 +47,8 @@ pub struct Durable {
 struct Held {
     ack: String,
     delivered: u64,
+    /// Its stream sequence.
+    seq: u64,
     headers: Option<Bytes>,
     payload: Bytes,
     deadline_us: u64,
@@ -60,6 +62,9 @@ pub struct Dispatcher {
     prefix: String,
     subscriptions: Mutex<Vec<Arc<Subscription>>>,
     held: Mutex<HashMap<u64, Held>>,
+    /// Stream sequence → the connection whose agent said `retry` or `error` to it last, so the
+    /// redelivery goes to another agent when there is one (bounded; forgotten when full).
+    declined: Mutex<HashMap<u64, u64>>,
     next_id: AtomicU64,
     ready: AtomicBool,
     stopped: AtomicBool,
@@ -94,7 +99,7 @@ impl InternalSink for DispatchSink {
             Role::Reply => {
                 let id = message.subject.rsplit('.').next().and_then(|id| id.parse().ok());
                 let Some(id) = id else { return false };
-                dispatcher.settle(&agents, id, message.headers);
+                dispatcher.settle(&agents, id, message);
             }
         }
         true
@@ -108,6 +113,7 @@ impl Dispatcher {
             prefix: format!("$SEMAQ.DURABLE.{}", random_nonce()),
             subscriptions: Mutex::new(Vec::new()),
             held: Mutex::new(HashMap::new()),
+            declined: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             ready: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
@@ -143,6 +149,7 @@ impl Dispatcher {
         let held = Held {
             ack: ack.to_string(),
             delivered: delivery_count(ack).unwrap_or(1),
+            seq: stream_seq(ack).unwrap_or(0),
             headers: message.headers.map(Bytes::copy_from_slice),
             payload: Bytes::copy_from_slice(message.payload),
             deadline_us: agents.now_us() + super::duration_us(agents.options.request_timeout) * 2,
@@ -150,8 +157,9 @@ impl Dispatcher {
         lock(&self.held).insert(id, held);
         let reply = format!("{}.ack.{id}", self.prefix);
         let routed = Message { reply: Some(&reply), publisher: None, ..*message };
+        let avoid = stream_seq(ack).and_then(|seq| lock(&self.declined).remove(&seq));
         let mut flush = crate::delivery::FlushSet::default();
-        let taken = agents.dispatch(&self.durable.intent, &routed, &mut flush);
+        let taken = agents.dispatch_avoiding(&self.durable.intent, &routed, avoid, &mut flush);
         flush.flush();
         if !taken {
             // Nobody took it: release it for a later pull without waiting for ack_wait.
@@ -162,7 +170,8 @@ impl Dispatcher {
     }
 
     /// An agent's reply (or the broker's 503 after a wait) settles a held message.
-    fn settle(&self, agents: &Agents, id: u64, headers: Option<&[u8]>) {
+    fn settle(&self, agents: &Agents, id: u64, reply: &Message<'_>) {
+        let headers = reply.headers;
         let Some(held) = lock(&self.held).remove(&id) else { return };
         let reason = match outcome_of(headers, 0) {
             Outcome::Success { .. } => {
@@ -174,6 +183,13 @@ impl Dispatcher {
             Outcome::Refused | Outcome::Timeout => "retry",
         };
         if held.delivered < u64::from(self.durable.max_deliver) {
+            if let Some(connection) = reply.publisher {
+                let mut declined = lock(&self.declined);
+                if declined.len() >= limits::DURABLE_INTENT_DECLINED_MAX {
+                    declined.clear();
+                }
+                declined.insert(held.seq, connection);
+            }
             agents.bus.publish(&held.ack, None, b"-NAK");
             return;
         }
@@ -207,13 +223,23 @@ impl Dispatcher {
 
 /// The delivery count in a `$JS.ACK` subject (both the 9-token and the 12-token form).
 fn delivery_count(ack: &str) -> Option<u64> {
+    ack_token(ack, 0)
+}
+
+/// The stream sequence in a `$JS.ACK` subject.
+fn stream_seq(ack: &str) -> Option<u64> {
+    ack_token(ack, 1)
+}
+
+/// The number `offset` tokens after the delivery count of a `$JS.ACK` subject.
+fn ack_token(ack: &str, offset: usize) -> Option<u64> {
     let tokens: Vec<&str> = ack.split('.').collect();
     let index = match tokens.len() {
         9 => 4,
         n if n >= 11 => 6,
         _ => return None,
     };
-    tokens.get(index)?.parse().ok()
+    tokens.get(index + offset)?.parse().ok()
 }
 
 /// Starts a dispatcher for `durable`; it runs until [`stop`] or until the agents are gone.
@@ -285,5 +311,6 @@ mod tests {
         assert_eq!(delivery_count("$JS.ACK.ORDERS.semaq-agents.3.42.7.1700000000000000000.0"), Some(3));
         assert_eq!(delivery_count("$JS.ACK.hub.ACC.ORDERS.semaq-agents.2.42.7.1700000000000000000.0.tok"), Some(2));
         assert_eq!(delivery_count("$JS.ACK.ORDERS"), None);
+        assert_eq!(stream_seq("$JS.ACK.ORDERS.semaq-agents.3.42.7.1700000000000000000.0"), Some(42));
     }
 }

@@ -331,6 +331,12 @@ impl Agents {
 
     /// Hands one message of intent `name` to an agent, or parks it while all are full.
     fn dispatch(&self, name: &str, message: &Message<'_>, flush: &mut FlushSet) -> bool {
+        self.dispatch_avoiding(name, message, None, flush)
+    }
+
+    /// As `dispatch`, preferring agents of connections other than `avoid` (the one that
+    /// declined this message), which gets it only when no other agent is live.
+    fn dispatch_avoiding(&self, name: &str, message: &Message<'_>, avoid: Option<u64>, flush: &mut FlushSet) -> bool {
         let [session, priority] = match message.headers {
             Some(block) => Headers::new(block).get_many(&[names::SESSION, names::PRIORITY]),
             None => [None, None],
@@ -338,7 +344,7 @@ impl Agents {
         for _ in 0..limits::AGENT_HANDOFF_TRIES_MAX {
             let now = self.now_us();
             let request = message.reply.map(|reply| (reply, now + duration_us(self.options.request_timeout)));
-            let decision = lock(&self.table).decide(name, session, request, now, |n| rand::random_range(0..n));
+            let decision = lock(&self.table).decide(name, (session, avoid), request, now, |n| rand::random_range(0..n));
             match decision {
                 Decision::Deliver(target) => {
                     if self.hand_off(&target, message, flush) {

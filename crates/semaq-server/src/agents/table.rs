@@ -277,20 +277,27 @@ impl Table {
         self.intents.retain(|_, intent| !intent.members.is_empty() || !intent.waiting.is_empty());
     }
 
-    /// Decides where one message goes. `draw(n)` returns a random index below `n`.
+    /// Decides where one message goes: by session affinity, else by cost, away from the agents of
+    /// connection `avoid` while another is live. `draw(n)` returns a random index below `n`.
     pub fn decide(
         &mut self,
         name: &str,
-        session: Option<&str>,
+        (session, avoid): (Option<&str>, Option<u64>),
         request: Option<(&str, u64)>,
         now_us: u64,
         draw: impl FnMut(usize) -> usize,
     ) -> Decision {
         let Some(intent) = self.intents.get_mut(name) else { return Decision::Unroutable };
         let agents = &self.agents;
-        let live: Vec<usize> = (0..intent.members.len())
+        let mut live: Vec<usize> = (0..intent.members.len())
             .filter(|&i| agents.get(&intent.members[i].agent_id).is_some_and(|a| !a.client.outbound.is_closing()))
             .collect();
+        if let Some(avoid) = avoid {
+            let others = |i: &usize| agents.get(&intent.members[*i].agent_id).is_some_and(|a| a.client.id != avoid);
+            if live.iter().any(others) {
+                live.retain(others);
+            }
+        }
         if live.is_empty() {
             intent.tally.unroutable += 1;
             return Decision::Unroutable;

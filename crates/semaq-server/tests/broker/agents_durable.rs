@@ -119,6 +119,34 @@ async fn retry_releases_work_to_another_agent_and_poison_is_dead_lettered_with_t
 }
 
 #[tokio::test]
+async fn work_an_agent_declined_is_redelivered_to_another_agent() {
+    let server = SemaqServer::with_config(CONFIG, &[]);
+    let client = server.client().await;
+    jobs_stream(&client).await;
+    let (_picky, picky_seen) = agent(&server, "picky", |_| "retry").await;
+    let (_steady, steady_seen) = agent(&server, "steady", |_| "ok").await;
+    let js = jetstream::new(client.clone());
+    for n in 0..10 {
+        js.publish("intent.finetune", format!("job-{n}").into()).await.unwrap().await.unwrap();
+    }
+    wait_until_async("every job is done", Duration::from_secs(10), || {
+        let client = client.clone();
+        async move { messages_in(&client, "JOBS").await == 0 }
+    })
+    .await;
+    let mut done = steady_seen.lock().unwrap().clone();
+    done.sort();
+    done.dedup();
+    assert_eq!(done.len(), 10, "steady did every job: {done:?}");
+    let picky = picky_seen.lock().unwrap().clone();
+    let mut unique = picky.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), picky.len(), "no job went back to the agent that declined it: {picky:?}");
+    assert_eq!(messages_in(&client, "JOBS_DLQ").await, 0, "with max_deliver 2, nothing was dead-lettered");
+}
+
+#[tokio::test]
 async fn a_durable_intent_stream_must_be_a_work_queue_on_its_intent_subject() {
     let server = SemaqServer::start();
     let js = jetstream::new(server.client().await);
