@@ -9,15 +9,26 @@ const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// GETs `path` from the HTTP server at `addr` and parses the body as JSON (whatever the status).
 pub fn http_get_json(addr: SocketAddr, path: &str) -> serde_json::Value {
+    let (_, body) = http_get(addr, path, &[]);
+    serde_json::from_str(&body).unwrap_or_else(|error| panic!("GET {path}: the body is not JSON ({error}): {body}"))
+}
+
+/// GETs `path` with extra request `headers` from the HTTP server at `addr`: the status code
+/// and the body as text.
+pub fn http_get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
     let mut stream = TcpStream::connect_timeout(&addr, HTTP_TIMEOUT)
         .unwrap_or_else(|error| panic!("GET {path}: cannot connect to {addr}: {error}"));
     stream.set_read_timeout(Some(HTTP_TIMEOUT)).expect("read timeout");
     stream.set_write_timeout(Some(HTTP_TIMEOUT)).expect("write timeout");
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap_or_else(|e| panic!("GET {path}: {e}"));
+    let extra: String = headers.iter().map(|(name, value)| format!("{name}: {value}\r\n")).collect();
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n{extra}\r\n")
+        .unwrap_or_else(|e| panic!("GET {path}: {e}"));
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap_or_else(|error| panic!("GET {path}: reading the answer: {error}"));
-    let body = response.split("\r\n\r\n").nth(1).unwrap_or_else(|| panic!("GET {path}: no body in {response:?}"));
-    serde_json::from_str(body).unwrap_or_else(|error| panic!("GET {path}: the body is not JSON ({error}): {body}"))
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or_else(|| panic!("GET {path}: no body in {response:?}"));
+    let status = head.split_whitespace().nth(1).and_then(|code| code.parse().ok());
+    let status = status.unwrap_or_else(|| panic!("GET {path}: no status in {head:?}"));
+    (status, body.to_string())
 }
 
 #[cfg(test)]

@@ -32,7 +32,7 @@ mod wait;
 
 pub use binaries::{nats_server_path, semaq_server_path};
 pub use client::{sync, sync_via};
-pub use http::http_get_json;
+pub use http::{http_get, http_get_json};
 pub use nats::NatsServer;
 pub use process::{output_within, wait_for_exit, EXIT_TIMEOUT, READY_TIMEOUT};
 pub use raw::Raw;

@@ -16,6 +16,7 @@ mod jetstream_consumers;
 mod l4_batch;
 mod lineage;
 mod lossy;
+mod metrics;
 mod provenance;
 mod pubsub;
 mod raw_protocol;
