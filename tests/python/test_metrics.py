@@ -52,7 +52,11 @@ def test_metrics_parse_with_prometheus_client_and_count_the_workload():
         async def workload():
             nc = await nats.connect(server.url)
             received = []
-            sub = await nc.subscribe("sensors.>", cb=lambda msg: received.append(msg))
+
+            async def collect(msg):
+                received.append(msg)
+
+            sub = await nc.subscribe("sensors.>", cb=collect)
             await nc.flush()
             for subject, count in SUBJECTS.items():
                 for _ in range(count):
