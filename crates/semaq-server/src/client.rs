@@ -14,7 +14,7 @@ use semaq_wire::info::ConnectOptions;
 use crate::auth::ClientPermissions;
 use crate::limits;
 use crate::outbound::{CloseReason, Outbound};
-use crate::stats::{Shed, Traffic};
+use crate::stats::{Shed, SubjectTraffic, Traffic};
 use crate::sync::lock;
 
 /// What a client told us in CONNECT, fixed once accepted.
@@ -44,6 +44,8 @@ pub struct Client {
     /// The server's shed counters, where deliveries shed for this client are counted (its own
     /// count is `outbound.lossy_shed`).
     pub server_shed: Arc<Shed>,
+    /// The server's per-subject-prefix traffic, where deliveries to this client are counted.
+    pub server_subjects: Arc<SubjectTraffic>,
     /// Subscriptions currently held.
     pub subscriptions: AtomicUsize,
     /// Routed requests this connection has been handed and not yet answered: while above zero,
@@ -60,8 +62,16 @@ pub struct Client {
 }
 
 impl Client {
-    /// A new connection's shared half, counting what is shed for it in `server_shed`.
-    pub fn new(id: u64, addr: SocketAddr, pending_bytes_max: usize, tls: bool, server_shed: Arc<Shed>) -> Self {
+    /// A new connection's shared half, counting what is shed for it in `server_shed` and what it
+    /// is sent per subject prefix in `server_subjects`.
+    pub fn new(
+        id: u64,
+        addr: SocketAddr,
+        pending_bytes_max: usize,
+        tls: bool,
+        server_shed: Arc<Shed>,
+        server_subjects: Arc<SubjectTraffic>,
+    ) -> Self {
         Self {
             id,
             addr,
@@ -69,6 +79,7 @@ impl Client {
             outbound: Outbound::new(pending_bytes_max),
             inbound: Traffic::default(),
             server_shed,
+            server_subjects,
             subscriptions: AtomicUsize::new(0),
             replies_owed: AtomicUsize::new(0),
             details: OnceLock::new(),

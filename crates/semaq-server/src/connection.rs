@@ -74,8 +74,8 @@ pub async fn serve(context: Arc<Context>, socket: TcpStream, addr: SocketAddr) {
     let _ = socket.set_nodelay(true);
     let id = context.bus.clients.next_id();
     let tls = context.tls.clone();
-    let shed = context.bus.stats.shed.clone();
-    let client = Arc::new(Client::new(id, addr, context.options.pending_bytes_max, tls.is_some(), shed));
+    let (shed, subjects) = (context.bus.stats.shed.clone(), context.bus.stats.subjects.clone());
+    let client = Arc::new(Client::new(id, addr, context.options.pending_bytes_max, tls.is_some(), shed, subjects));
     let info = context.client_info(id, addr);
     let mut hello = BytesMut::new();
     encode::info(&mut hello, &info);
@@ -307,6 +307,7 @@ impl Connection {
     fn publish(&mut self, publish: Publish) {
         let size = publish.headers.as_ref().map_or(0, |h| h.len()) + publish.payload.len();
         self.client.inbound.record(size);
+        self.client.server_subjects.record_in(&publish.subject, size);
         // Like nats-server, only pedantic clients have publish subjects checked; others may
         // publish a `*` or `>` token (nats-py does so to create filtered consumers), which then
         // matches wildcard subscriptions as a literal token.

@@ -223,7 +223,9 @@ pub fn deliver(
     });
     match appended {
         Ok(Appended::Queued) => {
-            client.outbound.traffic.record(headers.map_or(0, <[u8]>::len) + message.payload.len());
+            let bytes = headers.map_or(0, <[u8]>::len) + message.payload.len();
+            client.outbound.traffic.record(bytes);
+            client.server_subjects.record_out(message.subject, bytes);
             flush.add(client);
             true
         }

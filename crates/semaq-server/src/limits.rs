@@ -21,6 +21,25 @@ pub const LOSSY_HIGH_WATER_PERCENT: usize = 50;
 pub const SHED_SUBJECTS_MAX: usize = 1024;
 /// The key that counts shed messages on subjects beyond [`SHED_SUBJECTS_MAX`].
 pub const SHED_OTHER_SUBJECTS_KEY: &str = "_other";
+/// Subject prefixes counted one by one in `/metrics` (with `metrics { detail: true }`); traffic
+/// on further prefixes is counted together under [`SUBJECT_PREFIX_OTHER_KEY`], so a publisher
+/// inventing subjects cannot grow the series without bound.
+pub const METRICS_SUBJECT_PREFIXES_MAX: usize = 256;
+/// The prefix label that counts traffic on prefixes beyond [`METRICS_SUBJECT_PREFIXES_MAX`].
+pub const SUBJECT_PREFIX_OTHER_KEY: &str = "_other";
+/// Subject tokens that make a prefix in `/metrics` (configurable: `metrics.subject_depth`).
+pub const METRICS_SUBJECT_DEPTH: usize = 1;
+/// Deepest `metrics.subject_depth` accepted.
+pub const METRICS_SUBJECT_DEPTH_MAX: usize = 16;
+/// Upper bounds, in seconds, of the `/metrics` latency histograms' buckets (50 µs to 10 s).
+pub const LATENCY_BUCKETS_SECONDS: &[f64] =
+    &[0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0];
+/// Streams named one by one in `/metrics`; the rest are summed in the totals only.
+pub const METRICS_STREAMS_MAX: usize = 1024;
+/// Consumers named one by one in `/metrics` (with `metrics { detail: true }`), all streams together.
+pub const METRICS_CONSUMERS_MAX: usize = 4096;
+/// Accounts, streams or consumers listed by one `/jsz` page (nats-server's default `limit`).
+pub const JSZ_PAGE_ENTRIES_MAX: usize = 1024;
 /// Concurrent client connections (configurable: `max_connections`).
 pub const CONNECTIONS_MAX: usize = 64 * 1024;
 /// Subscriptions one connection may hold (configurable: `max_subscriptions`, 0 = this default).

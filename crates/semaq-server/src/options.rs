@@ -68,6 +68,23 @@ pub struct Options {
     pub agents: AgentOptions,
     /// The end-to-end latency objective, publish to delivery (`latency_objective`).
     pub latency_objective: Duration,
+    /// What `/metrics` shows (config block `metrics { }`).
+    pub metrics: MetricsOptions,
+}
+
+/// What `/metrics` shows (config block `metrics { detail, subject_depth }`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetricsOptions {
+    /// Adds the per-consumer and per-subject-prefix series (off: low cardinality by default).
+    pub detail: bool,
+    /// Subject tokens that make a prefix in the per-subject-prefix series.
+    pub subject_depth: usize,
+}
+
+impl Default for MetricsOptions {
+    fn default() -> Self {
+        Self { detail: false, subject_depth: limits::METRICS_SUBJECT_DEPTH }
+    }
 }
 
 /// How the agent network judges liveness and waits (config block `agents { }`).
@@ -140,6 +157,7 @@ impl Default for Options {
             accounts: Vec::new(),
             agents: AgentOptions::default(),
             latency_objective: limits::LATENCY_OBJECTIVE,
+            metrics: MetricsOptions::default(),
         }
     }
 }

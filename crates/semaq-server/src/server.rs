@@ -83,6 +83,9 @@ impl Server {
         let http_addr = http_listener.as_ref().and_then(|http| http.local_addr().ok());
         let identity = Identity::new(options.server_name.clone());
         let bus = Arc::new(Bus::default());
+        if options.metrics.detail {
+            bus.stats.subjects.enable(options.metrics.subject_depth);
+        }
         crate::registry::decode::bound_avro_allocations(options.payload_bytes_max);
         let registry = crate::registry::start(&bus, &options)?;
         let filters = Arc::new(Filters::new(bus.clone(), Some(registry.clone())));

@@ -9,26 +9,33 @@ const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// GETs `path` from the HTTP server at `addr` and parses the body as JSON (whatever the status).
 pub fn http_get_json(addr: SocketAddr, path: &str) -> serde_json::Value {
-    http_get(addr, path).1
+    let (_, body) = http_get(addr, path, &[]);
+    serde_json::from_str(&body).unwrap_or_else(|error| panic!("GET {path}: the body is not JSON ({error}): {body}"))
 }
 
-/// GETs `path` from the HTTP server at `addr`: the status code and the body parsed as JSON.
-pub fn http_get(addr: SocketAddr, path: &str) -> (u16, serde_json::Value) {
+/// GETs `path` with extra request `headers` from the HTTP server at `addr`: the status code
+/// and the body as text.
+pub fn http_get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
     let mut stream = TcpStream::connect_timeout(&addr, HTTP_TIMEOUT)
         .unwrap_or_else(|error| panic!("GET {path}: cannot connect to {addr}: {error}"));
     stream.set_read_timeout(Some(HTTP_TIMEOUT)).expect("read timeout");
     stream.set_write_timeout(Some(HTTP_TIMEOUT)).expect("write timeout");
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap_or_else(|e| panic!("GET {path}: {e}"));
+    let extra: String = headers.iter().map(|(name, value)| format!("{name}: {value}\r\n")).collect();
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n{extra}\r\n")
+        .unwrap_or_else(|e| panic!("GET {path}: {e}"));
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap_or_else(|error| panic!("GET {path}: reading the answer: {error}"));
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or_else(|| panic!("GET {path}: no status in {response:?}"));
-    let body = response.split("\r\n\r\n").nth(1).unwrap_or_else(|| panic!("GET {path}: no body in {response:?}"));
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or_else(|| panic!("GET {path}: no body in {response:?}"));
+    let status = head.split_whitespace().nth(1).and_then(|code| code.parse().ok());
+    let status = status.unwrap_or_else(|| panic!("GET {path}: no status in {head:?}"));
+    (status, body.to_string())
+}
+
+/// GETs `path` from the HTTP server at `addr`: the status code and the body parsed as JSON.
+pub fn http_get_json_status(addr: SocketAddr, path: &str) -> (u16, serde_json::Value) {
+    let (status, body) = http_get(addr, path, &[]);
     let json =
-        serde_json::from_str(body).unwrap_or_else(|error| panic!("GET {path}: the body is not JSON ({error}): {body}"));
+        serde_json::from_str(&body).unwrap_or_else(|error| panic!("GET {path}: the body is not JSON ({error}): {body}"));
     (status, json)
 }
 
@@ -52,7 +59,7 @@ mod tests {
             stream.write_all(b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n{\"ok\":true}").unwrap();
             request
         });
-        assert_eq!(http_get(addr, "/varz"), (200, serde_json::json!({"ok": true})));
+        assert_eq!(http_get_json_status(addr, "/varz"), (200, serde_json::json!({"ok": true})));
         assert_eq!(server.join().unwrap(), "GET /varz HTTP/1.0\r\n");
     }
 }

@@ -8,7 +8,7 @@
 //!   (SIGKILL), `terminate` (SIGTERM), `wait_exit` and `restart` (same flags, same store) for
 //!   crash and restart tests; `output` for runs that must refuse to start.
 //! - [`NatsServer`]: a real `nats-server`, for side-by-side tests.
-//! - [`Raw`]: a raw TCP protocol connection; [`http_get_json`] and [`http_get`]: GET a monitoring endpoint.
+//! - [`Raw`]: a raw TCP protocol connection; [`http_get_json`], [`http_get_json_status`] and [`http_get`]: GET a monitoring endpoint.
 //! - [`wait_until`] and [`wait_until_async`]: poll a condition with a deadline, never a fixed
 //!   sleep; [`wait_for_exit`] and [`output_within`] bound waits on child processes.
 //! - [`sync`] and [`sync_via`]: a round trip proving the server read everything a client sent.
@@ -32,7 +32,7 @@ mod wait;
 
 pub use binaries::{nats_server_path, semaq_server_path};
 pub use client::{sync, sync_via};
-pub use http::{http_get, http_get_json};
+pub use http::{http_get, http_get_json, http_get_json_status};
 pub use nats::NatsServer;
 pub use process::{output_within, wait_for_exit, EXIT_TIMEOUT, READY_TIMEOUT};
 pub use raw::Raw;

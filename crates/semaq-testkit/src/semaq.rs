@@ -227,6 +227,11 @@ impl SemaqServer {
         crate::http_get_json(self.http_addr(), path)
     }
 
+    /// GETs a monitoring endpoint: the status code and the body as text.
+    pub fn http_text(&self, path: &str) -> (u16, String) {
+        crate::http_get(self.http_addr(), path, &[])
+    }
+
     /// SIGKILL, and waits until the process is gone.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

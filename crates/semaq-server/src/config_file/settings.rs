@@ -183,6 +183,7 @@ impl Mapper<'_> {
             "jetstream" => self.jetstream(value)?,
             "agents" => self.agents(value)?,
             "latency_objective" => self.options.latency_objective = positive_duration(key, value)?,
+            "metrics" => self.metrics(value)?,
             "accounts" => self.accounts(value)?,
             _ => self.unknown(entry, ""),
         }
@@ -475,6 +476,26 @@ impl Mapper<'_> {
                         items.iter().map(|item| string("agents.service_subjects", item)).collect::<Result<_, _>>()?;
                 }
                 _ => self.unknown(entry, "agents"),
+            }
+        }
+        Ok(())
+    }
+
+    /// `metrics { detail, subject_depth }`.
+    fn metrics(&mut self, value: &Value) -> Result<(), ConfigError> {
+        for entry in &block("metrics", value)?.entries {
+            let v = &entry.value;
+            match entry.key.to_ascii_lowercase().as_str() {
+                "detail" => self.options.metrics.detail = boolean("metrics.detail", v)?,
+                "subject_depth" => {
+                    let depth = integer("metrics.subject_depth", v)?;
+                    let most = limits::METRICS_SUBJECT_DEPTH_MAX;
+                    self.options.metrics.subject_depth = usize::try_from(depth)
+                        .ok()
+                        .filter(|n| (1..=most).contains(n))
+                        .ok_or_else(|| invalid(&v.at, format!("metrics.subject_depth must be 1 to {most}")))?;
+                }
+                _ => self.unknown(entry, "metrics"),
             }
         }
         Ok(())

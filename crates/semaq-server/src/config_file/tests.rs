@@ -671,3 +671,17 @@ mod files {
         );
     }
 }
+
+#[test]
+fn a_metrics_block_sets_detail_and_depth() {
+    let options = loaded("metrics { detail: true, subject_depth: 2 }");
+    assert!(options.metrics.detail);
+    assert_eq!(options.metrics.subject_depth, 2);
+    let defaults = loaded("");
+    assert!(!defaults.metrics.detail, "low cardinality by default");
+    assert_eq!(defaults.metrics.subject_depth, limits::METRICS_SUBJECT_DEPTH);
+    assert!(error("metrics { subject_depth: 0 }").contains("metrics.subject_depth must be 1 to"));
+    assert!(error("metrics { detail: 3 }").contains("metrics.detail"));
+    let (_, warnings) = load_text("metrics { details: true }");
+    assert!(warnings.iter().any(|w| w.contains("metrics.details")), "{warnings:?}");
+}

@@ -3,6 +3,7 @@
 //! Requests arrive through an internal subscription, are queued (bounded) and handled one at
 //! a time by the API task, which answers on the request's reply subject.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use base64::Engine;
@@ -22,6 +23,7 @@ use super::stream::{store_error, Stream};
 use super::{JetStream, Services};
 use crate::delivery::{InternalSink, Message};
 use crate::limits;
+use crate::stats::bump;
 use crate::sync::ByteBudget;
 
 /// The prefix of every JetStream API subject.
@@ -84,6 +86,10 @@ async fn serve(jetstream: Weak<JetStream>, mut requests: mpsc::Receiver<Request>
         let Some(reply) = request.reply.clone() else { continue };
         let tokens: Vec<&str> = request.subject.split('.').skip(2).collect();
         let response = handle(services, &jetstream, &reply, &tokens, &request.payload);
+        bump(&jetstream.api_requests);
+        if response.as_ref().is_some_and(|r| r.get("error").is_some()) {
+            bump(&jetstream.api_errors);
+        }
         if let Some(response) = response {
             services.bus.publish(&reply, None, response.to_string().as_bytes());
         }
@@ -186,7 +192,10 @@ fn account_info(services: &Services, jetstream: &JetStream) -> Value {
             "storage_max_stream_bytes": -1,
             "max_bytes_required": false,
         },
-        "api": { "total": 0, "errors": 0 },
+        "api": {
+            "total": jetstream.api_requests.load(Ordering::Relaxed),
+            "errors": jetstream.api_errors.load(Ordering::Relaxed),
+        },
     });
     if let Some(domain) = &services.options.jetstream_domain {
         info["domain"] = json!(domain);

@@ -3,6 +3,8 @@
 
 use serde_json::{json, Value};
 
+use crate::stats::Refusal;
+
 /// One API error.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{description} (code {code}, err_code {err_code})")]
@@ -18,6 +20,26 @@ pub struct ApiError {
 impl ApiError {
     fn new(code: u16, err_code: u32, description: impl Into<String>) -> Self {
         Self { code, err_code, description: description.into() }
+    }
+
+    /// Why a publish answered with this error was refused, as `/metrics` counts it.
+    pub fn refusal(&self) -> Refusal {
+        match self.err_code {
+            10400 => Refusal::Schema,
+            10441 | 10442 => Refusal::EventTime,
+            10443 | 10444 => Refusal::Level,
+            10450 => Refusal::Lineage,
+            10054 => Refusal::Limits,
+            // Limits with discard new, and store failures, share nats-server's 10077.
+            10077 if self.description.starts_with("maximum ") => Refusal::Limits,
+            10077 => Refusal::Storage,
+            10201 => Refusal::Dedup,
+            10060 | 10070 | 10071 | 10164 => Refusal::Expected,
+            10430 | 10431 => Refusal::Producer,
+            10174..=10210 => Refusal::Batch,
+            10109 => Refusal::Sealed,
+            _ => Refusal::Other,
+        }
     }
 
     /// The JSON body `{"type": ..., "error": {...}}`.

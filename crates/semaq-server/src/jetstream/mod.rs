@@ -29,6 +29,7 @@ pub mod stream;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, RwLock, Weak};
 use std::time::{Duration, SystemTime};
 
@@ -83,6 +84,10 @@ pub struct JetStream {
     services: Arc<Services>,
     /// This JetStream, handed to its streams (lineage reads other streams).
     this: Weak<JetStream>,
+    /// `$JS.API` requests answered since start (`/jsz` and account info `api.total`).
+    pub api_requests: AtomicU64,
+    /// Those answered with an error (`api.errors`).
+    pub api_errors: AtomicU64,
 }
 
 impl std::fmt::Debug for JetStream {
@@ -142,6 +147,8 @@ impl JetStream {
             sync_policy,
             services,
             this: this.clone(),
+            api_requests: AtomicU64::new(0),
+            api_errors: AtomicU64::new(0),
         });
         jetstream.recover();
         jetstream.declare_durable_intents();

@@ -14,7 +14,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, RwLock, Weak};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use semaq_store::{StoreError, StreamState, StreamStore};
@@ -33,6 +33,7 @@ use super::schema::SchemaCheck;
 use crate::delivery::{FlushSet, InternalSink, Message, Subscription};
 use crate::limits;
 use crate::options::SyncPolicy;
+use crate::stats::{bump, PublishCounters, Refusal};
 use crate::sync::{self, lock};
 
 /// Headers JetStream publishers may set.
@@ -55,6 +56,8 @@ pub struct Inbound {
     pub payload: Bytes,
     /// The publishing connection's id (L2 streams record its name as the producer).
     pub publisher: Option<u64>,
+    /// When the stream captured it (the publish-to-ack latency is measured from here).
+    pub received: Instant,
 }
 
 /// The outcome of one publish: `seq` and whether it was a duplicate, or why it was refused.
@@ -165,6 +168,8 @@ pub struct Stream {
     provenance: Option<Arc<super::provenance::Provenance>>,
     /// Level 4: recent `Nats-Msg-Id`s, for `Semaq-Parent` ids. Lock order: after `store`.
     msg_ids: super::lineage::MsgIds,
+    /// Publishes stored, acknowledged as duplicates, and refused by reason (`/metrics`).
+    pub publishes: PublishCounters,
 }
 
 /// What storing one ingest batch works with, under the stream's store lock.
@@ -261,6 +266,7 @@ impl Stream {
             jetstream,
             provenance,
             msg_ids: super::lineage::MsgIds::new(last_seq, clock::unix_nanos_now()),
+            publishes: PublishCounters::default(),
         });
         // A new stream has nothing to rebuild; a restored one rebuilds on first use.
         let dedup = Dedup { loaded: last_seq == 0, ..Dedup::default() };
@@ -450,6 +456,7 @@ impl Stream {
     fn enqueue(&self, message: &Message<'_>) -> bool {
         let size = message.subject.len() + message.headers.map_or(0, <[u8]>::len) + message.payload.len();
         if !self.ingest_budget.try_take(size) {
+            self.publishes.refuse(Refusal::QueueFull);
             return false;
         }
         let (headers, payload) = copy_body(message.headers, message.payload);
@@ -459,9 +466,11 @@ impl Stream {
             headers,
             payload,
             publisher: message.publisher,
+            received: Instant::now(),
         };
         if self.ingest.try_send(inbound).is_err() {
             self.ingest_budget.give_back(size);
+            self.publishes.refuse(Refusal::QueueFull);
             return false;
         }
         true
@@ -470,6 +479,7 @@ impl Stream {
     async fn ingest_loop(self: Arc<Self>, mut inbound: mpsc::Receiver<Inbound>, mut dedup: Dedup) {
         let mut batch = Vec::with_capacity(limits::STREAM_INGEST_BATCH_MESSAGES_MAX);
         let mut acks = Vec::with_capacity(limits::STREAM_INGEST_BATCH_MESSAGES_MAX);
+        let mut captured_at = Vec::with_capacity(limits::STREAM_INGEST_BATCH_MESSAGES_MAX);
         let mut batches = Batches::default();
         let interval = match self.sync_policy {
             SyncPolicy::Interval(every) => every,
@@ -489,14 +499,20 @@ impl Stream {
                     if received == 0 {
                         break;
                     }
+                    captured_at.extend(batch.iter().filter(|m| m.reply.is_some()).map(|m| m.received));
                     // The fsync blocks: let the runtime move other tasks off this worker meanwhile.
                     tokio::task::block_in_place(|| self.store_batch(&mut batch, &mut dedup, &mut batches, &mut acks));
                     self.send_acks(&mut acks);
                     batches.send_replies(&self);
+                    let (sent, latency) = (Instant::now(), &self.services.bus.stats.publish_ack_latency);
+                    captured_at.drain(..).for_each(|at| latency.observe(sent.saturating_duration_since(at)));
                 }
                 _ = self.stop.notified() => break,
                 _ = sync_timer.tick(), if matches!(self.sync_policy, SyncPolicy::Interval(_)) => {
-                    if let Err(error) = self.store().sync() {
+                    let started = Instant::now();
+                    let synced = self.store().sync();
+                    self.services.bus.stats.store_sync_latency.observe(started.elapsed());
+                    if let Err(error) = synced {
                         tracing::error!(stream = %self.name, %error, "sync failed");
                     }
                 }
@@ -647,7 +663,12 @@ impl Stream {
         if stored_any {
             // An ack promises at least "handed to the OS": with `sync: always`, "on disk".
             let written = match self.sync_policy {
-                SyncPolicy::Always => store.sync(),
+                SyncPolicy::Always => {
+                    let started = Instant::now();
+                    let synced = store.sync();
+                    self.services.bus.stats.store_sync_latency.observe(started.elapsed());
+                    synced
+                }
                 SyncPolicy::Interval(_) | SyncPolicy::Never => store.flush(),
             };
             written_ok = written.is_ok();
@@ -766,6 +787,11 @@ impl Stream {
         let mut flush = FlushSet::default();
         let mut body = String::with_capacity(64);
         for (reply, outcome) in acks.drain(..) {
+            match &outcome {
+                Ok((_, false)) => bump(&self.publishes.stored),
+                Ok((_, true)) => bump(&self.publishes.duplicates),
+                Err(error) => self.publishes.refuse(error.refusal()),
+            }
             let Some(reply) = reply else { continue };
             if no_ack {
                 continue;

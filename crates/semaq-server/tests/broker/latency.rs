@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, stream, AckKind};
 use futures::TryStreamExt;
-use semaq_testkit::{http_get, SemaqServer};
+use semaq_testkit::{http_get_json_status as http_get, SemaqServer};
 
 #[tokio::test]
 async fn first_deliveries_are_measured_per_stream_and_subject_and_judged_against_the_objective() {

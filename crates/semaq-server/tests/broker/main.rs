@@ -17,6 +17,7 @@ mod l4_batch;
 mod latency;
 mod lineage;
 mod lossy;
+mod metrics;
 mod priority;
 mod provenance;
 mod pubsub;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_nats::jetstream::{self, stream};
 use async_nats::{Client, HeaderMap};
 use futures::StreamExt;
-use semaq_testkit::{http_get, SemaqServer};
+use semaq_testkit::{http_get_json_status as http_get, SemaqServer};
 use serde_json::{json, Value};
 
 async fn publish(client: &Client, subject: &str, tokens: &[(&str, &str)]) {

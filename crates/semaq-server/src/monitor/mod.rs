@@ -1,6 +1,10 @@
 //! The monitoring HTTP endpoints, with nats-server's field names so existing tooling reads them:
-//! `/varz`, `/connz`, `/subsz`, `/healthz`; and SemaQ's own, under `/semaq/`: `/semaq/shed`,
-//! the `Semaq-Lossy` messages shed per subject.
+//! `/varz`, `/connz`, `/subsz`, `/healthz`, `/jsz` and `/accountz` ([`jsz`]); Prometheus text at
+//! `/metrics` ([`metrics`]); and SemaQ's own, under `/semaq/`: `/semaq/shed`, the
+//! `Semaq-Lossy` messages shed per subject, and `/semaq/agents`.
+
+pub mod jsz;
+pub mod metrics;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -62,6 +66,9 @@ pub async fn serve(monitor: Arc<Monitor>, listener: TcpListener) {
         .route("/connz", get(connz))
         .route("/subsz", get(subsz))
         .route("/healthz", get(healthz))
+        .route("/jsz", get(jsz::jsz))
+        .route("/accountz", get(jsz::accountz))
+        .route("/metrics", get(metrics::metrics))
         .route("/semaq/agents", get(agents))
         .route("/semaq/shed", get(shed))
         .route("/api/latency", get(latency))

@@ -1,0 +1,331 @@
+//! `/jsz` and `/accountz` with nats-server's field names (its `JSInfo`, `AccountDetail`,
+//! `StreamDetail` and `Accountz`), so prometheus-nats-exporter's JetStream collection and other
+//! nats-server tooling read SemaQ. SemaQ has one account, nats-server's global `$G`.
+//!
+//! Query parameters are read as nats-server reads them: booleans as Go's `strconv.ParseBool`,
+//! integers as `strconv.Atoi`; a value that does not parse is a 400 with an error JSON naming
+//! the parameter, and unknown parameters are ignored.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use semaq_wire::clock;
+use serde_json::{json, Value};
+
+use super::Monitor;
+use crate::jetstream::api::stream_info;
+use crate::jetstream::JetStream;
+use crate::limits;
+use crate::options::SyncPolicy;
+
+/// The one account SemaQ has: nats-server's global account.
+pub const GLOBAL_ACCOUNT: &str = "$G";
+
+/// A query parameter that did not parse: a 400 with nats-server's wording, as an error JSON.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadParameter(pub String);
+
+impl IntoResponse for BadParameter {
+    fn into_response(self) -> Response {
+        let body = json!({ "error": { "code": 400, "description": self.0 } });
+        (StatusCode::BAD_REQUEST, Json(body)).into_response()
+    }
+}
+
+/// Go's `strconv.ParseBool`: the empty or missing value is false.
+pub fn parse_bool(params: &HashMap<String, String>, name: &str) -> Result<bool, BadParameter> {
+    match params.get(name).map(String::as_str) {
+        None | Some("") => Ok(false),
+        Some("1" | "t" | "T" | "TRUE" | "true" | "True") => Ok(true),
+        Some("0" | "f" | "F" | "FALSE" | "false" | "False") => Ok(false),
+        Some(other) => Err(BadParameter(format!(
+            "Error decoding boolean for '{name}': strconv.ParseBool: parsing {other:?}: invalid syntax"
+        ))),
+    }
+}
+
+/// Go's `strconv.Atoi`: the empty or missing value is 0.
+pub fn parse_int(params: &HashMap<String, String>, name: &str) -> Result<i64, BadParameter> {
+    match params.get(name).map(String::as_str) {
+        None | Some("") => Ok(0),
+        Some(text) => text.parse::<i64>().map_err(|_| {
+            BadParameter(format!("Error decoding int for '{name}': strconv.Atoi: parsing {text:?}: invalid syntax"))
+        }),
+    }
+}
+
+/// What one `/jsz` request asks for (nats-server's `JSzOptions`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JszOptions {
+    /// `acc`: one account by name.
+    pub account: String,
+    /// `accounts`: list the accounts.
+    pub accounts: bool,
+    /// `streams`: list each account's streams.
+    pub streams: bool,
+    /// `consumers` (also `consumer`): list each stream's consumers.
+    pub consumers: bool,
+    /// `config`: include stream and consumer configs.
+    pub config: bool,
+    /// `offset`: accounts skipped.
+    pub offset: i64,
+    /// `limit`: accounts listed (0: nats-server's default, 1024).
+    pub limit: i64,
+}
+
+impl JszOptions {
+    /// Reads the query as nats-server's `HandleJsz` does, defaults applied as its `Jsz` does.
+    pub fn from_query(params: &HashMap<String, String>) -> Result<Self, BadParameter> {
+        // Parsed (so a bad value is refused, as nats-server does) but meaningless on one server.
+        for ignored in ["direct-consumers", "leader-only", "raft", "stream-leader-only"] {
+            parse_bool(params, ignored)?;
+        }
+        let mut options = Self {
+            account: params.get("acc").cloned().unwrap_or_default(),
+            accounts: parse_bool(params, "accounts")?,
+            streams: parse_bool(params, "streams")?,
+            consumers: parse_bool(params, "consumers")? || parse_bool(params, "consumer")?,
+            config: parse_bool(params, "config")?,
+            offset: parse_int(params, "offset")?.max(0),
+            limit: parse_int(params, "limit")?,
+        };
+        if options.limit == 0 {
+            options.limit = limits::JSZ_PAGE_ENTRIES_MAX as i64;
+        }
+        if options.consumers {
+            options.streams = true;
+        }
+        if options.streams && options.account.is_empty() {
+            options.accounts = true;
+        }
+        Ok(options)
+    }
+
+    /// Whether the one account is listed: named, or within the page of all accounts.
+    fn lists_the_account(&self) -> bool {
+        if self.account == GLOBAL_ACCOUNT {
+            return true;
+        }
+        // A named account that does not exist lists none, as nats-server; so does a page past it.
+        self.account.is_empty() && self.accounts && (self.limit < 0 || (self.offset == 0 && self.limit > 0))
+    }
+}
+
+/// `GET /jsz`.
+pub async fn jsz(State(monitor): State<Arc<Monitor>>, Query(params): Query<HashMap<String, String>>) -> Response {
+    match JszOptions::from_query(&params) {
+        Ok(options) => Json(jsz_json(&monitor, &options)).into_response(),
+        Err(bad) => bad.into_response(),
+    }
+}
+
+/// The `/jsz` body.
+pub fn jsz_json(monitor: &Monitor, options: &JszOptions) -> Value {
+    let now = clock::rfc3339(SystemTime::now());
+    let Some(jetstream) = &monitor.jetstream else {
+        return json!({
+            "server_id": monitor.identity.server_id,
+            "now": now,
+            "disabled": true,
+            "config": { "max_memory": 0, "max_storage": 0 },
+            "memory": 0, "storage": 0, "reserved_memory": 0, "reserved_storage": 0,
+            "accounts": 0, "ha_assets": 0, "api": { "total": 0, "errors": 0 },
+            "streams": 0, "consumers": 0, "messages": 0, "bytes": 0, "total": 0,
+        });
+    };
+    let streams = jetstream.streams();
+    let (mut messages, mut bytes, mut consumers) = (0u64, 0u64, 0usize);
+    for stream in &streams {
+        let state = stream.state();
+        messages += state.msgs;
+        bytes += state.bytes;
+        consumers += stream.consumer_count();
+    }
+    let mut body = json!({
+        "server_id": monitor.identity.server_id,
+        "now": now,
+        "config": config_json(monitor),
+    });
+    merge(&mut body, stats_json(jetstream, 1));
+    merge(&mut body, json!({ "streams": streams.len(), "consumers": consumers, "messages": messages, "bytes": bytes }));
+    if options.lists_the_account() {
+        body["account_details"] = json!([account_detail(monitor, jetstream, options)]);
+    }
+    body["total"] = json!(1);
+    body
+}
+
+/// nats-server's `JetStreamConfig`: the server's limits, store directory and sync policy.
+fn config_json(monitor: &Monitor) -> Value {
+    let options = &monitor.options;
+    let limit = |value: Option<u64>| value.map_or(-1, |v| i64::try_from(v).unwrap_or(i64::MAX));
+    let mut config = json!({
+        "max_memory": limit(options.jetstream_memory_bytes_max),
+        "max_storage": limit(options.jetstream_file_bytes_max),
+        "store_dir": options.store_dir.join("jetstream").display().to_string(),
+    });
+    match options.jetstream_sync.as_deref().map_or(Some(SyncPolicy::Always), SyncPolicy::parse) {
+        Some(SyncPolicy::Always) => config["sync_always"] = json!(true),
+        Some(SyncPolicy::Interval(every)) => {
+            config["sync_interval"] = json!(u64::try_from(every.as_nanos()).unwrap_or(u64::MAX));
+        }
+        Some(SyncPolicy::Never) | None => {}
+    }
+    if let Some(domain) = &options.jetstream_domain {
+        config["domain"] = json!(domain);
+    }
+    config
+}
+
+/// nats-server's `JetStreamStats`, with `accounts` as given (the server counts them, an
+/// account's own detail says 0).
+fn stats_json(jetstream: &JetStream, accounts: usize) -> Value {
+    let (_, memory, storage) = jetstream.usage();
+    json!({
+        "memory": memory,
+        "storage": storage,
+        "reserved_memory": 0,
+        "reserved_storage": 0,
+        "accounts": accounts,
+        "ha_assets": 0,
+        "api": {
+            "total": jetstream.api_requests.load(Ordering::Relaxed),
+            "errors": jetstream.api_errors.load(Ordering::Relaxed),
+        },
+    })
+}
+
+/// nats-server's `AccountDetail` for `$G`.
+fn account_detail(monitor: &Monitor, jetstream: &JetStream, options: &JszOptions) -> Value {
+    let mut detail = json!({ "name": GLOBAL_ACCOUNT, "id": GLOBAL_ACCOUNT });
+    merge(&mut detail, stats_json(jetstream, 0));
+    if options.streams {
+        let streams: Vec<Value> =
+            jetstream.streams().iter().map(|stream| stream_detail(monitor, stream, options)).collect();
+        if !streams.is_empty() {
+            detail["stream_detail"] = json!(streams);
+        }
+    }
+    detail
+}
+
+/// nats-server's `StreamDetail`: name, created, cluster, config (with `config`), state and
+/// consumers (with `consumers`; their configs with `config` too).
+fn stream_detail(monitor: &Monitor, stream: &crate::jetstream::stream::Stream, options: &JszOptions) -> Value {
+    let info = stream_info(stream);
+    let mut detail = json!({
+        "name": stream.name,
+        "created": info["created"],
+        "cluster": { "leader": monitor.identity.server_id },
+        "state": info["state"],
+    });
+    if options.config {
+        detail["config"] = info["config"].clone();
+    }
+    if options.consumers {
+        let consumers: Vec<Value> = stream
+            .consumers()
+            .iter()
+            .map(|consumer| {
+                let mut info = consumer.info();
+                if !options.config {
+                    if let Some(fields) = info.as_object_mut() {
+                        fields.remove("config");
+                    }
+                }
+                info
+            })
+            .collect();
+        if !consumers.is_empty() {
+            detail["consumer_detail"] = json!(consumers);
+        }
+    }
+    detail
+}
+
+/// Copies the fields of `extra` (an object) into `body` (an object).
+fn merge(body: &mut Value, extra: Value) {
+    if let (Some(body), Value::Object(extra)) = (body.as_object_mut(), extra) {
+        body.extend(extra);
+    }
+}
+
+/// `GET /accountz`: the account list, or with `acc=$G` its detail (nats-server's `Accountz`).
+pub async fn accountz(State(monitor): State<Arc<Monitor>>, Query(params): Query<HashMap<String, String>>) -> Response {
+    let now = clock::rfc3339(SystemTime::now());
+    let server_id = &monitor.identity.server_id;
+    match params.get("acc").map(String::as_str) {
+        None | Some("") => {
+            Json(json!({ "server_id": server_id, "now": now, "accounts": [GLOBAL_ACCOUNT] })).into_response()
+        }
+        Some(GLOBAL_ACCOUNT) => {
+            let stats = monitor.bus.router.stats();
+            let detail = json!({
+                "account_name": GLOBAL_ACCOUNT,
+                "update_time": clock::rfc3339(monitor.identity.started_at),
+                "expired": false,
+                "complete": true,
+                "jetstream_enabled": monitor.jetstream.is_some(),
+                "leafnode_connections": 0,
+                "client_connections": monitor.bus.clients.len(),
+                "subscriptions": stats.num_subscriptions,
+                "sublist_stats": {
+                    "num_subscriptions": stats.num_subscriptions,
+                    "num_cache": stats.num_cache,
+                    "num_inserts": stats.num_inserts,
+                    "num_removes": stats.num_removes,
+                    "num_matches": stats.num_matches,
+                    "cache_hit_rate": stats.cache_hit_rate,
+                    "max_fanout": stats.max_fanout,
+                    "avg_fanout": stats.avg_fanout,
+                },
+            });
+            Json(json!({ "server_id": server_id, "now": now, "account_detail": detail })).into_response()
+        }
+        Some(other) => BadParameter(format!("Account {other} does not exist")).into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn query(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn booleans_and_integers_parse_as_go_does() {
+        assert_eq!(parse_bool(&query(&[("streams", "T")]), "streams"), Ok(true));
+        assert_eq!(parse_bool(&query(&[("streams", "0")]), "streams"), Ok(false));
+        assert_eq!(parse_bool(&query(&[]), "streams"), Ok(false));
+        let bad = parse_bool(&query(&[("streams", "maybe")]), "streams").unwrap_err();
+        assert_eq!(bad.0, "Error decoding boolean for 'streams': strconv.ParseBool: parsing \"maybe\": invalid syntax");
+        assert_eq!(parse_int(&query(&[("limit", "-3")]), "limit"), Ok(-3));
+        assert!(parse_int(&query(&[("limit", "x")]), "limit").unwrap_err().0.contains("'limit'"));
+    }
+
+    #[test]
+    fn defaults_follow_nats_server() {
+        let options = JszOptions::from_query(&query(&[("consumers", "true")])).unwrap();
+        assert!(options.streams && options.accounts, "consumers implies streams implies accounts");
+        assert_eq!(options.limit, limits::JSZ_PAGE_ENTRIES_MAX as i64);
+        assert!(options.lists_the_account());
+        let plain = JszOptions::from_query(&query(&[])).unwrap();
+        assert!(!plain.lists_the_account(), "no account details unless asked");
+        let paged = JszOptions::from_query(&query(&[("accounts", "1"), ("offset", "1")])).unwrap();
+        assert!(!paged.lists_the_account(), "an offset past the one account lists none");
+        let named = JszOptions::from_query(&query(&[("acc", "$G"), ("streams", "1")])).unwrap();
+        assert!(named.lists_the_account() && !named.accounts);
+        let unknown = JszOptions::from_query(&query(&[("acc", "nope"), ("streams", "1")])).unwrap();
+        assert!(!unknown.lists_the_account());
+        assert!(JszOptions::from_query(&query(&[("raft", "yes")])).is_err(), "ignored flags still parse");
+        assert!(JszOptions::from_query(&query(&[("unknown", "whatever")])).is_ok(), "unknown parameters are ignored");
+    }
+}
