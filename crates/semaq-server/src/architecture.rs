@@ -9,7 +9,10 @@ use std::path::{Path, PathBuf};
 /// The broker's modules, bottom to top. Keep in step with the module doc of `lib.rs` and the
 /// layering section of `docs/design.md`.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("basics", &["limits", "sync", "stats", "identity", "options", "config_file", "flags", "auth", "tls", "priority"]),
+    (
+        "basics",
+        &["limits", "sync", "stats", "identity", "options", "config_file", "flags", "auth", "tls", "priority", "trace"],
+    ),
     ("routing", &["router", "outbound", "client", "delivery"]),
     ("bus", &["bus"]),
     ("subsystems", &["registry", "filter", "agents", "connection"]),

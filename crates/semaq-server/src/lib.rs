@@ -12,7 +12,7 @@
 //! 1. **Basics:** [`limits`] (every default bound), [`sync`] (lock helpers, byte
 //!    budgets), [`stats`], [`identity`], [`options`] filled by [`config_file`] (nats-server's
 //!    format) and [`flags`] (its command line), [`auth`], [`tls`], [`priority`]
-//!    (`Semaq-Priority`'s shares).
+//!    (`Semaq-Priority`'s shares), [`trace`] (OpenTelemetry spans and `Nats-Trace-Dest`).
 //! 2. **Routing:** [`router`] (the subject trie), [`outbound`] (each client's bounded buffer and
 //!    writer), [`client`] (a connection's shared half and the connection table), [`delivery`]
 //!    (fan-out to subscriptions).
@@ -50,6 +50,7 @@ pub mod server;
 pub mod stats;
 pub mod sync;
 pub mod tls;
+pub mod trace;
 
 #[cfg(test)]
 mod architecture;

@@ -66,6 +66,9 @@ pub struct Options {
     pub accounts: Vec<Account>,
     /// The agent network: heartbeats, waits, timeouts, service discovery.
     pub agents: AgentOptions,
+    /// OpenTelemetry sampling ratio (config `tracing { sample_ratio }`), parent-based, used
+    /// when `OTEL_TRACES_SAMPLER` is unset; export itself follows the `OTEL_*` variables.
+    pub trace_sample_ratio: Option<f64>,
 }
 
 /// How the agent network judges liveness and waits (config block `agents { }`).
@@ -137,6 +140,7 @@ impl Default for Options {
             trace: false,
             accounts: Vec::new(),
             agents: AgentOptions::default(),
+            trace_sample_ratio: None,
         }
     }
 }

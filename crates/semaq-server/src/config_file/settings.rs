@@ -182,6 +182,7 @@ impl Mapper<'_> {
             "tls" => self.tls(value)?,
             "jetstream" => self.jetstream(value)?,
             "agents" => self.agents(value)?,
+            "tracing" => self.tracing(value)?,
             "accounts" => self.accounts(value)?,
             _ => self.unknown(entry, ""),
         }
@@ -474,6 +475,28 @@ impl Mapper<'_> {
                         items.iter().map(|item| string("agents.service_subjects", item)).collect::<Result<_, _>>()?;
                 }
                 _ => self.unknown(entry, "agents"),
+            }
+        }
+        Ok(())
+    }
+
+    /// `tracing { sample_ratio }`: the OpenTelemetry sampling ratio, 0 to 1.
+    fn tracing(&mut self, value: &Value) -> Result<(), ConfigError> {
+        for entry in &block("tracing", value)?.entries {
+            let v = &entry.value;
+            match entry.key.to_ascii_lowercase().as_str() {
+                "sample_ratio" => {
+                    let ratio = match v.kind {
+                        Kind::Float(ratio) => ratio,
+                        Kind::Integer(ratio) => ratio as f64,
+                        _ => return Err(wrong_type("tracing.sample_ratio", "a number from 0 to 1", v)),
+                    };
+                    if !(0.0..=1.0).contains(&ratio) {
+                        return Err(invalid(&v.at, "tracing.sample_ratio must be 0 to 1".to_string()));
+                    }
+                    self.options.trace_sample_ratio = Some(ratio);
+                }
+                _ => self.unknown(entry, "tracing"),
             }
         }
         Ok(())

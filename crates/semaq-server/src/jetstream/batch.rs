@@ -646,6 +646,7 @@ mod tests {
             headers: Some(Bytes::from(format!("NATS/1.0\r\n{lines}\r\n"))),
             payload: Bytes::from_static(b"{}"),
             publisher: Some(1),
+            trace: None,
         }
     }
 

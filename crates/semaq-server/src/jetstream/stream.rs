@@ -55,6 +55,8 @@ pub struct Inbound {
     pub payload: Bytes,
     /// The publishing connection's id (L2 streams record its name as the producer).
     pub publisher: Option<u64>,
+    /// The publish's trace context, when the publish is traced.
+    pub trace: Option<crate::trace::Carried>,
 }
 
 /// The outcome of one publish: `seq` and whether it was a duplicate, or why it was refused.
@@ -448,6 +450,14 @@ impl Stream {
 
     /// Queues a published message; false when the queue is full or the stream stopped.
     fn enqueue(&self, message: &Message<'_>) -> bool {
+        let mut trace = None;
+        if crate::trace::in_traced_publish() {
+            let capture = crate::trace::capture(&self.name, message.subject);
+            if capture.skip {
+                return true;
+            }
+            trace = capture.carried;
+        }
         let size = message.subject.len() + message.headers.map_or(0, <[u8]>::len) + message.payload.len();
         if !self.ingest_budget.try_take(size) {
             return false;
@@ -459,6 +469,7 @@ impl Stream {
             headers,
             payload,
             publisher: message.publisher,
+            trace,
         };
         if self.ingest.try_send(inbound).is_err() {
             self.ingest_budget.give_back(size);
@@ -617,6 +628,7 @@ impl Stream {
             deferred_deletes: None,
         };
         let mut stored_any = false;
+        let mut traced = crate::trace::Stores::default();
         for (index, mut message) in batch.drain(..).enumerate() {
             let size = message.subject.len() + message.headers.as_ref().map_or(0, Bytes::len) + message.payload.len();
             self.ingest_budget.give_back(size);
@@ -639,6 +651,9 @@ impl Stream {
                 }
             };
             let outcome = self.ingest_one(&mut ingest, &mut message, false);
+            if let Some(carried) = message.trace.take() {
+                traced.stored(carried, &self.name, &message.subject, &outcome);
+            }
             stored_any |= matches!(outcome, Ok((_, false)));
             acks.push((message.reply, outcome));
         }
@@ -651,6 +666,7 @@ impl Stream {
                 SyncPolicy::Interval(_) | SyncPolicy::Never => store.flush(),
             };
             written_ok = written.is_ok();
+            traced.written(written.as_ref().err());
             if let Err(error) = written {
                 tracing::error!(stream = %self.name, %error, "write failed; refusing the batch's acks");
                 let refusal = ApiError::storage(&error);

@@ -23,3 +23,4 @@ mod raw_protocol;
 mod registry;
 mod slow_consumer;
 mod tls;
+mod tracing;

@@ -64,6 +64,8 @@ struct Outgoing {
     reply: Option<String>,
     headers: Option<Bytes>,
     payload: Bytes,
+    /// The delivery's trace span, ended once the message is handed on.
+    _span: Option<crate::trace::span::Span>,
 }
 
 impl Outgoing {
@@ -74,6 +76,7 @@ impl Outgoing {
             reply: None,
             headers: Some(Bytes::from(headers)),
             payload: Bytes::new(),
+            _span: None,
         }
     }
 }
@@ -482,6 +485,16 @@ impl Consumer {
             state.insert_pending(message.seq, Pending { consumer_seq, deliveries, deadline });
         }
         state.dirty = true;
+        let traced = crate::trace::StoredDelivery {
+            stream: &self.stream_name,
+            consumer: &self.name,
+            subject: &message.subject,
+            seq: message.seq,
+            deliveries,
+            body_size: message.payload.len(),
+        };
+        let (traced_headers, span) = crate::trace::deliver_stored(message.headers.take(), &traced);
+        message.headers = traced_headers;
         let headers = if config.headers_only {
             let mut block = message.headers.as_deref().map(|h| String::from_utf8_lossy(h).into_owned());
             let size = format!("{}: {}\r\n\r\n", names::MSG_SIZE, message.payload.len());
@@ -494,7 +507,7 @@ impl Consumer {
             message.headers
         };
         let payload = if config.headers_only { Bytes::new() } else { message.payload };
-        Outgoing { route: route.to_string(), subject: message.subject, reply: Some(ack), headers, payload }
+        Outgoing { route: route.to_string(), subject: message.subject, reply: Some(ack), headers, payload, _span: span }
     }
 }
 

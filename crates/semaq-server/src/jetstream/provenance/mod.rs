@@ -580,6 +580,7 @@ mod tests {
             headers: Some(Bytes::from(block)),
             payload: Bytes::from_static(b"{}"),
             publisher: None,
+            trace: None,
         }
     }
 
