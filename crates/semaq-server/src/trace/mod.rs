@@ -131,6 +131,9 @@ impl Publish {
         let msg_size = arrival.headers.map_or(0, <[u8]>::len) + arrival.body_size;
         let ingress = msgtrace::Ingress { cid: arrival.client_id, name: arrival.client_name, subject: arrival.subject };
         let msg = headers.and_then(|h| MsgTrace::start(h, arrival.server, msg_size, ingress));
+        if tracer.is_none() && msg.is_none() {
+            return None;
+        }
         let [traceparent, msg_id] = headers.map_or([None, None], |h| h.get_many(&[TRACEPARENT, MSG_ID]));
         let creation = traceparent.and_then(TraceParent::parse);
         let span =
