@@ -240,4 +240,25 @@ mod tests {
         assert!(!based.samples(Some(&TraceParent { sampled: false, ..parent }), &high));
         assert!(!based.samples(None, &high));
     }
+
+    #[test]
+    fn a_full_export_queue_drops_and_counts() {
+        let (sender, mut receiver) = mpsc::channel(2);
+        let tracer: &'static Tracer = Box::leak(Box::new(Tracer::new(Sampler::AlwaysOn, sender)));
+        let parent = tracer.start("a".into(), Kind::Server, None).expect("sampled");
+        let child = tracer.start("b".into(), Kind::Producer, Some(&parent.context())).expect("sampled");
+        assert_eq!(child.context().trace_id, parent.context().trace_id);
+        let parent_id = parent.context().span_id;
+        drop(child);
+        drop(parent);
+        for _ in 0..3 {
+            drop(tracer.start("c".into(), Kind::Internal, None));
+        }
+        assert_eq!(tracer.dropped(), 3);
+        let first = receiver.try_recv().expect("queued");
+        assert_eq!((first.name.as_str(), first.parent_span_id), ("b", Some(parent_id)));
+        assert!(first.end_ns >= first.start_ns);
+        let off: &'static Tracer = Box::leak(Box::new(Tracer::new(Sampler::AlwaysOff, mpsc::channel(1).0)));
+        assert!(off.start("d".into(), Kind::Internal, None).is_none());
+    }
 }
