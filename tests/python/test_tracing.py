@@ -202,6 +202,7 @@ def test_a_jetstream_delivery_joins_the_publishers_trace(traced_server, collecto
     assert publish.parent_span_id == publisher_span
     assert store.parent_span_id == publish.span_id
     assert store.kind == Span.SPAN_KIND_INTERNAL
+    assert store.end_time_unix_nano >= store.start_time_unix_nano >= publish.start_time_unix_nano
     stored = attributes(store)
     assert stored["messaging.operation.type"] == "process"
     assert stored["messaging.operation.name"] == "store"

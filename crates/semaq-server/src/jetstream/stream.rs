@@ -628,7 +628,7 @@ impl Stream {
             deferred_deletes: None,
         };
         let mut stored_any = false;
-        let mut traced = crate::trace::Stores::default();
+        let mut traced = crate::trace::Stores::start();
         for (index, mut message) in batch.drain(..).enumerate() {
             let size = message.subject.len() + message.headers.as_ref().map_or(0, Bytes::len) + message.payload.len();
             self.ingest_budget.give_back(size);

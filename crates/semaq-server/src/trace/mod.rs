@@ -290,9 +290,15 @@ pub fn capture(stream: &str, subject: &str) -> Capture {
 #[derive(Debug, Default)]
 pub struct Stores {
     spans: Vec<Span>,
+    started_ns: u64,
 }
 
 impl Stores {
+    /// Before a batch's first append: its spans start here (they cover append and fsync).
+    pub fn start() -> Self {
+        Self { spans: Vec::new(), started_ns: if tracer().is_some() { span::now_ns() } else { 0 } }
+    }
+
     /// Starts the store span of one message the batch stored (or refused) as `outcome`:
     /// its stream sequence and whether it was a duplicate.
     pub fn stored<E: Display>(
@@ -306,6 +312,9 @@ impl Stores {
         let Some(mut span) = tracer.start(format!("store {stream}"), Kind::Internal, Some(&carried.parent)) else {
             return;
         };
+        if self.started_ns > 0 {
+            span.started_at(self.started_ns);
+        }
         messaging(&mut span, subject, "process", "store", carried.msg_id.as_deref(), carried.body_size);
         span.set("semaq.stream", stream);
         match outcome {
