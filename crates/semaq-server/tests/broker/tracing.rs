@@ -107,6 +107,23 @@ async fn trace_only_reports_but_neither_delivers_nor_stores() {
     assert_eq!(stream.info().await.expect("info").state.messages, 1);
 }
 
+#[tokio::test]
+async fn an_invalid_trace_destination_is_ignored() {
+    let server = SemaqServer::start();
+    let client = server.client().await;
+    let mut events = client.subscribe("trace.>").await.expect("subscribe");
+    let mut watched = client.subscribe("plain").await.expect("subscribe");
+    sync(&client).await;
+    for bad in ["trace.*", "trace.>", "trace..x", ""] {
+        client.publish_with_headers("plain", traced(bad), bad.to_string().into()).await.expect("publish");
+        assert_eq!(next(&mut watched).await.payload, bad);
+    }
+    client.publish_with_headers("plain", traced("trace.ok"), "ok".into()).await.expect("publish");
+    assert_eq!(next(&mut watched).await.payload, "ok");
+    let event = next_event(&mut events).await;
+    assert_eq!(event["request"]["header"]["Nats-Trace-Dest"], serde_json::json!(["trace.ok"]), "only the valid one");
+}
+
 /// A server exporting to a closed port, so spans are made (and their export fails quietly).
 fn exporting() -> SemaqServer {
     SemaqServer::builder()
