@@ -645,8 +645,13 @@ impl Stream {
                     acks.push((reply, Err(error)));
                     continue;
                 }
-                Route::Commit(commit) => {
-                    stored_any |= batch::commit(self, &mut ingest, commit, batches, acks);
+                Route::Commit(mut commit) => {
+                    let spanned: Vec<_> = (commit.messages.iter_mut())
+                        .filter_map(|m| m.trace.take().map(|carried| (carried, m.subject.clone())))
+                        .collect();
+                    let stored = batch::commit(self, &mut ingest, commit, batches, acks);
+                    traced.committed(&self.name, spanned, stored);
+                    stored_any |= stored;
                     continue;
                 }
             };

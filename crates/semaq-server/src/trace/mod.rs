@@ -319,7 +319,9 @@ impl Stores {
         span.set("semaq.stream", stream);
         match outcome {
             Ok((seq, duplicate)) => {
-                span.set("messaging.nats.stream.sequence", *seq as i64);
+                if *seq > 0 {
+                    span.set("messaging.nats.stream.sequence", *seq as i64);
+                }
                 span.set("semaq.duplicate", *duplicate);
             }
             Err(error) => span.fail(error.to_string()),
@@ -328,6 +330,18 @@ impl Stores {
             span.link(creation);
         }
         self.spans.push(span);
+    }
+
+    /// Store spans for an atomic batch's messages, committed (`stored`) or refused whole; the
+    /// contexts were taken from the messages before the commit ([`Carried`] per subject).
+    pub fn committed(&mut self, stream: &str, messages: Vec<(Carried, String)>, stored: bool) {
+        let outcome: Result<(u64, bool), &str> = if stored { Ok((0, false)) } else { Err("atomic batch refused") };
+        for (carried, subject) in messages {
+            self.stored(carried, stream, &subject, &outcome);
+            if let Some(span) = self.spans.last_mut() {
+                span.set("semaq.batch", true);
+            }
+        }
     }
 
     /// Ends the spans after the batch's write: failed when `error`.

@@ -208,3 +208,83 @@ async fn jetstream_deliveries_carry_the_brokers_deliver_span() {
     let stored = stream.get_raw_message(1).await.expect("get");
     assert_eq!(traceparent(&stored.headers), PARENT);
 }
+
+/// A minimal OTLP/HTTP collector: answers every POST with 200 and keeps the bodies (protobuf
+/// strings appear in them as written, which is all this test reads).
+fn collector() -> (String, std::sync::Arc<std::sync::Mutex<Vec<u8>>>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}/v1/traces", listener.local_addr().expect("addr"));
+    let bodies = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = bodies.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut request = Vec::new();
+            let mut chunk = [0u8; 4096];
+            let complete = |request: &[u8]| {
+                let text = String::from_utf8_lossy(request);
+                let Some(end) = text.find("\r\n\r\n") else { return false };
+                let length = text[..end]
+                    .lines()
+                    .find_map(|line| line.strip_prefix("Content-Length: "))
+                    .and_then(|n| n.trim().parse::<usize>().ok())
+                    .unwrap_or(0);
+                request.len() >= end + 4 + length
+            };
+            while !complete(&request) {
+                match stream.read(&mut chunk) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => request.extend_from_slice(&chunk[..n]),
+                }
+            }
+            kept.lock().expect("lock").extend_from_slice(&request);
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+        }
+    });
+    (url, bodies)
+}
+
+fn count(haystack: &[u8], needle: &str) -> usize {
+    haystack.windows(needle.len()).filter(|w| *w == needle.as_bytes()).count()
+}
+
+#[tokio::test]
+async fn spans_are_exported_over_otlp_http_including_an_atomic_batchs_store_spans() {
+    let (url, bodies) = collector();
+    let server = SemaqServer::builder()
+        .env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &url)
+        .env("OTEL_EXPORTER_OTLP_HEADERS", "x-test=yes")
+        .start();
+    let client = server.client().await;
+    let config = serde_json::json!({"name": "BATCHED", "subjects": ["batched.>"], "allow_atomic": true});
+    let created = client.request("$JS.API.STREAM.CREATE.BATCHED", config.to_string().into()).await.expect("create");
+    assert!(serde_json::from_slice::<Value>(&created.payload).expect("json")["error"].is_null());
+    for (seq, commit) in [("1", None), ("2", Some("1"))] {
+        let mut headers = HeaderMap::new();
+        headers.insert("traceparent", PARENT);
+        headers.insert("Nats-Batch-Id", "b1");
+        headers.insert("Nats-Batch-Sequence", seq);
+        if let Some(commit) = commit {
+            headers.insert("Nats-Batch-Commit", commit);
+            let ack = client.request_with_headers("batched.x", headers, "x".into()).await.expect("ack");
+            let ack: Value = serde_json::from_slice(&ack.payload).expect("json");
+            assert_eq!(ack["count"], 2, "{ack}");
+        } else {
+            client.publish_with_headers("batched.x", headers, "x".into()).await.expect("publish");
+        }
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let received = bodies.lock().expect("lock").clone();
+        if count(&received, "store BATCHED") >= 2 {
+            assert!(count(&received, "semaq.batch") >= 2);
+            assert!(count(&received, "publish batched.x") >= 2);
+            assert!(count(&received, "x-test: yes") >= 1);
+            assert!(count(&received, "POST /v1/traces HTTP/1.1") >= 1);
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{}", String::from_utf8_lossy(&received));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
