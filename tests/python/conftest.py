@@ -33,17 +33,22 @@ async def wait_until_async(what, within, condition, interval=0.02):
 class Server:
     """A semaq-server process on a random port; `restart` starts a new one on the same store."""
 
-    def __init__(self, *args):
+    def __init__(self, *args, env=None):
         if not os.path.isfile(BINARY):
             pytest.fail(f"{BINARY} is not built: run `cargo build -p semaq-server` first (./scripts/test builds it)")
         self.dir = tempfile.TemporaryDirectory()
         self.args = args
+        # The test's own OTEL_* variables never leak in: tracing is on only where a test says so.
+        self.env = {name: value for name, value in os.environ.items() if not name.startswith("OTEL_")}
+        self.env.update(env or {})
         self.log = []
         self._start()
 
     def _start(self):
         command = [BINARY, "-a", "127.0.0.1", "-p", "-1", "-m", "-1", "-js", "-sd", self.dir.name, *self.args]
-        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=self.env
+        )
         self.url = None
         self.http_url = None
         lines = queue.Queue()

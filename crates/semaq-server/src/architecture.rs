@@ -23,6 +23,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "tls",
             "priority",
             "latency",
+            "trace",
         ],
     ),
     ("routing", &["router", "outbound", "client", "delivery"]),

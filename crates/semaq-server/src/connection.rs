@@ -335,11 +335,25 @@ impl Connection {
             payload: &publish.payload,
             publisher: Some(self.client.id),
         };
+        let traced = crate::trace::Publish::begin(&crate::trace::Arrival {
+            subject: &publish.subject,
+            headers: message.headers,
+            body_size: message.payload.len(),
+            client_id: self.client.id,
+            client_name: self.client.details().and_then(|d| d.options.name.as_deref()),
+            server: &self.context.info,
+        });
         let matches = self.context.bus.router.matches(&publish.subject);
         let delivered =
             delivery::fan_out(&self.context.bus.router, &matches, &message, Some(&self.client), &mut self.flush);
+        let trace_event = traced.and_then(|traced| traced.finish(delivered));
         if delivered == 0 {
             self.no_responders(&message);
+        }
+        if let Some((dest, event)) = trace_event.filter(|(dest, _)| self.may_publish(&ByteString::from(dest.as_str())))
+        {
+            let event = Message { subject: &dest, reply: None, headers: None, payload: &event, publisher: None };
+            self.context.bus.publish_batched(&dest, &event, &mut self.flush);
         }
         self.ok();
     }

@@ -211,7 +211,12 @@ pub fn deliver(
         Sink::Client(client) => client,
         Sink::Internal(sink) => return sink.receive_batched(message, flush),
     };
-    let headers = if client.headers() { message.headers } else { None };
+    let traced = crate::trace::in_traced_publish().then(|| trace_delivery(client, subscription, message));
+    if traced.as_ref().is_some_and(|traced| traced.skip) {
+        return true;
+    }
+    let rewritten = traced.as_ref().and_then(|traced| traced.headers.as_deref());
+    let headers = if client.headers() { rewritten.or(message.headers) } else { None };
     let subject = message.subject.as_bytes();
     let sid = subscription.sid.as_bytes();
     let reply = message.reply.map(str::as_bytes);
@@ -237,6 +242,18 @@ pub fn deliver(
         }
         Err(_) => false,
     }
+}
+
+/// Traces one delivery of a traced publish (its deliver span, `Nats-Trace-Dest` egress).
+fn trace_delivery(client: &Client, subscription: &Subscription, message: &Message<'_>) -> crate::trace::Delivery {
+    let recipient = crate::trace::Recipient {
+        cid: client.id,
+        name: client.details().and_then(|d| d.options.name.as_deref()),
+        subscription: &subscription.subject,
+        queue: subscription.queue.as_deref(),
+        headers: client.headers(),
+    };
+    crate::trace::deliver(&recipient, message.subject, message.headers)
 }
 
 /// Whether a header block says `Semaq-Lossy: true` (name and value in any case).

@@ -12,7 +12,8 @@
 //! 1. **Basics:** [`limits`] (every default bound), [`sync`] (lock helpers, byte
 //!    budgets), [`stats`], [`identity`], [`options`] filled by [`config_file`] (nats-server's
 //!    format) and [`flags`] (its command line), [`auth`], [`tls`], [`priority`]
-//!    (`Semaq-Priority`'s shares), [`latency`] (publish-to-delivery histograms).
+//!    (`Semaq-Priority`'s shares), [`latency`] (publish-to-delivery histograms), [`trace`]
+//!    (OpenTelemetry spans and `Nats-Trace-Dest`).
 //! 2. **Routing:** [`router`] (the subject trie), [`outbound`] (each client's bounded buffer and
 //!    writer), [`client`] (a connection's shared half and the connection table), [`delivery`]
 //!    (fan-out to subscriptions).
@@ -54,6 +55,7 @@ pub mod stats;
 pub mod sync;
 pub mod tls;
 pub mod tokens;
+pub mod trace;
 
 #[cfg(test)]
 mod architecture;

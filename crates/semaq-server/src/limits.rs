@@ -68,6 +68,14 @@ pub const CLOSED_CLIENTS_MAX: usize = 1000;
 pub const CONNZ_PAGE_ENTRIES_MAX: usize = 1024;
 /// Time allowed to deliver the `-ERR 'Slow Consumer'` line to a client that is not reading.
 pub const SLOW_CONSUMER_NOTICE_TIMEOUT: Duration = Duration::from_millis(250);
+/// Finished spans waiting for OTLP export; past it a span is dropped and counted.
+pub const TRACE_EXPORT_QUEUE_SPANS_MAX: usize = 4096;
+/// Spans in one OTLP export request.
+pub const TRACE_EXPORT_BATCH_SPANS_MAX: usize = 512;
+/// How long the exporter gathers spans after the first before it posts them.
+pub const TRACE_EXPORT_DELAY: Duration = Duration::from_millis(200);
+/// How long one OTLP export may take (OTEL_EXPORTER_OTLP_TIMEOUT's default).
+pub const TRACE_EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Messages queued for one stream's ingest task; a publish beyond this is refused (no responders).
 pub const STREAM_INGEST_QUEUE_MESSAGES_MAX: usize = 64 * 1024;
 /// Messages one ingest batch (one fsync) takes at most.

@@ -70,6 +70,9 @@ pub struct Options {
     pub latency_objective: Duration,
     /// What `/metrics` shows (config block `metrics { }`).
     pub metrics: MetricsOptions,
+    /// OpenTelemetry sampling ratio (config `tracing { sample_ratio }`), parent-based, used
+    /// when `OTEL_TRACES_SAMPLER` is unset; export itself follows the `OTEL_*` variables.
+    pub trace_sample_ratio: Option<f64>,
 }
 
 /// What `/metrics` shows (config block `metrics { detail, subject_depth }`).
@@ -158,6 +161,7 @@ impl Default for Options {
             agents: AgentOptions::default(),
             latency_objective: limits::LATENCY_OBJECTIVE,
             metrics: MetricsOptions::default(),
+            trace_sample_ratio: None,
         }
     }
 }

@@ -73,6 +73,9 @@ impl Server {
     /// Binds the listeners named by `options` and starts every subsystem.
     pub async fn bind(options: Options) -> Result<Self, StartError> {
         let options = Arc::new(options);
+        if let Err(error) = crate::trace::init(options.trace_sample_ratio) {
+            tracing::warn!(%error, "OpenTelemetry export is off");
+        }
         let tls = options.tls.as_ref().map(tls::acceptor).transpose()?;
         let listener = bind(&options.host, options.port).await?;
         let http_listener = match options.http_port {

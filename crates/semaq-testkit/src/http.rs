@@ -34,8 +34,8 @@ pub fn http_get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> (u16,
 /// GETs `path` from the HTTP server at `addr`: the status code and the body parsed as JSON.
 pub fn http_get_json_status(addr: SocketAddr, path: &str) -> (u16, serde_json::Value) {
     let (status, body) = http_get(addr, path, &[]);
-    let json =
-        serde_json::from_str(&body).unwrap_or_else(|error| panic!("GET {path}: the body is not JSON ({error}): {body}"));
+    let json = serde_json::from_str(&body)
+        .unwrap_or_else(|error| panic!("GET {path}: the body is not JSON ({error}): {body}"));
     (status, json)
 }
 

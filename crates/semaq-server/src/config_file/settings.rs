@@ -184,6 +184,7 @@ impl Mapper<'_> {
             "agents" => self.agents(value)?,
             "latency_objective" => self.options.latency_objective = positive_duration(key, value)?,
             "metrics" => self.metrics(value)?,
+            "tracing" => self.tracing(value)?,
             "accounts" => self.accounts(value)?,
             _ => self.unknown(entry, ""),
         }
@@ -496,6 +497,28 @@ impl Mapper<'_> {
                         .ok_or_else(|| invalid(&v.at, format!("metrics.subject_depth must be 1 to {most}")))?;
                 }
                 _ => self.unknown(entry, "metrics"),
+            }
+        }
+        Ok(())
+    }
+
+    /// `tracing { sample_ratio }`: the OpenTelemetry sampling ratio, 0 to 1.
+    fn tracing(&mut self, value: &Value) -> Result<(), ConfigError> {
+        for entry in &block("tracing", value)?.entries {
+            let v = &entry.value;
+            match entry.key.to_ascii_lowercase().as_str() {
+                "sample_ratio" => {
+                    let ratio = match v.kind {
+                        Kind::Float(ratio) => ratio,
+                        Kind::Integer(ratio) => ratio as f64,
+                        _ => return Err(wrong_type("tracing.sample_ratio", "a number from 0 to 1", v)),
+                    };
+                    if !(0.0..=1.0).contains(&ratio) {
+                        return Err(invalid(&v.at, "tracing.sample_ratio must be 0 to 1".to_string()));
+                    }
+                    self.options.trace_sample_ratio = Some(ratio);
+                }
+                _ => self.unknown(entry, "tracing"),
             }
         }
         Ok(())

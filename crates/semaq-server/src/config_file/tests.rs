@@ -326,6 +326,15 @@ fn bad_durations() {
 }
 
 #[test]
+fn a_tracing_block_sets_the_sample_ratio() {
+    assert_eq!(loaded("tracing { sample_ratio: 0.01 }").trace_sample_ratio, Some(0.01));
+    assert_eq!(loaded("tracing { sample_ratio: 1 }").trace_sample_ratio, Some(1.0));
+    assert_eq!(loaded("port: 1").trace_sample_ratio, None);
+    assert!(error("tracing { sample_ratio: 2 }").contains("must be 0 to 1"));
+    assert!(error("tracing { sample_ratio: \"often\" }").contains("a number from 0 to 1"));
+}
+
+#[test]
 fn wrong_types_are_errors_with_line_and_column() {
     assert_eq!(
         error("debug: true\nport: \"abc\"\n"),

@@ -647,6 +647,7 @@ mod tests {
             payload: Bytes::from_static(b"{}"),
             publisher: Some(1),
             received: std::time::Instant::now(),
+            trace: None,
         }
     }
 

@@ -58,6 +58,8 @@ pub struct Inbound {
     pub publisher: Option<u64>,
     /// When the stream captured it (the publish-to-ack latency is measured from here).
     pub received: Instant,
+    /// The publish's trace context, when the publish is traced.
+    pub trace: Option<crate::trace::Carried>,
 }
 
 /// The outcome of one publish: `seq` and whether it was a duplicate, or why it was refused.
@@ -454,6 +456,14 @@ impl Stream {
 
     /// Queues a published message; false when the queue is full or the stream stopped.
     fn enqueue(&self, message: &Message<'_>) -> bool {
+        let mut trace = None;
+        if crate::trace::in_traced_publish() {
+            let capture = crate::trace::capture(&self.name, message.subject);
+            if capture.skip {
+                return true;
+            }
+            trace = capture.carried;
+        }
         let size = message.subject.len() + message.headers.map_or(0, <[u8]>::len) + message.payload.len();
         if !self.ingest_budget.try_take(size) {
             self.publishes.refuse(Refusal::QueueFull);
@@ -467,6 +477,7 @@ impl Stream {
             payload,
             publisher: message.publisher,
             received: Instant::now(),
+            trace,
         };
         if self.ingest.try_send(inbound).is_err() {
             self.ingest_budget.give_back(size);
@@ -633,6 +644,7 @@ impl Stream {
             deferred_deletes: None,
         };
         let mut stored_any = false;
+        let mut traced = crate::trace::Stores::start();
         for (index, mut message) in batch.drain(..).enumerate() {
             let size = message.subject.len() + message.headers.as_ref().map_or(0, Bytes::len) + message.payload.len();
             self.ingest_budget.give_back(size);
@@ -649,12 +661,20 @@ impl Stream {
                     acks.push((reply, Err(error)));
                     continue;
                 }
-                Route::Commit(commit) => {
-                    stored_any |= batch::commit(self, &mut ingest, commit, batches, acks);
+                Route::Commit(mut commit) => {
+                    let spanned: Vec<_> = (commit.messages.iter_mut())
+                        .filter_map(|m| m.trace.take().map(|carried| (carried, m.subject.clone())))
+                        .collect();
+                    let stored = batch::commit(self, &mut ingest, commit, batches, acks);
+                    traced.committed(&self.name, spanned, stored);
+                    stored_any |= stored;
                     continue;
                 }
             };
             let outcome = self.ingest_one(&mut ingest, &mut message, false);
+            if let Some(carried) = message.trace.take() {
+                traced.stored(carried, &self.name, &message.subject, &outcome);
+            }
             stored_any |= matches!(outcome, Ok((_, false)));
             acks.push((message.reply, outcome));
         }
@@ -672,6 +692,7 @@ impl Stream {
                 SyncPolicy::Interval(_) | SyncPolicy::Never => store.flush(),
             };
             written_ok = written.is_ok();
+            traced.written(written.as_ref().err());
             if let Err(error) = written {
                 tracing::error!(stream = %self.name, %error, "write failed; refusing the batch's acks");
                 let refusal = ApiError::storage(&error);

@@ -26,3 +26,4 @@ mod registry;
 mod slow_consumer;
 mod tls;
 mod tokens;
+mod tracing;

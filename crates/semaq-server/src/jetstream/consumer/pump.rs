@@ -66,6 +66,8 @@ struct Outgoing {
     payload: Bytes,
     /// A first delivery's store time (unix ns), for the end-to-end latency.
     stored_ns: Option<i64>,
+    /// The delivery's trace span, ended once the message is handed on.
+    _span: Option<crate::trace::span::Span>,
 }
 
 impl Outgoing {
@@ -77,6 +79,7 @@ impl Outgoing {
             headers: Some(Bytes::from(headers)),
             payload: Bytes::new(),
             stored_ns: None,
+            _span: None,
         }
     }
 }
@@ -498,6 +501,16 @@ impl Consumer {
             state.insert_pending(message.seq, Pending { consumer_seq, deliveries, deadline });
         }
         state.dirty = true;
+        let traced = crate::trace::StoredDelivery {
+            stream: &self.stream_name,
+            consumer: &self.name,
+            subject: &message.subject,
+            seq: message.seq,
+            deliveries,
+            body_size: message.payload.len(),
+        };
+        let (traced_headers, span) = crate::trace::deliver_stored(message.headers.take(), &traced);
+        message.headers = traced_headers;
         let headers = if config.headers_only {
             let mut block = message.headers.as_deref().map(|h| String::from_utf8_lossy(h).into_owned());
             let size = format!("{}: {}\r\n\r\n", names::MSG_SIZE, message.payload.len());
@@ -511,7 +524,8 @@ impl Consumer {
         };
         let payload = if config.headers_only { Bytes::new() } else { message.payload };
         let stored_ns = (!message.redelivery).then_some(message.timestamp_ns);
-        Outgoing { route: route.to_string(), subject: message.subject, reply: Some(ack), headers, payload, stored_ns }
+        let subject = message.subject;
+        Outgoing { route: route.to_string(), subject, reply: Some(ack), headers, payload, stored_ns, _span: span }
     }
 }
 

@@ -581,6 +581,7 @@ mod tests {
             payload: Bytes::from_static(b"{}"),
             publisher: None,
             received: std::time::Instant::now(),
+            trace: None,
         }
     }
 
