@@ -118,6 +118,9 @@ pub struct SubjectTraffic {
     prefixes: RwLock<HashMap<String, Arc<PrefixTraffic>>>,
 }
 
+/// One prefix's row of [`SubjectTraffic::snapshot`]: the prefix, (messages, bytes) in, (messages, bytes) out.
+pub type PrefixRow = (String, (u64, u64), (u64, u64));
+
 /// One subject prefix's counters.
 #[derive(Debug, Default)]
 pub struct PrefixTraffic {
@@ -183,7 +186,7 @@ impl SubjectTraffic {
     }
 
     /// (prefix, messages and bytes in, messages and bytes out), sorted by prefix.
-    pub fn snapshot(&self) -> Vec<(String, (u64, u64), (u64, u64))> {
+    pub fn snapshot(&self) -> Vec<PrefixRow> {
         let prefixes = read(&self.prefixes);
         let mut rows: Vec<_> = prefixes
             .iter()

@@ -25,7 +25,7 @@ use serde_json::Value;
 
 use super::Monitor;
 use crate::limits;
-use crate::stats::Histogram;
+use crate::stats::{Histogram, PrefixRow};
 
 /// The OpenMetrics content type, served when the scraper's `Accept` names it.
 const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -210,9 +210,8 @@ fn subjects(monitor: &Monitor, out: &mut Out<'_, '_>) -> Result<(), Error> {
     }
     let rows = monitor.bus.stats.subjects.snapshot();
     let bytes = Some(&Unit::Bytes);
-    let series = |pick: fn(&(String, (u64, u64), (u64, u64))) -> u64| {
-        rows.iter().map(move |row| (vec![("prefix", row.0.as_str())], pick(row) as f64))
-    };
+    let series =
+        |pick: fn(&PrefixRow) -> u64| rows.iter().map(move |row| (vec![("prefix", row.0.as_str())], pick(row) as f64));
     let help_in = "Messages received from clients per subject prefix (the rest under _other).";
     out.family(("semaq_subject_in_messages", help_in, None, COUNTER), series(|r| r.1 .0))?;
     out.family(("semaq_subject_in", "Bytes received per subject prefix.", bytes, COUNTER), series(|r| r.1 .1))?;

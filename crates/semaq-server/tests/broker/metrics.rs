@@ -299,3 +299,44 @@ async fn bad_query_values_get_an_error_json_and_unknown_parameters_are_ignored()
     })
     .await;
 }
+
+#[tokio::test]
+async fn agents_are_counted_per_intent_and_agent() {
+    let server = SemaqServer::start();
+    let agent = server.client().await;
+    let mut inbox = agent.subscribe("agents.a1").await.unwrap();
+    let beat = serde_json::json!({ "agent_id": "a1", "intents": ["summarize"], "inbox": "agents.a1", "capacity": 4 });
+    let reply = agent.request("$SEMAQ.AGENT.HB", beat.to_string().into()).await.unwrap();
+    assert_eq!(serde_json::from_slice::<Value>(&reply.payload).unwrap()["ok"], true);
+    // Answers the first two requests ok, the third with an error.
+    let serving = tokio::spawn({
+        let agent = agent.clone();
+        async move {
+            for n in 0..3 {
+                let message = inbox.next().await.unwrap();
+                let mut headers = async_nats::HeaderMap::new();
+                headers.insert("Semaq-Status", if n < 2 { "ok" } else { "error" });
+                agent.publish_with_headers(message.reply.unwrap(), headers, "done".into()).await.unwrap();
+                agent.flush().await.unwrap();
+            }
+        }
+    });
+    let requester = server.client().await;
+    for _ in 0..3 {
+        requester.request("intent.summarize", "text".into()).await.unwrap();
+    }
+    serving.await.unwrap();
+
+    let metrics = scrape(&server);
+    let member = r#"{intent="summarize",agent="a1"}"#;
+    assert_eq!(value(&metrics, "semaq_agents"), 1.0);
+    assert_eq!(value(&metrics, r#"semaq_intent_routed_total{intent="summarize"}"#), 3.0);
+    assert_eq!(value(&metrics, r#"semaq_intent_waiting_requests{intent="summarize"}"#), 0.0);
+    assert_eq!(value(&metrics, &format!("semaq_agent_requests_total{member}")), 3.0);
+    assert_eq!(value(&metrics, &format!("semaq_agent_ok_total{member}")), 2.0);
+    assert_eq!(value(&metrics, &format!("semaq_agent_errors_total{member}")), 1.0);
+    assert_eq!(value(&metrics, &format!("semaq_agent_in_flight_requests{member}")), 0.0);
+    let agents = server.http_json("/semaq/agents");
+    let weight = agents["intents"][0]["agents"][0]["weight"].as_f64().unwrap();
+    assert_eq!(value(&metrics, &format!("semaq_agent_weight{member}")), weight, "the weight /semaq/agents shows");
+}
