@@ -25,6 +25,19 @@ fn js_pub_levels_prints_every_level_with_cpu_per_message_and_the_target_line() {
 }
 
 #[test]
+fn observe_runs_both_servers_sends_traces_scrapes_metrics_and_prints_the_ratios() {
+    let args = ["observe", "--rounds", "1", "--msgs", "3000", "--sample", "1", "--scrape-interval", "100ms"];
+    let output = bench(&args);
+    for scenario in ["pubsub", "js-pub"] {
+        let line = output.lines().find(|l| l.trim_start().starts_with(scenario) && l.contains("observed / plain"));
+        assert!(line.is_some_and(|l| l.contains("PASS") || l.contains("FAIL")), "no {scenario} verdict: {output}");
+    }
+    let exported = output.lines().find(|l| l.contains("OTLP requests")).unwrap_or_default();
+    assert!(!exported.trim_start().starts_with("observed side: 0 OTLP"), "{output}");
+    assert!(exported.contains(", 0 failed"), "every /metrics scrape answered: {output}");
+}
+
+#[test]
 fn provenance_compares_l4_with_l1_and_verifies_a_filled_stream_online_and_offline() {
     let args = ["provenance", "--rounds", "1", "--msgs", "2000", "--verify-msgs", "3000"];
     let output = bench(&args);

@@ -75,6 +75,8 @@ impl Collector for Scrape {
         filters(monitor, &mut out)?;
         jetstream(monitor, &mut out)?;
         agents(monitor, &mut out)?;
+        tokens(monitor, &mut out)?;
+        delivery_latency(monitor, &mut out)?;
         Ok(())
     }
 }
@@ -114,6 +116,19 @@ impl Out<'_, '_> {
             } else {
                 series.encode_gauge(&value)?;
             }
+        }
+        Ok(())
+    }
+
+    /// A labelled family of histograms: (labels, sum, count, per-bucket (upper bound, count)).
+    fn histograms<L: EncodeLabelSet>(
+        &mut self,
+        (name, help, unit): (&str, &str, Option<&Unit>),
+        rows: impl IntoIterator<Item = (L, f64, u64, Vec<(f64, u64)>)>,
+    ) -> Result<(), Error> {
+        let mut metric = self.encoder.encode_descriptor(name, help, unit, MetricType::Histogram)?;
+        for (labels, sum, count, buckets) in rows {
+            metric.encode_family(&labels)?.encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
         }
         Ok(())
     }
@@ -412,6 +427,65 @@ fn agents(monitor: &Monitor, out: &mut Out<'_, '_>) -> Result<(), Error> {
     ];
     for (name, help, kind, key) in families {
         out.family((name, help, None, kind), per_member(key))?;
+    }
+    Ok(())
+}
+
+/// Token load as the OpenTelemetry GenAI conventions name it: `gen_ai.client.token.usage`, a
+/// histogram of tokens per message by `gen_ai.token.type` and `gen_ai.request.model`, in
+/// Prometheus spelling; and the token counts refused as not numbers.
+fn tokens(monitor: &Monitor, out: &mut Out<'_, '_>) -> Result<(), Error> {
+    let usage = monitor.tokens.usage_by_model();
+    let bounds = crate::tokens::USAGE_BUCKETS.iter().map(|b| *b as f64).chain(std::iter::once(f64::INFINITY));
+    let rows = usage.iter().map(|h| {
+        let labels = vec![("gen_ai_token_type", h.token_type), ("gen_ai_request_model", h.model.as_str())];
+        let buckets: Vec<(f64, u64)> = bounds.clone().zip(h.counts.iter().copied()).collect();
+        (labels, h.sum as f64, h.counts.iter().sum::<u64>(), buckets)
+    });
+    let help = "Tokens per message, by token type (input, output) and model (Semaq-Tokens-In/Out, payload fields).";
+    out.histograms(("gen_ai_client_token_usage", help, None), rows)?;
+    let invalid = "Token counts refused as not whole numbers (headers and payload fields).";
+    out.counter("semaq_token_counts_invalid", invalid, None, monitor.tokens.invalid())?;
+    let dropped = "Trace spans dropped because the OTLP export queue was full.";
+    out.counter("semaq_trace_spans_dropped", dropped, None, crate::trace::dropped_spans())
+}
+
+/// Publish-to-delivery latency per stream and subject prefix, and the share within the objective.
+fn delivery_latency(monitor: &Monitor, out: &mut Out<'_, '_>) -> Result<(), Error> {
+    let latency = &monitor.latency;
+    let objective = latency.objective_us() as f64 / 1e6;
+    out.gauge(
+        "semaq_delivery_latency_objective_seconds",
+        "The latency objective, publish to delivery.",
+        None,
+        objective,
+    )?;
+    let all = latency.buckets();
+    for (kind, label) in [("stream", "stream"), ("subject", "prefix")] {
+        let rows = all.iter().filter(|b| b.kind == kind).map(|b| {
+            let mut previous = 0;
+            let mut buckets: Vec<(f64, u64)> = b
+                .cumulative
+                .iter()
+                .map(|(bound_us, at_or_below)| {
+                    let count = at_or_below.saturating_sub(previous);
+                    previous = *at_or_below;
+                    (*bound_us as f64 / 1e6, count)
+                })
+                .collect();
+            buckets.push((f64::INFINITY, b.count.saturating_sub(previous)));
+            (vec![(label, b.key.as_str())], b.sum_us as f64 / 1e6, b.count, buckets)
+        });
+        let name = format!("semaq_{kind}_delivery_latency");
+        let help = format!("Store to first delivery by a consumer, per {label}.");
+        out.histograms((&name, &help, Some(&Unit::Seconds)), rows)?;
+        let within = all.iter().filter(|b| b.kind == kind).map(|b| {
+            let share = if b.count == 0 { 1.0 } else { b.within as f64 / b.count as f64 };
+            (vec![(label, b.key.as_str())], share)
+        });
+        let name = format!("semaq_{kind}_delivery_within_objective_ratio");
+        let help = format!("Share of first deliveries within the latency objective, per {label}.");
+        out.family((&name, &help, None, GAUGE), within)?;
     }
     Ok(())
 }

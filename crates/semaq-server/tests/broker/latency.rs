@@ -49,6 +49,12 @@ async fn first_deliveries_are_measured_per_stream_and_subject_and_judged_against
         .map(|s| (s["key"].as_str().unwrap(), s["count"].as_u64().unwrap()))
         .collect();
     assert_eq!(subjects, vec![("ai.chat", 3), ("ai.embed", 3)]);
+
+    let (_, metrics) = semaq_testkit::http_get(server.http_addr(), "/metrics", &[]);
+    let has = |line: &str| metrics.lines().any(|l| l == line);
+    assert!(has(r#"semaq_stream_delivery_latency_seconds_count{stream="EVENTS"} 6"#), "{metrics}");
+    assert!(has(r#"semaq_stream_delivery_within_objective_ratio{stream="EVENTS"} 0.0"#), "{metrics}");
+    assert!(has("semaq_delivery_latency_objective_seconds 0.005"), "{metrics}");
 }
 
 #[tokio::test]

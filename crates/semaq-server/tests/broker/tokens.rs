@@ -68,6 +68,18 @@ async fn two_models_sum_per_bucket_by_model_and_by_subject() {
     assert_eq!(by_subject["buckets"], 360);
     assert_eq!(totals(&by_subject, "ai.chat"), (30, 70));
     assert_eq!(totals(&by_subject, "ai.embed"), (55, 0));
+    let (_, metrics) = semaq_testkit::http_get(server.http_addr(), "/metrics", &[]);
+    let line = |series: &str| {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(series))
+            .unwrap_or_else(|| panic!("no {series} in\n{metrics}"))
+            .to_string()
+    };
+    let input = r#"gen_ai_client_token_usage_sum{gen_ai_token_type="input",gen_ai_request_model="llama3-70b"}"#;
+    assert!(line(input).ends_with(" 30.0") || line(input).ends_with(" 30"), "{}", line(input));
+    let count = r#"gen_ai_client_token_usage_count{gen_ai_token_type="output",gen_ai_request_model="bge-small"}"#;
+    assert!(line(count).ends_with(" 5"), "one observation per message: {}", line(count));
     let day = report(&server, "by=model&window=1d");
     assert_eq!((day["bucket_seconds"].as_u64(), day["buckets"].as_u64()), (Some(60), Some(1440)));
     assert_eq!(totals(&day, "bge-small"), (55, 0));

@@ -23,6 +23,8 @@ use crate::parse::parse_duration;
 const TARGET_RATIO: f64 = 0.95;
 /// Longest OTLP request body the receiver reads.
 const OTLP_BODY_BYTES_MAX: usize = 16 * 1024 * 1024;
+/// How long the run waits at the end for the observed server's first trace export.
+const EXPORT_WAIT: Duration = Duration::from_secs(5);
 /// How long a bench connection waits for an answer.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -161,6 +163,11 @@ pub async fn run(args: ObserveArgs) -> Result<()> {
         }
     }
     scraper.abort();
+    // The exporter sends in batches a moment apart: give the last one time to arrive.
+    let waited = std::time::Instant::now();
+    while received.requests.load(Ordering::Relaxed) == 0 && waited.elapsed() < EXPORT_WAIT {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let (requests, bytes) = (received.requests.load(Ordering::Relaxed), received.bytes.load(Ordering::Relaxed));
     let [good, failed] = [scrapes[0].load(Ordering::Relaxed), scrapes[1].load(Ordering::Relaxed)];
     println!(
