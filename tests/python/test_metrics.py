@@ -112,6 +112,9 @@ def test_metrics_parse_with_prometheus_client_and_count_the_workload():
         assert value(samples, "semaq_subject_in_bytes_total", prefix="logs.app") == 3 * len(PAYLOAD)
         assert value(samples, "semaq_subject_out_messages_total", prefix="sensors.eu") == 4
         assert value(samples, "semaq_subject_out_messages_total", prefix="sensors.us") == 2
+        # Reply inboxes are one prefix, however deep: their second token is random.
+        assert not any(labels and dict(labels).get("prefix", "").startswith("_INBOX.") for (_, labels) in samples)
+        assert value(samples, "semaq_subject_out_messages_total", prefix="_INBOX") >= STORED + 1
         prefix_in = sum(v for (name, _), v in samples.items() if name == "semaq_subject_in_messages_total")
         assert prefix_in == value(samples, "semaq_in_messages_total")
         assert value(samples, "semaq_connections_accepted_total") == 1

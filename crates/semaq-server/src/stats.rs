@@ -197,8 +197,13 @@ impl SubjectTraffic {
     }
 }
 
-/// The first `depth` tokens of `subject` (all of it when it has fewer).
+/// The first `depth` tokens of `subject` (all of it when it has fewer). Reply inboxes are
+/// `_INBOX` whatever the depth: their second token is random, one per connection or request, and
+/// would spend the prefix bound on noise.
 pub fn subject_prefix(subject: &str, depth: usize) -> &str {
+    if subject.starts_with("_INBOX.") {
+        return "_INBOX";
+    }
     match subject.match_indices('.').nth(depth.saturating_sub(1)) {
         Some((at, _)) => &subject[..at],
         None => subject,
@@ -362,6 +367,7 @@ mod tests {
         assert_eq!(subject_prefix("orders.eu.paid", 2), "orders.eu");
         assert_eq!(subject_prefix("orders", 2), "orders");
         assert_eq!(subject_prefix("orders.eu", 5), "orders.eu");
+        assert_eq!(subject_prefix("_INBOX.abc123.7", 2), "_INBOX", "inboxes are one prefix");
     }
 
     #[test]

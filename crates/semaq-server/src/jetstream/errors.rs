@@ -396,3 +396,36 @@ impl ApiError {
         Self::new(400, 10083, "consumer idle heartbeat needs to be >= 100ms")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn publish_refusals_map_to_their_metrics_reason() {
+        let cases = [
+            (ApiError::schema_violation("no"), Refusal::Schema),
+            (ApiError::context_missing("traceparent", &["traceparent".into()]), Refusal::Level),
+            (ApiError::provenance_header_reserved("Semaq-Hash"), Refusal::Level),
+            (ApiError::event_time_missing(), Refusal::EventTime),
+            (ApiError::event_time_not_increasing("s", "t", 1), Refusal::EventTime),
+            (ApiError { code: 400, err_code: 10450, description: "invalid Semaq-Parent".into() }, Refusal::Lineage),
+            (ApiError::max_messages(), Refusal::Limits),
+            (ApiError::max_bytes(), Refusal::Limits),
+            (ApiError::max_messages_per_subject(), Refusal::Limits),
+            (ApiError::message_too_large(), Refusal::Limits),
+            (ApiError::storage("disk full"), Refusal::Storage),
+            (ApiError::atomic_publish_duplicate(None), Refusal::Dedup),
+            (ApiError::wrong_last_sequence(3), Refusal::Expected),
+            (ApiError::wrong_last_msg_id("x"), Refusal::Expected),
+            (ApiError::expected_stream_mismatch(), Refusal::Expected),
+            (ApiError::invalid_producer("bad"), Refusal::Producer),
+            (ApiError::atomic_publish_incomplete(), Refusal::Batch),
+            (ApiError::sealed(), Refusal::Sealed),
+            (ApiError::bad_request(), Refusal::Other),
+        ];
+        for (error, reason) in cases {
+            assert_eq!(error.refusal(), reason, "{error}");
+        }
+    }
+}

@@ -232,7 +232,9 @@ async fn jsz_has_nats_servers_field_names() {
     jsz_workload(nats.url()).await;
     jsz_workload(server.url()).await;
 
-    for query in ["", "?accounts=true", "?streams=true", "?consumers=true&config=true", "?acc=$G&streams=1"] {
+    // The last but one is what prometheus-nats-exporter's JetStream collector asks for.
+    let queries = ["", "?accounts=true", "?streams=true", "?consumers=true&config=true&raft=true", "?acc=$G&streams=1"];
+    for query in queries {
         let path = format!("/jsz{query}");
         let reference = http_get_json(nats_http, &path);
         let ours = server.http_json(&path);
