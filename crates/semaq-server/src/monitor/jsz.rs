@@ -275,16 +275,7 @@ pub async fn accountz(State(monitor): State<Arc<Monitor>>, Query(params): Query<
                 "leafnode_connections": 0,
                 "client_connections": monitor.bus.clients.len(),
                 "subscriptions": stats.num_subscriptions,
-                "sublist_stats": {
-                    "num_subscriptions": stats.num_subscriptions,
-                    "num_cache": stats.num_cache,
-                    "num_inserts": stats.num_inserts,
-                    "num_removes": stats.num_removes,
-                    "num_matches": stats.num_matches,
-                    "cache_hit_rate": stats.cache_hit_rate,
-                    "max_fanout": stats.max_fanout,
-                    "avg_fanout": stats.avg_fanout,
-                },
+                "sublist_stats": super::sublist_stats(&stats),
             });
             Json(json!({ "server_id": server_id, "now": now, "account_detail": detail })).into_response()
         }

@@ -248,10 +248,15 @@ async fn shed(State(monitor): State<Arc<Monitor>>) -> Json<Value> {
 }
 
 async fn subsz(State(monitor): State<Arc<Monitor>>) -> Json<Value> {
-    let stats = monitor.bus.router.stats();
-    Json(json!({
-        "server_id": monitor.identity.server_id,
-        "now": clock::rfc3339(SystemTime::now()),
+    let mut subsz = sublist_stats(&monitor.bus.router.stats());
+    subsz["server_id"] = json!(monitor.identity.server_id);
+    subsz["now"] = json!(clock::rfc3339(SystemTime::now()));
+    Json(subsz)
+}
+
+/// The subject router's figures with nats-server's `SublistStats` names (`/subsz`, `/accountz`).
+fn sublist_stats(stats: &crate::router::RouterStats) -> Value {
+    json!({
         "num_subscriptions": stats.num_subscriptions,
         "num_cache": stats.num_cache,
         "num_inserts": stats.num_inserts,
@@ -260,5 +265,5 @@ async fn subsz(State(monitor): State<Arc<Monitor>>) -> Json<Value> {
         "cache_hit_rate": stats.cache_hit_rate,
         "max_fanout": stats.max_fanout,
         "avg_fanout": stats.avg_fanout,
-    }))
+    })
 }
