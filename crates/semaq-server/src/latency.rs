@@ -125,14 +125,6 @@ pub struct Latency {
     inner: Mutex<Inner>,
 }
 
-/// The subject's first `LATENCY_SUBJECT_DEPTH` tokens.
-fn subject_prefix(subject: &str) -> &str {
-    match subject.match_indices('.').nth(limits::LATENCY_SUBJECT_DEPTH - 1) {
-        Some((at, _)) => &subject[..at],
-        None => subject,
-    }
-}
-
 fn entry<'a>(map: &'a mut HashMap<String, Entry>, key: &str) -> Option<&'a mut Entry> {
     let key = match map.contains_key(key) || map.len() < limits::LATENCY_KEYS_MAX {
         true => key,
@@ -193,7 +185,9 @@ impl Latency {
             }
         }
         for (subject, latency_us) in deliveries {
-            if let Some(entry) = entry(&mut inner.subjects, subject_prefix(subject)) {
+            if let Some(entry) =
+                entry(&mut inner.subjects, crate::stats::subject_prefix(subject, limits::LATENCY_SUBJECT_DEPTH))
+            {
                 entry.record(*latency_us, self.objective_us);
             }
         }

@@ -94,18 +94,10 @@ impl<'a> Usage<'a> {
     fn key(&self, dimension: Dimension) -> Option<&'a str> {
         match dimension {
             Dimension::Model => self.model,
-            Dimension::Subject => Some(subject_prefix(self.subject)),
+            Dimension::Subject => Some(crate::stats::subject_prefix(self.subject, limits::TOKEN_SUBJECT_DEPTH)),
             Dimension::Intent => self.intent.or_else(|| self.subject.strip_prefix("intent.")),
             Dimension::Agent => self.agent,
         }
-    }
-}
-
-/// The subject's first `TOKEN_SUBJECT_DEPTH` tokens.
-fn subject_prefix(subject: &str) -> &str {
-    match subject.match_indices('.').nth(limits::TOKEN_SUBJECT_DEPTH - 1) {
-        Some((at, _)) => &subject[..at],
-        None => subject,
     }
 }
 
