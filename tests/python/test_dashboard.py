@@ -139,6 +139,7 @@ def test_the_dashboard_shows_streams_and_the_token_heatmap_without_console_error
         assert "L1" in seen["streams"], seen
         assert seen["rows"] == 2, f"one heatmap row per model: {seen}"
         assert "EVENTS" in seen["latency"], f"the latency objective lists the stream: {seen}"
+        assert "ai.chat" in seen["latency"], f"and each subject prefix: {seen}"
         shot = browser.call("Page.captureScreenshot", format="png")
         os.makedirs(ARTIFACTS, exist_ok=True)
         path = os.path.join(ARTIFACTS, "dashboard.png")

@@ -107,10 +107,12 @@ function drawStreams(streams, seconds) {
 
 function drawLatency(latency) {
   document.getElementById("objective").textContent = `objective ${micros(latency.objective_us)}, publish → delivery`;
-  const rows = latency.streams.map((s) => {
+  const byKind = [...latency.streams.map((s) => ["stream", s]), ...latency.subjects.map((s) => ["subject prefix", s])];
+  const rows = byKind.map(([kind, s]) => {
     const within = el("span", `${(s.within_objective * 100).toFixed(1)}%`, s.within_objective >= 0.99 ? "ok" : "bad");
     const p99 = el("span", micros(s.p99_us), s.p99_us <= latency.objective_us ? "ok" : "bad");
-    return row([s.key, s.count, micros(s.p50_us), p99, micros(s.recent_p99_us), within]);
+    const key = el("span", s.key, kind === "subject prefix" ? "muted" : "");
+    return row([kind, key, s.count, micros(s.p50_us), p99, micros(s.recent_p99_us), within]);
   });
   fill("latency", rows, "No consumer deliveries yet.");
 }

@@ -38,6 +38,8 @@ impl Source {
 #[derive(Debug)]
 struct Agent {
     announcement: Announcement,
+    /// The announcement's inbox, shared with every routed message's target without a copy.
+    inbox: Arc<str>,
     client: Arc<Client>,
     source: Source,
     in_flight: u32,
@@ -147,7 +149,7 @@ pub struct Target {
     /// Its connection.
     pub client: Arc<Client>,
     /// Its inbox subject.
-    pub inbox: String,
+    pub inbox: Arc<str>,
 }
 
 /// What to do with one message on `intent.<name>`.
@@ -179,6 +181,19 @@ pub struct Table {
     pending: HashMap<u64, HashMap<Box<str>, Pending>>,
     sessions: HashMap<Box<str>, (Arc<str>, u64)>,
     waiting_bytes: usize,
+    /// Buffers `decide` reuses, so routing a message allocates nothing for its candidates.
+    scratch: Scratch,
+}
+
+/// Candidate lists of one decision, kept between decisions for their capacity.
+#[derive(Debug, Default)]
+struct Scratch {
+    /// Indexes of the intent's live members.
+    live: Vec<usize>,
+    /// (member index, cost) of those with room.
+    open: Vec<(usize, f64)>,
+    /// The costs alone, as `pick_of_two` takes them.
+    costs: Vec<f64>,
 }
 
 impl Table {
@@ -199,6 +214,9 @@ impl Table {
             existing.client = client.clone();
             existing.source = source;
             existing.last_seen_us = now_us;
+            if *existing.inbox != announcement.inbox {
+                existing.inbox = announcement.inbox.as_str().into();
+            }
             existing.announcement = announcement;
             for gone in old_intents.iter().filter(|name| !existing.announcement.intents.contains(name)) {
                 if let Some(intent) = self.intents.get_mut(gone.as_str()) {
@@ -214,6 +232,7 @@ impl Table {
         }
         let intents = announcement.intents.clone();
         let agent = Agent {
+            inbox: announcement.inbox.as_str().into(),
             announcement,
             client: client.clone(),
             source,
@@ -287,11 +306,19 @@ impl Table {
         now_us: u64,
         draw: impl FnMut(usize) -> usize,
     ) -> Decision {
+        // The map's own key, shared by the request in flight rather than copied.
+        let Some(intent_name) = self.intents.get_key_value(name).map(|(key, _)| key.clone()) else {
+            return Decision::Unroutable;
+        };
         let Some(intent) = self.intents.get_mut(name) else { return Decision::Unroutable };
         let agents = &self.agents;
-        let mut live: Vec<usize> = (0..intent.members.len())
-            .filter(|&i| agents.get(&intent.members[i].agent_id).is_some_and(|a| !a.client.outbound.is_closing()))
-            .collect();
+        let scratch = &mut self.scratch;
+        let live = &mut scratch.live;
+        live.clear();
+        live.extend(
+            (0..intent.members.len())
+                .filter(|&i| agents.get(&intent.members[i].agent_id).is_some_and(|a| !a.client.outbound.is_closing())),
+        );
         if let Some(avoid) = avoid {
             let others = |i: &usize| agents.get(&intent.members[*i].agent_id).is_some_and(|a| a.client.id != avoid);
             if live.iter().any(others) {
@@ -303,26 +330,25 @@ impl Table {
             return Decision::Unroutable;
         }
         let chosen = match session {
-            Some(session) => choose_by_session(intent, agents, &live, session, request.is_some()),
+            Some(session) => choose_by_session(intent, agents, live, session, request.is_some()),
             None => None,
         }
-        .or_else(|| choose_by_cost(intent, agents, &live, request.is_some(), now_us, draw));
+        .or_else(|| {
+            let (open, costs) = (&mut scratch.open, &mut scratch.costs);
+            choose_by_cost(intent, agents, (live, open, costs), request.is_some(), now_us, draw)
+        });
         let Some(index) = chosen else { return Decision::Wait };
         let member = &mut intent.members[index];
         member.tally.routed += 1;
         intent.tally.routed += 1;
         let agent_id = member.agent_id.clone();
         let Some(agent) = self.agents.get_mut(&agent_id) else { return Decision::Unroutable };
-        let target = Target {
-            agent_id: agent_id.clone(),
-            client: agent.client.clone(),
-            inbox: agent.announcement.inbox.clone(),
-        };
+        let target = Target { agent_id: agent_id.clone(), client: agent.client.clone(), inbox: agent.inbox.clone() };
         if let Some((reply, deadline_us)) = request {
             agent.in_flight += 1;
             agent.client.replies_owed.fetch_add(1, Ordering::Relaxed);
             let pending = Pending {
-                intent: name.into(),
+                intent: intent_name,
                 agent_id: agent_id.clone(),
                 client: agent.client.clone(),
                 started_us: now_us,
@@ -438,7 +464,6 @@ impl Table {
     pub fn complete(&mut self, pending: &Pending, outcome: Option<Outcome>, now_us: u64) -> Vec<Arc<str>> {
         let Some(agent) = self.agents.get_mut(&pending.agent_id) else { return Vec::new() };
         agent.in_flight = agent.in_flight.saturating_sub(1);
-        let intents = agent.announcement.intents.clone();
         if let (Some(outcome), Some(intent)) = (outcome, self.intents.get_mut(&*pending.intent)) {
             let reference = intent.members.iter().map(|m| m.synapse.latency_us(now_us)).fold(0.0, f64::max);
             if let Some(member) = intent.members.iter_mut().find(|m| m.agent_id == pending.agent_id) {
@@ -452,10 +477,14 @@ impl Table {
                 }
             }
         }
-        intents
+        let Some(agent) = self.agents.get(&pending.agent_id) else { return Vec::new() };
+        agent
+            .announcement
+            .intents
             .iter()
-            .filter(|name| self.intents.get(name.as_str()).is_some_and(|i| !i.waiting.is_empty()))
-            .map(|name| Arc::from(name.as_str()))
+            .filter_map(|name| self.intents.get_key_value(name.as_str()))
+            .filter(|(_, intent)| !intent.waiting.is_empty())
+            .map(|(name, _)| name.clone())
             .collect()
     }
 
@@ -588,20 +617,19 @@ fn choose_by_session(
 fn choose_by_cost(
     intent: &Intent,
     agents: &HashMap<Arc<str>, Agent>,
-    live: &[usize],
+    (live, open, costs): (&[usize], &mut Vec<(usize, f64)>, &mut Vec<f64>),
     request: bool,
     now_us: u64,
     draw: impl FnMut(usize) -> usize,
 ) -> Option<usize> {
-    let open: Vec<(usize, f64)> = live
-        .iter()
-        .filter_map(|&i| {
-            let member = &intent.members[i];
-            let agent = agents.get(&member.agent_id)?;
-            let free = !request || agent.in_flight < agent.announcement.capacity;
-            free.then(|| (i, member.synapse.cost(agent.in_flight, now_us)))
-        })
-        .collect();
-    let costs: Vec<f64> = open.iter().map(|(_, cost)| *cost).collect();
-    pick_of_two(&costs, draw).map(|k| open[k].0)
+    open.clear();
+    open.extend(live.iter().filter_map(|&i| {
+        let member = &intent.members[i];
+        let agent = agents.get(&member.agent_id)?;
+        let free = !request || agent.in_flight < agent.announcement.capacity;
+        free.then(|| (i, member.synapse.cost(agent.in_flight, now_us)))
+    }));
+    costs.clear();
+    costs.extend(open.iter().map(|(_, cost)| *cost));
+    pick_of_two(costs, draw).map(|k| open[k].0)
 }

@@ -137,7 +137,7 @@ impl Publish {
         let [traceparent, msg_id] = headers.map_or([None, None], |h| h.get_many(&[TRACEPARENT, MSG_ID]));
         let creation = traceparent.and_then(TraceParent::parse);
         let span =
-            tracer.and_then(|t| t.start(format!("publish {}", arrival.subject), Kind::Server, creation.as_ref()));
+            tracer.and_then(|t| t.start(|| format!("publish {}", arrival.subject), Kind::Server, creation.as_ref()));
         if span.is_none() && msg.is_none() {
             return None;
         }
@@ -228,7 +228,7 @@ pub fn deliver(to: &Recipient<'_>, subject: &str, headers: Option<&[u8]>) -> Del
         }
         let span = match (tracer(), current.span.as_ref()) {
             (Some(tracer), Some(parent)) if !skip => {
-                tracer.start(format!("deliver {subject}"), Kind::Producer, Some(parent))
+                tracer.start(|| format!("deliver {subject}"), Kind::Producer, Some(parent))
             }
             _ => None,
         };
@@ -309,7 +309,7 @@ impl Stores {
         outcome: &Result<(u64, bool), E>,
     ) {
         let Some(tracer) = tracer() else { return };
-        let Some(mut span) = tracer.start(format!("store {stream}"), Kind::Internal, Some(&carried.parent)) else {
+        let Some(mut span) = tracer.start(|| format!("store {stream}"), Kind::Internal, Some(&carried.parent)) else {
             return;
         };
         if self.started_ns > 0 {
@@ -379,7 +379,7 @@ pub fn deliver_stored(headers: Option<Bytes>, delivery: &StoredDelivery<'_>) -> 
     let read = headers.as_deref().map(Headers::new);
     let [traceparent, msg_id] = read.map_or([None, None], |h| h.get_many(&[TRACEPARENT, MSG_ID]));
     let creation = traceparent.and_then(TraceParent::parse);
-    let Some(mut span) = tracer.start(format!("deliver {}", delivery.subject), Kind::Producer, creation.as_ref())
+    let Some(mut span) = tracer.start(|| format!("deliver {}", delivery.subject), Kind::Producer, creation.as_ref())
     else {
         return (headers, None);
     };

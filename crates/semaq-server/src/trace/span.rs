@@ -176,8 +176,14 @@ impl Tracer {
         Self { sampler, queue, dropped: AtomicU64::new(0) }
     }
 
-    /// Starts a span under `parent` (a new trace when `None`), or `None` when not sampled.
-    pub fn start(&'static self, name: String, kind: Kind, parent: Option<&TraceParent>) -> Option<Span> {
+    /// Starts a span under `parent` (a new trace when `None`), or `None` when not sampled. The
+    /// name is made only for a sampled span: at 1% sampling the other 99% allocate nothing.
+    pub fn start(
+        &'static self,
+        name: impl FnOnce() -> String,
+        kind: Kind,
+        parent: Option<&TraceParent>,
+    ) -> Option<Span> {
         let trace_id = match parent {
             Some(parent) => parent.trace_id,
             None => random_nonzero(),
@@ -189,7 +195,7 @@ impl Tracer {
             trace_id,
             span_id: random_nonzero(),
             parent_span_id: parent.map(|p| p.span_id),
-            name,
+            name: name(),
             kind,
             start_ns: now_ns(),
             end_ns: 0,
@@ -216,7 +222,7 @@ impl Tracer {
 /// Random bytes, not all zero (W3C forbids all-zero ids).
 fn random_nonzero<const N: usize>() -> [u8; N] {
     loop {
-        let bytes: [u8; N] = std::array::from_fn(|_| rand::random::<u8>());
+        let bytes: [u8; N] = rand::random();
         if bytes.iter().any(|b| *b != 0) {
             return bytes;
         }
@@ -245,20 +251,20 @@ mod tests {
     fn a_full_export_queue_drops_and_counts() {
         let (sender, mut receiver) = mpsc::channel(2);
         let tracer: &'static Tracer = Box::leak(Box::new(Tracer::new(Sampler::AlwaysOn, sender)));
-        let parent = tracer.start("a".into(), Kind::Server, None).expect("sampled");
-        let child = tracer.start("b".into(), Kind::Producer, Some(&parent.context())).expect("sampled");
+        let parent = tracer.start(|| "a".into(), Kind::Server, None).expect("sampled");
+        let child = tracer.start(|| "b".into(), Kind::Producer, Some(&parent.context())).expect("sampled");
         assert_eq!(child.context().trace_id, parent.context().trace_id);
         let parent_id = parent.context().span_id;
         drop(child);
         drop(parent);
         for _ in 0..3 {
-            drop(tracer.start("c".into(), Kind::Internal, None));
+            drop(tracer.start(|| "c".into(), Kind::Internal, None));
         }
         assert_eq!(tracer.dropped(), 3);
         let first = receiver.try_recv().expect("queued");
         assert_eq!((first.name.as_str(), first.parent_span_id), ("b", Some(parent_id)));
         assert!(first.end_ns >= first.start_ns);
         let off: &'static Tracer = Box::leak(Box::new(Tracer::new(Sampler::AlwaysOff, mpsc::channel(1).0)));
-        assert!(off.start("d".into(), Kind::Internal, None).is_none());
+        assert!(off.start(|| "d".into(), Kind::Internal, None).is_none());
     }
 }

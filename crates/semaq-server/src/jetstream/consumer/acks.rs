@@ -91,6 +91,7 @@ impl Consumer {
                 } else if state.remove_pending(stream_seq).is_some() {
                     done.push(stream_seq);
                 }
+                state.last_acked = Some(now);
                 state.update_ack_floor();
             }
             AckKind::Nak(delay) => {

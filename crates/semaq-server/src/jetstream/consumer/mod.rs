@@ -206,8 +206,20 @@ impl Consumer {
         if config.deliver_subject.is_some() {
             info["push_bound"] = json!(state.push_bound);
         }
+        // As nats-server: `last_active` appears once there was a delivery (an ack).
+        for (key, at) in [("delivered", state.last_delivered), ("ack_floor", state.last_acked)] {
+            if let Some(at) = at.and_then(wall_time) {
+                info[key]["last_active"] = json!(clock::rfc3339(at));
+            }
+        }
         info
     }
+}
+
+/// The wall-clock time of `at`: monotonic stamps are cheap to take on the delivery path and
+/// only converted when someone asks.
+fn wall_time(at: Instant) -> Option<SystemTime> {
+    SystemTime::now().checked_sub(at.elapsed())
 }
 
 /// The ack wait of a config, with nats-server's default.

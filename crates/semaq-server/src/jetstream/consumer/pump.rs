@@ -489,6 +489,7 @@ impl Consumer {
         }
         let ack = self.ack_subject(state, &message, last_seq);
         state.delivered_consumer_seq += 1;
+        state.last_delivered = Some(now);
         let consumer_seq = state.delivered_consumer_seq;
         if !message.redelivery {
             state.delivered_stream_seq = state.delivered_stream_seq.max(message.seq);

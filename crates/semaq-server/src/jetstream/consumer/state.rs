@@ -72,6 +72,10 @@ pub struct State {
     pub waiting: VecDeque<PullRequest>,
     /// Last time a client showed interest (pull request, ack, push subscriber).
     pub last_activity: Option<Instant>,
+    /// When the latest delivery went out (consumer info's `delivered.last_active`).
+    pub last_delivered: Option<Instant>,
+    /// When the latest ack was applied (consumer info's `ack_floor.last_active`).
+    pub last_acked: Option<Instant>,
     /// Whether a push consumer's deliver subject has a subscriber.
     pub push_bound: bool,
     /// A flow-control request awaits its response (push).
