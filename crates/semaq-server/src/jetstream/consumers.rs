@@ -157,7 +157,7 @@ impl InternalSink for AckSink {
         if let Some(reply) = message.reply {
             match &kind {
                 AckKind::Next(_) => consumer.request_next(reply, next_body(message.payload)),
-                // L3: confirmed once the ack is on disk (the consumer's task saves, then replies).
+                // Confirmed once the ack is on disk (the consumer's task saves, then replies).
                 _ if consumer.confirms_durably() => consumer.confirm_when_saved(reply, ack.stream_seq, &kind),
                 // The ack itself is acknowledged: the client knows it landed (double ack).
                 _ => {

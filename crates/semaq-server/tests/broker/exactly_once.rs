@@ -612,12 +612,25 @@ async fn consumers_never_see_part_of_a_batch() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_confirmed_ack_is_on_disk_before_the_confirmation() {
+    confirmed_acks_survive_a_kill(l3_config("ACKED", &["acked.>"], json!({}))).await;
+}
+
+/// Below L3 too: a double ack means "on disk" at every level (nats-server confirms at once, so a
+/// confirmed ack can come back after a crash there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confirmed_ack_on_an_l1_stream_is_on_disk_before_the_confirmation() {
+    confirmed_acks_survive_a_kill(json!({"name": "ACKED", "subjects": ["acked.>"], "storage": "file"})).await;
+}
+
+/// Ten messages, every other one double-acked, SIGKILL at once: after the restart exactly the
+/// five unconfirmed ones come again.
+async fn confirmed_acks_survive_a_kill(config: Value) {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
     let mut broker = start_on(&store);
     let client = broker.client().await;
     register_schema(&client).await;
-    create_stream(&client, l3_config("ACKED", &["acked.>"], json!({}))).await;
+    create_stream(&client, config).await;
     for n in 1..=10 {
         publish(&client, "acked.a", &[], event(n)).await;
     }

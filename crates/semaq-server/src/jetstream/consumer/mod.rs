@@ -74,7 +74,7 @@ pub struct Consumer {
     stream: Weak<Stream>,
     services: Arc<super::Services>,
     dir: Option<PathBuf>,
-    /// L3: double-ack replies waiting for the next state save (group commit; see `persist`).
+    /// Double-ack replies waiting for the next state save (group commit; see `persist`).
     confirmations: Mutex<Vec<String>>,
     /// Serializes state saves, so "nothing changed since the last save" means "already on disk".
     save_lock: Mutex<()>,

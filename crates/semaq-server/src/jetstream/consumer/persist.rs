@@ -1,8 +1,8 @@
 //! Durable consumers on disk: `consumers/<name>/consumer.json` (config, creation time) and
 //! `consumers/<name>/state.json` (delivery and ack state), each replaced atomically.
 //!
-//! On L3 streams a double ack (an ack with a reply subject) is confirmed only once the state
-//! holding it is on disk: the ack is applied in memory on the connection's read path, its reply
+//! At every level a durable consumer's double ack (an ack with a reply subject) is confirmed only
+//! once the state holding it is on disk: the ack is applied in memory on the connection's read path, its reply
 //! waits in `confirmations`, and the consumer's task saves the state once for all the replies
 //! that arrived meanwhile (group commit), then sends them.
 
@@ -90,7 +90,9 @@ impl Consumer {
     }
 
     /// Saves delivery state if it changed; `Ok` means every change made before the call is on
-    /// disk. On an L3 stream the save also syncs the directory, so it survives power loss.
+    /// disk: the file and its directory are synced, so a confirmed ack survives power loss. The
+    /// periodic save and the confirmations' group commit are the only writers, so this costs at
+    /// most one fsync per save interval plus one per round of confirmations.
     fn save_state_checked(&self) -> std::io::Result<()> {
         let Some(dir) = &self.dir else { return Ok(()) };
         let _one_at_a_time = lock(&self.save_lock);
@@ -102,28 +104,24 @@ impl Consumer {
             state.dirty = false;
             state.save()
         };
-        let durable = self.stream().is_some_and(|stream| stream.config().exactly_once());
         let path = dir.join("state.json");
-        let written = serde_json::to_vec(&saved).map_err(std::io::Error::other).and_then(|bytes| {
-            if durable {
-                write_durably(&path, &bytes)
-            } else {
-                write_atomically(&path, &bytes)
-            }
-        });
+        let written =
+            serde_json::to_vec(&saved).map_err(std::io::Error::other).and_then(|bytes| write_durably(&path, &bytes));
         if written.is_err() {
             lock(&self.state).dirty = true;
         }
         written
     }
 
-    /// Whether a double ack is confirmed only once the ack is on disk: durable consumers of L3
-    /// streams. Others are confirmed at once, as nats-server does.
+    /// Whether a double ack is confirmed only once the ack is on disk: every consumer whose state
+    /// is on disk (durable consumers of file streams, at every level). nats-server confirms at
+    /// once, so a confirmed ack can come back after a crash there; here it cannot. Ephemeral
+    /// consumers and memory streams confirm at once: they do not survive a restart anyway.
     pub fn confirms_durably(&self) -> bool {
-        self.dir.is_some() && self.stream().is_some_and(|stream| stream.config().exactly_once())
+        self.dir.is_some()
     }
 
-    /// L3: queues the confirmation of an ack of `stream_seq` until the next state save. An ack
+    /// Queues the confirmation of an ack of `stream_seq` until the next state save. An ack
     /// that did not land (the message is not delivered and pending here, e.g. the delivery was
     /// lost with a crash) is not confirmed: the client's double ack times out, and the message
     /// comes again. Beyond the bound the confirmation is dropped the same way.
