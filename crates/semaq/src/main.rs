@@ -10,6 +10,7 @@
 
 mod agent;
 mod bench;
+mod chaos;
 mod connect;
 mod http;
 mod output;
@@ -63,6 +64,8 @@ enum Command {
     Top(top::TopArgs),
     /// Check a level 4 stream's hash chain and checkpoint signatures, online or on a stopped server's files
     Verify(verify::VerifyArgs),
+    /// Fault injection against a real server: `crash` SIGKILLs it at random moments under load
+    Chaos(chaos::ChaosArgs),
 }
 
 fn main() -> ExitCode {
@@ -91,6 +94,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Trace(args) => trace::run(&target, args).await,
         Command::Top(args) => top::run(args, cli.global.timeout).await,
         Command::Verify(args) => verify::run(&target, args).await,
+        Command::Chaos(args) => chaos::run(args).await,
     }
 }
 

@@ -471,7 +471,7 @@ impl Contenders {
 }
 
 /// `semaq-server` in the same directory as this executable (the same cargo target dir).
-pub(super) fn default_semaq_server() -> Result<PathBuf> {
+pub(crate) fn default_semaq_server() -> Result<PathBuf> {
     let exe = std::env::current_exe().context("cannot locate the semaq executable")?;
     let dir = exe.parent().unwrap_or(Path::new("."));
     let candidate = dir.join(format!("semaq-server{}", std::env::consts::EXE_SUFFIX));

@@ -27,8 +27,10 @@ mod observe;
 mod pipeline;
 mod plot;
 mod provenance;
-mod server;
+pub(crate) mod server;
 mod stats;
+
+pub(crate) use compare::default_semaq_server;
 
 use std::io::IsTerminal;
 use std::time::Duration;

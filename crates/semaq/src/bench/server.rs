@@ -153,6 +153,14 @@ impl ServerProcess {
         }
     }
 
+    /// Kills the server at once (SIGKILL: no shutdown, only what the kernel already has survives)
+    /// and waits until it is gone.
+    pub fn kill(&mut self) -> Result<()> {
+        self.child.kill().context("cannot kill the server process")?;
+        self.child.wait().context("cannot reap the server process")?;
+        Ok(())
+    }
+
     /// Starts the program again on the same ports and store directory (after [`terminate`](Self::terminate))
     /// and waits up to `timeout` until it accepts connections.
     pub fn start_again(&mut self, timeout: Duration) -> Result<()> {
