@@ -125,35 +125,37 @@ async fn sources_copy_what_their_filters_and_transforms_select_with_a_source_hea
 
 #[tokio::test]
 async fn mirrors_and_sources_resume_after_a_crash_without_loss_or_duplicates() {
+    const ORIGIN_MESSAGES: u64 = 1000;
     let mut server = SemaqServer::start();
     let client = server.client().await;
     let js = context(&server).await;
     create(&client, json!({"name": "LOG", "subjects": ["log.>"]})).await;
-    create(&client, json!({"name": "LOG_MIRROR", "mirror": {"name": "LOG"}})).await;
-    create(&client, json!({"name": "LOG_COPY", "sources": [{"name": "LOG"}]})).await;
-    for i in 1..=300 {
+    for i in 1..ORIGIN_MESSAGES {
         js.publish(format!("log.{}", i % 7), format!("{i}").into()).await.expect("publish");
     }
-    // Every publish acknowledged (on disk), then a crash while the copies are under way.
-    publish(&js, "log.last", "300+1").await;
+    // Acknowledged in order: every publish before it is on disk too.
+    publish(&js, "log.last", "last").await;
+    // The followers start copying at once; the crash comes while they are under way.
+    create(&client, json!({"name": "LOG_MIRROR", "mirror": {"name": "LOG"}})).await;
+    create(&client, json!({"name": "LOG_COPY", "sources": [{"name": "LOG"}]})).await;
     server.kill();
     server.restart();
 
     let client = server.client().await;
     let js = context(&server).await;
-    let mirror = wait_for_messages(&client, "LOG_MIRROR", 301).await;
-    assert_eq!(mirror["state"]["last_seq"], 301);
-    wait_for_messages(&client, "LOG_COPY", 301).await;
+    let mirror = wait_for_messages(&client, "LOG_MIRROR", ORIGIN_MESSAGES).await;
+    assert_eq!(mirror["state"]["last_seq"], ORIGIN_MESSAGES);
+    wait_for_messages(&client, "LOG_COPY", ORIGIN_MESSAGES).await;
     publish(&js, "log.after", "after the restart").await;
-    wait_for_messages(&client, "LOG_COPY", 302).await;
+    wait_for_messages(&client, "LOG_COPY", ORIGIN_MESSAGES + 1).await;
 
     let mut origin_seqs = Vec::new();
-    for seq in 1..=302 {
+    for seq in 1..=ORIGIN_MESSAGES + 1 {
         let (_, source, _) = message(&js, "LOG_COPY", seq).await;
         let source = source.expect("Nats-Stream-Source");
         origin_seqs.push(source.split(' ').nth(1).expect("seq").parse::<u64>().expect("number"));
     }
-    assert_eq!(origin_seqs, (1..=302).collect::<Vec<u64>>(), "each origin message once, in order");
+    assert_eq!(origin_seqs, (1..=ORIGIN_MESSAGES + 1).collect::<Vec<u64>>(), "each origin message once, in order");
     let (subject, _, payload) = message(&js, "LOG_MIRROR", 150).await;
     assert_eq!((subject, payload), ("log.3".into(), "150".into()));
 }
@@ -232,9 +234,14 @@ async fn a_key_value_bucket_with_a_source_reads_its_origins_keys() {
     })
     .await;
     origin.put("bob", "viewer".into()).await.expect("put");
-    wait_until_async("the copy has bob", FOLLOW, || {
+    origin.put("alice", "owner".into()).await.expect("update");
+    wait_until_async("the copy has bob and alice's update", FOLLOW, || {
         let copy = copy.clone();
-        async move { copy.get("bob").await.ok().flatten().is_some_and(|value| value.as_ref() == b"viewer") }
+        async move {
+            let bob = copy.get("bob").await.ok().flatten();
+            let alice = copy.get("alice").await.ok().flatten();
+            bob.is_some_and(|v| v.as_ref() == b"viewer") && alice.is_some_and(|v| v.as_ref() == b"owner")
+        }
     })
     .await;
 }
