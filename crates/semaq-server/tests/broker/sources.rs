@@ -130,14 +130,20 @@ async fn mirrors_and_sources_resume_after_a_crash_without_loss_or_duplicates() {
     let client = server.client().await;
     let js = context(&server).await;
     create(&client, json!({"name": "LOG", "subjects": ["log.>"]})).await;
-    for i in 1..ORIGIN_MESSAGES {
-        js.publish(format!("log.{}", i % 7), format!("{i}").into()).await.expect("publish");
-    }
-    // Acknowledged in order: every publish before it is on disk too.
-    publish(&js, "log.last", "last").await;
-    // The followers start copying at once; the crash comes while they are under way.
     create(&client, json!({"name": "LOG_MIRROR", "mirror": {"name": "LOG"}})).await;
     create(&client, json!({"name": "LOG_COPY", "sources": [{"name": "LOG"}]})).await;
+    let half = ORIGIN_MESSAGES / 2;
+    for i in 1..=half {
+        js.publish(format!("log.{}", i % 7), format!("{i}").into()).await.expect("publish");
+    }
+    wait_for_messages(&client, "LOG_COPY", half).await;
+    wait_for_messages(&client, "LOG_MIRROR", half).await;
+    for i in half + 1..ORIGIN_MESSAGES {
+        js.publish(format!("log.{}", i % 7), format!("{i}").into()).await.expect("publish");
+    }
+    // Acknowledged in order: every publish before it is on disk too. The crash comes while
+    // the followers copy the second half.
+    publish(&js, "log.last", "last").await;
     server.kill();
     server.restart();
 
