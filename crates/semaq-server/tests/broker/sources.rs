@@ -167,6 +167,36 @@ async fn mirrors_and_sources_resume_after_a_crash_without_loss_or_duplicates() {
 }
 
 #[tokio::test]
+async fn an_update_adds_a_source_without_copying_the_first_one_again() {
+    let server = SemaqServer::start();
+    let client = server.client().await;
+    let js = context(&server).await;
+    create(&client, json!({"name": "A", "subjects": ["a"]})).await;
+    create(&client, json!({"name": "B", "subjects": ["b"]})).await;
+    create(&client, json!({"name": "AB", "sources": [{"name": "A"}]})).await;
+    publish(&js, "a", "a1").await;
+    publish(&js, "b", "b1").await;
+    wait_for_messages(&client, "AB", 1).await;
+
+    let update = json!({"name": "AB", "sources": [{"name": "A"}, {"name": "B"}]});
+    let updated = api(&client, "$JS.API.STREAM.UPDATE.AB", &update.to_string()).await;
+    assert!(updated.get("error").is_none(), "{updated}");
+    publish(&js, "a", "a2").await;
+    wait_for_messages(&client, "AB", 3).await;
+    // A copy made after the others shows any a1 copied again: it would come before it.
+    publish(&js, "b", "b2").await;
+    let state = wait_for_messages(&client, "AB", 4).await;
+    let mut payloads = Vec::new();
+    for seq in 1..=4 {
+        payloads.push(message(&js, "AB", seq).await.2);
+    }
+    assert_eq!(payloads[3], "b2");
+    payloads.sort();
+    assert_eq!(payloads, ["a1", "a2", "b1", "b2"]);
+    assert_eq!(state["sources"].as_array().map(Vec::len), Some(2), "{state}");
+}
+
+#[tokio::test]
 async fn stream_info_reports_a_missing_origin_until_it_exists() {
     let server = SemaqServer::start();
     let client = server.client().await;
