@@ -302,3 +302,18 @@ pub const LATENCY_RECENT_WINDOW: std::time::Duration = std::time::Duration::from
 pub const DASHBOARD_STREAMS_MAX: usize = 256;
 /// Dashboard (`/api/streams`): consumers listed per stream, by name.
 pub const DASHBOARD_CONSUMERS_PER_STREAM_MAX: usize = 64;
+
+/// Mirrors and sources (`jetstream/sources.rs`): copies handed to the sourcing stream before
+/// their acks are awaited, per origin.
+pub const SOURCE_INFLIGHT_MESSAGES_MAX: usize = 256;
+/// Mirrors and sources: bytes of those copies (header blocks and payloads).
+pub const SOURCE_INFLIGHT_BYTES_MAX: usize = 8 * 1024 * 1024;
+/// Mirrors and sources: the first wait after a failure (origin missing, copy refused).
+pub const SOURCE_RETRY_BACKOFF_MIN: std::time::Duration = std::time::Duration::from_millis(100);
+/// Mirrors and sources: the longest wait between retries (doubling from the minimum).
+pub const SOURCE_RETRY_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+/// Mirrors and sources: how long the acks of a batch of copies may take before the follower
+/// reads its position back from the stream.
+pub const SOURCE_ACK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// Mirrors and sources: how often an idle follower looks at its origin (keeps `active` fresh).
+pub const SOURCE_IDLE_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);

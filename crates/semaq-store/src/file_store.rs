@@ -412,6 +412,25 @@ impl StreamStore for FileStore {
     fn stored_bytes(&self) -> u64 {
         self.segments.iter().map(Segment::stored_bytes).sum()
     }
+
+    fn skip_to(&mut self, next_seq: u64) -> StoreResult<bool> {
+        if self.ledger.state().msgs > 0 || next_seq <= self.ledger.next_seq() {
+            return Ok(false);
+        }
+        self.guarded(|store| {
+            store.ledger.remove_below(next_seq);
+            // The floor first: a crash before the fresh segment exists reopens past the old one.
+            store.persist_floor()?;
+            let fresh = Segment::create(&store.dir, next_seq)?;
+            store.segments.push(fresh);
+            let last = store.segments.len() - 1;
+            for segment in store.segments.drain(..last) {
+                segment.remove_files(&store.dir)?;
+            }
+            store.sync()?;
+            Ok(true)
+        })
+    }
 }
 
 impl Drop for FileStore {

@@ -95,4 +95,8 @@ pub trait StreamStore: Send {
     fn close(&mut self) -> StoreResult<()>;
     /// Bytes the store occupies on its medium (disk files, or live record sizes in memory).
     fn stored_bytes(&self) -> u64;
+    /// On an empty store, makes `next_seq` the sequence the next append gets (a mirror keeping
+    /// its origin's sequences); false, with nothing changed, when the store holds messages or
+    /// already passed `next_seq`. Durable when it returns.
+    fn skip_to(&mut self, next_seq: u64) -> StoreResult<bool>;
 }

@@ -132,4 +132,12 @@ impl StreamStore for MemoryStore {
     fn stored_bytes(&self) -> u64 {
         self.ledger.state().bytes
     }
+
+    fn skip_to(&mut self, next_seq: u64) -> StoreResult<bool> {
+        if self.ledger.state().msgs > 0 || next_seq <= self.ledger.next_seq() {
+            return Ok(false);
+        }
+        self.ledger.remove_below(next_seq);
+        Ok(true)
+    }
 }

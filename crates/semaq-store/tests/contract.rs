@@ -277,3 +277,19 @@ for_both_stores! {
         store.close().unwrap();
     }
 }
+
+for_both_stores! {
+    fn skip_to_moves_an_empty_store_to_a_later_sequence(fresh: unlimited()) {
+        let store = &mut *fresh.store;
+        assert!(store.skip_to(10).unwrap());
+        let state = store.state();
+        assert_eq!((state.msgs, state.first_seq, state.last_seq), (0, 10, 9));
+        assert_eq!(store.append("a", None, b"x", 1).unwrap().0, 10);
+        assert!(!store.skip_to(20).unwrap(), "a store holding messages does not skip");
+        assert_eq!(store.append("a", None, b"y", 2).unwrap().0, 11);
+        store.purge(&purge(None, None, None)).unwrap();
+        assert!(!store.skip_to(5).unwrap(), "never backwards");
+        assert!(store.skip_to(15).unwrap());
+        assert_eq!(store.append("a", None, b"z", 3).unwrap().0, 15);
+    }
+}

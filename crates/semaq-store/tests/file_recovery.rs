@@ -431,3 +431,20 @@ fn a_missing_segment_in_the_middle_is_reported_and_the_rest_stays_available() {
     assert_eq!(store.get_next(gone, None).unwrap().unwrap().seq, next);
     assert_eq!(store.append("s", None, &payload(401), 401).unwrap().0, 401);
 }
+
+#[test]
+fn a_skip_survives_reopening_and_appends_continue_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = common::open_file(dir.path(), StoreLimits::default());
+    store.append("a", None, b"1", 1).unwrap();
+    store.purge(&semaq_store::PurgeRequest::default()).unwrap();
+    assert!(store.skip_to(100).unwrap());
+    drop(store);
+    let mut store = common::open_file(dir.path(), StoreLimits::default());
+    assert_eq!((store.state().first_seq, store.state().last_seq), (100, 99));
+    assert_eq!(store.append("a", None, b"2", 2).unwrap().0, 100);
+    drop(store);
+    let store = common::open_file(dir.path(), StoreLimits::default());
+    assert_eq!(store.get(100).unwrap().unwrap().payload.as_ref(), b"2");
+    assert_eq!(store.state().corruption, None);
+}

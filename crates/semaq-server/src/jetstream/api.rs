@@ -286,6 +286,9 @@ pub fn stream_info(stream: &Stream) -> Value {
     if let Some(producers) = stream.producers_info() {
         info["semaq"]["producers"] = producers;
     }
+    if let Some(jetstream) = stream.jetstream() {
+        jetstream.sources.describe(&stream.name, &mut info);
+    }
     info
 }
 

@@ -64,7 +64,8 @@ pub struct StreamConfig {
     /// Free text.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
-    /// Subjects captured (wildcards allowed).
+    /// Subjects captured (wildcards allowed); none for mirrors (omitted then, as nats-server).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub subjects: Vec<String>,
     /// Retention policy.
     pub retention: Retention,
@@ -120,6 +121,15 @@ pub struct StreamConfig {
     /// Free-form metadata; SemaQ reads `semaq.*` keys (level, schema, ...).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, String>,
+    /// The stream this one mirrors (`sources.rs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mirror: Option<StreamSource>,
+    /// The streams this one sources from (`sources.rs`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<StreamSource>,
+    /// Rewrites the subjects of captured messages before they are stored (`transform.rs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subject_transform: Option<SubjectTransformConfig>,
 }
 
 fn is_zero_u64(value: &u64) -> bool {
@@ -159,6 +169,9 @@ impl Default for StreamConfig {
             first_seq: 0,
             consumer_limits: serde_json::json!({}),
             metadata: BTreeMap::new(),
+            mirror: None,
+            sources: Vec::new(),
+            subject_transform: None,
         }
     }
 }
@@ -383,4 +396,49 @@ impl Default for ConsumerConfig {
             metadata: BTreeMap::new(),
         }
     }
+}
+
+/// A subject transform as the API spells it (`src` → `dest`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SubjectTransformConfig {
+    /// The filter a subject must match (empty: `>`).
+    #[serde(rename = "src")]
+    pub source: String,
+    /// What a matching subject becomes.
+    #[serde(rename = "dest")]
+    pub destination: String,
+}
+
+/// Where a mirror or source reaches a stream outside this JetStream.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ExternalStream {
+    /// The JetStream API prefix (`$JS.<domain>.API`).
+    pub api: String,
+    /// The delivery prefix.
+    pub deliver: String,
+}
+
+/// One origin of a mirror or source, as nats-server's `StreamSource`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StreamSource {
+    /// The origin stream.
+    pub name: String,
+    /// First origin sequence to copy.
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    pub opt_start_seq: u64,
+    /// Copy origin messages stored at or after this time (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub opt_start_time: Option<String>,
+    /// Copy only origin subjects matching this filter.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub filter_subject: String,
+    /// Copy subjects matching any transform's `src`, rewritten to its `dest`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub subject_transforms: Vec<SubjectTransformConfig>,
+    /// The origin lives behind another API prefix.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub external: Option<ExternalStream>,
 }

@@ -397,6 +397,103 @@ impl ApiError {
     }
 }
 
+/// Mirrors, sources and subject transforms (`sources.rs`, `transform.rs`): nats-server's codes.
+impl ApiError {
+    /// A mirror or source whose origin cannot be reached: remote origins (`external.api`) need a
+    /// connection to another server (SemaQ's own code).
+    pub fn stream_not_found_at(api: &str) -> Self {
+        Self::new(
+            503,
+            10460,
+            format!("stream source behind api prefix {api} is not reachable: remote origins are not supported"),
+        )
+    }
+    /// `stream mirrors can not have first sequence configured`.
+    pub fn mirror_with_first_seq() -> Self {
+        Self::new(400, 10143, "stream mirrors can not have first sequence configured")
+    }
+    /// `stream mirrors can not contain subjects`.
+    pub fn mirror_with_subjects() -> Self {
+        Self::new(400, 10034, "stream mirrors can not contain subjects")
+    }
+    /// `stream mirrors can not also contain other sources`.
+    pub fn mirror_with_sources() -> Self {
+        Self::new(400, 10031, "stream mirrors can not also contain other sources")
+    }
+    /// `stream mirrors can not also use atomic publishing`.
+    pub fn mirror_with_atomic_publish() -> Self {
+        Self::new(400, 10198, "stream mirrors can not also use atomic publishing")
+    }
+    /// `mirrored stream name is invalid`.
+    pub fn mirror_invalid_stream_name() -> Self {
+        Self::new(400, 10142, "mirrored stream name is invalid")
+    }
+    /// `stream mirror configuration can not be updated`.
+    pub fn mirror_not_updatable() -> Self {
+        Self::new(400, 10055, "stream mirror configuration can not be updated")
+    }
+    /// `sourced stream name is invalid`.
+    pub fn source_invalid_stream_name() -> Self {
+        Self::new(400, 10141, "sourced stream name is invalid")
+    }
+    /// `duplicate source configuration detected`.
+    pub fn source_duplicate() -> Self {
+        Self::new(400, 10140, "duplicate source configuration detected")
+    }
+    /// A filter subject beside subject transforms.
+    pub fn source_multiple_filters(mirror: bool) -> Self {
+        if mirror {
+            Self::new(400, 10150, "mirror with multiple subject transforms cannot also have a single subject filter")
+        } else {
+            Self::new(400, 10144, "source with multiple subject transforms cannot also have a single subject filter")
+        }
+    }
+    /// A transform source that is not a subject.
+    pub fn source_transform_source(mirror: bool, source: &str) -> Self {
+        if mirror {
+            Self::new(400, 10151, format!("mirror transform source: invalid subject {source}"))
+        } else {
+            Self::new(400, 10145, format!("source transform source: invalid subject {source}"))
+        }
+    }
+    /// A transform destination that does not build.
+    pub fn source_transform_destination(mirror: bool, error: &dyn std::fmt::Display) -> Self {
+        if mirror {
+            Self::new(400, 10154, format!("mirror transform: {error}"))
+        } else {
+            Self::new(400, 10146, format!("source transform: {error}"))
+        }
+    }
+    /// Transform sources that overlap.
+    pub fn source_overlapping_filters(mirror: bool) -> Self {
+        if mirror {
+            Self::new(400, 10152, "mirror subject filters can not overlap")
+        } else {
+            Self::new(400, 10147, "source filters can not overlap")
+        }
+    }
+    /// A stream `subject_transform` source that is not a subject.
+    pub fn stream_transform_source(source: &str) -> Self {
+        Self::new(400, 10155, format!("stream transform source: invalid subject {source}"))
+    }
+    /// `stream external delivery prefix {prefix} must not contain wildcards`.
+    pub fn external_deliver_wildcards(prefix: &str) -> Self {
+        Self::new(400, 10024, format!("stream external delivery prefix {prefix} must not contain wildcards"))
+    }
+    /// `stream external api prefix {prefix} must not overlap with $JS.API`.
+    pub fn external_api_overlap(prefix: &str) -> Self {
+        Self::new(400, 10021, format!("stream external api prefix {prefix} must not overlap with $JS.API"))
+    }
+    /// A mirror or source whose `max_msg_size` is below its origin's.
+    pub fn max_message_size_below_origin(mirror: bool) -> Self {
+        if mirror {
+            Self::new(400, 10030, "stream mirror must have max message size >= source")
+        } else {
+            Self::new(400, 10046, "stream source must have max message size >= target")
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,6 +9,8 @@
 //! - [`lineage`]: L4 `Semaq-Parent` checks at publish and the `$SEMAQ.API.LINEAGE` graph.
 //! - [`provenance`]: level 4 streams: event time, context headers, hash chain, checkpoints.
 //! - [`schema`]: the `semaq.*` level keys, and L2 streams bound to a registry subject.
+//! - [`sources`]: mirrors and sources: followers copying other streams, their config checks.
+//! - [`transform`]: subject transforms (stream `subject_transform`, source `subject_transforms`).
 //!
 //! On disk, under the store directory: `jetstream/streams/<name>/stream.json` (config and
 //! creation time), `jetstream/streams/<name>/msgs/` (the `semaq-store` log) and, for level 4,
@@ -25,7 +27,9 @@ pub mod lineage;
 pub mod producers;
 pub mod provenance;
 pub mod schema;
+pub mod sources;
 pub mod stream;
+pub mod transform;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -88,6 +92,8 @@ pub struct JetStream {
     pub api_requests: AtomicU64,
     /// Those answered with an error (`api.errors`).
     pub api_errors: AtomicU64,
+    /// The followers of mirrors and sourcing streams.
+    sources: sources::Followers,
 }
 
 impl std::fmt::Debug for JetStream {
@@ -149,6 +155,7 @@ impl JetStream {
             this: this.clone(),
             api_requests: AtomicU64::new(0),
             api_errors: AtomicU64::new(0),
+            sources: sources::Followers::default(),
         });
         jetstream.recover();
         jetstream.declare_durable_intents();
@@ -228,6 +235,9 @@ impl JetStream {
         stream.capture();
         consumers::restore(&stream);
         self.write_streams().insert(stream.name.clone(), stream.clone());
+        if let Some(this) = self.this.upgrade() {
+            self.sources.follow(&this, &stream);
+        }
         Ok(stream)
     }
 
@@ -272,6 +282,7 @@ impl JetStream {
             return Err(ApiError::max_streams());
         }
         self.check_overlap(&config)?;
+        sources::check_against(self, &config)?;
         let durable = intents::durable_of(&config)?;
         let created = SystemTime::now();
         self.persist_meta(&config, created)?;
@@ -294,11 +305,17 @@ impl JetStream {
         self::schema::check_stream(&self.services.registry, &config.metadata)?;
         let stream = self.stream(&config.name).ok_or_else(ApiError::stream_not_found)?;
         check_update(&stream.config(), &config)?;
+        sources::check_update(&stream.config(), &config)?;
+        sources::check_against(self, &config)?;
+        let follows_changed = sources::follows_changed(&stream.config(), &config);
         provenance::check_config(Some(&stream.config()), &config)?;
         self.check_overlap(&config)?;
         intents::durable_of(&config)?;
         self.persist_meta(&config, stream.created)?;
         stream.set_config(config)?;
+        if let (true, Some(this)) = (follows_changed, self.this.upgrade()) {
+            self.sources.follow(&this, &stream);
+        }
         self.declare_durable_intents();
         Ok(stream)
     }
@@ -321,6 +338,7 @@ impl JetStream {
     /// Deletes a stream and its data.
     pub fn delete_stream(&self, name: &str) -> Result<(), ApiError> {
         let stream = self.write_streams().remove(name).ok_or_else(ApiError::stream_not_found)?;
+        self.sources.stop(name);
         stream.stop();
         let dir = self.stream_dir(name);
         if dir.exists() {
@@ -332,6 +350,7 @@ impl JetStream {
 
     /// Stops every stream, syncing what it stored.
     pub fn shutdown(&self) {
+        self.sources.stop_all();
         for stream in self.streams() {
             stream.stop();
         }
@@ -366,7 +385,9 @@ pub fn normalize(mut config: StreamConfig) -> Result<StreamConfig, ApiError> {
     if !is_valid_name(&config.name) {
         return Err(ApiError::invalid_stream_config("invalid stream name"));
     }
-    if config.subjects.is_empty() {
+    sources::check_shape(&config)?;
+    let follows = config.mirror.is_some() || !config.sources.is_empty();
+    if config.subjects.is_empty() && !follows {
         config.subjects = vec![config.name.clone()];
     }
     for filter in &config.subjects {
@@ -391,7 +412,7 @@ pub fn normalize(mut config: StreamConfig) -> Result<StreamConfig, ApiError> {
     if config.num_replicas < 0 || config.max_age < 0 || config.duplicate_window < 0 {
         return Err(ApiError::invalid_stream_config("negative values are not allowed"));
     }
-    if config.duplicate_window == 0 {
+    if config.duplicate_window == 0 && !follows {
         config.duplicate_window = config::DUPLICATE_WINDOW_DEFAULT_NS;
         if config.max_age > 0 && config.max_age < config.duplicate_window {
             config.duplicate_window = config.max_age;

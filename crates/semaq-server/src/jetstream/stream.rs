@@ -337,9 +337,12 @@ impl Stream {
 
     /// Subscribes the stream to its subjects.
     pub fn capture(self: &Arc<Self>) {
-        let sink: Arc<dyn InternalSink> = Arc::new(Capture { stream: Arc::downgrade(self) });
+        let config = self.config();
+        let transform = (config.subject_transform.as_ref())
+            .and_then(|t| super::transform::Transform::new(&t.source, &t.destination).ok().flatten());
+        let sink: Arc<dyn InternalSink> = Arc::new(Capture { stream: Arc::downgrade(self), transform });
         let mut subscriptions = lock(&self.subscriptions);
-        for subject in &self.config().subjects {
+        for subject in &config.subjects {
             match self.services.bus.subscribe_internal(subject, None, sink.clone()) {
                 Ok(subscription) => subscriptions.push(subscription),
                 Err(error) => tracing::warn!(stream = %self.name, %subject, %error, "cannot capture subject"),
@@ -452,6 +455,11 @@ impl Stream {
         } else {
             super::config::DUPLICATE_WINDOW_DEFAULT_NS
         }
+    }
+
+    /// Queues a copy from a mirror's or source's origin (`sources.rs`), acknowledged to `reply`.
+    pub(super) fn enqueue_sourced(&self, subject: &str, reply: &str, headers: Option<&[u8]>, payload: &[u8]) -> bool {
+        self.enqueue(&Message { subject, reply: Some(reply), headers, payload, publisher: None })
     }
 
     /// Queues a published message; false when the queue is full or the stream stopped.
@@ -814,7 +822,7 @@ impl Stream {
                 Err(error) => self.publishes.refuse(error.refusal()),
             }
             let Some(reply) = reply else { continue };
-            if no_ack {
+            if no_ack && !reply.starts_with(super::sources::ACK_PREFIX) {
                 continue;
             }
             body.clear();
@@ -975,10 +983,16 @@ pub fn store_error(error: StoreError) -> ApiError {
 #[derive(Debug)]
 struct Capture {
     stream: Weak<Stream>,
+    /// The stream's `subject_transform`: a matching subject is stored as rewritten.
+    transform: Option<super::transform::Transform>,
 }
 
 impl InternalSink for Capture {
     fn receive(&self, message: &Message<'_>) -> bool {
-        self.stream.upgrade().is_some_and(|stream| stream.enqueue(message))
+        let Some(stream) = self.stream.upgrade() else { return false };
+        match self.transform.as_ref().and_then(|transform| transform.apply(message.subject)) {
+            Some(subject) => stream.enqueue(&Message { subject: &subject, ..*message }),
+            None => stream.enqueue(message),
+        }
     }
 }

@@ -24,6 +24,7 @@ mod pubsub;
 mod raw_protocol;
 mod registry;
 mod slow_consumer;
+mod sources;
 mod tls;
 mod tokens;
 mod tracing;
