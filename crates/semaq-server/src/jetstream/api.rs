@@ -154,6 +154,8 @@ fn handle(services: &Services, jetstream: &JetStream, reply: &str, tokens: &[&st
             respond("consumer_info", find_consumer(jetstream, stream, name).map(|c| c.info()))
         }
         ["CONSUMER", "DELETE", stream, name] => respond("consumer_delete", delete_consumer(jetstream, stream, name)),
+        ["CONSUMER", "PAUSE", stream, name] => respond("consumer_pause", pause_consumer(jetstream, stream, name, payload)),
+        ["CONSUMER", "UNPIN", stream, name] => respond("consumer_unpin", unpin_consumer(jetstream, stream, name, payload)),
         ["CONSUMER", "NAMES", stream] => respond("consumer_names", consumer_names(jetstream, stream, payload)),
         ["CONSUMER", "LIST", stream] => respond("consumer_list", consumer_list(jetstream, stream, payload)),
         ["CONSUMER", "MSG", "NEXT", stream, name] => match find_consumer(jetstream, stream, name) {
@@ -161,9 +163,10 @@ fn handle(services: &Services, jetstream: &JetStream, reply: &str, tokens: &[&st
                 consumer.request_next(reply, payload);
                 return None;
             }
-            Err(error) => {
-                let status = format!("NATS/1.0 404 {}\r\n\r\n", error.description);
-                services.bus.publish(reply, Some(status.as_bytes()), b"");
+            // nats-server has no subscriber on a missing consumer's NEXT subject: the client
+            // sees "no responders" (503), so does it here.
+            Err(_) => {
+                services.bus.publish(reply, Some(b"NATS/1.0 503\r\n\r\n"), b"");
                 return None;
             }
         },
@@ -374,22 +377,47 @@ pub struct GetRequest {
     pub last_by_subj: Option<String>,
     /// First message at or after `seq` on this subject.
     pub next_by_subj: Option<String>,
+    /// Batched gets (DIRECT.GET only; refused by MSG.GET as nats-server refuses them).
+    pub batch: u64,
+    /// Bytes of a batched get.
+    pub max_bytes: u64,
+}
+
+impl GetRequest {
+    /// nats-server's rule: `seq` and `last_by_subj` exclude each other, `next_by_subj` may
+    /// take `seq` as its start, and one of them is needed.
+    pub fn check(&self) -> Result<(), ApiError> {
+        let seq = self.seq.unwrap_or(0);
+        let (last, next) = (self.last_by_subj.is_some(), self.next_by_subj.is_some());
+        if (seq > 0 && last) || (seq == 0 && !last && !next) || (last && next) {
+            return Err(ApiError::bad_request());
+        }
+        Ok(())
+    }
 }
 
 /// Finds the message a get request names.
 pub fn find_message(stream: &Stream, request: &GetRequest) -> Result<semaq_store::StoredMessage, ApiError> {
+    request.check()?;
     let store = stream.store();
-    let found = match (&request.seq, &request.last_by_subj, &request.next_by_subj) {
-        (Some(seq), None, None) => store.get(*seq),
-        (None, Some(subject), None) => store.get_last_for_subject(subject),
-        (seq, None, Some(subject)) => store.get_next(seq.unwrap_or(0), Some(subject)),
-        _ => return Err(ApiError::bad_request()),
+    let seq = request.seq.unwrap_or(0);
+    let found = match (&request.last_by_subj, &request.next_by_subj) {
+        (_, Some(subject)) => store.get_next(seq, Some(subject)),
+        (None, None) => store.get(seq),
+        (Some(subject), None) => store.get_last_for_subject(subject),
     };
     found.map_err(store_error)?.ok_or_else(ApiError::no_message_found)
 }
 
 fn get_message(jetstream: &JetStream, name: &str, payload: &[u8]) -> Result<Value, ApiError> {
+    if payload.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::bad_request());
+    }
     let request: GetRequest = parse(payload)?;
+    if request.batch > 0 || request.max_bytes > 0 {
+        return Err(ApiError::bad_request());
+    }
+    request.check()?;
     let stream = jetstream.stream(name).ok_or_else(ApiError::stream_not_found)?;
     let message = find_message(&stream, &request)?;
     let base64 = base64::engine::general_purpose::STANDARD;
@@ -466,6 +494,51 @@ fn delete_consumer(jetstream: &JetStream, stream: &str, name: &str) -> Result<Va
         return Err(ApiError::consumer_not_found());
     }
     Ok(json!({ "success": true }))
+}
+
+/// Body of `CONSUMER.PAUSE`: no time (or a past one) resumes.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct PauseRequest {
+    pause_until: Option<String>,
+}
+
+fn pause_consumer(jetstream: &JetStream, stream: &str, name: &str, payload: &[u8]) -> Result<Value, ApiError> {
+    let request: PauseRequest = parse(payload)?;
+    let until = match request.pause_until {
+        Some(text) => match clock::parse_rfc3339(&text) {
+            // Kept in UTC, as nats-server keeps it.
+            Some(ns) => Some(timestamp_nanos(ns)),
+            None => return Err(ApiError::invalid_json(format!("parsing time {text:?}: not RFC 3339"))),
+        },
+        None => None,
+    };
+    let consumer = find_consumer(jetstream, stream, name)?;
+    Ok(consumer.pause(until))
+}
+
+/// Body of `CONSUMER.UNPIN`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct UnpinRequest {
+    group: String,
+}
+
+fn unpin_consumer(jetstream: &JetStream, stream: &str, name: &str, payload: &[u8]) -> Result<Value, ApiError> {
+    let request: UnpinRequest = parse(payload)?;
+    if request.group.is_empty() {
+        return Err(ApiError::invalid_json("consumer group not specified"));
+    }
+    if !request.group.bytes().all(|b| b.is_ascii_alphanumeric() || b"/_=-".contains(&b)) || request.group.len() > 16 {
+        return Err(ApiError::invalid_group_name());
+    }
+    let consumer = find_consumer(jetstream, stream, name)?;
+    consumer.unpin(&request.group)?;
+    Ok(json!({}))
+}
+
+fn timestamp_nanos(unix_ns: i64) -> String {
+    clock::rfc3339_nanos(unix_ns)
 }
 
 fn consumer_names(jetstream: &JetStream, stream: &str, payload: &[u8]) -> Result<Value, ApiError> {

@@ -52,6 +52,9 @@ pub fn create(
     if !request.stream_name.is_empty() && request.stream_name != stream.name {
         return Err(ApiError::stream_mismatch());
     }
+    if !matches!(request.action.as_str(), "" | "create" | "update") {
+        return Err(ApiError::invalid_json("unknown consumer action"));
+    }
     let mut config = request.config.ok_or_else(ApiError::consumer_config_required)?;
     if subject.durable {
         // The legacy durable subject: the config must name the same durable.
@@ -91,7 +94,7 @@ pub fn create(
         return update_existing(&existing, config, &request.action);
     }
     if request.action == "update" {
-        return Err(ApiError::consumer_not_found());
+        return Err(ApiError::consumer_does_not_exist());
     }
     let others = stream.consumers();
     if stream_config.max_consumers > 0 && others.len() as i64 >= stream_config.max_consumers

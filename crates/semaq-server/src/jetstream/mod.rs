@@ -4,6 +4,7 @@
 //! - [`errors`]: the API's error codes.
 //! - [`stream`]: capture, checks, group-committed appends and PubAcks.
 //! - [`producers`]: L3 idempotent producers, their table and its snapshot file.
+//! - [`counters`]: counter streams (`allow_msg_counter`, `Nats-Incr`).
 //! - [`batch`]: atomic batch publish (`Nats-Batch-Id`): staging, commit, crash recovery.
 //! - [`api`]: the request handlers.
 //! - [`lineage`]: L4 `Semaq-Parent` checks at publish and the `$SEMAQ.API.LINEAGE` graph.
@@ -19,6 +20,7 @@ pub mod batch;
 pub mod config;
 pub mod consumer;
 pub mod consumers;
+pub mod counters;
 pub mod errors;
 pub mod intents;
 pub mod lineage;
@@ -428,6 +430,7 @@ pub fn normalize(mut config: StreamConfig) -> Result<StreamConfig, ApiError> {
     }
     consumer::check_priority(&config.metadata).map_err(ApiError::invalid_stream_config)?;
     config.apply_exactly_once().map_err(ApiError::invalid_stream_config)?;
+    counters::check_config(&config)?;
     Ok(config)
 }
 
@@ -448,5 +451,6 @@ fn check_update(old: &StreamConfig, new: &StreamConfig) -> Result<(), ApiError> 
     if old.deny_purge && !new.deny_purge {
         return Err(ApiError::stream_update("deny purge"));
     }
+    counters::check_update(old, new)?;
     Ok(())
 }

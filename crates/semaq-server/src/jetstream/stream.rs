@@ -753,6 +753,10 @@ impl Stream {
         if exactly_once {
             self.before_append(ingest, message)?;
         }
+        let (subject, headers) = (&message.subject, message.headers.as_deref());
+        if let Some(sum) = super::counters::apply(ingest.config, &*ingest.store, subject, headers, &message.payload)? {
+            message.payload = sum;
+        }
         let outcome = store_one(
             ingest.config,
             ingest.store,
