@@ -287,6 +287,7 @@ pub struct ConsumerConfig {
     /// Ack policy.
     pub ack_policy: AckPolicy,
     /// Nanoseconds before an unacknowledged delivery is redelivered.
+    #[serde(skip_serializing_if = "is_zero")]
     pub ack_wait: i64,
     /// Deliveries per message; -1 unlimited.
     pub max_deliver: i64,
@@ -308,6 +309,7 @@ pub struct ConsumerConfig {
     #[serde(skip_serializing_if = "is_zero")]
     pub max_waiting: i64,
     /// Deliveries not yet acknowledged at once.
+    #[serde(skip_serializing_if = "is_zero")]
     pub max_ack_pending: i64,
     /// Push flow control.
     #[serde(skip_serializing_if = "is_false")]

@@ -373,15 +373,15 @@ pub fn normalize(mut config: StreamConfig) -> Result<StreamConfig, ApiError> {
     }
     for filter in &config.subjects {
         if !subject::is_valid_filter(filter) {
-            return Err(ApiError::invalid_stream_config(format!("invalid subject {filter:?}")));
+            return Err(ApiError::invalid_stream_config("invalid subject"));
         }
         if subject::overlaps(filter, "$JS.API.>") || subject::overlaps(filter, "$SEMAQ.API.>") {
             return Err(ApiError::invalid_stream_config("subjects that overlap with jetstream api are not allowed"));
         }
     }
     for (i, a) in config.subjects.iter().enumerate() {
-        if config.subjects[i + 1..].iter().any(|b| subject::overlaps(a, b)) {
-            return Err(ApiError::invalid_stream_config("subjects overlap"));
+        if let Some(b) = config.subjects[i + 1..].iter().find(|b| subject::overlaps(a, b)) {
+            return Err(ApiError::invalid_stream_config(format!("subject {a:?} overlaps with {b:?}")));
         }
     }
     if config.num_replicas == 0 {
@@ -390,7 +390,14 @@ pub fn normalize(mut config: StreamConfig) -> Result<StreamConfig, ApiError> {
     if config.num_replicas > 1 {
         return Err(ApiError::replicas_not_supported());
     }
-    if config.num_replicas < 0 || config.max_age < 0 || config.duplicate_window < 0 {
+    // nats-server's checks and words, in its order.
+    if config.max_age < 0 {
+        return Err(ApiError::invalid_stream_config("max age can not be negative"));
+    }
+    if config.duplicate_window < 0 {
+        return Err(ApiError::invalid_stream_config("duplicates window can not be negative"));
+    }
+    if config.num_replicas < 0 {
         return Err(ApiError::invalid_stream_config("negative values are not allowed"));
     }
     if config.duplicate_window == 0 {

@@ -866,6 +866,9 @@ pub fn pub_ack_json(stream: &str, domain: Option<&str>, outcome: PublishOutcome)
         Err(error) => {
             let mut body = error.to_json("io.nats.jetstream.api.v1.pub_ack_response");
             body.as_object_mut().map(|o| o.remove("type"));
+            // nats-server names the stream (and sequence 0) in a refused PubAck too.
+            body["stream"] = json!(stream);
+            body["seq"] = json!(0);
             body
         }
     }

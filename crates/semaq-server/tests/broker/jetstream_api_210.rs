@@ -40,7 +40,9 @@ async fn pull(client: &async_nats::Client, consumer: &str, body: Value, count: u
         let headers = message
             .headers
             .iter()
-            .flat_map(|map| map.iter().map(|(n, v)| format!("{n}: {}", v.iter().map(|v| v.as_str()).collect::<String>())))
+            .flat_map(|map| {
+                map.iter().map(|(n, v)| format!("{n}: {}", v.iter().map(|v| v.as_str()).collect::<String>()))
+            })
             .collect();
         got.push(Delivery {
             subject: message.subject.to_string(),
@@ -110,14 +112,20 @@ async fn the_filter_in_the_create_subject_must_match_the_config() {
     let client = orders(&server, &["orders.new", "orders.paid"]).await;
 
     let config = json!({"name": "P", "filter_subject": "orders.new"});
-    let mismatch = create(&client, "$JS.API.CONSUMER.CREATE.S.P.orders.paid", json!({"stream_name": "S", "config": config})).await;
+    let mismatch =
+        create(&client, "$JS.API.CONSUMER.CREATE.S.P.orders.paid", json!({"stream_name": "S", "config": config})).await;
     assert_api_error(&mismatch, 400, 10131);
     assert_eq!(
         mismatch["error"]["description"],
         "Consumer create request did not match filtered subject from create subject"
     );
 
-    let taken = create(&client, "$JS.API.CONSUMER.CREATE.S.P.orders.paid", json!({"stream_name": "S", "config": {"name": "P"}})).await;
+    let taken = create(
+        &client,
+        "$JS.API.CONSUMER.CREATE.S.P.orders.paid",
+        json!({"stream_name": "S", "config": {"name": "P"}}),
+    )
+    .await;
     assert_eq!(taken["config"]["filter_subject"], "orders.paid", "{taken}");
     assert_eq!(taken["num_pending"], 1, "{taken}");
 }
@@ -158,7 +166,8 @@ async fn filter_subjects_work_through_async_nats_pull_consumers() {
         })
         .await
         .expect("consumer with filter_subjects");
-    let mut messages = consumer.fetch().max_messages(5).expires(Duration::from_millis(500)).messages().await.expect("fetch");
+    let mut messages =
+        consumer.fetch().max_messages(5).expires(Duration::from_millis(500)).messages().await.expect("fetch");
     let mut subjects = Vec::new();
     while let Some(message) = messages.next().await {
         let message = message.expect("message");
@@ -184,7 +193,7 @@ async fn headers_only_delivers_the_size_and_no_payload() {
 async fn a_paused_consumer_delivers_nothing_until_resumed() {
     let server = SemaqServer::start();
     let client = orders(&server, &["orders.new"]).await;
-    let future = "2999-01-01T00:00:00Z";
+    let future = "2200-01-01T00:00:00Z";
     let config = json!({"durable_name": "P", "ack_policy": "explicit", "pause_until": future});
     let info = create(&client, "$JS.API.CONSUMER.CREATE.S.P", json!({"stream_name": "S", "config": config})).await;
     assert_eq!(info["paused"], true, "{info}");
@@ -221,19 +230,38 @@ async fn overflow_requests_get_messages_only_past_their_min_pending() {
     let unknown = pull(&client, "O", json!({"batch": 1, "group": "other"}), 1, WAIT).await;
     assert_eq!(unknown[0].description.as_deref(), Some("Bad Request - Invalid Priority Group"));
 
-    let idle = pull(&client, "O", json!({"batch": 1, "group": "jobs", "min_pending": 10, "expires": 300_000_000}), 1, WAIT).await;
+    let idle =
+        pull(&client, "O", json!({"batch": 1, "group": "jobs", "min_pending": 10, "expires": 300_000_000}), 1, WAIT)
+            .await;
     assert_eq!(idle.iter().map(|d| d.status).collect::<Vec<_>>(), [Some(408)], "3 pending < 10: {idle:?}");
     let overflow = pull(&client, "O", json!({"batch": 1, "group": "jobs", "min_pending": 3}), 1, WAIT).await;
     assert_eq!(overflow.first().map(|d| d.payload.as_str()), Some("orders.1"), "{overflow:?}");
 
-    let push = json!({"name": "X", "deliver_subject": "out", "priority_policy": "overflow", "priority_groups": ["jobs"]});
-    assert_api_error(&create(&client, "$JS.API.CONSUMER.CREATE.S.X", json!({"stream_name": "S", "config": push})).await, 400, 10178);
+    let push =
+        json!({"name": "X", "deliver_subject": "out", "priority_policy": "overflow", "priority_groups": ["jobs"]});
+    assert_api_error(
+        &create(&client, "$JS.API.CONSUMER.CREATE.S.X", json!({"stream_name": "S", "config": push})).await,
+        400,
+        10178,
+    );
     let no_group = json!({"name": "X", "priority_policy": "overflow"});
-    assert_api_error(&create(&client, "$JS.API.CONSUMER.CREATE.S.X", json!({"stream_name": "S", "config": no_group})).await, 400, 10159);
+    assert_api_error(
+        &create(&client, "$JS.API.CONSUMER.CREATE.S.X", json!({"stream_name": "S", "config": no_group})).await,
+        400,
+        10159,
+    );
     let bad_name = json!({"name": "X", "priority_policy": "overflow", "priority_groups": ["a group"]});
-    assert_api_error(&create(&client, "$JS.API.CONSUMER.CREATE.S.X", json!({"stream_name": "S", "config": bad_name})).await, 400, 10162);
+    assert_api_error(
+        &create(&client, "$JS.API.CONSUMER.CREATE.S.X", json!({"stream_name": "S", "config": bad_name})).await,
+        400,
+        10162,
+    );
     let no_policy = json!({"name": "X", "priority_groups": ["jobs"]});
-    assert_api_error(&create(&client, "$JS.API.CONSUMER.CREATE.S.X", json!({"stream_name": "S", "config": no_policy})).await, 400, 10196);
+    assert_api_error(
+        &create(&client, "$JS.API.CONSUMER.CREATE.S.X", json!({"stream_name": "S", "config": no_policy})).await,
+        400,
+        10196,
+    );
 }
 
 #[tokio::test]
@@ -285,8 +313,8 @@ async fn msg_get_next_by_subject_starts_at_seq() {
 
 #[tokio::test]
 async fn counter_streams_store_the_sum_of_nats_incr_per_subject() {
-    use base64::Engine;
     use crate::jetstream_api::publish_raw;
+    use base64::Engine;
     let server = SemaqServer::start();
     let client = orders(&server, &[]).await;
     let config = json!({"name": "HITS", "subjects": ["hits.>"], "allow_msg_counter": true});
@@ -306,7 +334,13 @@ async fn counter_streams_store_the_sum_of_nats_incr_per_subject() {
         ("hits.a", vec![], &b""[..], 10169, "message counter increment is missing"),
         ("hits.a", vec![("Nats-Incr", "1")], &b"x"[..], 10170, "message counter has payload"),
         ("hits.a", vec![("Nats-Incr", "one")], &b""[..], 10171, "message counter increment is invalid"),
-        ("hits.a", vec![("Nats-Incr", "1"), ("Nats-Expected-Stream", "HITS")], &b""[..], 10171, "message counter increment is invalid"),
+        (
+            "hits.a",
+            vec![("Nats-Incr", "1"), ("Nats-Expected-Stream", "HITS")],
+            &b""[..],
+            10171,
+            "message counter increment is invalid",
+        ),
         ("orders.a", vec![("Nats-Incr", "1")], &b""[..], 10168, "message counters is disabled"),
     ];
     for (subject, headers, payload, code, description) in refusals {

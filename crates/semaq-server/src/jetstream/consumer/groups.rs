@@ -24,19 +24,29 @@ const PRIORITY_MAX: i64 = 9;
 const PIN_ID_CHARS: usize = 22;
 
 /// The priority-group fields of a pull request (nats-server embeds them in the request).
+/// Clients send absent fields as `null` (async-nats does), so `null` reads as the default.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(default)]
 pub struct PullGroup {
     /// The group the request belongs to.
+    #[serde(deserialize_with = "null_as_default")]
     pub group: String,
     /// Overflow: serve only while at least this many messages are pending.
+    #[serde(deserialize_with = "null_as_default")]
     pub min_pending: i64,
     /// Overflow: serve only while at least this many acks are outstanding.
+    #[serde(deserialize_with = "null_as_default")]
     pub min_ack_pending: i64,
     /// Pinned client: the pin id the client holds.
+    #[serde(deserialize_with = "null_as_default")]
     pub id: String,
     /// Prioritized: 0 (first) to 9.
+    #[serde(deserialize_with = "null_as_default")]
     pub priority: i64,
+}
+
+fn null_as_default<'de, D: serde::Deserializer<'de>, T: Default + Deserialize<'de>>(input: D) -> Result<T, D::Error> {
+    Option::<T>::deserialize(input).map(Option::unwrap_or_default)
 }
 
 /// The client a `pinned_client` consumer delivers to.
@@ -197,7 +207,8 @@ pub fn eligible(
                 // Not pinned: the first waiting request's client becomes the pinned one.
                 None => {
                     if let Some(first) = waiting.front_mut() {
-                        let new = Pin { id: new_pin_id(), since: SystemTime::now(), expires: now + pin_timeout(config) };
+                        let new =
+                            Pin { id: new_pin_id(), since: SystemTime::now(), expires: now + pin_timeout(config) };
                         first.group.id = new.id.clone();
                         *pin = Some(new);
                         choice.index = Some(0);

@@ -209,6 +209,9 @@ impl Consumer {
         if config.deliver_subject.is_some() {
             info["push_bound"] = json!(state.push_bound);
         }
+        if let Some(at) = state.last_delivered_at {
+            info["delivered"]["last_active"] = json!(clock::rfc3339(at));
+        }
         if let Some(left) = pause::remaining(&config) {
             info["paused"] = json!(true);
             info["pause_remaining"] = json!(left.as_nanos() as u64);
@@ -253,7 +256,12 @@ impl Consumer {
 
     /// Checks a pull request's priority group fields; a request from the pinned client keeps
     /// its pin alive.
-    fn check_group(&self, config: &ConsumerConfig, group: &groups::PullGroup, now: Instant) -> Result<(), (u16, String)> {
+    fn check_group(
+        &self,
+        config: &ConsumerConfig,
+        group: &groups::PullGroup,
+        now: Instant,
+    ) -> Result<(), (u16, String)> {
         let mut state = lock(&self.state);
         let pin = state.pin.as_mut().filter(|pin| pin.expires > now);
         groups::check_request(config, pin.as_deref(), group)?;

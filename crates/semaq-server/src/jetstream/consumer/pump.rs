@@ -546,6 +546,7 @@ impl Consumer {
         }
         self.count_round_pending(state, config, stream, message.redelivery);
         let ack = self.ack_subject(state, &message, last_seq);
+        state.last_delivered_at = Some(std::time::SystemTime::now());
         state.delivered_consumer_seq += 1;
         let consumer_seq = state.delivered_consumer_seq;
         if !message.redelivery {

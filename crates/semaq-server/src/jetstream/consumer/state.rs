@@ -97,6 +97,8 @@ pub struct State {
     /// A filtered consumer's pending count after the latest delivery of this pump round, for
     /// the ack subjects (counted once per round: `None` until the round's first delivery).
     pub round_pending: Option<u64>,
+    /// When the latest delivery was made (consumer info's `delivered.last_active`).
+    pub last_delivered_at: Option<std::time::SystemTime>,
 }
 
 impl State {
@@ -242,8 +244,8 @@ impl State {
             return initial;
         }
         if filter.is_none() && validate::filters(config).iter().any(|f| f == ">") {
-            let below = stream_state.msgs.min(from.saturating_sub(stream_state.first_seq));
-            return initial + stream_state.msgs.saturating_sub(below);
+            // Messages from the read position on; deletes below it do not count against them.
+            return initial + stream_state.msgs.min(stream_state.last_seq - from + 1);
         }
         // Filtered: count matching subjects, minus those already passed. Bounded by the subjects map.
         let mut count = 0;

@@ -39,9 +39,7 @@ pub fn normalize(mut config: ConsumerConfig, stream: &StreamConfig) -> Result<Co
         return Err(ApiError::invalid_stream_config("consumer name can not contain '.', '*', '>', '\\', '/'"));
     }
     if config.durable_name.as_deref().is_some_and(|name| !is_valid_name(name)) {
-        return Err(ApiError::invalid_stream_config(
-            "consumer durable name can not contain '.', '*', '>', '\\', '/'",
-        ));
+        return Err(ApiError::invalid_stream_config("consumer durable name can not contain '.', '*', '>', '\\', '/'"));
     }
     check_filters(&config, stream)?;
     super::compile_filter(&config).map_err(|error| ApiError::invalid_filter(&error))?;
@@ -70,6 +68,10 @@ pub fn normalize(mut config: ConsumerConfig, stream: &StreamConfig) -> Result<Co
     }
     if config.max_deliver == 0 {
         config.max_deliver = -1;
+    }
+    // Ephemerals always have an inactive threshold; nats-server stamps its default in the config.
+    if config.durable_name.is_none() && config.inactive_threshold <= 0 {
+        config.inactive_threshold = crate::limits::EPHEMERAL_INACTIVE_THRESHOLD.as_nanos() as i64;
     }
     if config.deliver_subject.is_none() && config.max_waiting == 0 {
         config.max_waiting = MAX_WAITING_DEFAULT;
