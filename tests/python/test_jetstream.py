@@ -89,6 +89,30 @@ def test_pull_subscribe_with_a_wildcard_filter(server):
     run(scenario())
 
 
+def test_pull_consumer_with_several_filter_subjects(server):
+    async def scenario():
+        nc = await nats.connect(server.url)
+        js = nc.jetstream()
+        await js.add_stream(name="MULTI", subjects=["multi.>"])
+        for subject in ["multi.a", "multi.b", "multi.c", "multi.a"]:
+            await js.publish(subject, subject.encode())
+        config = ConsumerConfig(
+            durable_name="ac", ack_policy=AckPolicy.EXPLICIT, filter_subjects=["multi.a", "multi.c"]
+        )
+        info = await js.add_consumer("MULTI", config=config)
+        assert info.config.filter_subjects == ["multi.a", "multi.c"]
+        assert info.num_pending == 3
+        psub = await js.pull_subscribe_bind(durable="ac", stream="MULTI")
+        msgs = await psub.fetch(3, timeout=5)
+        assert [m.subject for m in msgs] == ["multi.a", "multi.c", "multi.a"]
+        assert [m.metadata.num_pending for m in msgs] == [2, 1, 0]
+        for msg in msgs:
+            await msg.ack()
+        await nc.close()
+
+    run(scenario())
+
+
 def test_unacked_pulled_message_is_redelivered(server):
     async def scenario():
         nc = await nats.connect(server.url)

@@ -129,11 +129,13 @@ fn handle(services: &Services, jetstream: &JetStream, reply: &str, tokens: &[&st
         ["INFO"] => respond("account_info", Ok(account_info(services, jetstream))),
         ["STREAM", "CREATE", name] => respond("stream_create", create_stream(jetstream, name, payload)),
         ["STREAM", "UPDATE", name] => respond("stream_update", update_stream(jetstream, name, payload)),
-        ["STREAM", "INFO", name] => respond("stream_info", stream_info_request(jetstream, name, payload)),
+        ["STREAM", "INFO", name] => paged(respond("stream_info", stream_info_request(jetstream, name, payload))),
         ["STREAM", "DELETE", name] => {
             respond("stream_delete", jetstream.delete_stream(name).map(|()| json!({ "success": true })))
         }
-        ["STREAM", "PURGE", name] => respond("stream_purge", purge(jetstream, name, payload)),
+        ["STREAM", "PURGE", name] => {
+            with_default(respond("stream_purge", purge(jetstream, name, payload)), "purged", json!(0))
+        }
         ["STREAM", "NAMES"] => respond("stream_names", stream_names(jetstream, payload)),
         ["STREAM", "LIST"] => respond("stream_list", stream_list(jetstream, payload)),
         ["STREAM", "MSG", "GET", name] => respond("stream_msg_get", get_message(jetstream, name, payload)),
@@ -154,22 +156,47 @@ fn handle(services: &Services, jetstream: &JetStream, reply: &str, tokens: &[&st
             respond("consumer_info", find_consumer(jetstream, stream, name).map(|c| c.info()))
         }
         ["CONSUMER", "DELETE", stream, name] => respond("consumer_delete", delete_consumer(jetstream, stream, name)),
-        ["CONSUMER", "NAMES", stream] => respond("consumer_names", consumer_names(jetstream, stream, payload)),
+        ["CONSUMER", "PAUSE", stream, name] => {
+            respond("consumer_pause", pause_consumer(jetstream, stream, name, payload))
+        }
+        ["CONSUMER", "UNPIN", stream, name] => {
+            respond("consumer_unpin", unpin_consumer(jetstream, stream, name, payload))
+        }
+        ["CONSUMER", "NAMES", stream] => with_default(
+            paged(respond("consumer_names", consumer_names(jetstream, stream, payload))),
+            "consumers",
+            json!([]),
+        ),
         ["CONSUMER", "LIST", stream] => respond("consumer_list", consumer_list(jetstream, stream, payload)),
         ["CONSUMER", "MSG", "NEXT", stream, name] => match find_consumer(jetstream, stream, name) {
             Ok(consumer) => {
                 consumer.request_next(reply, payload);
                 return None;
             }
-            Err(error) => {
-                let status = format!("NATS/1.0 404 {}\r\n\r\n", error.description);
-                services.bus.publish(reply, Some(status.as_bytes()), b"");
-                return None;
-            }
+            // nats-server does not answer a pull request for a missing consumer: the client's
+            // request times out.
+            Err(_) => return None,
         },
         _ => respond("error", Err(ApiError::bad_request())),
     };
     Some(response)
+}
+
+/// nats-server's paged responses carry `total`, `offset` and `limit` always, errors included
+/// (zero when there is nothing to page).
+fn paged(mut response: Value) -> Value {
+    for key in ["total", "offset", "limit"] {
+        response = with_default(response, key, json!(0));
+    }
+    response
+}
+
+/// Sets `key` to `value` unless the response has it (fields nats-server's responses always have).
+fn with_default(mut response: Value, key: &str, value: Value) -> Value {
+    if let Some(object) = response.as_object_mut() {
+        object.entry(key).or_insert(value);
+    }
+    response
 }
 
 fn account_info(services: &Services, jetstream: &JetStream) -> Value {
@@ -216,7 +243,10 @@ fn stream_config_from(name: &str, payload: &[u8]) -> Result<StreamConfig, ApiErr
 
 fn create_stream(jetstream: &JetStream, name: &str, payload: &[u8]) -> Result<Value, ApiError> {
     let stream = jetstream.create_stream(stream_config_from(name, payload)?)?;
-    Ok(stream_info(&stream))
+    let mut info = stream_info(&stream);
+    // nats-server sets it on every successful create, the idempotent repeat included.
+    info["did_create"] = json!(true);
+    Ok(info)
 }
 
 fn update_stream(jetstream: &JetStream, name: &str, payload: &[u8]) -> Result<Value, ApiError> {
@@ -257,17 +287,24 @@ fn stream_info_request(jetstream: &JetStream, name: &str, payload: &[u8]) -> Res
 /// The stream info body shared by create, update, info and list.
 pub fn stream_info(stream: &Stream) -> Value {
     let state = stream.state();
-    let state_json = json!({
+    // A stream that never stored anything reports first_seq 0, as nats-server does.
+    let first_seq = if state.last_seq == 0 && state.msgs == 0 { 0 } else { state.first_seq };
+    let mut state_json = json!({
         "messages": state.msgs,
         "bytes": state.bytes,
-        "first_seq": state.first_seq,
+        "first_seq": first_seq,
         "first_ts": timestamp(state.first_ts),
         "last_seq": state.last_seq,
         "last_ts": timestamp(state.last_ts),
-        "num_subjects": state.num_subjects,
-        "num_deleted": state.num_deleted,
         "consumer_count": stream.consumer_count(),
     });
+    // Omitted when zero, as nats-server omits them.
+    if state.num_subjects > 0 {
+        state_json["num_subjects"] = json!(state.num_subjects);
+    }
+    if state.num_deleted > 0 {
+        state_json["num_deleted"] = json!(state.num_deleted);
+    }
     let mut info = json!({
         "config": *stream.config(),
         "created": clock::rfc3339(stream.created),
@@ -377,22 +414,47 @@ pub struct GetRequest {
     pub last_by_subj: Option<String>,
     /// First message at or after `seq` on this subject.
     pub next_by_subj: Option<String>,
+    /// Batched gets (DIRECT.GET only; refused by MSG.GET as nats-server refuses them).
+    pub batch: u64,
+    /// Bytes of a batched get.
+    pub max_bytes: u64,
+}
+
+impl GetRequest {
+    /// nats-server's rule: `seq` and `last_by_subj` exclude each other, `next_by_subj` may
+    /// take `seq` as its start, and one of them is needed.
+    pub fn check(&self) -> Result<(), ApiError> {
+        let seq = self.seq.unwrap_or(0);
+        let (last, next) = (self.last_by_subj.is_some(), self.next_by_subj.is_some());
+        if (seq > 0 && last) || (seq == 0 && !last && !next) || (last && next) {
+            return Err(ApiError::bad_request());
+        }
+        Ok(())
+    }
 }
 
 /// Finds the message a get request names.
 pub fn find_message(stream: &Stream, request: &GetRequest) -> Result<semaq_store::StoredMessage, ApiError> {
+    request.check()?;
     let store = stream.store();
-    let found = match (&request.seq, &request.last_by_subj, &request.next_by_subj) {
-        (Some(seq), None, None) => store.get(*seq),
-        (None, Some(subject), None) => store.get_last_for_subject(subject),
-        (seq, None, Some(subject)) => store.get_next(seq.unwrap_or(0), Some(subject)),
-        _ => return Err(ApiError::bad_request()),
+    let seq = request.seq.unwrap_or(0);
+    let found = match (&request.last_by_subj, &request.next_by_subj) {
+        (_, Some(subject)) => store.get_next(seq, Some(subject)),
+        (None, None) => store.get(seq),
+        (Some(subject), None) => store.get_last_for_subject(subject),
     };
     found.map_err(store_error)?.ok_or_else(ApiError::no_message_found)
 }
 
 fn get_message(jetstream: &JetStream, name: &str, payload: &[u8]) -> Result<Value, ApiError> {
+    if payload.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::bad_request());
+    }
     let request: GetRequest = parse(payload)?;
+    if request.batch > 0 || request.max_bytes > 0 {
+        return Err(ApiError::bad_request());
+    }
+    request.check()?;
     let stream = jetstream.stream(name).ok_or_else(ApiError::stream_not_found)?;
     let message = find_message(&stream, &request)?;
     let base64 = base64::engine::general_purpose::STANDARD;
@@ -433,7 +495,8 @@ fn delete_message(jetstream: &JetStream, name: &str, payload: &[u8]) -> Result<V
     }
     let last_seq = stream.state().last_seq;
     if request.seq == 0 || request.seq > last_seq {
-        return Err(ApiError::message_delete_failed("sequence is beyond the last sequence of the stream"));
+        // nats-server's store answers a sequence past its end with this.
+        return Err(ApiError::message_delete_failed("stream store EOF"));
     }
     let deleted = stream.delete_message(request.seq)?;
     if !deleted {
@@ -451,7 +514,7 @@ fn create_consumer(
 ) -> Result<Value, ApiError> {
     let stream = jetstream.stream(stream_name).ok_or_else(ApiError::stream_not_found)?;
     if payload.iter().all(u8::is_ascii_whitespace) {
-        return Err(ApiError::consumer_config_required());
+        return Err(ApiError::invalid_json("unexpected end of JSON input"));
     }
     let request: CreateRequest = serde_json::from_slice(payload).map_err(ApiError::invalid_json)?;
     let consumer = consumers::create(&stream, request, subject)?;
@@ -469,6 +532,63 @@ fn delete_consumer(jetstream: &JetStream, stream: &str, name: &str) -> Result<Va
         return Err(ApiError::consumer_not_found());
     }
     Ok(json!({ "success": true }))
+}
+
+/// Body of `CONSUMER.PAUSE`: no time (or a past one) resumes.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct PauseRequest {
+    pause_until: Option<String>,
+}
+
+fn pause_consumer(jetstream: &JetStream, stream: &str, name: &str, payload: &[u8]) -> Result<Value, ApiError> {
+    let request: PauseRequest = parse(payload)?;
+    let until = match request.pause_until {
+        Some(text) => match clock::parse_rfc3339(&text) {
+            // Kept in UTC, as nats-server keeps it.
+            Some(ns) => Some(timestamp_nanos(ns)),
+            None => return Err(ApiError::invalid_json(format!("parsing time {text:?}: not RFC 3339"))),
+        },
+        None => None,
+    };
+    let consumer = find_consumer(jetstream, stream, name)?;
+    Ok(consumer.pause(until))
+}
+
+/// Body of `CONSUMER.UNPIN`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct UnpinRequest {
+    group: String,
+}
+
+fn unpin_consumer(jetstream: &JetStream, stream: &str, name: &str, payload: &[u8]) -> Result<Value, ApiError> {
+    let request: UnpinRequest = parse(payload)?;
+    if request.group.is_empty() {
+        return Err(ApiError::invalid_json("consumer group not specified"));
+    }
+    if !request.group.bytes().all(|b| b.is_ascii_alphanumeric() || b"/_=-".contains(&b)) || request.group.len() > 16 {
+        return Err(ApiError::invalid_group_name());
+    }
+    let consumer = find_consumer(jetstream, stream, name)?;
+    consumer.unpin(&request.group)?;
+    Ok(json!({}))
+}
+
+/// RFC 3339 in UTC as Go's RFC3339Nano writes it: trailing zeros of the fraction dropped.
+fn timestamp_nanos(unix_ns: i64) -> String {
+    let text = clock::rfc3339_nanos(unix_ns);
+    match text.strip_suffix('Z').and_then(|t| t.split_once('.')) {
+        Some((whole, fraction)) => {
+            let fraction = fraction.trim_end_matches('0');
+            if fraction.is_empty() {
+                format!("{whole}Z")
+            } else {
+                format!("{whole}.{fraction}Z")
+            }
+        }
+        None => text,
+    }
 }
 
 fn consumer_names(jetstream: &JetStream, stream: &str, payload: &[u8]) -> Result<Value, ApiError> {

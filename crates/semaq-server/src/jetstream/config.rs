@@ -111,6 +111,9 @@ pub struct StreamConfig {
     /// Allow atomic batch publish (`Nats-Batch-Id`, nats-server 2.12); always on at level 3.
     #[serde(skip_serializing_if = "is_false")]
     pub allow_atomic: bool,
+    /// Counter stream: messages carry `Nats-Incr` and the stream stores sums (nats-server 2.12).
+    #[serde(skip_serializing_if = "is_false")]
+    pub allow_msg_counter: bool,
     /// Compression ("none").
     pub compression: String,
     /// First sequence to use.
@@ -165,6 +168,7 @@ impl Default for StreamConfig {
             mirror_direct: false,
             discard_new_per_subject: false,
             allow_atomic: false,
+            allow_msg_counter: false,
             compression: "none".to_string(),
             first_seq: 0,
             consumer_limits: serde_json::json!({}),
@@ -296,6 +300,7 @@ pub struct ConsumerConfig {
     /// Ack policy.
     pub ack_policy: AckPolicy,
     /// Nanoseconds before an unacknowledged delivery is redelivered.
+    #[serde(skip_serializing_if = "is_zero")]
     pub ack_wait: i64,
     /// Deliveries per message; -1 unlimited.
     pub max_deliver: i64,
@@ -317,6 +322,7 @@ pub struct ConsumerConfig {
     #[serde(skip_serializing_if = "is_zero")]
     pub max_waiting: i64,
     /// Deliveries not yet acknowledged at once.
+    #[serde(skip_serializing_if = "is_zero")]
     pub max_ack_pending: i64,
     /// Push flow control.
     #[serde(skip_serializing_if = "is_false")]
@@ -353,7 +359,43 @@ pub struct ConsumerConfig {
     /// Free-form metadata; SemaQ reads `semaq.filter`.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, String>,
+    /// No deliveries before this time (RFC 3339; nats-server 2.11).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pause_until: Option<String>,
+    /// Priority group names pull requests must name (nats-server 2.11).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub priority_groups: Vec<String>,
+    /// How requests of a priority group share messages.
+    #[serde(skip_serializing_if = "PriorityPolicy::is_none")]
+    pub priority_policy: PriorityPolicy,
+    /// Nanoseconds a pinned client keeps its pin without pulling (`pinned_client`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub priority_timeout: i64,
 }
+
+/// How pull requests of a priority group share a consumer's messages (nats-server 2.11).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PriorityPolicy {
+    /// No priority groups.
+    #[default]
+    None,
+    /// Requests with `min_pending`/`min_ack_pending` get messages only past those thresholds.
+    Overflow,
+    /// One client (the pinned one, by `Nats-Pin-Id`) gets the messages until it goes quiet.
+    PinnedClient,
+    /// Requests with a lower `priority` are served first.
+    Prioritized,
+}
+
+impl PriorityPolicy {
+    fn is_none(&self) -> bool {
+        *self == PriorityPolicy::None
+    }
+}
+
+/// Default pinned client timeout: two minutes, as nats-server.
+pub const PRIORITY_TIMEOUT_DEFAULT_NS: i64 = 120_000_000_000;
 
 /// Default `ack_wait`: 30 seconds, as nats-server.
 pub const ACK_WAIT_DEFAULT_NS: i64 = 30_000_000_000;
@@ -394,6 +436,10 @@ impl Default for ConsumerConfig {
             deliver_subject: None,
             deliver_group: None,
             metadata: BTreeMap::new(),
+            pause_until: None,
+            priority_groups: Vec::new(),
+            priority_policy: PriorityPolicy::None,
+            priority_timeout: 0,
         }
     }
 }

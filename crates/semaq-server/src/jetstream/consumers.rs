@@ -52,7 +52,11 @@ pub fn create(
     if !request.stream_name.is_empty() && request.stream_name != stream.name {
         return Err(ApiError::stream_mismatch());
     }
-    let mut config = request.config.ok_or_else(ApiError::consumer_config_required)?;
+    if !matches!(request.action.as_str(), "" | "create" | "update") {
+        return Err(ApiError::invalid_json("unknown consumer action"));
+    }
+    // nats-server decodes a missing config as an empty one (an ephemeral consumer).
+    let mut config = request.config.unwrap_or_default();
     if subject.durable {
         // The legacy durable subject: the config must name the same durable.
         match config.durable_name.as_deref() {
@@ -63,8 +67,8 @@ pub fn create(
     }
     match subject.name {
         Some(name) => {
-            let named = config.name.as_deref().or(config.durable_name.as_deref());
-            if named.is_some_and(|named| named != name) {
+            let durable = config.durable_name.as_deref();
+            if durable.is_some_and(|d| d != name) || config.name.as_deref().is_some_and(|n| n != name) {
                 return Err(ApiError::durable_name_mismatch());
             }
             if config.name.is_none() {
@@ -91,7 +95,7 @@ pub fn create(
         return update_existing(&existing, config, &request.action);
     }
     if request.action == "update" {
-        return Err(ApiError::consumer_not_found());
+        return Err(ApiError::consumer_does_not_exist());
     }
     let others = stream.consumers();
     if stream_config.max_consumers > 0 && others.len() as i64 >= stream_config.max_consumers

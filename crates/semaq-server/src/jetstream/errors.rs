@@ -112,9 +112,10 @@ impl ApiError {
     pub fn not_level_4(stream: &str, level: u8) -> Self {
         Self::new(400, 10447, format!("stream {stream} is level {level}: only level 4 streams have a provenance chain"))
     }
-    /// A `semaq.filter` expression that does not compile, with its position and reason.
+    /// A `semaq.filter` expression that does not compile, with its position and reason
+    /// (SemaQ's own code: nats-server's 10084 means a pull consumer without acks on a workqueue).
     pub fn invalid_filter(error: &crate::filter::CompileError) -> Self {
-        Self::new(400, 10084, format!("invalid semaq.filter: {error}"))
+        Self::new(400, 10448, format!("invalid semaq.filter: {error}"))
     }
     /// `bad request`.
     pub fn bad_request() -> Self {
@@ -390,6 +391,66 @@ impl ApiError {
     /// An L3 stream already remembers as many producers as it may (SemaQ's own code).
     pub fn too_many_producers(max: usize) -> Self {
         Self::new(400, 10431, format!("too many idempotent producers on this stream (at most {max})"))
+    }
+    /// `consumer does not exist` (an update of a missing consumer).
+    pub fn consumer_does_not_exist() -> Self {
+        Self::new(400, 10149, "consumer does not exist")
+    }
+    /// `consumer filter in FilterSubjects cannot be empty`.
+    pub fn empty_filter() -> Self {
+        Self::new(400, 10139, "consumer filter in FilterSubjects cannot be empty")
+    }
+    /// `Setting PriorityPolicy requires at least one PriorityGroup to be set`.
+    pub fn priority_policy_without_group() -> Self {
+        Self::new(400, 10159, "Setting PriorityPolicy requires at least one PriorityGroup to be set")
+    }
+    /// `Provided priority group does not exist for this consumer`.
+    pub fn invalid_priority_group() -> Self {
+        Self::new(400, 10160, "Provided priority group does not exist for this consumer")
+    }
+    /// `Group name cannot be an empty string`.
+    pub fn empty_group_name() -> Self {
+        Self::new(400, 10161, "Group name cannot be an empty string")
+    }
+    /// `Valid priority group name must match A-Z, a-z, 0-9, -_/=)+ and may not exceed 16 characters`.
+    pub fn invalid_group_name() -> Self {
+        Self::new(
+            400,
+            10162,
+            "Valid priority group name must match A-Z, a-z, 0-9, -_/=)+ and may not exceed 16 characters",
+        )
+    }
+    /// `priority groups can not be used with push consumers`.
+    pub fn push_with_priority_group() -> Self {
+        Self::new(400, 10178, "priority groups can not be used with push consumers")
+    }
+    /// `consumer can not have priority groups when policy is none`.
+    pub fn priority_group_with_policy_none() -> Self {
+        Self::new(400, 10196, "consumer can not have priority groups when policy is none")
+    }
+    /// `PinnedTTL cannot be set when PriorityPolicy is none`.
+    pub fn pinned_ttl_without_policy() -> Self {
+        Self::new(400, 10197, "PinnedTTL cannot be set when PriorityPolicy is none")
+    }
+    /// `message counters is disabled`.
+    pub fn incr_disabled() -> Self {
+        Self::new(400, 10168, "message counters is disabled")
+    }
+    /// `message counter increment is missing`.
+    pub fn incr_missing() -> Self {
+        Self::new(400, 10169, "message counter increment is missing")
+    }
+    /// `message counter has payload`.
+    pub fn incr_payload() -> Self {
+        Self::new(400, 10170, "message counter has payload")
+    }
+    /// `message counter increment is invalid`.
+    pub fn incr_invalid() -> Self {
+        Self::new(400, 10171, "message counter increment is invalid")
+    }
+    /// `message counter is broken`.
+    pub fn counter_broken() -> Self {
+        Self::new(400, 10172, "message counter is broken")
     }
     /// `consumer idle heartbeat needs to be >= 100ms`.
     pub fn small_heartbeat() -> Self {

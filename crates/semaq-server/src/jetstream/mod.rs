@@ -4,6 +4,7 @@
 //! - [`errors`]: the API's error codes.
 //! - [`stream`]: capture, checks, group-committed appends and PubAcks.
 //! - [`producers`]: L3 idempotent producers, their table and its snapshot file.
+//! - [`counters`]: counter streams (`allow_msg_counter`, `Nats-Incr`).
 //! - [`batch`]: atomic batch publish (`Nats-Batch-Id`): staging, commit, crash recovery.
 //! - [`api`]: the request handlers.
 //! - [`lineage`]: L4 `Semaq-Parent` checks at publish and the `$SEMAQ.API.LINEAGE` graph.
@@ -21,6 +22,7 @@ pub mod batch;
 pub mod config;
 pub mod consumer;
 pub mod consumers;
+pub mod counters;
 pub mod errors;
 pub mod intents;
 pub mod lineage;
@@ -392,15 +394,15 @@ pub fn normalize(mut config: StreamConfig) -> Result<StreamConfig, ApiError> {
     }
     for filter in &config.subjects {
         if !subject::is_valid_filter(filter) {
-            return Err(ApiError::invalid_stream_config(format!("invalid subject {filter:?}")));
+            return Err(ApiError::invalid_stream_config("invalid subject"));
         }
         if subject::overlaps(filter, "$JS.API.>") || subject::overlaps(filter, "$SEMAQ.API.>") {
             return Err(ApiError::invalid_stream_config("subjects that overlap with jetstream api are not allowed"));
         }
     }
     for (i, a) in config.subjects.iter().enumerate() {
-        if config.subjects[i + 1..].iter().any(|b| subject::overlaps(a, b)) {
-            return Err(ApiError::invalid_stream_config("subjects overlap"));
+        if let Some(b) = config.subjects[i + 1..].iter().find(|b| subject::overlaps(a, b)) {
+            return Err(ApiError::invalid_stream_config(format!("subject {a:?} overlaps with {b:?}")));
         }
     }
     if config.num_replicas == 0 {
@@ -409,7 +411,14 @@ pub fn normalize(mut config: StreamConfig) -> Result<StreamConfig, ApiError> {
     if config.num_replicas > 1 {
         return Err(ApiError::replicas_not_supported());
     }
-    if config.num_replicas < 0 || config.max_age < 0 || config.duplicate_window < 0 {
+    // nats-server's checks and words, in its order.
+    if config.max_age < 0 {
+        return Err(ApiError::invalid_stream_config("max age can not be negative"));
+    }
+    if config.duplicate_window < 0 {
+        return Err(ApiError::invalid_stream_config("duplicates window can not be negative"));
+    }
+    if config.num_replicas < 0 {
         return Err(ApiError::invalid_stream_config("negative values are not allowed"));
     }
     if config.duplicate_window == 0 && !follows {
@@ -449,6 +458,7 @@ pub fn normalize(mut config: StreamConfig) -> Result<StreamConfig, ApiError> {
     }
     consumer::check_priority(&config.metadata).map_err(ApiError::invalid_stream_config)?;
     config.apply_exactly_once().map_err(ApiError::invalid_stream_config)?;
+    counters::check_config(&config)?;
     Ok(config)
 }
 
@@ -469,5 +479,6 @@ fn check_update(old: &StreamConfig, new: &StreamConfig) -> Result<(), ApiError> 
     if old.deny_purge && !new.deny_purge {
         return Err(ApiError::stream_update("deny purge"));
     }
+    counters::check_update(old, new)?;
     Ok(())
 }

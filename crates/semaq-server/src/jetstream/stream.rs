@@ -761,6 +761,10 @@ impl Stream {
         if exactly_once {
             self.before_append(ingest, message)?;
         }
+        let (subject, headers) = (&message.subject, message.headers.as_deref());
+        if let Some(sum) = super::counters::apply(ingest.config, &*ingest.store, subject, headers, &message.payload)? {
+            message.payload = sum;
+        }
         let outcome = store_one(
             ingest.config,
             ingest.store,
@@ -870,6 +874,9 @@ pub fn pub_ack_json(stream: &str, domain: Option<&str>, outcome: PublishOutcome)
         Err(error) => {
             let mut body = error.to_json("io.nats.jetstream.api.v1.pub_ack_response");
             body.as_object_mut().map(|o| o.remove("type"));
+            // nats-server names the stream (and sequence 0) in a refused PubAck too.
+            body["stream"] = json!(stream);
+            body["seq"] = json!(0);
             body
         }
     }

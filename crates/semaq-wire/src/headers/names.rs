@@ -42,6 +42,10 @@ pub const LAST_STREAM: &str = "Nats-Last-Stream";
 pub const PENDING_MESSAGES: &str = "Nats-Pending-Messages";
 /// Pull status: bytes the request may still receive.
 pub const PENDING_BYTES: &str = "Nats-Pending-Bytes";
+/// The pinned client's id on deliveries of a `pinned_client` consumer (nats-server 2.11).
+pub const PIN_ID: &str = "Nats-Pin-Id";
+/// A counter stream's increment (nats-server 2.12).
+pub const INCR: &str = "Nats-Incr";
 
 // SemaQ's AI context (SPEC §2).
 

@@ -6,12 +6,15 @@
 //! - `pump`: the consumer's task, which hands messages to pull requests or the push subject.
 //! - `acks`: `+ACK`, `-NAK`, `+WPI`, `+TERM`, `+NXT` from `$JS.ACK.>` replies.
 //! - `persist`: durable consumers' config and state on disk, and L3's durable double acks.
+//! - `groups`: priority groups (overflow, pinned client, prioritized); `pause`: `pause_until`.
 //!
 //! Lock order: a consumer's `state` before its stream's `store`; deliveries are published only
 //! after `state` is released, so a delivery can never re-enter a consumer.
 
 mod acks;
 mod ahead;
+mod groups;
+mod pause;
 pub use self::ahead::{check as check_priority, PRIORITY_METADATA_KEY};
 mod persist;
 pub use self::persist::load as persist_load;
@@ -212,7 +215,63 @@ impl Consumer {
                 info[key]["last_active"] = json!(clock::rfc3339(at));
             }
         }
+        if let Some(left) = pause::remaining(&config) {
+            info["paused"] = json!(true);
+            info["pause_remaining"] = json!(left.as_nanos() as u64);
+        }
+        if let Some(group) = config.priority_groups.first() {
+            let pin = state.pin.as_ref().filter(|pin| pin.expires > Instant::now());
+            let mut entry = json!({ "group": group });
+            if let Some(pin) = pin {
+                entry["pinned_client_id"] = json!(pin.id);
+                entry["pinned_ts"] = json!(clock::rfc3339(pin.since));
+            }
+            info["priority_groups"] = json!([entry]);
+        }
         info
+    }
+
+    /// Pauses deliveries until `until` (RFC 3339), or resumes them (`None` or a past time), as
+    /// `CONSUMER.PAUSE` asks; returns the pause response body.
+    pub fn pause(&self, until: Option<String>) -> Value {
+        let mut config = (*self.config()).clone();
+        config.pause_until = until;
+        let remaining = pause::remaining(&config);
+        let until = config.pause_until.clone().unwrap_or_else(|| "0001-01-01T00:00:00Z".to_string());
+        self.set_config(config);
+        let mut body = json!({ "paused": remaining.is_some(), "pause_until": until });
+        if let Some(left) = remaining {
+            body["pause_remaining"] = json!(left.as_nanos() as u64);
+        }
+        body
+    }
+
+    /// Unpins the pinned client of `group` (`CONSUMER.UNPIN`); a new client is pinned at the
+    /// next delivery.
+    pub fn unpin(&self, group: &str) -> Result<(), super::errors::ApiError> {
+        if !self.config().priority_groups.iter().any(|g| g == group) {
+            return Err(super::errors::ApiError::invalid_priority_group());
+        }
+        lock(&self.state).pin = None;
+        self.wake();
+        Ok(())
+    }
+
+    /// Checks a pull request's priority group fields; a request from the pinned client keeps
+    /// its pin alive.
+    fn check_group(
+        &self,
+        config: &ConsumerConfig,
+        group: &groups::PullGroup,
+        now: Instant,
+    ) -> Result<(), (u16, String)> {
+        let mut state = lock(&self.state);
+        let pin = state.pin.as_mut().filter(|pin| pin.expires > now);
+        groups::check_request(config, pin.as_deref(), group)?;
+        if let Some(pin) = pin.filter(|pin| !group.id.is_empty() && pin.id == group.id) {
+            pin.expires = now + groups::pin_timeout(config);
+        }
+        Ok(())
     }
 }
 

@@ -36,6 +36,9 @@ pub struct PullRequestBody {
     pub max_bytes: u64,
     /// Nanoseconds between idle heartbeats.
     pub idle_heartbeat: i64,
+    /// Priority group fields (nats-server 2.11).
+    #[serde(flatten)]
+    pub group: super::groups::PullGroup,
 }
 
 impl PullRequestBody {
@@ -122,6 +125,9 @@ impl Consumer {
             return reject(409, format!("Exceeded MaxRequestMaxBytes of {}", config.max_bytes));
         }
         let now = Instant::now();
+        if let Err((code, text)) = self.check_group(&config, &request.group, now) {
+            return reject(code, text);
+        }
         let heartbeat = (request.idle_heartbeat > 0).then(|| Duration::from_nanos(request.idle_heartbeat as u64));
         let waiting = PullRequest {
             reply: reply.to_string(),
@@ -132,6 +138,7 @@ impl Consumer {
             heartbeat,
             next_heartbeat: heartbeat.map(|every| now + every),
             delivered: 0,
+            group: request.group,
         };
         {
             let mut state = lock(&self.state);
@@ -207,12 +214,13 @@ impl Consumer {
         let mut outgoing = Vec::new();
         let (next_wake, skipped) = {
             let mut state = lock(&self.state);
+            state.round_pending = None;
             self.expire_requests(&mut state, now, &mut outgoing);
             collect_due(&mut state, &config, now);
             if let Some(deliver) = &config.deliver_subject {
                 let bound = !bus.router.matches(deliver).is_empty();
                 state.push_bound = bound;
-                if bound {
+                if bound && !super::pause::is_paused(&config) {
                     state.last_activity = Some(now);
                     self.deliver_push(&mut state, &config, stream, deliver, (now, last_seq), &mut outgoing);
                 }
@@ -279,14 +287,19 @@ impl Consumer {
         outgoing: &mut Vec<Outgoing>,
     ) {
         let mut delivered = 0;
-        while let Some(request) = state.waiting.front() {
+        if super::pause::is_paused(config) {
+            return;
+        }
+        while let Some(index) = self.choose_request(state, config, stream, outgoing) {
+            let Some(request) = state.waiting.get(index) else { return };
             if delivered >= limits::PUMP_MESSAGES_MAX {
                 return;
             }
             let (no_wait, bytes_remaining, reply) = (request.no_wait, request.bytes_remaining, request.reply.clone());
+            let pin = request.group.id.clone();
             let Some(next) = self.next_message(state, config, stream) else {
                 if no_wait {
-                    state.waiting.pop_front();
+                    state.waiting.remove(index);
                     outgoing.push(Outgoing::status(&reply, status_line(404, "No Messages", &[])));
                     continue;
                 }
@@ -303,23 +316,52 @@ impl Consumer {
             };
             if bytes_remaining.is_some_and(|left| size > left) {
                 next.put_back(state);
-                if let Some(request) = state.waiting.pop_front() {
+                if let Some(request) = state.waiting.remove(index) {
                     let headers = status_line(409, "Message Size Exceeds MaxBytes", &pending_headers(&request));
                     outgoing.push(Outgoing::status(&reply, headers));
                 }
                 continue;
             }
-            outgoing.push(self.record_delivery(state, (config, stream), next, &reply, (now, last_seq)));
+            let mut delivery = self.record_delivery(state, (config, stream), next, &reply, (now, last_seq));
+            if !pin.is_empty() {
+                delivery.headers = Some(super::groups::with_pin_header(delivery.headers.take(), &pin));
+            }
+            outgoing.push(delivery);
             delivered += 1;
-            let Some(request) = state.waiting.front_mut() else { return };
+            let Some(request) = state.waiting.get_mut(index) else { return };
             request.batch_remaining -= 1;
             request.delivered += 1;
             request.bytes_remaining = request.bytes_remaining.map(|left| left.saturating_sub(size));
             request.next_heartbeat = request.heartbeat.map(|every| now + every);
             if request.batch_remaining == 0 || request.bytes_remaining == Some(0) {
-                state.waiting.pop_front();
+                state.waiting.remove(index);
             }
         }
+    }
+
+    /// The waiting request the next message goes to, by the priority policy; stale pins are
+    /// answered `423 Nats-Wrong-Pin-Id` here.
+    fn choose_request(
+        &self,
+        state: &mut State,
+        config: &ConsumerConfig,
+        stream: &Stream,
+        outgoing: &mut Vec<Outgoing>,
+    ) -> Option<usize> {
+        // Overflow thresholds need the pending count: computed only when a request has one.
+        let counts = if super::groups::needs_counts(config, &state.waiting) {
+            let filter = self.content_filter();
+            (state.num_pending(stream, config, filter.as_deref()), state.pending.len() as u64)
+        } else {
+            (0, state.pending.len() as u64)
+        };
+        let State { waiting, pin, .. } = state;
+        let choice = super::groups::eligible(config, waiting, pin, Instant::now(), counts);
+        for request in choice.wrong_pin {
+            let headers = status_line(423, "Nats-Wrong-Pin-Id", &pending_headers(&request));
+            outgoing.push(Outgoing::status(&request.reply, headers));
+        }
+        choice.index
     }
 
     fn deliver_push(
@@ -463,12 +505,27 @@ impl Consumer {
 
     /// The ack reply subject the next delivery of `message` will carry:
     /// `$JS.ACK.<stream>.<consumer>.<deliveries>.<stream seq>.<consumer seq>.<timestamp>.<pending>`.
+    /// Keeps `round_pending` right for a delivery about to be made: a filtered consumer's
+    /// pending count is what matches its filters, not what follows in the stream.
+    fn count_round_pending(&self, state: &mut State, config: &ConsumerConfig, stream: &Stream, redelivery: bool) {
+        let filter = self.content_filter();
+        if filter.is_none() && super::validate::filters(config).iter().any(|f| f == ">") {
+            return;
+        }
+        state.round_pending = match state.round_pending {
+            // The read position is already past this message, so the count excludes it.
+            None => Some(state.num_pending(stream, config, filter.as_deref())),
+            Some(left) => Some(left.saturating_sub(u64::from(!redelivery))),
+        };
+    }
+
     fn ack_subject(&self, state: &State, message: &Candidate, last_seq: u64) -> String {
         let deliveries = state.pending.get(&message.seq).map_or(1, |p| p.deliveries + 1);
         let consumer_seq = state.delivered_consumer_seq + 1;
-        // Messages after this one, as clients show "pending"; exact for unfiltered consumers.
-        let remaining =
-            last_seq.saturating_sub(message.seq.max(state.next_seq.saturating_sub(1))) + state.ahead.len() as u64;
+        // Messages after this one, as clients show "pending" (filtered: `count_round_pending`).
+        let remaining = state.round_pending.unwrap_or_else(|| {
+            last_seq.saturating_sub(message.seq.max(state.next_seq.saturating_sub(1))) + state.ahead.len() as u64
+        });
         format!(
             "$JS.ACK.{}.{}.{}.{}.{}.{}.{}",
             self.stream_name, self.name, deliveries, message.seq, consumer_seq, message.timestamp_ns, remaining
@@ -487,6 +544,7 @@ impl Consumer {
         if let Some(provenance) = stream.provenance() {
             message.headers = provenance.annotate(message.seq, message.headers.take());
         }
+        self.count_round_pending(state, config, stream, message.redelivery);
         let ack = self.ack_subject(state, &message, last_seq);
         state.delivered_consumer_seq += 1;
         state.last_delivered = Some(now);
@@ -637,6 +695,8 @@ fn next_wake(state: &State, config: &ConsumerConfig, now: Instant) -> Instant {
         }
     };
     consider(state.earliest_deadline());
+    consider(super::pause::ends(config));
+    consider(state.pin.as_ref().map(|pin| pin.expires));
     for request in &state.waiting {
         consider(request.expires);
         consider(request.next_heartbeat);

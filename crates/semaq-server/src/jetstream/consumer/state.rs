@@ -40,6 +40,8 @@ pub struct PullRequest {
     pub next_heartbeat: Option<Instant>,
     /// Messages delivered to it so far.
     pub delivered: u64,
+    /// Its priority group fields (nats-server 2.11).
+    pub group: super::groups::PullGroup,
 }
 
 /// A consumer's delivery state.
@@ -94,6 +96,11 @@ pub struct State {
     /// Highest stream sequence the content filter skipped: the ack floor may rise to it once
     /// nothing below it is pending.
     pub skipped_through: u64,
+    /// A `pinned_client` consumer's pinned client.
+    pub pin: Option<super::groups::Pin>,
+    /// A filtered consumer's pending count after the latest delivery of this pump round, for
+    /// the ack subjects (counted once per round: `None` until the round's first delivery).
+    pub round_pending: Option<u64>,
 }
 
 impl State {
@@ -239,8 +246,8 @@ impl State {
             return initial;
         }
         if filter.is_none() && validate::filters(config).iter().any(|f| f == ">") {
-            let below = stream_state.msgs.min(from.saturating_sub(stream_state.first_seq));
-            return initial + stream_state.msgs.saturating_sub(below);
+            // Messages from the read position on; deletes below it do not count against them.
+            return initial + stream_state.msgs.min(stream_state.last_seq - from + 1);
         }
         // Filtered: count matching subjects, minus those already passed. Bounded by the subjects map.
         let mut count = 0;

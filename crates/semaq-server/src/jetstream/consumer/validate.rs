@@ -34,15 +34,19 @@ pub fn normalize(mut config: ConsumerConfig, stream: &StreamConfig) -> Result<Co
             return Err(ApiError::durable_and_name_mismatch());
         }
     }
-    for name in config.durable_name.iter().chain(config.name.iter()) {
-        if !is_valid_name(name) {
-            return Err(ApiError::bad_durable_name());
-        }
+    // nats-server 2.10+: invalid names are an invalid config (10052), with these words.
+    if config.name.as_deref().is_some_and(|name| !is_valid_name(name)) {
+        return Err(ApiError::invalid_stream_config("consumer name can not contain '.', '*', '>', '\\', '/'"));
+    }
+    if config.durable_name.as_deref().is_some_and(|name| !is_valid_name(name)) {
+        return Err(ApiError::invalid_stream_config("consumer durable name can not contain '.', '*', '>', '\\', '/'"));
     }
     check_filters(&config, stream)?;
     super::compile_filter(&config).map_err(|error| ApiError::invalid_filter(&error))?;
     super::check_priority(&config.metadata).map_err(ApiError::consumer_create)?;
     check_delivery(&config)?;
+    check_pause(&config)?;
+    super::groups::check_config(&mut config)?;
     check_timing(&config)?;
     check_workqueue(&config, stream)?;
     if config.num_replicas > 1 {
@@ -65,30 +69,47 @@ pub fn normalize(mut config: ConsumerConfig, stream: &StreamConfig) -> Result<Co
     if config.max_deliver == 0 {
         config.max_deliver = -1;
     }
+    // Ephemerals always have an inactive threshold; nats-server stamps its default in the config.
+    if config.durable_name.is_none() && config.inactive_threshold <= 0 {
+        config.inactive_threshold = crate::limits::EPHEMERAL_INACTIVE_THRESHOLD.as_nanos() as i64;
+    }
     if config.deliver_subject.is_none() && config.max_waiting == 0 {
         config.max_waiting = MAX_WAITING_DEFAULT;
     }
     Ok(config)
 }
 
-fn check_filters(config: &ConsumerConfig, stream: &StreamConfig) -> Result<(), ApiError> {
+/// nats-server 2.10+'s filter rules: one of `filter_subject` or `filter_subjects`, no empty
+/// entry, valid subjects that do not overlap. A filter outside the stream's subjects is allowed
+/// since 2.10 (it matches nothing until the stream's subjects change), so `_stream` is unused.
+fn check_filters(config: &ConsumerConfig, _stream: &StreamConfig) -> Result<(), ApiError> {
     let single = config.filter_subject.as_deref().filter(|f| !f.is_empty());
     if single.is_some() && !config.filter_subjects.is_empty() {
         return Err(ApiError::duplicate_filter_subjects());
     }
+    if config.filter_subjects.iter().any(String::is_empty) {
+        return Err(ApiError::empty_filter());
+    }
     let given: Vec<&str> = single.into_iter().chain(config.filter_subjects.iter().map(String::as_str)).collect();
     for (i, filter) in given.iter().enumerate() {
         if !subject::is_valid_filter(filter) {
-            return Err(ApiError::filter_not_subset());
+            return Err(ApiError::invalid_stream_config("invalid subject"));
         }
-        if !stream.subjects.iter().any(|s| subject::overlaps(filter, s)) {
-            return Err(ApiError::filter_not_subset());
-        }
-        if given[i + 1..].iter().any(|other| subject::overlaps(filter, other)) {
+        if given.iter().enumerate().any(|(j, other)| i != j && subject::overlaps(filter, other)) {
             return Err(ApiError::overlapping_filter_subjects());
         }
     }
     Ok(())
+}
+
+/// `pause_until` must be a time (nats-server decodes it as one: invalid JSON otherwise).
+fn check_pause(config: &ConsumerConfig) -> Result<(), ApiError> {
+    match config.pause_until.as_deref() {
+        Some(text) if clock::parse_rfc3339(text).is_none() => {
+            Err(ApiError::invalid_json(format!("parsing time {text:?}: not RFC 3339")))
+        }
+        _ => Ok(()),
+    }
 }
 
 fn check_delivery(config: &ConsumerConfig) -> Result<(), ApiError> {
@@ -206,26 +227,42 @@ pub fn check_workqueue_unique(new: &ConsumerConfig, others: &[ConsumerConfig]) -
     Ok(())
 }
 
-/// Fields nats-server lets an update change; anything else must stay as it was.
+/// nats-server's update rules (`checkNewConsumerConfig`): these fields may not change; anything
+/// else may. The reason goes into a 10012 error, in nats-server's words.
 pub fn check_update(old: &ConsumerConfig, new: &ConsumerConfig) -> Result<(), ApiError> {
-    let mut comparable = new.clone();
-    comparable.description = old.description.clone();
-    comparable.ack_wait = old.ack_wait;
-    comparable.max_deliver = old.max_deliver;
-    comparable.backoff = old.backoff.clone();
-    comparable.max_ack_pending = old.max_ack_pending;
-    comparable.max_waiting = old.max_waiting;
-    comparable.headers_only = old.headers_only;
-    comparable.max_batch = old.max_batch;
-    comparable.max_expires = old.max_expires;
-    comparable.max_bytes = old.max_bytes;
-    comparable.inactive_threshold = old.inactive_threshold;
-    comparable.filter_subject = old.filter_subject.clone();
-    comparable.filter_subjects = old.filter_subjects.clone();
-    comparable.metadata = old.metadata.clone();
-    comparable.rate_limit_bps = old.rate_limit_bps;
-    if comparable != *old {
-        return Err(ApiError::consumer_create("consumer configuration update can not change delivery or ack settings"));
+    let refuse = |what: &str| Err(ApiError::consumer_create(format!("{what} can not be updated")));
+    if old.deliver_policy != new.deliver_policy {
+        return refuse("deliver policy");
+    }
+    if old.mem_storage != new.mem_storage {
+        return refuse("storage type");
+    }
+    if old.opt_start_seq.unwrap_or(0) != new.opt_start_seq.unwrap_or(0) {
+        return refuse("start sequence");
+    }
+    let start_time = |c: &ConsumerConfig| c.opt_start_time.as_deref().and_then(clock::parse_rfc3339);
+    if start_time(old) != start_time(new) {
+        return refuse("start time");
+    }
+    if old.ack_policy != new.ack_policy {
+        return refuse("ack policy");
+    }
+    if old.replay_policy != new.replay_policy {
+        return refuse("replay policy");
+    }
+    if old.idle_heartbeat != new.idle_heartbeat {
+        return refuse("heart beats");
+    }
+    if old.flow_control != new.flow_control {
+        return refuse("flow control");
+    }
+    match (&old.deliver_subject, &new.deliver_subject) {
+        (None, Some(_)) => return Err(ApiError::consumer_create("can not update pull consumer to push based")),
+        (Some(_), None) => return Err(ApiError::consumer_create("can not update push consumer to pull based")),
+        _ => {}
+    }
+    if old.max_waiting != new.max_waiting {
+        return refuse("max waiting");
     }
     Ok(())
 }
@@ -263,8 +300,9 @@ mod tests {
             f(&mut config);
             config
         };
-        assert_eq!(check(with(|c| c.filter_subject = Some("payments".into()))), 10093);
-        assert_eq!(check(with(|c| c.durable_name = Some("a.b".into()))), 10103);
+        assert_eq!(check(with(|c| c.filter_subject = Some("payments.*.>.x".into()))), 10052);
+        assert_eq!(check(with(|c| c.filter_subjects = vec!["orders.a".into(), String::new()])), 10139);
+        assert_eq!(check(with(|c| c.durable_name = Some("a.b".into()))), 10052);
         assert_eq!(check(with(|c| c.idle_heartbeat = 1_000_000_000)), 10088);
         assert_eq!(check(with(|c| c.flow_control = true)), 10089);
         assert_eq!(
