@@ -302,3 +302,14 @@ pub const LATENCY_RECENT_WINDOW: std::time::Duration = std::time::Duration::from
 pub const DASHBOARD_STREAMS_MAX: usize = 256;
 /// Dashboard (`/api/streams`): consumers listed per stream, by name.
 pub const DASHBOARD_CONSUMERS_PER_STREAM_MAX: usize = 64;
+
+/// Lame duck mode: the span over which connections are closed (nats-server's default).
+pub const LAME_DUCK_DURATION: Duration = Duration::from_secs(120);
+/// Lame duck mode: the wait before the first connection is closed (nats-server's default).
+pub const LAME_DUCK_GRACE_PERIOD: Duration = Duration::from_secs(10);
+/// Lame duck mode: the shortest `lame_duck_duration` accepted (nats-server's).
+pub const LAME_DUCK_DURATION_MIN: Duration = Duration::from_secs(30);
+/// Lame duck mode: the longest pause between two connections closed (nats-server's).
+pub const LAME_DUCK_CLOSE_INTERVAL_MAX: Duration = Duration::from_secs(1);
+/// Signals (SIGINT, SIGTERM, SIGUSR2) queued for the server before the next one waits.
+pub const SIGNALS_QUEUED_MAX: usize = 4;

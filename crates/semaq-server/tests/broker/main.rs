@@ -2,6 +2,7 @@
 //! One test binary keeps link time down; each module is one area of behaviour. Servers are
 //! started with `semaq-testkit`.
 
+mod account_limits;
 mod agents;
 mod agents_durable;
 mod agents_services;
@@ -14,6 +15,7 @@ mod jetstream;
 mod jetstream_api;
 mod jetstream_consumers;
 mod l4_batch;
+mod lame_duck;
 mod latency;
 mod lineage;
 mod lossy;
