@@ -114,11 +114,11 @@ async fn forward_signals(sender: tokio::sync::mpsc::Sender<Control>) {
 /// `semaq-server` running, as nats-server's `--signal` does.
 fn send_signal(request: &flags::SignalRequest) -> anyhow::Result<()> {
     use rustix::process::{kill_process, Pid, Signal};
-    let signal = match request.command {
-        SignalCommand::LameDuck => Signal::USR2,
-        SignalCommand::Stop => Signal::KILL,
-        SignalCommand::Quit => Signal::INT,
-        SignalCommand::Term => Signal::TERM,
+    let (signal, name) = match request.command {
+        SignalCommand::LameDuck => (Signal::USR2, "ldm"),
+        SignalCommand::Stop => (Signal::KILL, "stop"),
+        SignalCommand::Quit => (Signal::INT, "quit"),
+        SignalCommand::Term => (Signal::TERM, "term"),
     };
     let pid = match &request.pid {
         Some(given) => {
@@ -129,7 +129,7 @@ fn send_signal(request: &flags::SignalRequest) -> anyhow::Result<()> {
         None => running_server_pid()?,
     };
     let pid = Pid::from_raw(pid).ok_or_else(|| anyhow::anyhow!("invalid pid: {pid}"))?;
-    kill_process(pid, signal).with_context(|| format!("signal {:?} {}", request.command, pid.as_raw_pid()))?;
+    kill_process(pid, signal).with_context(|| format!("signal {name:?} {}", pid.as_raw_pid()))?;
     Ok(())
 }
 
