@@ -64,6 +64,51 @@ pub struct Flags {
     pub tls_verify: Option<bool>,
     /// `--tlscacert`: CA bundle for client certificates.
     pub tls_ca_cert: Option<PathBuf>,
+    /// `-sl/--signal <command>[=<pid>]`: signal a running server instead of starting one.
+    pub signal: Option<SignalRequest>,
+}
+
+/// What `--signal` asks of a running server (nats-server's commands).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignalCommand {
+    /// `ldm`: lame duck mode (SIGUSR2).
+    LameDuck,
+    /// `stop`: kill at once (SIGKILL).
+    Stop,
+    /// `quit`: shut down (SIGINT).
+    Quit,
+    /// `term`: shut down unless in lame duck mode (SIGTERM).
+    Term,
+}
+
+/// A parsed `--signal` value: the command, and the pid (or pid file) when given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignalRequest {
+    /// The command.
+    pub command: SignalCommand,
+    /// What follows `=`: a pid, or a file holding one; `None` to find the one running server.
+    pub pid: Option<String>,
+}
+
+/// Reads `--signal`'s value: `ldm`, `stop`, `quit` or `term`, optionally `=<pid>` or `=<pid file>`.
+pub fn signal_request(flag: &str, value: &str) -> Result<SignalRequest, FlagError> {
+    let mut parts = value.split('=');
+    let command = match parts.next().unwrap_or_default() {
+        "ldm" => SignalCommand::LameDuck,
+        "stop" => SignalCommand::Stop,
+        "quit" => SignalCommand::Quit,
+        "term" => SignalCommand::Term,
+        "reopen" | "reload" => {
+            return Err(invalid(flag, value, "SemaQ does not reopen logs or reload its configuration".to_string()))
+        }
+        other => return Err(invalid(flag, value, format!("unknown signal {other:?}"))),
+    };
+    let pid = parts.next().map(str::to_string);
+    let extra: Vec<&str> = parts.collect();
+    if !extra.is_empty() {
+        return Err(invalid(flag, value, format!("invalid signal parameters: {extra:?}")));
+    }
+    Ok(SignalRequest { command, pid })
 }
 
 /// A command line that cannot be understood.
@@ -141,6 +186,7 @@ enum Target {
     TlsKey,
     TlsVerify,
     TlsCaCert,
+    Signal,
     Help,
     Version,
 }
@@ -201,6 +247,8 @@ const FLAGS: &[(&str, Target)] = &[
     ("tlskey", Target::TlsKey),
     ("tlsverify", Target::TlsVerify),
     ("tlscacert", Target::TlsCaCert),
+    ("sl", Target::Signal),
+    ("signal", Target::Signal),
     ("h", Target::Help),
     ("help", Target::Help),
     ("v", Target::Version),
@@ -212,8 +260,6 @@ const NATS_ONLY_FLAGS: &[&str] = &[
     "ms",
     "https_port",
     "t",
-    "sl",
-    "signal",
     "client_advertise",
     "T",
     "logtime",
@@ -276,6 +322,10 @@ TLS Options:
         --tlskey <file>              Private key for server certificate
         --tlsverify                  Enable TLS, verify client certificates
         --tlscacert <file>           Client certificate CA for verification
+
+Signal Options:
+    -sl, --signal <signal>[=<pid>]   Send signal to a semaq-server process (ldm, stop, quit, term);
+                                     <pid> may be a pid file
 
 Common Options:
     -h, --help                       Show this message
@@ -417,6 +467,7 @@ impl Flags {
             Target::TlsCert => self.tls_cert = path(),
             Target::TlsKey => self.tls_key = path(),
             Target::TlsCaCert => self.tls_ca_cert = path(),
+            Target::Signal => self.signal = Some(signal_request(flag, value)?),
             _ => {}
         }
         Ok(())
@@ -431,7 +482,7 @@ impl Flags {
                 _ => return Err(FlagError::UnexpectedArgument(first.clone())),
             }
         }
-        if !self.help && !self.version {
+        if !self.help && !self.version && self.signal.is_none() {
             self.check_pairs()?;
         }
         Ok(self)
@@ -921,6 +972,17 @@ mod tests {
         for (name, _) in FLAGS {
             let dashed = if name.len() <= 3 { format!("-{name}") } else { format!("--{name}") };
             assert!(usage().contains(&dashed), "usage lacks {dashed}");
+        }
+    }
+
+    #[test]
+    fn signal_takes_a_command_and_an_optional_pid() {
+        let request = flags("--signal ldm=1234").signal.expect("signal");
+        assert_eq!(request, SignalRequest { command: SignalCommand::LameDuck, pid: Some("1234".to_string()) });
+        assert_eq!(flags("-sl quit").signal.map(|r| (r.command, r.pid)), Some((SignalCommand::Quit, None)));
+        assert_eq!(flags("-sl=stop=x.pid").signal.map(|r| r.command), Some(SignalCommand::Stop));
+        for line in ["--signal frob=1", "--signal ldm=1=2", "--signal reload=1"] {
+            assert!(matches!(error(line), FlagError::InvalidValue { .. }), "{line}");
         }
     }
 }

@@ -24,7 +24,7 @@
 //!    `semaq-registry` crate), [`filter`] (CEL content filters, filtered subscriptions),
 //!    [`tokens`] (token load per model, subject, intent and agent), [`agents`] (the agent
 //!    network: intent routing by learned weights), [`connection`]
-//!    (one client).
+//!    (one client), [`lame_duck`] (closing the connections gradually before shutdown).
 //! 5. **[`jetstream`]:** streams and consumers, with the handles they use in
 //!    [`jetstream::Services`] (bus, registry, filters, options).
 //! 6. **Edges:** [`dashboard`] (the web page), [`monitor`] (the HTTP endpoints) and [`server`], the only place that builds the
@@ -42,6 +42,7 @@ pub mod filter;
 pub mod flags;
 pub mod identity;
 pub mod jetstream;
+pub mod lame_duck;
 pub mod latency;
 pub mod limits;
 pub mod monitor;

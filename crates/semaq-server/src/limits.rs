@@ -317,3 +317,13 @@ pub const SOURCE_RETRY_BACKOFF_MAX: std::time::Duration = std::time::Duration::f
 pub const SOURCE_ACK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// Mirrors and sources: how often an idle follower looks at its origin (keeps `active` fresh).
 pub const SOURCE_IDLE_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+/// Lame duck mode: the span over which connections are closed (nats-server's default).
+pub const LAME_DUCK_DURATION: Duration = Duration::from_secs(120);
+/// Lame duck mode: the wait before the first connection is closed (nats-server's default).
+pub const LAME_DUCK_GRACE_PERIOD: Duration = Duration::from_secs(10);
+/// Lame duck mode: the shortest `lame_duck_duration` accepted (nats-server's).
+pub const LAME_DUCK_DURATION_MIN: Duration = Duration::from_secs(30);
+/// Lame duck mode: the longest pause between two connections closed (nats-server's).
+pub const LAME_DUCK_CLOSE_INTERVAL_MAX: Duration = Duration::from_secs(1);
+/// Signals (SIGINT, SIGTERM, SIGUSR2) queued for the server before the next one waits.
+pub const SIGNALS_QUEUED_MAX: usize = 4;

@@ -1,15 +1,17 @@
 //! `semaq-server`: the broker binary. Reads nats-server's flags and config file, logs the
-//! lines nats-server's client test harnesses wait for, and shuts down cleanly on SIGTERM/SIGINT.
+//! lines nats-server's client test harnesses wait for, shuts down cleanly on SIGTERM/SIGINT and
+//! enters lame duck mode on SIGUSR2; `--signal` sends those signals to a running server.
 
 use std::io::Write;
 use std::path::Path;
 use std::sync::Mutex;
 
 use anyhow::Context;
-use semaq_server::flags;
+use semaq_server::flags::{self, SignalCommand};
 use semaq_server::identity::SEMAQ_VERSION;
+use semaq_server::limits;
 use semaq_server::options::Options;
-use semaq_server::server::Server;
+use semaq_server::server::{Control, Server};
 use semaq_wire::clock;
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::fmt::format::Writer;
@@ -33,6 +35,9 @@ fn run() -> anyhow::Result<()> {
     if flags.version {
         println!("semaq-server version {SEMAQ_VERSION}");
         return Ok(());
+    }
+    if let Some(request) = &flags.signal {
+        return send_signal(request);
     }
     let (options, warnings) = flags.resolve()?;
     init_logging(&options)?;
@@ -70,7 +75,9 @@ async fn serve(options: Options) -> anyhow::Result<()> {
         tracing::debug!("ports file written to {}", path.display());
     }
     tracing::info!("Server is ready");
-    server.run(shutdown_signal()).await;
+    let (sender, control) = tokio::sync::mpsc::channel(limits::SIGNALS_QUEUED_MAX);
+    tokio::spawn(forward_signals(sender));
+    server.run_controlled(control).await;
     Ok(())
 }
 
@@ -81,16 +88,72 @@ fn program_name() -> String {
         .unwrap_or_else(|| "semaq-server".to_string())
 }
 
-async fn shutdown_signal() {
+/// Forwards SIGINT, SIGTERM and SIGUSR2 to the server, logging each as nats-server does.
+async fn forward_signals(sender: tokio::sync::mpsc::Sender<Control>) {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut terminate), Ok(mut interrupt)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    let (Ok(mut terminate), Ok(mut interrupt), Ok(mut lame_duck)) =
+        (signal(SignalKind::terminate()), signal(SignalKind::interrupt()), signal(SignalKind::user_defined2()))
     else {
         tracing::error!("cannot install signal handlers; stop the server with SIGKILL");
-        return std::future::pending().await;
+        return;
     };
-    tokio::select! {
-        _ = terminate.recv() => tracing::info!("Trapped \"terminated\" signal"),
-        _ = interrupt.recv() => tracing::info!("Trapped \"interrupt\" signal"),
+    loop {
+        let control = tokio::select! {
+            _ = terminate.recv() => ("terminated", Control::Terminate),
+            _ = interrupt.recv() => ("interrupt", Control::Interrupt),
+            _ = lame_duck.recv() => ("user defined signal 2", Control::LameDuck),
+        };
+        tracing::info!("Trapped {:?} signal", control.0);
+        if sender.send(control.1).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// `--signal`: sends the command's signal to the server named by pid, pid file, or the one
+/// `semaq-server` running, as nats-server's `--signal` does.
+fn send_signal(request: &flags::SignalRequest) -> anyhow::Result<()> {
+    use rustix::process::{kill_process, Pid, Signal};
+    let (signal, name) = match request.command {
+        SignalCommand::LameDuck => (Signal::USR2, "ldm"),
+        SignalCommand::Stop => (Signal::KILL, "stop"),
+        SignalCommand::Quit => (Signal::INT, "quit"),
+        SignalCommand::Term => (Signal::TERM, "term"),
+    };
+    let pid = match &request.pid {
+        Some(given) => {
+            // A pid file's contents, else the text itself (nats-server's maybeReadPidFile).
+            let text = std::fs::read_to_string(given).unwrap_or_else(|_| given.clone());
+            text.trim().parse::<i32>().map_err(|_| anyhow::anyhow!("invalid pid: {}", text.trim()))?
+        }
+        None => running_server_pid()?,
+    };
+    let pid = Pid::from_raw(pid).ok_or_else(|| anyhow::anyhow!("invalid pid: {pid}"))?;
+    kill_process(pid, signal).with_context(|| format!("signal {name:?} {}", pid.as_raw_pid()))?;
+    Ok(())
+}
+
+/// The pid of the one other `semaq-server` process, read from `/proc`.
+fn running_server_pid() -> anyhow::Result<i32> {
+    let own = std::process::id();
+    let mut pids: Vec<i32> = std::fs::read_dir("/proc")
+        .context("unable to resolve pid, try providing one")?
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str().and_then(|name| name.parse::<u32>().ok()))
+        .filter(|pid| *pid != own)
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|comm| comm.trim() == "semaq-server")
+        })
+        .filter_map(|pid| i32::try_from(pid).ok())
+        .collect();
+    pids.sort_unstable();
+    match pids.as_slice() {
+        [] => anyhow::bail!("no semaq-server processes running"),
+        [pid] => Ok(*pid),
+        many => {
+            let listed: Vec<String> = many.iter().map(i32::to_string).collect();
+            anyhow::bail!("multiple semaq-server processes running:\n{}", listed.join("\n"))
+        }
     }
 }
 

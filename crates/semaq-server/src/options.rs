@@ -73,6 +73,10 @@ pub struct Options {
     /// OpenTelemetry sampling ratio (config `tracing { sample_ratio }`), parent-based, used
     /// when `OTEL_TRACES_SAMPLER` is unset; export itself follows the `OTEL_*` variables.
     pub trace_sample_ratio: Option<f64>,
+    /// Lame duck mode: the span over which connections are closed (`lame_duck_duration`).
+    pub lame_duck_duration: Duration,
+    /// Lame duck mode: the wait before the first connection is closed (`lame_duck_grace_period`).
+    pub lame_duck_grace_period: Duration,
 }
 
 /// What `/metrics` shows (config block `metrics { detail, subject_depth }`).
@@ -162,6 +166,8 @@ impl Default for Options {
             latency_objective: limits::LATENCY_OBJECTIVE,
             metrics: MetricsOptions::default(),
             trace_sample_ratio: None,
+            lame_duck_duration: limits::LAME_DUCK_DURATION,
+            lame_duck_grace_period: limits::LAME_DUCK_GRACE_PERIOD,
         }
     }
 }
@@ -248,8 +254,16 @@ pub struct AccountJetStream {
     pub file_bytes_max: Option<u64>,
     /// Streams.
     pub streams_max: Option<u64>,
-    /// Consumers.
+    /// Consumers per stream.
     pub consumers_max: Option<u64>,
+    /// Unacknowledged messages per consumer (`max_ack_pending`).
+    pub ack_pending_max: Option<u64>,
+    /// `max_bytes` of one memory stream (`memory_max_stream_bytes`).
+    pub memory_stream_bytes_max: Option<u64>,
+    /// `max_bytes` of one file stream (`store_max_stream_bytes`).
+    pub file_stream_bytes_max: Option<u64>,
+    /// Every stream must set `max_bytes` (`max_bytes_required`).
+    pub max_bytes_required: bool,
 }
 
 /// When appended messages are fsynced.

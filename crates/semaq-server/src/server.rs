@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use semaq_wire::info::ServerInfo;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{mpsc, Semaphore};
 
 use crate::agents::Agents;
 use crate::auth::Authenticator;
@@ -18,6 +18,7 @@ use crate::connection::{self, Context};
 use crate::filter::Filters;
 use crate::identity::{Identity, NATS_COMPATIBLE_VERSION, SEMAQ_VERSION};
 use crate::jetstream::{JetStream, Services};
+pub use crate::lame_duck::Control;
 use crate::latency::Latency;
 use crate::limits;
 use crate::monitor::Monitor;
@@ -145,14 +146,33 @@ impl Server {
 
     /// Serves until `shutdown` resolves, then drains connections and returns.
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
+        let (sender, control) = mpsc::channel(1);
+        let signal = async move {
+            shutdown.await;
+            let _ = sender.send(Control::Interrupt).await;
+            // Keep the sender: a closed channel means "no more signals", not "stop".
+            std::future::pending::<()>().await
+        };
+        tokio::select! {
+            () = self.run_controlled(control) => {}
+            () = signal => {}
+        }
+    }
+
+    /// Serves until `control` says to stop (at once, or after lame duck mode), then drains
+    /// connections, closes JetStream and returns.
+    pub async fn run_controlled(self, mut control: mpsc::Receiver<Control>) {
         let Server { context, monitor, listener, http_listener } = self;
         let http_task = http_listener.map(|http| tokio::spawn(crate::monitor::serve(monitor.clone(), http)));
         let permits = Arc::new(Semaphore::new(context.options.connections_max));
         let mut connections = tokio::task::JoinSet::new();
-        tokio::pin!(shutdown);
-        loop {
+        let mut signals_open = true;
+        let stop = loop {
             tokio::select! {
-                _ = &mut shutdown => break,
+                next = control.recv(), if signals_open => match next {
+                    Some(stop) => break stop,
+                    None => signals_open = false,
+                },
                 accepted = listener.accept() => {
                     let Ok((socket, addr)) = accepted else { continue };
                     bump(&context.bus.stats.total_connections);
@@ -169,12 +189,18 @@ impl Server {
                 }
                 Some(_) = connections.join_next(), if !connections.is_empty() => {}
             }
-        }
+        };
+        // Closing the listener is what refuses new clients, in lame duck mode as in shutdown.
         drop(listener);
+        if stop == Control::LameDuck {
+            crate::lame_duck::run(&context, &mut connections, &mut control).await;
+        }
         tracing::info!("Initiating Shutdown...");
         shutdown_connections(&context.bus, connections).await;
         if let Some(jetstream) = &monitor.jetstream {
+            tracing::info!("Initiating JetStream Shutdown...");
             jetstream.shutdown();
+            tracing::info!("JetStream Shutdown");
         }
         if let Some(task) = http_task {
             task.abort();
@@ -267,5 +293,6 @@ fn info_template(
         tls_verify: options.tls.as_ref().is_some_and(|tls| tls.verify),
         nonce: None,
         domain: options.jetstream_domain.clone(),
+        ldm: false,
     }
 }

@@ -45,6 +45,9 @@ pub struct ServerInfo {
     /// JetStream domain, when configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub domain: Option<String>,
+    /// Lame duck mode: the server is about to close this connection; only in the async INFO that says so.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ldm: bool,
 }
 
 /// The options a client sends in `CONNECT`; unknown fields are ignored.

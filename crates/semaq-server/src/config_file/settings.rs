@@ -57,8 +57,6 @@ const NATS_ONLY_KEYS: &[&str] = &[
     "trace_headers",
     "prof_port",
     "prof_block_rate",
-    "lame_duck_duration",
-    "lame_duck_grace_period",
     "ocsp",
     "ocsp_cache",
     "allow_non_tls",
@@ -88,6 +86,7 @@ pub(super) fn apply(tree: &Map, root: Option<Arc<Path>>, options: &mut Options) 
         payload_at: None,
         no_auth_user_at: None,
         user_sites: Vec::new(),
+        lame_duck_at: None,
     };
     for entry in &tree.entries {
         mapper.top(entry)?;
@@ -106,6 +105,8 @@ struct Mapper<'o> {
     no_auth_user_at: Option<Location>,
     /// Every user defined (authorization and accounts) with where, to catch duplicates.
     user_sites: Vec<(String, Location)>,
+    /// Where the last lame duck setting was, for the grace-below-duration check.
+    lame_duck_at: Option<Location>,
 }
 
 impl Mapper<'_> {
@@ -160,6 +161,7 @@ impl Mapper<'_> {
             "ping_interval" => self.options.ping_interval = or_default(duration(key, value)?, limits::PING_INTERVAL),
             "ping_max" => self.options.pings_outstanding_max = pings(key, value)?,
             "write_deadline" => self.options.write_deadline = or_default(duration(key, value)?, limits::WRITE_DEADLINE),
+            "lame_duck_duration" | "lame_duck_grace_period" => self.lame_duck(key, value)?,
             _ => return self.top_files(key, entry),
         }
         Ok(())
@@ -188,6 +190,26 @@ impl Mapper<'_> {
             "accounts" => self.accounts(value)?,
             _ => self.unknown(entry, ""),
         }
+        Ok(())
+    }
+
+    /// nats-server's rules: a duration of at least 30 s, a grace period not negative and
+    /// shorter than the duration.
+    fn lame_duck(&mut self, key: &str, value: &Value) -> Result<(), ConfigError> {
+        let given = duration(key, value)
+            .map_err(|_| invalid(&value.at, format!("error parsing {key}: invalid duration {:?}", value.text)))?;
+        if key == "lame_duck_duration" {
+            if given < limits::LAME_DUCK_DURATION_MIN {
+                return Err(invalid(
+                    &value.at,
+                    format!("invalid lame_duck_duration of {given:?}, minimum is 30 seconds"),
+                ));
+            }
+            self.options.lame_duck_duration = given;
+        } else {
+            self.options.lame_duck_grace_period = given;
+        }
+        self.lame_duck_at = Some(value.at.clone());
         Ok(())
     }
 
@@ -584,6 +606,16 @@ impl Mapper<'_> {
                 }
                 "max_streams" | "streams" => limits.streams_max = optional_count(&key, v)?,
                 "max_consumers" | "consumers" => limits.consumers_max = optional_count(&key, v)?,
+                "max_ack_pending" => limits.ack_pending_max = optional_count(&key, v)?,
+                "max_bytes_required" | "max_stream_bytes" | "max_bytes" => {
+                    limits.max_bytes_required = boolean(&key, v)?
+                }
+                "mem_max_stream_bytes" | "memory_max_stream_bytes" => {
+                    limits.memory_stream_bytes_max = optional_size(&key, v)?
+                }
+                "disk_max_stream_bytes" | "store_max_stream_bytes" => {
+                    limits.file_stream_bytes_max = optional_size(&key, v)?
+                }
                 _ => self.unknown(entry, path),
             }
         }
@@ -608,6 +640,15 @@ impl Mapper<'_> {
             let (payload, pending) = (self.options.payload_bytes_max, self.options.pending_bytes_max);
             if payload > pending {
                 let message = format!("max_payload ({payload}) cannot be larger than max_pending ({pending})");
+                return Err(invalid(at, message));
+            }
+        }
+        if let Some(at) = &self.lame_duck_at {
+            let (grace, duration) = (self.options.lame_duck_grace_period, self.options.lame_duck_duration);
+            if grace >= duration {
+                let message = format!(
+                    "lame duck grace period ({grace:?}) should be strictly lower than lame duck duration ({duration:?})"
+                );
                 return Err(invalid(at, message));
             }
         }

@@ -190,6 +190,7 @@ fn a_realistic_nats_server_config() {
                     file_bytes_max: Some(1 << 30),
                     streams_max: Some(10),
                     consumers_max: None,
+                    ..AccountJetStream::default()
                 }),
             },
         ]
@@ -693,4 +694,30 @@ fn a_metrics_block_sets_detail_and_depth() {
     assert!(error("metrics { detail: 3 }").contains("metrics.detail"));
     let (_, warnings) = load_text("metrics { details: true }");
     assert!(warnings.iter().any(|w| w.contains("metrics.details")), "{warnings:?}");
+}
+
+#[test]
+fn lame_duck_settings_follow_nats_servers_rules() {
+    let options = loaded("lame_duck_duration: \"45s\"\nlame_duck_grace_period: \"2s\"\n");
+    assert_eq!(
+        (options.lame_duck_duration, options.lame_duck_grace_period),
+        (Duration::from_secs(45), Duration::from_secs(2))
+    );
+    let defaults = loaded("");
+    assert_eq!(
+        (defaults.lame_duck_duration, defaults.lame_duck_grace_period),
+        (limits::LAME_DUCK_DURATION, limits::LAME_DUCK_GRACE_PERIOD)
+    );
+    assert!(error("lame_duck_duration: \"5s\"\n").contains("invalid lame_duck_duration of 5s, minimum is 30 seconds"));
+    assert!(error("lame_duck_duration: \"30s\"\nlame_duck_grace_period: \"30s\"\n").contains("strictly lower"));
+}
+
+#[test]
+fn account_jetstream_blocks_take_every_limit() {
+    let text = "accounts { A { jetstream { max_ack_pending: 100, max_bytes_required: true, \
+                memory_max_stream_bytes: 1KB, store_max_stream_bytes: 2KB } } }\n";
+    let limits = loaded(text).accounts[0].jetstream.clone().expect("jetstream block");
+    assert_eq!(limits.ack_pending_max, Some(100));
+    assert!(limits.max_bytes_required);
+    assert_eq!((limits.memory_stream_bytes_max, limits.file_stream_bytes_max), (Some(1024), Some(2048)));
 }

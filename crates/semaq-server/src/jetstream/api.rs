@@ -3,7 +3,6 @@
 //! Requests arrive through an internal subscription, are queued (bounded) and handled one at
 //! a time by the API task, which answers on the request's reply subject.
 
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use base64::Engine;
@@ -126,7 +125,7 @@ fn handle(services: &Services, jetstream: &JetStream, reply: &str, tokens: &[&st
         return None;
     }
     let response = match tokens {
-        ["INFO"] => respond("account_info", Ok(account_info(services, jetstream))),
+        ["INFO"] => respond("account_info", Ok(super::account::info(jetstream))),
         ["STREAM", "CREATE", name] => respond("stream_create", create_stream(jetstream, name, payload)),
         ["STREAM", "UPDATE", name] => respond("stream_update", update_stream(jetstream, name, payload)),
         ["STREAM", "INFO", name] => paged(respond("stream_info", stream_info_request(jetstream, name, payload))),
@@ -197,37 +196,6 @@ fn with_default(mut response: Value, key: &str, value: Value) -> Value {
         object.entry(key).or_insert(value);
     }
     response
-}
-
-fn account_info(services: &Services, jetstream: &JetStream) -> Value {
-    let (streams, memory, storage) = jetstream.usage();
-    let consumers: usize = jetstream.streams().iter().map(|s| s.consumer_count()).sum();
-    let mut info = json!({
-        "memory": memory,
-        "storage": storage,
-        "reserved_memory": 0,
-        "reserved_storage": 0,
-        "streams": streams,
-        "consumers": consumers,
-        "limits": {
-            "max_memory": services.options.jetstream_memory_bytes_max.map_or(-1, |v| v as i64),
-            "max_storage": services.options.jetstream_file_bytes_max.map_or(-1, |v| v as i64),
-            "max_streams": -1,
-            "max_consumers": -1,
-            "max_ack_pending": -1,
-            "memory_max_stream_bytes": -1,
-            "storage_max_stream_bytes": -1,
-            "max_bytes_required": false,
-        },
-        "api": {
-            "total": jetstream.api_requests.load(Ordering::Relaxed),
-            "errors": jetstream.api_errors.load(Ordering::Relaxed),
-        },
-    });
-    if let Some(domain) = &services.options.jetstream_domain {
-        info["domain"] = json!(domain);
-    }
-    info
 }
 
 fn stream_config_from(name: &str, payload: &[u8]) -> Result<StreamConfig, ApiError> {

@@ -89,7 +89,10 @@ pub fn create(
         config.name = Some(config.durable_name.clone().unwrap_or_else(random_name));
     }
     let stream_config = stream.config();
+    let options = &stream.services().options;
+    super::account::apply_consumer_defaults(options, &mut config);
     let config = validate::normalize(config, &stream_config)?;
+    super::account::check_consumer(options, &config)?;
     let name = config.name.clone().unwrap_or_default();
     if let Some(existing) = stream.consumer(&name) {
         return update_existing(&existing, config, &request.action);
@@ -98,9 +101,8 @@ pub fn create(
         return Err(ApiError::consumer_does_not_exist());
     }
     let others = stream.consumers();
-    if stream_config.max_consumers > 0 && others.len() as i64 >= stream_config.max_consumers
-        || others.len() >= limits::CONSUMERS_PER_STREAM_MAX
-    {
+    let most = super::account::consumers_max(options, &stream_config);
+    if most.is_some_and(|most| others.len() >= most) || others.len() >= limits::CONSUMERS_PER_STREAM_MAX {
         return Err(ApiError::max_consumers());
     }
     if stream_config.retention == Retention::Workqueue {

@@ -7,6 +7,7 @@
 //! - [`counters`]: counter streams (`allow_msg_counter`, `Nats-Incr`).
 //! - [`batch`]: atomic batch publish (`Nats-Batch-Id`): staging, commit, crash recovery.
 //! - [`api`]: the request handlers.
+//! - [`account`]: account info and the account's JetStream limits.
 //! - [`lineage`]: L4 `Semaq-Parent` checks at publish and the `$SEMAQ.API.LINEAGE` graph.
 //! - [`provenance`]: level 4 streams: event time, context headers, hash chain, checkpoints.
 //! - [`schema`]: the `semaq.*` level keys, and L2 streams bound to a registry subject.
@@ -17,6 +18,7 @@
 //! creation time), `jetstream/streams/<name>/msgs/` (the `semaq-store` log) and, for level 4,
 //! `jetstream/streams/<name>/provenance/` (key pair and checkpoints).
 
+pub mod account;
 pub mod api;
 pub mod batch;
 pub mod config;
@@ -275,11 +277,13 @@ impl JetStream {
     /// Creates a stream, or succeeds when one with the identical config exists.
     pub fn create_stream(&self, config: StreamConfig) -> Result<Arc<Stream>, ApiError> {
         let config = normalize(config)?;
+        account::check_stream_config(&self.services.options, &config)?;
         self::schema::check_stream(&self.services.registry, &config.metadata)?;
         provenance::check_config(None, &config)?;
         if let Some(existing) = self.stream(&config.name) {
             return if *existing.config() == config { Ok(existing) } else { Err(ApiError::stream_name_exists()) };
         }
+        account::check_stream_create(self, &config)?;
         if self.streams().len() >= limits::STREAMS_MAX {
             return Err(ApiError::max_streams());
         }
@@ -304,6 +308,7 @@ impl JetStream {
     /// Updates a stream where nats-server allows it.
     pub fn update_stream(&self, config: StreamConfig) -> Result<Arc<Stream>, ApiError> {
         let config = normalize(config)?;
+        account::check_stream_config(&self.services.options, &config)?;
         self::schema::check_stream(&self.services.registry, &config.metadata)?;
         let stream = self.stream(&config.name).ok_or_else(ApiError::stream_not_found)?;
         check_update(&stream.config(), &config)?;

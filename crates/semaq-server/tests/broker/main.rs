@@ -2,6 +2,7 @@
 //! One test binary keeps link time down; each module is one area of behaviour. Servers are
 //! started with `semaq-testkit`.
 
+mod account_limits;
 mod agents;
 mod agents_durable;
 mod agents_services;
@@ -16,6 +17,7 @@ mod jetstream_api;
 mod jetstream_api_210;
 mod jetstream_consumers;
 mod l4_batch;
+mod lame_duck;
 mod latency;
 mod lineage;
 mod lossy;

@@ -1,0 +1,234 @@
+//! The JetStream account: `$JS.API.INFO` (usage, limits, API counters) and the account limits
+//! checked where streams and consumers are created, with nats-server's error codes.
+//!
+//! SemaQ has one account namespace: users of every account share the streams. The limits
+//! applied are those of the account when exactly one is configured with a `jetstream` block
+//! (from the config file, or mapped from its JWT into the same [`AccountJetStream`]), else
+//! `$G`'s, which are unlimited as in nats-server. The server's own `jetstream { max_memory_store,
+//! max_file_store }` bound the bytes reserved by streams' `max_bytes` on top of that.
+
+use serde_json::{json, Value};
+
+use super::config::{AckPolicy, ConsumerConfig, Storage, StreamConfig, MAX_ACK_PENDING_DEFAULT};
+use super::errors::ApiError;
+use super::JetStream;
+use crate::options::{AccountJetStream, Options};
+
+/// The account limits in force, nats-server's way: -1 is no limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AccountLimits {
+    /// Bytes in memory streams.
+    pub memory_bytes_max: i64,
+    /// Bytes in file streams.
+    pub file_bytes_max: i64,
+    /// Streams.
+    pub streams_max: i64,
+    /// Consumers per stream.
+    pub consumers_max: i64,
+    /// Unacknowledged messages per consumer.
+    pub ack_pending_max: i64,
+    /// `max_bytes` of one memory stream.
+    pub memory_stream_bytes_max: i64,
+    /// `max_bytes` of one file stream.
+    pub file_stream_bytes_max: i64,
+    /// Streams must set `max_bytes`.
+    pub max_bytes_required: bool,
+}
+
+impl AccountLimits {
+    /// No limits: the global account `$G`.
+    pub const UNLIMITED: Self = Self {
+        memory_bytes_max: -1,
+        file_bytes_max: -1,
+        streams_max: -1,
+        consumers_max: -1,
+        ack_pending_max: -1,
+        memory_stream_bytes_max: -1,
+        file_stream_bytes_max: -1,
+        max_bytes_required: false,
+    };
+
+    /// The limits in force: the one configured account's `jetstream` block, else `$G`'s.
+    pub fn of(options: &Options) -> Self {
+        match options.accounts.as_slice() {
+            [account] => account.jetstream.as_ref().map_or(Self::UNLIMITED, Self::from_account),
+            _ => Self::UNLIMITED,
+        }
+    }
+
+    fn from_account(limits: &AccountJetStream) -> Self {
+        let limit = |value: Option<u64>| value.map_or(-1, |v| i64::try_from(v).unwrap_or(i64::MAX));
+        Self {
+            memory_bytes_max: limit(limits.memory_bytes_max),
+            file_bytes_max: limit(limits.file_bytes_max),
+            streams_max: limit(limits.streams_max),
+            consumers_max: limit(limits.consumers_max),
+            ack_pending_max: limit(limits.ack_pending_max),
+            memory_stream_bytes_max: limit(limits.memory_stream_bytes_max),
+            file_stream_bytes_max: limit(limits.file_stream_bytes_max),
+            max_bytes_required: limits.max_bytes_required,
+        }
+    }
+
+    /// The `limits` object of account info.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "max_memory": self.memory_bytes_max,
+            "max_storage": self.file_bytes_max,
+            "max_streams": self.streams_max,
+            "max_consumers": self.consumers_max,
+            "max_ack_pending": self.ack_pending_max,
+            "memory_max_stream_bytes": self.memory_stream_bytes_max,
+            "storage_max_stream_bytes": self.file_stream_bytes_max,
+            "max_bytes_required": self.max_bytes_required,
+        })
+    }
+
+    fn stream_bytes_max(&self, storage: Storage) -> i64 {
+        match storage {
+            Storage::Memory => self.memory_stream_bytes_max,
+            Storage::File => self.file_stream_bytes_max,
+        }
+    }
+}
+
+/// The body of `$JS.API.INFO`, as nats-server 2.10 (2.9 has no `reserved_*`).
+pub fn info(jetstream: &JetStream) -> Value {
+    let options = &jetstream.services().options;
+    let (streams, memory, storage) = jetstream.usage();
+    let consumers: usize = jetstream.streams().iter().map(|s| s.consumer_count()).sum();
+    let mut info = json!({
+        "memory": memory,
+        "storage": storage,
+        "reserved_memory": 0,
+        "reserved_storage": 0,
+        "streams": streams,
+        "consumers": consumers,
+        "limits": AccountLimits::of(options).to_json(),
+        "api": {
+            "total": jetstream.api_requests.load(std::sync::atomic::Ordering::Relaxed),
+            "errors": jetstream.api_errors.load(std::sync::atomic::Ordering::Relaxed),
+        },
+    });
+    if let Some(domain) = &options.jetstream_domain {
+        info["domain"] = json!(domain);
+    }
+    info
+}
+
+/// The stream config against the account's `max_bytes` rules (create and update), after the
+/// config's own checks, as nats-server's `checkStreamCfg` ends.
+pub fn check_stream_config(options: &Options, config: &StreamConfig) -> Result<(), ApiError> {
+    let limits = AccountLimits::of(options);
+    let stream_bytes_max = limits.stream_bytes_max(config.storage);
+    if limits.max_bytes_required && config.max_bytes <= 0 {
+        return Err(error(400, 10113, "account requires a stream config to have max bytes set"));
+    }
+    if stream_bytes_max > 0 && config.max_bytes > stream_bytes_max {
+        return Err(error(400, 10122, "stream max bytes exceeds account limit max stream bytes"));
+    }
+    Ok(())
+}
+
+/// A new stream against the account's and the server's limits: the number of streams, its
+/// `max_consumers`, and the bytes its `max_bytes` would reserve beside the other streams'.
+pub fn check_stream_create(jetstream: &JetStream, config: &StreamConfig) -> Result<(), ApiError> {
+    let options = &jetstream.services().options;
+    let limits = AccountLimits::of(options);
+    let streams = jetstream.streams();
+    if limits.streams_max > 0 && streams.len() as i64 >= limits.streams_max {
+        return Err(error(400, 10027, "maximum number of streams reached"));
+    }
+    if config.max_consumers > 0 && limits.consumers_max > 0 && config.max_consumers > limits.consumers_max {
+        return Err(error(400, 10026, "maximum consumers limit reached"));
+    }
+    let reserved: i64 = streams
+        .iter()
+        .map(|stream| stream.config())
+        .filter(|other| other.storage == config.storage && other.max_bytes > 0)
+        .map(|other| other.max_bytes)
+        .fold(0, i64::saturating_add);
+    // A stream without max_bytes reserves one byte, as in nats-server.
+    let adding = config.max_bytes.max(1);
+    let (account_max, server_max) = match config.storage {
+        Storage::Memory => (limits.memory_bytes_max, options.jetstream_memory_bytes_max),
+        Storage::File => (limits.file_bytes_max, options.jetstream_file_bytes_max),
+    };
+    let server_max = server_max.map_or(i64::MAX, |v| i64::try_from(v).unwrap_or(i64::MAX));
+    let over_account = account_max >= 0 && reserved.saturating_add(adding) > account_max;
+    if over_account || reserved.saturating_add(adding) > server_max {
+        return Err(insufficient(config.storage));
+    }
+    Ok(())
+}
+
+/// nats-server's "insufficient resources" for the storage type (10028 memory, 10047 file).
+fn insufficient(storage: Storage) -> ApiError {
+    match storage {
+        Storage::Memory => error(500, 10028, "insufficient memory resources available"),
+        Storage::File => error(500, 10047, "insufficient storage resources available"),
+    }
+}
+
+/// The account's consumer defaults, before the config's own defaults: an acknowledging
+/// consumer without `max_ack_pending` gets the account's limit when it is below the default.
+pub fn apply_consumer_defaults(options: &Options, config: &mut ConsumerConfig) {
+    let limit = AccountLimits::of(options).ack_pending_max;
+    let acknowledging = matches!(config.ack_policy, AckPolicy::Explicit | AckPolicy::All);
+    if acknowledging && config.max_ack_pending == 0 && limit > 0 && limit < MAX_ACK_PENDING_DEFAULT {
+        config.max_ack_pending = limit;
+    }
+}
+
+/// A consumer's `max_ack_pending` against the account's (nats-server's 10121).
+pub fn check_consumer(options: &Options, config: &ConsumerConfig) -> Result<(), ApiError> {
+    let limit = AccountLimits::of(options).ack_pending_max;
+    if limit > 0 && config.max_ack_pending > limit {
+        return Err(error(400, 10121, format!("consumer max ack pending exceeds system limit of {limit}")));
+    }
+    Ok(())
+}
+
+/// The consumers a stream may have: its own `max_consumers`, lowered to the account's.
+pub fn consumers_max(options: &Options, stream: &StreamConfig) -> Option<usize> {
+    let account = AccountLimits::of(options).consumers_max;
+    let mut most = stream.max_consumers;
+    if most <= 0 || (account > 0 && account < most) {
+        most = account;
+    }
+    (most > 0).then(|| usize::try_from(most).unwrap_or(usize::MAX))
+}
+
+fn error(code: u16, err_code: u32, description: impl Into<String>) -> ApiError {
+    ApiError { code, err_code, description: description.into() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::Account;
+
+    fn options_with(limits: AccountJetStream) -> Options {
+        let account = Account { name: "A".to_string(), users: Vec::new(), jetstream: Some(limits) };
+        Options { accounts: vec![account], ..Options::default() }
+    }
+
+    #[test]
+    fn one_account_gives_its_limits_and_two_give_none() {
+        let options = options_with(AccountJetStream { streams_max: Some(2), ..AccountJetStream::default() });
+        assert_eq!(AccountLimits::of(&options).streams_max, 2);
+        let mut two = options.clone();
+        two.accounts.push(Account { name: "B".to_string(), ..Account::default() });
+        assert_eq!(AccountLimits::of(&two), AccountLimits::UNLIMITED);
+    }
+
+    #[test]
+    fn consumers_max_is_the_lower_of_stream_and_account() {
+        let options = options_with(AccountJetStream { consumers_max: Some(3), ..AccountJetStream::default() });
+        let stream = |max_consumers| StreamConfig { max_consumers, ..StreamConfig::default() };
+        assert_eq!(consumers_max(&options, &stream(-1)), Some(3));
+        assert_eq!(consumers_max(&options, &stream(2)), Some(2));
+        assert_eq!(consumers_max(&options, &stream(5)), Some(3));
+        assert_eq!(consumers_max(&Options::default(), &stream(-1)), None);
+    }
+}
