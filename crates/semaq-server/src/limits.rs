@@ -302,3 +302,13 @@ pub const LATENCY_RECENT_WINDOW: std::time::Duration = std::time::Duration::from
 pub const DASHBOARD_STREAMS_MAX: usize = 256;
 /// Dashboard (`/api/streams`): consumers listed per stream, by name.
 pub const DASHBOARD_CONSUMERS_PER_STREAM_MAX: usize = 64;
+
+/// Auth (`auth/`): longest user JWT a client may send in CONNECT (the control line bounds it first
+/// at its default of 4 KiB; this holds when `max_control_line` is raised).
+pub const USER_JWT_BYTES_MAX: usize = 16 * 1024;
+/// Auth: longest operator or account JWT read from the config (accounts with many exports are big).
+pub const ACCOUNT_JWT_BYTES_MAX: usize = 1024 * 1024;
+/// Auth: longest nonce signature, as text (an Ed25519 signature is 86 base64url characters).
+pub const NKEY_SIGNATURE_TEXT_BYTES_MAX: usize = 256;
+/// Auth: accounts in `resolver_preload`.
+pub const PRELOADED_ACCOUNTS_MAX: usize = 10_000;

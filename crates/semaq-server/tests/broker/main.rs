@@ -6,6 +6,7 @@ mod agents;
 mod agents_durable;
 mod agents_services;
 mod auth;
+mod auth_nkeys;
 mod crash;
 mod exactly_once;
 mod filter;
