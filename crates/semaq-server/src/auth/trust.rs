@@ -185,7 +185,7 @@ impl Trust {
             return Err(refusal("user authentication revoked"));
         }
         let permissions = match limits.has_permissions() {
-            true => Some(Arc::new(ClientPermissions::new(&permissions(&limits.publish, &limits.subscribe)))),
+            true => Some(Arc::new(ClientPermissions::new(&user_permissions(&limits)))),
             false => account.default_permissions.clone(),
         };
         Ok(JwtGrant {
@@ -249,6 +249,19 @@ fn permissions(publish: &SubjectList, subscribe: &SubjectList) -> Permissions {
     Permissions { publish: rules(publish), subscribe: rules(subscribe) }
 }
 
+/// The user's own permissions. With `resp` and no publish allow list nats-server lets the user
+/// publish only replies to requests it received; SemaQ does not track those replies yet, so such
+/// a user may publish nothing rather than everything.
+fn user_permissions(limits: &UserPermissionLimits) -> Permissions {
+    let mut granted = permissions(&limits.publish, &limits.subscribe);
+    let no_allow_list = limits.publish.allow.as_ref().is_none_or(Vec::is_empty);
+    if limits.resp.is_some() && no_allow_list {
+        let publish = granted.publish.get_or_insert_with(SubjectPermission::default);
+        publish.deny.push(">".to_string());
+    }
+    granted
+}
+
 /// A JWT limit as a bound: -1 (or any negative) is none.
 fn limit(value: i64) -> Option<u64> {
     u64::try_from(value).ok()
@@ -277,4 +290,30 @@ fn refused(what: &'static str) -> impl Fn(JwtError) -> AuthError {
 fn now() -> i64 {
     let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     i64::try_from(since.as_secs()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn responses_without_a_publish_allow_list_grant_no_publish() {
+        let limits = UserPermissionLimits { resp: Some(Default::default()), ..Default::default() };
+        let granted = ClientPermissions::new(&user_permissions(&limits));
+        assert!(!granted.may_publish("_INBOX.abc"), "replies are not tracked: nothing rather than everything");
+        let allowed = SubjectList { allow: Some(vec!["orders.>".into()]), deny: None };
+        let limits = UserPermissionLimits { publish: allowed, ..limits };
+        let granted = ClientPermissions::new(&user_permissions(&limits));
+        assert!(granted.may_publish("orders.new") && !granted.may_publish("payments"));
+    }
+
+    #[test]
+    fn limits_take_the_least_and_negative_means_none() {
+        assert_eq!(least(-1, -1), None);
+        assert_eq!(least(5, -1), Some(5));
+        assert_eq!(least(-1, 3), Some(3));
+        assert_eq!(least(5, 3), Some(3));
+        assert_eq!(limit(-1), None);
+        assert_eq!(limit(7), Some(7));
+    }
 }
