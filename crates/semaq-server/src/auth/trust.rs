@@ -150,13 +150,8 @@ impl Trust {
     /// The accounts that have JetStream (a storage limit other than 0), with their limits.
     pub fn jetstream_accounts(&self) -> impl Iterator<Item = (&str, AccountJetStream)> + '_ {
         self.accounts.values().filter(|a| a.limits.mem_storage != 0 || a.limits.disk_storage != 0).map(|account| {
-            let limits = &account.limits;
-            let jetstream = AccountJetStream {
-                memory_bytes_max: limit(limits.mem_storage),
-                file_bytes_max: limit(limits.disk_storage),
-                streams_max: limit(limits.streams),
-                consumers_max: limit(limits.consumer),
-            };
+            let mut jetstream = AccountJetStream::default();
+            set_jetstream_limits(&account.limits, &mut jetstream);
             (account.public_key.as_str(), jetstream)
         })
     }
@@ -260,6 +255,15 @@ fn user_permissions(limits: &UserPermissionLimits) -> Permissions {
         publish.deny.push(">".to_string());
     }
     granted
+}
+
+/// Copies the JWT's JetStream limits onto the type the config's account `jetstream {}` blocks
+/// fill, field by field, so limits the type gains stay at their defaults until mapped here.
+fn set_jetstream_limits(limits: &AccountLimits, jetstream: &mut AccountJetStream) {
+    jetstream.memory_bytes_max = limit(limits.mem_storage);
+    jetstream.file_bytes_max = limit(limits.disk_storage);
+    jetstream.streams_max = limit(limits.streams);
+    jetstream.consumers_max = limit(limits.consumer);
 }
 
 /// A JWT limit as a bound: -1 (or any negative) is none.
