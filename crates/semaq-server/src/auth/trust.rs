@@ -262,8 +262,13 @@ fn user_permissions(limits: &UserPermissionLimits) -> Permissions {
 fn set_jetstream_limits(limits: &AccountLimits, jetstream: &mut AccountJetStream) {
     jetstream.memory_bytes_max = limit(limits.mem_storage);
     jetstream.file_bytes_max = limit(limits.disk_storage);
-    jetstream.streams_max = limit(limits.streams);
-    jetstream.consumers_max = limit(limits.consumer);
+    jetstream.streams_max = count_limit(limits.streams);
+    jetstream.consumers_max = count_limit(limits.consumer);
+}
+
+/// A JetStream count from a JWT as a bound: nats-server treats 0, like -1, as no bound.
+fn count_limit(value: i64) -> Option<u64> {
+    u64::try_from(value).ok().filter(|count| *count > 0)
 }
 
 /// A JWT limit as a bound: -1 (or any negative) is none.
@@ -319,5 +324,7 @@ mod tests {
         assert_eq!(least(5, 3), Some(3));
         assert_eq!(limit(-1), None);
         assert_eq!(limit(7), Some(7));
+        assert_eq!(count_limit(0), None, "no stream count bound, as in nats-server");
+        assert_eq!(count_limit(4), Some(4));
     }
 }
