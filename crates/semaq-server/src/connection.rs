@@ -19,7 +19,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 
 use crate::agents::Agents;
-use crate::auth::{Authenticator, ClientPermissions, Grant};
+use crate::auth::{AccountSlot, AuthError, Authenticator, ClientPermissions, ConnectionLimits, Grant};
 use crate::bus::Bus;
 use crate::client::{Client, ClientDetails};
 use crate::delivery::{self, FlushSet, Message, Sink, SubscriberRef, Subscription};
@@ -79,9 +79,10 @@ pub async fn serve(context: Arc<Context>, socket: TcpStream, addr: SocketAddr) {
     let info = context.client_info(id, addr);
     let mut hello = BytesMut::new();
     encode::info(&mut hello, &info);
+    let nonce = info.nonce;
     let Some(acceptor) = tls else {
         let (reader, writer) = socket.into_split();
-        return run(context, client, reader, writer, hello).await;
+        return run(context, client, reader, writer, (hello, nonce)).await;
     };
     // INFO goes out in plain text first; the client then starts the TLS handshake.
     let mut socket = socket;
@@ -92,24 +93,26 @@ pub async fn serve(context: Arc<Context>, socket: TcpStream, addr: SocketAddr) {
     match tokio::time::timeout(timeout, acceptor.accept(socket)).await {
         Ok(Ok(stream)) => {
             let (reader, writer) = tokio::io::split(stream);
-            run(context, client, reader, writer, BytesMut::new()).await;
+            run(context, client, reader, writer, (BytesMut::new(), nonce)).await;
         }
         Ok(Err(error)) => tracing::debug!(%addr, %error, "TLS handshake failed"),
         Err(_) => tracing::debug!(%addr, "TLS handshake timed out"),
     }
 }
 
-async fn run<R, W>(context: Arc<Context>, client: Arc<Client>, reader: R, writer: W, hello: BytesMut)
+/// `hello` is what to send first, with the nonce it carries (which the client must sign).
+async fn run<R, W>(context: Arc<Context>, client: Arc<Client>, reader: R, writer: W, hello: (BytesMut, Option<String>))
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
+    let (hello, nonce) = hello;
     context.bus.register(&client);
     client.outbound.send(&hello);
     let write_deadline = context.options.write_deadline;
     let writer_client = client.clone();
     let writer_task = tokio::spawn(async move { writer_client.outbound.run_writer(writer, write_deadline).await });
-    let mut connection = Connection::new(context.clone(), client.clone());
+    let mut connection = Connection::new(context.clone(), client.clone(), nonce);
     let reason = connection.read_loop(reader).await;
     client.outbound.close(reason);
     connection.remove_subscriptions();
@@ -130,13 +133,19 @@ struct Connection {
     publish_allowed: HashMap<ByteString, bool>,
     pings_outstanding: u32,
     connected: bool,
+    /// The nonce sent in INFO, which nkey and JWT users sign.
+    nonce: Option<String>,
+    /// Bounds the user's credentials set, beyond the server's.
+    limits: ConnectionLimits,
+    /// Held while connected: the connection's place in its account's connection limit.
+    _slot: Option<Arc<AccountSlot>>,
 }
 
 /// Cached publish-permission verdicts per connection before the cache is reset.
 const PUBLISH_PERMISSION_CACHE_ENTRIES_MAX: usize = 1024;
 
 impl Connection {
-    fn new(context: Arc<Context>, client: Arc<Client>) -> Self {
+    fn new(context: Arc<Context>, client: Arc<Client>, nonce: Option<String>) -> Self {
         let limits = ParserLimits {
             control_line_bytes_max: context.options.control_line_bytes_max,
             payload_bytes_max: context.options.payload_bytes_max,
@@ -150,6 +159,9 @@ impl Connection {
             publish_allowed: HashMap::new(),
             pings_outstanding: 0,
             connected: false,
+            nonce,
+            limits: ConnectionLimits::default(),
+            _slot: None,
         }
     }
 
@@ -161,7 +173,10 @@ impl Connection {
         let auth_required = self.context.auth.is_required();
         let client = self.client.clone();
         let closed = client.outbound.closed();
-        tokio::pin!(auth_timer, closed);
+        // Armed once CONNECT brings credentials that expire (a user JWT's `exp`).
+        let expiry = tokio::time::sleep(std::time::Duration::MAX / 4);
+        let mut expiry_armed = false;
+        tokio::pin!(auth_timer, closed, expiry);
         loop {
             if buffer.capacity() - buffer.len() < limits::READ_BUFFER_BYTES / 4 {
                 buffer.reserve(limits::READ_BUFFER_BYTES.max(self.parser.bytes_wanted()));
@@ -175,10 +190,18 @@ impl Connection {
                         if let Err(reason) = outcome {
                             return reason;
                         }
+                        if let (false, Some(at)) = (expiry_armed, self.limits.expires) {
+                            expiry.as_mut().reset(instant_of(at));
+                            expiry_armed = true;
+                        }
                     }
                     Err(_) => return CloseReason::IoError,
                 },
                 _ = &mut closed => return client.outbound.close_reason().unwrap_or(CloseReason::ServerShutdown),
+                _ = &mut expiry, if expiry_armed => {
+                    client.outbound.close_with_error(CloseReason::AuthenticationFailure, "User Authentication Expired");
+                    return CloseReason::AuthenticationFailure;
+                }
                 _ = &mut auth_timer, if auth_required && !self.connected => {
                     client.outbound.close_with_error(CloseReason::AuthenticationFailure, "Authentication Timeout");
                     return CloseReason::AuthenticationFailure;
@@ -228,7 +251,10 @@ impl Connection {
         }
         match op {
             ClientOp::Connect(json) => return self.connect(&json),
-            ClientOp::Publish(publish) => self.publish(publish),
+            ClientOp::Publish(publish) => {
+                self.check_payload(&publish)?;
+                self.publish(publish)
+            }
             ClientOp::Subscribe { subject, queue, sid } => self.subscribe(subject, queue, sid),
             ClientOp::Unsubscribe { sid, max_msgs } => self.unsubscribe(&sid, max_msgs),
             ClientOp::Ping => {
@@ -249,6 +275,16 @@ impl Connection {
         Err(CloseReason::AuthenticationFailure)
     }
 
+    fn refuse(&mut self, error: AuthError) -> Result<(), CloseReason> {
+        match error {
+            AuthError::Violation => self.refuse_auth(),
+            AuthError::AccountConnectionsExceeded => {
+                self.client.outbound.close_with_error(CloseReason::MaxConnectionsExceeded, &error.to_string());
+                Err(CloseReason::MaxConnectionsExceeded)
+            }
+        }
+    }
+
     fn connect(&mut self, json: &[u8]) -> Result<(), CloseReason> {
         let Ok(options) = serde_json::from_slice::<ConnectOptions>(json) else {
             self.client.outbound.close_with_error(CloseReason::ProtocolViolation, "Invalid CONNECT JSON");
@@ -259,9 +295,17 @@ impl Connection {
             self.ok();
             return Ok(());
         }
-        let Ok(Grant { user, permissions }) = self.context.auth.authenticate(&options) else {
-            return self.refuse_auth();
-        };
+        let Grant { user, permissions, limits, slot, .. } =
+            match self.context.auth.authenticate(&options, self.nonce.as_deref()) {
+                Ok(grant) => grant,
+                Err(error) => return self.refuse(error),
+            };
+        (self.limits, self._slot) = (limits, slot);
+        if self.limits.subscriptions_max == Some(0) {
+            // nats-server closes a client whose JWT allows no subscription (a JWT without `subs`).
+            self.client.outbound.close_with_error(CloseReason::ProtocolViolation, "maximum subscriptions exceeded");
+            return Err(CloseReason::ProtocolViolation);
+        }
         let verbose = options.verbose;
         self.client.accept_details(ClientDetails { options, user, permissions });
         self.connected = true;
@@ -302,6 +346,16 @@ impl Connection {
         }
         self.publish_allowed.insert(subject.clone(), allowed);
         allowed
+    }
+
+    /// Enforces the user's or account's payload bound, below the server's that the parser enforces.
+    fn check_payload(&self, publish: &Publish) -> Result<(), CloseReason> {
+        let size = publish.headers.as_ref().map_or(0, |h| h.len()) + publish.payload.len();
+        if self.limits.payload_bytes_max.is_some_and(|most| size > most) {
+            self.client.outbound.close_with_error(CloseReason::ProtocolViolation, "Maximum Payload Violation");
+            return Err(CloseReason::ProtocolViolation);
+        }
+        Ok(())
     }
 
     fn publish(&mut self, publish: Publish) {
@@ -389,8 +443,9 @@ impl Connection {
             return;
         }
         self.subscriptions.retain(|_, s| !s.is_exhausted());
-        if self.subscriptions.len() >= self.context.options.subscriptions_per_connection_max {
-            self.send_err("Maximum Subscriptions Exceeded");
+        let most = self.limits.subscriptions_max.map_or(usize::MAX, |most| most);
+        if self.subscriptions.len() >= self.context.options.subscriptions_per_connection_max.min(most) {
+            self.send_err("maximum subscriptions exceeded");
             return;
         }
         let subscription = Arc::new(Subscription::new(Sink::Client(self.client.clone()), subject, queue, sid.clone()));
@@ -431,4 +486,11 @@ impl Connection {
         }
         self.client.subscriptions.store(0, Ordering::Relaxed);
     }
+}
+
+/// The tokio instant of `at`, seconds since the epoch (now when it has passed).
+fn instant_of(at: i64) -> tokio::time::Instant {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(u64::try_from(at).unwrap_or(0));
+    let left = at.duration_since(std::time::SystemTime::now()).unwrap_or_default();
+    tokio::time::Instant::now() + left
 }

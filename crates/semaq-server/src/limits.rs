@@ -327,3 +327,12 @@ pub const LAME_DUCK_DURATION_MIN: Duration = Duration::from_secs(30);
 pub const LAME_DUCK_CLOSE_INTERVAL_MAX: Duration = Duration::from_secs(1);
 /// Signals (SIGINT, SIGTERM, SIGUSR2) queued for the server before the next one waits.
 pub const SIGNALS_QUEUED_MAX: usize = 4;
+/// Auth (`auth/`): longest user JWT a client may send in CONNECT (the control line bounds it first
+/// at its default of 4 KiB; this holds when `max_control_line` is raised).
+pub const USER_JWT_BYTES_MAX: usize = 16 * 1024;
+/// Auth: longest operator or account JWT read from the config (accounts with many exports are big).
+pub const ACCOUNT_JWT_BYTES_MAX: usize = 1024 * 1024;
+/// Auth: longest nonce signature, as text (an Ed25519 signature is 86 base64url characters).
+pub const NKEY_SIGNATURE_TEXT_BYTES_MAX: usize = 256;
+/// Auth: accounts in `resolver_preload`.
+pub const PRELOADED_ACCOUNTS_MAX: usize = 10_000;

@@ -181,13 +181,42 @@ pub struct AuthOptions {
     pub users: Vec<User>,
     /// Clients that send no credentials are treated as this user.
     pub no_auth_user: Option<String>,
+    /// Users that prove an nkey by signing the INFO nonce (`users [ { nkey: U... } ]`).
+    pub nkeys: Vec<NkeyUser>,
+    /// Decentralized JWT auth: the trusted operator and the accounts it signed.
+    pub operator: Option<OperatorOptions>,
 }
 
 impl AuthOptions {
     /// Whether clients must present credentials.
     pub fn is_required(&self, accounts: &[Account]) -> bool {
-        self.token.is_some() || !self.users.is_empty() || accounts.iter().any(|account| !account.users.is_empty())
+        self.token.is_some()
+            || !self.users.is_empty()
+            || !self.nkeys.is_empty()
+            || self.operator.is_some()
+            || accounts.iter().any(|account| !account.users.is_empty() || !account.nkeys.is_empty())
     }
+}
+
+/// A user identified by a public nkey (`U...`) rather than a name and password.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NkeyUser {
+    /// The user's public nkey.
+    pub nkey: String,
+    /// Publish/subscribe restrictions; `None` allows everything.
+    pub permissions: Option<Permissions>,
+}
+
+/// Decentralized auth (`operator`, `resolver: MEMORY`, `resolver_preload`, `system_account`), as text:
+/// the JWTs are decoded and verified when the server starts.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OperatorOptions {
+    /// The trusted operators' JWTs (`operator: <file or JWT>`, several allowed).
+    pub jwts: Vec<String>,
+    /// Account public key → account JWT (`resolver_preload`).
+    pub preload: Vec<(String, String)>,
+    /// The system account's public key (`system_account`; else the operator's).
+    pub system_account: Option<String>,
 }
 
 /// One user and what it may do.
@@ -243,6 +272,8 @@ pub struct Account {
     pub users: Vec<User>,
     /// JetStream enabled for the account, with its limits.
     pub jetstream: Option<AccountJetStream>,
+    /// Nkey users that belong to it.
+    pub nkeys: Vec<NkeyUser>,
 }
 
 /// JetStream limits of an account.

@@ -52,6 +52,9 @@ pub enum StartError {
     /// JetStream could not start.
     #[error(transparent)]
     JetStream(#[from] crate::jetstream::JetStreamError),
+    /// The operator JWT (decentralized auth) is not valid.
+    #[error(transparent)]
+    Trust(#[from] crate::auth::TrustError),
     /// A file (pid, ports, store directory) could not be written.
     #[error("cannot write {path}: {source}")]
     Write {
@@ -72,7 +75,9 @@ pub struct Server {
 
 impl Server {
     /// Binds the listeners named by `options` and starts every subsystem.
-    pub async fn bind(options: Options) -> Result<Self, StartError> {
+    pub async fn bind(mut options: Options) -> Result<Self, StartError> {
+        let auth = Authenticator::from_options(&options)?;
+        add_jwt_accounts(&mut options, &auth);
         let options = Arc::new(options);
         if let Err(error) = crate::trace::init(options.trace_sample_ratio) {
             tracing::warn!(%error, "OpenTelemetry export is off");
@@ -102,7 +107,6 @@ impl Server {
             true => Some(start_jetstream(&bus, &registry, &filters, (&agents, &observe), &options, &identity)?),
             false => None,
         };
-        let auth = Authenticator::from_options(&options);
         let info = info_template(&identity, &options, client_addr, &auth, jetstream.is_some());
         let monitor = Arc::new(Monitor {
             identity,
@@ -264,6 +268,17 @@ fn start_jetstream(
     crate::jetstream::consumers::subscribe(&jetstream);
     crate::jetstream::lineage::start(&jetstream);
     Ok(jetstream)
+}
+
+/// Lists the JWT accounts that have JetStream among the options' accounts, with their limits,
+/// so JetStream applies them as those of accounts from the config.
+fn add_jwt_accounts(options: &mut Options, auth: &Authenticator) {
+    let Some(trust) = auth.trust() else { return };
+    for (name, jetstream) in trust.jetstream_accounts() {
+        let account =
+            crate::options::Account { name: name.to_string(), jetstream: Some(jetstream), ..Default::default() };
+        options.accounts.push(account);
+    }
 }
 
 /// The INFO every connection is sent, before its own id, address and nonce are filled in.

@@ -25,6 +25,17 @@ impl Raw {
         raw
     }
 
+    /// Connects and returns the connection with the INFO the server sent, as JSON.
+    pub fn connect_with_info(addr: SocketAddr) -> (Self, serde_json::Value) {
+        let stream = TcpStream::connect(addr).unwrap_or_else(|error| panic!("connect to {addr}: {error}"));
+        stream.set_read_timeout(Some(Duration::from_millis(100))).expect("timeout");
+        let mut raw = Self { stream, received: String::new() };
+        raw.expect("INFO ");
+        let line = raw.read_until("\r\n");
+        let info = serde_json::from_str(line.trim_end()).unwrap_or_else(|error| panic!("INFO {line:?}: {error}"));
+        (raw, info)
+    }
+
     /// Writes bytes.
     pub fn send(&mut self, bytes: &[u8]) {
         self.stream.write_all(bytes).expect("write");

@@ -80,6 +80,12 @@ pub struct ConnectOptions {
     pub pass: Option<String>,
     /// Token for token auth.
     pub auth_token: Option<String>,
+    /// A user JWT, for decentralized (operator) auth.
+    pub jwt: Option<String>,
+    /// The public nkey of an nkey user.
+    pub nkey: Option<String>,
+    /// The client's Ed25519 signature of the INFO nonce, base64url.
+    pub sig: Option<String>,
 }
 
 /// Defaults for fields a CONNECT leaves out: verbose and pedantic on, as nats-server assumes
@@ -100,6 +106,9 @@ impl Default for ConnectOptions {
             user: None,
             pass: None,
             auth_token: None,
+            jwt: None,
+            nkey: None,
+            sig: None,
         }
     }
 }

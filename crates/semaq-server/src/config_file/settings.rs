@@ -22,7 +22,10 @@ use semaq_wire::subject;
 use super::syntax::{size_multiplier, Entry, Kind, Map, Value};
 use super::{ConfigError, LoadReport, Location};
 use crate::limits;
+use crate::options::NkeyUser;
 use crate::options::{self, Account, AccountJetStream, Options, Permissions, SubjectPermission, TlsOptions, User};
+
+mod operator;
 
 /// Top-level nats-server settings for features SemaQ lacks; warned about as such rather than as unknown.
 const NATS_ONLY_KEYS: &[&str] = &[
@@ -87,10 +90,12 @@ pub(super) fn apply(tree: &Map, root: Option<Arc<Path>>, options: &mut Options) 
         no_auth_user_at: None,
         user_sites: Vec::new(),
         lame_duck_at: None,
+        trust: operator::Pending::default(),
     };
     for entry in &tree.entries {
         mapper.top(entry)?;
     }
+    mapper.finish_operator()?;
     mapper.check()?;
     Ok(mapper.report)
 }
@@ -107,6 +112,8 @@ struct Mapper<'o> {
     user_sites: Vec<(String, Location)>,
     /// Where the last lame duck setting was, for the grace-below-duration check.
     lame_duck_at: Option<Location>,
+    /// Decentralized auth settings, gathered from several top-level keys.
+    trust: operator::Pending,
 }
 
 impl Mapper<'_> {
@@ -188,6 +195,10 @@ impl Mapper<'_> {
             "metrics" => self.metrics(value)?,
             "tracing" => self.tracing(value)?,
             "accounts" => self.accounts(value)?,
+            "operator" | "operators" | "trusted_operators" => self.operator(key, value)?,
+            "resolver" => self.resolver(value)?,
+            "resolver_preload" => self.resolver_preload(value)?,
+            "system_account" => self.system_account(value)?,
             _ => self.unknown(entry, ""),
         }
         Ok(())
@@ -296,6 +307,7 @@ impl Mapper<'_> {
         let mut password = None;
         let mut token = None;
         let mut users: Option<Vec<User>> = None;
+        let mut nkeys = Vec::new();
         let mut defaults = None;
         for entry in &map.entries {
             let v = &entry.value;
@@ -306,7 +318,10 @@ impl Mapper<'_> {
                 "timeout" => {
                     self.options.auth_timeout = or_default(duration("authorization.timeout", v)?, limits::AUTH_TIMEOUT)
                 }
-                "users" => users = Some(self.users("authorization.users", v)?),
+                "users" => {
+                    let (named, keyed) = self.users("authorization.users", v)?;
+                    (users, nkeys) = (Some(named), keyed);
+                }
                 "permissions" | "default_permission" | "default_permissions" => {
                     defaults = Some(self.permissions("authorization.permissions", v)?)
                 }
@@ -330,17 +345,27 @@ impl Mapper<'_> {
             let password = password.map(|(password, _)| password).unwrap_or_default();
             list.push(User { username, password, permissions: None });
         }
+        give_default_permissions_to_nkeys(&mut nkeys, defaults.as_ref());
         give_default_permissions(&mut list, defaults);
         self.options.auth.users = list;
+        self.options.auth.nkeys = nkeys;
         self.options.auth.token = token;
         Ok(())
     }
 
-    fn users(&mut self, path: &str, value: &Value) -> Result<Vec<User>, ConfigError> {
+    /// The users of a `users` array: those with a name and password, and those with an nkey.
+    fn users(&mut self, path: &str, value: &Value) -> Result<(Vec<User>, Vec<NkeyUser>), ConfigError> {
         let Kind::Array(items) = &value.kind else {
             return Err(wrong_type(path, "an array of users", value));
         };
-        items.iter().map(|item| self.user(path, item)).collect()
+        let (mut users, mut nkeys) = (Vec::new(), Vec::new());
+        for item in items {
+            match self.nkey_user(path, item)? {
+                Some(nkey) => nkeys.push(nkey),
+                None => users.push(self.user(path, item)?),
+            }
+        }
+        Ok((users, nkeys))
     }
 
     fn user(&mut self, path: &str, item: &Value) -> Result<User, ConfigError> {
@@ -358,8 +383,6 @@ impl Mapper<'_> {
                 "permission" | "permissions" | "authorization" => {
                     user.permissions = Some(self.permissions(&format!("{path}.permissions"), v)?)
                 }
-                // Dropping an nkey user could leave a server with no users, that is, open to anyone.
-                "nkey" => return Err(invalid(&v.at, "nkey users are not supported by SemaQ".to_string())),
                 _ => self.unknown(entry, path),
             }
         }
@@ -578,12 +601,13 @@ impl Mapper<'_> {
         for inner in &map.entries {
             let v = &inner.value;
             match inner.key.to_ascii_lowercase().as_str() {
-                "users" => account.users = self.users(&format!("{path}.users"), v)?,
+                "users" => (account.users, account.nkeys) = self.users(&format!("{path}.users"), v)?,
                 "jetstream" => account.jetstream = self.account_jetstream(&format!("{path}.jetstream"), v)?,
                 "default_permissions" => defaults = Some(self.permissions(&format!("{path}.default_permissions"), v)?),
                 _ => self.unknown(inner, &path),
             }
         }
+        give_default_permissions_to_nkeys(&mut account.nkeys, defaults.as_ref());
         give_default_permissions(&mut account.users, defaults);
         Ok(account)
     }
@@ -622,8 +646,10 @@ impl Mapper<'_> {
         Ok(Some(limits))
     }
 
-    /// Checks that span settings: unique user names, `no_auth_user` naming a user, payload within pending.
+    /// Checks that span settings: unique user names, `no_auth_user` naming a user, payload within
+    /// pending, operator mode without users or accounts of its own.
     fn check(&self) -> Result<(), ConfigError> {
+        self.check_operator()?;
         for (index, (name, at)) in self.user_sites.iter().enumerate() {
             if let Some((_, first)) = self.user_sites[..index].iter().find(|(other, _)| other == name) {
                 let message = format!("user \"{name}\" is defined twice (first at {})", self.line_of(first));
@@ -657,6 +683,13 @@ impl Mapper<'_> {
 }
 
 fn give_default_permissions(users: &mut [User], defaults: Option<Permissions>) {
+    let Some(defaults) = defaults else { return };
+    for user in users.iter_mut().filter(|user| user.permissions.is_none()) {
+        user.permissions = Some(defaults.clone());
+    }
+}
+
+fn give_default_permissions_to_nkeys(users: &mut [NkeyUser], defaults: Option<&Permissions>) {
     let Some(defaults) = defaults else { return };
     for user in users.iter_mut().filter(|user| user.permissions.is_none()) {
         user.permissions = Some(defaults.clone());

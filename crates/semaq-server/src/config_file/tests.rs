@@ -181,6 +181,7 @@ fn a_realistic_nats_server_config() {
                 name: "TEAM_A".to_string(),
                 users: vec![user("alice", "a")],
                 jetstream: Some(AccountJetStream::default()),
+                nkeys: Vec::new(),
             },
             Account {
                 name: "TEAM_B".to_string(),
@@ -192,6 +193,7 @@ fn a_realistic_nats_server_config() {
                     consumers_max: None,
                     ..AccountJetStream::default()
                 }),
+                nkeys: Vec::new(),
             },
         ]
     );
@@ -460,7 +462,7 @@ fn authorization_single_user_token_and_conflicts() {
     let variable = loaded("authorization {\n  PASS: secret\n  users: [ {user: a, password: $PASS} ]\n}");
     assert_eq!(variable.auth.users, vec![user("a", "secret")], "PASS used as $PASS is a variable");
     assert!(error("authorization { users: [ {password: p} ] }").contains("needs a user name"));
-    assert!(error("authorization { users: [ {nkey: UABC} ] }").contains("nkey users are not supported"));
+    assert!(error("authorization { users: [ {nkey: UABC} ] }").contains("not a valid public nkey for a user"));
     assert!(error("authorization { users: {user: a} }").contains("expected an array of users"));
 }
 
@@ -720,4 +722,34 @@ fn account_jetstream_blocks_take_every_limit() {
     assert_eq!(limits.ack_pending_max, Some(100));
     assert!(limits.max_bytes_required);
     assert_eq!((limits.memory_stream_bytes_max, limits.file_stream_bytes_max), (Some(1024), Some(2048)));
+}
+
+#[test]
+fn nkey_users_in_authorization_and_accounts_with_default_permissions() {
+    let (user_nkey, other_nkey) = (nkeys::KeyPair::new_user().public_key(), nkeys::KeyPair::new_user().public_key());
+    let options = loaded(&format!(
+        "authorization {{ users: [ {{ nkey: {user_nkey} }}, {{ user: a, password: b }} ] }}\n\
+         accounts {{ A {{ users: [ {{ nkey: {other_nkey}, permissions: {{ publish: x }} }} ] }} }}\n"
+    ));
+    assert_eq!(options.auth.users, vec![user("a", "b")]);
+    assert_eq!(options.auth.nkeys.len(), 1);
+    assert_eq!(options.auth.nkeys[0].nkey, user_nkey);
+    assert!(options.accounts[0].nkeys[0].permissions.is_some());
+    assert!(error(&format!("authorization {{ users: [ {{ nkey: {user_nkey}, user: a }} ] }}")).contains("both an nkey"));
+}
+
+#[test]
+fn operator_mode_needs_a_resolver_and_allows_no_users_of_its_own() {
+    let operator = "operator: \"eyJhbGciOiJlZDI1NTE5LW5rZXkifQ.e30.x\"\n";
+    let options = loaded(&format!("{operator}resolver: MEMORY\nsystem_account: ASYS\n"));
+    let trust = options.auth.operator.expect("operator mode");
+    assert_eq!(trust.jwts.len(), 1);
+    assert_eq!(trust.system_account.as_deref(), Some("ASYS"));
+    assert!(error(operator).contains("require an account resolver"));
+    assert!(error(&format!("{operator}resolver: MEMORY\nauthorization {{ token: t }}\n")).contains("users"));
+    assert!(error(&format!("{operator}resolver: MEMORY\naccounts {{ A {{ }} }}\n")).contains("Accounts"));
+    assert!(error("resolver: MEMORY\n").contains("need an operator"));
+    assert!(error(&format!("{operator}resolver: \"URL(http://x)\"\n")).contains("resolver: MEMORY"));
+    assert!(error(&format!("{operator}resolver: MEMORY\nresolver_preload {{ NOTAKEY: x }}\n")).contains("account nkey"));
+    assert!(error("operator: /nonexistent/op.jwt\nresolver: MEMORY\n").contains("cannot read operator JWT file"));
 }

@@ -7,6 +7,7 @@ mod agents;
 mod agents_durable;
 mod agents_services;
 mod auth;
+mod auth_nkeys;
 mod conformance;
 mod crash;
 mod exactly_once;

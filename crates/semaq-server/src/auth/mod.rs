@@ -1,0 +1,288 @@
+//! Who may connect (token, users with passwords, nkey users, user JWTs of trusted accounts) and
+//! what each user may publish and subscribe to.
+
+pub mod jwt;
+pub mod nkey;
+pub mod trust;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use semaq_wire::info::ConnectOptions;
+use semaq_wire::subject;
+
+use crate::options::{Options, Permissions, SubjectPermission};
+pub use trust::{AccountSlot, Trust, TrustError};
+
+/// Why a client was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    /// Wrong, missing or unknown credentials.
+    #[error("Authorization Violation")]
+    Violation,
+    /// The user's account has as many connections as its JWT allows (nats-server's words).
+    #[error("maximum account active connections exceeded")]
+    AccountConnectionsExceeded,
+}
+
+/// What an authenticated client may do.
+#[derive(Debug, Clone, Default)]
+pub struct Grant {
+    /// The user name (for nkey and JWT users, the public key), when the client logged in as a user.
+    pub user: Option<String>,
+    /// Restrictions; `None` allows everything.
+    pub permissions: Option<Arc<ClientPermissions>>,
+    /// Bounds a user JWT and its account set on the connection.
+    pub limits: ConnectionLimits,
+    /// The account's public key, for JWT users.
+    pub account: Option<String>,
+    /// Holds the connection's place in its account's connection limit while the grant lives.
+    pub slot: Option<Arc<AccountSlot>>,
+}
+
+/// Bounds on one connection beyond the server's own.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// Subscriptions the connection may hold.
+    pub subscriptions_max: Option<usize>,
+    /// Largest message it may publish, bytes.
+    pub payload_bytes_max: Option<usize>,
+    /// When its credentials expire, seconds since the epoch.
+    pub expires: Option<i64>,
+}
+
+/// Checks credentials from `CONNECT` against the configured token, users, nkeys and operators.
+#[derive(Debug, Default)]
+pub struct Authenticator {
+    token: Option<String>,
+    users: HashMap<String, (String, Option<Arc<ClientPermissions>>)>,
+    nkeys: HashMap<String, Option<Arc<ClientPermissions>>>,
+    no_auth_user: Option<String>,
+    trust: Option<Trust>,
+}
+
+impl Authenticator {
+    /// Collects the server-level and account users and nkeys of `options`, and decodes its
+    /// operators and preloaded accounts.
+    pub fn from_options(options: &Options) -> Result<Self, TrustError> {
+        let all_users =
+            options.auth.users.iter().chain(options.accounts.iter().flat_map(|account| account.users.iter()));
+        let compile = |p: &Option<Permissions>| p.as_ref().map(|p| Arc::new(ClientPermissions::new(p)));
+        let users = all_users
+            .map(|user| (user.username.clone(), (user.password.clone(), compile(&user.permissions))))
+            .collect();
+        let all_nkeys =
+            options.auth.nkeys.iter().chain(options.accounts.iter().flat_map(|account| account.nkeys.iter()));
+        let nkeys = all_nkeys.map(|user| (user.nkey.clone(), compile(&user.permissions))).collect();
+        let trust = options.auth.operator.as_ref().map(Trust::load).transpose()?;
+        Ok(Self {
+            token: options.auth.token.clone(),
+            users,
+            nkeys,
+            no_auth_user: options.auth.no_auth_user.clone(),
+            trust,
+        })
+    }
+
+    /// The operators and accounts of decentralized auth, when configured.
+    pub fn trust(&self) -> Option<&Trust> {
+        self.trust.as_ref()
+    }
+
+    /// Whether clients must present credentials.
+    pub fn is_required(&self) -> bool {
+        self.token.is_some() || !self.users.is_empty() || !self.nkeys.is_empty() || self.trust.is_some()
+    }
+
+    /// Grants access for the credentials in `connect`, whose nkey signature must be of `nonce`
+    /// (the one sent in this connection's INFO), or refuses.
+    pub fn authenticate(&self, connect: &ConnectOptions, nonce: Option<&str>) -> Result<Grant, AuthError> {
+        if !self.is_required() {
+            return Ok(Grant::default());
+        }
+        if let Some(trust) = &self.trust {
+            // Operator mode has no other kind of user (the config refuses them).
+            let granted = trust.authenticate(connect, nonce)?;
+            let limits = ConnectionLimits {
+                subscriptions_max: granted.subscriptions_max,
+                payload_bytes_max: granted.payload_bytes_max,
+                expires: granted.expires,
+            };
+            return Ok(Grant {
+                user: Some(granted.user),
+                permissions: granted.permissions,
+                limits,
+                account: Some(granted.account),
+                slot: Some(Arc::new(granted.slot)),
+            });
+        }
+        if let Some(grant) = self.nkey_user(connect, nonce) {
+            return grant;
+        }
+        if let (Some(expected), Some(given)) = (&self.token, &connect.auth_token) {
+            return if constant_time_eq(expected, given) { Ok(Grant::default()) } else { Err(AuthError::Violation) };
+        }
+        let no_credentials = connect.user.is_none() && connect.auth_token.is_none();
+        if let (true, Some(default_user)) = (no_credentials, &self.no_auth_user) {
+            let (_, permissions) = self.users.get(default_user).ok_or(AuthError::Violation)?;
+            return Ok(Grant {
+                user: Some(default_user.clone()),
+                permissions: permissions.clone(),
+                ..Grant::default()
+            });
+        }
+        let (Some(user), Some(pass)) = (&connect.user, &connect.pass) else {
+            return Err(AuthError::Violation);
+        };
+        match self.users.get(user) {
+            Some((password, permissions)) if constant_time_eq(password, pass) => {
+                Ok(Grant { user: Some(user.clone()), permissions: permissions.clone(), ..Grant::default() })
+            }
+            _ => Err(AuthError::Violation),
+        }
+    }
+
+    /// The verdict for a client that names an nkey (or, sending nothing, falls to an nkey
+    /// `no_auth_user`); `None` when nkeys do not apply and the other kinds of user are tried.
+    fn nkey_user(&self, connect: &ConnectOptions, nonce: Option<&str>) -> Option<Result<Grant, AuthError>> {
+        if self.nkeys.is_empty() {
+            return None;
+        }
+        let sent_nothing =
+            connect.user.is_none() && connect.pass.is_none() && connect.auth_token.is_none() && connect.nkey.is_none();
+        let default_nkey = self.no_auth_user.as_ref().filter(|user| sent_nothing && self.nkeys.contains_key(*user));
+        if let Some(user) = default_nkey {
+            let permissions = self.nkeys.get(user).cloned().flatten();
+            return Some(Ok(Grant { user: Some(user.clone()), permissions, ..Grant::default() }));
+        }
+        let key = connect.nkey.as_ref()?;
+        let Some(permissions) = self.nkeys.get(key) else { return Some(Err(AuthError::Violation)) };
+        if !nkey::signed_nonce(key, nonce, connect.sig.as_deref()) {
+            return Some(Err(AuthError::Violation));
+        }
+        Some(Ok(Grant { user: Some(key.clone()), permissions: permissions.clone(), ..Grant::default() }))
+    }
+}
+
+/// Compares secrets without an early exit that would leak how many bytes matched.
+fn constant_time_eq(a: &str, b: &str) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// A user's permissions, ready for checks on the hot path.
+#[derive(Debug, Default)]
+pub struct ClientPermissions {
+    publish: Option<SubjectPermission>,
+    subscribe: Option<SubjectPermission>,
+}
+
+impl ClientPermissions {
+    /// Compiles configured permissions.
+    pub fn new(permissions: &Permissions) -> Self {
+        Self { publish: permissions.publish.clone(), subscribe: permissions.subscribe.clone() }
+    }
+
+    /// Whether a message may be published to the literal `subject`.
+    pub fn may_publish(&self, subject: &str) -> bool {
+        let Some(rules) = &self.publish else { return true };
+        let allowed = rules.allow.is_empty() || rules.allow.iter().any(|filter| subject::matches(filter, subject));
+        allowed && !rules.deny.iter().any(|filter| subject::matches(filter, subject))
+    }
+
+    /// Whether a subscription to `filter` may be made: it must lie inside an allowed filter and
+    /// not inside a denied one. A filter that only overlaps a denied one is allowed, and the
+    /// denied messages are held back at delivery by [`ClientPermissions::may_receive`].
+    pub fn may_subscribe(&self, filter: &str) -> bool {
+        let Some(rules) = &self.subscribe else { return true };
+        let allowed = rules.allow.is_empty() || rules.allow.iter().any(|allow| subject::is_subset(filter, allow));
+        allowed && !rules.deny.iter().any(|deny| subject::is_subset(filter, deny))
+    }
+
+    /// Whether a message on the literal `subject` may be delivered to this client.
+    pub fn may_receive(&self, subject: &str) -> bool {
+        match &self.subscribe {
+            Some(rules) => !rules.deny.iter().any(|deny| subject::matches(deny, subject)),
+            None => true,
+        }
+    }
+
+    /// Whether delivery needs a per-message check at all.
+    pub fn filters_deliveries(&self) -> bool {
+        self.subscribe.as_ref().is_some_and(|rules| !rules.deny.is_empty())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::User;
+
+    fn connect(user: Option<&str>, pass: Option<&str>, token: Option<&str>) -> ConnectOptions {
+        ConnectOptions {
+            user: user.map(Into::into),
+            pass: pass.map(Into::into),
+            auth_token: token.map(Into::into),
+            ..ConnectOptions::default()
+        }
+    }
+
+    #[test]
+    fn without_auth_everyone_is_granted() {
+        let auth = Authenticator::from_options(&Options::default()).unwrap();
+        assert!(!auth.is_required());
+        assert!(auth.authenticate(&connect(None, None, None), None).is_ok());
+    }
+
+    #[test]
+    fn token_must_match() {
+        let mut options = Options::default();
+        options.auth.token = Some("s3cret".into());
+        let auth = Authenticator::from_options(&options).unwrap();
+        assert!(auth.authenticate(&connect(None, None, Some("s3cret")), None).is_ok());
+        assert_eq!(auth.authenticate(&connect(None, None, Some("nope")), None).err(), Some(AuthError::Violation));
+        assert_eq!(auth.authenticate(&connect(None, None, None), None).err(), Some(AuthError::Violation));
+    }
+
+    #[test]
+    fn users_need_their_own_password_and_no_auth_user_applies_without_credentials() {
+        let mut options = Options::default();
+        for (name, password) in [("alice", "a"), ("bob", "b")] {
+            options.auth.users.push(User { username: name.into(), password: password.into(), permissions: None });
+        }
+        let auth = Authenticator::from_options(&options).unwrap();
+        assert_eq!(
+            auth.authenticate(&connect(Some("alice"), Some("a"), None), None).ok().and_then(|g| g.user),
+            Some("alice".into())
+        );
+        assert!(auth.authenticate(&connect(Some("alice"), Some("b"), None), None).is_err());
+        assert!(auth.authenticate(&connect(Some("carol"), Some("a"), None), None).is_err());
+        assert!(auth.authenticate(&connect(None, None, None), None).is_err());
+        options.auth.no_auth_user = Some("bob".into());
+        let auth = Authenticator::from_options(&options).unwrap();
+        assert_eq!(auth.authenticate(&connect(None, None, None), None).ok().and_then(|g| g.user), Some("bob".into()));
+    }
+
+    #[test]
+    fn permissions_allow_then_deny() {
+        let rules = |allow: &[&str], deny: &[&str]| SubjectPermission {
+            allow: allow.iter().map(|s| s.to_string()).collect(),
+            deny: deny.iter().map(|s| s.to_string()).collect(),
+        };
+        let permissions = ClientPermissions::new(&Permissions {
+            publish: Some(rules(&["orders.>"], &["orders.secret"])),
+            subscribe: Some(rules(&["events.>", "_INBOX.>"], &["events.private.>"])),
+        });
+        assert!(permissions.may_publish("orders.new"));
+        assert!(!permissions.may_publish("orders.secret"));
+        assert!(!permissions.may_publish("payments"));
+        assert!(permissions.may_subscribe("events.*"));
+        assert!(permissions.may_subscribe("events.>"));
+        assert!(!permissions.may_subscribe("events.private.x"));
+        assert!(!permissions.may_subscribe(">"));
+        assert!(!permissions.may_receive("events.private.x"));
+        assert!(permissions.may_receive("events.public"));
+    }
+}

@@ -1,0 +1,334 @@
+//! Decentralized auth: the trusted operators, the accounts they signed (`resolver: MEMORY` with
+//! `resolver_preload`), and the users those accounts, or their signing keys, sign.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+
+use semaq_wire::info::ConnectOptions;
+
+use super::jwt::UserPermissionLimits;
+use super::jwt::{self, AccountLimits, AccountNats, Claims, JwtError, OperatorNats, SubjectList, UserNats};
+use super::{nkey, AuthError, ClientPermissions};
+use crate::limits;
+use crate::options::{AccountJetStream, OperatorOptions, Permissions, SubjectPermission};
+
+/// Why the operator configuration cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TrustError {
+    /// An operator JWT that does not decode or verify.
+    #[error("operator JWT is not valid: {0}")]
+    Operator(JwtError),
+    /// An operator JWT signed by a key that is neither the operator's nor one of its signing keys.
+    #[error("operator JWT for {0} is not signed by the operator")]
+    NotSelfSigned(String),
+    /// More preloaded accounts than the bound.
+    #[error("resolver_preload lists more than {0} accounts")]
+    TooManyAccounts(usize),
+}
+
+/// The operators' keys and the accounts they signed.
+#[derive(Debug, Default)]
+pub struct Trust {
+    operator_keys: HashSet<String>,
+    accounts: HashMap<String, Arc<JwtAccount>>,
+}
+
+/// An account from its JWT, with its live connection count.
+#[derive(Debug)]
+pub struct JwtAccount {
+    /// The account's public key, its name.
+    pub public_key: String,
+    /// The name in its claims.
+    pub name: String,
+    expires: i64,
+    not_before: i64,
+    /// Signing key → the scope's template, `None` for a plain key.
+    signing_keys: HashMap<String, Option<UserPermissionLimits>>,
+    revocations: HashMap<String, i64>,
+    default_permissions: Option<Arc<ClientPermissions>>,
+    /// The limits in its claims.
+    pub limits: AccountLimits,
+    connections: AtomicI64,
+}
+
+/// What a user JWT grants a client.
+#[derive(Debug)]
+pub struct JwtGrant {
+    /// The user's public key.
+    pub user: String,
+    /// The account's public key.
+    pub account: String,
+    /// Subject restrictions; `None` allows everything.
+    pub permissions: Option<Arc<ClientPermissions>>,
+    /// Subscriptions the connection may hold: the least of the user's and the account's.
+    pub subscriptions_max: Option<usize>,
+    /// Largest payload the connection may publish: the least of the user's and the account's.
+    pub payload_bytes_max: Option<usize>,
+    /// When the user JWT expires, seconds since the epoch.
+    pub expires: Option<i64>,
+    /// The connection's place in its account's connection limit.
+    pub slot: AccountSlot,
+}
+
+/// Holds one of an account's connections; dropping it frees the place.
+#[derive(Debug)]
+pub struct AccountSlot(Arc<JwtAccount>);
+
+impl Drop for AccountSlot {
+    fn drop(&mut self) {
+        self.0.connections.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Trust {
+    /// Decodes the operators and the preloaded accounts. A preloaded account that is invalid or
+    /// not signed by a trusted operator is logged and left out (its users are refused), as
+    /// nats-server does; an invalid operator stops the server.
+    pub fn load(options: &OperatorOptions) -> Result<Self, TrustError> {
+        let mut trust = Trust::default();
+        for text in &options.jwts {
+            let claims: Claims<OperatorNats> =
+                jwt::decode(jwt::undecorate(text), limits::ACCOUNT_JWT_BYTES_MAX).map_err(TrustError::Operator)?;
+            let signing_keys = claims.nats.signing_keys.clone().unwrap_or_default();
+            if claims.iss != claims.sub && !signing_keys.contains(&claims.iss) {
+                return Err(TrustError::NotSelfSigned(claims.sub));
+            }
+            trust.operator_keys.insert(claims.sub);
+            trust
+                .operator_keys
+                .extend(signing_keys.into_iter().filter(|key| nkey::is_public_key(key, nkey::Role::Operator)));
+        }
+        if options.preload.len() > limits::PRELOADED_ACCOUNTS_MAX {
+            return Err(TrustError::TooManyAccounts(limits::PRELOADED_ACCOUNTS_MAX));
+        }
+        for (key, text) in &options.preload {
+            match trust.account(key, text) {
+                Ok(account) => {
+                    trust.accounts.insert(key.clone(), Arc::new(account));
+                }
+                Err(error) => tracing::error!(account = %key, %error, "Preloaded account not valid"),
+            }
+        }
+        Ok(trust)
+    }
+
+    fn account(&self, key: &str, text: &str) -> Result<JwtAccount, JwtError> {
+        let claims: Claims<AccountNats> = jwt::decode(jwt::undecorate(text), limits::ACCOUNT_JWT_BYTES_MAX)?;
+        if claims.sub != key {
+            return Err(JwtError::Key("subject (not the preload's key)"));
+        }
+        if !self.operator_keys.contains(&claims.iss) {
+            return Err(JwtError::Key("issuer (not a trusted operator)"));
+        }
+        if claims.check_times(now()).is_err() {
+            tracing::warn!(account = %key, "Account has validation issues: expired or not yet valid");
+        }
+        let signing_keys = claims.nats.signing_keys.unwrap_or_default().into_iter().map(|key| match key {
+            jwt::SigningKey::Plain(key) => (key, None),
+            jwt::SigningKey::Scoped { key, template } => (key, Some(template)),
+        });
+        let default_permissions = claims
+            .nats
+            .default_permissions
+            .map(|defaults| permissions(&defaults.publish, &defaults.subscribe))
+            .filter(|p| p.publish.is_some() || p.subscribe.is_some())
+            .map(|p| Arc::new(ClientPermissions::new(&p)));
+        Ok(JwtAccount {
+            public_key: claims.sub,
+            name: claims.name,
+            expires: claims.exp,
+            not_before: claims.nbf,
+            signing_keys: signing_keys.collect(),
+            revocations: claims.nats.revocations.unwrap_or_default(),
+            default_permissions,
+            limits: claims.nats.limits,
+            connections: AtomicI64::new(0),
+        })
+    }
+
+    /// The accounts that have JetStream (a storage limit other than 0), with their limits.
+    pub fn jetstream_accounts(&self) -> impl Iterator<Item = (&str, AccountJetStream)> + '_ {
+        self.accounts.values().filter(|a| a.limits.mem_storage != 0 || a.limits.disk_storage != 0).map(|account| {
+            let mut jetstream = AccountJetStream::default();
+            set_jetstream_limits(&account.limits, &mut jetstream);
+            (account.public_key.as_str(), jetstream)
+        })
+    }
+
+    /// Checks the user JWT in `connect` and the chain above it, then the signature of `nonce`.
+    pub fn authenticate(&self, connect: &ConnectOptions, nonce: Option<&str>) -> Result<JwtGrant, AuthError> {
+        let token = connect.jwt.as_deref().ok_or(AuthError::Violation)?;
+        let user: Claims<UserNats> = jwt::decode(token, limits::USER_JWT_BYTES_MAX).map_err(refused("user JWT"))?;
+        let now = now();
+        user.check_times(now).map_err(refused("user JWT"))?;
+        let account_key = if user.nats.issuer_account.is_empty() { &user.iss } else { &user.nats.issuer_account };
+        let account = self.accounts.get(account_key).ok_or_else(|| refusal("account of the user JWT is unknown"))?;
+        if (account.expires > 0 && now > account.expires) || (account.not_before > 0 && now < account.not_before) {
+            return Err(refusal("account JWT has expired or is not yet valid"));
+        }
+        let limits = account.user_limits(&user)?;
+        if let Some(types) = limits.allowed_connection_types.as_ref().filter(|types| !types.is_empty()) {
+            if !types.iter().any(|kind| kind.eq_ignore_ascii_case("STANDARD")) {
+                return Err(refusal("connection type not allowed"));
+            }
+        }
+        if !limits.bearer_token && !nkey::signed_nonce(&user.sub, nonce, connect.sig.as_deref()) {
+            return Err(refusal("signature of the nonce missing or not verified"));
+        }
+        if account.revoked(&user.sub, user.iat) {
+            return Err(refusal("user authentication revoked"));
+        }
+        let permissions = match limits.has_permissions() {
+            true => Some(Arc::new(ClientPermissions::new(&user_permissions(&limits)))),
+            false => account.default_permissions.clone(),
+        };
+        Ok(JwtGrant {
+            subscriptions_max: least(limits.subs, account.limits.subs),
+            payload_bytes_max: least(limits.payload, account.limits.payload),
+            permissions,
+            expires: (user.exp > 0).then_some(user.exp),
+            slot: account.take_slot()?,
+            user: user.sub,
+            account: account.public_key.clone(),
+        })
+    }
+}
+
+impl JwtAccount {
+    /// The user's permissions and limits: its own, or its scoped signing key's template.
+    fn user_limits(&self, user: &Claims<UserNats>) -> Result<UserPermissionLimits, AuthError> {
+        if user.iss == self.public_key {
+            return Ok(user.nats.limits.clone());
+        }
+        match self.signing_keys.get(&user.iss) {
+            None => Err(refusal("user JWT issuer is not known")),
+            Some(None) => Ok(user.nats.limits.clone()),
+            Some(Some(_)) if !user.nats.limits.is_empty() => {
+                Err(refusal("user JWT signed by a scoped key may not carry permissions or limits"))
+            }
+            Some(Some(template)) if is_template(template) => Err(refusal("scope templates are not supported")),
+            Some(Some(template)) => Ok(template.clone()),
+        }
+    }
+
+    fn revoked(&self, user: &str, issued_at: i64) -> bool {
+        [user, "*"].iter().any(|key| self.revocations.get(*key).is_some_and(|at| *at >= issued_at))
+    }
+
+    fn take_slot(self: &Arc<Self>) -> Result<AccountSlot, AuthError> {
+        let most = self.limits.conn;
+        let taken = self
+            .connections
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| (most < 0 || open < most).then_some(open + 1));
+        match taken {
+            Ok(_) => Ok(AccountSlot(self.clone())),
+            Err(_) => Err(AuthError::AccountConnectionsExceeded),
+        }
+    }
+}
+
+/// Whether a scope's subjects use `{{...}}` placeholders, which SemaQ does not expand.
+fn is_template(limits: &UserPermissionLimits) -> bool {
+    let lists = [&limits.publish, &limits.subscribe];
+    lists.iter().flat_map(|list| list.allow.iter().chain(list.deny.iter()).flatten()).any(|s| s.contains("{{"))
+}
+
+fn permissions(publish: &SubjectList, subscribe: &SubjectList) -> Permissions {
+    let rules = |list: &SubjectList| {
+        (!list.is_empty()).then(|| SubjectPermission {
+            allow: list.allow.clone().unwrap_or_default(),
+            deny: list.deny.clone().unwrap_or_default(),
+        })
+    };
+    Permissions { publish: rules(publish), subscribe: rules(subscribe) }
+}
+
+/// The user's own permissions. With `resp` and no publish allow list nats-server lets the user
+/// publish only replies to requests it received; SemaQ does not track those replies yet, so such
+/// a user may publish nothing rather than everything.
+fn user_permissions(limits: &UserPermissionLimits) -> Permissions {
+    let mut granted = permissions(&limits.publish, &limits.subscribe);
+    let no_allow_list = limits.publish.allow.as_ref().is_none_or(Vec::is_empty);
+    if limits.resp.is_some() && no_allow_list {
+        let publish = granted.publish.get_or_insert_with(SubjectPermission::default);
+        publish.deny.push(">".to_string());
+    }
+    granted
+}
+
+/// Copies the JWT's JetStream limits onto the type the config's account `jetstream {}` blocks
+/// fill, field by field, so limits the type gains stay at their defaults until mapped here.
+fn set_jetstream_limits(limits: &AccountLimits, jetstream: &mut AccountJetStream) {
+    jetstream.memory_bytes_max = limit(limits.mem_storage);
+    jetstream.file_bytes_max = limit(limits.disk_storage);
+    jetstream.streams_max = count_limit(limits.streams);
+    jetstream.consumers_max = count_limit(limits.consumer);
+    jetstream.ack_pending_max = count_limit(limits.max_ack_pending);
+    jetstream.memory_stream_bytes_max = limit(limits.mem_max_stream_bytes);
+    jetstream.file_stream_bytes_max = limit(limits.disk_max_stream_bytes);
+    jetstream.max_bytes_required = limits.max_bytes_required;
+}
+
+/// A JetStream count from a JWT as a bound: nats-server treats 0, like -1, as no bound.
+fn count_limit(value: i64) -> Option<u64> {
+    u64::try_from(value).ok().filter(|count| *count > 0)
+}
+
+/// A JWT limit as a bound: -1 (or any negative) is none.
+fn limit(value: i64) -> Option<u64> {
+    u64::try_from(value).ok()
+}
+
+fn least(a: i64, b: i64) -> Option<usize> {
+    let bound = |v: i64| usize::try_from(v).ok();
+    match (bound(a), bound(b)) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+fn refusal(why: &str) -> AuthError {
+    tracing::debug!(why, "JWT authentication refused");
+    AuthError::Violation
+}
+
+fn refused(what: &'static str) -> impl Fn(JwtError) -> AuthError {
+    move |error| {
+        tracing::debug!(%error, what, "JWT authentication refused");
+        AuthError::Violation
+    }
+}
+
+fn now() -> i64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(since.as_secs()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn responses_without_a_publish_allow_list_grant_no_publish() {
+        let limits = UserPermissionLimits { resp: Some(Default::default()), ..Default::default() };
+        let granted = ClientPermissions::new(&user_permissions(&limits));
+        assert!(!granted.may_publish("_INBOX.abc"), "replies are not tracked: nothing rather than everything");
+        let allowed = SubjectList { allow: Some(vec!["orders.>".into()]), deny: None };
+        let limits = UserPermissionLimits { publish: allowed, ..limits };
+        let granted = ClientPermissions::new(&user_permissions(&limits));
+        assert!(granted.may_publish("orders.new") && !granted.may_publish("payments"));
+    }
+
+    #[test]
+    fn limits_take_the_least_and_negative_means_none() {
+        assert_eq!(least(-1, -1), None);
+        assert_eq!(least(5, -1), Some(5));
+        assert_eq!(least(-1, 3), Some(3));
+        assert_eq!(least(5, 3), Some(3));
+        assert_eq!(limit(-1), None);
+        assert_eq!(limit(7), Some(7));
+        assert_eq!(count_limit(0), None, "no stream count bound, as in nats-server");
+        assert_eq!(count_limit(4), Some(4));
+    }
+}
