@@ -209,7 +209,7 @@ mod tests {
     use crate::options::Account;
 
     fn options_with(limits: AccountJetStream) -> Options {
-        let account = Account { name: "A".to_string(), users: Vec::new(), jetstream: Some(limits) };
+        let account = Account { name: "A".to_string(), jetstream: Some(limits), ..Account::default() };
         Options { accounts: vec![account], ..Options::default() }
     }
 
