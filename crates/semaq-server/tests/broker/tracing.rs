@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_nats::jetstream::{self, consumer, stream};
 use async_nats::HeaderMap;
 use futures::StreamExt;
-use semaq_testkit::{sync, SemaqServer};
+use semaq_testkit::{sync, wait_until_async, SemaqServer};
 use serde_json::Value;
 
 const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
@@ -104,7 +104,15 @@ async fn trace_only_reports_but_neither_delivers_nor_stores() {
     assert_eq!(of_type(&event, "js").len(), 1, "{event}");
     client.publish("only.y", "delivered".into()).await.expect("publish");
     assert_eq!(next(&mut watched).await.payload, "delivered");
+    // The stream stores behind the core delivery; once the later message is stored, the
+    // trace-only one (queued before it) would have been too.
+    let stored = || {
+        let stream = stream.clone();
+        async move { stream.get_raw_message(1).await.is_ok() }
+    };
+    wait_until_async("the plain message stored", Duration::from_secs(5), stored).await;
     assert_eq!(stream.info().await.expect("info").state.messages, 1);
+    assert_eq!(stream.get_raw_message(1).await.expect("stored").payload, "delivered");
 }
 
 #[tokio::test]
