@@ -302,3 +302,14 @@ pub const LATENCY_RECENT_WINDOW: std::time::Duration = std::time::Duration::from
 pub const DASHBOARD_STREAMS_MAX: usize = 256;
 /// Dashboard (`/api/streams`): consumers listed per stream, by name.
 pub const DASHBOARD_CONSUMERS_PER_STREAM_MAX: usize = 64;
+
+/// Key-Value (`jetstream/kv.rs`): stored headers read per limits check while the per-message
+/// TTL index is rebuilt after a restart.
+pub const MSG_TTL_REBUILD_MESSAGES_PER_CHECK: usize = 10_000;
+/// Key-Value: messages expired (TTL) or checked for a delete marker (max age) per limits check.
+pub const MSG_TTL_EXPIRE_PER_CHECK: usize = 10_000;
+/// Direct get: messages one multi-last request may answer (nats-server's 1024).
+pub const DIRECT_GET_MULTI_LAST_MAX: usize = 1024;
+/// Direct get: bytes a batch answers when the request sets no `max_bytes` (nats-server's
+/// default max pending, 64 MiB).
+pub const DIRECT_GET_BATCH_BYTES_DEFAULT: usize = 64 * 1024 * 1024;

@@ -9,6 +9,8 @@
 //! - [`lineage`]: L4 `Semaq-Parent` checks at publish and the `$SEMAQ.API.LINEAGE` graph.
 //! - [`provenance`]: level 4 streams: event time, context headers, hash chain, checkpoints.
 //! - [`schema`]: the `semaq.*` level keys, and L2 streams bound to a registry subject.
+//! - [`kv`]: Key-Value at publish: rollups, per-message TTL, delete markers, republish.
+//! - [`direct`]: `DIRECT.GET`: by sequence, subject, batches and multi-last.
 //!
 //! On disk, under the store directory: `jetstream/streams/<name>/stream.json` (config and
 //! creation time), `jetstream/streams/<name>/msgs/` (the `semaq-store` log) and, for level 4,
@@ -19,8 +21,10 @@ pub mod batch;
 pub mod config;
 pub mod consumer;
 pub mod consumers;
+pub mod direct;
 pub mod errors;
 pub mod intents;
+pub mod kv;
 pub mod lineage;
 pub mod producers;
 pub mod provenance;
@@ -428,6 +432,7 @@ pub fn normalize(mut config: StreamConfig) -> Result<StreamConfig, ApiError> {
     }
     consumer::check_priority(&config.metadata).map_err(ApiError::invalid_stream_config)?;
     config.apply_exactly_once().map_err(ApiError::invalid_stream_config)?;
+    kv::normalize(&mut config)?;
     Ok(config)
 }
 
@@ -448,5 +453,5 @@ fn check_update(old: &StreamConfig, new: &StreamConfig) -> Result<(), ApiError> 
     if old.deny_purge && !new.deny_purge {
         return Err(ApiError::stream_update("deny purge"));
     }
-    Ok(())
+    kv::check_update(old, new)
 }

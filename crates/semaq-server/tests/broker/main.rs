@@ -13,6 +13,7 @@ mod harness;
 mod jetstream;
 mod jetstream_api;
 mod jetstream_consumers;
+mod kv;
 mod l4_batch;
 mod latency;
 mod lineage;

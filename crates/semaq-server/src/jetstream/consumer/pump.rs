@@ -296,7 +296,7 @@ impl Consumer {
             // headers and payload.
             let size = match bytes_remaining {
                 Some(_) => {
-                    let framing = next.subject.len() + self.ack_subject(state, &next, last_seq).len();
+                    let framing = next.subject.len() + self.ack_subject(state, (config, stream), &next).len();
                     (framing + next.headers.as_ref().map_or(0, Bytes::len) + next.payload.len()) as u64
                 }
                 None => 0,
@@ -351,7 +351,11 @@ impl Consumer {
         }
         let idle_heartbeat = (config.idle_heartbeat > 0).then(|| Duration::from_nanos(config.idle_heartbeat as u64));
         if let Some(every) = idle_heartbeat {
-            if delivered == 0 && state.last_push.is_none_or(|at| now.duration_since(at) >= every) {
+            // As nats-server: the first heartbeat comes one interval after the subscriber is
+            // bound, not at once (a client that counts it as a delivery, such as nats-py's KV
+            // watch reading an empty bucket, would otherwise miss its "no values" marker).
+            let since = *state.last_push.get_or_insert(now);
+            if delivered == 0 && now.duration_since(since) >= every {
                 let last = [
                     (names::LAST_CONSUMER, state.delivered_consumer_seq),
                     (names::LAST_STREAM, state.delivered_stream_seq),
@@ -463,12 +467,19 @@ impl Consumer {
 
     /// The ack reply subject the next delivery of `message` will carry:
     /// `$JS.ACK.<stream>.<consumer>.<deliveries>.<stream seq>.<consumer seq>.<timestamp>.<pending>`.
-    fn ack_subject(&self, state: &State, message: &Candidate, last_seq: u64) -> String {
+    fn ack_subject(
+        &self,
+        state: &mut State,
+        (config, stream): (&ConsumerConfig, &Stream),
+        message: &Candidate,
+    ) -> String {
         let deliveries = state.pending.get(&message.seq).map_or(1, |p| p.deliveries + 1);
         let consumer_seq = state.delivered_consumer_seq + 1;
-        // Messages after this one, as clients show "pending"; exact for unfiltered consumers.
-        let remaining =
-            last_seq.saturating_sub(message.seq.max(state.next_seq.saturating_sub(1))) + state.ahead.len() as u64;
+        // Messages still to come after this one, as clients show "pending" (a KV watch's delta:
+        // 0 marks the end of the initial values).
+        let after = message.seq.max(state.next_seq.saturating_sub(1));
+        let remaining = state.pending_after(stream.store().as_ref(), config, after)
+            + (state.ahead.len() + state.initial.len()) as u64;
         format!(
             "$JS.ACK.{}.{}.{}.{}.{}.{}.{}",
             self.stream_name, self.name, deliveries, message.seq, consumer_seq, message.timestamp_ns, remaining
@@ -487,7 +498,8 @@ impl Consumer {
         if let Some(provenance) = stream.provenance() {
             message.headers = provenance.annotate(message.seq, message.headers.take());
         }
-        let ack = self.ack_subject(state, &message, last_seq);
+        let _ = last_seq;
+        let ack = self.ack_subject(state, (config, stream), &message);
         state.delivered_consumer_seq += 1;
         let consumer_seq = state.delivered_consumer_seq;
         if !message.redelivery {
