@@ -20,7 +20,7 @@ async fn bucket(js: &jetstream::Context, name: &str, history: i64) -> kv::Store 
 async fn next_entry(watch: &mut kv::Watch) -> kv::Entry {
     tokio::time::timeout(WAIT, watch.next())
         .await
-        .expect("a watch entry in time")
+        .unwrap_or_else(|_| panic!("a watch entry within {WAIT:?}"))
         .expect("the watch goes on")
         .expect("a good entry")
 }
@@ -60,7 +60,8 @@ async fn kv_put_get_update_delete_purge_history_and_keys() {
     keys.sort();
     assert_eq!(keys, ["bob"], "deleted and purged keys are not listed");
 
-    let status = kv.status().await.expect("status");
+    // A fresh look: `Store::status` answers from the info cached when the bucket was opened.
+    let status = js.get_key_value("profiles").await.expect("bucket").status().await.expect("status");
     assert_eq!(status.history(), 5);
     assert_eq!(status.values(), 4, "v1+v2 purged away: purge marker, bob's put, delete and put");
 }
@@ -75,35 +76,34 @@ async fn watches_deliver_initial_values_with_exact_deltas_then_updates() {
     kv.put("a", "a2".into()).await.expect("put");
     kv.put("c", "c1".into()).await.expect("put");
 
-    let mut all = kv.watch_all().await.expect("watch_all");
+    // async-nats: `watch_with_history` starts at each key's last value, `watch_all` at new ones.
+    let mut all = kv.watch_with_history(">").await.expect("watch every key");
     let initial = [next_entry(&mut all).await, next_entry(&mut all).await, next_entry(&mut all).await];
-    let seen: Vec<(&str, &[u8], u64)> = initial.iter().map(|e| (e.key.as_str(), &e.value[..], e.delta)).collect();
-    assert_eq!(seen, [("b", &b"b1"[..], 2), ("a", b"a2", 1), ("c", b"c1", 0)], "last per key, oldest first");
+    let seen: Vec<(&str, &[u8], u64, bool)> =
+        initial.iter().map(|e| (e.key.as_str(), &e.value[..], e.delta, e.seen_current)).collect();
+    let expected = [("b", &b"b1"[..], 2, false), ("a", b"a2", 1, false), ("c", b"c1", 0, true)];
+    assert_eq!(seen, expected, "last per key, oldest first, then current");
 
     // A watch of one key whose last value is not the stream's last message still ends at 0.
-    let mut one = kv.watch("a").await.expect("watch a");
+    let mut one = kv.watch_with_history("a").await.expect("watch a");
     let only = next_entry(&mut one).await;
-    assert_eq!((&only.value[..], only.delta), (&b"a2"[..], 0));
+    assert_eq!((&only.value[..], only.delta, only.seen_current), (&b"a2"[..], 0, true));
+    let mut updates = kv.watch_all().await.expect("watch_all");
 
     kv.put("b", "b2".into()).await.expect("put");
     kv.put("a", "a3".into()).await.expect("put");
-    let update = next_entry(&mut all).await;
-    assert_eq!((update.key.as_str(), &update.value[..]), ("b", &b"b2"[..]));
-    let update = next_entry(&mut all).await;
-    assert_eq!((update.key.as_str(), &update.value[..], update.delta), ("a", &b"a3"[..], 0));
+    for watch in [&mut all, &mut updates] {
+        let update = next_entry(watch).await;
+        assert_eq!((update.key.as_str(), &update.value[..]), ("b", &b"b2"[..]));
+        let update = next_entry(watch).await;
+        assert_eq!((update.key.as_str(), &update.value[..], update.delta), ("a", &b"a3"[..], 0));
+    }
     let update = next_entry(&mut one).await;
     assert_eq!((&update.value[..], update.delta), (&b"a3"[..], 0), "the key watch sees only its key");
 
-    let mut history = kv.watch_with_history("a").await.expect("watch with history");
-    let deltas: Vec<(Vec<u8>, u64)> = {
-        let mut out = Vec::new();
-        for _ in 0..3 {
-            let entry = next_entry(&mut history).await;
-            out.push((entry.value.to_vec(), entry.delta));
-        }
-        out
-    };
-    assert_eq!(deltas, [(b"a1".to_vec(), 2), (b"a2".to_vec(), 1), (b"a3".to_vec(), 0)]);
+    let history: Vec<kv::Entry> = kv.history("a").await.expect("history").map(|e| e.expect("entry")).collect().await;
+    let deltas: Vec<(&[u8], u64)> = history.iter().map(|e| (&e.value[..], e.delta)).collect();
+    assert_eq!(deltas, [(&b"a1"[..], 2), (b"a2", 1), (b"a3", 0)]);
 }
 
 #[tokio::test]
@@ -128,7 +128,8 @@ async fn invalid_keys_are_refused_and_nothing_is_stored() {
     for key in ["a b", "", ".a", "a.", "a*", "a>"] {
         assert!(kv.put(key, "x".into()).await.is_err(), "key {key:?} must be refused");
     }
-    assert_eq!(kv.status().await.expect("status").values(), 0);
+    let status = js.get_key_value("strict").await.expect("bucket").status().await.expect("status");
+    assert_eq!(status.values(), 0);
 }
 
 // ---------------------------------------------------------------------------------------------
