@@ -36,14 +36,19 @@ impl DirectRequest {
     fn conflicting(&self) -> bool {
         let (seq, last, next) = (self.seq > 0, !self.last_by_subj.is_empty(), !self.next_by_subj.is_empty());
         let (start, multi) = (self.start_time.is_some(), !self.multi_last.is_empty());
-        (seq && last)
-            || (seq && start)
-            || (start && last)
-            || (last && next)
-            || (last && self.batch > 0)
-            || (last && multi)
-            || (next && multi)
-            || (self.up_to_seq > 0 && self.up_to_time.is_some())
+        let batch = self.batch > 0;
+        let up_to = (self.up_to_seq > 0, self.up_to_time.is_some());
+        let pairs = [
+            (seq, last),
+            (seq, start),
+            (start, last),
+            (last, next),
+            (last, batch),
+            (last, multi),
+            (next, multi),
+            up_to,
+        ];
+        pairs.iter().any(|(a, b)| *a && *b)
     }
 }
 
