@@ -336,3 +336,13 @@ pub const ACCOUNT_JWT_BYTES_MAX: usize = 1024 * 1024;
 pub const NKEY_SIGNATURE_TEXT_BYTES_MAX: usize = 256;
 /// Auth: accounts in `resolver_preload`.
 pub const PRELOADED_ACCOUNTS_MAX: usize = 10_000;
+/// Key-Value (`jetstream/kv.rs`): stored headers read per limits check while the per-message
+/// TTL index is rebuilt after a restart.
+pub const MSG_TTL_REBUILD_MESSAGES_PER_CHECK: usize = 10_000;
+/// Key-Value: messages expired (TTL) or checked for a delete marker (max age) per limits check.
+pub const MSG_TTL_EXPIRE_PER_CHECK: usize = 10_000;
+/// Direct get: messages one multi-last request may answer (nats-server's 1024).
+pub const DIRECT_GET_MULTI_LAST_MAX: usize = 1024;
+/// Direct get: bytes a batch answers when the request sets no `max_bytes` (nats-server's
+/// default max pending, 64 MiB).
+pub const DIRECT_GET_BATCH_BYTES_DEFAULT: usize = 64 * 1024 * 1024;

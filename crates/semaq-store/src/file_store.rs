@@ -319,6 +319,10 @@ impl StreamStore for FileStore {
         }
     }
 
+    fn count_matching(&self, from_seq: u64, to_seq: u64, filter: Option<&str>) -> u64 {
+        self.ledger.count_matching(from_seq, to_seq, filter)
+    }
+
     fn get_last_for_subject(&self, filter: &str) -> StoreResult<Option<StoredMessage>> {
         match self.ledger.last_match(filter) {
             Some(seq) => self.read_message(seq),

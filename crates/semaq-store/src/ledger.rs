@@ -5,7 +5,7 @@
 //! offset, the memory store the message itself. Invariant after every public call: the front
 //! slot is live, or there are no slots and `first_seq == next_seq`.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use crate::error::{fit, StoreError, StoreResult};
 use crate::limits::{RECORD_SIZE_MAX_BYTES, SUBJECT_LENGTH_MAX_BYTES};
@@ -337,20 +337,19 @@ impl<B: Default> Ledger<B> {
         let mut filter = SubjectFilter::new(request.subject.as_deref(), &self.subjects);
         let end = request.up_to_seq.unwrap_or(self.next_seq).min(self.next_seq);
         let mut doomed = Vec::new();
-        let mut kept_per_subject: HashMap<SubjectId, u64> = HashMap::new();
         let keep = request.keep.unwrap_or(0);
-        // Newest first, so `keep` spares the newest of each subject.
+        let mut kept = 0;
+        // Newest first, so `keep` spares the newest matching messages, counted across every
+        // matching subject (nats-server's PurgeEx).
         let mut seq = end;
         while seq > self.first_seq() {
             seq -= 1;
             let Some(slot) = self.live_slot(seq) else { continue };
-            let id = slot.subject;
-            if !filter.matches(id, &self.subjects) {
+            if !filter.matches(slot.subject, &self.subjects) {
                 continue;
             }
-            let kept = kept_per_subject.entry(id).or_insert(0);
-            if *kept < keep {
-                *kept += 1;
+            if kept < keep {
+                kept += 1;
             } else {
                 doomed.push(seq);
             }
@@ -377,6 +376,25 @@ impl<B: Default> Ledger<B> {
             seq += 1;
         }
         None
+    }
+
+    /// How many live messages in `from_seq..=to_seq` match `filter`, read from the slots alone.
+    pub(crate) fn count_matching(&self, from_seq: u64, to_seq: u64, filter: Option<&str>) -> u64 {
+        let mut filter = SubjectFilter::new(filter, &self.subjects);
+        let (mut seq, mut end) = (from_seq.max(self.first_seq()), to_seq.saturating_add(1).min(self.next_seq));
+        if let SubjectFilter::Literal(literal) = filter {
+            let Some((first, last)) = literal.and_then(|id| self.subjects.bounds(id)) else { return 0 };
+            seq = seq.max(first);
+            end = end.min(last + 1);
+        }
+        let mut count = 0;
+        while seq < end {
+            if let Some(slot) = self.live_slot(seq) {
+                count += u64::from(filter.matches(slot.subject, &self.subjects));
+            }
+            seq += 1;
+        }
+        count
     }
 
     /// Last live sequence whose subject matches `filter`.

@@ -68,6 +68,9 @@ pub trait StreamStore: Send {
     /// The first live message with sequence ≥ `from_seq` whose subject matches `filter` (wildcards
     /// allowed); reads no payload but the one returned. `Err(Corrupt { seq })`: ask from `seq + 1` to skip it.
     fn get_next(&self, from_seq: u64, filter: Option<&str>) -> StoreResult<Option<StoredMessage>>;
+    /// How many live messages with sequence in `from_seq..=to_seq` match `filter` (all for
+    /// `None`); reads no payload.
+    fn count_matching(&self, from_seq: u64, to_seq: u64, filter: Option<&str>) -> u64;
     /// The newest live message whose subject matches `filter` (wildcards allowed).
     fn get_last_for_subject(&self, filter: &str) -> StoreResult<Option<StoredMessage>>;
     /// Removes the message at `seq`; false when there was none. Durable when it returns.

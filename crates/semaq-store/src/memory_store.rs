@@ -72,6 +72,10 @@ impl StreamStore for MemoryStore {
         Ok(self.ledger.next_match(from_seq, filter).and_then(|seq| self.message(seq)))
     }
 
+    fn count_matching(&self, from_seq: u64, to_seq: u64, filter: Option<&str>) -> u64 {
+        self.ledger.count_matching(from_seq, to_seq, filter)
+    }
+
     fn get_last_for_subject(&self, filter: &str) -> StoreResult<Option<StoredMessage>> {
         Ok(self.ledger.last_match(filter).and_then(|seq| self.message(seq)))
     }

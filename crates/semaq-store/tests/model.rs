@@ -216,9 +216,8 @@ impl Model {
             if !matching || seq >= below {
                 continue;
             }
-            // Without a subject filter, keep counts across all subjects.
-            let key = if filter.is_some() { subject.as_str() } else { "" };
-            let count = kept.entry(key).or_insert(0);
+            // `keep` counts across every matching subject, as nats-server's PurgeEx.
+            let count = kept.entry("").or_insert(0);
             if *count < request.keep.unwrap_or(0) {
                 *count += 1;
             } else {
@@ -289,6 +288,17 @@ fn check(store: &dyn StreamStore, model: &Model) -> Result<(), TestCaseError> {
             let expected = model.live.range(from..).find(|(_, (s, ..))| filter.is_none_or(|f| matches(f, s)));
             let found = store.get_next(from, filter).unwrap().map(|message| message.seq);
             prop_assert_eq!(found, expected.map(|(&seq, _)| seq), "get_next({}, {:?})", from, filter);
+            let to = from + 5;
+            let counted =
+                model.live.range(from..=to).filter(|(_, (s, ..))| filter.is_none_or(|f| matches(f, s))).count();
+            prop_assert_eq!(
+                store.count_matching(from, to, filter),
+                counted as u64,
+                "count_matching({}, {}, {:?})",
+                from,
+                to,
+                filter
+            );
         }
         let Some(filter) = filter else { continue };
         let last = model.live.iter().rev().find(|(_, (s, ..))| matches(filter, s)).map(|(&seq, _)| seq);

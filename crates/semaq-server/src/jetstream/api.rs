@@ -7,8 +7,7 @@ use std::sync::{Arc, Weak};
 
 use base64::Engine;
 use bytes::Bytes;
-use semaq_wire::headers::names;
-use semaq_wire::{clock, Headers};
+use semaq_wire::clock;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -121,7 +120,7 @@ fn parse<T: DeserializeOwned + Default>(payload: &[u8]) -> Result<T, ApiError> {
 
 fn handle(services: &Services, jetstream: &JetStream, reply: &str, tokens: &[&str], payload: &[u8]) -> Option<Value> {
     if let ["DIRECT", "GET", stream, subject @ ..] = tokens {
-        direct_get(services, jetstream, reply, stream, subject, payload);
+        super::direct::get(services, jetstream, reply, stream, subject, payload);
         return None;
     }
     let response = match tokens {
@@ -315,14 +314,20 @@ struct PurgeRequestBody {
 }
 
 fn purge(jetstream: &JetStream, name: &str, payload: &[u8]) -> Result<Value, ApiError> {
-    let request: PurgeRequestBody = parse(payload)?;
-    let stream = jetstream.stream(name).ok_or_else(ApiError::stream_not_found)?;
-    let config = stream.config();
-    if config.sealed || config.deny_purge {
-        return Err(ApiError::sealed());
-    }
+    let mut request: PurgeRequestBody = parse(payload)?;
+    // nats-server reads 0 as "not set" for both, and refuses the two together.
+    request.seq = request.seq.filter(|seq| *seq > 0);
+    request.keep = request.keep.filter(|keep| *keep > 0);
     if request.seq.is_some() && request.keep.is_some() {
         return Err(ApiError::bad_request());
+    }
+    let stream = jetstream.stream(name).ok_or_else(ApiError::stream_not_found)?;
+    let config = stream.config();
+    if config.sealed {
+        return Err(ApiError::sealed());
+    }
+    if config.deny_purge {
+        return Err(ApiError::purge_failed("stream purge not permitted"));
     }
     if stream.provenance().is_some() && request.filter.as_deref().is_some_and(|filter| !filter.is_empty()) {
         return Err(ApiError::append_only("a purge with a subject filter"));
@@ -455,8 +460,11 @@ fn delete_message(jetstream: &JetStream, name: &str, payload: &[u8]) -> Result<V
     let _ = request.no_erase;
     let stream = jetstream.stream(name).ok_or_else(ApiError::stream_not_found)?;
     let config = stream.config();
-    if config.sealed || config.deny_delete {
+    if config.sealed {
         return Err(ApiError::sealed());
+    }
+    if config.deny_delete {
+        return Err(ApiError::message_delete_failed("message delete not permitted"));
     }
     if stream.provenance().is_some() {
         return Err(ApiError::append_only("deleting a message"));
@@ -586,60 +594,4 @@ fn consumer_list(jetstream: &JetStream, stream: &str, payload: &[u8]) -> Result<
         "limit": limits::API_LIST_INFOS_MAX,
         "consumers": infos,
     }))
-}
-
-/// `DIRECT.GET.<stream>[.<subject>]`: the message itself, with `Nats-Stream`, `Nats-Subject`,
-/// `Nats-Sequence` and `Nats-Time-Stamp` headers, or a status (404, 400) with no body.
-fn direct_get(services: &Services, jetstream: &JetStream, reply: &str, stream: &str, subject: &[&str], payload: &[u8]) {
-    let status = |code: u16, text: &str| {
-        let headers = format!("NATS/1.0 {code} {text}\r\n\r\n");
-        services.bus.publish(reply, Some(headers.as_bytes()), b"");
-    };
-    let Some(stream) = jetstream.stream(stream).filter(|s| s.config().allow_direct) else {
-        return status(503, "");
-    };
-    let request = if subject.is_empty() {
-        match parse::<GetRequest>(payload) {
-            Ok(request) => request,
-            Err(_) => return status(400, "Bad Request"),
-        }
-    } else {
-        GetRequest { last_by_subj: Some(subject.join(".")), ..GetRequest::default() }
-    };
-    let mut message = match find_message(&stream, &request) {
-        Ok(message) => message,
-        Err(error) if error.code == 404 => return status(404, "Message Not Found"),
-        Err(_) => return status(400, "Bad Request"),
-    };
-    if let Some(provenance) = stream.provenance() {
-        message.headers = provenance.annotate(message.seq, message.headers.take());
-    }
-    let mut headers = format!(
-        "NATS/1.0\r\n{}: {}\r\n{}: {}\r\n{}: {}\r\n{}: {}\r\n",
-        names::STREAM,
-        stream.name,
-        names::SUBJECT,
-        message.subject,
-        names::SEQUENCE,
-        message.seq,
-        names::TIME_STAMP,
-        timestamp(message.timestamp_ns)
-    );
-    for (name, value) in Headers::new(message.headers.as_deref().unwrap_or_default()) {
-        headers.push_str(name);
-        headers.push_str(": ");
-        headers.push_str(value);
-        headers.push_str("\r\n");
-    }
-    headers.push_str("\r\n");
-    services.bus.publish_as(
-        reply,
-        &Message {
-            subject: reply,
-            reply: None,
-            headers: Some(headers.as_bytes()),
-            payload: &message.payload,
-            publisher: None,
-        },
-    );
 }

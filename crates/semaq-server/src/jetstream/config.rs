@@ -133,6 +133,29 @@ pub struct StreamConfig {
     /// Rewrites the subjects of captured messages before they are stored (`transform.rs`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub subject_transform: Option<SubjectTransformConfig>,
+    /// Honour `Nats-TTL` headers (nats-server 2.11).
+    #[serde(skip_serializing_if = "is_false")]
+    pub allow_msg_ttl: bool,
+    /// Nanoseconds a delete marker left when a subject's last message ages out lives; 0 none (2.11).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub subject_delete_marker_ttl: i64,
+    /// Republish stored messages to another subject.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub republish: Option<RePublish>,
+}
+
+/// `republish`: stored messages matching `src` are published again to `dest`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RePublish {
+    /// Which stored subjects (a filter; empty means `>`).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub src: String,
+    /// Where they go; `$1`-style and `{{wildcard(1)}}` tokens take the source's wildcards.
+    pub dest: String,
+    /// Send only the headers, with `Nats-Msg-Size`.
+    #[serde(skip_serializing_if = "is_false")]
+    pub headers_only: bool,
 }
 
 fn is_zero_u64(value: &u64) -> bool {
@@ -176,6 +199,9 @@ impl Default for StreamConfig {
             mirror: None,
             sources: Vec::new(),
             subject_transform: None,
+            allow_msg_ttl: false,
+            subject_delete_marker_ttl: 0,
+            republish: None,
         }
     }
 }

@@ -456,6 +456,22 @@ impl ApiError {
     pub fn small_heartbeat() -> Self {
         Self::new(400, 10083, "consumer idle heartbeat needs to be >= 100ms")
     }
+    /// A `Nats-Rollup` the stream refuses (`rollup not permitted`, an unknown value).
+    pub fn rollup_failed(reason: impl std::fmt::Display) -> Self {
+        Self::new(500, 10111, format!("{reason}"))
+    }
+    /// A purge the stream refuses (`stream purge not permitted`).
+    pub fn purge_failed(reason: impl std::fmt::Display) -> Self {
+        Self::new(500, 10110, format!("{reason}"))
+    }
+    /// `per-message TTL is disabled`: a `Nats-TTL` on a stream without `allow_msg_ttl`.
+    pub fn msg_ttl_disabled() -> Self {
+        Self::new(400, 10166, "per-message TTL is disabled")
+    }
+    /// `invalid per-message TTL`: a `Nats-TTL` that is not a duration of at least 1s, seconds or `never`.
+    pub fn msg_ttl_invalid() -> Self {
+        Self::new(400, 10165, "invalid per-message TTL")
+    }
 }
 
 /// Mirrors, sources and subject transforms (`sources.rs`, `transform.rs`): nats-server's codes.

@@ -13,6 +13,8 @@
 //! - [`schema`]: the `semaq.*` level keys, and L2 streams bound to a registry subject.
 //! - [`sources`]: mirrors and sources: followers copying other streams, their config checks.
 //! - [`transform`]: subject transforms (stream `subject_transform`, source `subject_transforms`).
+//! - [`kv`]: Key-Value at publish: rollups, per-message TTL, delete markers, republish.
+//! - [`direct`]: `DIRECT.GET`: by sequence, subject, batches and multi-last.
 //!
 //! On disk, under the store directory: `jetstream/streams/<name>/stream.json` (config and
 //! creation time), `jetstream/streams/<name>/msgs/` (the `semaq-store` log) and, for level 4,
@@ -25,8 +27,10 @@ pub mod config;
 pub mod consumer;
 pub mod consumers;
 pub mod counters;
+pub mod direct;
 pub mod errors;
 pub mod intents;
+pub mod kv;
 pub mod lineage;
 pub mod producers;
 pub mod provenance;
@@ -464,6 +468,7 @@ pub fn normalize(mut config: StreamConfig) -> Result<StreamConfig, ApiError> {
     consumer::check_priority(&config.metadata).map_err(ApiError::invalid_stream_config)?;
     config.apply_exactly_once().map_err(ApiError::invalid_stream_config)?;
     counters::check_config(&config)?;
+    kv::normalize(&mut config)?;
     Ok(config)
 }
 
@@ -485,5 +490,5 @@ fn check_update(old: &StreamConfig, new: &StreamConfig) -> Result<(), ApiError> 
         return Err(ApiError::stream_update("deny purge"));
     }
     counters::check_update(old, new)?;
-    Ok(())
+    kv::check_update(old, new)
 }

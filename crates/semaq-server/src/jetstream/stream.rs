@@ -172,6 +172,8 @@ pub struct Stream {
     msg_ids: super::lineage::MsgIds,
     /// Publishes stored, acknowledged as duplicates, and refused by reason (`/metrics`).
     pub publishes: PublishCounters,
+    /// Messages with a `Nats-TTL`, by expiry. Lock order: after `store`.
+    expiries: Mutex<super::kv::Expiries>,
 }
 
 /// What storing one ingest batch works with, under the stream's store lock.
@@ -188,7 +190,8 @@ pub struct Ingest<'a, 'c> {
     /// L4: the hash chain writer (its lock is held, after the store's).
     pub chain: Option<&'a mut super::provenance::ChainWriter<'c>>,
     interest: Option<&'a [Arc<super::config::ConsumerConfig>]>,
-    now: i64,
+    /// When the batch is stored (unix ns).
+    pub now: i64,
     window_ns: i64,
     /// While an atomic batch is appended: messages no consumer wants, dropped once the whole
     /// batch is in (so its last message is always there for the crash check at start-up).
@@ -203,6 +206,14 @@ impl Ingest<'_, '_> {
             self.producers.write_snapshot(self.store, self.now).map_err(ApiError::storage)?;
         }
         self.store.delete(seq).map_err(store_error)?;
+        Ok(())
+    }
+
+    /// L3: writes the producer snapshot before messages go that it may not cover yet.
+    pub fn snapshot_before_removal(&mut self) -> Result<(), ApiError> {
+        if self.config.exactly_once() && self.producers.removal_needs_snapshot(u64::MAX) {
+            self.producers.write_snapshot(self.store, self.now).map_err(ApiError::storage)?;
+        }
         Ok(())
     }
 
@@ -249,7 +260,7 @@ impl Stream {
         if config.exactly_once() {
             producers.ensure_loaded(store.as_mut(), clock::unix_nanos_now());
         }
-        let last_seq = store.state().last_seq;
+        let (first_seq, last_seq) = (store.state().first_seq, store.state().last_seq);
         let stream = Arc::new(Self {
             name: config.name.clone(),
             config: RwLock::new(Arc::new(config)),
@@ -269,6 +280,7 @@ impl Stream {
             provenance,
             msg_ids: super::lineage::MsgIds::new(last_seq, clock::unix_nanos_now()),
             publishes: PublishCounters::default(),
+            expiries: Mutex::new(super::kv::Expiries::rebuild_from(first_seq, last_seq)),
         });
         // A new stream has nothing to rebuild; a restored one rebuilds on first use.
         let dedup = Dedup { loaded: last_seq == 0, ..Dedup::default() };
@@ -277,6 +289,33 @@ impl Stream {
             tokio::spawn(super::provenance::run_ticker(Arc::downgrade(&stream)));
         }
         stream
+    }
+
+    /// The per-message TTL index.
+    pub fn expiries(&self) -> std::sync::MutexGuard<'_, super::kv::Expiries> {
+        lock(&self.expiries)
+    }
+
+    /// Stores a message the server writes itself (a delete marker): no reply, no publisher.
+    pub fn enqueue_internal(&self, subject: &str, headers: Bytes) -> bool {
+        let size = subject.len() + headers.len();
+        if !self.ingest_budget.try_take(size) {
+            return false;
+        }
+        let inbound = Inbound {
+            subject: subject.to_string(),
+            reply: None,
+            headers: Some(headers),
+            payload: Bytes::new(),
+            publisher: None,
+            received: Instant::now(),
+            trace: None,
+        };
+        if self.ingest.try_send(inbound).is_err() {
+            self.ingest_budget.give_back(size);
+            return false;
+        }
+        true
     }
 
     /// Level 4: the `Nats-Msg-Id`s stored recently (lineage resolves parents with them).
@@ -547,12 +586,19 @@ impl Stream {
 
     /// Removes what has grown too old (max_age); other limits apply on append.
     fn enforce_limits(&self) {
-        let max_age = self.config().max_age;
+        let config = self.config();
+        let now = clock::unix_nanos_now();
+        if config.allow_msg_ttl {
+            let expired = super::kv::expire_ttls(self, self.store().as_mut(), now);
+            if expired > 0 {
+                self.notify_changed();
+            }
+        }
+        let max_age = config.max_age;
         if max_age <= 0 {
             return;
         }
         let mut store = self.store();
-        let now = clock::unix_nanos_now();
         {
             // L3: expiry must not take a message the producer snapshot does not cover.
             let mut producers = lock(&self.producers);
@@ -563,8 +609,12 @@ impl Stream {
                 }
             }
         }
+        let markers = super::kv::aging_out_last(&config, store.as_ref(), now);
         let removed = store.enforce_limits(now);
         drop(store);
+        for subject in &markers {
+            super::kv::leave_marker(self, &config, subject);
+        }
         match removed {
             Ok(0) => {}
             Ok(_) => self.notify_changed(),
@@ -765,6 +815,7 @@ impl Stream {
         if let Some(sum) = super::counters::apply(ingest.config, &*ingest.store, subject, headers, &message.payload)? {
             message.payload = sum;
         }
+        let kv = super::kv::check(ingest.config, ingest.store, message)?;
         let outcome = store_one(
             ingest.config,
             ingest.store,
@@ -774,6 +825,7 @@ impl Stream {
             ingest.chain.as_deref_mut(),
         )?;
         let (seq, false) = outcome else { return Ok(outcome) };
+        kv.stored(self, ingest, message, seq)?;
         if let Some(fields) = crate::tokens::PayloadFields::from_metadata(&ingest.config.metadata) {
             let tokens = &self.services.tokens;
             tokens.record_payload(&fields, &message.subject, message.headers.as_deref(), &message.payload);

@@ -17,6 +17,7 @@ mod jetstream;
 mod jetstream_api;
 mod jetstream_api_210;
 mod jetstream_consumers;
+mod kv;
 mod l4_batch;
 mod lame_duck;
 mod latency;

@@ -98,3 +98,20 @@ pub const HASH: &str = "Semaq-Hash";
 pub const PREV_HASH: &str = "Semaq-Prev-Hash";
 /// On delivery: the signed checkpoint covering the message, or `pending`.
 pub const CHECKPOINT: &str = "Semaq-Checkpoint";
+
+// Key-Value (nats-server's names).
+
+/// `sub` or `all`: the message replaces the subject's (or the stream's) earlier messages.
+pub const ROLLUP: &str = "Nats-Rollup";
+/// Per-message TTL: a Go duration of at least 1s, whole seconds, or `never`.
+pub const TTL: &str = "Nats-TTL";
+/// Why the server wrote a delete marker (`MaxAge`).
+pub const MARKER_REASON: &str = "Nats-Marker-Reason";
+/// Direct get batches and republish: the previous sequence (of the batch, of the subject).
+pub const LAST_SEQUENCE: &str = "Nats-Last-Sequence";
+/// Direct get batches: messages left after this one.
+pub const NUM_PENDING: &str = "Nats-Num-Pending";
+/// Direct get multi-last: the sequence the answer is as of.
+pub const UP_TO_SEQUENCE: &str = "Nats-UpTo-Sequence";
+/// KV clients' operation marker: `DEL` or `PURGE`.
+pub const KV_OPERATION: &str = "KV-Operation";

@@ -214,7 +214,6 @@ impl Consumer {
         let mut outgoing = Vec::new();
         let (next_wake, skipped) = {
             let mut state = lock(&self.state);
-            state.round_pending = None;
             self.expire_requests(&mut state, now, &mut outgoing);
             collect_due(&mut state, &config, now);
             if let Some(deliver) = &config.deliver_subject {
@@ -309,7 +308,7 @@ impl Consumer {
             // headers and payload.
             let size = match bytes_remaining {
                 Some(_) => {
-                    let framing = next.subject.len() + self.ack_subject(state, &next, last_seq).len();
+                    let framing = next.subject.len() + self.ack_subject(state, (config, stream), &next).len();
                     (framing + next.headers.as_ref().map_or(0, Bytes::len) + next.payload.len()) as u64
                 }
                 None => 0,
@@ -393,7 +392,11 @@ impl Consumer {
         }
         let idle_heartbeat = (config.idle_heartbeat > 0).then(|| Duration::from_nanos(config.idle_heartbeat as u64));
         if let Some(every) = idle_heartbeat {
-            if delivered == 0 && state.last_push.is_none_or(|at| now.duration_since(at) >= every) {
+            // As nats-server: the first heartbeat comes one interval after the subscriber is
+            // bound, not at once (a client that counts it as a delivery, such as nats-py's KV
+            // watch reading an empty bucket, would otherwise miss its "no values" marker).
+            let since = *state.last_push.get_or_insert(now);
+            if delivered == 0 && now.duration_since(since) >= every {
                 let last = [
                     (names::LAST_CONSUMER, state.delivered_consumer_seq),
                     (names::LAST_STREAM, state.delivered_stream_seq),
@@ -505,27 +508,19 @@ impl Consumer {
 
     /// The ack reply subject the next delivery of `message` will carry:
     /// `$JS.ACK.<stream>.<consumer>.<deliveries>.<stream seq>.<consumer seq>.<timestamp>.<pending>`.
-    /// Keeps `round_pending` right for a delivery about to be made: a filtered consumer's
-    /// pending count is what matches its filters, not what follows in the stream.
-    fn count_round_pending(&self, state: &mut State, config: &ConsumerConfig, stream: &Stream, redelivery: bool) {
-        let filter = self.content_filter();
-        if filter.is_none() && super::validate::filters(config).iter().any(|f| f == ">") {
-            return;
-        }
-        state.round_pending = match state.round_pending {
-            // The read position is already past this message, so the count excludes it.
-            None => Some(state.num_pending(stream, config, filter.as_deref())),
-            Some(left) => Some(left.saturating_sub(u64::from(!redelivery))),
-        };
-    }
-
-    fn ack_subject(&self, state: &State, message: &Candidate, last_seq: u64) -> String {
+    fn ack_subject(
+        &self,
+        state: &mut State,
+        (config, stream): (&ConsumerConfig, &Stream),
+        message: &Candidate,
+    ) -> String {
         let deliveries = state.pending.get(&message.seq).map_or(1, |p| p.deliveries + 1);
         let consumer_seq = state.delivered_consumer_seq + 1;
-        // Messages after this one, as clients show "pending" (filtered: `count_round_pending`).
-        let remaining = state.round_pending.unwrap_or_else(|| {
-            last_seq.saturating_sub(message.seq.max(state.next_seq.saturating_sub(1))) + state.ahead.len() as u64
-        });
+        // Messages still to come after this one, as clients show "pending" (a KV watch's delta:
+        // 0 marks the end of the initial values).
+        let after = message.seq.max(state.next_seq.saturating_sub(1));
+        let remaining = state.pending_after(stream.store().as_ref(), config, after)
+            + (state.ahead.len() + state.initial.len()) as u64;
         format!(
             "$JS.ACK.{}.{}.{}.{}.{}.{}.{}",
             self.stream_name, self.name, deliveries, message.seq, consumer_seq, message.timestamp_ns, remaining
@@ -544,8 +539,8 @@ impl Consumer {
         if let Some(provenance) = stream.provenance() {
             message.headers = provenance.annotate(message.seq, message.headers.take());
         }
-        self.count_round_pending(state, config, stream, message.redelivery);
-        let ack = self.ack_subject(state, &message, last_seq);
+        let _ = last_seq;
+        let ack = self.ack_subject(state, (config, stream), &message);
         state.delivered_consumer_seq += 1;
         state.last_delivered = Some(now);
         let consumer_seq = state.delivered_consumer_seq;

@@ -98,9 +98,19 @@ pub struct State {
     pub skipped_through: u64,
     /// A `pinned_client` consumer's pinned client.
     pub pin: Option<super::groups::Pin>,
-    /// A filtered consumer's pending count after the latest delivery of this pump round, for
-    /// the ack subjects (counted once per round: `None` until the round's first delivery).
-    pub round_pending: Option<u64>,
+    /// The last count of matching messages after a delivery, so the next one counts only what
+    /// changed since (see `pending_after`).
+    pending_count: Option<PendingCount>,
+}
+
+/// `count` matching live messages in `after + 1..=through`, while the stream had removed
+/// `removed` messages (`last_seq - msgs`, which only grows: an equal value means nothing went).
+#[derive(Debug, Clone, Copy)]
+struct PendingCount {
+    after: u64,
+    through: u64,
+    removed: u64,
+    count: u64,
 }
 
 impl State {
@@ -249,7 +259,15 @@ impl State {
             // Messages from the read position on; deletes below it do not count against them.
             return initial + stream_state.msgs.min(stream_state.last_seq - from + 1);
         }
-        // Filtered: count matching subjects, minus those already passed. Bounded by the subjects map.
+        if filter.is_none() {
+            let filters = validate::filters(config);
+            let count: u64 = filters
+                .iter()
+                .map(|f| store.count_matching(from, stream_state.last_seq, (f.as_str() != ">").then_some(f.as_str())))
+                .sum();
+            return initial + count;
+        }
+        // Content-filtered: count what passes, minus those already passed. Bounded.
         let mut count = 0;
         let mut seq = from;
         let mut steps = 0;
@@ -264,6 +282,28 @@ impl State {
             }
         }
         initial + count
+    }
+
+    /// Matching messages stored after sequence `after`, exact (content filters aside), counted
+    /// from the store's slots; consecutive calls count only the gap and the new messages.
+    pub fn pending_after(&mut self, store: &dyn semaq_store::StreamStore, config: &ConsumerConfig, after: u64) -> u64 {
+        let stream_state = store.state();
+        let removed = stream_state.last_seq - stream_state.msgs.min(stream_state.last_seq);
+        let filters = validate::filters(config);
+        let count = |from: u64, to: u64| -> u64 {
+            if from > to {
+                return 0;
+            }
+            filters.iter().map(|f| store.count_matching(from, to, (f.as_str() != ">").then_some(f.as_str()))).sum()
+        };
+        let count = match self.pending_count {
+            Some(c) if c.removed == removed && c.after <= after && after <= c.through => {
+                c.count.saturating_sub(count(c.after + 1, after)) + count(c.through + 1, stream_state.last_seq)
+            }
+            _ => count(after + 1, stream_state.last_seq),
+        };
+        self.pending_count = Some(PendingCount { after, through: stream_state.last_seq, removed, count });
+        count
     }
 
     /// Where first deliveries resume after a restart: the lowest message read ahead and not yet
