@@ -28,7 +28,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     ("routing", &["router", "outbound", "client", "delivery"]),
     ("bus", &["bus"]),
-    ("subsystems", &["registry", "filter", "tokens", "agents", "connection"]),
+    ("subsystems", &["registry", "filter", "tokens", "agents", "connection", "websocket"]),
     ("jetstream", &["jetstream"]),
     ("edges", &["dashboard", "monitor", "server"]),
 ];

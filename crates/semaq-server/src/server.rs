@@ -27,6 +27,7 @@ use crate::registry::Registry;
 use crate::stats::bump;
 use crate::tls;
 use crate::tokens::Tokens;
+use crate::websocket;
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +52,9 @@ pub enum StartError {
     /// JetStream could not start.
     #[error(transparent)]
     JetStream(#[from] crate::jetstream::JetStreamError),
+    /// The WebSocket listener could not start.
+    #[error(transparent)]
+    Websocket(#[from] crate::websocket::WebsocketError),
     /// A file (pid, ports, store directory) could not be written.
     #[error("cannot write {path}: {source}")]
     Write {
@@ -67,6 +71,7 @@ pub struct Server {
     monitor: Arc<Monitor>,
     listener: TcpListener,
     http_listener: Option<TcpListener>,
+    websocket: Option<websocket::Listener>,
 }
 
 impl Server {
@@ -80,6 +85,10 @@ impl Server {
         let listener = bind(&options.host, options.port).await?;
         let http_listener = match options.http_port {
             Some(port) => Some(bind(&options.http_host, port).await?),
+            None => None,
+        };
+        let websocket = match &options.websocket {
+            Some(ws) => Some(websocket::Listener::bind(ws, options.payload_bytes_max).await?),
             None => None,
         };
         let client_addr = listener.local_addr().ok();
@@ -117,9 +126,10 @@ impl Server {
             tokens: tokens.clone(),
             latency,
             jetstream,
+            websocket_addr: websocket.as_ref().map(websocket::Listener::local_addr),
         });
         let context = Arc::new(Context { bus, options, auth, tls, info, filters, agents, tokens });
-        Ok(Self { context, monitor, listener, http_listener })
+        Ok(Self { context, monitor, listener, http_listener, websocket })
     }
 
     /// The bound client address.
@@ -132,11 +142,19 @@ impl Server {
         self.monitor.http_addr
     }
 
+    /// The WebSocket listener's URL (`ws://` or `wss://`), when it is on.
+    pub fn websocket_url(&self) -> Option<String> {
+        self.websocket.as_ref().map(websocket::Listener::url)
+    }
+
     /// Writes the ports file (`<program>_<pid>.ports`) into `dir`.
     pub fn write_ports_file(&self, dir: &std::path::Path, program: &str) -> Result<PathBuf, StartError> {
         let nats: Vec<String> = self.client_addr().map(|a| format!("nats://{a}")).into_iter().collect();
         let monitoring: Vec<String> = self.http_addr().map(|a| format!("http://{a}")).into_iter().collect();
-        let body = serde_json::json!({ "nats": nats, "monitoring": monitoring });
+        let mut body = serde_json::json!({ "nats": nats, "monitoring": monitoring });
+        if let Some(url) = self.websocket_url() {
+            body["websocket"] = serde_json::json!([url]);
+        }
         let path = dir.join(format!("{program}_{}.ports", std::process::id()));
         std::fs::write(&path, body.to_string())
             .map_err(|source| StartError::Write { path: path.display().to_string(), source })?;
@@ -145,7 +163,7 @@ impl Server {
 
     /// Serves until `shutdown` resolves, then drains connections and returns.
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
-        let Server { context, monitor, listener, http_listener } = self;
+        let Server { context, monitor, listener, http_listener, websocket } = self;
         let http_task = http_listener.map(|http| tokio::spawn(crate::monitor::serve(monitor.clone(), http)));
         let permits = Arc::new(Semaphore::new(context.options.connections_max));
         let mut connections = tokio::task::JoinSet::new();
@@ -167,10 +185,29 @@ impl Server {
                         Err(_) => refuse(&context, socket),
                     }
                 }
+                accepted = websocket::accept(websocket.as_ref()) => {
+                    let (Ok((socket, addr)), Some(ws)) = (accepted, &websocket) else { continue };
+                    bump(&context.bus.stats.total_connections);
+                    match permits.clone().try_acquire_owned() {
+                        Ok(permit) => {
+                            let serve = ws.serve(context.clone(), socket, addr);
+                            connections.spawn(async move {
+                                serve.await;
+                                drop(permit);
+                            });
+                        }
+                        Err(_) => {
+                            bump(&context.bus.stats.refused_connections);
+                            tracing::warn!("maximum connections ({}) reached, refusing a connection", context.options.connections_max);
+                            tokio::spawn(ws.refuse(context.clone(), socket, addr));
+                        }
+                    }
+                }
                 Some(_) = connections.join_next(), if !connections.is_empty() => {}
             }
         }
         drop(listener);
+        drop(websocket);
         tracing::info!("Initiating Shutdown...");
         shutdown_connections(&context.bus, connections).await;
         if let Some(jetstream) = &monitor.jetstream {

@@ -22,6 +22,8 @@ use semaq_wire::subject;
 use super::syntax::{size_multiplier, Entry, Kind, Map, Value};
 use super::{ConfigError, LoadReport, Location};
 use crate::limits;
+mod websocket;
+
 use crate::options::{self, Account, AccountJetStream, Options, Permissions, SubjectPermission, TlsOptions, User};
 
 /// Top-level nats-server settings for features SemaQ lacks; warned about as such rather than as unknown.
@@ -30,7 +32,6 @@ const NATS_ONLY_KEYS: &[&str] = &[
     "gateway",
     "leafnodes",
     "leaf",
-    "websocket",
     "mqtt",
     "operator",
     "operators",
@@ -186,6 +187,7 @@ impl Mapper<'_> {
             "metrics" => self.metrics(value)?,
             "tracing" => self.tracing(value)?,
             "accounts" => self.accounts(value)?,
+            "websocket" | "ws" => self.websocket(value)?,
             _ => self.unknown(entry, ""),
         }
         Ok(())
@@ -379,7 +381,13 @@ impl Mapper<'_> {
     }
 
     fn tls(&mut self, value: &Value) -> Result<(), ConfigError> {
-        let map = block("tls", value)?;
+        self.options.tls = Some(self.tls_options("tls", value)?);
+        Ok(())
+    }
+
+    /// A `tls { }` block; `name` is its path (`tls`, `websocket.tls`) in messages.
+    fn tls_options(&mut self, name: &str, value: &Value) -> Result<TlsOptions, ConfigError> {
+        let map = block(name, value)?;
         let (mut cert_file, mut key_file, mut ca_file) = (None, None, None);
         let mut verify = false;
         let mut timeout = limits::TLS_HANDSHAKE_TIMEOUT;
@@ -400,14 +408,13 @@ impl Mapper<'_> {
                     }
                 }
                 "timeout" => timeout = or_default(duration("tls.timeout", v)?, limits::TLS_HANDSHAKE_TIMEOUT),
-                _ => self.unknown(entry, "tls"),
+                _ => self.unknown(entry, name),
             }
         }
         let (Some(cert_file), Some(key_file)) = (cert_file, key_file) else {
-            return Err(invalid(&value.at, "tls needs both cert_file and key_file".to_string()));
+            return Err(invalid(&value.at, format!("{name} needs both cert_file and key_file")));
         };
-        self.options.tls = Some(TlsOptions { cert_file, key_file, ca_file, verify, timeout });
-        Ok(())
+        Ok(TlsOptions { cert_file, key_file, ca_file, verify, timeout })
     }
 
     fn jetstream(&mut self, value: &Value) -> Result<(), ConfigError> {

@@ -27,3 +27,4 @@ mod slow_consumer;
 mod tls;
 mod tokens;
 mod tracing;
+mod websocket;
