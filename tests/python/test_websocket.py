@@ -29,7 +29,7 @@ def run(coroutine):
 def ws_server():
     """A server with a plain-text WebSocket listener on a random port; `ws_url` is where."""
     config = tempfile.NamedTemporaryFile("w", suffix=".conf", delete=False)
-    config.write("websocket { port: -1, no_tls: true }\n")
+    config.write('websocket { host: "127.0.0.1", port: -1, no_tls: true }\n')
     config.close()
     running = Server("-c", config.name)
     found = re.search(r"Listening for websocket clients on (\S+)", running.log_text())
@@ -149,7 +149,7 @@ def test_a_chromium_page_speaks_nats_over_websocket_and_its_origin_is_checked():
     page_server = http.server.ThreadingHTTPServer(("127.0.0.1", page_port), http.server.SimpleHTTPRequestHandler)
     threading.Thread(target=page_server.serve_forever, daemon=True).start()
     config = tempfile.NamedTemporaryFile("w", suffix=".conf", delete=False)
-    config.write(f'websocket {{ port: -1, no_tls: true, allowed_origins: ["http://127.0.0.1:{page_port}"] }}\n')
+    config.write(f'websocket {{ host: "127.0.0.1", port: -1, no_tls: true, allowed_origins: ["http://127.0.0.1:{page_port}"] }}\n')
     config.close()
     server = Server("-c", config.name)
     ws_url = re.search(r"Listening for websocket clients on (\S+)", server.log_text()).group(1)

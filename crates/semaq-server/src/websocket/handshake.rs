@@ -2,7 +2,6 @@
 //! method, `Host`, `Upgrade`, `Connection`, the key, the version, then the `Origin`.
 
 use base64::Engine;
-use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::limits;
@@ -76,29 +75,34 @@ pub async fn read<S: AsyncRead + Unpin>(
     options: &WebsocketOptions,
     tls: bool,
 ) -> Result<Upgrade, ReadError> {
-    let mut buffer = BytesMut::with_capacity(1024);
+    let too_large = || Refusal::new(431, "request headers too large");
+    let mut buffer = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
     loop {
-        if stream.read_buf(&mut buffer).await? == 0 {
+        // One byte past the limit is enough to know the head is too large.
+        let room = (limits::WEBSOCKET_REQUEST_BYTES_MAX + 1).saturating_sub(buffer.len()).min(chunk.len());
+        if room == 0 {
+            return Err(too_large().into());
+        }
+        let n = stream.read(&mut chunk[..room]).await?;
+        if n == 0 {
             return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
         }
+        buffer.extend_from_slice(&chunk[..n]);
         let mut headers = [httparse::EMPTY_HEADER; limits::WEBSOCKET_REQUEST_HEADERS_MAX];
         let mut request = httparse::Request::new(&mut headers);
         match request.parse(&buffer) {
-            Ok(httparse::Status::Complete(length)) => {
-                if length < buffer.len() {
-                    return Err(Refusal::new(400, "client sent data before handshake is complete").into());
-                }
-                return Ok(check(&request, options, tls)?);
+            Ok(httparse::Status::Complete(length)) if length > limits::WEBSOCKET_REQUEST_BYTES_MAX => {
+                return Err(too_large().into());
             }
-            Ok(httparse::Status::Partial) if buffer.len() >= limits::WEBSOCKET_REQUEST_BYTES_MAX => {
-                return Err(Refusal::new(431, "request headers too large").into());
+            Ok(httparse::Status::Complete(length)) if length < buffer.len() => {
+                return Err(Refusal::new(400, "client sent data before handshake is complete").into());
             }
+            Ok(httparse::Status::Complete(_)) => return Ok(check(&request, options, tls)?),
             Ok(httparse::Status::Partial) => {}
             Err(httparse::Error::TooManyHeaders) => return Err(Refusal::new(431, "too many headers").into()),
             Err(error) => return Err(Refusal::new(400, format!("malformed request: {error}")).into()),
         }
-        // Never read past the limit: the buffer only grows by what is still allowed.
-        buffer.reserve(limits::WEBSOCKET_REQUEST_BYTES_MAX.saturating_sub(buffer.len()).min(4096));
     }
 }
 

@@ -11,7 +11,7 @@ use futures::StreamExt;
 use semaq_testkit::{sync, SemaqServer};
 
 const RECEIVE_TIMEOUT: Duration = Duration::from_secs(5);
-const PLAIN: &str = "websocket { port: -1, no_tls: true }";
+const PLAIN: &str = r#"websocket { host: "127.0.0.1", port: -1, no_tls: true }"#;
 
 /// The WebSocket URL the server logged (`Listening for websocket clients on ws://...`).
 fn ws_url(server: &SemaqServer) -> String {
@@ -142,7 +142,8 @@ fn certificates(dir: &Path) -> (String, String, String) {
 async fn wss_clients_connect_with_tls_and_exchange_messages() {
     let dir = tempfile::tempdir().unwrap();
     let (ca, cert, key) = certificates(dir.path());
-    let config = format!("websocket {{ port: -1, tls {{ cert_file: {cert:?}, key_file: {key:?} }} }}");
+    let config =
+        format!("websocket {{ host: \"127.0.0.1\", port: -1, tls {{ cert_file: {cert:?}, key_file: {key:?} }} }}");
     let server = SemaqServer::with_config(&config, &[]);
     let url = ws_url(&server);
     assert!(url.starts_with("wss://"), "{url}");
@@ -328,7 +329,8 @@ fn raw_frames_carry_the_protocol_in_any_split_and_pings_are_answered() {
 /// The bad-frame cases: each closes only its own connection with the right status.
 #[test]
 fn bad_frames_close_the_connection_with_a_protocol_error_and_the_server_stays_up() {
-    let server = SemaqServer::with_config("max_payload: 1024\nwebsocket { port: -1, no_tls: true }", &[]);
+    let server =
+        SemaqServer::with_config("max_payload: 1024\nwebsocket { host: \"127.0.0.1\", port: -1, no_tls: true }", &[]);
     let cases: [(&str, Vec<u8>, u16); 4] = [
         ("an unmasked client frame", frame(BINARY, true, false, b"PING\r\n"), 1002),
         ("a continuation without a start", frame(CONTINUATION, true, true, b"PING\r\n"), 1002),
@@ -383,7 +385,7 @@ fn bad_upgrade_requests_get_http_errors() {
 
 #[test]
 fn origins_outside_the_allowed_list_or_the_same_origin_are_forbidden() {
-    let config = r#"websocket { port: -1, no_tls: true, allowed_origins: ["https://app.example.com", "http://localhost:3000"] }"#;
+    let config = r#"websocket { host: "127.0.0.1", port: -1, no_tls: true, allowed_origins: ["https://app.example.com", "http://localhost:3000"] }"#;
     let server = SemaqServer::with_config(config, &[]);
     let status = |origin: &str| status_of(&server, &upgrade_request("/", &[&format!("Origin: {origin}")]));
     assert!(status("https://app.example.com").starts_with("HTTP/1.1 101"));
@@ -394,7 +396,8 @@ fn origins_outside_the_allowed_list_or_the_same_origin_are_forbidden() {
     // Without an Origin (not a browser), anyone may connect.
     assert!(status_of(&server, &upgrade_request("/", &[])).starts_with("HTTP/1.1 101"));
 
-    let same = SemaqServer::with_config("websocket { port: -1, no_tls: true, same_origin: true }", &[]);
+    let same =
+        SemaqServer::with_config(r#"websocket { host: "127.0.0.1", port: -1, no_tls: true, same_origin: true }"#, &[]);
     let host = format!("Host: {}", ws_addr(&same));
     let request =
         |origin: &str| upgrade_request("/", &[&format!("Origin: {origin}")]).replace("Host: 127.0.0.1", &host);
@@ -404,7 +407,10 @@ fn origins_outside_the_allowed_list_or_the_same_origin_are_forbidden() {
 
 #[test]
 fn a_slow_handshake_is_dropped_after_the_handshake_timeout() {
-    let server = SemaqServer::with_config(r#"websocket { port: -1, no_tls: true, handshake_timeout: "300ms" }"#, &[]);
+    let server = SemaqServer::with_config(
+        r#"websocket { host: "127.0.0.1", port: -1, no_tls: true, handshake_timeout: "300ms" }"#,
+        &[],
+    );
     let mut slow = TcpStream::connect(ws_addr(&server)).unwrap();
     slow.set_read_timeout(Some(RECEIVE_TIMEOUT)).unwrap();
     slow.write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n").unwrap();
@@ -429,7 +435,8 @@ fn a_websocket_port_without_tls_or_no_tls_is_refused_as_nats_server_does() {
 
 #[test]
 fn websocket_clients_count_against_max_connections() {
-    let server = SemaqServer::with_config("max_connections: 1\nwebsocket { port: -1, no_tls: true }", &[]);
+    let server =
+        SemaqServer::with_config("max_connections: 1\nwebsocket { host: \"127.0.0.1\", port: -1, no_tls: true }", &[]);
     let _first = RawWs::connect(&server);
     let (status, stream) = upgrade(ws_addr(&server), &upgrade_request("/", &[]));
     assert!(status.starts_with("HTTP/1.1 101"), "{status}");
