@@ -186,21 +186,8 @@ impl Server {
                     }
                 }
                 accepted = websocket::accept(websocket.as_ref()) => {
-                    let (Ok((socket, addr)), Some(ws)) = (accepted, &websocket) else { continue };
-                    bump(&context.bus.stats.total_connections);
-                    match permits.clone().try_acquire_owned() {
-                        Ok(permit) => {
-                            let serve = ws.serve(context.clone(), socket, addr);
-                            connections.spawn(async move {
-                                serve.await;
-                                drop(permit);
-                            });
-                        }
-                        Err(_) => {
-                            bump(&context.bus.stats.refused_connections);
-                            tracing::warn!("maximum connections ({}) reached, refusing a connection", context.options.connections_max);
-                            tokio::spawn(ws.refuse(context.clone(), socket, addr));
-                        }
+                    if let (Ok(accepted), Some(ws)) = (accepted, &websocket) {
+                        admit_websocket(&context, &permits, &mut connections, ws, accepted);
                     }
                 }
                 Some(_) = connections.join_next(), if !connections.is_empty() => {}
@@ -217,6 +204,31 @@ impl Server {
             task.abort();
         }
         tracing::info!("Server Exiting..");
+    }
+}
+
+/// Serves a WebSocket client under the same connection limit as TCP clients, or refuses it.
+fn admit_websocket(
+    context: &Arc<Context>,
+    permits: &Arc<Semaphore>,
+    connections: &mut tokio::task::JoinSet<()>,
+    ws: &websocket::Listener,
+    (socket, addr): (tokio::net::TcpStream, SocketAddr),
+) {
+    bump(&context.bus.stats.total_connections);
+    match permits.clone().try_acquire_owned() {
+        Ok(permit) => {
+            let serve = ws.serve(context.clone(), socket, addr);
+            connections.spawn(async move {
+                serve.await;
+                drop(permit);
+            });
+        }
+        Err(_) => {
+            bump(&context.bus.stats.refused_connections);
+            tracing::warn!("maximum connections ({}) reached, refusing a connection", context.options.connections_max);
+            tokio::spawn(ws.refuse(context.clone(), socket, addr));
+        }
     }
 }
 
