@@ -28,7 +28,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     ("routing", &["router", "outbound", "client", "delivery"]),
     ("bus", &["bus"]),
-    ("subsystems", &["registry", "filter", "tokens", "agents", "connection", "lame_duck"]),
+    ("subsystems", &["registry", "filter", "tokens", "agents", "connection", "websocket", "lame_duck"]),
     ("jetstream", &["jetstream"]),
     ("edges", &["dashboard", "monitor", "server"]),
 ];

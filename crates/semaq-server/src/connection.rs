@@ -100,6 +100,44 @@ pub async fn serve(context: Arc<Context>, socket: TcpStream, addr: SocketAddr) {
     }
 }
 
+/// The listener a connection came through when it is not the client port (a WebSocket):
+/// what its INFO says about TLS and where to connect.
+#[derive(Debug, Clone)]
+pub struct Via {
+    /// TLS is on for this listener (INFO `tls_required`).
+    pub tls_required: bool,
+    /// Client certificates are verified (INFO `tls_verify`).
+    pub tls_verify: bool,
+    /// The listener's host (INFO `host`).
+    pub host: String,
+    /// The listener's port (INFO `port`).
+    pub port: u16,
+}
+
+/// Serves a connection whose transport (TLS included) another listener already set up, such
+/// as an upgraded WebSocket: INFO first, then everything a TCP client gets.
+pub async fn serve_via<R, W>(context: Arc<Context>, addr: SocketAddr, via: Via, reader: R, writer: W)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let id = context.bus.clients.next_id();
+    let (shed, subjects) = (context.bus.stats.shed.clone(), context.bus.stats.subjects.clone());
+    let pending = context.options.pending_bytes_max;
+    let client = Arc::new(Client::new(id, addr, pending, via.tls_required, shed, subjects));
+    let info = ServerInfo {
+        tls_required: via.tls_required,
+        tls_verify: via.tls_verify,
+        host: via.host,
+        port: via.port,
+        ..context.client_info(id, addr)
+    };
+    let mut hello = BytesMut::new();
+    encode::info(&mut hello, &info);
+    let nonce = info.nonce;
+    run(context, client, reader, writer, (hello, nonce)).await;
+}
+
 /// `hello` is what to send first, with the nonce it carries (which the client must sign).
 async fn run<R, W>(context: Arc<Context>, client: Arc<Client>, reader: R, writer: W, hello: (BytesMut, Option<String>))
 where

@@ -24,7 +24,8 @@
 //!    `semaq-registry` crate), [`filter`] (CEL content filters, filtered subscriptions),
 //!    [`tokens`] (token load per model, subject, intent and agent), [`agents`] (the agent
 //!    network: intent routing by learned weights), [`connection`]
-//!    (one client), [`lame_duck`] (closing the connections gradually before shutdown).
+//!    (one client), [`websocket`] (nats-server's WebSocket transport into the same connection),
+//!    [`lame_duck`] (closing the connections gradually before shutdown).
 //! 5. **[`jetstream`]:** streams and consumers, with the handles they use in
 //!    [`jetstream::Services`] (bus, registry, filters, options).
 //! 6. **Edges:** [`dashboard`] (the web page), [`monitor`] (the HTTP endpoints) and [`server`], the only place that builds the
@@ -57,6 +58,7 @@ pub mod sync;
 pub mod tls;
 pub mod tokens;
 pub mod trace;
+pub mod websocket;
 
 #[cfg(test)]
 mod architecture;

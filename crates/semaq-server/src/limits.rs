@@ -346,3 +346,19 @@ pub const DIRECT_GET_MULTI_LAST_MAX: usize = 1024;
 /// Direct get: bytes a batch answers when the request sets no `max_bytes` (nats-server's
 /// default max pending, 64 MiB).
 pub const DIRECT_GET_BATCH_BYTES_DEFAULT: usize = 64 * 1024 * 1024;
+/// Time from accepting a WebSocket socket to a finished upgrade, TLS included (configurable:
+/// `websocket.handshake_timeout`; nats-server has none by default, SemaQ bounds it).
+pub const WEBSOCKET_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Bytes of the HTTP upgrade request, request line and headers together; past it, 431.
+pub const WEBSOCKET_REQUEST_BYTES_MAX: usize = 16 * 1024;
+/// Header lines in the HTTP upgrade request; past it, 431.
+pub const WEBSOCKET_REQUEST_HEADERS_MAX: usize = 64;
+/// A WebSocket message may carry this many `max_payload`s (clients batch several ops per
+/// frame), as in nats-server.
+pub const WEBSOCKET_MESSAGE_PAYLOADS_MAX: usize = 8;
+/// Largest WebSocket message (all its frames) whatever `max_payload` is, as in nats-server.
+pub const WEBSOCKET_MESSAGE_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Largest single frame the server writes; larger batches go out as several messages.
+pub const WEBSOCKET_FRAME_BYTES_MAX: usize = 1024 * 1024;
+/// Bytes read and dropped after refusing an upgrade, before the socket is closed regardless.
+pub const WEBSOCKET_LINGER_BYTES_MAX: usize = 64 * 1024;

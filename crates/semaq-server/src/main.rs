@@ -69,6 +69,12 @@ async fn serve(options: Options) -> anyhow::Result<()> {
     if let Some(addr) = server.client_addr() {
         tracing::info!("Listening for client connections on {addr}");
     }
+    if let Some(url) = server.websocket_url() {
+        tracing::info!("Listening for websocket clients on {url}");
+        if url.starts_with("ws:") {
+            tracing::warn!("Websocket not configured with TLS. DO NOT USE IN PRODUCTION!");
+        }
+    }
     if let Some(dir) = ports_file_dir {
         let program = program_name();
         let path = server.write_ports_file(&dir, &program)?;

@@ -77,6 +77,8 @@ pub struct Options {
     pub lame_duck_duration: Duration,
     /// Lame duck mode: the wait before the first connection is closed (`lame_duck_grace_period`).
     pub lame_duck_grace_period: Duration,
+    /// The WebSocket listener (config block `websocket { }`); `None` when off.
+    pub websocket: Option<WebsocketOptions>,
 }
 
 /// What `/metrics` shows (config block `metrics { detail, subject_depth }`).
@@ -168,6 +170,7 @@ impl Default for Options {
             trace_sample_ratio: None,
             lame_duck_duration: limits::LAME_DUCK_DURATION,
             lame_duck_grace_period: limits::LAME_DUCK_GRACE_PERIOD,
+            websocket: None,
         }
     }
 }
@@ -385,5 +388,83 @@ pub fn monitor_port(number: i64) -> Result<Option<u16>, String> {
         0 => Ok(None),
         1..=65535 => Ok(Some(number as u16)),
         _ => Err("expected a port between 1 and 65535, -1 for a random free port, or 0 for none".to_string()),
+    }
+}
+
+/// nats-server's WebSocket listener (config block `websocket { }`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WebsocketOptions {
+    /// Address the WebSocket listener binds.
+    pub host: String,
+    /// WebSocket port; 0 picks a free port (`port: -1`).
+    pub port: u16,
+    /// TLS for WebSocket clients (`wss://`); `None` only with `no_tls: true`.
+    pub tls: Option<TlsOptions>,
+    /// Refuse (403) a browser whose `Origin` is not this server's own scheme, host and port.
+    pub same_origin: bool,
+    /// When non-empty, refuse (403) a browser whose `Origin` is not one of these.
+    pub allowed_origins: Vec<Origin>,
+    /// Time from accepting the socket to a finished upgrade (TLS included).
+    pub handshake_timeout: Duration,
+    /// Asked for `compression: true`; not negotiated (SemaQ frames are never compressed).
+    pub compression: bool,
+}
+
+impl Default for WebsocketOptions {
+    fn default() -> Self {
+        Self {
+            host: "0.0.0.0".to_string(),
+            port: 0,
+            tls: None,
+            same_origin: false,
+            allowed_origins: Vec::new(),
+            handshake_timeout: limits::WEBSOCKET_HANDSHAKE_TIMEOUT,
+            compression: false,
+        }
+    }
+}
+
+/// A web origin: scheme, host and port (the port filled in from the scheme when absent).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    /// `http` or `https` (lowercase).
+    pub scheme: String,
+    /// Host name or address, without IPv6 brackets.
+    pub host: String,
+    /// Port, 80 or 443 when the origin names none.
+    pub port: u16,
+}
+
+impl Origin {
+    /// Reads `scheme://host[:port]` (a trailing path is ignored, as browsers send none).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let (scheme, rest) = text.split_once("://").ok_or_else(|| format!("{text:?} is not an absolute URL"))?;
+        let scheme = scheme.to_ascii_lowercase();
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+        let authority = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+        Self::from_authority(&scheme, authority).ok_or_else(|| format!("{text:?}: host is required"))
+    }
+
+    /// `host[:port]` as sent in a `Host` header, under `scheme`.
+    pub fn from_authority(scheme: &str, authority: &str) -> Option<Self> {
+        let (host, port) = match authority.strip_prefix('[') {
+            Some(rest) => {
+                let (host, after) = rest.split_once(']')?;
+                (host, after.strip_prefix(':'))
+            }
+            None => match authority.rsplit_once(':') {
+                Some((host, port)) if !host.contains(':') => (host, Some(port)),
+                _ => (authority, None),
+            },
+        };
+        if host.is_empty() {
+            return None;
+        }
+        let port = match port {
+            Some(digits) => digits.parse().ok()?,
+            None if scheme.eq_ignore_ascii_case("https") || scheme.eq_ignore_ascii_case("wss") => 443,
+            None => 80,
+        };
+        Some(Self { scheme: scheme.to_ascii_lowercase(), host: host.to_ascii_lowercase(), port })
     }
 }

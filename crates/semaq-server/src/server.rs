@@ -28,6 +28,7 @@ use crate::registry::Registry;
 use crate::stats::bump;
 use crate::tls;
 use crate::tokens::Tokens;
+use crate::websocket;
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +56,9 @@ pub enum StartError {
     /// The operator JWT (decentralized auth) is not valid.
     #[error(transparent)]
     Trust(#[from] crate::auth::TrustError),
+    /// The WebSocket listener could not start.
+    #[error(transparent)]
+    Websocket(#[from] crate::websocket::WebsocketError),
     /// A file (pid, ports, store directory) could not be written.
     #[error("cannot write {path}: {source}")]
     Write {
@@ -71,6 +75,7 @@ pub struct Server {
     monitor: Arc<Monitor>,
     listener: TcpListener,
     http_listener: Option<TcpListener>,
+    websocket: Option<websocket::Listener>,
 }
 
 impl Server {
@@ -86,6 +91,10 @@ impl Server {
         let listener = bind(&options.host, options.port).await?;
         let http_listener = match options.http_port {
             Some(port) => Some(bind(&options.http_host, port).await?),
+            None => None,
+        };
+        let websocket = match &options.websocket {
+            Some(ws) => Some(websocket::Listener::bind(ws, options.payload_bytes_max).await?),
             None => None,
         };
         let client_addr = listener.local_addr().ok();
@@ -122,9 +131,10 @@ impl Server {
             tokens: tokens.clone(),
             latency,
             jetstream,
+            websocket_addr: websocket.as_ref().map(websocket::Listener::local_addr),
         });
         let context = Arc::new(Context { bus, options, auth, tls, info, filters, agents, tokens });
-        Ok(Self { context, monitor, listener, http_listener })
+        Ok(Self { context, monitor, listener, http_listener, websocket })
     }
 
     /// The bound client address.
@@ -137,11 +147,19 @@ impl Server {
         self.monitor.http_addr
     }
 
+    /// The WebSocket listener's URL (`ws://` or `wss://`), when it is on.
+    pub fn websocket_url(&self) -> Option<String> {
+        self.websocket.as_ref().map(websocket::Listener::url)
+    }
+
     /// Writes the ports file (`<program>_<pid>.ports`) into `dir`.
     pub fn write_ports_file(&self, dir: &std::path::Path, program: &str) -> Result<PathBuf, StartError> {
         let nats: Vec<String> = self.client_addr().map(|a| format!("nats://{a}")).into_iter().collect();
         let monitoring: Vec<String> = self.http_addr().map(|a| format!("http://{a}")).into_iter().collect();
-        let body = serde_json::json!({ "nats": nats, "monitoring": monitoring });
+        let mut body = serde_json::json!({ "nats": nats, "monitoring": monitoring });
+        if let Some(url) = self.websocket_url() {
+            body["websocket"] = serde_json::json!([url]);
+        }
         let path = dir.join(format!("{program}_{}.ports", std::process::id()));
         std::fs::write(&path, body.to_string())
             .map_err(|source| StartError::Write { path: path.display().to_string(), source })?;
@@ -166,7 +184,7 @@ impl Server {
     /// Serves until `control` says to stop (at once, or after lame duck mode), then drains
     /// connections, closes JetStream and returns.
     pub async fn run_controlled(self, mut control: mpsc::Receiver<Control>) {
-        let Server { context, monitor, listener, http_listener } = self;
+        let Server { context, monitor, listener, http_listener, websocket } = self;
         let http_task = http_listener.map(|http| tokio::spawn(crate::monitor::serve(monitor.clone(), http)));
         let permits = Arc::new(Semaphore::new(context.options.connections_max));
         let mut connections = tokio::task::JoinSet::new();
@@ -191,11 +209,17 @@ impl Server {
                         Err(_) => refuse(&context, socket),
                     }
                 }
+                accepted = websocket::accept(websocket.as_ref()) => {
+                    if let (Ok(accepted), Some(ws)) = (accepted, &websocket) {
+                        admit_websocket(&context, &permits, &mut connections, ws, accepted);
+                    }
+                }
                 Some(_) = connections.join_next(), if !connections.is_empty() => {}
             }
         };
         // Closing the listener is what refuses new clients, in lame duck mode as in shutdown.
         drop(listener);
+        drop(websocket);
         if stop == Control::LameDuck {
             crate::lame_duck::run(&context, &mut connections, &mut control).await;
         }
@@ -210,6 +234,31 @@ impl Server {
             task.abort();
         }
         tracing::info!("Server Exiting..");
+    }
+}
+
+/// Serves a WebSocket client under the same connection limit as TCP clients, or refuses it.
+fn admit_websocket(
+    context: &Arc<Context>,
+    permits: &Arc<Semaphore>,
+    connections: &mut tokio::task::JoinSet<()>,
+    ws: &websocket::Listener,
+    (socket, addr): (tokio::net::TcpStream, SocketAddr),
+) {
+    bump(&context.bus.stats.total_connections);
+    match permits.clone().try_acquire_owned() {
+        Ok(permit) => {
+            let serve = ws.serve(context.clone(), socket, addr);
+            connections.spawn(async move {
+                serve.await;
+                drop(permit);
+            });
+        }
+        Err(_) => {
+            bump(&context.bus.stats.refused_connections);
+            tracing::warn!("maximum connections ({}) reached, refusing a connection", context.options.connections_max);
+            tokio::spawn(ws.refuse(context.clone(), socket, addr));
+        }
     }
 }
 

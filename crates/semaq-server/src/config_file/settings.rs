@@ -22,10 +22,12 @@ use semaq_wire::subject;
 use super::syntax::{size_multiplier, Entry, Kind, Map, Value};
 use super::{ConfigError, LoadReport, Location};
 use crate::limits;
-use crate::options::NkeyUser;
-use crate::options::{self, Account, AccountJetStream, Options, Permissions, SubjectPermission, TlsOptions, User};
+use crate::options::{
+    self, Account, AccountJetStream, NkeyUser, Options, Permissions, SubjectPermission, TlsOptions, User,
+};
 
 mod operator;
+mod websocket;
 
 /// Top-level nats-server settings for features SemaQ lacks; warned about as such rather than as unknown.
 const NATS_ONLY_KEYS: &[&str] = &[
@@ -33,7 +35,6 @@ const NATS_ONLY_KEYS: &[&str] = &[
     "gateway",
     "leafnodes",
     "leaf",
-    "websocket",
     "mqtt",
     "operator",
     "operators",
@@ -199,6 +200,7 @@ impl Mapper<'_> {
             "resolver" => self.resolver(value)?,
             "resolver_preload" => self.resolver_preload(value)?,
             "system_account" => self.system_account(value)?,
+            "websocket" | "ws" => self.websocket(value)?,
             _ => self.unknown(entry, ""),
         }
         Ok(())
@@ -424,7 +426,13 @@ impl Mapper<'_> {
     }
 
     fn tls(&mut self, value: &Value) -> Result<(), ConfigError> {
-        let map = block("tls", value)?;
+        self.options.tls = Some(self.tls_options("tls", value)?);
+        Ok(())
+    }
+
+    /// A `tls { }` block; `name` is its path (`tls`, `websocket.tls`) in messages.
+    fn tls_options(&mut self, name: &str, value: &Value) -> Result<TlsOptions, ConfigError> {
+        let map = block(name, value)?;
         let (mut cert_file, mut key_file, mut ca_file) = (None, None, None);
         let mut verify = false;
         let mut timeout = limits::TLS_HANDSHAKE_TIMEOUT;
@@ -445,14 +453,13 @@ impl Mapper<'_> {
                     }
                 }
                 "timeout" => timeout = or_default(duration("tls.timeout", v)?, limits::TLS_HANDSHAKE_TIMEOUT),
-                _ => self.unknown(entry, "tls"),
+                _ => self.unknown(entry, name),
             }
         }
         let (Some(cert_file), Some(key_file)) = (cert_file, key_file) else {
-            return Err(invalid(&value.at, "tls needs both cert_file and key_file".to_string()));
+            return Err(invalid(&value.at, format!("{name} needs both cert_file and key_file")));
         };
-        self.options.tls = Some(TlsOptions { cert_file, key_file, ca_file, verify, timeout });
-        Ok(())
+        Ok(TlsOptions { cert_file, key_file, ca_file, verify, timeout })
     }
 
     fn jetstream(&mut self, value: &Value) -> Result<(), ConfigError> {

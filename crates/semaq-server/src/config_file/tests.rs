@@ -753,3 +753,38 @@ fn operator_mode_needs_a_resolver_and_allows_no_users_of_its_own() {
     assert!(error(&format!("{operator}resolver: MEMORY\nresolver_preload {{ NOTAKEY: x }}\n")).contains("account nkey"));
     assert!(error("operator: /nonexistent/op.jwt\nresolver: MEMORY\n").contains("cannot read operator JWT file"));
 }
+
+#[test]
+fn websocket_block_reads_nats_server_keys() {
+    let options = loaded(
+        r#"websocket {
+            listen: "127.0.0.1:8443"
+            tls { cert_file: "ws.pem", key_file: "ws-key.pem" }
+            same_origin: true
+            allowed_origins: ["https://app.example.com", "http://localhost:3000"]
+            handshake_timeout: "5s"
+        }"#,
+    );
+    let ws = options.websocket.expect("websocket on");
+    assert_eq!((ws.host.as_str(), ws.port), ("127.0.0.1", 8443));
+    assert_eq!(ws.tls.expect("tls").cert_file, PathBuf::from("ws.pem"));
+    assert!(ws.same_origin);
+    assert_eq!(ws.allowed_origins[0], crate::options::Origin::parse("https://app.example.com:443").unwrap());
+    assert_eq!(ws.allowed_origins[1].port, 3000);
+    assert_eq!(ws.handshake_timeout, Duration::from_secs(5));
+}
+
+#[test]
+fn websocket_block_refusals_and_defaults_follow_nats_server() {
+    assert!(error("websocket { port: 8080 }").contains("websocket requires TLS configuration"));
+    assert!(error(r#"websocket { port: 8080, no_tls: true, allowed_origins: ["ftp://x"] }"#)
+        .contains("allowed origins must be absolute URLs with http or https scheme"));
+    // Without a port, or with port 0, there is no listener and nothing else is checked.
+    assert_eq!(loaded("websocket { host: \"0.0.0.0\" }").websocket, None);
+    assert_eq!(loaded("websocket { port: 0 }").websocket, None);
+    let ws = loaded("ws { port: -1, no_tls: true }").websocket.expect("ws alias");
+    assert_eq!((ws.host.as_str(), ws.port, ws.handshake_timeout), ("0.0.0.0", 0, limits::WEBSOCKET_HANDSHAKE_TIMEOUT));
+    let (_, warnings) = load_text("websocket { port: -1, no_tls: true, compression: true, jwt_cookie: \"jwt\" }");
+    assert!(warnings.iter().any(|w| w.contains("permessage-deflate is not supported")), "{warnings:?}");
+    assert!(warnings.iter().any(|w| w.contains("websocket.jwt_cookie")), "{warnings:?}");
+}

@@ -57,6 +57,8 @@ pub struct Monitor {
     pub latency: Arc<crate::latency::Latency>,
     /// Streams and consumers, when JetStream is on.
     pub jetstream: Option<Arc<JetStream>>,
+    /// Bound WebSocket address, when the WebSocket listener is on.
+    pub websocket_addr: Option<SocketAddr>,
 }
 
 /// Serves the monitoring endpoints on `listener` until the task is aborted.
@@ -155,7 +157,31 @@ async fn varz(State(monitor): State<Arc<Monitor>>) -> Json<Value> {
     });
     // Set apart: one more key in the literal passes `json!`'s recursion limit.
     varz["semaq_lossy_shed"] = json!(stats.shed.total.snapshot().0);
+    varz["websocket"] = websocket_varz(options, monitor.websocket_addr);
     Json(varz)
+}
+
+/// nats-server's `websocket` block of `/varz` (empty when the listener is off); unset fields
+/// are left out, as Go's `omitempty` does.
+fn websocket_varz(options: &Options, addr: Option<SocketAddr>) -> Value {
+    let (Some(ws), Some(addr)) = (&options.websocket, addr) else { return json!({}) };
+    let mut varz = json!({
+        "host": ws.host,
+        "port": addr.port(),
+        "handshake_timeout": ws.handshake_timeout.as_nanos() as u64,
+    });
+    if ws.tls.is_none() {
+        varz["no_tls"] = json!(true);
+    }
+    if ws.same_origin {
+        varz["same_origin"] = json!(true);
+    }
+    if !ws.allowed_origins.is_empty() {
+        let origins: Vec<String> =
+            ws.allowed_origins.iter().map(|o| format!("{}://{}:{}", o.scheme, o.host, o.port)).collect();
+        varz["allowed_origins"] = json!(origins);
+    }
+    varz
 }
 
 /// Filter counters (core subscriptions and consumers together) and open filtered subscriptions.

@@ -34,3 +34,4 @@ mod sources;
 mod tls;
 mod tokens;
 mod tracing;
+mod websocket;

@@ -8,7 +8,8 @@
 //! figures depend on, `levels.rs` js-pub on L1, L2 and L3 streams side by side, and `provenance.rs` the
 //! cost of level 4 and `semaq verify`'s speed. The agent network's benches: `intent_rr.rs` (intent
 //! routing against a queue group) and `adapt.rs` (traffic shifting off a failing or slow agent and
-//! back, plotted by `plot.rs`), on a server and SDK agents from `agent_net.rs`.
+//! back, plotted by `plot.rs`), on a server and SDK agents from `agent_net.rs`. `ws.rs` compares pubsub over
+//! WebSocket with pubsub over TCP on one server.
 
 mod adapt;
 mod agent_net;
@@ -29,6 +30,7 @@ mod plot;
 mod provenance;
 pub(crate) mod server;
 mod stats;
+mod ws;
 
 pub(crate) use compare::default_semaq_server;
 
@@ -86,6 +88,8 @@ enum BenchCommand {
     Adapt(adapt::AdaptArgs),
     /// pubsub and js-pub on a plain semaq-server vs one exporting traces (1%) and scraped for metrics: ratios
     Observe(observe::ObserveArgs),
+    /// pubsub over TCP and over WebSocket (ws://) on one semaq-server: medians and the ratio
+    Ws(ws::WsArgs),
 }
 
 /// Arguments of a single scenario run.
@@ -301,6 +305,7 @@ pub async fn run(target: &Target, args: BenchArgs) -> Result<()> {
         BenchCommand::IntentRr(rr_args) => return intent_rr::run(target, rr_args).await,
         BenchCommand::Adapt(adapt_args) => return adapt::run(target, adapt_args).await,
         BenchCommand::Observe(observe_args) => return observe::run(observe_args).await,
+        BenchCommand::Ws(ws_args) => return ws::run(ws_args).await,
         BenchCommand::Pubsub(run_args) => (Scenario::Pubsub, run_args),
         BenchCommand::Fanout(run_args) => (Scenario::Fanout, run_args),
         BenchCommand::Latency(run_args) => (Scenario::Latency, run_args),

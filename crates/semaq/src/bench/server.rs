@@ -24,6 +24,8 @@ pub struct ServerSpec {
     pub program: PathBuf,
     /// Environment variables set for it.
     pub env: Vec<(String, String)>,
+    /// Flags after the standard ones (such as `-c FILE`).
+    pub args: Vec<String>,
 }
 
 /// A running server; dropping it kills the process.
@@ -36,6 +38,7 @@ pub struct ServerProcess {
     child: Child,
     program: PathBuf,
     env: Vec<(String, String)>,
+    args: Vec<String>,
     launch: Launch,
 }
 
@@ -51,7 +54,13 @@ struct Launch {
 impl ServerSpec {
     /// A server started with no extra environment.
     pub fn new(label: &'static str, program: PathBuf) -> Self {
-        Self { label, program, env: Vec::new() }
+        Self { label, program, env: Vec::new(), args: Vec::new() }
+    }
+
+    /// The same server with `args` after the standard flags.
+    pub fn with_args(mut self, args: &[&str]) -> Self {
+        self.args.extend(args.iter().map(|arg| arg.to_string()));
+        self
     }
 
     /// The same server with `name=value` in its environment.
@@ -69,13 +78,14 @@ impl ServerSpec {
         std::fs::create_dir_all(&store_dir).with_context(|| format!("cannot create {}", store_dir.display()))?;
         let log_path = store_dir.join("server.log");
         let launch = Launch { client_port, monitor_port, store_dir, log_path };
-        let child = spawn(&self.program, &self.env, &launch, false)?;
+        let child = spawn(&self.program, (&self.env, &self.args), &launch, false)?;
         let mut server = ServerProcess {
             label: self.label,
             url: format!("nats://127.0.0.1:{client_port}"),
             child,
             program: self.program.clone(),
             env: self.env.clone(),
+            args: self.args.clone(),
             launch,
         };
         server.wait_until_accepting(STARTUP_TIMEOUT)?;
@@ -84,7 +94,12 @@ impl ServerSpec {
 }
 
 /// Starts `program` with nats-server's flags, its output going to the launch's log file.
-fn spawn(program: &Path, env: &[(String, String)], launch: &Launch, append_log: bool) -> Result<Child> {
+fn spawn(
+    program: &Path,
+    (env, args): (&[(String, String)], &[String]),
+    launch: &Launch,
+    append_log: bool,
+) -> Result<Child> {
     let log_path = &launch.log_path;
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -99,6 +114,7 @@ fn spawn(program: &Path, env: &[(String, String)], launch: &Launch, append_log: 
         .arg("-js")
         .arg("-sd")
         .arg(&launch.store_dir)
+        .args(args)
         .envs(env.iter().map(|(name, value)| (name, value)))
         .stdin(Stdio::null())
         // A file, not a pipe: a pipe nobody reads would block a server that logs every connection.
@@ -167,7 +183,7 @@ impl ServerProcess {
         if self.child.try_wait().context("cannot check the server process")?.is_none() {
             bail!("{} is still running", self.label);
         }
-        self.child = spawn(&self.program, &self.env, &self.launch, true)?;
+        self.child = spawn(&self.program, (&self.env, &self.args), &self.launch, true)?;
         self.wait_until_accepting(timeout)
     }
 
@@ -204,7 +220,7 @@ impl Drop for ServerProcess {
 }
 
 /// A port that was free a moment ago: bind port 0, read the port, release it.
-fn free_port() -> Result<u16> {
+pub fn free_port() -> Result<u16> {
     let listener = TcpListener::bind(("127.0.0.1", 0)).context("cannot find a free loopback port")?;
     Ok(listener.local_addr().context("cannot read the bound port")?.port())
 }
