@@ -45,13 +45,7 @@ pub use file_store::{FileStore, FileStoreConfig, RecoveryReport};
 pub use limits::{RECORD_SIZE_MAX_BYTES, SEGMENT_SIZE_DEFAULT_BYTES, SUBJECT_LENGTH_MAX_BYTES};
 pub use memory_store::MemoryStore;
 pub use reader::{LogReader, ReadItem, ReadSummary};
-pub use types::{DiscardPolicy, MessageRef, PurgeRequest, StoreLimits, StoredMessage, StreamState};
-
-/// Bytes a message counts for in `max_bytes` and `StreamState::bytes`: its stored record size
-/// (fixed header + subject + headers + payload).
-pub fn stored_size_bytes(subject: &str, headers: Option<&[u8]>, payload: &[u8]) -> u64 {
-    record::record_size(subject, headers, payload) as u64
-}
+pub use types::{DiscardPolicy, MessageRef, PurgeRequest, SizeModel, StoreLimits, StoredMessage, StreamState};
 
 /// A stream's message store. Sequences start at 1, grow by one per append and are never reused.
 pub trait StreamStore: Send {
@@ -95,4 +89,10 @@ pub trait StreamStore: Send {
     fn close(&mut self) -> StoreResult<()>;
     /// Bytes the store occupies on its medium (disk files, or live record sizes in memory).
     fn stored_bytes(&self) -> u64;
+    /// How messages count in `StreamState::bytes` and against `max_bytes` (as nats-server's
+    /// store of the same kind counts them).
+    fn size_model(&self) -> SizeModel;
+    /// Live messages matching `filter` (wildcards allowed) with sequences in `seqs`, from the
+    /// metadata alone; `None` when counting would scan more than `scan_max` sequences.
+    fn count_matching(&self, seqs: std::ops::Range<u64>, filter: Option<&str>, scan_max: u64) -> Option<u64>;
 }

@@ -42,6 +42,20 @@ pub struct PullRequest {
     pub delivered: u64,
 }
 
+/// Matching messages from `from` to `last_seq`, counted while `removed` sequences (below
+/// `last_seq`) held nothing.
+#[derive(Debug, Clone, Copy)]
+pub struct PendingCount {
+    /// First sequence counted.
+    pub from: u64,
+    /// The stream's last sequence then.
+    pub last_seq: u64,
+    /// The stream's last sequence minus its message count then.
+    pub removed: u64,
+    /// Matching messages in `from..=last_seq`.
+    pub count: u64,
+}
+
 /// A consumer's delivery state.
 #[derive(Debug, Default)]
 pub struct State {
@@ -76,8 +90,14 @@ pub struct State {
     pub push_bound: bool,
     /// A flow-control request awaits its response (push).
     pub flow_control_outstanding: Option<u64>,
-    /// Bytes delivered since the last flow-control request.
-    pub bytes_since_flow_control: u64,
+    /// Bytes delivered and not yet confirmed by a flow-control response.
+    pub flow_control_pending_bytes: u64,
+    /// Pending bytes the outstanding request confirms once answered.
+    pub flow_control_request_bytes: u64,
+    /// Pending bytes past which delivery waits for a response (0: not started yet).
+    pub flow_control_window_bytes: u64,
+    /// The pending count after the latest delivery, kept to count the next one cheaply.
+    pub pending_count: Option<PendingCount>,
     /// Flow-control requests sent.
     pub flow_control_count: u64,
     /// Last push delivery or heartbeat.
@@ -238,7 +258,19 @@ impl State {
             let below = stream_state.msgs.min(from.saturating_sub(stream_state.first_seq));
             return initial + stream_state.msgs.saturating_sub(below);
         }
-        // Filtered: count matching subjects, minus those already passed. Bounded by the subjects map.
+        if filter.is_none() {
+            // Subject filters only: counted from the store's metadata, no message read.
+            let scan_max = crate::limits::NUM_PENDING_SCAN_MESSAGES_MAX as u64;
+            let counts = validate::filters(config)
+                .iter()
+                .map(|f| store.count_matching(from..u64::MAX, Some(f), scan_max))
+                .collect::<Option<Vec<u64>>>();
+            if let Some(counts) = counts {
+                return initial + counts.iter().sum::<u64>();
+            }
+        }
+        // Content-filtered, or too many to count from the metadata: read each matching message
+        // (the scan is bounded).
         let mut count = 0;
         let mut seq = from;
         let mut steps = 0;
