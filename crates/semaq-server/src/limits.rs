@@ -98,8 +98,13 @@ pub const API_LIST_INFOS_MAX: usize = 256;
 pub const NUM_PENDING_SCAN_MESSAGES_MAX: usize = 100_000;
 /// Interval at which durable consumers save changed state.
 pub const CONSUMER_STATE_SAVE_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
-/// Push consumers: bytes delivered between flow-control requests.
-pub const FLOW_CONTROL_BYTES: u64 = 1024 * 1024;
+/// Push consumers with flow control: the most bytes delivered and not yet confirmed by a
+/// flow-control response (nats-server's `JsFlowControlMaxPending`). The window starts at a
+/// sixteenth of it and doubles with each response; a request goes out at half the window.
+pub const FLOW_CONTROL_WINDOW_MAX_BYTES: u64 = 32 * 1024 * 1024;
+/// Sequences scanned to count the messages left after a delivery on a literal filter subject
+/// (the ack reply's pending count); past it the count is a lower bound.
+pub const PENDING_SCAN_SEQS_MAX: u64 = 100_000;
 /// Messages one consumer pump delivers before yielding.
 pub const PUMP_MESSAGES_MAX: usize = 1024;
 /// Messages a priority-ordered consumer reads ahead of its deliveries (`semaq.priority`): the

@@ -19,7 +19,7 @@ use crate::record::{self, record_size};
 pub use crate::recovery::RecoveryReport;
 use crate::recovery::{recover, Recovered};
 use crate::segment::Segment;
-use crate::types::{PurgeRequest, StoreLimits, StoredMessage, StreamState};
+use crate::types::{PurgeRequest, SizeModel, StoreLimits, StoredMessage, StreamState};
 use crate::StreamStore;
 
 /// Where and how a file store keeps a stream.
@@ -277,7 +277,9 @@ impl FileStore {
         timestamp_ns: i64,
     ) -> StoreResult<u64> {
         let message_size = headers.map_or(0, <[u8]>::len) + payload.len();
-        let size = self.ledger.check_append(subject, message_size, record_size(subject, headers, payload))?;
+        let has_headers = headers.is_some_and(|block| !block.is_empty());
+        let sizes = (record_size(subject, headers, payload), has_headers);
+        let size = self.ledger.check_append(subject, message_size, sizes)?;
         let active_length = self.active().len();
         if active_length > segment_header::SIZE_BYTES as u64
             && active_length + u64::from(size) > self.segment_size_bytes
@@ -287,7 +289,7 @@ impl FileStore {
         let seq = self.ledger.next_seq();
         let offset = self.active().append(seq, timestamp_ns, subject, headers, payload)?;
         // `check_append` has refused whatever `push` would, so the buffered record gets its slot.
-        let pushed = self.ledger.push(subject, size, timestamp_ns, offset)?;
+        let pushed = self.ledger.push(subject, (size, has_headers), timestamp_ns, offset)?;
         debug_assert_eq!(pushed, seq);
         if self.ledger.enforce_after_append(seq) > 0 {
             self.settle()?;
@@ -317,10 +319,6 @@ impl StreamStore for FileStore {
             Some(seq) => self.read_message(seq),
             None => Ok(None),
         }
-    }
-
-    fn count_matching(&self, from_seq: u64, to_seq: u64, filter: Option<&str>) -> u64 {
-        self.ledger.count_matching(from_seq, to_seq, filter)
     }
 
     fn get_last_for_subject(&self, filter: &str) -> StoreResult<Option<StoredMessage>> {
@@ -434,6 +432,14 @@ impl StreamStore for FileStore {
             store.sync()?;
             Ok(true)
         })
+    }
+
+    fn size_model(&self) -> SizeModel {
+        SizeModel::File
+    }
+
+    fn count_matching(&self, seqs: std::ops::Range<u64>, filter: Option<&str>, scan_max: u64) -> Option<u64> {
+        self.ledger.count_matching(seqs, filter, scan_max)
     }
 }
 

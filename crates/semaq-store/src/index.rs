@@ -220,7 +220,8 @@ pub(crate) fn build<W: Write>(
                         Entry::Occupied(known) => *known.get(),
                         Entry::Vacant(new) => *new.insert(writer.add_subject(ledger.subject_name(slot))?),
                     };
-                    entry = IndexEntry { offset: slot.body, length: slot.size, subject_index, flags: 0, ..entry };
+                    let flags = if slot.headers { ie::FLAG_HAS_HEADERS } else { 0 };
+                    entry = IndexEntry { offset: slot.body, length: slot.size, subject_index, flags, ..entry };
                 }
                 SlotState::Lost => entry.flags = ie::FLAG_LOST,
                 SlotState::Deleted => {}

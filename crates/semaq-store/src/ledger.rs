@@ -6,11 +6,12 @@
 //! slot is live, or there are no slots and `first_seq == next_seq`.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::ops::Range;
 
 use crate::error::{fit, StoreError, StoreResult};
 use crate::limits::{RECORD_SIZE_MAX_BYTES, SUBJECT_LENGTH_MAX_BYTES};
 use crate::subjects::{SubjectFilter, SubjectId, Subjects};
-use crate::types::{DiscardPolicy, PurgeRequest, StoreLimits, StreamState};
+use crate::types::{DiscardPolicy, PurgeRequest, SizeModel, StoreLimits, StreamState};
 
 /// Whether a sequence still holds a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,8 +27,10 @@ pub(crate) enum SlotState {
 #[derive(Debug, Clone)]
 pub(crate) struct Slot<B> {
     pub timestamp_ns: i64,
-    /// Stored record size in bytes (what `max_bytes` counts).
+    /// Stored record size in bytes (where the file store reads it).
     pub size: u32,
+    /// The message has a non-empty header block (nats-server's file store counts 4 more bytes).
+    pub headers: bool,
     /// Meaningful only while `state == Live`.
     pub subject: SubjectId,
     pub state: SlotState,
@@ -46,6 +49,8 @@ pub(crate) struct Ledger<B> {
     live_bytes: u64,
     subjects: Subjects,
     limits: StoreLimits,
+    /// How a message's bytes are counted in `live_bytes` and against `max_bytes`.
+    model: SizeModel,
     /// Sequences removed from the middle since the last `take_removed`; the file store writes
     /// them to delete logs (front removals need no record: the floor covers them).
     removed: Vec<u64>,
@@ -53,8 +58,9 @@ pub(crate) struct Ledger<B> {
 
 impl<B: Default> Ledger<B> {
     /// An empty ledger whose first append gets `next_seq`.
-    pub(crate) fn new(next_seq: u64, limits: StoreLimits) -> Self {
+    pub(crate) fn new(next_seq: u64, limits: StoreLimits, model: SizeModel) -> Self {
         Ledger {
+            model,
             next_seq: next_seq.max(1),
             slots: VecDeque::new(),
             last_ts: 0,
@@ -103,8 +109,14 @@ impl<B: Default> Ledger<B> {
     }
 
     /// Refuses a message that breaks a hard limit or a discard-new limit, or that `push` would
-    /// refuse; `record_size` is its stored size, returned as the slot keeps it.
-    pub(crate) fn check_append(&self, subject: &str, message_size: usize, record_size: usize) -> StoreResult<u32> {
+    /// refuse; `record_size` is its stored size, returned as the slot keeps it; `headers` says
+    /// whether it has a non-empty header block.
+    pub(crate) fn check_append(
+        &self,
+        subject: &str,
+        message_size: usize,
+        (record_size, headers): (usize, bool),
+    ) -> StoreResult<u32> {
         check_subject(subject)?;
         let max_message = self.limits.max_msg_size.map_or(usize::MAX, |max| max as usize);
         if message_size > max_message {
@@ -117,16 +129,16 @@ impl<B: Default> Ledger<B> {
         let size = fit("record length", record_size)?;
         self.subjects.check_room(subject)?;
         if self.limits.discard == DiscardPolicy::New {
-            self.check_discard_new(subject, record_size)?;
+            self.check_discard_new(subject, self.model.counted_bytes(size, headers))?;
         }
         Ok(size)
     }
 
-    fn check_discard_new(&self, subject: &str, record_size: usize) -> StoreResult<()> {
+    fn check_discard_new(&self, subject: &str, counted_bytes: u64) -> StoreResult<()> {
         if self.limits.max_msgs.is_some_and(|max| self.live_msgs >= max) {
             return Err(StoreError::MaxMsgs);
         }
-        if self.limits.max_bytes.is_some_and(|max| self.live_bytes + record_size as u64 > max) {
+        if self.limits.max_bytes.is_some_and(|max| self.live_bytes + counted_bytes > max) {
             return Err(StoreError::MaxBytes);
         }
         if self.limits.discard_new_per_subject {
@@ -140,14 +152,20 @@ impl<B: Default> Ledger<B> {
 
     /// Adds a live message (already checked) and returns its sequence; `TooLarge`, with nothing
     /// changed, when a new subject finds every id taken (which `check_append` refuses first).
-    pub(crate) fn push(&mut self, subject: &str, size: u32, timestamp_ns: i64, body: B) -> StoreResult<u64> {
+    pub(crate) fn push(
+        &mut self,
+        subject: &str,
+        (size, headers): (u32, bool),
+        timestamp_ns: i64,
+        body: B,
+    ) -> StoreResult<u64> {
         let seq = self.next_seq;
         let subject = self.subjects.add(subject, seq)?;
-        self.slots.push_back(Slot { timestamp_ns, size, subject, state: SlotState::Live, body });
+        self.live_bytes += self.model.counted_bytes(size, headers);
+        self.slots.push_back(Slot { timestamp_ns, size, headers, subject, state: SlotState::Live, body });
         self.next_seq += 1;
         self.last_ts = timestamp_ns;
         self.live_msgs += 1;
-        self.live_bytes += u64::from(size);
         Ok(seq)
     }
 
@@ -160,7 +178,7 @@ impl<B: Default> Ledger<B> {
     fn push_gap(&mut self, state: SlotState, timestamp_ns: i64) {
         debug_assert!(state != SlotState::Live);
         if !self.slots.is_empty() {
-            self.slots.push_back(Slot { timestamp_ns, size: 0, subject: 0, state, body: B::default() });
+            self.slots.push_back(Slot { timestamp_ns, size: 0, headers: false, subject: 0, state, body: B::default() });
         }
         // With no slots there is nothing live to keep in front of it: the sequence just passes.
         self.next_seq += 1;
@@ -185,8 +203,9 @@ impl<B: Default> Ledger<B> {
         }
         slot.state = SlotState::Deleted;
         slot.body = B::default();
+        let counted = self.model.counted_bytes(slot.size, slot.headers);
         self.live_msgs -= 1;
-        self.live_bytes -= u64::from(slot.size);
+        self.live_bytes -= counted;
         self.subjects.remove(slot.subject, seq);
         if index == 0 {
             self.trim_front();
@@ -378,23 +397,34 @@ impl<B: Default> Ledger<B> {
         None
     }
 
-    /// How many live messages in `from_seq..=to_seq` match `filter`, read from the slots alone.
-    pub(crate) fn count_matching(&self, from_seq: u64, to_seq: u64, filter: Option<&str>) -> u64 {
-        let mut filter = SubjectFilter::new(filter, &self.subjects);
-        let (mut seq, mut end) = (from_seq.max(self.first_seq()), to_seq.saturating_add(1).min(self.next_seq));
-        if let SubjectFilter::Literal(literal) = filter {
-            let Some((first, last)) = literal.and_then(|id| self.subjects.bounds(id)) else { return 0 };
-            seq = seq.max(first);
-            end = end.min(last + 1);
+    /// Live messages matching `filter` with sequences in `seqs`; `None` when that would take a
+    /// scan of more than `scan_max` sequences. A literal subject is scanned only within its
+    /// bounds, and a range reaching the end from the other side when that is shorter.
+    pub(crate) fn count_matching(&self, seqs: Range<u64>, filter: Option<&str>, scan_max: u64) -> Option<u64> {
+        let mut matcher = SubjectFilter::new(filter, &self.subjects);
+        // `first..stop` holds every live match; `total` counts them, when known.
+        let (first, stop, total) = match matcher {
+            SubjectFilter::Literal(Some(id)) => match self.subjects.bounds(id) {
+                Some((first, last)) => (first, last + 1, self.subjects.count(id)),
+                None => return Some(0),
+            },
+            SubjectFilter::Literal(None) => return Some(0),
+            SubjectFilter::All => (self.first_seq(), self.next_seq, self.live_msgs),
+            SubjectFilter::Wildcard { .. } => (self.first_seq(), self.next_seq, u64::MAX),
+        };
+        let (from, end) = (seqs.start.max(first), seqs.end.min(stop));
+        if from >= end {
+            return Some(0);
         }
-        let mut count = 0;
-        while seq < end {
-            if let Some(slot) = self.live_slot(seq) {
-                count += u64::from(filter.matches(slot.subject, &self.subjects));
-            }
-            seq += 1;
+        let mut count_in = |range: Range<u64>| {
+            let live = |seq: u64| self.live_slot(seq).map(|slot| slot.subject);
+            range.filter_map(live).filter(|id| matcher.matches(*id, &self.subjects)).count() as u64
+        };
+        let before = from - first;
+        if end == stop && total != u64::MAX && before < end - from && before <= scan_max {
+            return Some(total.saturating_sub(count_in(first..from)));
         }
-        count
+        (end - from <= scan_max).then(|| count_in(from..end))
     }
 
     /// Last live sequence whose subject matches `filter`.
@@ -473,14 +503,49 @@ mod tests {
 
     #[test]
     fn removing_the_front_skips_the_gaps_behind_it() {
-        let mut ledger: Ledger<u32> = Ledger::new(1, StoreLimits::default());
+        let mut ledger: Ledger<u32> = Ledger::new(1, StoreLimits::default(), SizeModel::File);
         for _ in 0..4 {
-            ledger.push("s", 40, 0, 0).unwrap();
+            ledger.push("s", (60, false), 0, 0).unwrap();
         }
         assert!(ledger.remove(2) && ledger.remove(3));
         assert_eq!(ledger.take_removed(), vec![2, 3], "middle removals are reported for delete logs");
         assert!(ledger.remove(1));
         assert_eq!((ledger.first_seq(), ledger.state().num_deleted), (4, 0));
         assert!(ledger.take_removed().is_empty(), "front removals are covered by the floor");
+    }
+
+    #[test]
+    fn count_matching_counts_live_messages_of_a_subject_or_filter_in_a_range() {
+        let mut ledger: Ledger<u32> = Ledger::new(1, StoreLimits::default(), SizeModel::File);
+        for subject in ["c.1", "m.a", "c.1", "c.2", "c.1", "m.b", "c.1"] {
+            ledger.push(subject, (60, false), 0, 0).unwrap();
+        }
+        assert!(ledger.remove(3));
+        let count = |seqs: Range<u64>, filter: Option<&str>| ledger.count_matching(seqs, filter, 100);
+        assert_eq!(count(1..u64::MAX, Some("c.1")), Some(3), "1, 5, 7: the 3rd was removed");
+        assert_eq!(count(2..u64::MAX, Some("c.1")), Some(2));
+        assert_eq!(count(6..u64::MAX, Some("c.1")), Some(1));
+        assert_eq!(count(8..u64::MAX, Some("c.1")), Some(0));
+        assert_eq!(count(2..6, Some("c.1")), Some(1));
+        assert_eq!(count(1..u64::MAX, Some("m.*")), Some(2));
+        assert_eq!(count(3..u64::MAX, None), Some(4));
+        assert_eq!(count(1..u64::MAX, Some("nothing")), Some(0));
+        assert_eq!(ledger.count_matching(1..u64::MAX, Some("m.*"), 3), None, "more to scan than allowed");
+    }
+
+    #[test]
+    fn bytes_count_as_nats_servers_file_and_memory_stores_count_them() {
+        // fileStoreMsgSize and memStoreMsgSize in nats-server 2.9 and 2.10+.
+        assert_eq!(SizeModel::File.message_bytes("orders", None, b"12345"), 22 + 6 + 5 + 8);
+        assert_eq!(
+            SizeModel::File.message_bytes("orders", Some(b"NATS/1.0\r\n\r\n"), b"12345"),
+            22 + 6 + 4 + 12 + 5 + 8
+        );
+        assert_eq!(SizeModel::File.message_bytes("orders", Some(b""), b"12345"), 22 + 6 + 5 + 8);
+        assert_eq!(SizeModel::Memory.message_bytes("orders", Some(b"NATS/1.0\r\n\r\n"), b"12345"), 6 + 12 + 5 + 16);
+        let mut ledger: Ledger<u32> = Ledger::new(1, StoreLimits::default(), SizeModel::File);
+        let record = u32::try_from(crate::record::record_size("orders", Some(b"NATS/1.0\r\n\r\n"), b"12345")).unwrap();
+        ledger.push("orders", (record, true), 0, 0).unwrap();
+        assert_eq!(ledger.state().bytes, 22 + 6 + 4 + 12 + 5 + 8, "derived from the record as stored");
     }
 }

@@ -45,13 +45,7 @@ pub use file_store::{FileStore, FileStoreConfig, RecoveryReport};
 pub use limits::{RECORD_SIZE_MAX_BYTES, SEGMENT_SIZE_DEFAULT_BYTES, SUBJECT_LENGTH_MAX_BYTES};
 pub use memory_store::MemoryStore;
 pub use reader::{LogReader, ReadItem, ReadSummary};
-pub use types::{DiscardPolicy, MessageRef, PurgeRequest, StoreLimits, StoredMessage, StreamState};
-
-/// Bytes a message counts for in `max_bytes` and `StreamState::bytes`: its stored record size
-/// (fixed header + subject + headers + payload).
-pub fn stored_size_bytes(subject: &str, headers: Option<&[u8]>, payload: &[u8]) -> u64 {
-    record::record_size(subject, headers, payload) as u64
-}
+pub use types::{DiscardPolicy, MessageRef, PurgeRequest, SizeModel, StoreLimits, StoredMessage, StreamState};
 
 /// A stream's message store. Sequences start at 1, grow by one per append and are never reused.
 pub trait StreamStore: Send {
@@ -68,9 +62,6 @@ pub trait StreamStore: Send {
     /// The first live message with sequence ≥ `from_seq` whose subject matches `filter` (wildcards
     /// allowed); reads no payload but the one returned. `Err(Corrupt { seq })`: ask from `seq + 1` to skip it.
     fn get_next(&self, from_seq: u64, filter: Option<&str>) -> StoreResult<Option<StoredMessage>>;
-    /// How many live messages with sequence in `from_seq..=to_seq` match `filter` (all for
-    /// `None`); reads no payload.
-    fn count_matching(&self, from_seq: u64, to_seq: u64, filter: Option<&str>) -> u64;
     /// The newest live message whose subject matches `filter` (wildcards allowed).
     fn get_last_for_subject(&self, filter: &str) -> StoreResult<Option<StoredMessage>>;
     /// Removes the message at `seq`; false when there was none. Durable when it returns.
@@ -102,4 +93,10 @@ pub trait StreamStore: Send {
     /// its origin's sequences); false, with nothing changed, when the store holds messages or
     /// already passed `next_seq`. Durable when it returns.
     fn skip_to(&mut self, next_seq: u64) -> StoreResult<bool>;
+    /// How messages count in `StreamState::bytes` and against `max_bytes` (as nats-server's
+    /// store of the same kind counts them).
+    fn size_model(&self) -> SizeModel;
+    /// Live messages matching `filter` (wildcards allowed) with sequences in `seqs`, from the
+    /// metadata alone; `None` when counting would scan more than `scan_max` sequences.
+    fn count_matching(&self, seqs: std::ops::Range<u64>, filter: Option<&str>, scan_max: u64) -> Option<u64>;
 }

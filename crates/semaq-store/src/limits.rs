@@ -124,6 +124,9 @@ pub mod index_entry {
     pub const FLAG_DELETED: u32 = 1;
     /// Flag: the record was lost to corruption; no bytes back this sequence.
     pub const FLAG_LOST: u32 = 2;
+    /// Flag: the record has a non-empty header block (nats-server counts 4 bytes more for it).
+    /// Indexes written before it lack it: their messages then count as without headers.
+    pub const FLAG_HAS_HEADERS: u32 = 4;
     /// Subject index of an entry that has no subject (deleted or lost).
     pub const SUBJECT_NONE: u32 = u32::MAX;
 }

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use crate::error::StoreResult;
 use crate::ledger::Ledger;
 use crate::record::record_size;
-use crate::types::{PurgeRequest, StoreLimits, StoredMessage, StreamState};
+use crate::types::{PurgeRequest, SizeModel, StoreLimits, StoredMessage, StreamState};
 use crate::StreamStore;
 
 /// A message's bytes, held while the message is live.
@@ -26,7 +26,7 @@ pub struct MemoryStore {
 impl MemoryStore {
     /// An empty stream with these limits; the first message gets sequence 1.
     pub fn new(limits: StoreLimits) -> Self {
-        MemoryStore { ledger: Ledger::new(1, limits) }
+        MemoryStore { ledger: Ledger::new(1, limits, SizeModel::Memory) }
     }
 
     fn message(&self, seq: u64) -> Option<StoredMessage> {
@@ -56,9 +56,11 @@ impl StreamStore for MemoryStore {
         timestamp_ns: i64,
     ) -> StoreResult<(u64, i64)> {
         let message_size = headers.map_or(0, <[u8]>::len) + payload.len();
-        let size = self.ledger.check_append(subject, message_size, record_size(subject, headers, payload))?;
+        let has_headers = headers.is_some_and(|block| !block.is_empty());
+        let sizes = (record_size(subject, headers, payload), has_headers);
+        let size = self.ledger.check_append(subject, message_size, sizes)?;
         let body = Body { headers: headers.map(Bytes::copy_from_slice), payload: Bytes::copy_from_slice(payload) };
-        let seq = self.ledger.push(subject, size, timestamp_ns, Some(body))?;
+        let seq = self.ledger.push(subject, (size, has_headers), timestamp_ns, Some(body))?;
         self.ledger.enforce_after_append(seq);
         self.settle();
         Ok((seq, timestamp_ns))
@@ -70,10 +72,6 @@ impl StreamStore for MemoryStore {
 
     fn get_next(&self, from_seq: u64, filter: Option<&str>) -> StoreResult<Option<StoredMessage>> {
         Ok(self.ledger.next_match(from_seq, filter).and_then(|seq| self.message(seq)))
-    }
-
-    fn count_matching(&self, from_seq: u64, to_seq: u64, filter: Option<&str>) -> u64 {
-        self.ledger.count_matching(from_seq, to_seq, filter)
     }
 
     fn get_last_for_subject(&self, filter: &str) -> StoreResult<Option<StoredMessage>> {
@@ -131,6 +129,14 @@ impl StreamStore for MemoryStore {
 
     fn close(&mut self) -> StoreResult<()> {
         Ok(())
+    }
+
+    fn size_model(&self) -> SizeModel {
+        SizeModel::Memory
+    }
+
+    fn count_matching(&self, seqs: std::ops::Range<u64>, filter: Option<&str>, scan_max: u64) -> Option<u64> {
+        self.ledger.count_matching(seqs, filter, scan_max)
     }
 
     fn stored_bytes(&self) -> u64 {

@@ -18,7 +18,7 @@ use crate::segment::{
     self, parse_segment_name, remove_if_present, segment_path, Segment, DELETE_EXTENSION, INDEX_EXTENSION,
     LOG_EXTENSION,
 };
-use crate::types::StoreLimits;
+use crate::types::{SizeModel, StoreLimits};
 
 /// What opening a file store found and did; worth a log line.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -64,7 +64,7 @@ pub(crate) fn recover(dir: &Path, limits: StoreLimits) -> StoreResult<Recovered>
         // Front segments are removed only after the floor passed them.
         report.corruption.push(format!("seqs {floor_seq}..{start_seq} (exclusive) missing: no segment holds them"));
     }
-    let mut ledger = Ledger::new(start_seq, limits);
+    let mut ledger = Ledger::new(start_seq, limits, SizeModel::File);
     let mut segments = Vec::with_capacity(firsts.len());
     for (position, &first_seq) in firsts.iter().enumerate() {
         let end_seq = firsts.get(position + 1).copied();
@@ -216,7 +216,8 @@ fn load_index(
             ledger.push_dead(SlotState::Deleted, entry.timestamp_ns);
         } else {
             let subject = index.subjects[entry.subject_index as usize];
-            ledger.push(subject, entry.length, entry.timestamp_ns, entry.offset)?;
+            let headers = entry.flags & ie::FLAG_HAS_HEADERS != 0;
+            ledger.push(subject, (entry.length, headers), entry.timestamp_ns, entry.offset)?;
         }
     }
     if lost_count > 0 {
@@ -268,9 +269,9 @@ fn scan_into(
     }
     let mut refused = Ok(());
     let scan = scan_log(&bytes, first_seq, |event| match event {
-        Scanned::Record { timestamp_ns, offset, length, subject, .. } => {
+        Scanned::Record { timestamp_ns, offset, length, subject, headers, .. } => {
             if refused.is_ok() {
-                refused = ledger.push(subject, length, timestamp_ns, offset).map(drop);
+                refused = ledger.push(subject, (length, headers), timestamp_ns, offset).map(drop);
             }
         }
         Scanned::Lost => ledger.push_dead(SlotState::Lost, 0),
@@ -294,7 +295,7 @@ fn scan_into(
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Scanned<'a> {
     /// A record that passed its checks.
-    Record { seq: u64, timestamp_ns: i64, offset: u32, length: u32, subject: &'a str },
+    Record { seq: u64, timestamp_ns: i64, offset: u32, length: u32, subject: &'a str, headers: bool },
     /// The next sequence's record is destroyed.
     Lost,
 }
@@ -333,6 +334,7 @@ pub(crate) fn scan_log<'a>(bytes: &'a [u8], first_seq: u64, mut emit: impl FnMut
                     offset: record_offset,
                     length: header.length,
                     subject,
+                    headers: header.headers_length > 0,
                 });
                 offset += header.length as usize;
                 expected += 1;

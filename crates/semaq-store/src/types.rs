@@ -111,3 +111,38 @@ impl StoredMessage {
         }
     }
 }
+
+/// How a message's bytes count in `StreamState::bytes` and against `max_bytes`: nats-server's
+/// numbers for its file and memory stores (`fileStoreMsgSize`, `memStoreMsgSize`, the same in
+/// 2.9 and 2.10+), so stream info and limits agree with nats-server's whatever this store keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SizeModel {
+    /// `22 + subject + payload + 8`, plus `4 + headers` when there is a header block.
+    File,
+    /// `subject + headers + payload + 16`.
+    Memory,
+}
+
+impl SizeModel {
+    /// The counted bytes of a message with these parts; an empty header block counts as none.
+    pub fn message_bytes(self, subject: &str, headers: Option<&[u8]>, payload: &[u8]) -> u64 {
+        let headers_length = headers.map_or(0, <[u8]>::len) as u64;
+        let parts = subject.len() as u64 + headers_length + payload.len() as u64;
+        match self {
+            SizeModel::File if headers_length > 0 => 22 + 4 + parts + 8,
+            SizeModel::File => 22 + parts + 8,
+            SizeModel::Memory => parts + 16,
+        }
+    }
+
+    /// The counted bytes of a stored record of `record_size` bytes (32 bytes of header, then
+    /// subject, headers and payload); `headers`: its header block is not empty.
+    pub(crate) fn counted_bytes(self, record_size: u32, headers: bool) -> u64 {
+        let parts = u64::from(record_size).saturating_sub(crate::limits::record_header::SIZE_BYTES as u64);
+        match self {
+            SizeModel::File if headers => 22 + 4 + parts + 8,
+            SizeModel::File => 22 + parts + 8,
+            SizeModel::Memory => parts + 16,
+        }
+    }
+}

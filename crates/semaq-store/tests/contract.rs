@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::append_many;
-use semaq_store::{stored_size_bytes, DiscardPolicy, PurgeRequest, StoreError, StoreLimits};
+use semaq_store::{DiscardPolicy, PurgeRequest, StoreError, StoreLimits};
 
 fn unlimited() -> StoreLimits {
     StoreLimits::default()
@@ -48,7 +48,8 @@ for_both_stores! {
         store.append("b", Some(b"h"), b"yyy", 20).unwrap();
         let state = store.state();
         assert_eq!((state.msgs, state.first_seq, state.last_seq, state.first_ts, state.last_ts), (2, 1, 2, 10, 20));
-        assert_eq!(state.bytes, stored_size_bytes("a", None, b"xx") + stored_size_bytes("b", Some(b"h"), b"yyy"));
+        let model = store.size_model();
+        assert_eq!(state.bytes, model.message_bytes("a", None, b"xx") + model.message_bytes("b", Some(b"h"), b"yyy"));
         assert_eq!((state.num_subjects, state.num_deleted, state.corruption), (2, 0, None));
     }
 
@@ -184,7 +185,7 @@ for_both_stores! {
 
     fn max_bytes_discard_old_and_new(fresh: unlimited()) {
         let store = &mut *fresh.store;
-        let size = stored_size_bytes("b", None, b"0123456789");
+        let size = store.size_model().message_bytes("b", None, b"0123456789");
         store.update_limits(StoreLimits { max_bytes: Some(size * 3), ..StoreLimits::default() }).unwrap();
         for ts in 0..5 {
             store.append("b", None, b"0123456789", ts).unwrap();

@@ -419,7 +419,8 @@ fn precheck(ingest: &mut Ingest<'_, '_>, messages: &[Inbound]) -> Result<(), Api
         if config.max_msg_size >= 0 && size as i64 > config.max_msg_size {
             return Err(ApiError::message_too_large());
         }
-        bytes += semaq_store::stored_size_bytes(&message.subject, message.headers.as_deref(), &message.payload);
+        bytes +=
+            ingest.store.size_model().message_bytes(&message.subject, message.headers.as_deref(), &message.payload);
         if ingest.chain.is_some() {
             // L4 stores the block sealed: its end replaced by the two chain lines.
             bytes += (semaq_store::chain::SEAL_BYTES - 4) as u64;

@@ -205,7 +205,10 @@ fn single_or_batch(stream: &Stream, request: &DirectRequest, reply: &Reply<'_>) 
     }
     let filter = (!request.next_by_subj.is_empty()).then_some(request.next_by_subj.as_str());
     let is_batch = request.batch > 0;
-    let mut pending = if is_batch { store.count_matching(seq, u64::MAX, filter) } else { 0 };
+    // Past the scan bound the count is the sequences left, as for an unfiltered stream.
+    let count = || store.count_matching(seq..u64::MAX, filter, limits::PENDING_SCAN_SEQS_MAX);
+    let sequences_left = || store.state().last_seq.saturating_sub(seq.saturating_sub(1));
+    let mut pending = if is_batch { count().unwrap_or_else(sequences_left) } else { 0 };
     let max_bytes = if request.max_bytes > 0 { request.max_bytes } else { limits::DIRECT_GET_BATCH_BYTES_DEFAULT };
     let (mut last, mut sent_bytes) = (0, 0);
     let mut found = Vec::new();

@@ -349,7 +349,8 @@ fn marker_due(config: &StreamConfig, store: &dyn StreamStore, message: &semaq_st
         return false;
     }
     let is_marker = message.headers.as_deref().is_some_and(|h| Headers::new(h).get(names::MARKER_REASON).is_some());
-    let last = store.count_matching(message.seq + 1, u64::MAX, Some(&message.subject)) == 0;
+    let newest = store.get_last_for_subject(&message.subject).ok().flatten();
+    let last = newest.is_none_or(|newest| newest.seq <= message.seq);
     last && !is_marker
 }
 

@@ -834,7 +834,8 @@ impl Stream {
             self.msg_ids.record(message.headers.as_deref(), seq, ingest.now, ingest.window_ns);
         }
         if exactly_once {
-            let stored = semaq_store::stored_size_bytes(&message.subject, message.headers.as_deref(), &message.payload);
+            let model = ingest.store.size_model();
+            let stored = model.message_bytes(&message.subject, message.headers.as_deref(), &message.payload);
             ingest.producers.appended(stored);
             if let Some(claim) = claim {
                 ingest.producers.record(claim, seq);
@@ -856,7 +857,8 @@ impl Stream {
     /// L3: before an append that the store's limits could answer by removing a message the
     /// producer snapshot does not cover yet, brings the snapshot up to date.
     fn before_append(&self, ingest: &mut Ingest<'_, '_>, message: &Inbound) -> Result<(), ApiError> {
-        let stored = semaq_store::stored_size_bytes(&message.subject, message.headers.as_deref(), &message.payload);
+        let model = ingest.store.size_model();
+        let stored = model.message_bytes(&message.subject, message.headers.as_deref(), &message.payload);
         if ingest.producers.append_needs_snapshot(ingest.store.limits(), stored) {
             ingest
                 .producers

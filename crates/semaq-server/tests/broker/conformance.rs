@@ -61,14 +61,7 @@ const EXPLAINED: &[(&str, Only, &str)] = &[
 ];
 
 /// Differences in value both sides have, with the reason: (path pattern, reason).
-const EXPLAINED_VALUES: &[(&str, &str)] = &[
-    (
-        "state.bytes",
-        "stored bytes per message: nats-server's store adds a record overhead of its own (file and \
-         memory differ); SemaQ counts its own records",
-    ),
-    ("streams.*.state.bytes", "stored bytes per message, as state.bytes"),
-];
+const EXPLAINED_VALUES: &[(&str, &str)] = &[];
 
 /// Whole steps where nats-server 2.9 and 2.10+ (which SemaQ follows) differ: (step index, reason).
 const EXPLAINED_STEPS: &[(usize, &str)] = &[

@@ -24,6 +24,7 @@ mod latency;
 mod lineage;
 mod lossy;
 mod metrics;
+mod object_store;
 mod priority;
 mod provenance;
 mod pubsub;

@@ -38,6 +38,8 @@ pub const MSG_SIZE: &str = "Nats-Msg-Size";
 pub const LAST_CONSUMER: &str = "Nats-Last-Consumer";
 /// Idle heartbeat: the last stream sequence delivered.
 pub const LAST_STREAM: &str = "Nats-Last-Stream";
+/// Idle heartbeat of a push consumer stalled on flow control: the request's reply subject.
+pub const CONSUMER_STALLED: &str = "Nats-Consumer-Stalled";
 /// Pull status: messages the request may still receive.
 pub const PENDING_MESSAGES: &str = "Nats-Pending-Messages";
 /// Pull status: bytes the request may still receive.

@@ -17,6 +17,7 @@ use super::filter_fanout;
 use super::idle;
 use super::js_schema;
 use super::js_store::{self, StoreReport};
+use super::kv_obj;
 use super::server::{ServerProcess, ServerSpec};
 use super::stats::{format_bytes, format_count, format_latency_ns, median, median_ratio};
 use super::{LoadArgs, Report, Scenario};
@@ -96,6 +97,10 @@ enum Entry {
     FilterFanout,
     /// js-pub to L2 streams (JSON Schema; Avro with JSON and binary payloads) and the same streams without a schema
     JsPubSchema,
+    /// async-nats KV: puts then gets of 20,000 keys, 64 in flight: ops/s each
+    Kv,
+    /// async-nats Object Store: put then get of one 64 MiB object: MiB/s each
+    Objstore,
 }
 
 /// Whether a larger figure is better.
@@ -122,6 +127,14 @@ const RSS_PER_MESSAGE: Metric = Metric { name: "RSS/msg", better: Better::Lower,
 const RESTART_TIME: Metric = Metric { name: "restart", better: Better::Lower, format: format_nanos };
 const MATCHED_RATE: Metric = Metric { name: "matched/s", better: Better::Higher, format: format_rate };
 const BYTES_TO_SUBSCRIBERS: Metric = Metric { name: "bytes out", better: Better::Lower, format: format_bytes };
+const KV_PUTS: Metric = Metric { name: "puts/s", better: Better::Higher, format: format_rate };
+const KV_GETS: Metric = Metric { name: "gets/s", better: Better::Higher, format: format_rate };
+const OBJECT_PUT: Metric = Metric { name: "put MiB/s", better: Better::Higher, format: format_mebibytes };
+const OBJECT_GET: Metric = Metric { name: "get MiB/s", better: Better::Higher, format: format_mebibytes };
+
+fn format_mebibytes(bytes_per_second: f64) -> String {
+    format!("{:.1}", bytes_per_second / (1024.0 * 1024.0))
+}
 
 fn format_rate(value: f64) -> String {
     format_count(value.max(0.0).round() as u64)
@@ -139,6 +152,8 @@ impl Entry {
             Entry::JsRestart => "js-restart",
             Entry::FilterFanout => "filter-fanout",
             Entry::JsPubSchema => "js-pub-schema",
+            Entry::Kv => "kv",
+            Entry::Objstore => "objstore",
             other => other.scenario().map_or("?", Scenario::name),
         }
     }
@@ -156,6 +171,7 @@ impl Entry {
             Entry::JsConsume => Some(Scenario::JsConsume),
             Entry::JsPipeline => Some(Scenario::JsPipeline),
             Entry::IdleConns | Entry::JsMemory | Entry::JsRestart | Entry::FilterFanout | Entry::JsPubSchema => None,
+            Entry::Kv | Entry::Objstore => None,
         }
     }
 
@@ -172,6 +188,8 @@ impl Entry {
             Entry::JsRestart => &[RESTART_TIME],
             Entry::FilterFanout => &[MATCHED_RATE, BYTES_TO_SUBSCRIBERS],
             Entry::JsPubSchema => &SCHEMA_RATES,
+            Entry::Kv => &[KV_PUTS, KV_GETS],
+            Entry::Objstore => &[OBJECT_PUT, OBJECT_GET],
         }
     }
 }
@@ -220,7 +238,8 @@ async fn compare(args: CompareArgs) -> Result<()> {
     for scenario in &scenarios {
         scenario.load(&args.load)?;
     }
-    let needs_servers = !scenarios.is_empty() || args.scenarios.contains(&Entry::JsPubSchema);
+    let on_running = [Entry::JsPubSchema, Entry::Kv, Entry::Objstore];
+    let needs_servers = !scenarios.is_empty() || args.scenarios.iter().any(|entry| on_running.contains(entry));
     let contenders = Contenders::start(&args, needs_servers)?;
     let mut rows: Vec<Row> = args
         .scenarios
@@ -330,6 +349,9 @@ async fn measure(
     if entry == Entry::JsPubSchema {
         return measure_schema(side, contenders, args, findings).await;
     }
+    if matches!(entry, Entry::Kv | Entry::Objstore) {
+        return measure_kv_obj(entry, side, contenders).await;
+    }
     let Some(scenario) = entry.scenario() else {
         return measure_fresh(entry, side, contenders, args, findings).await;
     };
@@ -341,6 +363,19 @@ async fn measure(
         .problems
         .extend(report.problems.iter().map(|problem| format!("{} on {}: {problem}", scenario.name(), server.label)));
     Ok(figures(entry, &report))
+}
+
+/// kv and objstore on the running server, each run in a bucket of its own.
+async fn measure_kv_obj(entry: Entry, side: usize, contenders: &Contenders) -> Result<Vec<f64>> {
+    let server = contenders.running.as_ref().map(|servers| &servers[side]).context("servers not running")?;
+    static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let bucket = format!("bench_{}", RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    if entry == Entry::Kv {
+        let figures = kv_obj::measure_kv(&server.url, &bucket).await?;
+        return Ok(vec![figures.puts_per_second, figures.gets_per_second]);
+    }
+    let figures = kv_obj::measure_object(&server.url, &bucket).await?;
+    Ok(vec![figures.put_bytes_per_second, figures.get_bytes_per_second])
 }
 
 /// js-pub-schema: every variant on the running server (schemas on semaq only), one figure each.

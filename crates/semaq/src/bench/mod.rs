@@ -22,6 +22,7 @@ mod intent_rr;
 mod jetstream;
 mod js_schema;
 mod js_store;
+mod kv_obj;
 mod latency;
 mod levels;
 mod observe;

@@ -182,12 +182,18 @@ pub async fn run(consumer: Arc<Consumer>, mut last_seq: watch::Receiver<u64>) {
 }
 
 impl Consumer {
-    /// A push subscriber answered flow-control request `id`: delivery resumes.
+    /// A push subscriber answered flow-control request `id`: what was delivered before it is
+    /// confirmed, the window grows, and delivery resumes. Answers to older requests are ignored.
     pub fn flow_control_response(&self, id: u64) {
         let mut state = lock(&self.state);
-        if state.flow_control_outstanding.is_some_and(|outstanding| outstanding <= id) {
-            state.flow_control_outstanding = None;
+        if state.flow_control_outstanding != Some(id) {
+            return;
         }
+        state.flow_control_outstanding = None;
+        state.flow_control_window_bytes =
+            (state.flow_control_window_bytes * 2).min(limits::FLOW_CONTROL_WINDOW_MAX_BYTES);
+        state.flow_control_pending_bytes =
+            state.flow_control_pending_bytes.saturating_sub(std::mem::take(&mut state.flow_control_request_bytes));
         drop(state);
         self.wake();
     }
@@ -210,7 +216,6 @@ impl Consumer {
     fn pump(&self, stream: &Stream, bus: &Bus) -> Instant {
         let config = self.config();
         let now = Instant::now();
-        let last_seq = stream.state().last_seq;
         let mut outgoing = Vec::new();
         let (next_wake, skipped) = {
             let mut state = lock(&self.state);
@@ -221,10 +226,10 @@ impl Consumer {
                 state.push_bound = bound;
                 if bound && !super::pause::is_paused(&config) {
                     state.last_activity = Some(now);
-                    self.deliver_push(&mut state, &config, stream, deliver, (now, last_seq), &mut outgoing);
+                    self.deliver_push(&mut state, &config, stream, deliver, now, &mut outgoing);
                 }
             } else {
-                self.deliver_pull(&mut state, &config, stream, (now, last_seq), &mut outgoing);
+                self.deliver_pull(&mut state, &config, stream, now, &mut outgoing);
             }
             (next_wake(&state, &config, now), std::mem::take(&mut state.skipped))
         };
@@ -282,7 +287,7 @@ impl Consumer {
         state: &mut State,
         config: &ConsumerConfig,
         stream: &Stream,
-        (now, last_seq): (Instant, u64),
+        now: Instant,
         outgoing: &mut Vec<Outgoing>,
     ) {
         let mut delivered = 0;
@@ -321,7 +326,7 @@ impl Consumer {
                 }
                 continue;
             }
-            let mut delivery = self.record_delivery(state, (config, stream), next, &reply, (now, last_seq));
+            let mut delivery = self.record_delivery(state, (config, stream), next, &reply, now);
             if !pin.is_empty() {
                 delivery.headers = Some(super::groups::with_pin_header(delivery.headers.take(), &pin));
             }
@@ -369,25 +374,29 @@ impl Consumer {
         config: &ConsumerConfig,
         stream: &Stream,
         deliver: &str,
-        (now, last_seq): (Instant, u64),
+        now: Instant,
         outgoing: &mut Vec<Outgoing>,
     ) {
         let mut delivered = 0;
-        while delivered < limits::PUMP_MESSAGES_MAX && state.flow_control_outstanding.is_none() {
+        if state.flow_control_window_bytes == 0 {
+            state.flow_control_window_bytes = (limits::FLOW_CONTROL_WINDOW_MAX_BYTES / 16).max(1);
+        }
+        while delivered < limits::PUMP_MESSAGES_MAX {
+            if config.flow_control && state.flow_control_pending_bytes > state.flow_control_window_bytes {
+                break;
+            }
             let Some(next) = self.next_message(state, config, stream) else { break };
-            let size = (next.headers.as_ref().map_or(0, Bytes::len) + next.payload.len()) as u64;
-            outgoing.push(self.record_delivery(state, (config, stream), next, deliver, (now, last_seq)));
+            let message = self.record_delivery(state, (config, stream), next, deliver, now);
+            // Counted as nats-server counts a delivery against the window.
+            let size = message.subject.len()
+                + message.reply.as_ref().map_or(0, String::len)
+                + message.headers.as_ref().map_or(0, Bytes::len)
+                + message.payload.len();
+            outgoing.push(message);
             delivered += 1;
             state.last_push = Some(now);
-            state.bytes_since_flow_control += size;
-            if config.flow_control && state.bytes_since_flow_control >= limits::FLOW_CONTROL_BYTES {
-                state.flow_control_count += 1;
-                state.flow_control_outstanding = Some(state.flow_control_count);
-                state.bytes_since_flow_control = 0;
-                let reply = format!("$JS.FC.{}.{}.{}", self.stream_name, self.name, state.flow_control_count);
-                let mut request = Outgoing::status(deliver, status_line(100, "FlowControl Request", &[]));
-                request.reply = Some(reply);
-                outgoing.push(request);
+            if config.flow_control {
+                self.count_flow_control(state, size as u64, deliver, outgoing);
             }
         }
         let idle_heartbeat = (config.idle_heartbeat > 0).then(|| Duration::from_nanos(config.idle_heartbeat as u64));
@@ -397,14 +406,50 @@ impl Consumer {
             // watch reading an empty bucket, would otherwise miss its "no values" marker).
             let since = *state.last_push.get_or_insert(now);
             if delivered == 0 && now.duration_since(since) >= every {
-                let last = [
-                    (names::LAST_CONSUMER, state.delivered_consumer_seq),
-                    (names::LAST_STREAM, state.delivered_stream_seq),
-                ];
-                outgoing.push(Outgoing::status(deliver, status_line(100, "Idle Heartbeat", &last)));
+                outgoing.push(Outgoing::status(deliver, self.idle_heartbeat(state)));
                 state.last_push = Some(now);
             }
         }
+    }
+
+    /// Counts a push delivery against the flow-control window; past half the window, asks the
+    /// subscriber to confirm what it has received (one request outstanding at a time).
+    fn count_flow_control(&self, state: &mut State, size: u64, deliver: &str, outgoing: &mut Vec<Outgoing>) {
+        state.flow_control_pending_bytes += size;
+        if state.flow_control_outstanding.is_some() {
+            if state.flow_control_pending_bytes - state.flow_control_request_bytes >= state.flow_control_window_bytes {
+                state.flow_control_request_bytes += size;
+            }
+            return;
+        }
+        if state.flow_control_pending_bytes <= state.flow_control_window_bytes / 2 {
+            return;
+        }
+        state.flow_control_count += 1;
+        state.flow_control_outstanding = Some(state.flow_control_count);
+        state.flow_control_request_bytes = state.flow_control_pending_bytes;
+        let mut request = Outgoing::status(deliver, status_line(100, "FlowControl Request", &[]));
+        request.reply = Some(self.flow_control_reply(state.flow_control_count));
+        outgoing.push(request);
+    }
+
+    /// The reply subject of flow-control request `id`.
+    fn flow_control_reply(&self, id: u64) -> String {
+        format!("$JS.FC.{}.{}.{}", self.stream_name, self.name, id)
+    }
+
+    /// A push consumer's idle heartbeat: the last sequences delivered, and the outstanding
+    /// flow-control request when delivery waits for it (clients answer it from there when the
+    /// request itself was lost).
+    fn idle_heartbeat(&self, state: &State) -> String {
+        let last =
+            [(names::LAST_CONSUMER, state.delivered_consumer_seq), (names::LAST_STREAM, state.delivered_stream_seq)];
+        let mut headers = status_line(100, "Idle Heartbeat", &last);
+        if let Some(id) = state.flow_control_outstanding {
+            headers.truncate(headers.len() - 2);
+            headers.push_str(&format!("{}: {}\r\n\r\n", names::CONSUMER_STALLED, self.flow_control_reply(id)));
+        }
+        headers
     }
 
     /// The next message to send: a due redelivery, then the initial list, then the stream.
@@ -516,11 +561,7 @@ impl Consumer {
     ) -> String {
         let deliveries = state.pending.get(&message.seq).map_or(1, |p| p.deliveries + 1);
         let consumer_seq = state.delivered_consumer_seq + 1;
-        // Messages still to come after this one, as clients show "pending" (a KV watch's delta:
-        // 0 marks the end of the initial values).
-        let after = message.seq.max(state.next_seq.saturating_sub(1));
-        let remaining = state.pending_after(stream.store().as_ref(), config, after)
-            + (state.ahead.len() + state.initial.len()) as u64;
+        let remaining = pending_after(state, config, stream, message.seq);
         format!(
             "$JS.ACK.{}.{}.{}.{}.{}.{}.{}",
             self.stream_name, self.name, deliveries, message.seq, consumer_seq, message.timestamp_ns, remaining
@@ -534,12 +575,11 @@ impl Consumer {
         (config, stream): (&ConsumerConfig, &Stream),
         mut message: Candidate,
         route: &str,
-        (now, last_seq): (Instant, u64),
+        now: Instant,
     ) -> Outgoing {
         if let Some(provenance) = stream.provenance() {
             message.headers = provenance.annotate(message.seq, message.headers.take());
         }
-        let _ = last_seq;
         let ack = self.ack_subject(state, (config, stream), &message);
         state.delivered_consumer_seq += 1;
         state.last_delivered = Some(now);
@@ -628,6 +668,45 @@ impl Candidate {
             Origin::Ahead(priority) => state.ahead.put_back(priority, self.seq),
         }
     }
+}
+
+/// Messages still to deliver after the one at `seq`, as the ack reply's pending count (clients
+/// read 0 as "caught up": an object store get or list ends there, a watcher's initial values
+/// too). Counted from the store's metadata as nats-server counts it; the count is kept between
+/// deliveries and brought up to date by the few sequences in between, and counted afresh when
+/// something was removed from the stream. Past `PENDING_SCAN_SEQS_MAX` sequences to count, the
+/// unfiltered estimate (every sequence left) stands in.
+fn pending_after(state: &mut State, config: &ConsumerConfig, stream: &Stream, seq: u64) -> u64 {
+    let from = (seq + 1).max(state.next_seq);
+    let queued = (state.initial.len() + state.ahead.len()) as u64;
+    let store = stream.store();
+    let stream_state = store.state();
+    let (last_seq, removed) = (stream_state.last_seq, stream_state.last_seq.saturating_sub(stream_state.msgs));
+    let filters = super::validate::filters(config);
+    let scan_max = limits::PENDING_SCAN_SEQS_MAX;
+    let count = |seqs: std::ops::Range<u64>| -> Option<u64> {
+        let mut total = 0;
+        for filter in &filters {
+            total += store.count_matching(seqs.clone(), (filter != ">").then_some(filter.as_str()), scan_max)?;
+        }
+        Some(total)
+    };
+    let known = state.pending_count.filter(|known| {
+        known.removed == removed
+            && known.from <= from
+            && known.last_seq <= last_seq
+            && from - known.from <= scan_max
+            && last_seq - known.last_seq <= scan_max
+    });
+    let counted = match known {
+        Some(known) => count(known.last_seq + 1..last_seq + 1)
+            .zip(count(known.from..from))
+            .map(|(added, passed)| (known.count + added).saturating_sub(passed)),
+        None => count(from..last_seq + 1),
+    };
+    let pending = counted.unwrap_or_else(|| last_seq.saturating_sub(from - 1));
+    state.pending_count = counted.map(|count| super::state::PendingCount { from, last_seq, removed, count });
+    pending + queued
 }
 
 /// Passes over a message the content filter rejects: it counts as acknowledged.

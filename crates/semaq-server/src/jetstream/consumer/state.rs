@@ -44,6 +44,20 @@ pub struct PullRequest {
     pub group: super::groups::PullGroup,
 }
 
+/// Matching messages from `from` to `last_seq`, counted while `removed` sequences (below
+/// `last_seq`) held nothing.
+#[derive(Debug, Clone, Copy)]
+pub struct PendingCount {
+    /// First sequence counted.
+    pub from: u64,
+    /// The stream's last sequence then.
+    pub last_seq: u64,
+    /// The stream's last sequence minus its message count then.
+    pub removed: u64,
+    /// Matching messages in `from..=last_seq`.
+    pub count: u64,
+}
+
 /// A consumer's delivery state.
 #[derive(Debug, Default)]
 pub struct State {
@@ -82,8 +96,14 @@ pub struct State {
     pub push_bound: bool,
     /// A flow-control request awaits its response (push).
     pub flow_control_outstanding: Option<u64>,
-    /// Bytes delivered since the last flow-control request.
-    pub bytes_since_flow_control: u64,
+    /// Bytes delivered and not yet confirmed by a flow-control response.
+    pub flow_control_pending_bytes: u64,
+    /// Pending bytes the outstanding request confirms once answered.
+    pub flow_control_request_bytes: u64,
+    /// Pending bytes past which delivery waits for a response (0: not started yet).
+    pub flow_control_window_bytes: u64,
+    /// The pending count after the latest delivery, kept to count the next one cheaply.
+    pub pending_count: Option<PendingCount>,
     /// Flow-control requests sent.
     pub flow_control_count: u64,
     /// Last push delivery or heartbeat.
@@ -98,19 +118,6 @@ pub struct State {
     pub skipped_through: u64,
     /// A `pinned_client` consumer's pinned client.
     pub pin: Option<super::groups::Pin>,
-    /// The last count of matching messages after a delivery, so the next one counts only what
-    /// changed since (see `pending_after`).
-    pending_count: Option<PendingCount>,
-}
-
-/// `count` matching live messages in `after + 1..=through`, while the stream had removed
-/// `removed` messages (`last_seq - msgs`, which only grows: an equal value means nothing went).
-#[derive(Debug, Clone, Copy)]
-struct PendingCount {
-    after: u64,
-    through: u64,
-    removed: u64,
-    count: u64,
 }
 
 impl State {
@@ -260,14 +267,18 @@ impl State {
             return initial + stream_state.msgs.min(stream_state.last_seq - from + 1);
         }
         if filter.is_none() {
-            let filters = validate::filters(config);
-            let count: u64 = filters
+            // Subject filters only: counted from the store's metadata, no message read.
+            let scan_max = crate::limits::NUM_PENDING_SCAN_MESSAGES_MAX as u64;
+            let counts = validate::filters(config)
                 .iter()
-                .map(|f| store.count_matching(from, stream_state.last_seq, (f.as_str() != ">").then_some(f.as_str())))
-                .sum();
-            return initial + count;
+                .map(|f| store.count_matching(from..u64::MAX, Some(f), scan_max))
+                .collect::<Option<Vec<u64>>>();
+            if let Some(counts) = counts {
+                return initial + counts.iter().sum::<u64>();
+            }
         }
-        // Content-filtered: count what passes, minus those already passed. Bounded.
+        // Content-filtered, or too many to count from the metadata: read each matching message
+        // (the scan is bounded).
         let mut count = 0;
         let mut seq = from;
         let mut steps = 0;
@@ -282,28 +293,6 @@ impl State {
             }
         }
         initial + count
-    }
-
-    /// Matching messages stored after sequence `after`, exact (content filters aside), counted
-    /// from the store's slots; consecutive calls count only the gap and the new messages.
-    pub fn pending_after(&mut self, store: &dyn semaq_store::StreamStore, config: &ConsumerConfig, after: u64) -> u64 {
-        let stream_state = store.state();
-        let removed = stream_state.last_seq - stream_state.msgs.min(stream_state.last_seq);
-        let filters = validate::filters(config);
-        let count = |from: u64, to: u64| -> u64 {
-            if from > to {
-                return 0;
-            }
-            filters.iter().map(|f| store.count_matching(from, to, (f.as_str() != ">").then_some(f.as_str()))).sum()
-        };
-        let count = match self.pending_count {
-            Some(c) if c.removed == removed && c.after <= after && after <= c.through => {
-                c.count.saturating_sub(count(c.after + 1, after)) + count(c.through + 1, stream_state.last_seq)
-            }
-            _ => count(after + 1, stream_state.last_seq),
-        };
-        self.pending_count = Some(PendingCount { after, through: stream_state.last_seq, removed, count });
-        count
     }
 
     /// Where first deliveries resume after a restart: the lowest message read ahead and not yet
