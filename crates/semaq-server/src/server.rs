@@ -248,7 +248,7 @@ fn admit_websocket(
     bump(&context.bus.stats.total_connections);
     match permits.clone().try_acquire_owned() {
         Ok(permit) => {
-            let serve = ws.serve(context.clone(), socket, addr);
+            let serve = ws.serve(context.clone(), (socket, addr), websocket::Admission::Admitted);
             connections.spawn(async move {
                 serve.await;
                 drop(permit);
@@ -257,7 +257,7 @@ fn admit_websocket(
         Err(_) => {
             bump(&context.bus.stats.refused_connections);
             tracing::warn!("maximum connections ({}) reached, refusing a connection", context.options.connections_max);
-            tokio::spawn(ws.refuse(context.clone(), socket, addr));
+            tokio::spawn(ws.serve(context.clone(), (socket, addr), websocket::Admission::Refused));
         }
     }
 }

@@ -91,27 +91,17 @@ impl Listener {
         self.listener.accept().await
     }
 
-    /// Serves one accepted socket: TLS, the upgrade, then the NATS connection until it closes.
+    /// Serves one accepted socket: TLS, the upgrade, then the NATS connection until it closes;
+    /// or, for a socket over `max_connections`, nats-server's `-ERR` in a binary message after
+    /// the upgrade, then a close.
     pub fn serve(
         &self,
         context: Arc<Context>,
-        socket: TcpStream,
-        addr: SocketAddr,
+        (socket, addr): (TcpStream, SocketAddr),
+        admission: Admission,
     ) -> impl std::future::Future<Output = ()> {
         let shared = self.shared.clone();
-        async move { shared.serve(context, socket, addr, Admission::Admitted).await }
-    }
-
-    /// Refuses one socket over `max_connections`: after the upgrade, nats-server's `-ERR` in a
-    /// binary message, then a close.
-    pub fn refuse(
-        &self,
-        context: Arc<Context>,
-        socket: TcpStream,
-        addr: SocketAddr,
-    ) -> impl std::future::Future<Output = ()> {
-        let shared = self.shared.clone();
-        async move { shared.serve(context, socket, addr, Admission::Refused).await }
+        async move { shared.serve(context, socket, addr, admission).await }
     }
 }
 
@@ -123,9 +113,12 @@ pub async fn accept(listener: Option<&Listener>) -> std::io::Result<(TcpStream, 
     }
 }
 
+/// Whether a WebSocket client is served or refused (over `max_connections`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Admission {
+pub enum Admission {
+    /// Served like any client.
     Admitted,
+    /// Told `maximum connections exceeded` after the upgrade, then closed.
     Refused,
 }
 
