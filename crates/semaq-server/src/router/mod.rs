@@ -28,6 +28,9 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use rand::Rng;
 use semaq_wire::subject::{self, WILDCARD_ONE, WILDCARD_TAIL};
 
+/// The prefix of reply subjects (every client library's default inbox), which are not cached.
+pub const REPLY_INBOX_PREFIX: &str = "_INBOX.";
+
 #[cfg(test)]
 mod tests;
 
@@ -221,7 +224,12 @@ impl<T: Clone + Eq + Hash> Router<T> {
             return Arc::clone(&self.empty);
         }
         let (result, generation) = self.walk(subject);
-        self.store(subject, &result, generation);
+        // Reply inboxes are one request each (`_INBOX.<random>.<n>`): caching them would take the
+        // cache's write lock on every reply, stall readers behind it, and fill the cache until
+        // an eviction of half of it runs under that lock, for entries never read again.
+        if !subject.starts_with(REPLY_INBOX_PREFIX) {
+            self.store(subject, &result, generation);
+        }
         result
     }
 
