@@ -201,7 +201,7 @@ impl SubjectTraffic {
 /// `_INBOX` whatever the depth: their second token is random, one per connection or request, and
 /// would spend the prefix bound on noise.
 pub fn subject_prefix(subject: &str, depth: usize) -> &str {
-    if subject.starts_with("_INBOX.") {
+    if subject.starts_with(semaq_wire::subject::REPLY_INBOX_PREFIX) {
         return "_INBOX";
     }
     match subject.match_indices('.').nth(depth.saturating_sub(1)) {

@@ -7,6 +7,8 @@ pub const SEPARATOR: u8 = b'.';
 pub const WILDCARD_ONE: &str = "*";
 /// Matches one or more trailing tokens.
 pub const WILDCARD_TAIL: &str = ">";
+/// The prefix of reply subjects (every client library's default inbox): one request each.
+pub const REPLY_INBOX_PREFIX: &str = "_INBOX.";
 
 fn is_whitespace(byte: u8) -> bool {
     matches!(byte, b' ' | b'\t' | b'\r' | b'\n' | b'\x0c')

@@ -136,7 +136,7 @@ async fn crash(args: CrashArgs) -> Result<()> {
         drop(client);
         server.start_again(RESTART_TIMEOUT).with_context(|| format!("cycle {cycle}: the server did not come back"))?;
         if cycle % 10 == 0 || cycle == args.cycles {
-            let ledger = ledger.lock().map_err(|_| anyhow::anyhow!("ledger poisoned"))?;
+            let ledger = lock(&ledger)?;
             eprintln!(
                 "cycle {cycle}/{}: {} acked, {} confirmed, {} regressions",
                 args.cycles,
@@ -149,7 +149,7 @@ async fn crash(args: CrashArgs) -> Result<()> {
     let client = connect(&server).await?;
     drain(&client, &ledger, args.window).await?;
     let stored = read_all(&client).await?;
-    let ledger = ledger.lock().map_err(|_| anyhow::anyhow!("ledger poisoned"))?;
+    let ledger = lock(&ledger)?;
     report(&server, &args, &ledger, &stored, started.elapsed())
 }
 

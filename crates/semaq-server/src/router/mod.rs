@@ -26,10 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use rand::Rng;
-use semaq_wire::subject::{self, WILDCARD_ONE, WILDCARD_TAIL};
-
-/// The prefix of reply subjects (every client library's default inbox), which are not cached.
-pub const REPLY_INBOX_PREFIX: &str = "_INBOX.";
+use semaq_wire::subject::{self, REPLY_INBOX_PREFIX, WILDCARD_ONE, WILDCARD_TAIL};
 
 #[cfg(test)]
 mod tests;
