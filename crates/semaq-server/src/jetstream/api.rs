@@ -493,8 +493,7 @@ fn create_consumer(
         return Err(ApiError::invalid_json("unexpected end of JSON input"));
     }
     let request: CreateRequest = serde_json::from_slice(payload).map_err(ApiError::invalid_json)?;
-    let consumer = consumers::create(&stream, request, subject)?;
-    Ok(consumer.info())
+    consumers::create(&stream, request, subject)
 }
 
 fn find_consumer(jetstream: &JetStream, stream: &str, name: &str) -> Result<Arc<Consumer>, ApiError> {

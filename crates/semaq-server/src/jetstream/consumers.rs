@@ -48,7 +48,7 @@ pub fn create(
     stream: &Arc<Stream>,
     request: CreateRequest,
     subject: CreateSubject<'_>,
-) -> Result<Arc<Consumer>, ApiError> {
+) -> Result<serde_json::Value, ApiError> {
     if !request.stream_name.is_empty() && request.stream_name != stream.name {
         return Err(ApiError::stream_mismatch());
     }
@@ -95,7 +95,7 @@ pub fn create(
     super::account::check_consumer(options, &config)?;
     let name = config.name.clone().unwrap_or_default();
     if let Some(existing) = stream.consumer(&name) {
-        return update_existing(&existing, config, &request.action);
+        return update_existing(&existing, config, &request.action).map(|consumer| consumer.info());
     }
     if request.action == "update" {
         return Err(ApiError::consumer_does_not_exist());
@@ -114,7 +114,9 @@ pub fn create(
     let consumer = Consumer::start(stream, name, config, SystemTime::now(), dir, None);
     consumer.save_config();
     stream.add_consumer(consumer.clone());
-    Ok(consumer)
+    let info = consumer.info();
+    consumer.run(stream);
+    Ok(info)
 }
 
 fn update_existing(existing: &Arc<Consumer>, config: ConsumerConfig, action: &str) -> Result<Arc<Consumer>, ApiError> {
@@ -141,7 +143,8 @@ pub fn restore(stream: &Arc<Stream>) {
         };
         let created = saved.created();
         let consumer = Consumer::start(stream, saved.name, saved.config, created, Some(entry.path()), state);
-        stream.add_consumer(consumer);
+        stream.add_consumer(consumer.clone());
+        consumer.run(stream);
     }
 }
 

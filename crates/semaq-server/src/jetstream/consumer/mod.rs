@@ -121,8 +121,14 @@ impl Consumer {
             confirmations: Mutex::new(Vec::new()),
             save_lock: Mutex::new(()),
         });
-        tokio::spawn(pump::run(consumer.clone(), stream.watch_last_seq()));
         consumer
+    }
+
+    /// Starts delivering (the consumer's task). Separate from `start`, so a create response can
+    /// describe the consumer before its first delivery, as nats-server's does: a client that
+    /// reads `num_pending` from it (nats-py's KV watch) would otherwise see the backlog gone.
+    pub fn run(self: &Arc<Self>, stream: &Stream) {
+        tokio::spawn(pump::run(self.clone(), stream.watch_last_seq()));
     }
 
     /// The configuration.
