@@ -55,6 +55,11 @@ mod tests {
             let mut reader = BufReader::new(stream);
             let mut request = String::new();
             reader.read_line(&mut request).unwrap();
+            // Read the rest of the head: closing with unread bytes would reset the connection.
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap() > 0 && line != "\r\n" {
+                line.clear();
+            }
             let mut stream = reader.into_inner();
             stream.write_all(b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n{\"ok\":true}").unwrap();
             request
