@@ -270,6 +270,8 @@ pub const AGENT_WAITING_BYTES_MAX: usize = 64 * 1024 * 1024;
 pub const AGENT_SESSIONS_TRACKED_MAX: usize = 64 * 1024;
 /// Agents one routed message is offered to before it counts as unroutable.
 pub const AGENT_HANDOFF_TRIES_MAX: usize = 3;
+/// Replies' outcomes queued for the agent table before a reply applies them itself.
+pub const AGENT_LESSONS_QUEUED_MAX: usize = 4096;
 /// Stored messages of one durable intent handed to agents and not yet settled.
 pub const DURABLE_INTENT_PULL_MESSAGES_MAX: usize = 1024;
 /// Durable intents: messages remembered per intent as declined by an agent (`retry`, `error`),

@@ -7,6 +7,7 @@
 //!   the power-of-two-choices cost. `affinity`: `Semaq-Session` → agent by rendezvous hashing
 //!   with a load bound. `waiting`: requests waiting for capacity, by `Semaq-Priority`.
 //! - `table`: the state those act on, under one lock that no I/O is done under.
+//! - `in_flight`: requests handed to agents, which replies take back without the table lock.
 //!
 //! A request keeps its reply subject, so the agent answers the requester directly. The broker
 //! sees the answer pass: while a connection owes replies ([`Client::owes_replies`]) the reader
@@ -17,6 +18,7 @@
 mod affinity;
 mod announce;
 pub mod durable;
+mod in_flight;
 #[cfg(test)]
 mod simulate;
 mod synapse;
@@ -25,7 +27,7 @@ mod waiting;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Instant;
 
 use semaq_wire::headers::{names, Headers};
@@ -35,6 +37,7 @@ use serde_json::{json, Value};
 pub use self::announce::{is_valid_intent, BYE_SUBJECT, HEARTBEAT_SUBJECT};
 use self::announce::{AnnounceError, Announcement};
 use self::durable::{Dispatcher, Durable};
+use self::in_flight::{InFlight, Learned};
 use self::synapse::Outcome;
 pub use self::table::Answered;
 use self::table::{Decision, Parked, Source, Table, Target};
@@ -46,7 +49,7 @@ use crate::limits;
 use crate::options::AgentOptions;
 use crate::router::RouterError;
 use crate::stats::bump;
-use crate::sync::lock;
+use crate::sync::{lock, read, write};
 
 /// Subjects under this prefix are intents: `intent.<name>`.
 pub const INTENT_PREFIX: &str = "intent.";
@@ -71,11 +74,13 @@ pub struct Agents {
     options: AgentOptions,
     epoch: Instant,
     table: Mutex<Table>,
+    /// The table's requests in flight, which replies find without the table lock.
+    in_flight: Arc<InFlight>,
     counters: Counters,
     /// The reply subject the server's `$SRV.INFO` polls ask services to answer on.
     service_reply: String,
-    /// Durable intents' dispatchers, by intent. Taken alone.
-    durables: Mutex<HashMap<String, Arc<Dispatcher>>>,
+    /// Durable intents' dispatchers, by intent. Taken alone; read on every route and reply.
+    durables: RwLock<HashMap<String, Arc<Dispatcher>>>,
 }
 
 /// Which of the agent network's subjects a subscription serves.
@@ -118,14 +123,16 @@ impl InternalSink for AgentSink {
 
 /// Starts the agent network: its subscriptions, the sweeper, and `$SRV` discovery.
 pub fn start(bus: &Arc<Bus>, options: &AgentOptions) -> Result<Arc<Agents>, RouterError> {
+    let table = Table::default();
     let agents = Arc::new(Agents {
         bus: bus.clone(),
         options: options.clone(),
         epoch: Instant::now(),
-        table: Mutex::new(Table::default()),
+        in_flight: table.in_flight(),
+        table: Mutex::new(table),
         counters: Counters::default(),
         service_reply: format!("$SEMAQ.SRV.INFO.{}", random_nonce()),
-        durables: Mutex::new(HashMap::new()),
+        durables: RwLock::new(HashMap::new()),
     });
     let subjects = [
         (HEARTBEAT_SUBJECT, Role::Heartbeat),
@@ -191,7 +198,7 @@ impl Agents {
     /// Makes `declared` the durable intents: starts a dispatcher for each new one, stops those
     /// no stream backs any more. JetStream calls it whenever its streams change.
     pub fn set_durable(self: &Arc<Self>, declared: Vec<Durable>) {
-        let mut durables = lock(&self.durables);
+        let mut durables = write(&self.durables);
         let stale: Vec<String> = durables
             .iter()
             .filter(|(intent, d)| !declared.iter().any(|n| &n.intent == *intent && n == d.durable()))
@@ -215,7 +222,7 @@ impl Agents {
 
     /// The durable intent's dispatcher, if `name` is one.
     fn durable(&self, name: &str) -> Option<Arc<Dispatcher>> {
-        lock(&self.durables).get(name).cloned()
+        read(&self.durables).get(name).cloned()
     }
 
     /// Requests the live agents of `name` could take now.
@@ -376,9 +383,8 @@ impl Agents {
     fn refused(&self, target: &Target, reply: Option<&str>) {
         let Some(reply) = reply else { return };
         let now = self.now_us();
-        let mut table = lock(&self.table);
-        if let Some(pending) = table.take_pending(target.client.id, reply) {
-            table.complete(&pending, Some(Outcome::Refused), now);
+        if let Some(pending) = self.in_flight.take(target.client.id, reply) {
+            lock(&self.table).complete(&pending, Some(Outcome::Refused), now);
         }
     }
 
@@ -424,13 +430,21 @@ impl Agents {
     /// returns the agent and intent it answered for.
     pub fn observe_reply(&self, connection: u64, subject: &str, headers: Option<&[u8]>) -> Option<Answered> {
         let now = self.now_us();
-        let (ready, answered) = {
-            let mut table = lock(&self.table);
-            let pending = table.take_pending(connection, subject)?;
-            let outcome = outcome_of(headers, pending.elapsed_us(now));
-            (table.complete(&pending, Some(outcome), now), Answered::of(&pending))
-        };
-        self.offer_freed(ready);
+        let pending = self.in_flight.take(connection, subject)?;
+        let answered = Answered::of(&pending);
+        let outcome = outcome_of(headers, pending.elapsed_us(now));
+        // The table learns at its next decision; while requests wait, their slot is freed now.
+        if let Err(lesson) = self.in_flight.defer(Learned { pending, outcome, at_us: now }) {
+            let ready = {
+                let mut table = lock(&self.table);
+                let mut ready = table.apply_learned();
+                ready.extend(table.complete(&lesson.pending, Some(lesson.outcome), lesson.at_us));
+                ready.sort();
+                ready.dedup();
+                ready
+            };
+            self.offer_freed(ready);
+        }
         if let Some(dispatcher) = self.durable(&answered.intent) {
             dispatcher.wake();
         }

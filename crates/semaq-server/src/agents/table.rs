@@ -1,9 +1,9 @@
-//! The agent network's state: live agents, the synapses of each intent, requests in flight and
+//! The agent network's state: live agents, the synapses of each intent, in-flight counts and
 //! requests waiting. Every method runs under the one `Agents` lock and does no I/O: callers
-//! decide here, then deliver outside the lock.
+//! decide here, then deliver outside the lock. The requests in flight themselves live in
+//! [`InFlight`], which replies reach without this lock.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 
 use super::affinity::{self, Candidate};
 use super::announce::{AnnounceError, Announcement};
+use super::in_flight::{InFlight, Learned, Pending};
 use super::synapse::{pick_of_two, Outcome, Synapse};
 use super::waiting::Waiting;
 use crate::client::Client;
@@ -103,28 +104,6 @@ struct Intent {
     tally: IntentTally,
 }
 
-/// A request handed to an agent, awaiting its reply.
-#[derive(Debug)]
-pub struct Pending {
-    intent: Arc<str>,
-    agent_id: Arc<str>,
-    client: Arc<Client>,
-    started_us: u64,
-    deadline_us: u64,
-}
-
-impl Pending {
-    /// The intent it was routed for.
-    pub fn intent(&self) -> &str {
-        &self.intent
-    }
-
-    /// The time the request has taken by `now_us`.
-    pub fn elapsed_us(&self, now_us: u64) -> u64 {
-        now_us.saturating_sub(self.started_us)
-    }
-}
-
 /// The agent and intent a reply answered for.
 #[derive(Debug, Clone)]
 pub struct Answered {
@@ -177,10 +156,14 @@ pub struct Swept {
 pub struct Table {
     agents: HashMap<Arc<str>, Agent>,
     intents: HashMap<Arc<str>, Intent>,
-    /// connection id → reply subject → request in flight.
-    pending: HashMap<u64, HashMap<Box<str>, Pending>>,
+    /// Requests in flight, shared with the reply path, which takes no table lock.
+    in_flight: Arc<InFlight>,
+    /// Lessons taken from `in_flight`'s queue, kept for the buffer's capacity.
+    lessons: Vec<Learned>,
     sessions: HashMap<Box<str>, (Arc<str>, u64)>,
     waiting_bytes: usize,
+    /// Requests waiting for capacity, over every intent.
+    waiting_count: usize,
     /// Buffers `decide` reuses, so routing a message allocates nothing for its candidates.
     scratch: Scratch,
 }
@@ -197,6 +180,26 @@ struct Scratch {
 }
 
 impl Table {
+    /// The requests in flight, for the reply path.
+    pub fn in_flight(&self) -> Arc<InFlight> {
+        self.in_flight.clone()
+    }
+
+    /// Applies the outcomes replies left in the queue; returns the intents with requests
+    /// waiting that those freed slots may now serve.
+    pub fn apply_learned(&mut self) -> Vec<Arc<str>> {
+        let mut lessons = std::mem::take(&mut self.lessons);
+        self.in_flight.drain_into(&mut lessons);
+        let mut ready = Vec::new();
+        for lesson in lessons.drain(..) {
+            ready.extend(self.complete(&lesson.pending, Some(lesson.outcome), lesson.at_us));
+        }
+        self.lessons = lessons;
+        ready.sort();
+        ready.dedup();
+        ready
+    }
+
     /// Adds or refreshes an agent. A new intent list replaces the old one.
     pub fn upsert(
         &mut self,
@@ -267,11 +270,7 @@ impl Table {
                 intent.members.retain(|member| &*member.agent_id != agent_id);
             }
         }
-        if let Some(pending) = self.pending.get_mut(&agent.client.id) {
-            let before = pending.len();
-            pending.retain(|_, p| &*p.agent_id != agent_id);
-            agent.client.replies_owed.fetch_sub(before - pending.len(), Ordering::Relaxed);
-        }
+        self.in_flight.forget_agent(agent.client.id, agent_id);
         self.forget_empty_intents();
         true
     }
@@ -288,7 +287,7 @@ impl Table {
         for id in ids {
             self.remove(&id);
         }
-        self.pending.remove(&connection);
+        self.in_flight.forget_connection(connection);
     }
 
     /// Drops intents nobody serves and nothing waits for (waiting requests stay until their wait ends).
@@ -306,6 +305,9 @@ impl Table {
         now_us: u64,
         draw: impl FnMut(usize) -> usize,
     ) -> Decision {
+        // Capacity is judged on every reply so far; waiting requests learn of freed slots
+        // from the sweep or the next reply (rare: replies queue lessons only while none wait).
+        self.apply_learned();
         // The map's own key, shared by the request in flight rather than copied.
         let Some(intent_name) = self.intents.get_key_value(name).map(|(key, _)| key.clone()) else {
             return Decision::Unroutable;
@@ -346,7 +348,6 @@ impl Table {
         let target = Target { agent_id: agent_id.clone(), client: agent.client.clone(), inbox: agent.inbox.clone() };
         if let Some((reply, deadline_us)) = request {
             agent.in_flight += 1;
-            agent.client.replies_owed.fetch_add(1, Ordering::Relaxed);
             let pending = Pending {
                 intent: intent_name,
                 agent_id: agent_id.clone(),
@@ -354,11 +355,10 @@ impl Table {
                 started_us: now_us,
                 deadline_us,
             };
-            let replaced = self.pending.entry(agent.client.id).or_default().insert(reply.into(), pending);
+            let replaced = self.in_flight.insert(agent.client.id, reply, pending);
             // A requester reusing a reply subject still in flight: the older request can no
             // longer be told apart, so it stops counting (its slot is freed, nothing learned).
             if let Some(older) = replaced {
-                older.client.replies_owed.fetch_sub(1, Ordering::Relaxed);
                 self.complete(&older, None, now_us);
             }
         }
@@ -403,11 +403,13 @@ impl Table {
         intent.tally.waited += 1;
         intent.waiting.push(priority, deadline_us, parked);
         self.waiting_bytes += size;
+        self.count_waiting(1, 0);
         true
     }
 
     /// The next waiting request of `name`, if an agent has room for it now.
     pub fn unpark(&mut self, name: &str) -> Option<Parked> {
+        self.apply_learned();
         let intent = self.intents.get_mut(name)?;
         let agents = &self.agents;
         let room = intent
@@ -419,11 +421,13 @@ impl Table {
         }
         let parked = intent.waiting.pop()?;
         self.waiting_bytes -= parked.bytes();
+        self.count_waiting(0, 1);
         Some(parked)
     }
 
     /// Requests the live agents of `name` could take now, in all.
-    pub fn free_capacity(&self, name: &str) -> usize {
+    pub fn free_capacity(&mut self, name: &str) -> usize {
+        self.apply_learned();
         let Some(intent) = self.intents.get(name) else { return 0 };
         let free = intent.members.iter().filter_map(|m| self.agents.get(&m.agent_id)).map(|agent| {
             let open = !agent.client.outbound.is_closing();
@@ -448,15 +452,9 @@ impl Table {
         }
     }
 
-    /// Takes the request in flight that `subject`, published by `connection`, answers.
-    pub fn take_pending(&mut self, connection: u64, subject: &str) -> Option<Pending> {
-        let of_connection = self.pending.get_mut(&connection)?;
-        let pending = of_connection.remove(subject)?;
-        if of_connection.is_empty() {
-            self.pending.remove(&connection);
-        }
-        pending.client.replies_owed.fetch_sub(1, Ordering::Relaxed);
-        Some(pending)
+    fn count_waiting(&mut self, added: usize, removed: usize) {
+        self.waiting_count = (self.waiting_count + added).saturating_sub(removed);
+        self.in_flight.set_waiting(self.waiting_count);
     }
 
     /// Learns from a finished request and frees its agent's slot; returns the intents of that
@@ -500,16 +498,8 @@ impl Table {
             tracing::debug!(agent = %id, "agent expired");
             self.remove(&id);
         }
-        let mut timed_out = Vec::new();
-        for of_connection in self.pending.values_mut() {
-            let late: Vec<Box<str>> =
-                of_connection.iter().filter(|(_, p)| p.deadline_us <= now_us).map(|(reply, _)| reply.clone()).collect();
-            timed_out.extend(late.into_iter().filter_map(|reply| of_connection.remove(&reply)));
-        }
-        self.pending.retain(|_, of_connection| !of_connection.is_empty());
-        let mut swept = Swept::default();
-        for pending in timed_out {
-            pending.client.replies_owed.fetch_sub(1, Ordering::Relaxed);
+        let mut swept = Swept { ready: self.apply_learned(), ..Swept::default() };
+        for pending in self.in_flight.take_late(now_us) {
             swept.ready.extend(self.complete(&pending, Some(Outcome::Timeout), now_us));
         }
         for intent in self.intents.values_mut() {
@@ -518,6 +508,7 @@ impl Table {
             swept.wait_expired.extend(expired);
         }
         self.waiting_bytes -= swept.wait_expired.iter().map(Parked::bytes).sum::<usize>();
+        self.count_waiting(0, swept.wait_expired.len());
         self.forget_empty_intents();
         swept.ready.sort();
         swept.ready.dedup();
@@ -525,7 +516,8 @@ impl Table {
     }
 
     /// Everything `/semaq/agents` and `agent ls` show.
-    pub fn snapshot(&self, now_us: u64) -> Value {
+    pub fn snapshot(&mut self, now_us: u64) -> Value {
+        self.apply_learned();
         let mut sessions_held: HashMap<&str, u64> = HashMap::new();
         for (agent_id, _) in self.sessions.values() {
             *sessions_held.entry(agent_id).or_default() += 1;
