@@ -206,12 +206,17 @@ impl FileStore {
         }
     }
 
-    /// For `sync` and `flush`: the out-of-space failure not yet reported to them, once.
-    fn take_out_of_space(&mut self) -> StoreResult<()> {
-        match self.out_of_space.take() {
-            Some(reason) if self.poisoned.is_none() => Err(StoreError::OutOfSpace(reason)),
-            _ => Ok(()),
+    /// Runs `sync` or `flush`: reports an out-of-space failure not yet reported to them, or
+    /// runs the step; either way the failure has then been reported and changes resume.
+    fn reporting(&mut self, step: impl FnOnce(&mut Self) -> StoreResult<()>) -> StoreResult<()> {
+        if let Some(reason) = self.out_of_space.take() {
+            if self.poisoned.is_none() {
+                return Err(StoreError::OutOfSpace(reason));
+            }
         }
+        let result = self.guarded(step);
+        self.out_of_space = None;
+        result
     }
 
     /// Runs a write step. A full medium makes the store reload what is on disk (see
@@ -451,16 +456,14 @@ impl StreamStore for FileStore {
     }
 
     fn flush(&mut self) -> StoreResult<()> {
-        self.take_out_of_space()?;
-        self.guarded(|store| match store.segments.last_mut() {
+        self.reporting(|store| match store.segments.last_mut() {
             Some(active) => active.flush(),
             None => Ok(()),
         })
     }
 
     fn sync(&mut self) -> StoreResult<()> {
-        self.take_out_of_space()?;
-        self.guarded(Self::sync_step)
+        self.reporting(Self::sync_step)
     }
 
     fn compact(&mut self) -> StoreResult<()> {
