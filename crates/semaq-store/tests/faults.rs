@@ -143,7 +143,7 @@ fn power_lost_at_any_step_of_a_segment_roll_loses_nothing_synced() {
         }
         store.sync().unwrap();
         let mut synced = seq;
-        disk.freeze_after(changes);
+        disk.freeze_after(changes, Tear::LoseUnsynced);
         while !disk.is_frozen() {
             seq += 1;
             if append(&mut store, seq).and_then(|_| store.sync()).is_ok() {

@@ -89,8 +89,8 @@ struct State {
     locks: HashMap<u64, Locks>,
     fail_syncs: bool,
     free_bytes: Option<u64>,
-    /// Changes left before the power fails.
-    freeze_in: Option<u64>,
+    /// Changes left before the power fails, and what the failure tears.
+    freeze_in: Option<(u64, Tear)>,
     /// The image taken when the power failed.
     frozen: Option<Image>,
     /// Counters, for tests that want to see the faults were hit.
@@ -145,9 +145,9 @@ impl SimDisk {
         state.free_bytes = free.map(|free| free + state.used_bytes());
     }
 
-    /// The power fails after `changes` more changes (see the module doc).
-    pub fn freeze_after(&self, changes: u64) {
-        self.state().freeze_in = Some(changes);
+    /// The power fails after `changes` more changes, tearing as `tear` says (see the module doc).
+    pub fn freeze_after(&self, changes: u64, tear: Tear) {
+        self.state().freeze_in = Some((changes, tear));
     }
 
     /// Whether the power has failed (a freeze struck) and the disk awaits [`SimDisk::crash`].
@@ -219,13 +219,13 @@ impl State {
             return Err(error(EIO));
         }
         match self.freeze_in {
-            Some(0) => {
-                self.frozen = Some(self.image(Tear::LoseUnsynced));
+            Some((0, tear)) => {
+                self.frozen = Some(self.image(tear));
                 self.counts.changes_after_freeze += 1;
                 Err(error(EIO))
             }
-            Some(left) => {
-                self.freeze_in = Some(left - 1);
+            Some((left, tear)) => {
+                self.freeze_in = Some((left - 1, tear));
                 Ok(())
             }
             None => Ok(()),
@@ -617,7 +617,7 @@ mod tests {
         let path = dir.join("f");
         let file = disk.open(&path, OpenMode::Create, 0).unwrap();
         disk.sync_dir(&dir).unwrap();
-        disk.freeze_after(2);
+        disk.freeze_after(2, Tear::LoseUnsynced);
         file.write_at(b"one", 0).unwrap();
         file.sync_data().unwrap();
         assert!(file.write_at(b"two", 3).is_err());
