@@ -19,7 +19,6 @@
 //! stream writes a snapshot before the removal. `docs/design.md` has the argument.
 
 use std::collections::{HashMap, VecDeque};
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -583,15 +582,7 @@ fn decode(bytes: &[u8]) -> Result<Snapshot, String> {
 /// Replaces `path` so a crash leaves the old or the new file, and the new one survives power
 /// loss once this returns: temporary file, fsync, rename, directory fsync.
 pub(crate) fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let temporary = path.with_extension("tmp");
-    let mut file = std::fs::File::create(&temporary)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&temporary, path)?;
-    match path.parent() {
-        Some(dir) => std::fs::File::open(dir)?.sync_all(),
-        None => Ok(()),
-    }
+    semaq_store::storage::write_atomic(&semaq_store::StdDisk, path, bytes, 0)
 }
 
 #[cfg(test)]
