@@ -3,8 +3,10 @@
 //! power fails at a random change (tearing a random prefix of the unsynced sectors); the stream
 //! reopens. Then exactly the acknowledged prefix is there:
 //! - every append followed by a successful `sync` (or a delete, purge or compact, which sync)
-//!   is there, byte for byte, unless a delete or purge removed it;
-//! - nothing a successful delete or purge removed came back;
+//!   is there, byte for byte, unless a delete or purge removed it, or the stream's `max_msgs`
+//!   (discard old, in some cases) let newer messages push it out;
+//! - nothing a successful delete or purge removed came back, nor what the limit removed before
+//!   a successful sync;
 //! - of the appends never synced, what survived is a prefix (no holes) and holds what was sent;
 //! - sequences are never reused, and nothing is reported as damage;
 //! - the consumer state saved last with success (`storage::write_atomic`, as the server saves
@@ -55,9 +57,9 @@ fn ack_file() -> PathBuf {
     PathBuf::from("/js/orders/consumers/worker/state")
 }
 
-fn open(disk: &SimDisk) -> FileStore {
-    let config =
-        FileStoreConfig { dir: stream_dir(), segment_size_bytes: SEGMENT_BYTES, limits: StoreLimits::default() };
+fn open(disk: &SimDisk, max_msgs: Option<u64>) -> FileStore {
+    let limits = StoreLimits { max_msgs, ..StoreLimits::default() };
+    let config = FileStoreConfig { dir: stream_dir(), segment_size_bytes: SEGMENT_BYTES, limits };
     FileStore::open_on(config, disk.shared()).expect("the stream reopens after any crash")
 }
 
@@ -89,6 +91,9 @@ struct Model {
     removed: BTreeSet<u64>,
     /// Removed by a delete or purge that failed: may be back or not.
     maybe_removed: BTreeSet<u64>,
+    /// Removed by `max_msgs` on append, not yet synced: may be back or not.
+    limit_removed: BTreeSet<u64>,
+    max_msgs: Option<u64>,
     /// Consumer ack floors saved (attempted), and the last save that returned Ok.
     acks_attempted: BTreeSet<u64>,
     ack_confirmed: Option<u64>,
@@ -103,7 +108,13 @@ impl Model {
     fn synced(&mut self, ok: bool) {
         if ok {
             self.synced_upto = self.last_sent();
+            self.removed.append(&mut self.limit_removed);
         }
+    }
+
+    /// Whether `max_msgs` may have removed `seq` in favour of newer messages present.
+    fn limit_may_remove(&self, seq: u64, present: &BTreeSet<u64>) -> bool {
+        self.max_msgs.is_some_and(|max| present.range(seq + 1..).count() as u64 >= max)
     }
 }
 
@@ -112,10 +123,13 @@ fn run(store: &mut FileStore, disk: &SimDisk, model: &mut Model, op: &Op) {
         Op::Append { subject, filler } => {
             let seq_hint = store.state().last_seq + 1;
             let bytes = payload(seq_hint, filler);
+            let before = held(store);
             if let Ok((seq, _)) = store.append(SUBJECTS[subject], None, &bytes, 1) {
                 assert_eq!(seq, seq_hint);
                 model.sent.insert(seq, (SUBJECTS[subject], bytes));
             }
+            let after = held(store);
+            model.limit_removed.extend(before.difference(&after));
         }
         Op::Sync => {
             let ok = store.sync().is_ok();
@@ -179,7 +193,9 @@ fn check(store: &mut FileStore, disk: &SimDisk, model: &Model) -> Result<(), Tes
     prop_assert_eq!(state.corruption.clone(), None, "a crash is not damage");
     let present = held(store);
     for (&seq, (subject, bytes)) in &model.sent {
-        let uncertain = model.maybe_removed.contains(&seq);
+        let uncertain = model.maybe_removed.contains(&seq)
+            || model.limit_removed.contains(&seq)
+            || model.limit_may_remove(seq, &present);
         let acknowledged = seq <= model.synced_upto && !model.removed.contains(&seq) && !uncertain;
         if acknowledged {
             prop_assert!(present.contains(&seq), "acknowledged seq {} lost (present: {:?})", seq, present);
@@ -199,7 +215,8 @@ fn check(store: &mut FileStore, disk: &SimDisk, model: &Model) -> Result<(), Tes
     // Unsynced appends: what survived is a prefix of them.
     let mut hole = false;
     for &seq in model.sent.keys().filter(|&&seq| seq > model.synced_upto) {
-        if model.maybe_removed.contains(&seq) || model.removed.contains(&seq) {
+        let removable = model.limit_removed.contains(&seq) || model.limit_may_remove(seq, &present);
+        if model.maybe_removed.contains(&seq) || model.removed.contains(&seq) || removable {
             continue;
         }
         if present.contains(&seq) {
@@ -239,10 +256,11 @@ proptest! {
         ops in proptest::collection::vec(op(), 1..120),
         crash_after_changes in proptest::option::of(0..400u64),
         seed in any::<u64>(),
+        max_msgs in proptest::option::weighted(0.25, 1..30u64),
     ) {
         let disk = SimDisk::new();
-        let mut store = open(&disk);
-        let mut model = Model::default();
+        let mut store = open(&disk, max_msgs);
+        let mut model = Model { max_msgs, ..Model::default() };
         if let Some(changes) = crash_after_changes {
             disk.freeze_after(changes, Tear::Sectors { seed });
         }
@@ -251,13 +269,13 @@ proptest! {
         }
         disk.crash(Tear::Sectors { seed });
         drop(store);
-        let mut reopened = open(&disk);
+        let mut reopened = open(&disk, max_msgs);
         check(&mut reopened, &disk, &model)?;
         // A second crash straight after recovery loses nothing more.
         let after_first = held(&reopened);
         disk.crash(Tear::Sectors { seed: seed.rotate_left(7) });
         drop(reopened);
-        let again = open(&disk);
+        let again = open(&disk, max_msgs);
         prop_assert_eq!(after_first, held(&again), "recovery made what it found durable");
     }
 }
