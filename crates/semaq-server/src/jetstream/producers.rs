@@ -336,6 +336,13 @@ impl Producers {
         found
     }
 
+    /// Forgets the table, to be rebuilt from the snapshot and the store on next use: after the
+    /// store undid appends (a full disk), whose producer sequences must not count as stored.
+    pub fn unload(&mut self) {
+        let file = self.file.take();
+        *self = Producers { file, ..Producers::new(None) };
+    }
+
     /// Whether the table is in use (the stream is L3 and has loaded it).
     pub fn is_loaded(&self) -> bool {
         self.loaded
@@ -632,6 +639,19 @@ mod tests {
         producers.record(Claim { producer: "q", seq: 4 }, 13);
         assert_eq!(producers.info()["gaps"], 2);
         assert_eq!(producers.info()["count"], 2);
+    }
+
+    #[test]
+    fn after_the_store_undid_appends_their_producer_sequences_are_fresh_again() {
+        let mut producers = Producers::new(None);
+        let mut store = semaq_store::MemoryStore::new(semaq_store::StoreLimits::default());
+        producers.ensure_loaded(&mut store, 0);
+        producers.record(Claim { producer: "p", seq: 1 }, 1); // stored, then undone by a full disk
+        assert_eq!(producers.check(Claim { producer: "p", seq: 1 }).unwrap(), Verdict::Duplicate { stream_seq: 1 });
+        producers.unload();
+        assert!(!producers.is_loaded());
+        producers.ensure_loaded(&mut store, 0);
+        assert_eq!(producers.check(Claim { producer: "p", seq: 1 }).unwrap(), Verdict::Fresh);
     }
 
     #[test]

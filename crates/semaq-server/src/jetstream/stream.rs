@@ -754,8 +754,10 @@ impl Stream {
             if let Err(error) = written {
                 let out_of_space = matches!(error, StoreError::OutOfSpace(_));
                 if out_of_space {
-                    // The store undid the batch: what was derived from it goes back too.
+                    // The store undid the batch: what was derived from it (msg-ids, L3 producer
+                    // sequences, the L4 chain head) goes back too.
                     *dedup = Dedup::default();
+                    lock(&self.producers).unload();
                     if let Some(chain) = chain.as_mut() {
                         chain.reload(store.as_ref());
                     }
