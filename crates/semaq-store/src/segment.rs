@@ -80,8 +80,7 @@ impl Segment {
         let log = storage.open(&log_path, OpenMode::ReadWrite, 0).map_err(io_error("open", &log_path))?;
         let length = log.length().map_err(io_error("stat", &log_path))?;
         let mut segment = Segment::from_parts(first_seq, log_path, log, length, sealed);
-        let delete_log = storage.open(&segment.path(dir, DELETE_EXTENSION), OpenMode::Read, 0);
-        segment.delete_bytes = delete_log.and_then(|file| file.length()).unwrap_or(0);
+        segment.delete_bytes = storage.file_length(&segment.path(dir, DELETE_EXTENSION)).unwrap_or(0);
         Ok(segment)
     }
 

@@ -50,6 +50,10 @@ pub trait Storage: Send + Sync + fmt::Debug {
         file.read_at(&mut bytes, 0)?;
         Ok(bytes)
     }
+    /// The length of the file at `path` (`NotFound` when there is none).
+    fn file_length(&self, path: &Path) -> io::Result<u64> {
+        self.open(path, OpenMode::Read, 0)?.length()
+    }
     /// Moves `from` to `to`, replacing `to`; durable once the directory is synced.
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Removes a file; durable once the directory is synced.
@@ -121,6 +125,10 @@ impl Storage for StdDisk {
 
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
         fs::read(path)
+    }
+
+    fn file_length(&self, path: &Path) -> io::Result<u64> {
+        Ok(fs::metadata(path)?.len())
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
@@ -196,9 +204,9 @@ impl StorageFile for StdFile {
     }
 }
 
-/// Whether `path` exists on `storage` (as a file that opens for reading).
+/// Whether a file exists at `path` on `storage`.
 pub fn exists(storage: &dyn Storage, path: &Path) -> bool {
-    storage.open(path, OpenMode::Read, 0).is_ok()
+    storage.file_length(path).is_ok()
 }
 
 /// The whole file at `path`, or `None` when there is none.
