@@ -83,7 +83,7 @@ pub struct FileStore {
     /// Sorted by first sequence; the last one is active (takes appends), the others are sealed.
     segments: Vec<Segment>,
     ledger: Ledger<u32>,
-    /// `None` only after a reload from disk failed (the store is then poisoned).
+    /// `None` only while a reload from disk runs.
     meta: Option<MetaFile>,
     /// Behind a mutex because reads take `&self` and may find damage.
     corruption: Mutex<CorruptionLog>,
@@ -91,10 +91,15 @@ pub struct FileStore {
     /// Set when a write or fsync failed: the page cache may then differ from the disk, so the
     /// store refuses further changes rather than acknowledge on top of an unknown state.
     poisoned: Option<String>,
-    /// Set when a write found the medium full and the store reloaded: the failed write's
-    /// caller may still be in the middle of a batch, so every change is refused until `sync`
-    /// or `flush` has reported the failure once.
+    /// Set when a write found the medium full and the reload dropped appends that `sync` or
+    /// `flush` had not yet reported on: their caller may be in the middle of a batch, so every
+    /// change is refused until `sync` or `flush` has reported the failure once.
     out_of_space: Option<String>,
+    /// Appends were accepted since the last `sync` or `flush` that succeeded.
+    appends_unreported: bool,
+    /// A reload after a full medium failed for lack of space too: the in-memory state still
+    /// serves reads; the next change tries the reload again.
+    reload_pending: bool,
 }
 
 impl FileStore {
@@ -124,6 +129,8 @@ impl FileStore {
             recovery: report,
             poisoned: None,
             out_of_space: None,
+            appends_unreported: false,
+            reload_pending: false,
         };
         for report in store.recovery.corruption.clone() {
             store.report_corruption(report);
@@ -151,7 +158,9 @@ impl FileStore {
             segment.sync(&*self.storage, &self.dir)?;
         }
         // After the records: a floor must never be durable ahead of what it was computed from.
-        self.persist_floor()
+        self.persist_floor()?;
+        self.appends_unreported = false;
+        Ok(())
     }
 
     /// After a write found the medium full: cuts the active log back to what was handed to the
@@ -164,8 +173,16 @@ impl FileStore {
         }
         let meta = self.meta.take().ok_or_else(|| StoreError::Poisoned("the meta file is gone".into()))?;
         let limits = self.ledger.limits().clone();
-        let Recovered { segments, ledger, meta, report, active_next_seq } =
-            recover_locked(&*self.storage, &self.dir, limits, meta)?;
+        let recovered = recover_locked(&*self.storage, &self.dir, limits, meta);
+        let Recovered { segments, ledger, meta, report, active_next_seq } = match recovered {
+            Ok(recovered) => recovered,
+            Err((error, meta)) => {
+                // The old state (buffer included) keeps serving reads until a reload succeeds.
+                self.meta = Some(meta);
+                return Err(error);
+            }
+        };
+        self.reload_pending = false;
         self.segments = segments;
         self.ledger = ledger;
         self.meta = Some(meta);
@@ -215,6 +232,7 @@ impl FileStore {
             }
         }
         let result = self.guarded(step);
+        // A failure now is reported to this caller, the batch's own sync or flush.
         self.out_of_space = None;
         result
     }
@@ -223,6 +241,9 @@ impl FileStore {
     /// `reload_after_full`); any other I/O failure, or a failed reload, poisons it.
     fn guarded<T>(&mut self, step: impl FnOnce(&mut Self) -> StoreResult<T>) -> StoreResult<T> {
         self.check_writable()?;
+        if self.reload_pending {
+            self.retry_reload()?;
+        }
         let result = step(self);
         let Err(StoreError::Io { source, .. }) = &result else { return result };
         let reason = result.as_ref().err().map(ToString::to_string).unwrap_or_default();
@@ -230,12 +251,32 @@ impl FileStore {
             self.poisoned = Some(reason);
             return result;
         }
-        if let Err(reload) = self.reload_after_full() {
-            self.poisoned = Some(format!("{reason}; reloading from disk then failed: {reload}"));
-            return result;
+        // Taken before the reload, whose own sync would clear it.
+        let dropped_appends = std::mem::take(&mut self.appends_unreported);
+        if dropped_appends {
+            self.out_of_space = Some(reason.clone());
         }
-        self.out_of_space = Some(reason.clone());
+        self.reload_pending = true;
+        self.retry_reload()?;
         Err(StoreError::OutOfSpace(reason))
+    }
+
+    /// Reloads after a full medium; a reload that itself runs out of space is tried again at
+    /// the next change (`OutOfSpace` meanwhile), any other failure poisons.
+    fn retry_reload(&mut self) -> StoreResult<()> {
+        match self.reload_after_full() {
+            Ok(()) => Ok(()),
+            Err(StoreError::Io { source, operation, path }) if storage::is_out_of_space(&source) => {
+                Err(StoreError::OutOfSpace(format!(
+                    "reloading after a full disk: {operation} {}: {source}",
+                    path.display()
+                )))
+            }
+            Err(error) => {
+                self.poisoned = Some(format!("reloading from disk after a full disk failed: {error}"));
+                Err(error)
+            }
+        }
     }
 
     fn segment_for(&self, seq: u64) -> Option<&Segment> {
@@ -381,6 +422,7 @@ impl StreamStore for FileStore {
         payload: &[u8],
         timestamp_ns: i64,
     ) -> StoreResult<(u64, i64)> {
+        self.appends_unreported = true;
         let seq = self.guarded(|store| store.append_step(subject, headers, payload, timestamp_ns))?;
         Ok((seq, timestamp_ns))
     }
@@ -407,7 +449,7 @@ impl StreamStore for FileStore {
         self.guarded(|store| {
             let removed = store.ledger.remove(seq);
             store.settle()?;
-            store.sync()?;
+            store.sync_step()?;
             Ok(removed)
         })
     }
@@ -417,7 +459,7 @@ impl StreamStore for FileStore {
             let purged = store.ledger.purge(request)?;
             store.settle()?;
             store.release_if_empty()?;
-            store.sync()?;
+            store.sync_step()?;
             Ok(purged)
         })
     }
@@ -456,9 +498,12 @@ impl StreamStore for FileStore {
     }
 
     fn flush(&mut self) -> StoreResult<()> {
-        self.reporting(|store| match store.segments.last_mut() {
-            Some(active) => active.flush(),
-            None => Ok(()),
+        self.reporting(|store| {
+            if let Some(active) = store.segments.last_mut() {
+                active.flush()?;
+            }
+            store.appends_unreported = false;
+            Ok(())
         })
     }
 
@@ -472,7 +517,7 @@ impl StreamStore for FileStore {
             // a gap in the sequences on disk, which recovery treats as damage.
             store.drop_front_segments()?;
             store.release_if_empty()?;
-            store.sync()
+            store.sync_step()
         })
     }
 
@@ -498,7 +543,7 @@ impl StreamStore for FileStore {
             for segment in store.segments.drain(..last) {
                 segment.remove_files(&*store.storage, &store.dir)?;
             }
-            store.sync()?;
+            store.sync_step()?;
             Ok(true)
         })
     }
@@ -520,7 +565,8 @@ impl Drop for FileStore {
     fn drop(&mut self) {
         // Hand buffered appends to the OS so a clean shutdown without `close` loses nothing a
         // process crash would not; durability still comes only from `sync`.
-        if self.poisoned.is_none() {
+        // Not when a reload is pending: its buffer holds appends already reported as dropped.
+        if self.poisoned.is_none() && !self.reload_pending {
             let _ = self.active().flush();
         }
     }

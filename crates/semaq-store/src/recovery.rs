@@ -54,19 +54,34 @@ pub(crate) struct Recovered {
 pub(crate) fn recover(storage: &dyn Storage, dir: &Path, limits: StoreLimits) -> StoreResult<Recovered> {
     storage.create_dir_all(dir).map_err(io_error("create", dir))?;
     let meta = MetaFile::open(storage, dir)?;
-    recover_locked(storage, dir, limits, meta)
+    recover_locked(storage, dir, limits, meta).map_err(|(error, _)| error)
 }
 
 /// [`recover`] with the directory's meta file (and so its lock) already open: a store
-/// reloading itself from disk keeps its lock throughout.
+/// reloading itself from disk keeps its lock throughout, also when this fails (the meta file
+/// comes back with the error).
 pub(crate) fn recover_locked(
     storage: &dyn Storage,
     dir: &Path,
     limits: StoreLimits,
     meta: MetaFile,
-) -> StoreResult<Recovered> {
+) -> Result<Recovered, (StoreError, MetaFile)> {
+    match recover_files(storage, dir, limits, meta.floor_seq()) {
+        Ok((segments, ledger, report, active_next_seq)) => {
+            Ok(Recovered { segments, ledger, meta, report, active_next_seq })
+        }
+        Err(error) => Err((error, meta)),
+    }
+}
+
+/// Recovery's work on everything but the meta file.
+fn recover_files(
+    storage: &dyn Storage,
+    dir: &Path,
+    limits: StoreLimits,
+    floor_seq: u64,
+) -> StoreResult<(Vec<Segment>, Ledger<u32>, RecoveryReport, u64)> {
     segment::sync_dir(storage, dir)?;
-    let floor_seq = meta.floor_seq();
     let mut report = RecoveryReport::default();
     let mut firsts = list_segments(storage, dir)?;
     report.segments_removed_count = remove_below_floor(storage, dir, &mut firsts, floor_seq)?;
@@ -101,7 +116,7 @@ pub(crate) fn recover_locked(
     ledger.take_removed();
     ledger.remove_below(floor_seq);
     report.segments_count = segments.len();
-    Ok(Recovered { segments, ledger, meta, report, active_next_seq })
+    Ok((segments, ledger, report, active_next_seq))
 }
 
 /// Accounts for sequences between the last one loaded and a segment starting at `first_seq`.

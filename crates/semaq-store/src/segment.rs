@@ -80,6 +80,12 @@ impl Segment {
         let log = storage.open(&log_path, OpenMode::ReadWrite, 0).map_err(io_error("open", &log_path))?;
         let length = log.length().map_err(io_error("stat", &log_path))?;
         let mut segment = Segment::from_parts(first_seq, log_path, log, length, sealed);
+        if !sealed {
+            // Whoever wrote the active log last (a process that crashed, or this store before
+            // it reloaded) may have left bytes in the page cache that never reached the disk:
+            // the first sync fsyncs whatever is there. A sealed log was fsynced before its seal.
+            segment.synced_bytes = 0;
+        }
         segment.delete_bytes = storage.file_length(&segment.path(dir, DELETE_EXTENSION)).unwrap_or(0);
         Ok(segment)
     }
@@ -217,10 +223,10 @@ impl Segment {
         Ok(())
     }
 
-    /// Forgets buffered appends and cuts whatever a failed write left past the bytes handed
-    /// to the OS before it (a partial record must not be read back).
+    /// Cuts whatever a failed write left past the bytes handed to the OS before it (a partial
+    /// record must not be read back after a reload). The write buffer stays: until the store
+    /// is reloaded, reads of its records are served from it.
     pub(crate) fn cut_unwritten(&mut self) -> StoreResult<()> {
-        self.pending.clear();
         self.log.set_len(self.written_bytes).map_err(io_error("truncate", &self.log_path))
     }
 

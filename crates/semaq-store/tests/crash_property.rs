@@ -11,6 +11,9 @@
 //! - sequences are never reused, and nothing is reported as damage;
 //! - the consumer state saved last with success (`storage::write_atomic`, as the server saves
 //!   it) is there, or a later one.
+//!
+//! The disk also fills up and frees space at random moments: a write refused for lack of
+//! space is undone, never half kept, and never acknowledged.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -25,14 +28,30 @@ const SUBJECTS: [&str; 3] = ["orders.a", "orders.b", "orders.c"];
 
 #[derive(Debug, Clone)]
 enum Op {
-    Append { subject: usize, filler: usize },
+    Append {
+        subject: usize,
+        filler: usize,
+    },
     Sync,
     Flush,
-    Delete { pick: usize },
-    PurgeUpTo { pick: usize },
-    PurgeSubject { subject: usize, keep: Option<u64> },
+    Delete {
+        pick: usize,
+    },
+    PurgeUpTo {
+        pick: usize,
+    },
+    PurgeSubject {
+        subject: usize,
+        keep: Option<u64>,
+    },
     Compact,
     SaveAck,
+    /// The disk fills up, leaving this many bytes free.
+    Fill {
+        free_bytes: u64,
+    },
+    /// Space returns.
+    Free,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -46,6 +65,8 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(subject, keep)| Op::PurgeSubject { subject, keep }),
         1 => Just(Op::Compact),
         2 => Just(Op::SaveAck),
+        1 => (0..600u64).prop_map(|free_bytes| Op::Fill { free_bytes }),
+        1 => Just(Op::Free),
     ]
 }
 
@@ -127,9 +148,9 @@ fn run(store: &mut FileStore, disk: &SimDisk, model: &mut Model, op: &Op) {
             if let Ok((seq, _)) = store.append(SUBJECTS[subject], None, &bytes, 1) {
                 assert_eq!(seq, seq_hint);
                 model.sent.insert(seq, (SUBJECTS[subject], bytes));
+                let after = held(store);
+                model.limit_removed.extend(before.difference(&after));
             }
-            let after = held(store);
-            model.limit_removed.extend(before.difference(&after));
         }
         Op::Sync => {
             let ok = store.sync().is_ok();
@@ -156,6 +177,8 @@ fn run(store: &mut FileStore, disk: &SimDisk, model: &mut Model, op: &Op) {
             let request = PurgeRequest { subject: Some(SUBJECTS[subject].into()), keep, up_to_seq: None };
             removing(store, model, |store| store.purge(&request).map(drop));
         }
+        Op::Fill { free_bytes } => disk.set_free_bytes(Some(free_bytes)),
+        Op::Free => disk.set_free_bytes(None),
         Op::SaveAck => {
             let floor = model.acks_attempted.last().map_or(1, |last| last + 1);
             model.acks_attempted.insert(floor);
@@ -266,6 +289,16 @@ proptest! {
         }
         for op in &ops {
             run(&mut store, &disk, &mut model, op);
+            // A full disk makes the store undo what it could not write: those sequences are
+            // given again, so what was sent under them no longer counts.
+            let last_seq = store.state().last_seq;
+            model.sent.retain(|&seq, _| seq <= last_seq);
+            for seqs in [&mut model.removed, &mut model.maybe_removed, &mut model.limit_removed] {
+                seqs.retain(|&seq| seq <= last_seq);
+            }
+            // The undoing also undoes what the limit removed for the undone appends.
+            let live = held(&store);
+            model.limit_removed.retain(|seq| !live.contains(seq));
         }
         disk.crash(Tear::Sectors { seed });
         drop(store);

@@ -213,3 +213,45 @@ fn a_torn_tail_is_cut_at_the_last_whole_record_and_every_synced_message_survives
     assert!(torn_seen > 0, "some seed tore a record in half");
     assert!(kept_counts.len() > 3, "seeds keep different prefixes: {kept_counts:?}");
 }
+
+#[test]
+fn appends_dropped_by_a_full_disk_during_a_delete_are_reported_by_the_next_sync_never_acknowledged() {
+    let disk = SimDisk::new();
+    let mut store = open(&disk, &dir());
+    append(&mut store, 1).unwrap();
+    store.sync().unwrap();
+    for seq in 2..=4 {
+        append(&mut store, seq).unwrap(); // buffered, not yet handed to the OS
+    }
+    disk.set_free_bytes(Some(10));
+    assert!(matches!(store.delete(1), Err(StoreError::OutOfSpace(_))), "the delete syncs the buffer first");
+    assert_eq!(held(&store), vec![1], "the delete did not happen, the buffered appends are gone");
+    disk.set_free_bytes(None);
+    assert!(
+        matches!(store.sync(), Err(StoreError::OutOfSpace(_))),
+        "the batch that appended 2..=4 must hear they were dropped, not be told they are durable"
+    );
+    assert_eq!(append(&mut store, 2).unwrap(), 2);
+    store.sync().unwrap();
+    assert!(store.delete(1).unwrap());
+    assert_eq!(held(&store), vec![2]);
+}
+
+#[test]
+fn what_a_crashed_process_left_unsynced_is_made_durable_when_the_stream_reopens() {
+    let disk = SimDisk::new();
+    let mut store = open(&disk, &dir());
+    for seq in 1..=3 {
+        append(&mut store, seq).unwrap();
+    }
+    store.flush().unwrap(); // in the page cache only
+    drop(store); // the process dies; the machine does not
+
+    let reopened = open(&disk, &dir());
+    assert_eq!(held(&reopened), vec![1, 2, 3], "recovered from the page cache");
+    // Opening fsyncs the active log: from now on the store treats these bytes as synced
+    // (a seal, for one, relies on it), so they must be.
+    disk.crash(Tear::LoseUnsynced);
+    drop(reopened);
+    assert_eq!(held(&open(&disk, &dir())), vec![1, 2, 3]);
+}
