@@ -1,5 +1,5 @@
 //! The store's I/O seam: every file a store reads or writes goes through a [`Storage`], so
-//! tests can put a simulated disk under it ([`sim::SimDisk`], with the `sim` feature) that
+//! tests can put a simulated disk under it (`sim::SimDisk`, with the `sim` feature) that
 //! loses power, tears writes, fails an fsync or runs out of space.
 //!
 //! The seam sits at file granularity, not per message: the active segment buffers appends in
