@@ -64,6 +64,11 @@ pub enum StoreError {
     /// Another open store (in this process or another) holds the stream directory.
     #[error("stream directory {0} is already open")]
     Locked(PathBuf),
+    /// The medium is full: the write was undone (nothing of it is kept) and the store takes
+    /// writes again once space returns. Changes in between are refused until the next
+    /// `sync` or `flush` reports this too, so a batch never continues past a lost message.
+    #[error("insufficient storage: {0}")]
+    OutOfSpace(String),
     /// An earlier write or fsync failed, so what is on disk is unknown; reopen the store.
     #[error("store stopped after a failed write ({0}); reopen it to recover")]
     Poisoned(String),

@@ -17,8 +17,9 @@ use crate::limits::{
 use crate::meta::MetaFile;
 use crate::record::{self, record_size};
 pub use crate::recovery::RecoveryReport;
-use crate::recovery::{recover, Recovered};
+use crate::recovery::{recover, recover_locked, Recovered};
 use crate::segment::Segment;
+use crate::storage::{self, SharedStorage, StdDisk};
 use crate::types::{PurgeRequest, SizeModel, StoreLimits, StoredMessage, StreamState};
 use crate::StreamStore;
 
@@ -76,52 +77,119 @@ impl CorruptionLog {
 #[derive(Debug)]
 pub struct FileStore {
     dir: PathBuf,
+    /// Every file of the stream is reached through it.
+    storage: SharedStorage,
     segment_size_bytes: u64,
     /// Sorted by first sequence; the last one is active (takes appends), the others are sealed.
     segments: Vec<Segment>,
     ledger: Ledger<u32>,
-    meta: MetaFile,
+    /// `None` only while a reload from disk runs.
+    meta: Option<MetaFile>,
     /// Behind a mutex because reads take `&self` and may find damage.
     corruption: Mutex<CorruptionLog>,
     recovery: RecoveryReport,
     /// Set when a write or fsync failed: the page cache may then differ from the disk, so the
     /// store refuses further changes rather than acknowledge on top of an unknown state.
     poisoned: Option<String>,
+    /// Set when a write found the medium full and the reload dropped appends that `sync` or
+    /// `flush` had not yet reported on: their caller may be in the middle of a batch, so every
+    /// change is refused until `sync` or `flush` has reported the failure once.
+    out_of_space: Option<String>,
+    /// Appends were accepted since the last `sync` or `flush` that succeeded.
+    appends_unreported: bool,
+    /// A reload after a full medium failed for lack of space too: the in-memory state still
+    /// serves reads; the next change tries the reload again.
+    reload_pending: bool,
 }
 
 impl FileStore {
     /// Opens the stream in `config.dir`, recovering from whatever a crash left (see `recovery_report`).
     pub fn open(config: FileStoreConfig) -> StoreResult<Self> {
+        Self::open_on(config, StdDisk::shared())
+    }
+
+    /// [`FileStore::open`] on the given storage (a simulated disk in tests).
+    pub fn open_on(config: FileStoreConfig, storage: SharedStorage) -> StoreResult<Self> {
         let segment_size = config.segment_size_bytes;
         if !(SEGMENT_SIZE_MIN_BYTES..=SEGMENT_SIZE_MAX_BYTES).contains(&segment_size) {
             let range = format!("{SEGMENT_SIZE_MIN_BYTES}..={SEGMENT_SIZE_MAX_BYTES}");
             return Err(StoreError::InvalidConfig(format!("segment size {segment_size} outside {range}")));
         }
-        let Recovered { segments, ledger, meta, report, active_next_seq } = recover(&config.dir, config.limits)?;
+        let Recovered { segments, ledger, meta, report, active_next_seq } =
+            recover(&*storage, &config.dir, config.limits)?;
         let corruption = CorruptionLog { reports: Vec::new(), more_count: 0 };
         let mut store = FileStore {
             dir: config.dir,
+            storage,
             segment_size_bytes: segment_size,
             segments,
             ledger,
-            meta,
+            meta: Some(meta),
             corruption: Mutex::new(corruption),
             recovery: report,
             poisoned: None,
+            out_of_space: None,
+            appends_unreported: false,
+            reload_pending: false,
         };
         for report in store.recovery.corruption.clone() {
             store.report_corruption(report);
         }
-        if store.ledger.next_seq() != active_next_seq {
+        store.settle_opened(active_next_seq)?;
+        Ok(store)
+    }
+
+    /// The last steps of opening, on what recovery found.
+    fn settle_opened(&mut self, active_next_seq: u64) -> StoreResult<()> {
+        if self.ledger.next_seq() != active_next_seq {
             // A purge moved the floor past the active segment's records but crashed before the
             // fresh segment existed: appends must not continue there with a sequence gap.
-            store.roll()?;
+            self.roll()?;
         }
         // Limits may have been lowered, or removals lost with unsynced writes: apply them again.
-        store.ledger.enforce_count_limits();
-        store.settle()?;
-        store.sync()?;
-        Ok(store)
+        self.ledger.enforce_count_limits();
+        self.settle()?;
+        self.sync_step()
+    }
+
+    /// Makes everything durable: records first, then the floor computed from them.
+    fn sync_step(&mut self) -> StoreResult<()> {
+        for segment in &mut self.segments {
+            segment.sync(&*self.storage, &self.dir)?;
+        }
+        // After the records: a floor must never be durable ahead of what it was computed from.
+        self.persist_floor()?;
+        self.appends_unreported = false;
+        Ok(())
+    }
+
+    /// After a write found the medium full: cuts the active log back to what was handed to the
+    /// OS before the failed write and rebuilds the store from disk, so nothing half-written
+    /// stays visible and the store takes writes again once space returns. The directory lock
+    /// is held throughout.
+    fn reload_after_full(&mut self) -> StoreResult<()> {
+        if let Some(active) = self.segments.last_mut() {
+            active.cut_unwritten()?;
+        }
+        let meta = self.meta.take().ok_or_else(|| StoreError::Poisoned("the meta file is gone".into()))?;
+        let limits = self.ledger.limits().clone();
+        let recovered = recover_locked(&*self.storage, &self.dir, limits, meta);
+        let Recovered { segments, ledger, meta, report, active_next_seq } = match recovered {
+            Ok(recovered) => recovered,
+            Err((error, meta)) => {
+                // The old state (buffer included) keeps serving reads until a reload succeeds.
+                self.meta = Some(meta);
+                return Err(error);
+            }
+        };
+        self.reload_pending = false;
+        self.segments = segments;
+        self.ledger = ledger;
+        self.meta = Some(meta);
+        for report in report.corruption {
+            self.report_corruption(report);
+        }
+        self.settle_opened(active_next_seq)
     }
 
     /// What opening the store found: scans, rebuilt indexes, torn bytes cut, damage.
@@ -146,22 +214,69 @@ impl FileStore {
     }
 
     fn check_writable(&self) -> StoreResult<()> {
-        match &self.poisoned {
-            Some(reason) => Err(StoreError::Poisoned(reason.clone())),
+        if let Some(reason) = &self.poisoned {
+            return Err(StoreError::Poisoned(reason.clone()));
+        }
+        match &self.out_of_space {
+            Some(reason) => Err(StoreError::OutOfSpace(reason.clone())),
             None => Ok(()),
         }
     }
 
-    /// Runs a write step; a failure poisons the store.
-    fn guarded<T>(&mut self, step: impl FnOnce(&mut Self) -> StoreResult<T>) -> StoreResult<T> {
-        self.check_writable()?;
-        let result = step(self);
-        if let Err(error) = &result {
-            if matches!(error, StoreError::Io { .. }) {
-                self.poisoned = Some(error.to_string());
+    /// Runs `sync` or `flush`: reports an out-of-space failure not yet reported to them, or
+    /// runs the step; either way the failure has then been reported and changes resume.
+    fn reporting(&mut self, step: impl FnOnce(&mut Self) -> StoreResult<()>) -> StoreResult<()> {
+        if let Some(reason) = self.out_of_space.take() {
+            if self.poisoned.is_none() {
+                return Err(StoreError::OutOfSpace(reason));
             }
         }
+        let result = self.guarded(step);
+        // A failure now is reported to this caller, the batch's own sync or flush.
+        self.out_of_space = None;
         result
+    }
+
+    /// Runs a write step. A full medium makes the store reload what is on disk (see
+    /// `reload_after_full`); any other I/O failure, or a failed reload, poisons it.
+    fn guarded<T>(&mut self, step: impl FnOnce(&mut Self) -> StoreResult<T>) -> StoreResult<T> {
+        self.check_writable()?;
+        if self.reload_pending {
+            self.retry_reload()?;
+        }
+        let result = step(self);
+        let Err(StoreError::Io { source, .. }) = &result else { return result };
+        let reason = result.as_ref().err().map(ToString::to_string).unwrap_or_default();
+        if !storage::is_out_of_space(source) {
+            self.poisoned = Some(reason);
+            return result;
+        }
+        // Taken before the reload, whose own sync would clear it.
+        let dropped_appends = std::mem::take(&mut self.appends_unreported);
+        if dropped_appends {
+            self.out_of_space = Some(reason.clone());
+        }
+        self.reload_pending = true;
+        self.retry_reload()?;
+        Err(StoreError::OutOfSpace(reason))
+    }
+
+    /// Reloads after a full medium; a reload that itself runs out of space is tried again at
+    /// the next change (`OutOfSpace` meanwhile), any other failure poisons.
+    fn retry_reload(&mut self) -> StoreResult<()> {
+        match self.reload_after_full() {
+            Ok(()) => Ok(()),
+            Err(StoreError::Io { source, operation, path }) if storage::is_out_of_space(&source) => {
+                Err(StoreError::OutOfSpace(format!(
+                    "reloading after a full disk: {operation} {}: {source}",
+                    path.display()
+                )))
+            }
+            Err(error) => {
+                self.poisoned = Some(format!("reloading from disk after a full disk failed: {error}"));
+                Err(error)
+            }
+        }
     }
 
     fn segment_for(&self, seq: u64) -> Option<&Segment> {
@@ -225,7 +340,7 @@ impl FileStore {
         }
         self.persist_floor()?;
         for segment in self.segments.drain(..dead) {
-            segment.remove_files(&self.dir)?;
+            segment.remove_files(&*self.storage, &self.dir)?;
         }
         Ok(())
     }
@@ -240,20 +355,21 @@ impl FileStore {
         self.persist_floor()?;
         if !active_empty {
             // The active segment holds records, so its name is below the next sequence: no clash.
-            let fresh = Segment::create(&self.dir, self.ledger.next_seq())?;
+            let fresh = Segment::create(&*self.storage, &self.dir, self.ledger.next_seq())?;
             self.segments.push(fresh);
         }
         let last = self.segments.len() - 1;
         for segment in self.segments.drain(..last) {
-            segment.remove_files(&self.dir)?;
+            segment.remove_files(&*self.storage, &self.dir)?;
         }
         Ok(())
     }
 
     fn persist_floor(&mut self) -> StoreResult<()> {
         let floor_seq = self.ledger.first_seq();
-        if floor_seq > self.meta.floor_seq() {
-            self.meta.write_floor(floor_seq)?;
+        let meta = self.meta.as_mut().ok_or_else(|| StoreError::Poisoned("the meta file is gone".into()))?;
+        if floor_seq > meta.floor_seq() {
+            meta.write_floor(floor_seq)?;
         }
         Ok(())
     }
@@ -263,8 +379,8 @@ impl FileStore {
         let end_seq = self.ledger.next_seq();
         let last = self.segments.len() - 1;
         let active = &mut self.segments[last];
-        active.seal(&self.dir, &self.ledger, end_seq)?;
-        let next = Segment::create(&self.dir, end_seq)?;
+        active.seal(&*self.storage, &self.dir, &self.ledger, end_seq)?;
+        let next = Segment::create(&*self.storage, &self.dir, end_seq)?;
         self.segments.push(next);
         Ok(())
     }
@@ -306,6 +422,7 @@ impl StreamStore for FileStore {
         payload: &[u8],
         timestamp_ns: i64,
     ) -> StoreResult<(u64, i64)> {
+        self.appends_unreported = true;
         let seq = self.guarded(|store| store.append_step(subject, headers, payload, timestamp_ns))?;
         Ok((seq, timestamp_ns))
     }
@@ -332,7 +449,7 @@ impl StreamStore for FileStore {
         self.guarded(|store| {
             let removed = store.ledger.remove(seq);
             store.settle()?;
-            store.sync()?;
+            store.sync_step()?;
             Ok(removed)
         })
     }
@@ -342,7 +459,7 @@ impl StreamStore for FileStore {
             let purged = store.ledger.purge(request)?;
             store.settle()?;
             store.release_if_empty()?;
-            store.sync()?;
+            store.sync_step()?;
             Ok(purged)
         })
     }
@@ -381,20 +498,17 @@ impl StreamStore for FileStore {
     }
 
     fn flush(&mut self) -> StoreResult<()> {
-        self.guarded(|store| match store.segments.last_mut() {
-            Some(active) => active.flush(),
-            None => Ok(()),
+        self.reporting(|store| {
+            if let Some(active) = store.segments.last_mut() {
+                active.flush()?;
+            }
+            store.appends_unreported = false;
+            Ok(())
         })
     }
 
     fn sync(&mut self) -> StoreResult<()> {
-        self.guarded(|store| {
-            for segment in &mut store.segments {
-                segment.sync(&store.dir)?;
-            }
-            // After the records: a floor must never be durable ahead of what it was computed from.
-            store.persist_floor()
-        })
+        self.reporting(Self::sync_step)
     }
 
     fn compact(&mut self) -> StoreResult<()> {
@@ -403,7 +517,7 @@ impl StreamStore for FileStore {
             // a gap in the sequences on disk, which recovery treats as damage.
             store.drop_front_segments()?;
             store.release_if_empty()?;
-            store.sync()
+            store.sync_step()
         })
     }
 
@@ -423,19 +537,23 @@ impl StreamStore for FileStore {
             store.ledger.remove_below(next_seq);
             // The floor first: a crash before the fresh segment exists reopens past the old one.
             store.persist_floor()?;
-            let fresh = Segment::create(&store.dir, next_seq)?;
+            let fresh = Segment::create(&*store.storage, &store.dir, next_seq)?;
             store.segments.push(fresh);
             let last = store.segments.len() - 1;
             for segment in store.segments.drain(..last) {
-                segment.remove_files(&store.dir)?;
+                segment.remove_files(&*store.storage, &store.dir)?;
             }
-            store.sync()?;
+            store.sync_step()?;
             Ok(true)
         })
     }
 
     fn size_model(&self) -> SizeModel {
         SizeModel::File
+    }
+
+    fn poisoned(&self) -> Option<String> {
+        self.poisoned.clone()
     }
 
     fn count_matching(&self, seqs: std::ops::Range<u64>, filter: Option<&str>, scan_max: u64) -> Option<u64> {
@@ -447,7 +565,8 @@ impl Drop for FileStore {
     fn drop(&mut self) {
         // Hand buffered appends to the OS so a clean shutdown without `close` loses nothing a
         // process crash would not; durability still comes only from `sync`.
-        if self.poisoned.is_none() {
+        // Not when a reload is pending: its buffer holds appends already reported as dropped.
+        if self.poisoned.is_none() && !self.reload_pending {
             let _ = self.active().flush();
         }
     }

@@ -18,6 +18,8 @@
 //! - [`file_store`] and [`memory_store`]: the two stores.
 //! - [`chain`]: the provenance hash chain of level-4 streams (hashing, checkpoints, verifier);
 //!   [`reader`]: reading a stopped stream's files without changing them, for `semaq verify`.
+//! - [`storage`]: the I/O seam every file goes through: the real disk, and (feature `sim`) a
+//!   simulated one that loses power, tears writes, fails fsyncs and runs out of space.
 //!
 //! `docs/design.md` draws the file formats, states the durability promise and argues recovery.
 
@@ -28,6 +30,7 @@ pub mod error;
 pub mod file_store;
 pub mod memory_store;
 pub mod reader;
+pub mod storage;
 pub mod types;
 
 mod delete_log;
@@ -45,6 +48,7 @@ pub use file_store::{FileStore, FileStoreConfig, RecoveryReport};
 pub use limits::{RECORD_SIZE_MAX_BYTES, SEGMENT_SIZE_DEFAULT_BYTES, SUBJECT_LENGTH_MAX_BYTES};
 pub use memory_store::MemoryStore;
 pub use reader::{LogReader, ReadItem, ReadSummary};
+pub use storage::{SharedStorage, StdDisk, Storage, StorageFile};
 pub use types::{DiscardPolicy, MessageRef, PurgeRequest, SizeModel, StoreLimits, StoredMessage, StreamState};
 
 /// A stream's message store. Sequences start at 1, grow by one per append and are never reused.
@@ -99,4 +103,10 @@ pub trait StreamStore: Send {
     /// Live messages matching `filter` (wildcards allowed) with sequences in `seqs`, from the
     /// metadata alone; `None` when counting would scan more than `scan_max` sequences.
     fn count_matching(&self, seqs: std::ops::Range<u64>, filter: Option<&str>, scan_max: u64) -> Option<u64>;
+    /// Why the store stopped taking changes, if it did: a write or fsync failed, so what is on
+    /// disk is unknown. Reads go on; every change (and so every acknowledgement) is refused
+    /// until the store is reopened.
+    fn poisoned(&self) -> Option<String> {
+        None
+    }
 }

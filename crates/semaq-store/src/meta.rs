@@ -7,13 +7,12 @@
 //! The open meta file also carries the directory's lock: an exclusive `flock` held for the
 //! store's lifetime, so two stores can never append to one stream.
 
-use std::fs::{File, OpenOptions, TryLockError};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{io_error, StoreError, StoreResult};
 use crate::limits::meta_slot as ms;
 use crate::record::{read_u32, read_u64};
+use crate::storage::{LockMode, OpenMode, Storage, StorageFile};
 
 /// File name of the meta file inside a stream directory.
 pub(crate) const META_FILE_NAME: &str = "stream.meta";
@@ -21,7 +20,7 @@ pub(crate) const META_FILE_NAME: &str = "stream.meta";
 /// The open meta file and what it last said.
 #[derive(Debug)]
 pub(crate) struct MetaFile {
-    file: File,
+    file: Box<dyn StorageFile>,
     path: PathBuf,
     generation: u64,
     floor_seq: u64,
@@ -29,17 +28,11 @@ pub(crate) struct MetaFile {
 
 impl MetaFile {
     /// Opens (creating if needed) the meta file in `dir` and reads the newest intact slot.
-    pub(crate) fn open(dir: &Path) -> StoreResult<Self> {
+    pub(crate) fn open(storage: &dyn Storage, dir: &Path) -> StoreResult<Self> {
         let path = dir.join(META_FILE_NAME);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(io_error("open", &path))?;
-        lock(file.try_lock(), dir)?;
-        let (generation, floor_seq) = read_newest_slot(&file, &path)?.unwrap_or((0, 0));
+        let file = storage.open(&path, OpenMode::Create, 0).map_err(io_error("open", &path))?;
+        lock(file.try_lock(LockMode::Exclusive), dir)?;
+        let (generation, floor_seq) = read_newest_slot(&*file, &path)?.unwrap_or((0, 0));
         Ok(MetaFile { file, path, generation, floor_seq })
     }
 
@@ -53,7 +46,7 @@ impl MetaFile {
         let generation = self.generation + 1;
         let slot = encode_slot(generation, floor_seq);
         let offset = (generation % ms::SLOT_COUNT as u64) * ms::SIZE_BYTES as u64;
-        self.file.write_all_at(&slot, offset).map_err(io_error("write", &self.path))?;
+        self.file.write_at(&slot, offset).map_err(io_error("write", &self.path))?;
         self.file.sync_data().map_err(io_error("fsync", &self.path))?;
         self.generation = generation;
         self.floor_seq = floor_seq;
@@ -64,36 +57,36 @@ impl MetaFile {
 /// The floor recorded in `dir`'s meta file (0 when there is none), read without writing and
 /// under a shared lock that is returned: a running store's exclusive lock excludes it, so a
 /// reader never sees a directory a server is changing.
-pub(crate) fn read_floor_shared(dir: &Path) -> StoreResult<(Option<File>, u64)> {
+pub(crate) fn read_floor_shared(storage: &dyn Storage, dir: &Path) -> StoreResult<(Option<Box<dyn StorageFile>>, u64)> {
     let path = dir.join(META_FILE_NAME);
-    let file = match File::open(&path) {
+    let file = match storage.open(&path, OpenMode::Read, 0) {
         Ok(file) => file,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok((None, 0)),
         Err(error) => return Err(io_error("open", &path)(error)),
     };
-    lock(file.try_lock_shared(), dir)?;
-    let floor_seq = read_newest_slot(&file, &path)?.map_or(0, |(_, floor_seq)| floor_seq);
+    lock(file.try_lock(LockMode::Shared), dir)?;
+    let floor_seq = read_newest_slot(&*file, &path)?.map_or(0, |(_, floor_seq)| floor_seq);
     Ok((Some(file), floor_seq))
 }
 
-/// The outcome of taking the directory lock (`File::try_lock` or `try_lock_shared`, a
-/// non-blocking `flock` on Unix): `Locked` when another open file holds it. The lock belongs
-/// to the open file and goes away when it is closed (the store dropped) or the process dies.
-fn lock(attempt: Result<(), TryLockError>, dir: &Path) -> StoreResult<()> {
+/// The outcome of taking the directory lock (a non-blocking `flock` on the real disk):
+/// `Locked` when another open file holds it. The lock belongs to the open file and goes away
+/// when it is closed (the store dropped) or the process dies.
+fn lock(attempt: std::io::Result<bool>, dir: &Path) -> StoreResult<()> {
     match attempt {
-        Ok(()) => Ok(()),
-        Err(TryLockError::WouldBlock) => Err(StoreError::Locked(dir.to_path_buf())),
-        Err(TryLockError::Error(error)) => Err(io_error("lock", dir)(error)),
+        Ok(true) => Ok(()),
+        Ok(false) => Err(StoreError::Locked(dir.to_path_buf())),
+        Err(error) => Err(io_error("lock", dir)(error)),
     }
 }
 
 /// `(generation, floor)` of the newest intact slot of the meta file at `path`, if any.
-fn read_newest_slot(file: &File, path: &Path) -> StoreResult<Option<(u64, u64)>> {
+fn read_newest_slot(file: &dyn StorageFile, path: &Path) -> StoreResult<Option<(u64, u64)>> {
     let mut raw = [0u8; ms::SIZE_BYTES * ms::SLOT_COUNT];
-    let length = file.metadata().map_err(io_error("stat", path))?.len();
+    let length = file.length().map_err(io_error("stat", path))?;
     // A length beyond `usize` is longer than both slots: they are read whole.
     let readable = usize::try_from(length).map_or(raw.len(), |length| length.min(raw.len()));
-    file.read_exact_at(&mut raw[..readable], 0).map_err(io_error("read", path))?;
+    file.read_at(&mut raw[..readable], 0).map_err(io_error("read", path))?;
     Ok(raw.chunks_exact(ms::SIZE_BYTES).filter_map(decode_slot).max_by_key(|&(generation, _)| generation))
 }
 
@@ -120,27 +113,31 @@ fn decode_slot(raw: &[u8]) -> Option<(u64, u64)> {
 mod tests {
     use super::*;
 
+    use crate::storage::StdDisk;
+    use std::fs::OpenOptions;
+    use std::os::unix::fs::FileExt;
+
     #[test]
     fn a_directory_is_opened_by_one_store_at_a_time() {
         let dir = tempfile::tempdir().unwrap();
-        let first = MetaFile::open(dir.path()).unwrap();
-        assert!(matches!(MetaFile::open(dir.path()), Err(StoreError::Locked(_))));
+        let first = MetaFile::open(&StdDisk, dir.path()).unwrap();
+        assert!(matches!(MetaFile::open(&StdDisk, dir.path()), Err(StoreError::Locked(_))));
         drop(first);
-        MetaFile::open(dir.path()).unwrap();
+        MetaFile::open(&StdDisk, dir.path()).unwrap();
     }
 
     #[test]
     fn the_newest_intact_slot_wins_and_a_torn_slot_falls_back() {
         let dir = tempfile::tempdir().unwrap();
-        let mut meta = MetaFile::open(dir.path()).unwrap();
+        let mut meta = MetaFile::open(&StdDisk, dir.path()).unwrap();
         assert_eq!(meta.floor_seq(), 0);
         meta.write_floor(10).unwrap();
         meta.write_floor(20).unwrap();
         drop(meta);
-        assert_eq!(MetaFile::open(dir.path()).unwrap().floor_seq(), 20);
+        assert_eq!(MetaFile::open(&StdDisk, dir.path()).unwrap().floor_seq(), 20);
         // Tear the newest slot (generation 2 lives in slot 0).
         let file = OpenOptions::new().write(true).open(dir.path().join(META_FILE_NAME)).unwrap();
         file.write_all_at(&[0xff; 4], ms::FLOOR_SEQ_OFFSET as u64).unwrap();
-        assert_eq!(MetaFile::open(dir.path()).unwrap().floor_seq(), 10);
+        assert_eq!(MetaFile::open(&StdDisk, dir.path()).unwrap().floor_seq(), 10);
     }
 }

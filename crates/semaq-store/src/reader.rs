@@ -8,7 +8,6 @@
 //! or in a delete log are left out, and records that cannot be read are reported as such.
 
 use std::collections::HashSet;
-use std::fs;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
@@ -19,6 +18,7 @@ use crate::meta;
 use crate::record;
 use crate::recovery::{scan_log, Scanned};
 use crate::segment::{parse_segment_name, segment_path, DELETE_EXTENSION, LOG_EXTENSION};
+use crate::storage::{self, SharedStorage, StdDisk, StorageFile};
 use crate::types::MessageRef;
 
 /// One step of a read.
@@ -47,8 +47,9 @@ pub struct ReadSummary {
 #[derive(Debug)]
 pub struct LogReader {
     dir: PathBuf,
+    storage: SharedStorage,
     /// Holds the shared lock while the reader lives.
-    _lock: Option<fs::File>,
+    _lock: Option<Box<dyn StorageFile>>,
     floor_seq: u64,
     /// First sequences of the segments, sorted.
     segments: Vec<u64>,
@@ -57,17 +58,16 @@ pub struct LogReader {
 impl LogReader {
     /// Opens `dir` (a stream's `msgs` directory); `StoreError::Locked` when a store has it open.
     pub fn open(dir: &Path) -> StoreResult<Self> {
-        let (lock, floor_seq) = meta::read_floor_shared(dir)?;
-        let mut segments = Vec::new();
-        for entry in fs::read_dir(dir).map_err(io_error("list", dir))? {
-            let entry = entry.map_err(io_error("list", dir))?;
-            if let Some(first_seq) = entry.file_name().to_str().and_then(|name| parse_segment_name(name, LOG_EXTENSION))
-            {
-                segments.push(first_seq);
-            }
-        }
+        Self::open_on(StdDisk::shared(), dir)
+    }
+
+    /// [`LogReader::open`] on the given storage.
+    pub fn open_on(storage: SharedStorage, dir: &Path) -> StoreResult<Self> {
+        let (lock, floor_seq) = meta::read_floor_shared(&*storage, dir)?;
+        let names = storage.list_dir(dir).map_err(io_error("list", dir))?;
+        let mut segments: Vec<u64> = names.iter().filter_map(|name| parse_segment_name(name, LOG_EXTENSION)).collect();
         segments.sort_unstable();
-        Ok(LogReader { dir: dir.to_path_buf(), _lock: lock, floor_seq, segments })
+        Ok(LogReader { dir: dir.to_path_buf(), storage, _lock: lock, floor_seq, segments })
     }
 
     /// The first sequence the stream can hold: everything below it was removed from the head.
@@ -96,7 +96,7 @@ impl LogReader {
                     return Ok(summary);
                 }
             }
-            let segment = SegmentRead { dir: &self.dir, first_seq, end_seq, start };
+            let segment = SegmentRead { storage: &*self.storage, dir: &self.dir, first_seq, end_seq, start };
             match segment.read(&mut expected, &mut visit)? {
                 SegmentEnd::Stopped => return Ok(summary),
                 SegmentEnd::Done { torn_tail_bytes } => summary.torn_tail_bytes += torn_tail_bytes,
@@ -114,6 +114,7 @@ enum SegmentEnd {
 
 /// One segment to read: `first_seq..end_seq` (`None`: the last, active one), from `start`.
 struct SegmentRead<'a> {
+    storage: &'a dyn storage::Storage,
     dir: &'a Path,
     first_seq: u64,
     end_seq: Option<u64>,
@@ -127,7 +128,7 @@ impl SegmentRead<'_> {
         visit: &mut impl FnMut(ReadItem<'_>) -> ControlFlow<()>,
     ) -> StoreResult<SegmentEnd> {
         let path = segment_path(self.dir, self.first_seq, LOG_EXTENSION);
-        let bytes = fs::read(&path).map_err(io_error("read", &path))?;
+        let bytes = self.storage.read(&path).map_err(io_error("read", &path))?;
         let deleted = self.deleted()?;
         let mut stopped = false;
         let mut step = |item: ReadItem<'_>| {
@@ -172,10 +173,9 @@ impl SegmentRead<'_> {
 
     fn deleted(&self) -> StoreResult<HashSet<u64>> {
         let path = segment_path(self.dir, self.first_seq, DELETE_EXTENSION);
-        match fs::read(&path) {
-            Ok(bytes) => Ok(delete_log::decode(&bytes).seqs.into_iter().collect()),
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(HashSet::new()),
-            Err(error) => Err(io_error("read", &path)(error)),
+        match storage::read_if_present(self.storage, &path).map_err(io_error("read", &path))? {
+            Some(bytes) => Ok(delete_log::decode(&bytes).seqs.into_iter().collect()),
+            None => Ok(HashSet::new()),
         }
     }
 }
@@ -201,6 +201,7 @@ fn message_of(record: &[u8], seq: u64) -> MessageRef<'_> {
 mod tests {
     use super::*;
     use crate::{FileStore, FileStoreConfig, PurgeRequest, StoreError, StreamStore};
+    use std::fs;
 
     /// (seq, subject, headers, payload) of a message read.
     type Read = (u64, String, Option<Vec<u8>>, Vec<u8>);

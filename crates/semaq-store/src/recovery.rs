@@ -4,7 +4,6 @@
 //!
 //! Why this is correct is argued in `docs/design.md` ("Recovery").
 
-use std::fs;
 use std::path::Path;
 
 use crate::delete_log;
@@ -18,6 +17,7 @@ use crate::segment::{
     self, parse_segment_name, remove_if_present, segment_path, Segment, DELETE_EXTENSION, INDEX_EXTENSION,
     LOG_EXTENSION,
 };
+use crate::storage::{self, OpenMode, Storage};
 use crate::types::{SizeModel, StoreLimits};
 
 /// What opening a file store found and did; worth a log line.
@@ -51,14 +51,40 @@ pub(crate) struct Recovered {
 }
 
 /// Opens (creating if needed) the stream in `dir`.
-pub(crate) fn recover(dir: &Path, limits: StoreLimits) -> StoreResult<Recovered> {
-    fs::create_dir_all(dir).map_err(io_error("create", dir))?;
-    let meta = MetaFile::open(dir)?;
-    segment::sync_dir(dir)?;
-    let floor_seq = meta.floor_seq();
+pub(crate) fn recover(storage: &dyn Storage, dir: &Path, limits: StoreLimits) -> StoreResult<Recovered> {
+    storage.create_dir_all(dir).map_err(io_error("create", dir))?;
+    let meta = MetaFile::open(storage, dir)?;
+    recover_locked(storage, dir, limits, meta).map_err(|(error, _)| error)
+}
+
+/// [`recover`] with the directory's meta file (and so its lock) already open: a store
+/// reloading itself from disk keeps its lock throughout, also when this fails (the meta file
+/// comes back with the error).
+pub(crate) fn recover_locked(
+    storage: &dyn Storage,
+    dir: &Path,
+    limits: StoreLimits,
+    meta: MetaFile,
+) -> Result<Recovered, (StoreError, MetaFile)> {
+    match recover_files(storage, dir, limits, meta.floor_seq()) {
+        Ok((segments, ledger, report, active_next_seq)) => {
+            Ok(Recovered { segments, ledger, meta, report, active_next_seq })
+        }
+        Err(error) => Err((error, meta)),
+    }
+}
+
+/// Recovery's work on everything but the meta file.
+fn recover_files(
+    storage: &dyn Storage,
+    dir: &Path,
+    limits: StoreLimits,
+    floor_seq: u64,
+) -> StoreResult<(Vec<Segment>, Ledger<u32>, RecoveryReport, u64)> {
+    segment::sync_dir(storage, dir)?;
     let mut report = RecoveryReport::default();
-    let mut firsts = list_segments(dir)?;
-    report.segments_removed_count = remove_below_floor(dir, &mut firsts, floor_seq)?;
+    let mut firsts = list_segments(storage, dir)?;
+    report.segments_removed_count = remove_below_floor(storage, dir, &mut firsts, floor_seq)?;
     let start_seq = firsts.first().copied().unwrap_or(floor_seq).max(1);
     if floor_seq > 0 && start_seq > floor_seq {
         // Front segments are removed only after the floor passed them.
@@ -74,23 +100,23 @@ pub(crate) fn recover(dir: &Path, limits: StoreLimits) -> StoreResult<Recovered>
         }
         fill_gap(&mut ledger, first_seq, &mut report)?;
         let segment = match end_seq {
-            Some(end_seq) => load_sealed(dir, first_seq, end_seq, &mut ledger, &mut report)?,
-            None => load_active(dir, first_seq, &mut ledger, &mut report)?,
+            Some(end_seq) => load_sealed(storage, dir, (first_seq, end_seq), &mut ledger, &mut report)?,
+            None => load_active(storage, dir, first_seq, &mut ledger, &mut report)?,
         };
         segments.push(segment);
     }
     if segments.is_empty() {
-        segments.push(Segment::create(dir, ledger.next_seq().max(floor_seq))?);
+        segments.push(Segment::create(storage, dir, ledger.next_seq().max(floor_seq))?);
     }
     let active_next_seq = ledger.next_seq();
     for segment in &segments {
-        apply_deletes(dir, segment, &mut ledger, &mut report)?;
+        apply_deletes(storage, dir, segment, &mut ledger, &mut report)?;
     }
     // Deletions read back are already durable: nothing to write again.
     ledger.take_removed();
     ledger.remove_below(floor_seq);
     report.segments_count = segments.len();
-    Ok(Recovered { segments, ledger, meta, report, active_next_seq })
+    Ok((segments, ledger, report, active_next_seq))
 }
 
 /// Accounts for sequences between the last one loaded and a segment starting at `first_seq`.
@@ -113,13 +139,11 @@ fn fill_gap(ledger: &mut Ledger<u32>, first_seq: u64, report: &mut RecoveryRepor
 }
 
 /// First sequences of the segments in `dir`, sorted; orphaned index and delete files removed.
-fn list_segments(dir: &Path) -> StoreResult<Vec<u64>> {
+fn list_segments(storage: &dyn Storage, dir: &Path) -> StoreResult<Vec<u64>> {
     let mut logs = Vec::new();
     let mut others = Vec::new();
-    for entry in fs::read_dir(dir).map_err(io_error("list", dir))? {
-        let entry = entry.map_err(io_error("list", dir))?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
+    for name in storage.list_dir(dir).map_err(io_error("list", dir))? {
+        let name = name.as_str();
         if let Some(first_seq) = parse_segment_name(name, LOG_EXTENSION) {
             logs.push(first_seq);
         }
@@ -133,20 +157,20 @@ fn list_segments(dir: &Path) -> StoreResult<Vec<u64>> {
     for (first_seq, extension) in others {
         if logs.binary_search(&first_seq).is_err() {
             // A segment removal that crashed after deleting the log (see Segment::remove_files).
-            remove_if_present(&segment_path(dir, first_seq, extension))?;
+            remove_if_present(storage, &segment_path(dir, first_seq, extension))?;
         }
     }
     Ok(logs)
 }
 
 /// Deletes segments that end below the floor (a purge or segment drop that crashed midway).
-fn remove_below_floor(dir: &Path, firsts: &mut Vec<u64>, floor_seq: u64) -> StoreResult<usize> {
+fn remove_below_floor(storage: &dyn Storage, dir: &Path, firsts: &mut Vec<u64>, floor_seq: u64) -> StoreResult<usize> {
     // Segment i holds sequences below firsts[i + 1]; the last segment is always kept, since
     // it is where appends continue.
     let doomed = firsts.windows(2).take_while(|pair| pair[1] <= floor_seq).count();
     for &first_seq in &firsts[..doomed] {
         for extension in [LOG_EXTENSION, INDEX_EXTENSION, DELETE_EXTENSION] {
-            remove_if_present(&segment_path(dir, first_seq, extension))?;
+            remove_if_present(storage, &segment_path(dir, first_seq, extension))?;
         }
     }
     firsts.drain(..doomed);
@@ -156,20 +180,17 @@ fn remove_below_floor(dir: &Path, firsts: &mut Vec<u64>, floor_seq: u64) -> Stor
 /// Loads a sealed segment holding `first_seq..end_seq`: from its index when that is valid,
 /// otherwise by scanning its log and writing a fresh index.
 fn load_sealed(
+    storage: &dyn Storage,
     dir: &Path,
-    first_seq: u64,
-    end_seq: u64,
+    (first_seq, end_seq): (u64, u64),
     ledger: &mut Ledger<u32>,
     report: &mut RecoveryReport,
 ) -> StoreResult<Segment> {
-    let mut segment = Segment::open(dir, first_seq, true)?;
+    let mut segment = Segment::open(storage, dir, first_seq, true)?;
     let log_length = segment.len();
     let index_path = segment.path(dir, INDEX_EXTENSION);
-    let index_bytes = match fs::read(&index_path) {
-        Ok(bytes) => bytes,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(error) => return Err(io_error("read", &index_path)(error)),
-    };
+    let index_bytes =
+        storage::read_if_present(storage, &index_path).map_err(io_error("read", &index_path))?.unwrap_or_default();
     report.index_bytes_read += index_bytes.len() as u64;
     if let Ok(index) = IndexFile::parse(&index_bytes, first_seq, log_length) {
         if index_fits(&index, first_seq, end_seq, log_length) {
@@ -178,8 +199,8 @@ fn load_sealed(
             return Ok(segment);
         }
     }
-    scan_into(dir, &segment, ledger, report, Some(end_seq))?;
-    let rebuilt_bytes = segment::write_index(&index_path, ledger, first_seq, ledger.next_seq(), log_length)?;
+    scan_into(storage, dir, &segment, ledger, report, Some(end_seq))?;
+    let rebuilt_bytes = segment::write_index(storage, &index_path, ledger, first_seq, ledger.next_seq(), log_length)?;
     segment.set_index_bytes(rebuilt_bytes);
     report.indexes_rebuilt_count += 1;
     Ok(segment)
@@ -228,21 +249,22 @@ fn load_index(
 
 /// Loads the active segment by scanning it, cutting a torn tail.
 fn load_active(
+    storage: &dyn Storage,
     dir: &Path,
     first_seq: u64,
     ledger: &mut Ledger<u32>,
     report: &mut RecoveryReport,
 ) -> StoreResult<Segment> {
-    let mut segment = Segment::open(dir, first_seq, false)?;
+    let mut segment = Segment::open(storage, dir, first_seq, false)?;
     // An index left from a seal whose successor segment never became durable: the log is
     // scanned anyway, and the next seal writes a fresh one.
-    remove_if_present(&segment.path(dir, INDEX_EXTENSION))?;
+    remove_if_present(storage, &segment.path(dir, INDEX_EXTENSION))?;
     if segment.len() < sh::SIZE_BYTES as u64 {
         // Crashed while creating the segment: nothing was ever appended to it.
         drop(segment);
-        return Segment::create(dir, first_seq);
+        return Segment::create(storage, dir, first_seq);
     }
-    let valid_end = scan_into(dir, &segment, ledger, report, None)?;
+    let valid_end = scan_into(storage, dir, &segment, ledger, report, None)?;
     if valid_end < segment.len() {
         report.torn_bytes_truncated += segment.len() - valid_end;
         segment.truncate(valid_end)?;
@@ -254,6 +276,7 @@ fn load_active(
 /// (`end_seq` given) an unreadable tail is damage and its sequences are lost; for the active
 /// segment it is a torn write, left to the caller to cut.
 fn scan_into(
+    storage: &dyn Storage,
     dir: &Path,
     segment: &Segment,
     ledger: &mut Ledger<u32>,
@@ -261,7 +284,7 @@ fn scan_into(
     end_seq: Option<u64>,
 ) -> StoreResult<u64> {
     let path = segment.path(dir, LOG_EXTENSION);
-    let bytes = fs::read(&path).map_err(io_error("read", &path))?;
+    let bytes = storage.read(&path).map_err(io_error("read", &path))?;
     report.log_bytes_scanned += bytes.len() as u64;
     let first_seq = segment.first_seq;
     if record::decode_segment_header(&bytes) != Some(first_seq) {
@@ -376,16 +399,15 @@ fn resync(bytes: &[u8], damage_start: usize, expected: u64) -> Option<(usize, u6
 
 /// Applies a segment's delete log to the ledger; cuts a torn last entry so appends stay aligned.
 fn apply_deletes(
+    storage: &dyn Storage,
     dir: &Path,
     segment: &Segment,
     ledger: &mut Ledger<u32>,
     report: &mut RecoveryReport,
 ) -> StoreResult<()> {
     let path = segment.path(dir, DELETE_EXTENSION);
-    let bytes = match fs::read(&path) {
-        Ok(bytes) => bytes,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(error) => return Err(io_error("read", &path)(error)),
+    let Some(bytes) = storage::read_if_present(storage, &path).map_err(io_error("read", &path))? else {
+        return Ok(());
     };
     let log = delete_log::decode(&bytes);
     for seq in log.seqs {
@@ -396,7 +418,7 @@ fn apply_deletes(
         report.corruption.push(format!("segment {first_seq}: {} delete records damaged", log.damaged_count));
     }
     if log.torn_bytes > 0 {
-        let file = fs::OpenOptions::new().write(true).open(&path).map_err(io_error("open", &path))?;
+        let file = storage.open(&path, OpenMode::ReadWrite, 0).map_err(io_error("open", &path))?;
         let whole = (bytes.len() - log.torn_bytes) as u64;
         file.set_len(whole).and_then(|()| file.sync_all()).map_err(io_error("truncate", &path))?;
     }

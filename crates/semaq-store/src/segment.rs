@@ -2,9 +2,7 @@
 //! index file. The active segment buffers appends in memory and hands them to the OS in large
 //! writes; reads of bytes still in that buffer are served from it.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{BufWriter, Write};
-use std::os::unix::fs::FileExt;
+use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use bytes::{Bytes, BytesMut};
@@ -15,6 +13,7 @@ use crate::index;
 use crate::ledger::Ledger;
 use crate::limits::{INDEX_WRITE_BUFFER_BYTES, WRITE_BUFFER_BYTES};
 use crate::record;
+use crate::storage::{OpenMode, Storage, StorageFile};
 
 /// Extension of a segment's log file.
 pub(crate) const LOG_EXTENSION: &str = "log";
@@ -35,8 +34,8 @@ pub(crate) fn parse_segment_name(name: &str, extension: &str) -> Option<u64> {
 }
 
 /// Makes a directory's entries (created or renamed files) durable.
-pub(crate) fn sync_dir(dir: &Path) -> StoreResult<()> {
-    File::open(dir).and_then(|handle| handle.sync_all()).map_err(io_error("fsync", dir))
+pub(crate) fn sync_dir(storage: &dyn Storage, dir: &Path) -> StoreResult<()> {
+    storage.sync_dir(dir).map_err(io_error("fsync", dir))
 }
 
 /// One segment of a stream.
@@ -45,7 +44,7 @@ pub(crate) struct Segment {
     /// Sequence of the first record; also the file name.
     pub first_seq: u64,
     log_path: PathBuf,
-    log: File,
+    log: Box<dyn StorageFile>,
     /// Bytes already handed to the OS.
     written_bytes: u64,
     /// Bytes known to be on stable storage.
@@ -64,34 +63,34 @@ pub(crate) struct Segment {
 
 impl Segment {
     /// Creates a new, empty active segment whose first record will be `first_seq`; durable on return.
-    pub(crate) fn create(dir: &Path, first_seq: u64) -> StoreResult<Self> {
+    pub(crate) fn create(storage: &dyn Storage, dir: &Path, first_seq: u64) -> StoreResult<Self> {
         let log_path = segment_path(dir, first_seq, LOG_EXTENSION);
-        let mut log = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&log_path)
-            .map_err(io_error("create", &log_path))?;
+        let log = storage.open(&log_path, OpenMode::Truncate, 0).map_err(io_error("create", &log_path))?;
         let header = record::encode_segment_header(first_seq);
-        log.write_all(&header).map_err(io_error("write", &log_path))?;
+        log.write_at(&header, 0).map_err(io_error("write", &log_path))?;
         log.sync_all().map_err(io_error("fsync", &log_path))?;
-        sync_dir(dir)?;
+        sync_dir(storage, dir)?;
         let length = header.len() as u64;
         Ok(Segment::from_parts(first_seq, log_path, log, length, false))
     }
 
     /// Opens an existing segment whose log recovery has validated (and cut, if torn).
-    pub(crate) fn open(dir: &Path, first_seq: u64, sealed: bool) -> StoreResult<Self> {
+    pub(crate) fn open(storage: &dyn Storage, dir: &Path, first_seq: u64, sealed: bool) -> StoreResult<Self> {
         let log_path = segment_path(dir, first_seq, LOG_EXTENSION);
-        let log = OpenOptions::new().read(true).write(true).open(&log_path).map_err(io_error("open", &log_path))?;
-        let length = log.metadata().map_err(io_error("stat", &log_path))?.len();
+        let log = storage.open(&log_path, OpenMode::ReadWrite, 0).map_err(io_error("open", &log_path))?;
+        let length = log.length().map_err(io_error("stat", &log_path))?;
         let mut segment = Segment::from_parts(first_seq, log_path, log, length, sealed);
-        segment.delete_bytes = fs::metadata(segment.path(dir, DELETE_EXTENSION)).map_or(0, |meta| meta.len());
+        if !sealed {
+            // Whoever wrote the active log last (a process that crashed, or this store before
+            // it reloaded) may have left bytes in the page cache that never reached the disk:
+            // the first sync fsyncs whatever is there. A sealed log was fsynced before its seal.
+            segment.synced_bytes = 0;
+        }
+        segment.delete_bytes = storage.file_length(&segment.path(dir, DELETE_EXTENSION)).unwrap_or(0);
         Ok(segment)
     }
 
-    fn from_parts(first_seq: u64, log_path: PathBuf, log: File, length: u64, sealed: bool) -> Self {
+    fn from_parts(first_seq: u64, log_path: PathBuf, log: Box<dyn StorageFile>, length: u64, sealed: bool) -> Self {
         Segment {
             first_seq,
             log_path,
@@ -150,7 +149,7 @@ impl Segment {
     /// Hands buffered appends to the OS (no fsync).
     pub(crate) fn flush(&mut self) -> StoreResult<()> {
         if !self.pending.is_empty() {
-            self.log.write_all_at(&self.pending, self.written_bytes).map_err(io_error("write", &self.log_path))?;
+            self.log.write_at(&self.pending, self.written_bytes).map_err(io_error("write", &self.log_path))?;
             self.written_bytes += self.pending.len() as u64;
             self.pending.clear();
         }
@@ -167,7 +166,7 @@ impl Segment {
             return Ok(Bytes::copy_from_slice(bytes.unwrap_or_default()));
         }
         let mut buffer = BytesMut::zeroed(length);
-        self.log.read_exact_at(&mut buffer, offset).map_err(io_error("read", &self.log_path))?;
+        self.log.read_at(&mut buffer, offset).map_err(io_error("read", &self.log_path))?;
         Ok(buffer.freeze())
     }
 
@@ -178,28 +177,30 @@ impl Segment {
     }
 
     /// Makes appends and deletions durable; does nothing when nothing changed.
-    pub(crate) fn sync(&mut self, dir: &Path) -> StoreResult<()> {
+    pub(crate) fn sync(&mut self, storage: &dyn Storage, dir: &Path) -> StoreResult<()> {
         self.flush()?;
         if self.synced_bytes < self.written_bytes {
             self.log.sync_data().map_err(io_error("fsync", &self.log_path))?;
             self.synced_bytes = self.written_bytes;
         }
-        self.sync_deletes(dir)
+        self.sync_deletes(storage, dir)
     }
 
-    fn sync_deletes(&mut self, dir: &Path) -> StoreResult<()> {
+    fn sync_deletes(&mut self, storage: &dyn Storage, dir: &Path) -> StoreResult<()> {
         if self.delete_pending.is_empty() && !self.delete_unsynced {
             return Ok(());
         }
         let path = self.path(dir, DELETE_EXTENSION);
-        let existed = path.exists();
-        let mut file = OpenOptions::new().create(true).append(true).open(&path).map_err(io_error("open", &path))?;
+        let existed = crate::storage::exists(storage, &path);
+        let file = storage.open(&path, OpenMode::Create, 0).map_err(io_error("open", &path))?;
         self.delete_unsynced = true;
-        file.write_all(&self.delete_pending).map_err(io_error("write", &path))?;
+        // Appended at the end the file has, so a torn entry cut by recovery is written over.
+        let end = file.length().map_err(io_error("stat", &path))?;
+        file.write_at(&self.delete_pending, end).map_err(io_error("write", &path))?;
         self.delete_pending.clear();
         file.sync_data().map_err(io_error("fsync", &path))?;
         if !existed {
-            sync_dir(dir)?;
+            sync_dir(storage, dir)?;
         }
         self.delete_unsynced = false;
         Ok(())
@@ -207,13 +208,26 @@ impl Segment {
 
     /// Seals the segment (its records end before `end_seq`): log fsynced, then the index
     /// written from the ledger and fsynced. Returns after both.
-    pub(crate) fn seal(&mut self, dir: &Path, ledger: &Ledger<u32>, end_seq: u64) -> StoreResult<()> {
-        self.sync(dir)?;
+    pub(crate) fn seal(
+        &mut self,
+        storage: &dyn Storage,
+        dir: &Path,
+        ledger: &Ledger<u32>,
+        end_seq: u64,
+    ) -> StoreResult<()> {
+        self.sync(storage, dir)?;
         let path = self.path(dir, INDEX_EXTENSION);
-        self.index_bytes = write_index(&path, ledger, self.first_seq, end_seq, self.len())?;
+        self.index_bytes = write_index(storage, &path, ledger, self.first_seq, end_seq, self.len())?;
         self.sealed = true;
         self.pending = Vec::new();
         Ok(())
+    }
+
+    /// Cuts whatever a failed write left past the bytes handed to the OS before it (a partial
+    /// record must not be read back after a reload). The write buffer stays: until the store
+    /// is reloaded, reads of its records are served from it.
+    pub(crate) fn cut_unwritten(&mut self) -> StoreResult<()> {
+        self.log.set_len(self.written_bytes).map_err(io_error("truncate", &self.log_path))
     }
 
     /// Cuts the log back to `length` (a torn tail) and makes that durable.
@@ -226,10 +240,10 @@ impl Segment {
     }
 
     /// Deletes the segment's files: log first, so a crash leaves at most orphans that recovery removes.
-    pub(crate) fn remove_files(&self, dir: &Path) -> StoreResult<()> {
-        fs::remove_file(&self.log_path).map_err(io_error("remove", &self.log_path))?;
+    pub(crate) fn remove_files(&self, storage: &dyn Storage, dir: &Path) -> StoreResult<()> {
+        storage.remove_file(&self.log_path).map_err(io_error("remove", &self.log_path))?;
         for extension in [INDEX_EXTENSION, DELETE_EXTENSION] {
-            remove_if_present(&self.path(dir, extension))?;
+            remove_if_present(storage, &self.path(dir, extension))?;
         }
         Ok(())
     }
@@ -238,24 +252,44 @@ impl Segment {
 /// Writes the index of `first_seq..end_seq` from the ledger and fsyncs it; returns its length.
 /// The header goes in last, so a crash leaves a file recovery rejects (and rebuilds).
 pub(crate) fn write_index(
+    storage: &dyn Storage,
     path: &Path,
     ledger: &Ledger<u32>,
     first_seq: u64,
     end_seq: u64,
     log_length: u64,
 ) -> StoreResult<u64> {
-    let file = File::create(path).map_err(io_error("create", path))?;
-    let sink = BufWriter::with_capacity(INDEX_WRITE_BUFFER_BYTES, file);
+    let file = storage.open(path, OpenMode::Truncate, 0).map_err(io_error("create", path))?;
+    let sink = BufWriter::with_capacity(INDEX_WRITE_BUFFER_BYTES, Appender { file, offset: 0 });
     let index::Finished { sink, header, length } = index::build(ledger, first_seq, end_seq, log_length, sink, path)?;
-    let file = sink.into_inner().map_err(|error| io_error("write", path)(error.into_error()))?;
-    file.write_all_at(&header, 0).map_err(io_error("write", path))?;
+    let Appender { file, .. } = sink.into_inner().map_err(|error| io_error("write", path)(error.into_error()))?;
+    file.write_at(&header, 0).map_err(io_error("write", path))?;
     file.sync_all().map_err(io_error("fsync", path))?;
     Ok(length)
 }
 
+/// Sequential writes into a storage file (for a `BufWriter`).
+#[derive(Debug)]
+struct Appender {
+    file: Box<dyn StorageFile>,
+    offset: u64,
+}
+
+impl Write for Appender {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.file.write_at(bytes, self.offset)?;
+        self.offset += bytes.len() as u64;
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Removes a file that may not exist.
-pub(crate) fn remove_if_present(path: &Path) -> StoreResult<()> {
-    match fs::remove_file(path) {
+pub(crate) fn remove_if_present(storage: &dyn Storage, path: &Path) -> StoreResult<()> {
+    match storage.remove_file(path) {
         Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(io_error("remove", path)(error)),
         _ => Ok(()),
     }

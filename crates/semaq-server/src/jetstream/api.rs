@@ -281,6 +281,10 @@ pub fn stream_info(stream: &Stream) -> Value {
     if let Some(damage) = state.corruption {
         info["semaq"] = json!({ "corruption": damage });
     }
+    if let Some(reason) = stream.store().poisoned() {
+        // A write or fsync failed: the stream serves reads but takes no messages until restarted.
+        info["semaq"]["write_error"] = json!(reason);
+    }
     let level = super::schema::describe_level(&stream.services().registry, &stream.config());
     info["semaq"]["level"] = level["level"].clone();
     info["semaq"]["enforces"] = level["enforces"].clone();

@@ -382,13 +382,11 @@ impl JetStream {
     }
 }
 
-/// Replaces `path` with `bytes` so a crash leaves the old or the new file, never a mix:
-/// a synced temporary file, then a rename.
+/// Replaces `path` with `bytes` so a crash leaves the old or the new file, never a mix, and
+/// the new one survives power loss once this returns (the store's I/O seam: temporary file,
+/// fsync, rename, directory fsync).
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let temporary = path.with_extension("tmp");
-    std::fs::write(&temporary, bytes)?;
-    std::fs::File::open(&temporary)?.sync_all()?;
-    std::fs::rename(&temporary, path)
+    semaq_store::storage::write_atomic(&semaq_store::StdDisk, path, bytes, 0)
 }
 
 /// Fills defaults and checks a stream config the way nats-server does.

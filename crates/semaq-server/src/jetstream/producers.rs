@@ -19,7 +19,6 @@
 //! stream writes a snapshot before the removal. `docs/design.md` has the argument.
 
 use std::collections::{HashMap, VecDeque};
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -337,6 +336,13 @@ impl Producers {
         found
     }
 
+    /// Forgets the table, to be rebuilt from the snapshot and the store on next use: after the
+    /// store undid appends (a full disk), whose producer sequences must not count as stored.
+    pub fn unload(&mut self) {
+        let file = self.file.take();
+        *self = Producers { file, ..Producers::new(None) };
+    }
+
     /// Whether the table is in use (the stream is L3 and has loaded it).
     pub fn is_loaded(&self) -> bool {
         self.loaded
@@ -583,15 +589,7 @@ fn decode(bytes: &[u8]) -> Result<Snapshot, String> {
 /// Replaces `path` so a crash leaves the old or the new file, and the new one survives power
 /// loss once this returns: temporary file, fsync, rename, directory fsync.
 pub(crate) fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let temporary = path.with_extension("tmp");
-    let mut file = std::fs::File::create(&temporary)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&temporary, path)?;
-    match path.parent() {
-        Some(dir) => std::fs::File::open(dir)?.sync_all(),
-        None => Ok(()),
-    }
+    semaq_store::storage::write_atomic(&semaq_store::StdDisk, path, bytes, 0)
 }
 
 #[cfg(test)]
@@ -641,6 +639,19 @@ mod tests {
         producers.record(Claim { producer: "q", seq: 4 }, 13);
         assert_eq!(producers.info()["gaps"], 2);
         assert_eq!(producers.info()["count"], 2);
+    }
+
+    #[test]
+    fn after_the_store_undid_appends_their_producer_sequences_are_fresh_again() {
+        let mut producers = Producers::new(None);
+        let mut store = semaq_store::MemoryStore::new(semaq_store::StoreLimits::default());
+        producers.ensure_loaded(&mut store, 0);
+        producers.record(Claim { producer: "p", seq: 1 }, 1); // stored, then undone by a full disk
+        assert_eq!(producers.check(Claim { producer: "p", seq: 1 }).unwrap(), Verdict::Duplicate { stream_seq: 1 });
+        producers.unload();
+        assert!(!producers.is_loaded());
+        producers.ensure_loaded(&mut store, 0);
+        assert_eq!(producers.check(Claim { producer: "p", seq: 1 }).unwrap(), Verdict::Fresh);
     }
 
     #[test]

@@ -752,8 +752,20 @@ impl Stream {
             written_ok = written.is_ok();
             traced.written(written.as_ref().err());
             if let Err(error) = written {
-                tracing::error!(stream = %self.name, %error, "write failed; refusing the batch's acks");
-                let refusal = ApiError::storage(&error);
+                let out_of_space = matches!(error, StoreError::OutOfSpace(_));
+                if out_of_space {
+                    // The store undid the batch: what was derived from it (msg-ids, L3 producer
+                    // sequences, the L4 chain head) goes back too.
+                    *dedup = Dedup::default();
+                    lock(&self.producers).unload();
+                    if let Some(chain) = chain.as_mut() {
+                        chain.reload(store.as_ref());
+                    }
+                    tracing::error!(stream = %self.name, %error, "disk full; refusing the batch's acks");
+                } else {
+                    tracing::error!(stream = %self.name, %error, "critical write error; refusing the batch's acks");
+                }
+                let refusal = store_error(error);
                 for (_, outcome) in acks.iter_mut() {
                     if outcome.is_ok() {
                         *outcome = Err(refusal.clone());
@@ -1036,6 +1048,7 @@ pub fn store_error(error: StoreError) -> ApiError {
         StoreError::MaxBytes => ApiError::max_bytes(),
         StoreError::MaxMsgsPerSubject => ApiError::max_messages_per_subject(),
         StoreError::MessageTooLarge { .. } => ApiError::message_too_large(),
+        StoreError::OutOfSpace(_) => ApiError::insufficient_resources(),
         other => ApiError::storage(other),
     }
 }
@@ -1055,5 +1068,20 @@ impl InternalSink for Capture {
             Some(subject) => stream.enqueue(&Message { subject: &subject, ..*message }),
             None => stream.enqueue(message),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_disk_is_nats_servers_insufficient_resources_and_a_failed_write_a_storage_error() {
+        let full = store_error(StoreError::OutOfSpace("write x: No space left on device (os error 28)".into()));
+        assert_eq!((full.code, full.err_code), (500, 10047));
+        assert_eq!(full.description, "insufficient storage resources available");
+        let failed = store_error(StoreError::Poisoned("fsync x: Input/output error (os error 5)".into()));
+        assert_eq!(failed.err_code, 10077);
+        assert!(failed.description.contains("fsync"), "the reason reaches the client: {}", failed.description);
     }
 }

@@ -14,11 +14,13 @@
 //! sequence where the chain breaks. `docs/design.md` ("Provenance chain") says what that proves.
 //!
 //! - [`event_time`]: the `Semaq-Event-Time` header (RFC 3339 or unix nanoseconds).
-//! - [`checkpoint`]: signed checkpoints, the key pair, and their file formats.
+//! - [`checkpoint`]: signed checkpoints, the key pair, and their file formats;
+//!   [`checkpoints_file`]: the checkpoints file on a [`crate::storage::Storage`].
 //! - [`verify`]: the streaming verifier.
 //! - [`page`]: stored messages in bulk with their exact bytes, for verifying through the API.
 
 pub mod checkpoint;
+pub mod checkpoints_file;
 pub mod event_time;
 pub mod page;
 pub mod verify;

@@ -10,13 +10,13 @@
 //! memory: a fresh key per start (their messages do not survive a restart either).
 
 use std::collections::VecDeque;
-use std::fs::{File, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::Arc;
 
 use rand::TryRngCore;
-use semaq_store::chain::checkpoint::{self, Checkpoint, KeyPair, PublicKey, RECORD_BYTES};
+use semaq_store::chain::checkpoint::{self, Checkpoint, KeyPair, PublicKey};
+use semaq_store::chain::checkpoints_file::CheckpointsFile;
+use semaq_store::storage::{self, StdDisk, StorageFile};
 
 use crate::limits;
 
@@ -66,22 +66,14 @@ pub fn load_or_create_keys(dir: Option<&Path>) -> Result<KeyPair, String> {
 /// Writes a small file so a crash leaves the old one or the new one: temporary file, fsync,
 /// rename, directory fsync.
 fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<(), String> {
-    let temporary = path.with_extension("tmp");
-    let written = (|| {
-        let mut file = OpenOptions::new().write(true).create(true).truncate(true).mode(mode).open(&temporary)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        std::fs::rename(&temporary, path)?;
-        File::open(path.parent().unwrap_or(Path::new(".")))?.sync_all()
-    })();
-    written.map_err(|e| format!("write {}: {e}", path.display()))
+    storage::write_atomic(&StdDisk, path, bytes, mode).map_err(|e| format!("write {}: {e}", path.display()))
 }
 
 /// The checkpoints of one stream: the newest in memory, all of them in the file (file streams).
 #[derive(Debug)]
 pub struct CheckpointLog {
     /// `None` for memory streams.
-    file: Option<(File, PathBuf)>,
+    file: Option<CheckpointsFile>,
     /// Records written so far (for memory streams, including those dropped from `recent`).
     total: u64,
     /// The newest records, oldest first.
@@ -102,31 +94,19 @@ impl CheckpointLog {
             return Ok(Self::empty(None, limits::PROVENANCE_MEMORY_CHECKPOINTS_MAX));
         };
         let path = dir.join(CHECKPOINTS_FILE);
-        let error = |what: &str, e: std::io::Error| format!("{what} {}: {e}", path.display());
-        let file = OpenOptions::new().read(true).append(true).create(true).open(&path).map_err(|e| error("open", e))?;
-        let bytes = std::fs::read(&path).map_err(|e| error("read", e))?;
+        let (file, decoded) = CheckpointsFile::open(&StdDisk, &path).map_err(|e| e.to_string())?;
         let mut log = Self::empty(None, limits::PROVENANCE_CHECKPOINTS_CACHED_MAX);
-        if bytes.is_empty() {
-            (&file).write_all(&checkpoint::FILE_HEADER).map_err(|e| error("write", e))?;
-            file.sync_all().map_err(|e| error("fsync", e))?;
-        } else {
-            let decoded = checkpoint::decode_file(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-            if decoded.torn_bytes > 0 {
-                // An append cut short by a crash: the checkpoint was never relied on.
-                file.set_len((bytes.len() - decoded.torn_bytes) as u64).map_err(|e| error("truncate", e))?;
-            }
-            if !decoded.damaged.is_empty() {
-                tracing::error!("{}: {} damaged checkpoint records", path.display(), decoded.damaged.len());
-            }
-            log.total = (bytes.len() - checkpoint::FILE_HEADER.len()) as u64 / RECORD_BYTES as u64;
-            let skip = decoded.checkpoints.len().saturating_sub(log.recent_max);
-            log.recent.extend(decoded.checkpoints.into_iter().skip(skip));
+        if !decoded.damaged.is_empty() {
+            tracing::error!("{}: {} damaged checkpoint records", path.display(), decoded.damaged.len());
         }
-        log.file = Some((file, path));
+        log.total = file.len();
+        let skip = decoded.checkpoints.len().saturating_sub(log.recent_max);
+        log.recent.extend(decoded.checkpoints.into_iter().skip(skip));
+        log.file = Some(file);
         Ok(log)
     }
 
-    fn empty(file: Option<(File, PathBuf)>, recent_max: usize) -> Self {
+    fn empty(file: Option<CheckpointsFile>, recent_max: usize) -> Self {
         CheckpointLog { file, total: 0, recent: VecDeque::new(), recent_max, unsynced: false, dropped_last_seq: None }
     }
 
@@ -142,10 +122,8 @@ impl CheckpointLog {
 
     /// Appends checkpoints (handed to the OS; [`CheckpointLog::take_unsynced`] makes them durable).
     pub fn append(&mut self, checkpoints: &[Checkpoint]) -> Result<(), String> {
-        if let Some((file, path)) = &self.file {
-            let bytes: Vec<u8> = checkpoints.iter().flat_map(|c| c.encode()).collect();
-            let mut writer: &File = file;
-            writer.write_all(&bytes).map_err(|e| format!("write {}: {e}", path.display()))?;
+        if let Some(file) = &mut self.file {
+            file.append(checkpoints).map_err(|e| e.to_string())?;
             self.unsynced = true;
         }
         for checkpoint in checkpoints {
@@ -159,11 +137,11 @@ impl CheckpointLog {
     }
 
     /// A handle to fsync outside the lock, when something was written since the last one.
-    pub fn take_unsynced(&mut self) -> Option<File> {
+    pub fn take_unsynced(&mut self) -> Option<Arc<dyn StorageFile>> {
         if !std::mem::take(&mut self.unsynced) {
             return None;
         }
-        self.file.as_ref().and_then(|(file, _)| file.try_clone().ok())
+        self.file.as_ref().map(CheckpointsFile::handle)
     }
 
     /// The first checkpoint at or after `seq`: the one that covers the message at `seq`.
@@ -227,11 +205,7 @@ impl CheckpointLog {
     }
 
     fn read_record(&self, position: u64) -> Option<Checkpoint> {
-        let (file, _) = self.file.as_ref()?;
-        let mut raw = [0u8; RECORD_BYTES];
-        let offset = checkpoint::FILE_HEADER.len() as u64 + position * RECORD_BYTES as u64;
-        file.read_exact_at(&mut raw, offset).ok()?;
-        Checkpoint::decode(&raw)
+        self.file.as_ref()?.read(position)
     }
 }
 

@@ -481,6 +481,22 @@ impl ChainWriter<'_> {
             self.chain.unwritten.clear();
             return;
         }
+        self.write_batch(store, sync_policy);
+    }
+
+    /// After the store undid writes (a full disk: `StoreError::OutOfSpace`): the chain goes
+    /// back to the last message the store still holds, so the next one links to it.
+    pub fn reload(&mut self, store: &dyn StreamStore) {
+        let last_checkpoint = lock(&self.provenance.log).last().copied();
+        let (head_seq, head) = rebuild_head(&self.provenance.stream, store, last_checkpoint.as_ref());
+        self.chain.head_seq = head_seq;
+        self.chain.head = head;
+        self.chain.next_seq = store.state().last_seq + 1;
+        self.chain.signed_seq = last_checkpoint.map_or(0, |c| c.seq).min(head_seq);
+        self.chain.unwritten.clear();
+    }
+
+    fn write_batch(&mut self, store: &mut dyn StreamStore, sync_policy: SyncPolicy) {
         if self.chain.signed_at.elapsed() >= limits::PROVENANCE_CHECKPOINT_INTERVAL {
             self.sign_head();
         }

@@ -1,0 +1,257 @@
+//! The file store on a failing disk (the simulated one, `storage::sim`): what a failed fsync,
+//! a full disk, a lost directory entry and a torn write do to a stream, and what it promises.
+
+use std::path::{Path, PathBuf};
+
+use semaq_store::storage::sim::{SimDisk, Tear};
+use semaq_store::{FileStore, FileStoreConfig, StoreError, StoreLimits, StreamStore};
+
+const SEGMENT_BYTES: u64 = 4 * 1024;
+
+fn dir() -> PathBuf {
+    PathBuf::from("/streams/orders")
+}
+
+fn open(disk: &SimDisk, dir: &Path) -> FileStore {
+    let config =
+        FileStoreConfig { dir: dir.to_path_buf(), segment_size_bytes: SEGMENT_BYTES, limits: StoreLimits::default() };
+    FileStore::open_on(config, disk.shared()).unwrap()
+}
+
+fn payload(seq: u64) -> Vec<u8> {
+    format!("order-{seq:08}").into_bytes()
+}
+
+fn append(store: &mut FileStore, seq: u64) -> Result<u64, StoreError> {
+    store.append("orders.new", None, &payload(seq), 7).map(|(seq, _)| seq)
+}
+
+/// Sequences of the live messages, each checked to hold its own payload.
+fn held(store: &FileStore) -> Vec<u64> {
+    let mut seqs = Vec::new();
+    let mut from = 1;
+    while let Some(message) = store.get_next(from, None).unwrap() {
+        assert_eq!(message.payload, payload(message.seq), "seq {} holds another message", message.seq);
+        seqs.push(message.seq);
+        from = message.seq + 1;
+    }
+    seqs
+}
+
+#[test]
+fn a_failed_fsync_poisons_the_stream_which_then_refuses_every_change_but_serves_reads() {
+    let disk = SimDisk::new();
+    let mut store = open(&disk, &dir());
+    for seq in 1..=3 {
+        append(&mut store, seq).unwrap();
+    }
+    store.sync().unwrap();
+
+    disk.fail_syncs(true);
+    append(&mut store, 4).unwrap();
+    let failed = store.sync().unwrap_err();
+    assert!(matches!(&failed, StoreError::Io { operation: "fsync", .. }), "{failed}");
+    assert!(store.poisoned().is_some_and(|reason| reason.contains("fsync")), "{:?}", store.poisoned());
+
+    // The disk recovers, the stream does not: what it wrote before is unknown.
+    disk.fail_syncs(false);
+    assert!(matches!(append(&mut store, 5), Err(StoreError::Poisoned(_))));
+    assert!(matches!(store.sync(), Err(StoreError::Poisoned(_))), "never a later sync that looks like success");
+    assert!(matches!(store.delete(1), Err(StoreError::Poisoned(_))));
+    assert_eq!(held(&store)[..3], [1, 2, 3], "reads go on");
+    assert_eq!(store.get(2).unwrap().unwrap().payload, payload(2));
+
+    // Power loss: the acknowledged (synced) prefix is there, the unsynced message is not.
+    disk.crash(Tear::LoseUnsynced);
+    drop(store);
+    let mut reopened = open(&disk, &dir());
+    assert_eq!(held(&reopened), vec![1, 2, 3]);
+    assert_eq!(reopened.poisoned(), None, "reopening is the way back");
+    assert_eq!(append(&mut reopened, 4).unwrap(), 4);
+}
+
+#[test]
+fn a_full_disk_refuses_the_write_keeps_nothing_of_it_and_writes_resume_when_space_returns() {
+    let disk = SimDisk::new();
+    let mut store = open(&disk, &dir());
+    for seq in 1..=10 {
+        append(&mut store, seq).unwrap();
+    }
+    store.sync().unwrap();
+    let log = dir().join(format!("{:020}.log", 1));
+    let log_length = disk.contents(&log).unwrap().len();
+
+    // Room for half a record: the batch's write is cut short by ENOSPC.
+    disk.set_free_bytes(Some(30));
+    for seq in 11..=15 {
+        append(&mut store, seq).unwrap();
+    }
+    assert!(matches!(store.sync(), Err(StoreError::OutOfSpace(_))));
+    assert_eq!(disk.contents(&log).unwrap().len(), log_length, "the half-written record was cut off");
+    assert_eq!(store.poisoned(), None, "a full disk is not a broken one");
+    assert_eq!(store.state().last_seq, 10, "the batch is undone, not half kept");
+    assert_eq!(held(&store), (1..=10).collect::<Vec<_>>(), "reads go on, and see nothing of the failed write");
+
+    // Still full: the next batch fails the same way.
+    append(&mut store, 11).unwrap();
+    assert!(matches!(store.sync(), Err(StoreError::OutOfSpace(_))));
+
+    disk.set_free_bytes(None);
+    assert_eq!(append(&mut store, 11).unwrap(), 11, "sequences continue where the disk's records end");
+    store.sync().unwrap();
+    disk.crash(Tear::LoseUnsynced);
+    drop(store);
+    let reopened = open(&disk, &dir());
+    assert_eq!(held(&reopened), (1..=11).collect::<Vec<_>>());
+    assert_eq!(reopened.recovery_report().torn_bytes_truncated, 0, "no partial record was left on disk");
+}
+
+#[test]
+fn a_full_disk_mid_batch_refuses_the_rest_of_the_batch_until_sync_reports_it() {
+    let disk = SimDisk::new();
+    let mut store = open(&disk, &dir());
+    append(&mut store, 1).unwrap();
+    store.sync().unwrap();
+    disk.set_free_bytes(Some(1024));
+    // A message larger than the write buffer is handed to the OS at once, and does not fit.
+    let large = vec![b'x'; 300 * 1024];
+    assert!(matches!(store.append("orders.big", None, &large, 7), Err(StoreError::OutOfSpace(_))));
+    assert!(
+        matches!(append(&mut store, 2), Err(StoreError::OutOfSpace(_))),
+        "the rest of the batch must not take sequences the failed message held"
+    );
+    assert!(matches!(store.sync(), Err(StoreError::OutOfSpace(_))), "the batch's sync reports it too");
+    disk.set_free_bytes(None);
+    assert_eq!(append(&mut store, 2).unwrap(), 2);
+    store.sync().unwrap();
+    assert_eq!(held(&store), vec![1, 2]);
+}
+
+#[test]
+fn power_lost_at_any_step_of_a_segment_roll_loses_nothing_synced() {
+    // Every change of a roll (seal: log fsync, index written and fsynced; new segment created,
+    // its header written and fsynced, the directory fsynced) is a point the power can fail at.
+    let mut lost_entries = 0;
+    for changes in 0..12 {
+        let disk = SimDisk::new();
+        let mut store = open(&disk, &dir());
+        let mut seq = 0;
+        // Fill the first segment to just below its size, synced.
+        while store.stored_bytes() + 64 < SEGMENT_BYTES {
+            seq += 1;
+            append(&mut store, seq).unwrap();
+        }
+        store.sync().unwrap();
+        let mut synced = seq;
+        disk.freeze_after(changes, Tear::LoseUnsynced);
+        while !disk.is_frozen() {
+            seq += 1;
+            if append(&mut store, seq).and_then(|_| store.sync()).is_ok() {
+                synced = seq;
+            }
+        }
+        let second = dir().join(format!("{:020}.log", synced + 1));
+        let created_before_crash = disk.contents(&second).is_some();
+        disk.crash(Tear::LoseUnsynced);
+        lost_entries += u64::from(created_before_crash && disk.contents(&second).is_none());
+        drop(store);
+        let mut reopened = open(&disk, &dir());
+        assert_eq!(held(&reopened), (1..=synced).collect::<Vec<_>>(), "power lost after {changes} changes");
+        assert_eq!(append(&mut reopened, synced + 1).unwrap(), synced + 1);
+        reopened.sync().unwrap();
+    }
+    assert!(lost_entries > 0, "some crash hit a created segment whose directory entry was not yet durable");
+}
+
+#[test]
+fn a_created_file_is_gone_after_power_loss_unless_its_directory_was_synced() {
+    use semaq_store::storage::{OpenMode, Storage};
+    let disk = SimDisk::new();
+    let dir = dir();
+    disk.create_dir_all(&dir).unwrap();
+    let (kept, lost) = (dir.join("kept"), dir.join("lost"));
+    for path in [&kept, &lost] {
+        let file = disk.open(path, OpenMode::Create, 0).unwrap();
+        file.write_at(b"bytes", 0).unwrap();
+        file.sync_data().unwrap();
+        if path == &kept {
+            disk.sync_dir(&dir).unwrap();
+        }
+    }
+    disk.crash(Tear::LoseUnsynced);
+    assert_eq!(disk.contents(&kept).as_deref(), Some(&b"bytes"[..]));
+    assert_eq!(disk.contents(&lost), None, "its data was synced, its name was not");
+}
+
+#[test]
+fn a_torn_tail_is_cut_at_the_last_whole_record_and_every_synced_message_survives() {
+    let mut torn_seen = 0;
+    let mut kept_counts = std::collections::BTreeSet::new();
+    for seed in 0..40 {
+        let disk = SimDisk::new();
+        let mut store = open(&disk, &dir());
+        for seq in 1..=5 {
+            append(&mut store, seq).unwrap();
+        }
+        store.sync().unwrap();
+        for seq in 6..=40 {
+            append(&mut store, seq).unwrap();
+        }
+        store.flush().unwrap(); // handed to the OS, never synced: any prefix of sectors may survive
+        disk.crash(Tear::Sectors { seed });
+        drop(store);
+        let mut reopened = open(&disk, &dir());
+        let after = held(&reopened);
+        let last = after.last().copied().unwrap_or(0);
+        assert!(last >= 5, "seed {seed}: synced messages lost: {after:?}");
+        assert_eq!(after, (1..=last).collect::<Vec<_>>(), "seed {seed}: a prefix, no holes");
+        torn_seen += u64::from(reopened.recovery_report().torn_bytes_truncated > 0);
+        kept_counts.insert(last);
+        assert_eq!(append(&mut reopened, last + 1).unwrap(), last + 1, "appends continue after the cut");
+        reopened.sync().unwrap();
+    }
+    assert!(torn_seen > 0, "some seed tore a record in half");
+    assert!(kept_counts.len() > 3, "seeds keep different prefixes: {kept_counts:?}");
+}
+
+#[test]
+fn appends_dropped_by_a_full_disk_during_a_delete_are_reported_by_the_next_sync_never_acknowledged() {
+    let disk = SimDisk::new();
+    let mut store = open(&disk, &dir());
+    append(&mut store, 1).unwrap();
+    store.sync().unwrap();
+    for seq in 2..=4 {
+        append(&mut store, seq).unwrap(); // buffered, not yet handed to the OS
+    }
+    disk.set_free_bytes(Some(10));
+    assert!(matches!(store.delete(1), Err(StoreError::OutOfSpace(_))), "the delete syncs the buffer first");
+    assert_eq!(held(&store), vec![1], "the delete did not happen, the buffered appends are gone");
+    disk.set_free_bytes(None);
+    assert!(
+        matches!(store.sync(), Err(StoreError::OutOfSpace(_))),
+        "the batch that appended 2..=4 must hear they were dropped, not be told they are durable"
+    );
+    assert_eq!(append(&mut store, 2).unwrap(), 2);
+    store.sync().unwrap();
+    assert!(store.delete(1).unwrap());
+    assert_eq!(held(&store), vec![2]);
+}
+
+#[test]
+fn what_a_crashed_process_left_unsynced_is_made_durable_when_the_stream_reopens() {
+    let disk = SimDisk::new();
+    let mut store = open(&disk, &dir());
+    for seq in 1..=3 {
+        append(&mut store, seq).unwrap();
+    }
+    store.flush().unwrap(); // in the page cache only
+    drop(store); // the process dies; the machine does not
+
+    let reopened = open(&disk, &dir());
+    assert_eq!(held(&reopened), vec![1, 2, 3], "recovered from the page cache");
+    // Opening fsyncs the active log: from now on the store treats these bytes as synced
+    // (a seal, for one, relies on it), so they must be.
+    disk.crash(Tear::LoseUnsynced);
+    drop(reopened);
+    assert_eq!(held(&open(&disk, &dir())), vec![1, 2, 3]);
+}
