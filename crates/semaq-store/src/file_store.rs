@@ -115,7 +115,11 @@ impl FileStore {
         if store.ledger.next_seq() != active_next_seq {
             // A purge moved the floor past the active segment's records but crashed before the
             // fresh segment existed: appends must not continue there with a sequence gap.
-            store.roll()?;
+            if store.ledger.state().msgs == 0 {
+                store.restart_at_floor()?;
+            } else {
+                store.roll()?;
+            }
         }
         // Limits may have been lowered, or removals lost with unsynced writes: apply them again.
         store.ledger.enforce_count_limits();
@@ -254,6 +258,19 @@ impl FileStore {
         let floor_seq = self.ledger.first_seq();
         if floor_seq > self.meta.floor_seq() {
             self.meta.write_floor(floor_seq)?;
+        }
+        Ok(())
+    }
+
+    /// Starts a fresh segment at the next sequence and removes the older ones, which hold only
+    /// sequences below the floor. Sealing them instead would write an index entry for every
+    /// sequence up to the floor, and a floor far ahead (a purge to any `seq`) made that endless.
+    fn restart_at_floor(&mut self) -> StoreResult<()> {
+        let fresh = Segment::create(&self.dir, self.ledger.next_seq())?;
+        self.segments.push(fresh);
+        let last = self.segments.len() - 1;
+        for segment in self.segments.drain(..last) {
+            segment.remove_files(&self.dir)?;
         }
         Ok(())
     }

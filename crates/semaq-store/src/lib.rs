@@ -30,6 +30,10 @@ pub mod memory_store;
 pub mod reader;
 pub mod types;
 
+/// The pure decoders of the on-disk formats, for the fuzz properties only.
+#[doc(hidden)]
+pub mod decoders;
+
 mod delete_log;
 mod index;
 mod ledger;
