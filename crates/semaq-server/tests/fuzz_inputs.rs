@@ -13,6 +13,7 @@ use semaq_server::jetstream::config::{ConsumerConfig, StreamConfig};
 use semaq_server::jetstream::consumer::validate;
 use semaq_server::jetstream::consumers::CreateRequest;
 use semaq_server::jetstream::errors::ApiError;
+use semaq_server::jetstream::transform::Transform;
 use semaq_server::options::Options;
 use serde_json::{json, Value};
 
@@ -241,6 +242,84 @@ proptest! {
         if let Ok(mut config) = serde_json::from_value::<StreamConfig>(body) {
             let _ = config.apply_exactly_once();
             let _ = (config.level(), config.batch_timeout());
+        }
+    }
+}
+
+/// A valid stream config with one field set to a random value.
+fn mutated_stream() -> impl Strategy<Value = Value> {
+    (api_key(), json_value()).prop_map(|(key, value)| {
+        let mut config = json!({
+            "name": "S", "subjects": ["orders.>"], "storage": "file", "retention": "limits",
+            "max_msgs": 1000, "duplicate_window": 120_000_000_000u64,
+        });
+        config[key] = value;
+        config
+    })
+}
+
+/// A subject-transform token: literals, wildcards and mapping functions with any arguments.
+fn transform_token() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "[a-z]{1,4}",
+        Just("*".to_string()),
+        Just(">".to_string()),
+        (1u8..4).prop_map(|n| format!("$${n}")),
+        (
+            prop::sample::select(vec![
+                "wildcard",
+                "partition",
+                "splitfromleft",
+                "splitfromright",
+                "slicefromleft",
+                "slicefromright",
+                "split",
+                "left",
+                "right",
+                "random",
+                "nope"
+            ]),
+            prop::collection::vec(
+                prop_oneof![
+                    "-?[0-9]{1,3}".boxed(),
+                    "[a-z.,]{0,3}".boxed(),
+                    Just("0".to_string()).boxed(),
+                    Just("4294967296".to_string()).boxed()
+                ],
+                0..4
+            ),
+        )
+            .prop_map(|(name, args)| format!("{{{{{name}({})}}}}", args.join(","))),
+    ]
+}
+
+fn transform_subject() -> impl Strategy<Value = String> {
+    prop::collection::vec(transform_token(), 1..5).prop_map(|tokens| tokens.join("."))
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn any_stream_config_normalizes_or_is_refused_with_a_code(body in prop_oneof![mutated_stream(), json_value()]) {
+        if let Ok(config) = serde_json::from_value::<StreamConfig>(body) {
+            if let Err(error) = semaq_server::jetstream::normalize(config) {
+                assert_api_error(&error);
+            }
+        }
+    }
+
+    #[test]
+    fn any_subject_transform_compiles_or_is_refused_and_applies_to_any_subject(
+        source in prop_oneof![transform_subject(), "[a-z.*>]{0,12}"],
+        destination in prop_oneof![transform_subject(), "[ -~]{0,16}"],
+        subjects in prop::collection::vec("[a-z0-9]{1,6}(\\.[a-z0-9]{0,6}){0,5}", 1..4),
+    ) {
+        let _ = semaq_server::jetstream::transform::validate_mapping(&source, &destination);
+        if let Ok(Some(transform)) = Transform::new(&source, &destination) {
+            for subject in &subjects {
+                let _ = transform.apply(subject);
+            }
         }
     }
 }
