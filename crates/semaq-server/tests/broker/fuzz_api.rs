@@ -397,3 +397,96 @@ fn semaq_request_apis_answer_random_bodies_with_json() {
         panic!("{failure}\nserver log:\n{}", server.log_text());
     }
 }
+
+/// Every file of a store directory, by path relative to it.
+fn store_files(root: &std::path::Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let mut files = Vec::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                let bytes = std::fs::read(&path).unwrap();
+                files.push((path.strip_prefix(root).unwrap().to_path_buf(), bytes));
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// A damage to one file: bits flipped, cut short, replaced by JSON of another shape, or emptied.
+fn file_damage() -> impl Strategy<Value = (prop::sample::Index, u8, usize, Vec<u8>)> {
+    (
+        any::<prop::sample::Index>(),
+        0u8..4,
+        any::<usize>(),
+        json_value().prop_map(|value| value.to_string().into_bytes()),
+    )
+}
+
+fn damage_file(bytes: &mut Vec<u8>, (kind, at, json): (u8, usize, Vec<u8>)) {
+    let length = bytes.len().max(1);
+    match kind {
+        0 => {
+            if let Some(byte) = bytes.get_mut(at % length) {
+                *byte ^= 0x5a;
+            }
+        }
+        1 => bytes.truncate(at % length),
+        2 => *bytes = json,
+        _ => bytes.clear(),
+    }
+}
+
+/// A store whose stream, consumer and message files were damaged on disk: the server starts on
+/// it (reporting what it could not read) and answers every API request with JSON.
+#[test]
+fn a_server_on_a_damaged_store_starts_and_answers() {
+    let fixture = tempfile::tempdir().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let mut server = SemaqServer::builder().store(fixture.path()).start();
+    runtime.block_on(async {
+        let client = server.client().await;
+        setup(&client).await;
+    });
+    server.terminate();
+    let files = store_files(fixture.path());
+    assert!(files.iter().any(|(path, _)| path.extension().is_some_and(|e| e == "json")), "{files:?}");
+    let config =
+        ProptestConfig { cases: 12, failure_persistence: None, max_shrink_iters: 16, ..ProptestConfig::default() };
+    let damages = prop::collection::vec(file_damage(), 1..3);
+    let result = TestRunner::new(config).run(&damages, |damages| {
+        let store = tempfile::tempdir().unwrap();
+        let mut files = files.clone();
+        for (which, kind, at, json) in damages {
+            let position = which.index(files.len());
+            damage_file(&mut files[position].1, (kind, at, json));
+        }
+        for (path, bytes) in &files {
+            let path = store.path().join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, bytes).unwrap();
+        }
+        let server = SemaqServer::builder().store(store.path()).start();
+        runtime.block_on(async {
+            let client = server.client().await;
+            for (subject, body) in [
+                ("$JS.API.INFO", ""),
+                ("$JS.API.STREAM.LIST", ""),
+                ("$JS.API.STREAM.INFO.FZ", ""),
+                ("$JS.API.CONSUMER.INFO.FZ.C", ""),
+                ("$JS.API.STREAM.MSG.GET.FZ", r#"{"seq":2}"#),
+            ] {
+                let answer = request(&client, subject.to_string(), body.as_bytes().to_vec()).await?;
+                check_answer(subject, &answer)?;
+            }
+            Ok(())
+        })
+    });
+    if let Err(failure) = result {
+        panic!("{failure}");
+    }
+}
