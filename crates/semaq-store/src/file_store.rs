@@ -144,7 +144,11 @@ impl FileStore {
         if self.ledger.next_seq() != active_next_seq {
             // A purge moved the floor past the active segment's records but crashed before the
             // fresh segment existed: appends must not continue there with a sequence gap.
-            self.roll()?;
+            if self.ledger.state().msgs == 0 {
+                self.restart_at_floor()?;
+            } else {
+                self.roll()?;
+            }
         }
         // Limits may have been lowered, or removals lost with unsynced writes: apply them again.
         self.ledger.enforce_count_limits();
@@ -370,6 +374,19 @@ impl FileStore {
         let meta = self.meta.as_mut().ok_or_else(|| StoreError::Poisoned("the meta file is gone".into()))?;
         if floor_seq > meta.floor_seq() {
             meta.write_floor(floor_seq)?;
+        }
+        Ok(())
+    }
+
+    /// Starts a fresh segment at the next sequence and removes the older ones, which hold only
+    /// sequences below the floor. Sealing them instead would write an index entry for every
+    /// sequence up to the floor, and a floor far ahead (a purge to any `seq`) made that endless.
+    fn restart_at_floor(&mut self) -> StoreResult<()> {
+        let fresh = Segment::create(&*self.storage, &self.dir, self.ledger.next_seq())?;
+        self.segments.push(fresh);
+        let last = self.segments.len() - 1;
+        for segment in self.segments.drain(..last) {
+            segment.remove_files(&*self.storage, &self.dir)?;
         }
         Ok(())
     }

@@ -118,6 +118,11 @@ impl<B: Default> Ledger<B> {
         (record_size, headers): (usize, bool),
     ) -> StoreResult<u32> {
         check_subject(subject)?;
+        if self.next_seq == u64::MAX {
+            // Handing out the last sequence would wrap `next_seq` to 0; only a floor or skip that
+            // far (a purge to any `seq`, a damaged meta file) gets here.
+            return Err(StoreError::TooLarge { what: "sequence", value: self.next_seq, max: u64::MAX - 1 });
+        }
         let max_message = self.limits.max_msg_size.map_or(usize::MAX, |max| max as usize);
         if message_size > max_message {
             return Err(StoreError::MessageTooLarge { size_bytes: message_size, max_bytes: max_message });

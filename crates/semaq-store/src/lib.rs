@@ -33,6 +33,10 @@ pub mod reader;
 pub mod storage;
 pub mod types;
 
+/// The pure decoders of the on-disk formats, for the fuzz properties only.
+#[doc(hidden)]
+pub mod decoders;
+
 mod delete_log;
 mod index;
 mod ledger;

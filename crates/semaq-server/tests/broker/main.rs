@@ -12,6 +12,7 @@ mod conformance;
 mod crash;
 mod exactly_once;
 mod filter;
+mod fuzz_api;
 mod harness;
 mod jetstream;
 mod jetstream_api;
