@@ -3,7 +3,7 @@
 //! Four curves, each a table (x, semaq, nats, semaq/nats) per figure and a PNG per figure:
 //! - `subs`: pubsub of one publisher/subscriber pair on one subject while N−1 other distinct
 //!   subjects (siblings of the measured one) are subscribed, and the server's CPU per message;
-//! - `stored`: js-pub at each fill level of one file stream, the server's RSS, and the restart
+//! - `stored`: js-pub (median of the rounds) at each fill level of one file stream, the server's RSS, and the restart
 //!   (start → STREAM.INFO with every message, start → the first PubAck);
 //! - `idle`: RSS per idle connection, and pubsub among the active ones while they are open;
 //! - `filters`: events per second through one subject with N CEL filters on semaq-server, against
@@ -509,17 +509,8 @@ async fn stored_side(bench: &Bench, spec: &ServerSpec, levels: &[u64]) -> Result
                 format_count(level),
                 started.elapsed().as_secs_f64()
             );
-            let measure = PublishPlan {
-                msgs: bench.sizes.js_pub_msgs,
-                size: bench.sizes.pubsub.size,
-                deadline: Some(bench.sizes.js_pub_duration),
-            };
-            let published = publish_pipelined(&stream, &measure, &ProgressBar::hidden()).await?;
-            if published.failed > 0 {
-                bail!("{}: {}", spec.label, published.problems(None).join("; "));
-            }
-            stored += published.acked;
-            let js_pub = published.acked as f64 / published.elapsed.as_secs_f64().max(1e-9);
+            let (js_pub, acked) = js_pub_rounds(&stream, bench, spec.label).await?;
+            stored += acked;
             tokio::time::sleep(bench.sizes.settle).await;
             let rss = resident_bytes(server.pid())?;
             let (name, subject) = (stream.name.clone(), stream.subject.clone());
@@ -537,6 +528,25 @@ async fn stored_side(bench: &Bench, spec: &ServerSpec, levels: &[u64]) -> Result
     // Gigabytes at the larger levels; the work dir goes at the end anyway, so a failure here is harmless.
     let _ = std::fs::remove_dir_all(&store_dir);
     result
+}
+
+/// js-pub `rounds` times on the filled stream: the median rate, and the messages it added.
+async fn js_pub_rounds(stream: &BenchStream, bench: &Bench, label: &str) -> Result<(f64, u64)> {
+    let measure = PublishPlan {
+        msgs: bench.sizes.js_pub_msgs,
+        size: bench.sizes.pubsub.size,
+        deadline: Some(bench.sizes.js_pub_duration),
+    };
+    let (mut rates, mut acked) = (Vec::new(), 0);
+    for _ in 0..bench.sizes.rounds {
+        let published = publish_pipelined(stream, &measure, &ProgressBar::hidden()).await?;
+        if published.failed > 0 {
+            bail!("{label}: {}", published.problems(None).join("; "));
+        }
+        acked += published.acked;
+        rates.push(published.acked as f64 / published.elapsed.as_secs_f64().max(1e-9));
+    }
+    Ok((median(&rates).unwrap_or(0.0), acked))
 }
 
 /// Publishes `plan.msgs` with acks pipelined; fails unless every one was acknowledged.
