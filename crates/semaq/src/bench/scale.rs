@@ -509,16 +509,17 @@ async fn stored_side(bench: &Bench, spec: &ServerSpec, levels: &[u64]) -> Result
                 format_count(level),
                 started.elapsed().as_secs_f64()
             );
-            let (js_pub, acked) = js_pub_rounds(&stream, bench, spec.label).await?;
-            stored += acked;
+            // Memory and restart at exactly `level`; js-pub afterwards adds messages the next fill counts.
+            let (name, subject) = (stream.name.clone(), stream.subject.clone());
+            // Closed before the stop, so the memory is the store's and the restart starts with no client.
+            drop(stream);
             tokio::time::sleep(bench.sizes.settle).await;
             let rss = resident_bytes(server.pid())?;
-            let (name, subject) = (stream.name.clone(), stream.subject.clone());
-            // Closed before the stop, so the restart is timed from a server with no client.
-            drop(stream);
             let restart = restart(&mut server, &name, &subject, stored).await?;
             stored += 1;
             stream = restart.stream;
+            let (js_pub, acked) = js_pub_rounds(&stream, bench, spec.label).await?;
+            stored += acked;
             points.push(StoredPoint { js_pub, rss, info: restart.info, ack: restart.ack });
         }
         Ok(points)
