@@ -177,6 +177,9 @@ struct Connection {
     limits: ConnectionLimits,
     /// Held while connected: the connection's place in its account's connection limit.
     _slot: Option<Arc<AccountSlot>>,
+    /// Subscriptions held when exhausted ones (auto-unsubscribed by a delivery, which leaves
+    /// them in `subscriptions`) are next swept out; doubles with what a sweep keeps.
+    sweep_at: usize,
 }
 
 /// Cached publish-permission verdicts per connection before the cache is reset.
@@ -198,6 +201,7 @@ impl Connection {
             pings_outstanding: 0,
             connected: false,
             nonce,
+            sweep_at: crate::limits::SUBSCRIPTION_SWEEP_MIN,
             limits: ConnectionLimits::default(),
             _slot: None,
         }
@@ -480,9 +484,16 @@ impl Connection {
             self.ok();
             return;
         }
-        self.subscriptions.retain(|_, s| !s.is_exhausted());
         let most = self.limits.subscriptions_max.map_or(usize::MAX, |most| most);
-        if self.subscriptions.len() >= self.context.options.subscriptions_per_connection_max.min(most) {
+        let limit = self.context.options.subscriptions_per_connection_max.min(most);
+        // A sweep on every SUB made n subscriptions cost O(n²) (100,000 took minutes); swept when
+        // the map has doubled, each SUB costs O(1) amortized. At the limit the exhausted ones must
+        // not count, so it sweeps first, as it always did.
+        if self.subscriptions.len() >= self.sweep_at || self.subscriptions.len() >= limit {
+            self.subscriptions.retain(|_, s| !s.is_exhausted());
+            self.sweep_at = self.subscriptions.len().saturating_mul(2).max(crate::limits::SUBSCRIPTION_SWEEP_MIN);
+        }
+        if self.subscriptions.len() >= limit {
             self.send_err("maximum subscriptions exceeded");
             return;
         }

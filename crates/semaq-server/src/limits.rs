@@ -369,3 +369,7 @@ pub const WEBSOCKET_MESSAGE_BYTES_MAX: usize = 64 * 1024 * 1024;
 pub const WEBSOCKET_FRAME_BYTES_MAX: usize = 1024 * 1024;
 /// Bytes read and dropped after refusing an upgrade, before the socket is closed regardless.
 pub const WEBSOCKET_LINGER_BYTES_MAX: usize = 64 * 1024;
+
+/// Subscriptions one connection holds before it first sweeps out the auto-unsubscribed ones
+/// (then again each time the count doubles).
+pub const SUBSCRIPTION_SWEEP_MIN: usize = 1024;

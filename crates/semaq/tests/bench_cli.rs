@@ -3,7 +3,7 @@
 
 mod support;
 
-use semaq_testkit::{semaq_server_path, SemaqServer};
+use semaq_testkit::{nats_server_path, semaq_server_path, SemaqServer};
 use support::{ok, run, semaq_command, stdout_of, Semaq};
 
 /// Runs `semaq bench ARGS --semaq-server <the built one>` (a missing one fails the test).
@@ -85,4 +85,30 @@ fn adapt_prints_the_share_curve_a_verdict_per_target_and_saves_the_plot() {
     assert_eq!(verdicts, 4, "a drop and a recovery line per phase: {output}");
     let png = std::fs::read(&plot).unwrap();
     assert!(png.starts_with(b"\x89PNG"), "a PNG was saved");
+}
+
+#[test]
+fn scale_quick_draws_every_curve_for_both_servers_with_verdicts_and_plots() {
+    let dir = tempfile::tempdir().unwrap();
+    let plots = dir.path().join("plots");
+    let nats = nats_server_path();
+    let args = ["scale", "--quick", "--plot-dir", plots.to_str().unwrap(), "--nats-server", nats.to_str().unwrap()];
+    let output = bench(&args);
+    for curve in ["subs:", "stored:", "idle:", "filters:"] {
+        assert!(output.lines().any(|line| line.starts_with(curve)), "no {curve} curve: {output}");
+    }
+    // Every row of every table: a size, a figure from each server, their ratio.
+    let rows: Vec<&str> =
+        output.lines().filter(|line| line.trim_end().ends_with('×') && line.starts_with("    ")).collect();
+    let expected_rows = 2 * (2 + 4 + 2 + 1);
+    assert_eq!(rows.len(), expected_rows, "two sizes for each of 9 figures: {output}");
+    assert!(rows.iter().all(|row| !row.contains(" - ")), "a figure missing: {output}");
+    assert!(output.contains("semaq-server: pubsub at 100 subs / at 1: "), "{output}");
+    assert!(output.contains("RSS per idle connection at 50: semaq-server / nats-server: "), "{output}");
+    assert!(output.contains("semaq-server: restart → first PubAck at 4,000 / at 1,000"), "{output}");
+    let saved = std::fs::read_dir(&plots).unwrap().filter_map(|entry| entry.ok()).collect::<Vec<_>>();
+    assert_eq!(saved.len(), 9, "a PNG per figure");
+    for entry in saved {
+        assert!(std::fs::read(entry.path()).unwrap().starts_with(b"\x89PNG"), "{}", entry.path().display());
+    }
 }

@@ -19,7 +19,7 @@ use super::server::ServerSpec;
 /// Subscribers, each with its own filter.
 const SUBSCRIBERS: usize = 10;
 /// The subject the events go to.
-const SUBJECT: &str = "ai.inference";
+pub(super) const SUBJECT: &str = "ai.inference";
 /// A subscriber that receives nothing for this long has everything it will get.
 const QUIET: Duration = Duration::from_secs(2);
 /// Messages each subscription may buffer in the client, so the client never drops any.
@@ -107,7 +107,7 @@ fn print_report(args: &FilterFanoutArgs, semaq: &Outcome, nats: &Outcome) {
 }
 
 /// The `i`-th event: model `model-<i % 10>`, so each subscriber's filter matches exactly 10%.
-fn event(i: u64) -> Vec<u8> {
+pub(super) fn event(i: u64) -> Vec<u8> {
     json!({
         "model_id": format!("model-{}", i % SUBSCRIBERS as u64),
         "confidence": (i % 100) as f64 / 100.0,
@@ -161,12 +161,12 @@ pub async fn measure(url: &str, msgs: u64, timeout: Duration, on_server: bool) -
     Ok(Outcome { matched, expected: msgs, elapsed: last.duration_since(started), delivered_bytes })
 }
 
-async fn connect(url: &str) -> Result<async_nats::Client> {
+pub(super) async fn connect(url: &str) -> Result<async_nats::Client> {
     let options = async_nats::ConnectOptions::new().subscription_capacity(SUBSCRIPTION_CAPACITY);
     options.connect(url).await.with_context(|| format!("cannot connect to {url}"))
 }
 
-async fn filtered_subscriber(client: &async_nats::Client, index: usize) -> Result<async_nats::Subscriber> {
+pub(super) async fn filtered_subscriber(client: &async_nats::Client, index: usize) -> Result<async_nats::Subscriber> {
     let inbox = client.new_inbox();
     let subscriber = client.subscribe(inbox.clone()).await.context("subscribe")?;
     let body = json!({ "subject": SUBJECT, "filter": filter(index), "deliver": inbox });
@@ -179,16 +179,19 @@ async fn filtered_subscriber(client: &async_nats::Client, index: usize) -> Resul
 }
 
 /// What one subscriber received.
-struct Received {
-    matched: u64,
-    bytes: u64,
-    last: Instant,
+pub(super) struct Received {
+    /// Matches received.
+    pub matched: u64,
+    /// Payload bytes received, matches or not.
+    pub bytes: u64,
+    /// When the last match arrived.
+    pub last: Instant,
 }
 
 /// Counts this subscriber's matches, the payload bytes it received and when the last match
 /// arrived; on nats-server it parses every message to find them. Ends with all wanted, after
 /// `QUIET` without a message, or at `timeout`.
-async fn receive(
+pub(super) async fn receive(
     mut subscriber: async_nats::Subscriber,
     want: u64,
     on_server: bool,

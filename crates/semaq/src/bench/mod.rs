@@ -9,7 +9,8 @@
 //! cost of level 4 and `semaq verify`'s speed. The agent network's benches: `intent_rr.rs` (intent
 //! routing against a queue group) and `adapt.rs` (traffic shifting off a failing or slow agent and
 //! back, plotted by `plot.rs`), on a server and SDK agents from `agent_net.rs`. `ws.rs` compares pubsub over
-//! WebSocket with pubsub over TCP on one server.
+//! WebSocket with pubsub over TCP on one server. `scale.rs` draws cost curves (subscriptions, stored
+//! messages, idle connections, filters) of both servers.
 
 mod adapt;
 mod agent_net;
@@ -29,6 +30,7 @@ mod observe;
 mod pipeline;
 mod plot;
 mod provenance;
+mod scale;
 pub(crate) mod server;
 mod stats;
 mod ws;
@@ -91,6 +93,8 @@ enum BenchCommand {
     Observe(observe::ObserveArgs),
     /// pubsub over TCP and over WebSocket (ws://) on one semaq-server: medians and the ratio
     Ws(ws::WsArgs),
+    /// Cost curves vs nats-server: subscriptions, stored messages, idle connections, CEL filters; PNGs
+    Scale(scale::ScaleArgs),
 }
 
 /// Arguments of a single scenario run.
@@ -307,6 +311,7 @@ pub async fn run(target: &Target, args: BenchArgs) -> Result<()> {
         BenchCommand::Adapt(adapt_args) => return adapt::run(target, adapt_args).await,
         BenchCommand::Observe(observe_args) => return observe::run(observe_args).await,
         BenchCommand::Ws(ws_args) => return ws::run(ws_args).await,
+        BenchCommand::Scale(scale_args) => return scale::run(scale_args).await,
         BenchCommand::Pubsub(run_args) => (Scenario::Pubsub, run_args),
         BenchCommand::Fanout(run_args) => (Scenario::Fanout, run_args),
         BenchCommand::Latency(run_args) => (Scenario::Latency, run_args),

@@ -1,4 +1,4 @@
-//! PNG plots of each agent's share over time (`bench adapt --plot`).
+//! PNG plots: each agent's share over time (`bench adapt --plot`), and cost curves (`bench scale`).
 //!
 //! plotters is built without its `ttf` feature, whose font-kit links fontconfig and freetype;
 //! text goes through pure-Rust `ab_glyph` with a TrueType file read at run time (DejaVu Sans,
@@ -111,4 +111,89 @@ fn draw_panel(area: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>, pan
         labels.draw().map_err(failed)?;
     }
     Ok(())
+}
+
+/// One cost curve: how a figure changes with a size, one line per server.
+pub struct Curve {
+    /// The caption.
+    pub title: String,
+    /// What the x axis counts (drawn on a log scale).
+    pub x_desc: String,
+    /// What the y axis measures.
+    pub y_desc: String,
+    /// (name, points (x, y)) for each line; x must be positive.
+    pub series: Vec<(String, Vec<(f64, f64)>)>,
+}
+
+/// Draws a cost curve into a PNG at `path`: log-scaled x, linear y from zero.
+pub fn curve_chart(path: &Path, curve: &Curve) -> Result<()> {
+    let text = font_ready();
+    let points = || curve.series.iter().flat_map(|(_, points)| points.iter().copied());
+    let x_max = points().map(|(x, _)| x).fold(1.0f64, f64::max);
+    let x_min = points().map(|(x, _)| x).filter(|x| *x > 0.0).fold(x_max, f64::min);
+    // A little room above the highest point, so the legend does not sit on it.
+    let y_max = points().map(|(_, y)| y).fold(0.0f64, f64::max).max(f64::MIN_POSITIVE) * 1.25;
+    let root = BitMapBackend::new(path, PANEL_SIZE).into_drawing_area();
+    root.fill(&WHITE).map_err(failed)?;
+    let mut builder = ChartBuilder::on(&root);
+    builder.margin(12).x_label_area_size(if text { 36 } else { 0 }).y_label_area_size(if text { 72 } else { 0 });
+    if text {
+        builder.caption(&curve.title, ("sans-serif", 20));
+    }
+    let x_range = (x_min * 0.8..x_max * 1.25).log_scale();
+    let mut chart = builder.build_cartesian_2d(x_range, 0f64..y_max).map_err(failed)?;
+    let mut mesh = chart.configure_mesh();
+    mesh.light_line_style(WHITE);
+    if text {
+        mesh.x_desc(curve.x_desc.as_str()).y_desc(curve.y_desc.as_str());
+        mesh.x_label_formatter(&|x| short_number(*x)).y_label_formatter(&|y| short_number(*y));
+    } else {
+        mesh.x_labels(0).y_labels(0);
+    }
+    mesh.draw().map_err(failed)?;
+    for (index, (name, points)) in curve.series.iter().enumerate() {
+        let color = COLORS[index % COLORS.len()];
+        let valid = points.iter().copied().filter(|(x, y)| *x > 0.0 && y.is_finite());
+        let drawn = chart.draw_series(LineSeries::new(valid.clone(), color.stroke_width(2))).map_err(failed)?;
+        if text {
+            drawn.label(name.as_str()).legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color));
+        }
+        chart.draw_series(valid.map(|point| Circle::new(point, 4, color.filled()))).map_err(failed)?;
+    }
+    if text {
+        let mut labels = chart.configure_series_labels();
+        labels.background_style(WHITE.mix(0.85)).border_style(BLACK).position(SeriesLabelPosition::UpperRight);
+        labels.draw().map_err(failed)?;
+    }
+    root.present().map_err(failed)?;
+    if !text {
+        eprintln!("semaq: warning: no TrueType font found (set SEMAQ_PLOT_FONT): the plot has no labels");
+    }
+    Ok(())
+}
+
+/// 1500 → "1.5k", 2000000 → "2M": axis labels that stay short.
+fn short_number(value: f64) -> String {
+    let (scaled, suffix) = match value.abs() {
+        v if v >= 1e9 => (value / 1e9, "G"),
+        v if v >= 1e6 => (value / 1e6, "M"),
+        v if v >= 1e3 => (value / 1e3, "k"),
+        _ => (value, ""),
+    };
+    let text = format!("{scaled:.2}");
+    let text = if text.contains('.') { text.trim_end_matches('0').trim_end_matches('.') } else { &text };
+    format!("{text}{suffix}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn axis_numbers_are_short() {
+        assert_eq!(short_number(1500.0), "1.5k");
+        assert_eq!(short_number(2_000_000.0), "2M");
+        assert_eq!(short_number(0.25), "0.25");
+        assert_eq!(short_number(100.0), "100");
+    }
 }
