@@ -316,6 +316,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Reader<S> {
             self.done = true;
             return Poll::Ready(Ok(()));
         }
+        // A pong the socket could not take before: out now, if the socket has room.
+        if !wire.queued.is_empty() {
+            if let Poll::Ready(Err(error)) = wire.poll_drain(cx) {
+                return Poll::Ready(Err(error));
+            }
+        }
         let mut read = ReadBuf::new(self.raw.spare());
         ready!(Pin::new(&mut wire.socket).poll_read(cx, &mut read))?;
         let n = read.filled().len();
