@@ -20,11 +20,28 @@ let message;
 for await (const m of sub) message = m;
 
 const reply = await nc.request("js.ws.echo", "ping", { timeout: 5000 });
+
+// A large, compressible message both ways (compressed when permessage-deflate is negotiated).
+const big = "nats.js over websocket ".repeat(4000);
+const bigReply = await nc.request("js.ws.echo", big, { timeout: 5000 });
+
+// What the runtime's own WebSocket negotiated with this server (its offer is the same one).
+const extensions = await new Promise((resolve) => {
+  const ws = new WebSocket(url);
+  ws.onopen = () => {
+    resolve(ws.extensions);
+    ws.close();
+  };
+  ws.onerror = () => resolve("error");
+});
+
 console.log(
   JSON.stringify({
     message: message.string(),
     header: message.headers.get("X-Client"),
     reply: reply.string(),
+    big_reply_intact: bigReply.string() === `echo: ${big}`,
+    extensions,
     server_port: nc.info.port,
   }),
 );

@@ -26,10 +26,13 @@ def run(coroutine):
 
 
 @pytest.fixture
-def ws_server():
-    """A server with a plain-text WebSocket listener on a random port; `ws_url` is where."""
+def ws_server(request):
+    """A server with a plain-text WebSocket listener on a random port; `ws_url` is where.
+    Parametrized indirectly with `compression` it also negotiates permessage-deflate."""
+    compression = getattr(request, "param", None) == "compression"
     config = tempfile.NamedTemporaryFile("w", suffix=".conf", delete=False)
-    config.write('websocket { host: "127.0.0.1", port: -1, no_tls: true }\n')
+    extra = ", compression: true" if compression else ""
+    config.write(f'websocket {{ host: "127.0.0.1", port: -1, no_tls: true{extra} }}\n')
     config.close()
     running = Server("-c", config.name)
     found = re.search(r"Listening for websocket clients on (\S+)", running.log_text())
@@ -95,8 +98,12 @@ def test_a_message_crosses_between_tcp_and_websocket_clients(ws_server):
     run(scenario())
 
 
-def test_nats_js_wsconnect_in_node(ws_server):
-    """nats.js (`@nats-io/nats-core`'s wsconnect) in Node: pub/sub with headers, request/reply."""
+@pytest.mark.parametrize("ws_server", ["plain", "compression"], indirect=True)
+def test_nats_js_wsconnect_in_node(ws_server, request):
+    """nats.js (`@nats-io/nats-core`'s wsconnect) in Node: pub/sub with headers, request/reply
+    with a small and a 90 KB payload. Node's WebSocket offers permessage-deflate: with
+    `compression: true` the server accepts it as nats-server does, else declines it."""
+    compression = request.node.callspec.params["ws_server"] == "compression"
     node = shutil.which("node")
     assert node, "node is not installed (./scripts/test installs it)"
     modules = os.path.join(JS_DIR, "node_modules", "@nats-io", "nats-core")
@@ -115,6 +122,8 @@ def test_nats_js_wsconnect_in_node(ws_server):
         "message": "hello from node",
         "header": "nats.js",
         "reply": "echo: ping",
+        "big_reply_intact": True,
+        "extensions": "permessage-deflate; server_no_context_takeover; client_no_context_takeover" if compression else "",
         "server_port": int(ws_server.ws_url.rsplit(":", 1)[1]),
     }
 
@@ -180,4 +189,52 @@ def test_a_chromium_page_speaks_nats_over_websocket_and_its_origin_is_checked():
         browser.close()
         server.stop()
         page_server.shutdown()
+        os.unlink(config.name)
+
+
+COMPRESSED_PAGE_SCRIPT = """
+new Promise((resolve) => {
+  const ws = new WebSocket(%(url)s);
+  ws.binaryType = "arraybuffer";
+  const decoder = new TextDecoder();
+  let text = "";
+  let sent = false;
+  ws.onmessage = (event) => {
+    text += decoder.decode(event.data);
+    if (!sent && text.startsWith("INFO ")) {
+      sent = true;
+      ws.send(new TextEncoder().encode(%(ops)s));
+    }
+    if (text.includes("PONG\\r\\n")) { ws.close(); resolve({ extensions: ws.extensions, text }); }
+  };
+  ws.onclose = (event) => resolve({ closed: event.code });
+  setTimeout(() => resolve({ timeout: text }), 10000);
+})
+"""
+
+
+def test_a_chromium_page_negotiates_permessage_deflate_and_a_large_message_crosses_it():
+    """Chromium offers permessage-deflate and compresses what it sends once it is accepted;
+    with `compression: true` the server accepts, inflates the page's 45 KB publish and sends
+    the delivery back compressed, which the browser inflates."""
+    from test_dashboard import Browser
+
+    config = tempfile.NamedTemporaryFile("w", suffix=".conf", delete=False)
+    config.write('websocket { host: "127.0.0.1", port: -1, no_tls: true, compression: true }\n')
+    config.close()
+    server = Server("-c", config.name)
+    ws_url = re.search(r"Listening for websocket clients on (\S+)", server.log_text()).group(1)
+    body = "chromium over deflate " * 2048
+    ops = f'CONNECT {{"verbose":false}}\r\nSUB big 1\r\nPUB big {len(body)}\r\n{body}\r\nPING\r\n'
+    script = COMPRESSED_PAGE_SCRIPT % {"url": json.dumps(ws_url), "ops": json.dumps(ops)}
+    browser = Browser()
+    try:
+        browser.call("Page.navigate", url="about:blank")
+        answer = browser.call("Runtime.evaluate", expression=script, awaitPromise=True, returnByValue=True)
+        result = answer["result"]["value"]
+        assert result.get("extensions", "").startswith("permessage-deflate"), result
+        assert f"MSG big 1 {len(body)}\r\n{body}\r\n" in result["text"], result.get("text", "")[:300]
+    finally:
+        browser.close()
+        server.stop()
         os.unlink(config.name)

@@ -373,3 +373,10 @@ pub const WEBSOCKET_LINGER_BYTES_MAX: usize = 64 * 1024;
 /// Subscriptions one connection holds before it first sweeps out the auto-unsubscribed ones
 /// (then again each time the count doubles).
 pub const SUBSCRIPTION_SWEEP_MIN: usize = 1024;
+
+/// With permessage-deflate, outbound frames of at most this many bytes go uncompressed (as
+/// nats-server: compressing a few bytes costs more than it saves).
+pub const WEBSOCKET_COMPRESS_BYTES_MIN: usize = 64;
+/// Control frames (pongs) queued for a client that pings faster than it reads; past it, pings
+/// go unanswered until the queue drains.
+pub const WEBSOCKET_QUEUED_CONTROL_BYTES_MAX: usize = 4 * 1024;

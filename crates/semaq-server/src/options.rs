@@ -406,7 +406,7 @@ pub struct WebsocketOptions {
     pub allowed_origins: Vec<Origin>,
     /// Time from accepting the socket to a finished upgrade (TLS included).
     pub handshake_timeout: Duration,
-    /// Asked for `compression: true`; not negotiated (SemaQ frames are never compressed).
+    /// `compression: true`: permessage-deflate is negotiated with clients that offer it.
     pub compression: bool,
 }
 

@@ -56,6 +56,8 @@ pub struct Upgrade {
     pub response: Vec<u8>,
     /// The client's address from `X-Forwarded-For`, when a proxy named a valid one.
     pub forwarded_for: Option<std::net::IpAddr>,
+    /// permessage-deflate was configured, offered and accepted.
+    pub compression: bool,
 }
 
 /// Why the request could not be read at all.
@@ -132,11 +134,29 @@ fn check(request: &httparse::Request, options: &WebsocketOptions, tls: bool) -> 
     }
     check_origin(request, options, host, tls).map_err(|why| Refusal::new(403, format!("origin not allowed: {why}")))?;
     let forwarded_for = header(request, "X-Forwarded-For").and_then(|ip| ip.trim().parse().ok());
+    let compression = options.compression && offers_deflate(request);
     let response = format!(
-        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n\r\n",
-        accept_key(key.trim())
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n{}\r\n",
+        accept_key(key.trim()),
+        if compression { DEFLATE_RESPONSE } else { "" },
     );
-    Ok(Upgrade { response: response.into_bytes(), forwarded_for })
+    Ok(Upgrade { response: response.into_bytes(), forwarded_for, compression })
+}
+
+/// nats-server's answer to any permessage-deflate offer, whatever its parameters: no context
+/// kept on either side, so each message is compressed on its own.
+const DEFLATE_RESPONSE: &str =
+    "Sec-WebSocket-Extensions: permessage-deflate; server_no_context_takeover; client_no_context_takeover\r\n";
+
+/// Whether any `Sec-WebSocket-Extensions` offer names permessage-deflate (RFC 7692 §5).
+fn offers_deflate(request: &httparse::Request) -> bool {
+    request.headers.iter().filter(|h| h.name.eq_ignore_ascii_case("Sec-WebSocket-Extensions")).any(|h| {
+        std::str::from_utf8(h.value).is_ok_and(|value| {
+            value
+                .split(',')
+                .any(|offer| offer.split(';').any(|item| item.trim().eq_ignore_ascii_case("permessage-deflate")))
+        })
+    })
 }
 
 /// `base64(sha1(key + GUID))`.

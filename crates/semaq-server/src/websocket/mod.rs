@@ -2,22 +2,24 @@
 //! the same NATS client protocol inside binary WebSocket messages, so nats.ws / nats.js,
 //! nats-py and async-nats (`ws://`, `wss://`) connect unchanged.
 //!
-//! The HTTP upgrade is read and checked here ([`handshake`]); the framing (masking, ping/pong,
-//! close, fragmentation, size limits) is tokio-websockets'; [`io`] turns the stream back into
-//! bytes, so each connection then runs through [`connection::serve_via`], exactly as a TCP
-//! client does. permessage-deflate is never negotiated: frames are sent uncompressed.
+//! The HTTP upgrade is read and checked here ([`handshake`]); frames are parsed, checked and
+//! written as nats-server does ([`frame`]), with permessage-deflate when configured and offered
+//! ([`deflate`]); [`io`] turns the frames back into bytes, so each connection then runs through
+//! [`connection::serve_via`], exactly as a TCP client does. Framing is by hand because the
+//! WebSocket crates either lack permessage-deflate or frame each write on its own.
 
+pub mod deflate;
+pub mod frame;
 pub mod handshake;
 pub mod io;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::{timeout_at, Instant};
 use tokio_rustls::TlsAcceptor;
-use tokio_websockets::{Config, Limits, Message, ServerBuilder};
 
 use crate::connection::{self, Context, Via};
 use crate::limits;
@@ -166,13 +168,10 @@ impl Shared {
             return;
         }
         let addr = upgrade.forwarded_for.map_or(addr, |ip| SocketAddr::new(ip, addr.port()));
-        let limits = Limits::default().max_payload_len(Some(self.message_bytes_max));
-        let config = Config::default().frame_size(limits::WEBSOCKET_FRAME_BYTES_MAX);
-        let mut websocket = ServerBuilder::new().limits(limits).config(config).serve(stream);
+        let (reader, mut writer) = io::split(stream, upgrade.compression, self.message_bytes_max);
         if admission == Admission::Refused {
-            return refuse(&mut websocket).await;
+            return refuse(&mut writer).await;
         }
-        let (reader, writer) = io::split(websocket);
         let via = Via {
             tls_required: tls,
             tls_verify: self.options.tls.as_ref().is_some_and(|tls| tls.verify),
@@ -183,12 +182,10 @@ impl Shared {
     }
 }
 
-async fn refuse<S: AsyncRead + AsyncWrite + Unpin>(websocket: &mut tokio_websockets::WebSocketStream<S>) {
-    use futures::SinkExt;
-    let notice = Message::binary(&b"-ERR 'maximum connections exceeded'\r\n"[..]);
+async fn refuse<S: AsyncRead + AsyncWrite + Unpin>(writer: &mut io::Writer<S>) {
     let _ = tokio::time::timeout(limits::WEBSOCKET_HANDSHAKE_TIMEOUT, async {
-        websocket.send(notice).await?;
-        websocket.close().await
+        writer.write_all(b"-ERR 'maximum connections exceeded'\r\n").await?;
+        writer.shutdown().await
     })
     .await;
 }

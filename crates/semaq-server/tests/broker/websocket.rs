@@ -241,6 +241,21 @@ impl RawWs {
 
     /// The next frame from the server: opcode and payload (servers never mask).
     fn read_frame(&mut self) -> (u8, Vec<u8>) {
+        let (head, payload) = self.read_frame_head();
+        assert_eq!(head & 0x40, 0, "compressed without negotiation");
+        (head & 0x0f, payload)
+    }
+
+    /// The next frame, inflated when RSV1 marks it compressed: opcode, payload, whether it was.
+    fn read_inflated(&mut self) -> (u8, Vec<u8>, bool) {
+        let (head, payload) = self.read_frame_head();
+        assert_ne!(head & 0x80, 0, "the server sends whole messages");
+        let compressed = head & 0x40 != 0;
+        (head & 0x0f, if compressed { inflate(&payload) } else { payload }, compressed)
+    }
+
+    /// The next frame's first byte and its payload.
+    fn read_frame_head(&mut self) -> (u8, Vec<u8>) {
         let head = self.read_exact(2);
         assert_eq!(head[1] & 0x80, 0, "server frames are unmasked");
         let length = match head[1] & 0x7f {
@@ -248,7 +263,7 @@ impl RawWs {
             127 => u64::from_be_bytes(self.read_exact(8).try_into().unwrap()) as usize,
             n => n as usize,
         };
-        (head[0] & 0x0f, self.read_exact(length))
+        (head[0], self.read_exact(length))
     }
 
     /// Reads frames until a data frame holds `text`, skipping server PINGs.
@@ -262,9 +277,14 @@ impl RawWs {
         seen
     }
 
-    /// The close frame the server sends after a protocol error: its status code, then EOF.
+    /// The close frame the server sends after a protocol error (after any data frames still
+    /// due): its status code, then EOF.
     fn expect_close(&mut self, status: u16) {
-        let (opcode, payload) = self.read_frame();
+        let (mut opcode, mut payload) = self.read_frame_head();
+        while opcode & 0x0f == BINARY {
+            (opcode, payload) = self.read_frame_head();
+        }
+        let opcode = opcode & 0x0f;
         assert_eq!(opcode, CLOSE, "payload {}", String::from_utf8_lossy(&payload));
         assert_eq!(u16::from_be_bytes([payload[0], payload[1]]), status, "{}", String::from_utf8_lossy(&payload));
         let mut rest = Vec::new();
@@ -442,4 +462,142 @@ fn websocket_clients_count_against_max_connections() {
     assert!(status.starts_with("HTTP/1.1 101"), "{status}");
     let mut refused = RawWs { stream };
     assert!(refused.read_text_until("\r\n").contains("-ERR 'maximum connections exceeded'"));
+}
+
+// --- permessage-deflate ----------------------------------------------------------------------
+
+const OFFER: &str = "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits";
+const COMPRESSED: &str = r#"websocket { host: "127.0.0.1", port: -1, no_tls: true, compression: true }"#;
+
+/// Raw deflate with a sync flush, its 00 00 ff ff tail dropped (RFC 7692 §7.2.1).
+fn deflate(data: &[u8]) -> Vec<u8> {
+    let mut compress = flate2::Compress::new(flate2::Compression::default(), false);
+    let mut out = Vec::with_capacity(data.len() + 1024);
+    compress.compress_vec(data, &mut out, flate2::FlushCompress::Sync).unwrap();
+    assert_eq!(compress.total_in() as usize, data.len());
+    assert!(out.ends_with(&[0, 0, 0xff, 0xff]));
+    out.truncate(out.len() - 4);
+    out
+}
+
+/// The inverse: the tail added back, inflated without a bound (the server's frames are small).
+fn inflate(data: &[u8]) -> Vec<u8> {
+    let mut decompress = flate2::Decompress::new(false);
+    let input = [data, &[0, 0, 0xff, 0xff]].concat();
+    let mut out = Vec::with_capacity(64 * 1024);
+    loop {
+        let before = decompress.total_out();
+        let consumed = decompress.total_in() as usize;
+        decompress.decompress_vec(&input[consumed..], &mut out, flate2::FlushDecompress::Sync).unwrap();
+        if decompress.total_out() == before && decompress.total_in() as usize == input.len() {
+            return out;
+        }
+        out.reserve(64 * 1024);
+    }
+}
+
+/// `frame`, with RSV1 set: the first frame of a compressed message.
+fn compressed_frame(opcode: u8, fin: bool, payload: &[u8]) -> Vec<u8> {
+    let mut bytes = frame(opcode, fin, true, payload);
+    bytes[0] |= 0x40;
+    bytes
+}
+
+impl RawWs {
+    /// Upgrades offering permessage-deflate; returns the response head and the INFO.
+    fn connect_offering_deflate(server: &SemaqServer) -> (Self, String, Vec<u8>, bool) {
+        let (head, stream) = upgrade(ws_addr(server), &upgrade_request("/", &[OFFER]));
+        assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+        let mut ws = Self { stream };
+        let (opcode, info, compressed) = ws.read_inflated();
+        assert_eq!(opcode, BINARY);
+        assert!(info.starts_with(b"INFO {"), "{}", String::from_utf8_lossy(&info));
+        (ws, head, info, compressed)
+    }
+
+    /// Reads (and inflates) data frames until they hold `text`; counts the compressed ones.
+    fn read_inflated_until(&mut self, text: &str) -> (String, usize) {
+        let (mut seen, mut compressed) = (String::new(), 0);
+        while !seen.contains(text) {
+            let (opcode, payload, was) = self.read_inflated();
+            assert_eq!(opcode, BINARY, "{seen}");
+            seen.push_str(&String::from_utf8_lossy(&payload));
+            compressed += usize::from(was);
+        }
+        (seen, compressed)
+    }
+}
+
+#[test]
+fn compression_is_negotiated_when_configured_and_offered_and_works_both_ways() {
+    let server = SemaqServer::with_config(COMPRESSED, &[]);
+    let (mut ws, head, _, info_compressed) = RawWs::connect_offering_deflate(&server);
+    let answer =
+        "Sec-WebSocket-Extensions: permessage-deflate; server_no_context_takeover; client_no_context_takeover\r\n";
+    assert!(head.contains(answer), "{head}");
+    assert!(info_compressed, "the INFO (over 64 bytes) is compressed");
+    // A compressed message split over two frames, then an uncompressed one on the same socket.
+    let body = "compressible ".repeat(500);
+    let ops = format!("CONNECT {{\"verbose\":false}}\r\nSUB zip 1\r\nPUB zip {}\r\n{body}\r\n", body.len());
+    let deflated = deflate(ops.as_bytes());
+    let (first, rest) = deflated.split_at(deflated.len() / 2);
+    ws.send(&[compressed_frame(BINARY, false, first), frame(CONTINUATION, true, true, rest)].concat());
+    ws.send(&frame(BINARY, true, true, b"PUB zip 2\r\nhi\r\nPING\r\n"));
+    let (seen, compressed) = ws.read_inflated_until("PONG\r\n");
+    assert!(seen.contains(&format!("MSG zip 1 {}\r\n{body}\r\n", body.len())), "{seen:.200}");
+    assert!(seen.contains("MSG zip 1 2\r\nhi\r\n"), "{seen:.200}");
+    assert!(compressed >= 1, "the big delivery went out compressed");
+    // Small frames stay uncompressed, as nats-server's (64 bytes or less).
+    ws.send(&compressed_frame(BINARY, true, &deflate(b"PING\r\n")));
+    assert_eq!(ws.read_inflated(), (BINARY, b"PONG\r\n".to_vec(), false));
+    // A client that does not offer the extension gets uncompressed frames.
+    RawWs::connect(&server);
+}
+
+#[test]
+fn compression_is_declined_when_not_configured_and_compressed_frames_then_close_the_connection() {
+    let server = SemaqServer::with_config(PLAIN, &[]);
+    let (head, stream) = upgrade(ws_addr(&server), &upgrade_request("/", &[OFFER]));
+    assert!(head.starts_with("HTTP/1.1 101") && !head.contains("Sec-WebSocket-Extensions"), "{head}");
+    let mut ws = RawWs { stream };
+    assert!(ws.read_frame().1.starts_with(b"INFO {"));
+    ws.send(&compressed_frame(BINARY, true, &deflate(b"PING\r\n")));
+    ws.expect_close(1002);
+    assert!(server.raw_info().starts_with("INFO "));
+}
+
+#[test]
+fn bad_compressed_input_closes_only_its_connection() {
+    let server = SemaqServer::with_config(
+        "max_payload: 1024\nwebsocket { host: \"127.0.0.1\", port: -1, no_tls: true, compression: true }",
+        &[],
+    );
+    // 256 KiB of PINGs deflate to well under the 8 KiB a message may hold, and inflate far past it.
+    let bomb = deflate(&b"PING\r\n".repeat(256 * 1024 / 6));
+    assert!(bomb.len() < 4096, "{}", bomb.len());
+    let cases: [(&str, Vec<u8>, u16); 4] = [
+        ("an inflate bomb", compressed_frame(BINARY, true, &bomb), 1009),
+        ("data that is not deflate", compressed_frame(BINARY, true, b"\xff\xff\xff\xff"), 1007),
+        (
+            "RSV1 on a continuation",
+            [compressed_frame(BINARY, false, &deflate(b"PI")), compressed_frame(CONTINUATION, true, b"")].concat(),
+            1002,
+        ),
+        ("a compressed control frame", compressed_frame(PING, true, b""), 1002),
+    ];
+    for (what, bytes, status) in cases {
+        let (mut ws, ..) = RawWs::connect_offering_deflate(&server);
+        ws.send(&bytes);
+        println!("{what}");
+        ws.expect_close(status);
+    }
+    // At the bound is fine: 8 KiB of PUBs in one compressed message, then a PING.
+    let publish = [b"PUB pad 1000\r\n".to_vec(), vec![b'.'; 1000], b"\r\n".to_vec()].concat();
+    let batch = [publish.repeat(8), b"PUB pad 50\r\n".to_vec(), vec![b'.'; 50], b"\r\n".to_vec()].concat();
+    assert_eq!(batch.len(), 8192);
+    let (mut ws, ..) = RawWs::connect_offering_deflate(&server);
+    ws.send(&compressed_frame(BINARY, true, &deflate(&batch)));
+    ws.send(&frame(BINARY, true, true, b"PING\r\n"));
+    ws.read_inflated_until("PONG\r\n");
+    assert!(server.raw_info().starts_with("INFO "));
 }

@@ -52,15 +52,7 @@ impl Mapper<'_> {
                     let timeout = duration("websocket.handshake_timeout", v)?;
                     ws.handshake_timeout = or_default(timeout, limits::WEBSOCKET_HANDSHAKE_TIMEOUT);
                 }
-                "compress" | "compression" => {
-                    ws.compression = boolean("websocket.compression", v)?;
-                    if ws.compression {
-                        let line = self.line_of(&entry.at);
-                        self.report.warnings.push(format!(
-                            "websocket.compression at {line}: permessage-deflate is not supported by SemaQ; frames stay uncompressed"
-                        ));
-                    }
-                }
+                "compress" | "compression" => ws.compression = boolean("websocket.compression", v)?,
                 key if UNSUPPORTED_KEYS.contains(&key) && !entry.referenced => {
                     let line = self.line_of(&entry.at);
                     self.report.warnings.push(format!(
