@@ -702,6 +702,8 @@ impl Stream {
             deferred_deletes: None,
         };
         let mut stored_any = false;
+        // Whether something stored needs its own fsync before its ack (see `defers_sync`).
+        let mut must_sync = false;
         let mut traced = crate::trace::Stores::start();
         for (index, mut message) in batch.drain(..).enumerate() {
             let size = message.subject.len() + message.headers.as_ref().map_or(0, Bytes::len) + message.payload.len();
@@ -726,6 +728,7 @@ impl Stream {
                     let stored = batch::commit(self, &mut ingest, commit, batches, acks);
                     traced.committed(&self.name, spanned, stored);
                     stored_any |= stored;
+                    must_sync |= stored;
                     continue;
                 }
             };
@@ -733,7 +736,9 @@ impl Stream {
             if let Some(carried) = message.trace.take() {
                 traced.stored(carried, &self.name, &message.subject, &outcome);
             }
-            stored_any |= matches!(outcome, Ok((_, false)));
+            let stored = matches!(outcome, Ok((_, false)));
+            stored_any |= stored;
+            must_sync |= stored && !defers_sync(&config, &message.subject);
             acks.push((message.reply, outcome));
         }
         drop(producers);
@@ -741,13 +746,13 @@ impl Stream {
         if stored_any {
             // An ack promises at least "handed to the OS": with `sync: always`, "on disk".
             let written = match self.sync_policy {
-                SyncPolicy::Always => {
+                SyncPolicy::Always if must_sync => {
                     let started = Instant::now();
                     let synced = store.sync();
                     self.services.bus.stats.store_sync_latency.observe(started.elapsed());
                     synced
                 }
-                SyncPolicy::Interval(_) | SyncPolicy::Never => store.flush(),
+                SyncPolicy::Always | SyncPolicy::Interval(_) | SyncPolicy::Never => store.flush(),
             };
             written_ok = written.is_ok();
             traced.written(written.as_ref().err());
@@ -1069,6 +1074,21 @@ impl InternalSink for Capture {
             None => stream.enqueue(message),
         }
     }
+}
+
+/// Whether `subject` is an Object Store chunk (`$O.<bucket>.C.<nuid>` on stream `OBJ_<bucket>`)
+/// whose fsync may wait for its object's meta message. Clients write an object as its chunks,
+/// each acknowledged before the next, then the meta message that makes the object exist; the
+/// sync before the meta's ack makes every chunk written before it durable too (a sync covers
+/// the whole log), so an acknowledged object is still on disk while a chunk's own ack means
+/// "written" (as `semaq.sync: never` acks do). Streams that set `semaq.sync` themselves, and
+/// L3 and above, keep one sync per acknowledged batch.
+fn defers_sync(config: &StreamConfig, subject: &str) -> bool {
+    let Some(bucket) = config.name.strip_prefix("OBJ_") else { return false };
+    let chunk = subject.strip_prefix("$O.").and_then(|rest| rest.strip_prefix(bucket));
+    chunk.is_some_and(|rest| rest.starts_with(".C."))
+        && !config.metadata.contains_key(super::config::SYNC_KEY)
+        && !config.exactly_once()
 }
 
 #[cfg(test)]

@@ -103,6 +103,47 @@ async fn list_watch_links_and_delete() {
     assert_eq!(chunk_counts.iter().sum::<usize>(), 3 + 1, "b.txt's 3 chunks and c.txt's; a.txt's were purged");
 }
 
+/// fsyncs so far (`semaq_store_sync_seconds_count` in /metrics).
+fn syncs(server: &SemaqServer) -> u64 {
+    let (status, text) = server.http_text("/metrics");
+    assert_eq!(status, 200, "{text}");
+    let line = text.lines().find(|line| line.starts_with("semaq_store_sync_seconds_count "));
+    let count = line.and_then(|line| line.rsplit_once(' ')).and_then(|(_, count)| count.parse::<f64>().ok());
+    count.unwrap_or_else(|| panic!("no sync count in:\n{text}")) as u64
+}
+
+/// The chunks of an object are made durable by the fsync before its meta message is
+/// acknowledged (which covers the whole log), not one fsync each: a 32-chunk put costs one sync,
+/// the meta's. A bucket whose stream sets `semaq.sync: always` itself syncs every chunk.
+#[tokio::test]
+async fn an_objects_chunks_are_synced_with_its_meta_message_not_one_by_one() {
+    let server = SemaqServer::start();
+    let data = object_bytes(32 * 128 * 1024, 4);
+    let store = bucket(server.client().await, "grouped").await;
+    let before = syncs(&server);
+    let info = store.put("big", &mut data.as_slice()).await.expect("put");
+    assert_eq!((info.chunks, syncs(&server) - before), (32, 1), "32 chunks, one sync (the meta's)");
+    assert_eq!(read_all(&store, "big").await, data);
+
+    let js = jetstream::new(server.client().await);
+    js.create_stream(stream::Config {
+        name: "OBJ_strict".into(),
+        subjects: vec!["$O.strict.C.>".into(), "$O.strict.M.>".into()],
+        discard: stream::DiscardPolicy::New,
+        allow_rollup: true,
+        allow_direct: true,
+        metadata: [("semaq.sync".to_string(), "always".to_string())].into(),
+        ..Default::default()
+    })
+    .await
+    .expect("the strict bucket's stream");
+    let strict = js.get_object_store("strict").await.expect("open the strict bucket");
+    let before = syncs(&server);
+    strict.put("big", &mut data.as_slice()).await.expect("put");
+    assert_eq!(syncs(&server) - before, 33, "one sync per chunk and one for the meta");
+    assert_eq!(read_all(&strict, "big").await, data);
+}
+
 /// A workload with and without headers on a few subjects; returns the stream's state and the
 /// info of a filtered pull consumer that fetched and acked part of it.
 async fn byte_workload(client: async_nats::Client, storage: stream::StorageType) -> (stream::State, [u64; 6]) {

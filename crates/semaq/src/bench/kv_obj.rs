@@ -50,8 +50,7 @@ pub async fn measure_kv(url: &str, bucket: &str) -> Result<KvFigures> {
 async fn kv_run(url: &str, bucket: &str) -> Result<KvFigures> {
     let client = async_nats::connect(url).await.with_context(|| format!("cannot connect to {url}"))?;
     let js = jetstream::new(client);
-    let config = kv::Config { bucket: bucket.to_string(), history: 1, ..Default::default() };
-    let store = js.create_key_value(config).await.context("cannot create the bucket")?;
+    let store = create_bucket(&js, bucket).await?;
     let value = bytes::Bytes::from(vec![b'v'; KV_VALUE_BYTES]);
     let started = Instant::now();
     let puts = futures::stream::iter(0..KV_KEYS)
@@ -85,6 +84,25 @@ async fn kv_run(url: &str, bucket: &str) -> Result<KvFigures> {
         puts_per_second: per_second(KV_KEYS as f64, put_elapsed),
         gets_per_second: per_second(KV_KEYS as f64, get_elapsed),
     })
+}
+
+/// Creates a KV bucket of history 1 as async-nats's `create_key_value` would, but through
+/// `STREAM.CREATE` itself: that call first reads the account info, which async-nats 0.51 cannot
+/// decode from nats-server 2.9, so both servers get the same stream made the same way.
+async fn create_bucket(js: &jetstream::Context, bucket: &str) -> Result<kv::Store> {
+    let config = jetstream::stream::Config {
+        name: format!("KV_{bucket}"),
+        subjects: vec![format!("$KV.{bucket}.>")],
+        max_messages_per_subject: 1,
+        discard: jetstream::stream::DiscardPolicy::New,
+        allow_rollup: true,
+        deny_delete: true,
+        allow_direct: true,
+        num_replicas: 1,
+        ..Default::default()
+    };
+    js.create_stream(config).await.context("cannot create the bucket's stream")?;
+    js.get_key_value(bucket).await.context("cannot open the bucket")
 }
 
 /// Puts one `OBJECT_BYTES` object into a fresh bucket and reads it back; the bucket is deleted afterwards.
