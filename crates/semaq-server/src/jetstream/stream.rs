@@ -29,6 +29,7 @@ use super::errors::ApiError;
 use super::producers::{self, Producers, Verdict};
 use std::fmt::Write as _;
 
+use super::account::Quota;
 use super::schema::SchemaCheck;
 use crate::delivery::{FlushSet, InternalSink, Message, Subscription};
 use crate::limits;
@@ -62,8 +63,18 @@ pub struct Inbound {
     pub trace: Option<crate::trace::Carried>,
 }
 
+impl Inbound {
+    /// Whether a mirror or source follower copied it here from another stream.
+    pub fn is_sourced(&self) -> bool {
+        self.reply.as_deref().is_some_and(|reply| reply.starts_with(super::sources::ACK_PREFIX))
+    }
+}
+
 /// The outcome of one publish: `seq` and whether it was a duplicate, or why it was refused.
 pub type PublishOutcome = Result<(u64, bool), ApiError>;
+
+/// A PubAck to send: the reply subject, the outcome, and a counter stream's new value (`val`).
+pub type PendingAck = (Option<String>, PublishOutcome, Option<String>);
 
 /// Recent `Nats-Msg-Id`s within the duplicate window, oldest first.
 #[derive(Debug, Default)]
@@ -196,6 +207,8 @@ pub struct Ingest<'a, 'c> {
     /// While an atomic batch is appended: messages no consumer wants, dropped once the whole
     /// batch is in (so its last message is always there for the crash check at start-up).
     pub deferred_deletes: Option<Vec<u64>>,
+    /// The account's and the server's byte limits (`None`: unlimited).
+    quota: Option<Quota>,
 }
 
 impl Ingest<'_, '_> {
@@ -667,12 +680,14 @@ impl Stream {
         batch: &mut Vec<Inbound>,
         dedup: &mut Dedup,
         batches: &mut Batches,
-        acks: &mut Vec<(Option<String>, PublishOutcome)>,
+        acks: &mut Vec<PendingAck>,
     ) {
         let config = self.config();
         // L4 lineage, before the store lock: resolving a parent's Msg-Id reads other streams.
         let mut parents = super::lineage::Parents::check(self, &config, batch);
         let window_ns = self.duplicate_window_ns();
+        // Before this stream's store lock: the quota reads the other streams' usage.
+        let quota = self.jetstream().and_then(|jetstream| Quota::for_stream(&jetstream, &self.name, config.storage));
         let mut store = self.store();
         let mut producers = lock(&self.producers);
         let now = clock::unix_nanos_now();
@@ -700,6 +715,7 @@ impl Stream {
             now,
             window_ns,
             deferred_deletes: None,
+            quota,
         };
         let mut stored_any = false;
         let mut traced = crate::trace::Stores::start();
@@ -708,7 +724,7 @@ impl Stream {
             self.ingest_budget.give_back(size);
             // L4 lineage: what was decided before the store lock (a refusal, or the resolved parents).
             if let Err(refused) = parents.apply(index, &mut message) {
-                acks.push((message.reply, Err(refused)));
+                acks.push((message.reply, Err(refused), None));
                 continue;
             }
             // Atomic batches are staged until their commit, then stored whole (batch.rs).
@@ -716,7 +732,7 @@ impl Stream {
                 Route::Single(message) => message,
                 Route::Staged => continue,
                 Route::Refused(reply, error) => {
-                    acks.push((reply, Err(error)));
+                    acks.push((reply, Err(error), None));
                     continue;
                 }
                 Route::Commit(mut commit) => {
@@ -734,7 +750,10 @@ impl Stream {
                 traced.stored(carried, &self.name, &message.subject, &outcome);
             }
             stored_any |= matches!(outcome, Ok((_, false)));
-            acks.push((message.reply, outcome));
+            // nats-server's PubAck of a counter stream carries the subject's new value.
+            let counted = config.allow_msg_counter && matches!(outcome, Ok((_, false)));
+            let value = counted.then(|| super::counters::value_of(&message.payload)).flatten();
+            acks.push((message.reply, outcome, value));
         }
         drop(producers);
         let mut written_ok = true;
@@ -754,7 +773,7 @@ impl Stream {
             if let Err(error) = written {
                 tracing::error!(stream = %self.name, %error, "write failed; refusing the batch's acks");
                 let refusal = ApiError::storage(&error);
-                for (_, outcome) in acks.iter_mut() {
+                for (_, outcome, _) in acks.iter_mut() {
                     if outcome.is_ok() {
                         *outcome = Err(refusal.clone());
                     }
@@ -812,8 +831,15 @@ impl Stream {
             self.before_append(ingest, message)?;
         }
         let (subject, headers) = (&message.subject, message.headers.as_deref());
-        if let Some(sum) = super::counters::apply(ingest.config, &*ingest.store, subject, headers, &message.payload)? {
-            message.payload = sum;
+        let sourced = message.is_sourced();
+        let store = &*ingest.store;
+        if let Some(counted) =
+            super::counters::apply(ingest.config, store, subject, headers, &message.payload, sourced)?
+        {
+            message.payload = counted.payload;
+            if let Some(headers) = counted.headers {
+                message.headers = Some(headers);
+            }
         }
         let kv = super::kv::check(ingest.config, ingest.store, message)?;
         let outcome = store_one(
@@ -823,6 +849,7 @@ impl Stream {
             message,
             (ingest.now, ingest.window_ns),
             ingest.chain.as_deref_mut(),
+            ingest.quota.as_ref(),
         )?;
         let (seq, false) = outcome else { return Ok(outcome) };
         kv.stored(self, ingest, message, seq)?;
@@ -868,12 +895,12 @@ impl Stream {
         Ok(())
     }
 
-    fn send_acks(&self, acks: &mut Vec<(Option<String>, PublishOutcome)>) {
+    fn send_acks(&self, acks: &mut Vec<PendingAck>) {
         let no_ack = self.config().no_ack;
         let domain = &self.services.options.jetstream_domain;
         let mut flush = FlushSet::default();
         let mut body = String::with_capacity(64);
-        for (reply, outcome) in acks.drain(..) {
+        for (reply, outcome, value) in acks.drain(..) {
             match &outcome {
                 Ok((_, false)) => bump(&self.publishes.stored),
                 Ok((_, true)) => bump(&self.publishes.duplicates),
@@ -884,12 +911,18 @@ impl Stream {
                 continue;
             }
             body.clear();
-            match (outcome, domain) {
+            match (outcome, domain, value) {
                 // The common case, written without building a JSON tree.
-                (Ok((seq, false)), None) => {
+                (Ok((seq, false)), None, None) => {
                     let _ = write!(body, r#"{{"stream":"{}","seq":{seq}}}"#, self.name);
                 }
-                (outcome, domain) => body.push_str(&pub_ack_json(&self.name, domain.as_deref(), outcome).to_string()),
+                (outcome, domain, value) => {
+                    let mut ack = pub_ack_json(&self.name, domain.as_deref(), outcome);
+                    if let Some(value) = value {
+                        ack["val"] = json!(value);
+                    }
+                    body.push_str(&ack.to_string());
+                }
             }
             let message =
                 Message { subject: &reply, reply: None, headers: None, payload: body.as_bytes(), publisher: None };
@@ -944,6 +977,7 @@ fn store_one(
     message: &Inbound,
     (now, window_ns): (i64, i64),
     chain: Option<&mut super::provenance::ChainWriter<'_>>,
+    quota: Option<&Quota>,
 ) -> PublishOutcome {
     if config.sealed {
         return Err(ApiError::sealed());
@@ -964,6 +998,10 @@ fn store_one(
         if let Some(seq) = dedup.by_id.get(id) {
             return Ok((*seq, true));
         }
+    }
+    if let Some(quota) = quota {
+        let bytes = store.size_model().message_bytes(&message.subject, message.headers.as_deref(), &message.payload);
+        quota.check(store.state().bytes, bytes)?;
     }
     let seq = match chain {
         Some(chain) => chain.append(store, message, now)?,

@@ -9,6 +9,7 @@ mod agents_services;
 mod auth;
 mod auth_nkeys;
 mod conformance;
+mod counters;
 mod crash;
 mod exactly_once;
 mod filter;
