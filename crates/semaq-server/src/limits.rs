@@ -367,3 +367,10 @@ pub const WEBSOCKET_MESSAGE_BYTES_MAX: usize = 64 * 1024 * 1024;
 pub const WEBSOCKET_FRAME_BYTES_MAX: usize = 1024 * 1024;
 /// Bytes read and dropped after refusing an upgrade, before the socket is closed regardless.
 pub const WEBSOCKET_LINGER_BYTES_MAX: usize = 64 * 1024;
+
+/// Schedules a stream reads back from its store after a restart (one per subject).
+pub const SCHEDULES_PER_STREAM_MAX: usize = 100_000;
+/// Scheduled messages a stream fires at one limits check; the rest wait for the next.
+pub const SCHEDULES_FIRED_PER_CHECK_MAX: usize = 1_000;
+/// How long a fired schedule whose copy the stream refused waits before it fires again.
+pub const SCHEDULE_RETRY: std::time::Duration = std::time::Duration::from_secs(1);

@@ -649,6 +649,7 @@ mod tests {
             publisher: Some(1),
             received: std::time::Instant::now(),
             trace: None,
+            internal: false,
         }
     }
 

@@ -61,6 +61,8 @@ pub struct Inbound {
     pub received: Instant,
     /// The publish's trace context, when the publish is traced.
     pub trace: Option<crate::trace::Carried>,
+    /// Written by the server itself (a schedule's copy): a client's publish checks do not apply.
+    pub internal: bool,
 }
 
 impl Inbound {
@@ -185,6 +187,8 @@ pub struct Stream {
     pub publishes: PublishCounters,
     /// Messages with a `Nats-TTL`, by expiry. Lock order: after `store`.
     expiries: Mutex<super::kv::Expiries>,
+    /// Scheduled messages waiting, by subject. Lock order: after `store`.
+    schedules: Mutex<super::schedules::Table>,
 }
 
 /// What storing one ingest batch works with, under the stream's store lock.
@@ -294,6 +298,7 @@ impl Stream {
             msg_ids: super::lineage::MsgIds::new(last_seq, clock::unix_nanos_now()),
             publishes: PublishCounters::default(),
             expiries: Mutex::new(super::kv::Expiries::rebuild_from(first_seq, last_seq)),
+            schedules: Mutex::new(super::schedules::Table::default()),
         });
         // A new stream has nothing to rebuild; a restored one rebuilds on first use.
         let dedup = Dedup { loaded: last_seq == 0, ..Dedup::default() };
@@ -323,6 +328,7 @@ impl Stream {
             publisher: None,
             received: Instant::now(),
             trace: None,
+            internal: false,
         };
         if self.ingest.try_send(inbound).is_err() {
             self.ingest_budget.give_back(size);
@@ -538,6 +544,7 @@ impl Stream {
             publisher: message.publisher,
             received: Instant::now(),
             trace,
+            internal: false,
         };
         if self.ingest.try_send(inbound).is_err() {
             self.ingest_budget.give_back(size);
@@ -563,6 +570,7 @@ impl Stream {
             tokio::select! {
                 _ = limits_timer.tick() => {
                     self.enforce_limits();
+                    self.fire_schedules(&mut dedup, &mut batches, &mut acks);
                     batches.expire(self.config().batch_timeout(), std::time::Instant::now());
                     batches.send_replies(&self);
                 }
@@ -841,6 +849,9 @@ impl Stream {
                 message.headers = Some(headers);
             }
         }
+        if !message.internal && !sourced {
+            super::schedules::check_publish(ingest.config, &*ingest.store, message)?;
+        }
         let kv = super::kv::check(ingest.config, ingest.store, message)?;
         let outcome = store_one(
             ingest.config,
@@ -853,6 +864,9 @@ impl Stream {
         )?;
         let (seq, false) = outcome else { return Ok(outcome) };
         kv.stored(self, ingest, message, seq)?;
+        if ingest.config.allow_msg_schedules {
+            self.schedule_stored(ingest, message, seq)?;
+        }
         if let Some(fields) = crate::tokens::PayloadFields::from_metadata(&ingest.config.metadata) {
             let tokens = &self.services.tokens;
             tokens.record_payload(&fields, &message.subject, message.headers.as_deref(), &message.payload);
@@ -879,6 +893,37 @@ impl Stream {
             }
         }
         Ok((seq, false))
+    }
+
+    /// Schedules: a stored schedule waits; a one-shot's stored copy removes its schedule.
+    fn schedule_stored(&self, ingest: &mut Ingest<'_, '_>, message: &Inbound, seq: u64) -> Result<(), ApiError> {
+        let purged = lock(&self.schedules).stored(message, seq, ingest.now);
+        if let Some(scheduler) = purged {
+            ingest.snapshot_before_removal()?;
+            super::schedules::purge_schedule(ingest.store, &scheduler)?;
+        }
+        Ok(())
+    }
+
+    /// Stores the copies of the schedules due now, through the same checks as any publish.
+    fn fire_schedules(&self, dedup: &mut Dedup, batches: &mut Batches, acks: &mut Vec<PendingAck>) {
+        if !self.config().allow_msg_schedules {
+            return;
+        }
+        let mut fired = {
+            let store = self.store();
+            let mut table = lock(&self.schedules);
+            table.ensure_loaded(&**store);
+            table.fire(&**store, clock::unix_nanos_now())
+        };
+        // They count against the ingest queue's bytes like any publish (store_batch gives back).
+        fired.retain(|m| {
+            self.ingest_budget.try_take(m.subject.len() + m.headers.as_ref().map_or(0, Bytes::len) + m.payload.len())
+        });
+        if !fired.is_empty() {
+            tokio::task::block_in_place(|| self.store_batch(&mut fired, dedup, batches, acks));
+            self.send_acks(acks);
+        }
     }
 
     /// L3: before an append that the store's limits could answer by removing a message the

@@ -31,6 +31,7 @@ mod provenance;
 mod pubsub;
 mod raw_protocol;
 mod registry;
+mod schedules;
 mod slow_consumer;
 mod sources;
 mod tls;
