@@ -374,3 +374,7 @@ pub const SCHEDULES_PER_STREAM_MAX: usize = 100_000;
 pub const SCHEDULES_FIRED_PER_CHECK_MAX: usize = 1_000;
 /// How long a fired schedule whose copy the stream refused waits before it fires again.
 pub const SCHEDULE_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+/// How long a remote mirror or source waits to connect to its origin's server.
+pub const REMOTE_SOURCE_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long a remote mirror or source waits for an answer of its origin's JetStream API.
+pub const REMOTE_SOURCE_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);

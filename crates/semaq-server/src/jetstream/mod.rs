@@ -34,6 +34,7 @@ pub mod kv;
 pub mod lineage;
 pub mod producers;
 pub mod provenance;
+pub mod remote;
 pub mod schedules;
 pub mod schema;
 pub mod sources;

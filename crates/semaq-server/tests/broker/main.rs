@@ -34,6 +34,7 @@ mod registry;
 mod schedules;
 mod slow_consumer;
 mod sources;
+mod sources_remote;
 mod tls;
 mod tokens;
 mod tracing;
