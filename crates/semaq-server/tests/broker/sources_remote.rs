@@ -189,3 +189,30 @@ async fn remote_origins_are_checked_and_an_unreachable_one_is_reported() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test]
+async fn an_external_api_of_this_servers_own_domain_is_this_server() {
+    let server = SemaqServer::with_config("jetstream { domain: hub }\n", &[]);
+    let client = server.client().await;
+    let js = jetstream::new(client.clone());
+    create(&client, &json!({"name": "ORDERS", "subjects": ["orders.>"]})).await;
+    publish_orders(&js, 1..=3).await;
+    let config = json!({"name": "COPY", "sources": [{"name": "ORDERS", "external": {"api": "$JS.hub.API"}}]});
+    assert!(create(&client, &config).await.get("error").is_none());
+    let info = wait_for_messages(&client, "COPY", 3).await;
+    assert_eq!(info["sources"][0]["external"]["api"], "$JS.hub.API", "{info}");
+    assert!(info["sources"][0].get("error").is_none(), "{info}");
+    // Another domain would need a leafnode: accepted, and reported as out of reach.
+    let elsewhere = json!({"name": "FAR", "sources": [{"name": "ORDERS", "external": {"api": "$JS.edge.API"}}]});
+    assert!(create(&client, &elsewhere).await.get("error").is_none());
+    let deadline = tokio::time::Instant::now() + FOLLOW;
+    loop {
+        let info = api(&client, "$JS.API.STREAM.INFO.FAR", "").await;
+        if info["sources"][0]["error"]["err_code"] == 10460 {
+            assert_eq!(info["state"]["messages"], 0, "{info}");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no error reported: {info}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
