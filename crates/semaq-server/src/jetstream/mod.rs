@@ -27,6 +27,7 @@ pub mod config;
 pub mod consumer;
 pub mod consumers;
 pub mod counters;
+pub mod cron;
 pub mod direct;
 pub mod errors;
 pub mod intents;

@@ -4,9 +4,9 @@
 //! nats-server's `scheduler.go` does: `Nats-Scheduler` names the schedule, `Nats-Schedule-Next`
 //! says when it fires again, or `purge` for a one-shot, whose schedule is then removed.
 //!
-//! Patterns: `@at <RFC 3339>` (a delayed message) and `@every <Go duration>` (at least 1s).
-//! Cron expressions (`0 30 * * * *`, `@hourly`, ...) and `Nats-Schedule-Time-Zone` are not
-//! implemented: they are refused as an invalid pattern (nats-server accepts them).
+//! Patterns: `@at <RFC 3339>` (a delayed message), `@every <Go duration>` (at least 1s) and
+//! six-field cron (`0 30 * * * *`, `@hourly`, ...; cron.rs). Without a time zone database,
+//! `Nats-Schedule-Time-Zone` knows only `UTC` (nats-server knows every IANA zone).
 //!
 //! The due schedules are read at each of the stream's limits checks (every 250 ms, nats-server's
 //! own minimum) and fired through the stream's ingest, so their copies are checked, stored,
@@ -77,22 +77,31 @@ pub fn check_update(old: &StreamConfig, new: &StreamConfig) -> Result<(), ApiErr
 
 /// When a pattern fires next after `ts` (the schedule's time), and whether it repeats; `None`
 /// for a pattern this server does not take.
-fn next_fire(pattern: &str, zone: Option<&str>, ts: i64, now: i64) -> Option<(i64, bool)> {
-    if zone.is_some() {
+fn next_fire(pattern: &str, zoned: bool, ts: i64, now: i64) -> Option<(i64, bool)> {
+    let round = |ns: i64| (ns + NANOS_PER_SECOND / 2).div_euclid(NANOS_PER_SECOND) * NANOS_PER_SECOND;
+    let simple = pattern.starts_with("@at ") || pattern.starts_with("@every ");
+    if simple && zoned {
+        // A time zone goes with cron patterns only.
         return None;
     }
     if let Some(at) = pattern.strip_prefix("@at ") {
         return clock::parse_rfc3339(at).map(|at| (at, false));
     }
-    let every = pattern.strip_prefix("@every ")?;
-    let every = i64::try_from(super::kv::parse_go_duration(every)?).ok()?;
-    if every < NANOS_PER_SECOND {
-        return None;
+    if let Some(every) = pattern.strip_prefix("@every ") {
+        let every = i64::try_from(super::kv::parse_go_duration(every)?).ok()?;
+        if every < NANOS_PER_SECOND {
+            return None;
+        }
+        let mut next = round(ts).saturating_add(every);
+        if next < now {
+            next = round(now).saturating_add(every);
+        }
+        return Some((next, true));
     }
-    let round = |ns: i64| (ns + NANOS_PER_SECOND / 2).div_euclid(NANOS_PER_SECOND) * NANOS_PER_SECOND;
-    let mut next = round(ts).saturating_add(every);
+    let cron = super::cron::Cron::parse(pattern)?;
+    let mut next = cron.next_after(ts)?;
     if next < now {
-        next = round(now).saturating_add(every);
+        next = cron.next_after(round(now))?;
     }
     Some((next, true))
 }
@@ -101,10 +110,11 @@ fn next_fire(pattern: &str, zone: Option<&str>, ts: i64, now: i64) -> Option<(i6
 fn schedule_of(headers: &Headers<'_>, ts: i64, now: i64) -> Option<Result<(i64, bool), ApiError>> {
     let pattern = headers.get(SCHEDULE).filter(|p| !p.is_empty())?;
     let zone = headers.get(TIME_ZONE);
-    if zone.is_some_and(str::is_empty) {
+    // No time zone database here: UTC is the one zone known.
+    if zone.is_some_and(|zone| !matches!(zone, "UTC" | "Etc/UTC")) {
         return Some(Err(error(400, 10223, "message schedules time zone is invalid")));
     }
-    Some(next_fire(pattern, zone, ts, now).ok_or_else(pattern_invalid))
+    Some(next_fire(pattern, zone.is_some(), ts, now).ok_or_else(pattern_invalid))
 }
 
 fn error(code: u16, err_code: u32, description: &str) -> ApiError {
@@ -364,16 +374,17 @@ mod tests {
     #[test]
     fn at_fires_once_at_its_time() {
         let at = clock::parse_rfc3339("2030-01-01T00:00:00Z").expect("time");
-        assert_eq!(next_fire("@at 2030-01-01T00:00:00Z", None, 0, 0), Some((at, false)));
-        assert_eq!(next_fire("@at tomorrow", None, 0, 0), None);
-        assert_eq!(next_fire("@at 2030-01-01T00:00:00Z", Some("UTC"), 0, 0), None, "no zone with @at");
+        assert_eq!(next_fire("@at 2030-01-01T00:00:00Z", false, 0, 0), Some((at, false)));
+        assert_eq!(next_fire("@at tomorrow", false, 0, 0), None);
+        assert_eq!(next_fire("@at 2030-01-01T00:00:00Z", true, 0, 0), None, "no zone with @at");
     }
 
     #[test]
     fn every_repeats_from_the_schedule_time_rounded_to_the_second() {
-        assert_eq!(next_fire("@every 5s", None, 10 * SECOND + SECOND / 2, 0), Some((16 * SECOND, true)));
-        assert_eq!(next_fire("@every 5s", None, 10 * SECOND, 100 * SECOND), Some((105 * SECOND, true)), "late");
-        assert_eq!(next_fire("@every 500ms", None, 0, 0), None, "under a second");
-        assert_eq!(next_fire("0 * * * * *", None, 0, 0), None, "cron is not implemented");
+        assert_eq!(next_fire("@every 5s", false, 10 * SECOND + SECOND / 2, 0), Some((16 * SECOND, true)));
+        assert_eq!(next_fire("@every 5s", false, 10 * SECOND, 100 * SECOND), Some((105 * SECOND, true)), "late");
+        assert_eq!(next_fire("@every 500ms", false, 0, 0), None, "under a second");
+        assert_eq!(next_fire("0 * * * * *", true, 0, 0), Some((60 * SECOND, true)), "cron, in UTC");
+        assert_eq!(next_fire("30 * * * * *", false, 0, 100 * SECOND), Some((150 * SECOND, true)), "late cron");
     }
 }

@@ -2,7 +2,7 @@
 //! message with `Nats-Schedule` waits on its own subject; when due, the stream stores its
 //! body on `Nats-Schedule-Target` (or the last message of `Nats-Schedule-Source`) with
 //! `Nats-Scheduler` and `Nats-Schedule-Next`; a one-shot (`@at`) is then removed, a repeating
-//! one (`@every`) fires again. Bad schedules get nats-server's error codes and store nothing.
+//! one (`@every`, cron) fires again. Bad schedules get nats-server's error codes and store nothing.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -157,6 +157,8 @@ async fn bad_schedules_are_refused_with_nats_servers_codes_and_store_nothing() {
         ("plain.a", vec![("Nats-Schedule", later.as_str()), ("Nats-Schedule-Target", "plain.b")], 10188),
         ("sched.a", vec![("Nats-Schedule", "@at soon"), target], 10189),
         ("sched.a", vec![("Nats-Schedule", "@every 100ms"), target], 10189),
+        ("sched.a", vec![("Nats-Schedule", "61 * * * * *"), target], 10189),
+        ("sched.a", vec![("Nats-Schedule", later.as_str()), ("Nats-Schedule-Time-Zone", "UTC"), target], 10189),
         ("sched.a", vec![("Nats-Schedule", later.as_str()), ("Nats-Schedule-Time-Zone", ""), target], 10223),
         ("sched.a", vec![("Nats-Schedule", later.as_str())], 10190),
         ("sched.a", vec![("Nats-Schedule", later.as_str()), ("Nats-Schedule-Target", "sched.a")], 10190),
@@ -197,4 +199,29 @@ async fn schedule_settings_combine_as_nats_servers_do() {
     let mut off = schedules_stream("memory");
     off["allow_msg_schedules"] = json!(false);
     assert_api_error(&api(&client, "$JS.API.STREAM.UPDATE.S", &off.to_string()).await, 500, 10052);
+}
+
+#[tokio::test]
+async fn a_cron_schedule_fires_on_its_seconds() {
+    let server = SemaqServer::start();
+    let client = server.client().await;
+    let js = context(&server).await;
+    create(&client, schedules_stream("memory")).await;
+    let schedule =
+        [("Nats-Schedule", "* * * * * *"), ("Nats-Schedule-Time-Zone", "UTC"), ("Nats-Schedule-Target", "orders.tick")];
+    assert!(publish_raw(&client, "sched.tick", &schedule, b"tick").await.get("error").is_none());
+    let (headers, body) = wait_for_last(&js, "orders.tick").await;
+    assert_eq!(body, "tick");
+    let next = header(&headers, "Nats-Schedule-Next").expect("when next");
+    let next_ns = semaq_wire::clock::parse_rfc3339(next).expect("RFC 3339");
+    assert_eq!(next_ns % 1_000_000_000, 0, "cron fires on whole seconds: {next}");
+    let deadline = tokio::time::Instant::now() + FIRE;
+    loop {
+        let info = api(&client, "$JS.API.STREAM.INFO.S", "").await;
+        if info["state"]["messages"].as_u64().is_some_and(|n| n >= 3) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the cron schedule does not repeat: {info}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
