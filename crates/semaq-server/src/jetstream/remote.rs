@@ -94,11 +94,15 @@ async fn follow_once(run: &Run, url: &str, inbox: &str, acks: &mut AckReceiver) 
             },
         };
         let (copies, lag) = gather(run, first, &mut messages, &mut held)?;
+        let Some(after) = copies.last().map(|copy| copy.origin_seq + 1) else { continue };
         let stream = run.current_stream().ok_or(Failure::Gone)?;
         let outcome = run.store_copies(&stream, copies, inbox, acks).await;
         run.link.contact(lag);
-        if let Outcome::Retry = outcome {
-            return Err(Failure::Refused);
+        // The consumer has moved past the batch: anything short of all of it (a full ingest
+        // queue, a refusal to retry) reconnects from what the stream holds.
+        match outcome {
+            Outcome::Advanced(next) if next >= after => {}
+            _ => return Err(Failure::Refused),
         }
     }
 }
