@@ -216,3 +216,37 @@ async fn an_external_api_of_this_servers_own_domain_is_this_server() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test]
+async fn a_source_reconnects_by_itself_when_the_nats_server_origin_comes_back() {
+    let dir = tempfile::tempdir().expect("dir");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port().to_string();
+    let args = ["-js", "-sd", dir.path().to_str().expect("utf-8"), "-p", port.as_str()];
+    let nats = NatsServer::with_args(&args);
+    let url = nats.url();
+    let origin = jetstream::new(nats.client().await);
+    let config =
+        jetstream::stream::Config { name: "ORDERS".into(), subjects: vec!["orders.>".into()], ..Default::default() };
+    origin.create_stream(config).await.expect("origin stream");
+    publish_orders(&origin, 1..=3).await;
+
+    let server = SemaqServer::start();
+    let client = server.client().await;
+    let copy = json!({"name": "COPY", "sources": [{"name": "ORDERS"}], "metadata": {"semaq.url.ORDERS": url}});
+    assert!(create(&client, &copy).await.get("error").is_none());
+    wait_for_messages(&client, "COPY", 3).await;
+
+    drop(origin);
+    drop(nats);
+    let nats = NatsServer::with_args(&args);
+    assert_eq!(nats.url(), url, "the origin is back at the same address");
+    let origin = jetstream::new(nats.client().await);
+    publish_orders(&origin, 4..=5).await;
+    wait_for_messages(&client, "COPY", 5).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let info = api(&client, "$JS.API.STREAM.INFO.COPY", "").await;
+    assert_eq!(info["state"]["messages"], 5, "nothing twice: {info}");
+    let copies = messages(&jetstream::new(client), "COPY", 5).await;
+    let payloads: Vec<&str> = copies.iter().map(|(.., payload)| payload.as_str()).collect();
+    assert_eq!(payloads, ["order 1", "order 2", "order 3", "order 4", "order 5"]);
+}
