@@ -185,7 +185,8 @@ pub struct Quota {
 
 impl Quota {
     /// The quota of `stream` (storage `storage`) for one ingest batch; `None` when nothing
-    /// limits it. Reads the other streams' usage, so it is taken before this stream's store lock.
+    /// limits it. Reads the other streams' usage (a busy one's as last seen), so it is taken
+    /// before this stream's store lock.
     pub fn for_stream(jetstream: &JetStream, stream: &str, storage: Storage) -> Option<Self> {
         let options = &jetstream.services().options;
         let limits = AccountLimits::of(options);
@@ -198,7 +199,7 @@ impl Quota {
         }
         let others = (jetstream.streams().iter())
             .filter(|other| other.name != stream && other.config().storage == storage)
-            .map(|other| other.state().bytes)
+            .map(|other| other.stored_bytes())
             .fold(0, u64::saturating_add);
         Some(Self { others, account_max, server_max })
     }

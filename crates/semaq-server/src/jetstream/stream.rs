@@ -189,6 +189,8 @@ pub struct Stream {
     expiries: Mutex<super::kv::Expiries>,
     /// Scheduled messages waiting, by subject. Lock order: after `store`.
     schedules: Mutex<super::schedules::Table>,
+    /// The stored bytes last seen, for other streams' account quota while the store is busy.
+    stored_bytes: std::sync::atomic::AtomicU64,
 }
 
 /// What storing one ingest batch works with, under the stream's store lock.
@@ -278,6 +280,7 @@ impl Stream {
             producers.ensure_loaded(store.as_mut(), clock::unix_nanos_now());
         }
         let (first_seq, last_seq) = (store.state().first_seq, store.state().last_seq);
+        let stored_bytes = store.state().bytes;
         let stream = Arc::new(Self {
             name: config.name.clone(),
             config: RwLock::new(Arc::new(config)),
@@ -299,6 +302,7 @@ impl Stream {
             publishes: PublishCounters::default(),
             expiries: Mutex::new(super::kv::Expiries::rebuild_from(first_seq, last_seq)),
             schedules: Mutex::new(super::schedules::Table::default()),
+            stored_bytes: std::sync::atomic::AtomicU64::new(stored_bytes),
         });
         // A new stream has nothing to rebuild; a restored one rebuilds on first use.
         let dedup = Dedup { loaded: last_seq == 0, ..Dedup::default() };
@@ -375,6 +379,21 @@ impl Stream {
     /// The store, for reads by the API and consumers.
     pub fn store(&self) -> std::sync::MutexGuard<'_, Box<dyn StreamStore>> {
         lock(&self.store)
+    }
+
+    /// The bytes stored, for another stream's account quota: read now when the store is free,
+    /// else as last seen (its ingest is storing a batch: waiting would tie the two streams'
+    /// fsyncs together).
+    pub fn stored_bytes(&self) -> u64 {
+        use std::sync::atomic::Ordering::Relaxed;
+        match self.store.try_lock() {
+            Ok(store) => {
+                let bytes = store.state().bytes;
+                self.stored_bytes.store(bytes, Relaxed);
+                bytes
+            }
+            Err(_) => self.stored_bytes.load(Relaxed),
+        }
     }
 
     /// Counts and bounds.
@@ -793,7 +812,9 @@ impl Stream {
             chain.finish_batch(store.as_mut(), self.sync_policy, written_ok);
         }
         drop(chain);
-        let last_seq = store.state().last_seq;
+        let state = store.state();
+        self.stored_bytes.store(state.bytes, std::sync::atomic::Ordering::Relaxed);
+        let last_seq = state.last_seq;
         drop(store);
         if let Some(schema) = schema.as_mut() {
             schema.announce();

@@ -210,3 +210,29 @@ async fn a_publish_once_the_server_is_over_its_memory_store_is_refused_as_nats_s
     assert_eq!(actual, expected);
     assert_eq!(actual_count, expected_count);
 }
+
+/// Memory streams `m` and `n`, four 300-byte publishes to each: every PubAck.
+async fn fill_two_streams(url: &str) -> Vec<Value> {
+    let options = async_nats::ConnectOptions::with_user_and_password("a".into(), "a".into());
+    let client = options.connect(url).await.unwrap_or_else(|error| panic!("connect to {url}: {error}"));
+    let mut acks = Vec::new();
+    for name in ["m", "n"] {
+        let created = api(&client, &format!("$JS.API.STREAM.CREATE.{name}"), &memory(name, None).to_string()).await;
+        assert!(created.get("error").is_none(), "{url}: {created}");
+        for _ in 0..4 {
+            let reply = client.request(name, vec![b'x'; 300].into()).await.expect("PubAck");
+            acks.push(serde_json::from_slice(&reply.payload).expect("PubAck JSON"));
+        }
+    }
+    acks
+}
+
+#[tokio::test]
+async fn the_accounts_memory_limit_counts_every_stream_as_nats_server_does() {
+    let semaq = SemaqServer::with_config(SMALL_MEMORY_ACCOUNT_CONFIG, &[]);
+    let (nats, _dir) = nats_server_with(SMALL_MEMORY_ACCOUNT_CONFIG);
+    let expected = fill_two_streams(&nats.url()).await;
+    let refused = expected.iter().filter(|ack| ack["error"]["err_code"] == 10002).count();
+    assert_eq!(refused, 2, "nats-server 2.9: the last two publishes to n pass 2000 bytes: {expected:?}");
+    assert_eq!(fill_two_streams(&semaq.url()).await, expected);
+}
