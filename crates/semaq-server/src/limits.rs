@@ -380,3 +380,14 @@ pub const WEBSOCKET_COMPRESS_BYTES_MIN: usize = 64;
 /// Control frames (pongs) queued for a client that pings faster than it reads; past it, pings
 /// go unanswered until the queue drains.
 pub const WEBSOCKET_QUEUED_CONTROL_BYTES_MAX: usize = 4 * 1024;
+
+/// Schedules a stream reads back from its store after a restart (one per subject).
+pub const SCHEDULES_PER_STREAM_MAX: usize = 100_000;
+/// Scheduled messages a stream fires at one limits check; the rest wait for the next.
+pub const SCHEDULES_FIRED_PER_CHECK_MAX: usize = 1_000;
+/// How long a fired schedule whose copy the stream refused waits before it fires again.
+pub const SCHEDULE_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+/// How long a remote mirror or source waits to connect to its origin's server.
+pub const REMOTE_SOURCE_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long a remote mirror or source waits for an answer of its origin's JetStream API.
+pub const REMOTE_SOURCE_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);

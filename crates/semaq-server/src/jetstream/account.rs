@@ -170,6 +170,54 @@ fn insufficient(storage: Storage) -> ApiError {
     }
 }
 
+/// The bytes a stream may still store under the account's and the server's limits, checked
+/// per publish as nats-server does: the server's when its usage is already over (503, 10023),
+/// else the account's when the message would take it over (400, 10002).
+#[derive(Debug, Clone, Copy)]
+pub struct Quota {
+    /// Bytes the other streams of the same storage type hold.
+    others: u64,
+    /// The account's bytes for this storage type (-1: none).
+    account_max: i64,
+    /// The server's `max_memory_store` or `max_file_store`.
+    server_max: Option<u64>,
+}
+
+impl Quota {
+    /// The quota of `stream` (storage `storage`) for one ingest batch; `None` when nothing
+    /// limits it. Reads the other streams' usage (a busy one's as last seen), so it is taken
+    /// before this stream's store lock.
+    pub fn for_stream(jetstream: &JetStream, stream: &str, storage: Storage) -> Option<Self> {
+        let options = &jetstream.services().options;
+        let limits = AccountLimits::of(options);
+        let (account_max, server_max) = match storage {
+            Storage::Memory => (limits.memory_bytes_max, options.jetstream_memory_bytes_max),
+            Storage::File => (limits.file_bytes_max, options.jetstream_file_bytes_max),
+        };
+        if account_max < 0 && server_max.is_none() {
+            return None;
+        }
+        let others = (jetstream.streams().iter())
+            .filter(|other| other.name != stream && other.config().storage == storage)
+            .map(|other| other.stored_bytes())
+            .fold(0, u64::saturating_add);
+        Some(Self { others, account_max, server_max })
+    }
+
+    /// Whether a message of `message_bytes` may join the `own_bytes` of the stream.
+    pub fn check(&self, own_bytes: u64, message_bytes: u64) -> Result<(), ApiError> {
+        let used = self.others.saturating_add(own_bytes);
+        if self.server_max.is_some_and(|max| used > max) {
+            return Err(error(503, 10023, "insufficient resources"));
+        }
+        let after = i64::try_from(used.saturating_add(message_bytes)).unwrap_or(i64::MAX);
+        if self.account_max >= 0 && after > self.account_max {
+            return Err(error(400, 10002, "resource limits exceeded for account"));
+        }
+        Ok(())
+    }
+}
+
 /// The account's consumer defaults, before the config's own defaults: an acknowledging
 /// consumer without `max_ack_pending` gets the account's limit when it is below the default.
 pub fn apply_consumer_defaults(options: &Options, config: &mut ConsumerConfig) {
@@ -220,6 +268,15 @@ mod tests {
         let mut two = options.clone();
         two.accounts.push(Account { name: "B".to_string(), ..Account::default() });
         assert_eq!(AccountLimits::of(&two), AccountLimits::UNLIMITED);
+    }
+
+    #[test]
+    fn a_quota_refuses_what_would_take_the_account_over() {
+        let quota = Quota { others: 600, account_max: 1000, server_max: None };
+        assert!(quota.check(300, 100).is_ok(), "exactly at the limit is allowed");
+        assert_eq!(quota.check(300, 101).map_err(|e| e.err_code), Err(10002));
+        let server = Quota { others: 600, account_max: -1, server_max: Some(500) };
+        assert_eq!(server.check(0, 1).map_err(|e| e.err_code), Err(10023));
     }
 
     #[test]

@@ -35,7 +35,7 @@ use semaq_wire::{clock, Headers};
 use super::config::{Discard, StreamConfig};
 use super::errors::ApiError;
 use super::producers;
-use super::stream::{header as js_header, store_error, Inbound, Ingest, PublishOutcome, Stream};
+use super::stream::{header as js_header, store_error, Inbound, Ingest, PendingAck, Stream};
 use crate::delivery::{FlushSet, Message};
 use crate::limits;
 
@@ -361,11 +361,11 @@ pub fn commit(
     ingest: &mut Ingest<'_, '_>,
     commit: Commit,
     batches: &mut Batches,
-    acks: &mut Vec<(Option<String>, PublishOutcome)>,
+    acks: &mut Vec<PendingAck>,
 ) -> bool {
     let Commit { id, mut messages, reply } = commit;
     if let Err(error) = precheck(ingest, &messages) {
-        acks.push((reply, Err(error)));
+        acks.push((reply, Err(error), None));
         return false;
     }
     if let Some(last) = messages.last_mut() {
@@ -380,7 +380,7 @@ pub fn commit(
             true
         }
         Err(error) => {
-            acks.push((reply, Err(error)));
+            acks.push((reply, Err(error), None));
             false
         }
     }
@@ -649,6 +649,7 @@ mod tests {
             publisher: Some(1),
             received: std::time::Instant::now(),
             trace: None,
+            internal: false,
         }
     }
 

@@ -142,6 +142,9 @@ pub struct StreamConfig {
     /// Republish stored messages to another subject.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub republish: Option<RePublish>,
+    /// Honour `Nats-Schedule` headers: scheduled and delayed messages (nats-server 2.12).
+    #[serde(skip_serializing_if = "is_false")]
+    pub allow_msg_schedules: bool,
 }
 
 /// `republish`: stored messages matching `src` are published again to `dest`.
@@ -202,6 +205,7 @@ impl Default for StreamConfig {
             allow_msg_ttl: false,
             subject_delete_marker_ttl: 0,
             republish: None,
+            allow_msg_schedules: false,
         }
     }
 }

@@ -186,7 +186,7 @@ pub fn parse_ttl(text: &str) -> Option<i64> {
 }
 
 /// Go's `time.ParseDuration` in nanoseconds (`1h30m`, `1.5s`, `500ms`); a bare number is not one.
-fn parse_go_duration(text: &str) -> Option<i128> {
+pub(super) fn parse_go_duration(text: &str) -> Option<i128> {
     let (negative, mut rest) = match text.strip_prefix('-') {
         Some(rest) => (true, rest),
         None => (false, text.strip_prefix('+').unwrap_or(text)),

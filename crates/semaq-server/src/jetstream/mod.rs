@@ -27,6 +27,7 @@ pub mod config;
 pub mod consumer;
 pub mod consumers;
 pub mod counters;
+pub mod cron;
 pub mod direct;
 pub mod errors;
 pub mod intents;
@@ -34,6 +35,8 @@ pub mod kv;
 pub mod lineage;
 pub mod producers;
 pub mod provenance;
+pub mod remote;
+pub mod schedules;
 pub mod schema;
 pub mod sources;
 pub mod stream;
@@ -466,6 +469,7 @@ pub fn normalize(mut config: StreamConfig) -> Result<StreamConfig, ApiError> {
     consumer::check_priority(&config.metadata).map_err(ApiError::invalid_stream_config)?;
     config.apply_exactly_once().map_err(ApiError::invalid_stream_config)?;
     counters::check_config(&config)?;
+    schedules::check_config(&mut config)?;
     kv::normalize(&mut config)?;
     Ok(config)
 }
@@ -488,5 +492,6 @@ fn check_update(old: &StreamConfig, new: &StreamConfig) -> Result<(), ApiError> 
         return Err(ApiError::stream_update("deny purge"));
     }
     counters::check_update(old, new)?;
+    schedules::check_update(old, new)?;
     kv::check_update(old, new)
 }

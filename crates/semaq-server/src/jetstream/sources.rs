@@ -10,8 +10,12 @@
 //! sourcing stream has stored, read back from it at every (re)start: a mirror's last sequence
 //! (mirrors keep origin sequences), a source's newest `Nats-Stream-Source` header.
 //!
-//! Remote origins (`external.api` naming another JetStream) need a connection to another server;
-//! they are accepted in configs and reported as not reachable in stream info.
+//! Remote origins (remote.rs): a stream whose metadata names a URL for an origin
+//! (`"semaq.url.<origin>": "nats://host:4222"`) follows it on that server, nats-server or
+//! SemaQ, through an ordered push consumer (flow control, heartbeats) at `external.api` there
+//! (default `$JS.API`). An `external.api` of this server's own domain (`$JS.<domain>.API`)
+//! is this server. Any other `external.api` needs a leafnode, which SemaQ has not: it is
+//! accepted and reported as not reachable in stream info.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -35,6 +39,21 @@ use crate::sync::lock;
 
 /// The header a sourced message carries: `<origin> <seq> <filter> <destination> <subject>`.
 pub const STREAM_SOURCE_HEADER: &str = "Nats-Stream-Source";
+/// Stream metadata naming where a remote origin lives: `semaq.url.<origin stream>`.
+pub const URL_KEY_PREFIX: &str = "semaq.url.";
+
+/// The URL of a source or mirror's origin, when the stream's metadata names one.
+pub fn remote_url<'a>(config: &'a StreamConfig, source: &StreamSource) -> Option<&'a str> {
+    config.metadata.get(&format!("{URL_KEY_PREFIX}{}", source.name)).map(String::as_str)
+}
+
+/// Whether an origin is a stream of this server: not external, or external at this server's
+/// own domain, and not at a URL.
+fn is_local(config: &StreamConfig, source: &StreamSource, domain: Option<&str>) -> bool {
+    let own_domain = |api: &str| domain.is_some_and(|domain| api == format!("$JS.{domain}.API"));
+    remote_url(config, source).is_none() && source.external.as_ref().is_none_or(|e| own_domain(&e.api))
+}
+
 /// Reply subjects of sourced messages start with this; the stream acknowledges them even when
 /// it is `no_ack` (the follower needs the outcome).
 pub const ACK_PREFIX: &str = "$SEMAQ.SOURCE.ACK.";
@@ -64,6 +83,10 @@ impl Following {
         self.stopped.load(Ordering::Acquire)
     }
 
+    fn wake(&self) -> &Notify {
+        &self.wake
+    }
+
     /// Waits until every task of this following ended (a new one must not overlap it).
     async fn finished(&self) {
         let tasks = std::mem::take(&mut *lock(&self.tasks));
@@ -75,15 +98,28 @@ impl Following {
 
 /// One origin of a mirror or source and what stream info reports about it.
 #[derive(Debug)]
-struct Link {
-    spec: StreamSource,
-    mirror: bool,
+pub(super) struct Link {
+    pub(super) spec: StreamSource,
+    pub(super) mirror: bool,
+    /// Where the origin is: this server, a remote URL, or out of reach.
+    pub(super) place: Place,
     /// `<filter> <destination>` of the header, as nats-server composes them.
     filter_text: String,
     destination_text: String,
     /// Filters (with their transform) a message must match; empty: every message.
     routes: Vec<(String, Option<Transform>)>,
     status: Mutex<Status>,
+}
+
+/// Where a link's origin lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Place {
+    /// A stream of this server.
+    Local,
+    /// A stream of the server at this URL.
+    Remote(String),
+    /// Behind a leafnode this server does not have.
+    Unreachable,
 }
 
 #[derive(Debug, Default)]
@@ -109,7 +145,18 @@ impl Followers {
         if specs.is_empty() {
             return;
         }
-        let links: Vec<Arc<Link>> = specs.into_iter().map(|(spec, mirror)| Arc::new(Link::new(spec, mirror))).collect();
+        let domain = jetstream.services().options.jetstream_domain.clone();
+        let place = |spec: &StreamSource| match remote_url(&config, spec) {
+            Some(url) => Place::Remote(url.to_string()),
+            None if is_local(&config, spec, domain.as_deref()) => Place::Local,
+            None => Place::Unreachable,
+        };
+        let links: Vec<Arc<Link>> = (specs.into_iter())
+            .map(|(spec, mirror)| {
+                let place = place(&spec);
+                Arc::new(Link { place, ..Link::new(spec, mirror) })
+            })
+            .collect();
         let following = Arc::new(Following {
             links: links.clone(),
             stopped: AtomicBool::new(false),
@@ -177,7 +224,8 @@ impl Link {
                 .collect();
             (sources.join("\u{c}"), destinations.join("\u{c}"), routes)
         };
-        Link { spec, mirror, filter_text, destination_text, routes, status: Mutex::new(Status::default()) }
+        let status = Mutex::new(Status::default());
+        Link { spec, mirror, place: Place::Local, filter_text, destination_text, routes, status }
     }
 
     fn describe(&self) -> Value {
@@ -199,7 +247,7 @@ impl Link {
         body
     }
 
-    fn wants(&self, subject: &str) -> bool {
+    pub(super) fn wants(&self, subject: &str) -> bool {
         self.routes.is_empty() || self.routes.iter().any(|(filter, _)| subject::matches(filter, subject))
     }
 
@@ -212,18 +260,18 @@ impl Link {
     }
 
     /// The one filter the origin's store can apply itself, if there is exactly one.
-    fn store_filter(&self) -> Option<&str> {
+    pub(super) fn store_filter(&self) -> Option<&str> {
         match self.routes.as_slice() {
             [(filter, _)] => Some(filter.as_str()),
             _ => None,
         }
     }
 
-    fn set_error(&self, error: Option<ApiError>) {
+    pub(super) fn set_error(&self, error: Option<ApiError>) {
         lock(&self.status).error = error;
     }
 
-    fn contact(&self, lag: u64) {
+    pub(super) fn contact(&self, lag: u64) {
         let mut status = lock(&self.status);
         status.last_contact = Some(Instant::now());
         status.lag = lag;
@@ -261,23 +309,26 @@ impl InternalSink for Acks {
 }
 
 /// One link's follower.
-struct Run {
+pub(super) struct Run {
     jetstream: Weak<JetStream>,
     stream: Weak<Stream>,
-    link: Arc<Link>,
+    pub(super) link: Arc<Link>,
     following: Arc<Following>,
 }
 
 /// A copy ready for the sourcing stream.
-struct Copy {
-    origin_seq: u64,
+pub(super) struct Copy {
+    pub(super) origin_seq: u64,
     subject: String,
     headers: Option<Bytes>,
     payload: Bytes,
 }
 
+/// The acknowledgements of a follower's copies.
+pub(super) type AckReceiver = mpsc::Receiver<Result<(), ApiError>>;
+
 /// How a batch of copies went.
-enum Outcome {
+pub(super) enum Outcome {
     /// Stored up to here (the next origin sequence to read).
     Advanced(u64),
     /// Nothing more to do until the origin changes.
@@ -300,6 +351,13 @@ impl Run {
             }
         };
         drop(stream);
+        if let Place::Remote(url) = &self.link.place {
+            super::remote::follow(&self, url, &inbox, &mut acks).await;
+            if let Some(stream) = self.stream.upgrade() {
+                stream.services().bus.unsubscribe_internal(&subscription);
+            }
+            return;
+        }
         let mut backoff = limits::SOURCE_RETRY_BACKOFF_MIN;
         let mut next = None;
         while !self.following.is_stopped() {
@@ -337,21 +395,36 @@ impl Run {
     }
 
     /// The sourcing stream while it is still the one this follower was started for.
-    fn current_stream(&self) -> Option<Arc<Stream>> {
+    pub(super) fn current_stream(&self) -> Option<Arc<Stream>> {
         let stream = self.stream.upgrade()?;
         let registered = self.jetstream.upgrade()?.stream(&stream.name)?;
         Arc::ptr_eq(&stream, &registered).then_some(stream)
     }
 
     fn origin(&self) -> Option<Arc<Stream>> {
-        if self.link.spec.external.is_some() {
+        if self.link.place != Place::Local {
             return None;
         }
         self.jetstream.upgrade()?.stream(&self.link.spec.name)
     }
 
+    /// Whether the follower was told to stop.
+    pub(super) fn is_stopped(&self) -> bool {
+        self.following.is_stopped()
+    }
+
+    /// Wakes when the follower is told to stop.
+    pub(super) async fn stopped(&self) {
+        let woken = self.following.wake().notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        if !self.following.is_stopped() {
+            woken.await;
+        }
+    }
+
     /// Sleeps, waking early when stopped.
-    async fn pause(&self, duration: Duration) {
+    pub(super) async fn pause(&self, duration: Duration) {
         let woken = self.following.wake.notified();
         tokio::pin!(woken);
         // Registered before the check, so a stop in between still wakes it.
@@ -383,19 +456,24 @@ impl Run {
 
     /// The origin sequence to read next: after what the sourcing stream already holds, else
     /// where the config says to start. `None` when the origin is not reachable.
-    fn start_seq(&self, stream: &Stream) -> Option<u64> {
-        let Some(origin) = self.origin() else {
-            self.unreachable();
-            return None;
-        };
+    /// The origin sequence after the last one this link stored, if it stored any.
+    pub(super) fn resume_seq(&self, stream: &Stream) -> Option<u64> {
         let sourced = if self.link.mirror {
             let last = stream.state().last_seq;
             (last > 0).then_some(last)
         } else {
             self.last_sourced(stream)
         };
-        if let Some(seq) = sourced {
-            return Some(seq + 1);
+        sourced.map(|seq| seq + 1)
+    }
+
+    fn start_seq(&self, stream: &Stream) -> Option<u64> {
+        let Some(origin) = self.origin() else {
+            self.unreachable();
+            return None;
+        };
+        if let Some(seq) = self.resume_seq(stream) {
+            return Some(seq);
         }
         let spec = &self.link.spec;
         if spec.opt_start_seq > 0 {
@@ -447,6 +525,17 @@ impl Run {
         let (copies, lag) = self.read(&origin, from);
         drop(origin);
         self.link.contact(lag);
+        self.store_copies(stream, copies, inbox, acks).await
+    }
+
+    /// Hands copies to the sourcing stream in order and waits for their acks.
+    pub(super) async fn store_copies(
+        &self,
+        stream: &Arc<Stream>,
+        copies: Vec<Copy>,
+        inbox: &str,
+        acks: &mut AckReceiver,
+    ) -> Outcome {
         let Some(first) = copies.first() else { return Outcome::Idle };
         if self.link.mirror && !self.align_mirror(stream, first.origin_seq) {
             return Outcome::Retry;
@@ -519,7 +608,7 @@ impl Run {
         (copies, lag)
     }
 
-    fn copy_of(&self, message: semaq_store::StoredMessage) -> Copy {
+    pub(super) fn copy_of(&self, message: semaq_store::StoredMessage) -> Copy {
         let subject = self.link.destination(&message.subject);
         let mut block = match message.headers.as_deref() {
             Some(raw) => HeaderBlock::parse(raw).unwrap_or_default(),
@@ -604,9 +693,15 @@ pub fn check_shape(config: &StreamConfig) -> Result<(), ApiError> {
         }
         check_transforms(source, false)?;
     }
-    let externals = config.mirror.iter().chain(&config.sources).filter_map(|s| s.external.as_ref());
-    for external in externals {
-        check_external(external)?;
+    for source in config.mirror.iter().chain(&config.sources) {
+        let url = remote_url(config, source);
+        if let Some(url) = url {
+            check_url(url)?;
+        }
+        if let Some(external) = &source.external {
+            // At a URL, `$JS.API` is the other server's: no loop back into this one.
+            check_external(external, url.is_none())?;
+        }
     }
     if let Some(transform) = &config.subject_transform {
         if !transform.source.is_empty() && !subject::is_valid_filter(&transform.source) {
@@ -674,7 +769,23 @@ fn check_transforms(source: &StreamSource, mirror: bool) -> Result<(), ApiError>
     Ok(())
 }
 
-fn check_external(external: &super::config::ExternalStream) -> Result<(), ApiError> {
+/// A remote origin's URL: `nats://host:port` (or `host:port`), as async-nats takes it.
+fn check_url(url: &str) -> Result<(), ApiError> {
+    let refused = || {
+        ApiError::invalid_stream_config(format!(
+            "{URL_KEY_PREFIX}* must be a NATS URL like nats://host:4222, not {url:?}"
+        ))
+    };
+    let rest = url.strip_prefix("nats://").or_else(|| url.strip_prefix("tls://")).unwrap_or(url);
+    let host_port = rest.rsplit('@').next().unwrap_or(rest);
+    let (host, port) = host_port.rsplit_once(':').ok_or_else(refused)?;
+    if host.is_empty() || port.parse::<u16>().is_err() || url.contains(char::is_whitespace) {
+        return Err(refused());
+    }
+    Ok(())
+}
+
+fn check_external(external: &super::config::ExternalStream, local_api: bool) -> Result<(), ApiError> {
     if !external.deliver.is_empty() && !subject::is_valid_literal(&external.deliver) {
         return Err(ApiError::external_deliver_wildcards(&external.deliver));
     }
@@ -685,7 +796,7 @@ fn check_external(external: &super::config::ExternalStream) -> Result<(), ApiErr
                 external.api
             )));
         }
-        if subject::overlaps(&external.api, "$JS.API") {
+        if local_api && subject::overlaps(&external.api, "$JS.API") {
             return Err(ApiError::external_api_overlap(&external.api));
         }
     }
@@ -694,10 +805,10 @@ fn check_external(external: &super::config::ExternalStream) -> Result<(), ApiErr
 
 /// Checks what depends on the other streams: message sizes against the origins, and cycles.
 pub fn check_against(jetstream: &JetStream, config: &StreamConfig) -> Result<(), ApiError> {
-    let local = |source: &&StreamSource| source.external.is_none();
+    let domain = jetstream.services().options.jetstream_domain.clone();
     for (source, mirror) in (config.mirror.iter().map(|m| (m, true)))
         .chain(config.sources.iter().map(|s| (s, false)))
-        .filter(|(source, _)| local(source))
+        .filter(|(source, _)| is_local(config, source, domain.as_deref()))
     {
         let Some(origin) = jetstream.stream(&source.name) else { continue };
         let origin_max = origin.config().max_msg_size;
@@ -721,7 +832,7 @@ fn check_cycles(jetstream: &JetStream, config: &StreamConfig) -> Result<(), ApiE
             return Err(cycle());
         }
         visited.insert(current.name.clone());
-        for source in current.sources.iter().filter(|s| s.external.is_none()) {
+        for source in current.sources.iter().filter(|s| s.external.is_none() && remote_url(&current, s).is_none()) {
             let lookup = || jetstream.stream(&source.name).map(|s| s.config());
             if visited.contains(&source.name) {
                 let filter = &source.filter_subject;
@@ -733,7 +844,9 @@ fn check_cycles(jetstream: &JetStream, config: &StreamConfig) -> Result<(), ApiE
                 to_visit.push(origin);
             }
         }
-        if let Some(mirror) = current.mirror.as_ref().filter(|m| m.external.is_none()) {
+        if let Some(mirror) =
+            current.mirror.as_ref().filter(|m| m.external.is_none() && remote_url(&current, m).is_none())
+        {
             if visited.contains(&mirror.name) {
                 return Err(cycle());
             }
@@ -755,5 +868,11 @@ pub fn check_update(old: &StreamConfig, new: &StreamConfig) -> Result<(), ApiErr
 
 /// Whether an update changes what the stream follows.
 pub fn follows_changed(old: &StreamConfig, new: &StreamConfig) -> bool {
-    old.mirror != new.mirror || old.sources != new.sources
+    let urls = |config: &StreamConfig| -> Vec<(String, String)> {
+        (config.metadata.iter())
+            .filter(|(key, _)| key.starts_with(URL_KEY_PREFIX))
+            .map(|(key, value)| (key.clone(), value.clone()))
+            .collect()
+    };
+    old.mirror != new.mirror || old.sources != new.sources || urls(old) != urls(new)
 }

@@ -29,6 +29,7 @@ use super::errors::ApiError;
 use super::producers::{self, Producers, Verdict};
 use std::fmt::Write as _;
 
+use super::account::Quota;
 use super::schema::SchemaCheck;
 use crate::delivery::{FlushSet, InternalSink, Message, Subscription};
 use crate::limits;
@@ -60,10 +61,22 @@ pub struct Inbound {
     pub received: Instant,
     /// The publish's trace context, when the publish is traced.
     pub trace: Option<crate::trace::Carried>,
+    /// Written by the server itself (a schedule's copy): a client's publish checks do not apply.
+    pub internal: bool,
+}
+
+impl Inbound {
+    /// Whether a mirror or source follower copied it here from another stream.
+    pub fn is_sourced(&self) -> bool {
+        self.reply.as_deref().is_some_and(|reply| reply.starts_with(super::sources::ACK_PREFIX))
+    }
 }
 
 /// The outcome of one publish: `seq` and whether it was a duplicate, or why it was refused.
 pub type PublishOutcome = Result<(u64, bool), ApiError>;
+
+/// A PubAck to send: the reply subject, the outcome, and a counter stream's new value (`val`).
+pub type PendingAck = (Option<String>, PublishOutcome, Option<String>);
 
 /// Recent `Nats-Msg-Id`s within the duplicate window, oldest first.
 #[derive(Debug, Default)]
@@ -174,6 +187,10 @@ pub struct Stream {
     pub publishes: PublishCounters,
     /// Messages with a `Nats-TTL`, by expiry. Lock order: after `store`.
     expiries: Mutex<super::kv::Expiries>,
+    /// Scheduled messages waiting, by subject. Lock order: after `store`.
+    schedules: Mutex<super::schedules::Table>,
+    /// The stored bytes last seen, for other streams' account quota while the store is busy.
+    stored_bytes: std::sync::atomic::AtomicU64,
 }
 
 /// What storing one ingest batch works with, under the stream's store lock.
@@ -196,6 +213,8 @@ pub struct Ingest<'a, 'c> {
     /// While an atomic batch is appended: messages no consumer wants, dropped once the whole
     /// batch is in (so its last message is always there for the crash check at start-up).
     pub deferred_deletes: Option<Vec<u64>>,
+    /// The account's and the server's byte limits (`None`: unlimited).
+    quota: Option<Quota>,
 }
 
 impl Ingest<'_, '_> {
@@ -261,6 +280,7 @@ impl Stream {
             producers.ensure_loaded(store.as_mut(), clock::unix_nanos_now());
         }
         let (first_seq, last_seq) = (store.state().first_seq, store.state().last_seq);
+        let stored_bytes = store.state().bytes;
         let stream = Arc::new(Self {
             name: config.name.clone(),
             config: RwLock::new(Arc::new(config)),
@@ -281,6 +301,8 @@ impl Stream {
             msg_ids: super::lineage::MsgIds::new(last_seq, clock::unix_nanos_now()),
             publishes: PublishCounters::default(),
             expiries: Mutex::new(super::kv::Expiries::rebuild_from(first_seq, last_seq)),
+            schedules: Mutex::new(super::schedules::Table::default()),
+            stored_bytes: std::sync::atomic::AtomicU64::new(stored_bytes),
         });
         // A new stream has nothing to rebuild; a restored one rebuilds on first use.
         let dedup = Dedup { loaded: last_seq == 0, ..Dedup::default() };
@@ -310,6 +332,7 @@ impl Stream {
             publisher: None,
             received: Instant::now(),
             trace: None,
+            internal: false,
         };
         if self.ingest.try_send(inbound).is_err() {
             self.ingest_budget.give_back(size);
@@ -356,6 +379,21 @@ impl Stream {
     /// The store, for reads by the API and consumers.
     pub fn store(&self) -> std::sync::MutexGuard<'_, Box<dyn StreamStore>> {
         lock(&self.store)
+    }
+
+    /// The bytes stored, for another stream's account quota: read now when the store is free,
+    /// else as last seen (its ingest is storing a batch: waiting would tie the two streams'
+    /// fsyncs together).
+    pub fn stored_bytes(&self) -> u64 {
+        use std::sync::atomic::Ordering::Relaxed;
+        match self.store.try_lock() {
+            Ok(store) => {
+                let bytes = store.state().bytes;
+                self.stored_bytes.store(bytes, Relaxed);
+                bytes
+            }
+            Err(_) => self.stored_bytes.load(Relaxed),
+        }
     }
 
     /// Counts and bounds.
@@ -525,6 +563,7 @@ impl Stream {
             publisher: message.publisher,
             received: Instant::now(),
             trace,
+            internal: false,
         };
         if self.ingest.try_send(inbound).is_err() {
             self.ingest_budget.give_back(size);
@@ -550,6 +589,7 @@ impl Stream {
             tokio::select! {
                 _ = limits_timer.tick() => {
                     self.enforce_limits();
+                    self.fire_schedules(&mut dedup, &mut batches, &mut acks);
                     batches.expire(self.config().batch_timeout(), std::time::Instant::now());
                     batches.send_replies(&self);
                 }
@@ -667,12 +707,14 @@ impl Stream {
         batch: &mut Vec<Inbound>,
         dedup: &mut Dedup,
         batches: &mut Batches,
-        acks: &mut Vec<(Option<String>, PublishOutcome)>,
+        acks: &mut Vec<PendingAck>,
     ) {
         let config = self.config();
         // L4 lineage, before the store lock: resolving a parent's Msg-Id reads other streams.
         let mut parents = super::lineage::Parents::check(self, &config, batch);
         let window_ns = self.duplicate_window_ns();
+        // Before this stream's store lock: the quota reads the other streams' usage.
+        let quota = self.jetstream().and_then(|jetstream| Quota::for_stream(&jetstream, &self.name, config.storage));
         let mut store = self.store();
         let mut producers = lock(&self.producers);
         let now = clock::unix_nanos_now();
@@ -700,6 +742,7 @@ impl Stream {
             now,
             window_ns,
             deferred_deletes: None,
+            quota,
         };
         let mut stored_any = false;
         // Whether something stored needs its own fsync before its ack (see `defers_sync`).
@@ -710,7 +753,7 @@ impl Stream {
             self.ingest_budget.give_back(size);
             // L4 lineage: what was decided before the store lock (a refusal, or the resolved parents).
             if let Err(refused) = parents.apply(index, &mut message) {
-                acks.push((message.reply, Err(refused)));
+                acks.push((message.reply, Err(refused), None));
                 continue;
             }
             // Atomic batches are staged until their commit, then stored whole (batch.rs).
@@ -718,7 +761,7 @@ impl Stream {
                 Route::Single(message) => message,
                 Route::Staged => continue,
                 Route::Refused(reply, error) => {
-                    acks.push((reply, Err(error)));
+                    acks.push((reply, Err(error), None));
                     continue;
                 }
                 Route::Commit(mut commit) => {
@@ -739,7 +782,10 @@ impl Stream {
             let stored = matches!(outcome, Ok((_, false)));
             stored_any |= stored;
             must_sync |= stored && !defers_sync(&config, &message.subject);
-            acks.push((message.reply, outcome));
+            // nats-server's PubAck of a counter stream carries the subject's new value.
+            let counted = config.allow_msg_counter && stored;
+            let value = counted.then(|| super::counters::value_of(&message.payload)).flatten();
+            acks.push((message.reply, outcome, value));
         }
         drop(producers);
         let mut written_ok = true;
@@ -771,7 +817,7 @@ impl Stream {
                     tracing::error!(stream = %self.name, %error, "critical write error; refusing the batch's acks");
                 }
                 let refusal = store_error(error);
-                for (_, outcome) in acks.iter_mut() {
+                for (_, outcome, _) in acks.iter_mut() {
                     if outcome.is_ok() {
                         *outcome = Err(refusal.clone());
                     }
@@ -783,7 +829,9 @@ impl Stream {
             chain.finish_batch(store.as_mut(), self.sync_policy, written_ok);
         }
         drop(chain);
-        let last_seq = store.state().last_seq;
+        let state = store.state();
+        self.stored_bytes.store(state.bytes, std::sync::atomic::Ordering::Relaxed);
+        let last_seq = state.last_seq;
         drop(store);
         if let Some(schema) = schema.as_mut() {
             schema.announce();
@@ -829,8 +877,18 @@ impl Stream {
             self.before_append(ingest, message)?;
         }
         let (subject, headers) = (&message.subject, message.headers.as_deref());
-        if let Some(sum) = super::counters::apply(ingest.config, &*ingest.store, subject, headers, &message.payload)? {
-            message.payload = sum;
+        let sourced = message.is_sourced();
+        let store = &*ingest.store;
+        if let Some(counted) =
+            super::counters::apply(ingest.config, store, subject, headers, &message.payload, sourced)?
+        {
+            message.payload = counted.payload;
+            if let Some(headers) = counted.headers {
+                message.headers = Some(headers);
+            }
+        }
+        if !message.internal && !sourced {
+            super::schedules::check_publish(ingest.config, &*ingest.store, message)?;
         }
         let kv = super::kv::check(ingest.config, ingest.store, message)?;
         let outcome = store_one(
@@ -840,9 +898,13 @@ impl Stream {
             message,
             (ingest.now, ingest.window_ns),
             ingest.chain.as_deref_mut(),
+            ingest.quota.as_ref(),
         )?;
         let (seq, false) = outcome else { return Ok(outcome) };
         kv.stored(self, ingest, message, seq)?;
+        if ingest.config.allow_msg_schedules {
+            self.schedule_stored(ingest, message, seq)?;
+        }
         if let Some(fields) = crate::tokens::PayloadFields::from_metadata(&ingest.config.metadata) {
             let tokens = &self.services.tokens;
             tokens.record_payload(&fields, &message.subject, message.headers.as_deref(), &message.payload);
@@ -871,6 +933,37 @@ impl Stream {
         Ok((seq, false))
     }
 
+    /// Schedules: a stored schedule waits; a one-shot's stored copy removes its schedule.
+    fn schedule_stored(&self, ingest: &mut Ingest<'_, '_>, message: &Inbound, seq: u64) -> Result<(), ApiError> {
+        let purged = lock(&self.schedules).stored(message, seq, ingest.now);
+        if let Some(scheduler) = purged {
+            ingest.snapshot_before_removal()?;
+            super::schedules::purge_schedule(ingest.store, &scheduler)?;
+        }
+        Ok(())
+    }
+
+    /// Stores the copies of the schedules due now, through the same checks as any publish.
+    fn fire_schedules(&self, dedup: &mut Dedup, batches: &mut Batches, acks: &mut Vec<PendingAck>) {
+        if !self.config().allow_msg_schedules {
+            return;
+        }
+        let mut fired = {
+            let store = self.store();
+            let mut table = lock(&self.schedules);
+            table.ensure_loaded(&**store);
+            table.fire(&**store, clock::unix_nanos_now())
+        };
+        // They count against the ingest queue's bytes like any publish (store_batch gives back).
+        fired.retain(|m| {
+            self.ingest_budget.try_take(m.subject.len() + m.headers.as_ref().map_or(0, Bytes::len) + m.payload.len())
+        });
+        if !fired.is_empty() {
+            tokio::task::block_in_place(|| self.store_batch(&mut fired, dedup, batches, acks));
+            self.send_acks(acks);
+        }
+    }
+
     /// L3: before an append that the store's limits could answer by removing a message the
     /// producer snapshot does not cover yet, brings the snapshot up to date.
     fn before_append(&self, ingest: &mut Ingest<'_, '_>, message: &Inbound) -> Result<(), ApiError> {
@@ -885,12 +978,12 @@ impl Stream {
         Ok(())
     }
 
-    fn send_acks(&self, acks: &mut Vec<(Option<String>, PublishOutcome)>) {
+    fn send_acks(&self, acks: &mut Vec<PendingAck>) {
         let no_ack = self.config().no_ack;
         let domain = &self.services.options.jetstream_domain;
         let mut flush = FlushSet::default();
         let mut body = String::with_capacity(64);
-        for (reply, outcome) in acks.drain(..) {
+        for (reply, outcome, value) in acks.drain(..) {
             match &outcome {
                 Ok((_, false)) => bump(&self.publishes.stored),
                 Ok((_, true)) => bump(&self.publishes.duplicates),
@@ -901,12 +994,18 @@ impl Stream {
                 continue;
             }
             body.clear();
-            match (outcome, domain) {
+            match (outcome, domain, value) {
                 // The common case, written without building a JSON tree.
-                (Ok((seq, false)), None) => {
+                (Ok((seq, false)), None, None) => {
                     let _ = write!(body, r#"{{"stream":"{}","seq":{seq}}}"#, self.name);
                 }
-                (outcome, domain) => body.push_str(&pub_ack_json(&self.name, domain.as_deref(), outcome).to_string()),
+                (outcome, domain, value) => {
+                    let mut ack = pub_ack_json(&self.name, domain.as_deref(), outcome);
+                    if let Some(value) = value {
+                        ack["val"] = json!(value);
+                    }
+                    body.push_str(&ack.to_string());
+                }
             }
             let message =
                 Message { subject: &reply, reply: None, headers: None, payload: body.as_bytes(), publisher: None };
@@ -961,6 +1060,7 @@ fn store_one(
     message: &Inbound,
     (now, window_ns): (i64, i64),
     chain: Option<&mut super::provenance::ChainWriter<'_>>,
+    quota: Option<&Quota>,
 ) -> PublishOutcome {
     if config.sealed {
         return Err(ApiError::sealed());
@@ -981,6 +1081,10 @@ fn store_one(
         if let Some(seq) = dedup.by_id.get(id) {
             return Ok((*seq, true));
         }
+    }
+    if let Some(quota) = quota {
+        let bytes = store.size_model().message_bytes(&message.subject, message.headers.as_deref(), &message.payload);
+        quota.check(store.state().bytes, bytes)?;
     }
     let seq = match chain {
         Some(chain) => chain.append(store, message, now)?,

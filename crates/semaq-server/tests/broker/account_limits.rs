@@ -157,3 +157,82 @@ async fn the_servers_own_bounds_limit_reservations_under_an_unlimited_global_acc
     ];
     side_by_side(SERVER_BOUNDS_CONFIG, None, &steps).await;
 }
+
+/// An account that may keep 2000 bytes in memory (no other limit).
+const SMALL_MEMORY_ACCOUNT_CONFIG: &str = r#"
+accounts { A { users: [{ user: a, password: a }], jetstream { max_mem: 2000, max_file: 1MB } } }
+"#;
+
+/// The server keeps at most 2000 bytes in memory; `$G` is unlimited.
+const SMALL_MEMORY_SERVER_CONFIG: &str = "jetstream { max_memory_store: 2000, max_file_store: 1MB }\n";
+
+/// Creates memory stream `m` and publishes `count` messages of 300 bytes to it; returns every
+/// PubAck and the stream's final message count.
+async fn publish_until_full(url: &str, user: Option<&str>, count: usize) -> (Vec<Value>, Value) {
+    let options = match user {
+        Some(user) => async_nats::ConnectOptions::with_user_and_password(user.into(), user.into()),
+        None => async_nats::ConnectOptions::new(),
+    };
+    let client = options.connect(url).await.unwrap_or_else(|error| panic!("connect to {url}: {error}"));
+    let created = api(&client, "$JS.API.STREAM.CREATE.m", &memory("m", None).to_string()).await;
+    assert!(created.get("error").is_none(), "{url}: {created}");
+    let mut acks = Vec::new();
+    for _ in 0..count {
+        let reply = client.request("m", vec![b'x'; 300].into()).await.expect("PubAck");
+        acks.push(serde_json::from_slice(&reply.payload).expect("PubAck JSON"));
+    }
+    let info = api(&client, "$JS.API.STREAM.INFO.m", "").await;
+    (acks, info["state"]["messages"].clone())
+}
+
+#[tokio::test]
+async fn a_publish_over_the_accounts_memory_limit_is_refused_as_nats_server_does_and_not_stored() {
+    let semaq = SemaqServer::with_config(SMALL_MEMORY_ACCOUNT_CONFIG, &[]);
+    let (nats, _dir) = nats_server_with(SMALL_MEMORY_ACCOUNT_CONFIG);
+    let (expected, expected_count) = publish_until_full(&nats.url(), Some("a"), 8).await;
+    let (actual, actual_count) = publish_until_full(&semaq.url(), Some("a"), 8).await;
+    // 317 bytes each as nats-server's memory store counts them: the seventh would pass 2000.
+    assert_eq!(expected_count, 6, "nats-server 2.9: {expected:?}");
+    assert_eq!(expected[6]["error"]["err_code"], 10002, "nats-server 2.9: {}", expected[6]);
+    assert_eq!(actual, expected);
+    assert_eq!(actual_count, expected_count);
+}
+
+#[tokio::test]
+async fn a_publish_once_the_server_is_over_its_memory_store_is_refused_as_nats_server_does() {
+    let semaq = SemaqServer::with_config(SMALL_MEMORY_SERVER_CONFIG, &[]);
+    let (nats, _dir) = nats_server_with(SMALL_MEMORY_SERVER_CONFIG);
+    let (expected, expected_count) = publish_until_full(&nats.url(), None, 9).await;
+    let (actual, actual_count) = publish_until_full(&semaq.url(), None, 9).await;
+    // The server's bound is checked before the message counts: the seventh takes it over.
+    assert_eq!(expected_count, 7, "nats-server 2.9: {expected:?}");
+    assert_eq!(expected[7]["error"]["err_code"], 10023, "nats-server 2.9: {}", expected[7]);
+    assert_eq!(actual, expected);
+    assert_eq!(actual_count, expected_count);
+}
+
+/// Memory streams `m` and `n`, four 300-byte publishes to each: every PubAck.
+async fn fill_two_streams(url: &str) -> Vec<Value> {
+    let options = async_nats::ConnectOptions::with_user_and_password("a".into(), "a".into());
+    let client = options.connect(url).await.unwrap_or_else(|error| panic!("connect to {url}: {error}"));
+    let mut acks = Vec::new();
+    for name in ["m", "n"] {
+        let created = api(&client, &format!("$JS.API.STREAM.CREATE.{name}"), &memory(name, None).to_string()).await;
+        assert!(created.get("error").is_none(), "{url}: {created}");
+        for _ in 0..4 {
+            let reply = client.request(name, vec![b'x'; 300].into()).await.expect("PubAck");
+            acks.push(serde_json::from_slice(&reply.payload).expect("PubAck JSON"));
+        }
+    }
+    acks
+}
+
+#[tokio::test]
+async fn the_accounts_memory_limit_counts_every_stream_as_nats_server_does() {
+    let semaq = SemaqServer::with_config(SMALL_MEMORY_ACCOUNT_CONFIG, &[]);
+    let (nats, _dir) = nats_server_with(SMALL_MEMORY_ACCOUNT_CONFIG);
+    let expected = fill_two_streams(&nats.url()).await;
+    let refused = expected.iter().filter(|ack| ack["error"]["err_code"] == 10002).count();
+    assert_eq!(refused, 2, "nats-server 2.9: the last two publishes to n pass 2000 bytes: {expected:?}");
+    assert_eq!(fill_two_streams(&semaq.url()).await, expected);
+}

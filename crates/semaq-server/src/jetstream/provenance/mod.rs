@@ -598,6 +598,7 @@ mod tests {
             publisher: None,
             received: std::time::Instant::now(),
             trace: None,
+            internal: false,
         }
     }
 
