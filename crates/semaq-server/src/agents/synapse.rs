@@ -6,7 +6,8 @@
 //!
 //! - `latency`: peak-EWMA of successful reply times (per output token when the reply carries
 //!   `Semaq-Tokens-Out`, since an LLM's time scales with what it writes). A sample above the
-//!   estimate replaces it (peak); one below moves it `LATENCY_SMOOTHING` of the way. At rest the
+//!   estimate replaces it (peak), but at most doubles it (`LATENCY_RISE_MAX`) per reply; one
+//!   below moves it `LATENCY_SMOOTHING` of the way. At rest the
 //!   estimate decays toward zero (`LATENCY_DECAY`), so an agent that stopped getting traffic
 //!   is tried again and can show it healed.
 //! - `penalty`: each error or timeout adds `ERROR_PENALTY_FACTOR` times the *intent's* slowest
@@ -40,6 +41,11 @@ pub const ERROR_PENALTY_FLOOR_US: f64 = 10_000.0;
 pub const PENALTY_DECAY_US: f64 = 1_000_000.0;
 /// Time constant of the idle latency estimate's decay toward zero.
 pub const LATENCY_DECAY_US: f64 = 2_000_000.0;
+/// Most one reply can multiply the latency estimate by. A truly slower agent is still noticed
+/// within a few replies (log2 of how much slower), but one outlier (a scheduling hiccup of a
+/// healthy agent) no longer makes it look ten times slower and lose its traffic for about a
+/// second while the others queue its share (seen in `/semaq/agents` during `bench intent-rr`).
+pub const LATENCY_RISE_MAX: f64 = 2.0;
 /// Share of the way a sample below the estimate moves it.
 pub const LATENCY_SMOOTHING: f64 = 0.3;
 /// Smallest latency the cost uses, so in-flight requests still count for a new agent.
@@ -123,8 +129,14 @@ impl Synapse {
             Outcome::Success { latency_us, tokens_out } => {
                 let sample = latency_us as f64 / tokens_out.filter(|t| *t > 0).map_or(1.0, |t| t as f64);
                 let estimate = self.latency_us(now_us);
-                self.latency_us =
-                    if sample >= estimate { sample } else { estimate + (sample - estimate) * LATENCY_SMOOTHING };
+                self.latency_us = if sample < estimate {
+                    estimate + (sample - estimate) * LATENCY_SMOOTHING
+                } else if estimate >= LATENCY_FLOOR_US {
+                    sample.min(estimate * LATENCY_RISE_MAX)
+                } else {
+                    // Nothing learned yet (or all of it decayed): the first reply is the estimate.
+                    sample
+                };
                 self.latency_at_us = now_us;
                 self.weight += (WEIGHT_MAX - self.weight) * WEIGHT_GAIN;
             }
@@ -221,18 +233,23 @@ mod tests {
     }
 
     #[test]
-    fn the_latency_estimate_takes_peaks_at_once_and_recovers_gradually() {
+    fn the_latency_estimate_at_most_doubles_per_reply_and_recovers_gradually() {
         let mut synapse = Synapse::new(0);
         synapse.observe(success(MS), 0, 0.0);
+        assert!((synapse.latency_us(0) - 1_000.0).abs() < 1.0, "the first reply is the estimate");
         synapse.observe(success(100 * MS), 1, 0.0);
-        assert!((synapse.latency_us(1) - 100_000.0).abs() < 1.0, "a peak replaces the estimate");
-        synapse.observe(success(MS), 2, 0.0);
-        let after_one = synapse.latency_us(2);
+        assert!((synapse.latency_us(1) - 2_000.0).abs() < 1.0, "one outlier only doubles it");
+        for step in 2..9 {
+            synapse.observe(success(100 * MS), step, 0.0);
+        }
+        assert!((synapse.latency_us(9) - 100_000.0).abs() < 1.0, "a slow agent is noticed within log2(100) replies");
+        synapse.observe(success(MS), 10, 0.0);
+        let after_one = synapse.latency_us(10);
         assert!(after_one < 100_000.0 && after_one > 50_000.0, "one fast reply moves it part way: {after_one}");
-        for step in 3..30 {
+        for step in 11..40 {
             synapse.observe(success(MS), step, 0.0);
         }
-        assert!(synapse.latency_us(30) < 2_000.0);
+        assert!(synapse.latency_us(40) < 2_000.0);
     }
 
     #[test]
