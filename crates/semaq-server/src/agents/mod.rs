@@ -359,7 +359,7 @@ impl Agents {
                     }
                     self.refused(&target, message.reply);
                 }
-                Decision::Wait => return self.park(name, message, crate::priority::priority_of(priority)),
+                Decision::Wait => return self.park(name, message, avoid, crate::priority::priority_of(priority)),
                 Decision::Unroutable => break,
             }
         }
@@ -388,7 +388,7 @@ impl Agents {
         }
     }
 
-    fn park(&self, name: &str, message: &Message<'_>, priority: u8) -> bool {
+    fn park(&self, name: &str, message: &Message<'_>, avoid: Option<u64>, priority: u8) -> bool {
         let Some(reply) = message.reply else { return false };
         let parked = Parked {
             subject: message.subject.to_string(),
@@ -396,6 +396,7 @@ impl Agents {
             headers: message.headers.map(bytes::Bytes::copy_from_slice),
             payload: bytes::Bytes::copy_from_slice(message.payload),
             publisher: message.publisher,
+            avoid,
         };
         let deadline = self.now_us() + duration_us(self.options.wait);
         let parked = lock(&self.table).park(name, priority, deadline, parked);
@@ -465,7 +466,9 @@ impl Agents {
                     publisher: parked.publisher,
                 };
                 let mut flush = FlushSet::default();
-                if !self.dispatch(&name, &message, &mut flush) {
+                // Still away from the agent that declined it: a durable intent's redelivery
+                // that waited for capacity must not go back to it (and be dead-lettered there).
+                if !self.dispatch_avoiding(&name, &message, parked.avoid, &mut flush) {
                     self.tell_no_responders(&parked);
                 }
                 flush.flush();

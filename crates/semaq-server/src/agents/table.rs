@@ -89,6 +89,8 @@ pub struct Parked {
     pub payload: Bytes,
     /// The requester's connection.
     pub publisher: Option<u64>,
+    /// The connection whose agent declined it, which gets it again only when no other can.
+    pub avoid: Option<u64>,
 }
 
 impl Parked {

@@ -30,9 +30,19 @@ async fn jobs_stream(client: &Client) -> stream::Stream {
 /// An agent for `finetune` that records what it got and answers each job with what `answer`
 /// says for its body: `Semaq-Status` `ok`, `retry` or `error`.
 async fn agent(server: &SemaqServer, id: &str, answer: fn(&[u8]) -> &'static str) -> (Client, Arc<Mutex<Vec<String>>>) {
+    agent_with(server, id, (4, Duration::ZERO), answer).await
+}
+
+/// As `agent`, announcing `capacity` and taking `work` over each job, one at a time.
+async fn agent_with(
+    server: &SemaqServer,
+    id: &str,
+    (capacity, work): (u32, Duration),
+    answer: fn(&[u8]) -> &'static str,
+) -> (Client, Arc<Mutex<Vec<String>>>) {
     let client = server.client().await;
     let mut inbox = client.subscribe(format!("agents.{id}")).await.unwrap();
-    let beat = json!({"agent_id": id, "intents": ["finetune"], "inbox": format!("agents.{id}"), "capacity": 4});
+    let beat = json!({"agent_id": id, "intents": ["finetune"], "inbox": format!("agents.{id}"), "capacity": capacity});
     let ack: Value =
         serde_json::from_slice(&client.request("$SEMAQ.AGENT.HB", beat.to_string().into()).await.unwrap().payload)
             .unwrap();
@@ -42,6 +52,7 @@ async fn agent(server: &SemaqServer, id: &str, answer: fn(&[u8]) -> &'static str
     tokio::spawn(async move {
         while let Some(job) = inbox.next().await {
             log.lock().unwrap().push(String::from_utf8_lossy(&job.payload).to_string());
+            tokio::time::sleep(work).await;
             let mut headers = HeaderMap::new();
             headers.insert("Semaq-Status", answer(&job.payload));
             if let Some(reply) = job.reply {
@@ -144,6 +155,35 @@ async fn work_an_agent_declined_is_redelivered_to_another_agent() {
     unique.dedup();
     assert_eq!(unique.len(), picky.len(), "no job went back to the agent that declined it: {picky:?}");
     assert_eq!(messages_in(&client, "JOBS_DLQ").await, 0, "with max_deliver 2, nothing was dead-lettered");
+}
+
+#[tokio::test]
+async fn declined_work_that_waits_for_a_busy_agent_still_avoids_the_agent_that_declined_it() {
+    let server = SemaqServer::with_config(CONFIG, &[]);
+    let client = server.client().await;
+    jobs_stream(&client).await;
+    let (_picky, picky_seen) = agent(&server, "picky", |_| "retry").await;
+    // One job at a time, slowly: the redeliveries picky declined wait for its capacity.
+    let (_steady, steady_seen) = agent_with(&server, "steady", (1, Duration::from_millis(150)), |_| "ok").await;
+    let js = jetstream::new(client.clone());
+    for n in 0..6 {
+        js.publish("intent.finetune", format!("job-{n}").into()).await.unwrap().await.unwrap();
+    }
+    wait_until_async("every job is done", Duration::from_secs(15), || {
+        let client = client.clone();
+        async move { messages_in(&client, "JOBS").await == 0 }
+    })
+    .await;
+    let mut done = steady_seen.lock().unwrap().clone();
+    done.sort();
+    done.dedup();
+    assert_eq!(done.len(), 6, "steady did every job, waiting ones too: {done:?}");
+    let picky = picky_seen.lock().unwrap().clone();
+    let mut unique = picky.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), picky.len(), "no waiting job went back to the agent that declined it: {picky:?}");
+    assert_eq!(messages_in(&client, "JOBS_DLQ").await, 0, "nothing was dead-lettered");
 }
 
 #[tokio::test]
