@@ -97,12 +97,21 @@ fn scale_quick_draws_every_curve_for_both_servers_with_verdicts_and_plots() {
     for curve in ["subs:", "stored:", "idle:", "filters:"] {
         assert!(output.lines().any(|line| line.starts_with(curve)), "no {curve} curve: {output}");
     }
-    // Every row of every table: a size, a figure from each server, their ratio.
-    let rows: Vec<&str> =
-        output.lines().filter(|line| line.trim_end().ends_with('×') && line.starts_with("    ")).collect();
+    // Every row of every table: a size, a figure from each server, their ratio. A CPU time
+    // below the clock's resolution (10 ms over a quick run) reads 0.00 and has no ratio.
+    let mut figure = "";
+    let mut rows = Vec::new();
+    for line in output.lines() {
+        if line.starts_with("  ") && !line.starts_with("    ") {
+            figure = line.trim();
+        } else if line.split_whitespace().next().is_some_and(|n| n.replace(',', "").parse::<u64>().is_ok()) {
+            rows.push((figure, line.trim_end()));
+        }
+    }
     let expected_rows = 2 * (2 + 4 + 2 + 1);
     assert_eq!(rows.len(), expected_rows, "two sizes for each of 9 figures: {output}");
-    assert!(rows.iter().all(|row| !row.contains(" - ")), "a figure missing: {output}");
+    let complete = |(figure, row): &(&str, &str)| row.ends_with('×') || (figure.contains("CPU") && row.ends_with(" -"));
+    assert!(rows.iter().all(complete), "a figure missing: {output}");
     assert!(output.contains("semaq-server: pubsub at 100 subs / at 1: "), "{output}");
     assert!(output.contains("RSS per idle connection at 50: semaq-server / nats-server: "), "{output}");
     assert!(output.contains("semaq-server: restart → first PubAck at 4,000 / at 1,000"), "{output}");
