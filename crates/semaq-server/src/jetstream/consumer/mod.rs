@@ -192,7 +192,8 @@ impl Consumer {
         let stream = self.stream();
         let state = lock(&self.state);
         let filter = self.content_filter();
-        let num_pending = stream.as_ref().map_or(0, |s| state.num_pending(s, &config, filter.as_deref()));
+        let num_pending =
+            stream.as_ref().map_or(0, |s| state.num_pending(s, &config, filter.as_deref())) + state.in_transit;
         let mut info = json!({
             "stream_name": self.stream_name,
             "name": self.name,

@@ -231,8 +231,10 @@ impl Consumer {
             } else {
                 self.deliver_pull(&mut state, &config, stream, now, &mut outgoing);
             }
+            state.in_transit += outgoing.len() as u64;
             (next_wake(&state, &config, now), std::mem::take(&mut state.skipped))
         };
+        let in_transit = outgoing.len() as u64;
         // Messages the content filter skipped count as acknowledged (interest, workqueue).
         stream.acknowledged(&skipped);
         self.record_latency(&outgoing);
@@ -248,6 +250,9 @@ impl Consumer {
             bus.publish_batched(&message.route, &message_view, &mut flush);
         }
         flush.flush();
+        let mut state = lock(&self.state);
+        state.in_transit = state.in_transit.saturating_sub(in_transit);
+        drop(state);
         next_wake
     }
 
