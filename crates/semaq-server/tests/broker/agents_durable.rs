@@ -63,6 +63,38 @@ async fn agent_with(
     (client, seen)
 }
 
+/// Publishes `jobs` to the durable intent and waits until its stream is empty.
+async fn publish_and_settle(client: &Client, jobs: usize, within: Duration) {
+    let js = jetstream::new(client.clone());
+    for n in 0..jobs {
+        js.publish("intent.finetune", format!("job-{n}").into()).await.unwrap().await.unwrap();
+    }
+    wait_until_async("every job is done", within, || {
+        let client = client.clone();
+        async move { messages_in(&client, "JOBS").await == 0 }
+    })
+    .await;
+}
+
+/// Steady did every job; no job went back to picky, which declined it; nothing was dead-lettered.
+async fn assert_every_job_done_by_steady_none_twice_by_picky(
+    client: &Client,
+    jobs: usize,
+    steady_seen: &Mutex<Vec<String>>,
+    picky_seen: &Mutex<Vec<String>>,
+) {
+    let mut done = steady_seen.lock().unwrap().clone();
+    done.sort();
+    done.dedup();
+    assert_eq!(done.len(), jobs, "steady did every job, waiting ones too: {done:?}");
+    let picky = picky_seen.lock().unwrap().clone();
+    let mut unique = picky.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), picky.len(), "no job went back to the agent that declined it: {picky:?}");
+    assert_eq!(messages_in(client, "JOBS_DLQ").await, 0, "with max_deliver 2, nothing was dead-lettered");
+}
+
 async fn messages_in(client: &Client, name: &str) -> u64 {
     let js = jetstream::new(client.clone());
     js.get_stream(name).await.unwrap().info().await.unwrap().state.messages
@@ -136,25 +168,8 @@ async fn work_an_agent_declined_is_redelivered_to_another_agent() {
     jobs_stream(&client).await;
     let (_picky, picky_seen) = agent(&server, "picky", |_| "retry").await;
     let (_steady, steady_seen) = agent(&server, "steady", |_| "ok").await;
-    let js = jetstream::new(client.clone());
-    for n in 0..10 {
-        js.publish("intent.finetune", format!("job-{n}").into()).await.unwrap().await.unwrap();
-    }
-    wait_until_async("every job is done", Duration::from_secs(10), || {
-        let client = client.clone();
-        async move { messages_in(&client, "JOBS").await == 0 }
-    })
-    .await;
-    let mut done = steady_seen.lock().unwrap().clone();
-    done.sort();
-    done.dedup();
-    assert_eq!(done.len(), 10, "steady did every job: {done:?}");
-    let picky = picky_seen.lock().unwrap().clone();
-    let mut unique = picky.clone();
-    unique.sort();
-    unique.dedup();
-    assert_eq!(unique.len(), picky.len(), "no job went back to the agent that declined it: {picky:?}");
-    assert_eq!(messages_in(&client, "JOBS_DLQ").await, 0, "with max_deliver 2, nothing was dead-lettered");
+    publish_and_settle(&client, 10, Duration::from_secs(10)).await;
+    assert_every_job_done_by_steady_none_twice_by_picky(&client, 10, &steady_seen, &picky_seen).await;
 }
 
 #[tokio::test]
@@ -165,25 +180,8 @@ async fn declined_work_that_waits_for_a_busy_agent_still_avoids_the_agent_that_d
     let (_picky, picky_seen) = agent(&server, "picky", |_| "retry").await;
     // One job at a time, slowly: the redeliveries picky declined wait for its capacity.
     let (_steady, steady_seen) = agent_with(&server, "steady", (1, Duration::from_millis(150)), |_| "ok").await;
-    let js = jetstream::new(client.clone());
-    for n in 0..6 {
-        js.publish("intent.finetune", format!("job-{n}").into()).await.unwrap().await.unwrap();
-    }
-    wait_until_async("every job is done", Duration::from_secs(15), || {
-        let client = client.clone();
-        async move { messages_in(&client, "JOBS").await == 0 }
-    })
-    .await;
-    let mut done = steady_seen.lock().unwrap().clone();
-    done.sort();
-    done.dedup();
-    assert_eq!(done.len(), 6, "steady did every job, waiting ones too: {done:?}");
-    let picky = picky_seen.lock().unwrap().clone();
-    let mut unique = picky.clone();
-    unique.sort();
-    unique.dedup();
-    assert_eq!(unique.len(), picky.len(), "no waiting job went back to the agent that declined it: {picky:?}");
-    assert_eq!(messages_in(&client, "JOBS_DLQ").await, 0, "nothing was dead-lettered");
+    publish_and_settle(&client, 6, Duration::from_secs(15)).await;
+    assert_every_job_done_by_steady_none_twice_by_picky(&client, 6, &steady_seen, &picky_seen).await;
 }
 
 #[tokio::test]
