@@ -8,18 +8,18 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use crate::error::{StoreError, StoreResult};
+use crate::error::{io_error, StoreError, StoreResult};
 use crate::ledger::Ledger;
 use crate::limits::{
-    segment_header, CORRUPTION_REPORTS_MAX_COUNT, SEGMENT_SIZE_DEFAULT_BYTES, SEGMENT_SIZE_MAX_BYTES,
-    SEGMENT_SIZE_MIN_BYTES,
+    segment_header, CORRUPTION_REPORTS_MAX_COUNT, RECORD_SIZE_MAX_BYTES, SEGMENT_SIZE_DEFAULT_BYTES,
+    SEGMENT_SIZE_MAX_BYTES, SEGMENT_SIZE_MIN_BYTES,
 };
 use crate::meta::MetaFile;
 use crate::record::{self, record_size};
 pub use crate::recovery::RecoveryReport;
 use crate::recovery::{recover, recover_locked, Recovered};
-use crate::segment::Segment;
-use crate::storage::{self, SharedStorage, StdDisk};
+use crate::segment::{Segment, INDEX_EXTENSION};
+use crate::storage::{self, OpenMode, SharedStorage, StdDisk};
 use crate::types::{PurgeRequest, SizeModel, StoreLimits, StoredMessage, StreamState};
 use crate::StreamStore;
 
@@ -249,6 +249,10 @@ impl FileStore {
             self.retry_reload()?;
         }
         let result = step(self);
+        if let Some(failure) = self.ledger.sealed_failure() {
+            // Counts may be off by what could not be read: no change is taken on top of them.
+            self.poisoned.get_or_insert_with(|| format!("reading a sealed index failed: {failure}"));
+        }
         let Err(StoreError::Io { source, .. }) = &result else { return result };
         let reason = result.as_ref().err().map(ToString::to_string).unwrap_or_default();
         if !storage::is_out_of_space(source) {
@@ -295,19 +299,27 @@ impl FileStore {
     }
 
     fn read_message(&self, seq: u64) -> StoreResult<Option<StoredMessage>> {
-        let Some(slot) = self.ledger.live_slot(seq) else { return Ok(None) };
+        let Some((offset, meta)) = self.ledger.live_record(seq) else { return Ok(None) };
         let Some(segment) = self.segment_for(seq) else { return Ok(None) };
-        let bytes = segment.read(slot.body, slot.size)?;
+        // A sealed entry is read from its index file after open: a damaged one must not make
+        // the read run past the log or allocate what it claims.
+        let placed =
+            meta.size as usize <= RECORD_SIZE_MAX_BYTES && u64::from(offset) + u64::from(meta.size) <= segment.len();
+        let decoded = if placed {
+            record::decode(segment.read(offset, meta.size)?, seq)
+        } else {
+            Err(format!("index places the record at {offset}+{} beyond its log", meta.size))
+        };
         // The record must agree with the index about everything both know.
-        let decoded = record::decode(bytes, seq).and_then(|message| {
-            let subject = self.ledger.subject_name(slot);
+        let decoded = decoded.and_then(|message| {
+            let subject = self.ledger.subject_name_of(meta.subject);
             if message.subject != subject {
                 return Err(format!("record subject {:?} differs from index subject {subject:?}", message.subject));
             }
-            if message.timestamp_ns != slot.timestamp_ns {
+            if message.timestamp_ns != meta.timestamp_ns {
                 return Err(format!(
                     "record time {} differs from index time {}",
-                    message.timestamp_ns, slot.timestamp_ns
+                    message.timestamp_ns, meta.timestamp_ns
                 ));
             }
             Ok(message)
@@ -397,6 +409,9 @@ impl FileStore {
         let last = self.segments.len() - 1;
         let active = &mut self.segments[last];
         active.seal(&*self.storage, &self.dir, &self.ledger, end_seq)?;
+        let (first_seq, index_path) = (active.first_seq, active.path(&self.dir, INDEX_EXTENSION));
+        let index = self.storage.open(&index_path, OpenMode::Read, 0).map_err(io_error("open", &index_path))?;
+        self.ledger.seal_tail(first_seq, index, index_path);
         let next = Segment::create(&*self.storage, &self.dir, end_seq)?;
         self.segments.push(next);
         Ok(())
@@ -482,6 +497,9 @@ impl StreamStore for FileStore {
     }
 
     fn state(&self) -> StreamState {
+        if let Some(failure) = self.ledger.sealed_failure() {
+            self.report_corruption(failure);
+        }
         let mut state = self.ledger.state();
         state.corruption = self.corruption.lock().unwrap_or_else(std::sync::PoisonError::into_inner).summary();
         state
@@ -586,5 +604,51 @@ impl Drop for FileStore {
         if self.poisoned.is_none() && !self.reload_pending {
             let _ = self.active().flush();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::StreamStore;
+
+    fn open(dir: &Path) -> FileStore {
+        let config = FileStoreConfig { segment_size_bytes: SEGMENT_SIZE_MIN_BYTES, ..FileStoreConfig::new(dir) };
+        FileStore::open(config).unwrap()
+    }
+
+    #[test]
+    fn sealed_segments_keep_no_slot_and_answer_from_their_index_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = open(dir.path());
+        for n in 0..2_000u64 {
+            let subject = if n % 3 == 0 { "orders.eu" } else { "orders.us" };
+            store.append(subject, None, format!("message {n}").as_bytes(), i64::try_from(n).unwrap()).unwrap();
+        }
+        assert!(store.segment_count() > 10);
+        let active_first = store.segments.last().unwrap().first_seq;
+        assert_eq!(store.ledger.slot_count() as u64, 2_001 - active_first, "slots for the active segment only");
+        // Removals inside sealed segments, then reads across them.
+        assert!(store.delete(1).unwrap() && store.delete(500).unwrap() && !store.delete(500).unwrap());
+        let purged = store.purge(&PurgeRequest {
+            subject: Some("orders.eu".into()),
+            up_to_seq: Some(1_000),
+            ..Default::default()
+        });
+        assert_eq!(purged.unwrap(), 332, "eu is every third seq from 1: 4, 7, ..., 997 (1 was deleted)");
+        let expected = store.state();
+        assert_eq!((expected.first_seq, expected.msgs), (2, 2_000 - 2 - 332));
+        assert_eq!(store.get_next(1, Some("orders.eu")).unwrap().unwrap().seq, 1_000);
+        assert_eq!(store.get(501).unwrap().unwrap().payload.as_ref(), b"message 500");
+        assert_eq!(store.get_last_for_subject("orders.eu").unwrap().unwrap().seq, 1_999);
+        assert_eq!(store.count_matching(1..2_001, Some("orders.us"), u64::MAX), Some(1_333 - 1));
+        store.close().unwrap();
+        drop(store);
+        let reopened = open(dir.path());
+        assert_eq!(reopened.state(), expected);
+        assert_eq!(
+            reopened.subjects_state(None),
+            BTreeMap::from([("orders.eu".into(), 334), ("orders.us".into(), 1_332)])
+        );
     }
 }

@@ -2,14 +2,20 @@
 //! subject table, and every decision about which messages the limits and purges remove.
 //!
 //! A store keeps its bytes elsewhere and hangs a per-slot `body` here: the file store a record
-//! offset, the memory store the message itself. Invariant after every public call: the front
-//! slot is live, or there are no slots and `first_seq == next_seq`.
+//! offset, the memory store the message itself. The file store moves a segment's slots into
+//! the sealed tier (`sealed.rs`) when it seals it: from then on only a live bit per sequence
+//! stays in memory. Invariant after every public call: `first_seq` is live, or `first_seq ==
+//! next_seq`.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ops::Range;
+use std::path::PathBuf;
 
 use crate::error::{fit, StoreError, StoreResult};
-use crate::limits::{RECORD_SIZE_MAX_BYTES, SUBJECT_LENGTH_MAX_BYTES};
+use crate::index::IndexFile;
+use crate::limits::{index_entry as ie, RECORD_SIZE_MAX_BYTES, SUBJECT_LENGTH_MAX_BYTES};
+use crate::sealed::{LiveBits, SealedSegment, SealedTier};
+use crate::storage::StorageFile;
 use crate::subjects::{SubjectFilter, SubjectId, Subjects};
 use crate::types::{DiscardPolicy, PurgeRequest, SizeModel, StoreLimits, StreamState};
 
@@ -37,13 +43,32 @@ pub(crate) struct Slot<B> {
     pub body: B,
 }
 
+/// What the ledger knows of a live message, from its slot or its sealed index entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Meta {
+    pub timestamp_ns: i64,
+    pub size: u32,
+    pub headers: bool,
+    pub subject: SubjectId,
+}
+
 /// The shared in-memory metadata of a stream.
+///
+/// Sequences `first_seq..next_seq` are tracked in two tiers: the newest (the file store's active
+/// segment, or every sequence in the memory store) as one slot each in `slots`; older ones in
+/// `sealed`, which keeps a live bit per sequence and reads the rest from index files.
 #[derive(Debug)]
 pub(crate) struct Ledger<B> {
     /// Sequence the next append gets.
     next_seq: u64,
-    /// One slot per sequence from `first_seq()` to `next_seq - 1`.
+    /// The oldest live sequence, or `next_seq` when nothing is live.
+    first_seq: u64,
+    /// Timestamp of the message at `first_seq` (0 when nothing is live).
+    first_ts: i64,
+    /// One slot per sequence from `next_seq - slots.len()` to `next_seq - 1`.
     slots: VecDeque<Slot<B>>,
+    /// Sequences below the slots, in sealed segments; any it does not cover are gone.
+    sealed: SealedTier,
     last_ts: i64,
     live_msgs: u64,
     live_bytes: u64,
@@ -59,10 +84,14 @@ pub(crate) struct Ledger<B> {
 impl<B: Default> Ledger<B> {
     /// An empty ledger whose first append gets `next_seq`.
     pub(crate) fn new(next_seq: u64, limits: StoreLimits, model: SizeModel) -> Self {
+        let next_seq = next_seq.max(1);
         Ledger {
             model,
-            next_seq: next_seq.max(1),
+            next_seq,
+            first_seq: next_seq,
+            first_ts: 0,
             slots: VecDeque::new(),
+            sealed: SealedTier::default(),
             last_ts: 0,
             live_msgs: 0,
             live_bytes: 0,
@@ -72,9 +101,9 @@ impl<B: Default> Ledger<B> {
         }
     }
 
-    /// Sequence of the oldest slot (live by the invariant), or `next_seq` when empty.
+    /// Sequence of the oldest live message, or `next_seq` when empty.
     pub(crate) fn first_seq(&self) -> u64 {
-        self.next_seq - self.slots.len() as u64
+        self.first_seq
     }
 
     /// Highest sequence assigned so far (0 before any).
@@ -82,15 +111,70 @@ impl<B: Default> Ledger<B> {
         self.next_seq - 1
     }
 
-    /// The slot of `seq`, if it is still tracked.
+    /// Sequence of the first slot (everything below it is sealed or gone).
+    fn tail_first(&self) -> u64 {
+        self.next_seq - self.slots.len() as u64
+    }
+
+    /// The slot of `seq`, if it is still tracked in the slot tier.
     pub(crate) fn slot(&self, seq: u64) -> Option<&Slot<B>> {
-        let index = seq.checked_sub(self.first_seq())?;
+        let index = seq.checked_sub(self.tail_first())?;
         self.slots.get(usize::try_from(index).ok()?)
     }
 
-    /// The live slot of `seq`.
+    /// The live slot of `seq` (slot tier only).
     pub(crate) fn live_slot(&self, seq: u64) -> Option<&Slot<B>> {
-        self.slot(seq).filter(|slot| slot.state == SlotState::Live)
+        self.slot(seq).filter(|slot| slot.state == SlotState::Live && seq >= self.first_seq)
+    }
+
+    /// Whether `seq` holds a live message (no index read).
+    fn is_live(&self, seq: u64) -> bool {
+        if seq < self.first_seq || seq >= self.next_seq {
+            return false;
+        }
+        match self.slot(seq) {
+            Some(slot) => slot.state == SlotState::Live,
+            None => self.sealed.is_live(seq),
+        }
+    }
+
+    /// The metadata of the live message at `seq` (a sealed one's is read from its index).
+    pub(crate) fn live_meta(&self, seq: u64) -> Option<Meta> {
+        if seq < self.first_seq || seq >= self.next_seq {
+            return None;
+        }
+        if seq >= self.tail_first() {
+            let slot = self.live_slot(seq)?;
+            return Some(Meta {
+                timestamp_ns: slot.timestamp_ns,
+                size: slot.size,
+                headers: slot.headers,
+                subject: slot.subject,
+            });
+        }
+        let entry = self.sealed.entry(seq)?;
+        Some(Meta {
+            timestamp_ns: entry.timestamp_ns,
+            size: entry.size,
+            headers: entry.headers,
+            subject: entry.subject,
+        })
+    }
+
+    fn live_subject(&self, seq: u64) -> Option<SubjectId> {
+        self.live_meta(seq).map(|meta| meta.subject)
+    }
+
+    /// The first live sequence in `from..end`.
+    fn next_live(&self, from: u64, end: u64) -> Option<u64> {
+        let (from, end) = (from.max(self.first_seq), end.min(self.next_seq));
+        let tail_first = self.tail_first();
+        if from < tail_first {
+            if let Some(seq) = self.sealed.next_live(from, end.min(tail_first)) {
+                return Some(seq);
+            }
+        }
+        (from.max(tail_first)..end).find(|&seq| self.slot(seq).is_some_and(|slot| slot.state == SlotState::Live))
     }
 
     /// Current limits.
@@ -167,6 +251,9 @@ impl<B: Default> Ledger<B> {
         let seq = self.next_seq;
         let subject = self.subjects.add(subject, seq)?;
         self.live_bytes += self.model.counted_bytes(size, headers);
+        if self.first_seq == seq {
+            self.first_ts = timestamp_ns;
+        }
         self.slots.push_back(Slot { timestamp_ns, size, headers, subject, state: SlotState::Live, body });
         self.next_seq += 1;
         self.last_ts = timestamp_ns;
@@ -185,7 +272,11 @@ impl<B: Default> Ledger<B> {
         if !self.slots.is_empty() {
             self.slots.push_back(Slot { timestamp_ns, size: 0, headers: false, subject: 0, state, body: B::default() });
         }
-        // With no slots there is nothing live to keep in front of it: the sequence just passes.
+        // With no slots the sequence just passes: below the slots, what the sealed tier does
+        // not cover is gone; with nothing live at all, the first sequence passes it too.
+        if self.first_seq == self.next_seq {
+            self.first_seq += 1;
+        }
         self.next_seq += 1;
     }
 
@@ -196,23 +287,41 @@ impl<B: Default> Ledger<B> {
 
     /// Removes the live message at `seq`; false when there is none.
     pub(crate) fn remove(&mut self, seq: u64) -> bool {
-        let first = self.first_seq();
-        let Some(index) = seq.checked_sub(first).and_then(|index| usize::try_from(index).ok()) else {
-            return false;
-        };
-        let Some(slot) = self.slots.get_mut(index) else {
-            return false;
-        };
-        if slot.state != SlotState::Live {
+        if seq < self.first_seq || seq >= self.next_seq {
             return false;
         }
-        slot.state = SlotState::Deleted;
-        slot.body = B::default();
-        let counted = self.model.counted_bytes(slot.size, slot.headers);
+        let tail_first = self.tail_first();
+        let meta = if seq >= tail_first {
+            let Some(slot) = usize::try_from(seq - tail_first).ok().and_then(|index| self.slots.get_mut(index)) else {
+                return false;
+            };
+            if slot.state != SlotState::Live {
+                return false;
+            }
+            slot.state = SlotState::Deleted;
+            slot.body = B::default();
+            Some(Meta {
+                timestamp_ns: slot.timestamp_ns,
+                size: slot.size,
+                headers: slot.headers,
+                subject: slot.subject,
+            })
+        } else {
+            let meta = self.live_meta(seq);
+            if !self.sealed.kill(seq) {
+                return false;
+            }
+            // `None`: its index entry could not be read (the tier records why, and the store
+            // reports it): the message is gone, its bytes and subject stay counted.
+            meta
+        };
         self.live_msgs -= 1;
-        self.live_bytes -= counted;
-        self.subjects.remove(slot.subject, seq);
-        if index == 0 {
+        if let Some(meta) = meta {
+            let counted = self.model.counted_bytes(meta.size, meta.headers);
+            self.live_bytes = self.live_bytes.saturating_sub(counted);
+            self.subjects.remove(meta.subject, seq);
+        }
+        if seq == self.first_seq {
             self.trim_front();
         } else {
             self.removed.push(seq);
@@ -220,22 +329,44 @@ impl<B: Default> Ledger<B> {
         true
     }
 
+    /// Moves `first_seq` to the oldest live message and lets go of everything below it.
     fn trim_front(&mut self) {
-        while self.slots.front().is_some_and(|slot| slot.state != SlotState::Live) {
+        self.first_seq = self.next_live(self.first_seq, self.next_seq).unwrap_or(self.next_seq);
+        let kept = usize::try_from(self.next_seq - self.first_seq).unwrap_or(usize::MAX);
+        while self.slots.len() > kept {
             self.slots.pop_front();
         }
+        self.sealed.drop_below(self.first_seq);
+        self.first_ts = self.live_meta(self.first_seq).map_or(0, |meta| meta.timestamp_ns);
+    }
+
+    /// Removes the oldest message: `Some(1)`, or `Some(0)` when only dead sequences went from
+    /// the front, or `None` when nothing could go.
+    fn remove_first(&mut self) -> Option<u64> {
+        let first = self.first_seq;
+        if first >= self.next_seq {
+            return None;
+        }
+        if self.remove(first) {
+            return Some(1);
+        }
+        self.trim_front();
+        (self.first_seq != first).then_some(0)
     }
 
     /// Removes every message below `floor` (loading a persisted floor, or purge up to a sequence).
     pub(crate) fn remove_below(&mut self, floor: u64) -> u64 {
         let mut removed = 0;
-        while self.first_seq() < floor.min(self.next_seq) {
-            let first = self.first_seq();
-            removed += u64::from(self.remove(first));
+        while self.first_seq < floor.min(self.next_seq) {
+            let Some(count) = self.remove_first() else { break };
+            removed += count;
         }
         // Everything below the floor is gone, so nothing is left to keep contiguous with.
-        if self.slots.is_empty() {
-            self.next_seq = self.next_seq.max(floor);
+        if self.first_seq == self.next_seq && self.next_seq < floor {
+            self.slots.clear();
+            self.sealed.clear();
+            self.next_seq = floor;
+            self.first_seq = floor;
         }
         removed
     }
@@ -267,7 +398,10 @@ impl<B: Default> Ledger<B> {
         let mut removed = 0;
         while self.subjects.count(id) > max {
             let Some(first) = self.subject_first(id) else { break };
-            removed += u64::from(self.remove(first));
+            if !self.remove(first) {
+                break;
+            }
+            removed += 1;
         }
         removed
     }
@@ -280,8 +414,8 @@ impl<B: Default> Ledger<B> {
         let max_bytes = self.limits.max_bytes.unwrap_or(u64::MAX);
         let mut removed = 0;
         while self.live_msgs > max_msgs || self.live_bytes > max_bytes {
-            let first = self.first_seq();
-            removed += u64::from(self.remove(first));
+            let Some(count) = self.remove_first() else { break };
+            removed += count;
         }
         removed
     }
@@ -294,26 +428,24 @@ impl<B: Default> Ledger<B> {
         let mut removed = 0;
         // Timestamps are in append order in practice; a message that is not yet expired stops
         // the sweep, as in JetStream.
-        while let Some(front) = self.slots.front() {
-            if front.timestamp_ns > cutoff_ns {
-                break;
-            }
-            let first = self.first_seq();
-            removed += u64::from(self.remove(first));
+        while self.first_seq < self.next_seq && self.first_ts <= cutoff_ns {
+            let Some(count) = self.remove_first() else { break };
+            removed += count;
         }
         removed
     }
 
     /// Exact first live sequence of subject `id`, tightening the stored bound.
     fn subject_first(&mut self, id: SubjectId) -> Option<u64> {
-        let (hint, _) = self.subjects.bounds(id)?;
-        let mut seq = hint.max(self.first_seq());
-        while seq < self.next_seq {
-            if self.live_slot(seq).is_some_and(|slot| slot.subject == id) {
-                self.subjects.set_first(id, seq);
-                return Some(seq);
+        let (hint, last) = self.subjects.bounds(id)?;
+        let end = last.saturating_add(1).min(self.next_seq);
+        let mut seq = hint.max(self.first_seq);
+        while let Some(live) = self.next_live(seq, end) {
+            if self.live_subject(live) == Some(id) {
+                self.subjects.set_first(id, live);
+                return Some(live);
             }
-            seq += 1;
+            seq = live + 1;
         }
         None
     }
@@ -322,7 +454,10 @@ impl<B: Default> Ledger<B> {
     pub(crate) fn clear(&mut self) -> u64 {
         let purged = self.live_msgs;
         self.slots.clear();
+        self.sealed.clear();
         self.subjects.clear();
+        self.first_seq = self.next_seq;
+        self.first_ts = 0;
         self.live_msgs = 0;
         self.live_bytes = 0;
         self.removed.clear();
@@ -341,16 +476,16 @@ impl<B: Default> Ledger<B> {
         if let Some(keep) = request.keep {
             let mut purged = 0;
             while self.live_msgs > keep {
-                let first = self.first_seq();
-                purged += u64::from(self.remove(first));
+                let Some(count) = self.remove_first() else { break };
+                purged += count;
             }
             return Ok(purged);
         }
         if let Some(up_to_seq) = request.up_to_seq {
             let mut purged = 0;
-            while self.first_seq() < up_to_seq.min(self.next_seq) {
-                let first = self.first_seq();
-                purged += u64::from(self.remove(first));
+            while self.first_seq < up_to_seq.min(self.next_seq) {
+                let Some(count) = self.remove_first() else { break };
+                purged += count;
             }
             return Ok(purged);
         }
@@ -366,10 +501,13 @@ impl<B: Default> Ledger<B> {
         // Newest first, so `keep` spares the newest matching messages, counted across every
         // matching subject (nats-server's PurgeEx).
         let mut seq = end;
-        while seq > self.first_seq() {
+        while seq > self.first_seq {
             seq -= 1;
-            let Some(slot) = self.live_slot(seq) else { continue };
-            if !filter.matches(slot.subject, &self.subjects) {
+            if !self.is_live(seq) {
+                continue;
+            }
+            let Some(subject) = self.live_subject(seq) else { continue };
+            if !filter.matches(subject, &self.subjects) {
                 continue;
             }
             if kept < keep {
@@ -385,19 +523,20 @@ impl<B: Default> Ledger<B> {
     /// First live sequence at or after `from_seq` whose subject matches `filter`.
     pub(crate) fn next_match(&self, from_seq: u64, filter: Option<&str>) -> Option<u64> {
         let mut filter = SubjectFilter::new(filter, &self.subjects);
-        let (mut seq, mut end) = (from_seq.max(self.first_seq()), self.next_seq);
+        let (mut seq, mut end) = (from_seq.max(self.first_seq), self.next_seq);
         if let SubjectFilter::Literal(literal) = filter {
             let (first, last) = self.subjects.bounds(literal?)?;
             seq = seq.max(first);
-            end = end.min(last + 1);
+            end = end.min(last.saturating_add(1));
         }
-        while seq < end {
-            if let Some(slot) = self.live_slot(seq) {
-                if filter.matches(slot.subject, &self.subjects) {
-                    return Some(seq);
-                }
+        while let Some(live) = self.next_live(seq, end) {
+            if matches!(filter, SubjectFilter::All) {
+                return Some(live);
             }
-            seq += 1;
+            if self.live_subject(live).is_some_and(|subject| filter.matches(subject, &self.subjects)) {
+                return Some(live);
+            }
+            seq = live + 1;
         }
         None
     }
@@ -410,20 +549,28 @@ impl<B: Default> Ledger<B> {
         // `first..stop` holds every live match; `total` counts them, when known.
         let (first, stop, total) = match matcher {
             SubjectFilter::Literal(Some(id)) => match self.subjects.bounds(id) {
-                Some((first, last)) => (first, last + 1, self.subjects.count(id)),
+                Some((first, last)) => (first, last.saturating_add(1), self.subjects.count(id)),
                 None => return Some(0),
             },
             SubjectFilter::Literal(None) => return Some(0),
-            SubjectFilter::All => (self.first_seq(), self.next_seq, self.live_msgs),
-            SubjectFilter::Wildcard { .. } => (self.first_seq(), self.next_seq, u64::MAX),
+            SubjectFilter::All => (self.first_seq, self.next_seq, self.live_msgs),
+            SubjectFilter::Wildcard { .. } => (self.first_seq, self.next_seq, u64::MAX),
         };
         let (from, end) = (seqs.start.max(first), seqs.end.min(stop));
         if from >= end {
             return Some(0);
         }
         let mut count_in = |range: Range<u64>| {
-            let live = |seq: u64| self.live_slot(seq).map(|slot| slot.subject);
-            range.filter_map(live).filter(|id| matcher.matches(*id, &self.subjects)).count() as u64
+            let mut count = 0;
+            let mut seq = range.start;
+            while let Some(live) = self.next_live(seq, range.end) {
+                let all = matches!(matcher, SubjectFilter::All);
+                if all || self.live_subject(live).is_some_and(|subject| matcher.matches(subject, &self.subjects)) {
+                    count += 1;
+                }
+                seq = live + 1;
+            }
+            count
         };
         let before = from - first;
         if end == stop && total != u64::MAX && before < end - from && before <= scan_max {
@@ -435,19 +582,20 @@ impl<B: Default> Ledger<B> {
     /// Last live sequence whose subject matches `filter`.
     pub(crate) fn last_match(&self, filter: &str) -> Option<u64> {
         let mut matcher = SubjectFilter::new(Some(filter), &self.subjects);
-        let (first, mut seq) = (self.first_seq(), self.next_seq);
+        let (first, mut seq) = (self.first_seq, self.next_seq);
         let mut lowest = first;
         if let SubjectFilter::Literal(literal) = matcher {
             let (subject_first, subject_last) = self.subjects.bounds(literal?)?;
-            seq = seq.min(subject_last + 1);
+            seq = seq.min(subject_last.saturating_add(1));
             lowest = lowest.max(subject_first);
         }
         while seq > lowest {
             seq -= 1;
-            if let Some(slot) = self.live_slot(seq) {
-                if matcher.matches(slot.subject, &self.subjects) {
-                    return Some(seq);
-                }
+            if !self.is_live(seq) {
+                continue;
+            }
+            if self.live_subject(seq).is_some_and(|subject| matcher.matches(subject, &self.subjects)) {
+                return Some(seq);
             }
         }
         None
@@ -465,16 +613,16 @@ impl<B: Default> Ledger<B> {
 
     /// Counts and bounds (the store adds `corruption`).
     pub(crate) fn state(&self) -> StreamState {
-        let first_ts = self.slots.front().map_or(0, |slot| slot.timestamp_ns);
+        let first_ts = if self.first_seq < self.next_seq { self.first_ts } else { 0 };
         StreamState {
             msgs: self.live_msgs,
             bytes: self.live_bytes,
-            first_seq: self.first_seq(),
+            first_seq: self.first_seq,
             first_ts,
             last_seq: self.last_seq(),
             last_ts: self.last_ts,
             num_subjects: self.subjects.len() as u64,
-            num_deleted: self.slots.len() as u64 - self.live_msgs,
+            num_deleted: self.next_seq - self.first_seq - self.live_msgs,
             corruption: None,
         }
     }
@@ -482,6 +630,110 @@ impl<B: Default> Ledger<B> {
     /// The live subject name of a slot.
     pub(crate) fn subject_name(&self, slot: &Slot<B>) -> &str {
         self.subjects.name(slot.subject)
+    }
+
+    /// The name of a live subject id.
+    pub(crate) fn subject_name_of(&self, id: SubjectId) -> &str {
+        self.subjects.name(id)
+    }
+
+    /// Slots held in memory (the slot tier), for tests of the memory budget.
+    #[cfg(test)]
+    pub(crate) fn slot_count(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The first index entry that could not be read, if any (damage the store reports).
+    pub(crate) fn sealed_failure(&self) -> Option<String> {
+        self.sealed.failure()
+    }
+}
+
+/// The sealed tier: how the file store moves slots into it and loads it at open.
+impl Ledger<u32> {
+    /// Where the live message at `seq` is stored (its offset in its segment's log) and what it is.
+    pub(crate) fn live_record(&self, seq: u64) -> Option<(u32, Meta)> {
+        if seq < self.first_seq {
+            return None;
+        }
+        if seq >= self.tail_first() {
+            let slot = self.live_slot(seq)?;
+            let meta =
+                Meta { timestamp_ns: slot.timestamp_ns, size: slot.size, headers: slot.headers, subject: slot.subject };
+            return Some((slot.body, meta));
+        }
+        let entry = self.sealed.entry(seq)?;
+        let meta =
+            Meta { timestamp_ns: entry.timestamp_ns, size: entry.size, headers: entry.headers, subject: entry.subject };
+        Some((entry.offset, meta))
+    }
+
+    /// Moves every slot into the sealed tier as the segment `first_seq..next_seq`, whose index
+    /// (written from these slots, see `index::build`) is open as `file`.
+    pub(crate) fn seal_tail(&mut self, first_seq: u64, file: Box<dyn StorageFile>, path: PathBuf) {
+        let end_seq = self.next_seq;
+        let tail_first = self.tail_first();
+        let mut live = LiveBits::new(end_seq - first_seq);
+        let mut local: HashMap<SubjectId, usize> = HashMap::new();
+        let mut subjects = Vec::new();
+        let mut live_count = 0;
+        for (seq, slot) in (tail_first..).zip(&self.slots) {
+            if slot.state != SlotState::Live || seq < self.first_seq || seq < first_seq {
+                continue;
+            }
+            live.set(seq - first_seq);
+            live_count += 1;
+            // The index's subject table in the order `index::build` fills it: first use first.
+            local.entry(slot.subject).or_insert_with(|| {
+                subjects.push(Some(slot.subject));
+                subjects.len() - 1
+            });
+        }
+        self.slots.clear();
+        self.sealed.push(SealedSegment { first_seq, end_seq, live, live_count, subjects, file, path });
+        self.sealed.drop_below(self.first_seq);
+    }
+
+    /// Loads a sealed segment from its validated index (open without a checkpoint): counts its
+    /// live messages and subjects and keeps its live bits; returns how many sequences were lost.
+    pub(crate) fn load_sealed(
+        &mut self,
+        index: &IndexFile<'_>,
+        first_seq: u64,
+        file: Box<dyn StorageFile>,
+        path: PathBuf,
+    ) -> StoreResult<u64> {
+        debug_assert!(self.slots.is_empty() && self.next_seq == first_seq);
+        let mut live = LiveBits::new(index.len() as u64);
+        let mut subjects: Vec<Option<SubjectId>> = vec![None; index.subjects.len()];
+        let (mut live_count, mut lost_count) = (0, 0);
+        for (position, entry) in index.entries().enumerate() {
+            if entry.flags & ie::FLAG_LOST != 0 {
+                lost_count += 1;
+            } else if entry.flags & ie::FLAG_DELETED == 0 {
+                let local = entry.subject_index as usize;
+                let id = self.subjects.add(index.subjects[local], entry.seq)?;
+                subjects[local] = Some(id);
+                let headers = entry.flags & ie::FLAG_HAS_HEADERS != 0;
+                self.live_bytes += self.model.counted_bytes(entry.length, headers);
+                self.live_msgs += 1;
+                live.set(position as u64);
+                live_count += 1;
+            }
+            self.last_ts = entry.timestamp_ns;
+        }
+        let end_seq = first_seq + index.len() as u64;
+        if self.first_seq == self.next_seq && live_count == 0 {
+            self.first_seq = end_seq;
+        }
+        self.next_seq = end_seq;
+        self.sealed.push(SealedSegment { first_seq, end_seq, live, live_count, subjects, file, path });
+        Ok(lost_count)
+    }
+
+    /// After loading: the front made live again (the invariant every other call keeps).
+    pub(crate) fn settle_front(&mut self) {
+        self.trim_front();
     }
 }
 

@@ -44,6 +44,7 @@ mod limits;
 mod meta;
 mod record;
 mod recovery;
+mod sealed;
 mod segment;
 mod subjects;
 

@@ -28,6 +28,11 @@ pub const WRITE_BUFFER_BYTES: usize = 256 * 1024;
 pub const INDEX_WRITE_BUFFER_BYTES: usize = 64 * 1024;
 /// Distinct corruption reports kept for `state()`; later ones are only counted.
 pub const CORRUPTION_REPORTS_MAX_COUNT: usize = 16;
+/// Bytes of one page of a sealed index's entries, the unit its entries are read and cached in
+/// (a whole number of entries).
+pub const INDEX_PAGE_BYTES: usize = 4 * 1024;
+/// Index pages cached per stream for reads of sealed segments' entries (4 KiB each).
+pub const INDEX_CACHE_PAGES_MAX_COUNT: usize = 64;
 
 /// Segment file header: `magic u32 | version u32 | first_seq u64 | reserved u32 | crc32 u32`.
 pub mod segment_header {
@@ -175,3 +180,4 @@ const _: () = assert!(SEGMENT_SIZE_MAX_BYTES + RECORD_SIZE_MAX_BYTES as u64 <= u
 const _: () = assert!(SUBJECT_LENGTH_MAX_BYTES <= u16::MAX as usize);
 // Widening `usize` to `u64` (no `From` in a const): the sum is 56.
 const _: () = assert!(SEGMENT_SIZE_MIN_BYTES > (segment_header::SIZE_BYTES + record_header::SIZE_BYTES) as u64);
+const _: () = assert!(INDEX_PAGE_BYTES.is_multiple_of(index_entry::SIZE_BYTES));

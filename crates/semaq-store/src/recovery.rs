@@ -109,12 +109,14 @@ fn recover_files(
         segments.push(Segment::create(storage, dir, ledger.next_seq().max(floor_seq))?);
     }
     let active_next_seq = ledger.next_seq();
+    ledger.settle_front();
     for segment in &segments {
         apply_deletes(storage, dir, segment, &mut ledger, &mut report)?;
     }
     // Deletions read back are already durable: nothing to write again.
     ledger.take_removed();
     ledger.remove_below(floor_seq);
+    ledger.settle_front();
     report.segments_count = segments.len();
     Ok((segments, ledger, report, active_next_seq))
 }
@@ -194,13 +196,21 @@ fn load_sealed(
     report.index_bytes_read += index_bytes.len() as u64;
     if let Ok(index) = IndexFile::parse(&index_bytes, first_seq, log_length) {
         if index_fits(&index, first_seq, end_seq, log_length) {
-            load_index(&index, ledger, report, first_seq)?;
+            let file = storage.open(&index_path, OpenMode::Read, 0).map_err(io_error("open", &index_path))?;
+            let lost_count = ledger.load_sealed(&index, first_seq, file, index_path)?;
+            if lost_count > 0 {
+                report
+                    .corruption
+                    .push(format!("segment {first_seq}: {lost_count} messages lost to earlier corruption"));
+            }
             segment.set_index_bytes(index_bytes.len() as u64);
             return Ok(segment);
         }
     }
     scan_into(storage, dir, &segment, ledger, report, Some(end_seq))?;
     let rebuilt_bytes = segment::write_index(storage, &index_path, ledger, first_seq, ledger.next_seq(), log_length)?;
+    let file = storage.open(&index_path, OpenMode::Read, 0).map_err(io_error("open", &index_path))?;
+    ledger.seal_tail(first_seq, file, index_path);
     segment.set_index_bytes(rebuilt_bytes);
     report.indexes_rebuilt_count += 1;
     Ok(segment)
@@ -220,31 +230,6 @@ fn index_fits(index: &IndexFile<'_>, first_seq: u64, end_seq: u64, log_length: u
         placed && (!live || within)
     });
     entries_fit && first_seq + index.len() as u64 <= end_seq
-}
-
-fn load_index(
-    index: &IndexFile<'_>,
-    ledger: &mut Ledger<u32>,
-    report: &mut RecoveryReport,
-    first_seq: u64,
-) -> StoreResult<()> {
-    let mut lost_count = 0u64;
-    for entry in index.entries() {
-        if entry.flags & ie::FLAG_LOST != 0 {
-            ledger.push_dead(SlotState::Lost, entry.timestamp_ns);
-            lost_count += 1;
-        } else if entry.flags & ie::FLAG_DELETED != 0 {
-            ledger.push_dead(SlotState::Deleted, entry.timestamp_ns);
-        } else {
-            let subject = index.subjects[entry.subject_index as usize];
-            let headers = entry.flags & ie::FLAG_HAS_HEADERS != 0;
-            ledger.push(subject, (entry.length, headers), entry.timestamp_ns, entry.offset)?;
-        }
-    }
-    if lost_count > 0 {
-        report.corruption.push(format!("segment {first_seq}: {lost_count} messages lost to earlier corruption"));
-    }
-    Ok(())
 }
 
 /// Loads the active segment by scanning it, cutting a torn tail.
