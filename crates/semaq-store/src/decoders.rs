@@ -5,7 +5,7 @@
 use bytes::Bytes;
 
 use crate::types::StoredMessage;
-use crate::{delete_log, index, record, recovery};
+use crate::{checkpoint, delete_log, index, record, recovery};
 
 /// `record::encode`: one record's bytes, for building valid inputs to damage.
 pub fn encode_record(seq: u64, timestamp_ns: i64, subject: &str, headers: Option<&[u8]>, payload: &[u8]) -> Vec<u8> {
@@ -46,6 +46,11 @@ pub fn decode_index(bytes: &[u8], first_seq: u64, log_length: u64) -> Result<(Ve
 pub fn decode_delete_log(bytes: &[u8]) -> (Vec<u64>, usize, usize) {
     let log = delete_log::decode(bytes);
     (log.seqs, log.damaged_count, log.torn_bytes)
+}
+
+/// `checkpoint::decode`: `(segments, subjects)` counted in a stream checkpoint.
+pub fn decode_stream_checkpoint(bytes: &[u8]) -> Result<(usize, usize), &'static str> {
+    checkpoint::decode(bytes).map(|decoded| (decoded.segments.len(), decoded.subjects.len()))
 }
 
 /// `delete_log::encode`: one entry's bytes.

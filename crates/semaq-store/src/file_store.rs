@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use crate::checkpoint;
 use crate::error::{io_error, StoreError, StoreResult};
 use crate::ledger::Ledger;
 use crate::limits::{
@@ -100,6 +101,10 @@ pub struct FileStore {
     /// A reload after a full medium failed for lack of space too: the in-memory state still
     /// serves reads; the next change tries the reload again.
     reload_pending: bool,
+    /// The sealed segments changed since the checkpoint was written: the next `sync` writes one.
+    checkpoint_due: bool,
+    /// False when open found damage: a full open then reports it again every time.
+    checkpoints_enabled: bool,
 }
 
 impl FileStore {
@@ -131,12 +136,35 @@ impl FileStore {
             out_of_space: None,
             appends_unreported: false,
             reload_pending: false,
+            checkpoint_due: false,
+            checkpoints_enabled: false,
         };
         for report in store.recovery.corruption.clone() {
             store.report_corruption(report);
         }
         store.settle_opened(active_next_seq)?;
+        store.checkpoints_enabled = store.recovery.corruption.is_empty();
+        if store.recovery.checkpointed_segments_count + 1 < store.segments.len() {
+            // Indexes were read: the next open need not read them again.
+            store.write_checkpoint();
+        }
         Ok(store)
+    }
+
+    /// Writes the checkpoint of the sealed segments; the caller has just made every change
+    /// durable. A failure leaves the older checkpoint, which open then finds stale (the store
+    /// does not depend on it), so it is only tried again later.
+    fn write_checkpoint(&mut self) {
+        if !self.checkpoints_enabled || self.poisoned.is_some() {
+            return;
+        }
+        let sealed: Vec<(u64, u64, u64)> =
+            self.segments.windows(2).map(|pair| (pair[0].first_seq, pair[1].first_seq, pair[0].len())).collect();
+        let written = checkpoint::capture(&*self.storage, &self.dir, &self.ledger, &sealed).and_then(|captured| {
+            let Some(captured) = captured else { return Ok(()) };
+            checkpoint::write(&*self.storage, &self.dir, &captured)
+        });
+        self.checkpoint_due = written.is_err();
     }
 
     /// The last steps of opening, on what recovery found.
@@ -355,6 +383,7 @@ impl FileStore {
             return Ok(());
         }
         self.persist_floor()?;
+        self.checkpoint_due = true;
         for segment in self.segments.drain(..dead) {
             segment.remove_files(&*self.storage, &self.dir)?;
         }
@@ -374,6 +403,7 @@ impl FileStore {
             let fresh = Segment::create(&*self.storage, &self.dir, self.ledger.next_seq())?;
             self.segments.push(fresh);
         }
+        self.checkpoint_due = true;
         let last = self.segments.len() - 1;
         for segment in self.segments.drain(..last) {
             segment.remove_files(&*self.storage, &self.dir)?;
@@ -396,6 +426,7 @@ impl FileStore {
     fn restart_at_floor(&mut self) -> StoreResult<()> {
         let fresh = Segment::create(&*self.storage, &self.dir, self.ledger.next_seq())?;
         self.segments.push(fresh);
+        self.checkpoint_due = true;
         let last = self.segments.len() - 1;
         for segment in self.segments.drain(..last) {
             segment.remove_files(&*self.storage, &self.dir)?;
@@ -414,6 +445,7 @@ impl FileStore {
         self.ledger.seal_tail(first_seq, index, index_path);
         let next = Segment::create(&*self.storage, &self.dir, end_seq)?;
         self.segments.push(next);
+        self.checkpoint_due = true;
         Ok(())
     }
 
@@ -543,7 +575,11 @@ impl StreamStore for FileStore {
     }
 
     fn sync(&mut self) -> StoreResult<()> {
-        self.reporting(Self::sync_step)
+        self.reporting(Self::sync_step)?;
+        if self.checkpoint_due {
+            self.write_checkpoint();
+        }
+        Ok(())
     }
 
     fn compact(&mut self) -> StoreResult<()> {
@@ -557,7 +593,10 @@ impl StreamStore for FileStore {
     }
 
     fn close(&mut self) -> StoreResult<()> {
-        self.sync()
+        self.sync()?;
+        // Deletions since the last one would otherwise be read back from delete logs at open.
+        self.write_checkpoint();
+        Ok(())
     }
 
     fn stored_bytes(&self) -> u64 {
@@ -574,6 +613,7 @@ impl StreamStore for FileStore {
             store.persist_floor()?;
             let fresh = Segment::create(&*store.storage, &store.dir, next_seq)?;
             store.segments.push(fresh);
+            store.checkpoint_due = true;
             let last = store.segments.len() - 1;
             for segment in store.segments.drain(..last) {
                 segment.remove_files(&*store.storage, &store.dir)?;

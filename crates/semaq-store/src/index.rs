@@ -170,7 +170,8 @@ impl<'a> IndexFile<'a> {
     }
 }
 
-fn parse_subjects(mut table: &[u8], count: usize) -> Result<Vec<&str>, &'static str> {
+/// The subject table of an index: `count` length-prefixed UTF-8 names filling `table` exactly.
+pub(crate) fn parse_subjects(mut table: &[u8], count: usize) -> Result<Vec<&str>, &'static str> {
     let mut subjects = Vec::with_capacity(count.min(table.len() / index_subject::LENGTH_PREFIX_BYTES));
     for _ in 0..count {
         if table.len() < index_subject::LENGTH_PREFIX_BYTES {

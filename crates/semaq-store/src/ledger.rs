@@ -16,7 +16,7 @@ use crate::index::IndexFile;
 use crate::limits::{index_entry as ie, RECORD_SIZE_MAX_BYTES, SUBJECT_LENGTH_MAX_BYTES};
 use crate::sealed::{LiveBits, SealedSegment, SealedTier};
 use crate::storage::StorageFile;
-use crate::subjects::{SubjectFilter, SubjectId, Subjects};
+use crate::subjects::{SubjectFilter, SubjectId, SubjectRecord, Subjects};
 use crate::types::{DiscardPolicy, PurgeRequest, SizeModel, StoreLimits, StreamState};
 
 /// Whether a sequence still holds a message.
@@ -308,7 +308,8 @@ impl<B: Default> Ledger<B> {
             })
         } else {
             let meta = self.live_meta(seq);
-            if !self.sealed.kill(seq) {
+            let counted = meta.map(|meta| self.model.counted_bytes(meta.size, meta.headers));
+            if !self.sealed.kill(seq, counted) {
                 return false;
             }
             // `None`: its index entry could not be read (the tier records why, and the store
@@ -676,13 +677,15 @@ impl Ledger<u32> {
         let mut live = LiveBits::new(end_seq - first_seq);
         let mut local: HashMap<SubjectId, usize> = HashMap::new();
         let mut subjects = Vec::new();
-        let mut live_count = 0;
+        let (mut live_count, mut live_bytes, mut lost_count) = (0, 0, 0);
         for (seq, slot) in (tail_first..).zip(&self.slots) {
+            lost_count += u64::from(slot.state == SlotState::Lost);
             if slot.state != SlotState::Live || seq < self.first_seq || seq < first_seq {
                 continue;
             }
             live.set(seq - first_seq);
             live_count += 1;
+            live_bytes += self.model.counted_bytes(slot.size, slot.headers);
             // The index's subject table in the order `index::build` fills it: first use first.
             local.entry(slot.subject).or_insert_with(|| {
                 subjects.push(Some(slot.subject));
@@ -690,7 +693,10 @@ impl Ledger<u32> {
             });
         }
         self.slots.clear();
-        self.sealed.push(SealedSegment { first_seq, end_seq, live, live_count, subjects, file, path });
+        let segment =
+            SealedSegment { first_seq, end_seq, live, live_count, live_bytes, lost_count, subjects, file, path };
+        self.sealed.push(segment);
+        self.sealed.last_ts = self.last_ts;
         self.sealed.drop_below(self.first_seq);
     }
 
@@ -706,7 +712,7 @@ impl Ledger<u32> {
         debug_assert!(self.slots.is_empty() && self.next_seq == first_seq);
         let mut live = LiveBits::new(index.len() as u64);
         let mut subjects: Vec<Option<SubjectId>> = vec![None; index.subjects.len()];
-        let (mut live_count, mut lost_count) = (0, 0);
+        let (mut live_count, mut live_bytes, mut lost_count) = (0, 0, 0);
         for (position, entry) in index.entries().enumerate() {
             if entry.flags & ie::FLAG_LOST != 0 {
                 lost_count += 1;
@@ -715,7 +721,9 @@ impl Ledger<u32> {
                 let id = self.subjects.add(index.subjects[local], entry.seq)?;
                 subjects[local] = Some(id);
                 let headers = entry.flags & ie::FLAG_HAS_HEADERS != 0;
-                self.live_bytes += self.model.counted_bytes(entry.length, headers);
+                let counted = self.model.counted_bytes(entry.length, headers);
+                live_bytes += counted;
+                self.live_bytes += counted;
                 self.live_msgs += 1;
                 live.set(position as u64);
                 live_count += 1;
@@ -727,13 +735,71 @@ impl Ledger<u32> {
             self.first_seq = end_seq;
         }
         self.next_seq = end_seq;
-        self.sealed.push(SealedSegment { first_seq, end_seq, live, live_count, subjects, file, path });
+        let segment =
+            SealedSegment { first_seq, end_seq, live, live_count, live_bytes, lost_count, subjects, file, path };
+        self.sealed.push(segment);
+        self.sealed.last_ts = self.last_ts;
         Ok(lost_count)
     }
 
     /// After loading: the front made live again (the invariant every other call keeps).
     pub(crate) fn settle_front(&mut self) {
         self.trim_front();
+    }
+
+    /// The sealed tier, for a checkpoint.
+    pub(crate) fn sealed(&self) -> &SealedTier {
+        &self.sealed
+    }
+
+    /// Per-subject counts and bounds of the sealed tier alone: the slots' messages taken out.
+    pub(crate) fn sealed_subjects(&self) -> Vec<SubjectRecord> {
+        let tail_first = self.tail_first();
+        let mut in_slots: HashMap<SubjectId, u64> = HashMap::new();
+        for slot in self.slots.iter().filter(|slot| slot.state == SlotState::Live) {
+            *in_slots.entry(slot.subject).or_default() += 1;
+        }
+        let mut records = Vec::new();
+        for (id, mut record) in self.subjects.records() {
+            let slot_count = in_slots.get(&id).copied().unwrap_or(0);
+            record.count -= slot_count.min(record.count);
+            if record.count == 0 {
+                continue;
+            }
+            if slot_count > 0 {
+                // Its last sealed message is somewhere below the slots: a bound, not exact.
+                (record.last, record.last_exact) = (record.last.min(tail_first - 1), false);
+            }
+            records.push(record);
+        }
+        records
+    }
+
+    /// A ledger whose sealed tier a checkpoint describes: `first_seq` the oldest live sequence
+    /// then, `end_seq` where its segments end; segments follow with `restore_segment`.
+    pub(crate) fn restore(
+        limits: StoreLimits,
+        (first_seq, end_seq, last_ts): (u64, u64, i64),
+        subjects: Vec<SubjectRecord>,
+    ) -> StoreResult<Option<Self>> {
+        let mut ledger = Ledger::new(end_seq, limits, SizeModel::File);
+        ledger.first_seq = first_seq.clamp(1, end_seq);
+        ledger.last_ts = last_ts;
+        for record in subjects {
+            if ledger.subjects.restore(record)?.is_none() {
+                return Ok(None);
+            }
+        }
+        Ok(Some(ledger))
+    }
+
+    /// Adds a checkpointed segment to a restored ledger; `names` is its index's subject table.
+    pub(crate) fn restore_segment(&mut self, mut segment: SealedSegment, names: &[&str]) {
+        segment.subjects = names.iter().map(|name| self.subjects.id(name)).collect();
+        self.live_msgs += segment.live_count;
+        self.live_bytes += segment.live_bytes;
+        self.sealed.push(segment);
+        self.sealed.last_ts = self.last_ts;
     }
 }
 

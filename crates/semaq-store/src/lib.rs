@@ -37,6 +37,7 @@ pub mod types;
 #[doc(hidden)]
 pub mod decoders;
 
+mod checkpoint;
 mod delete_log;
 mod index;
 mod ledger;

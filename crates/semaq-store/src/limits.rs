@@ -176,6 +176,25 @@ pub mod meta_slot {
     pub const SLOT_COUNT: usize = 2;
 }
 
+/// Stream checkpoint (`stream.ckpt`), little-endian, in this order, then a CRC-32 of all of it:
+///
+/// `magic u32 | version u32 | first_seq u64 | end_seq u64 | last_ts i64 | segment_count u32 |
+///  subject_count u32`, then per segment `first_seq u64 | end_seq u64 | log_length u64 |
+///  index_length u64 | delete_length u64 | live_count u64 | live_bytes u64 | lost_count u64 |
+///  index_header_crc u32 | bits_kind u32 | item_count u32 | items` (dead runs: `start u64 |
+///  length u64` each; words: `u64` each), then per subject `name_length u16 | name | count u64 |
+///  first u64 | last u64 | flags u8` (bit 0: first exact, bit 1: last exact).
+pub mod checkpoint {
+    /// "SQCK" little-endian.
+    pub const MAGIC: u32 = u32::from_le_bytes(*b"SQCK");
+    /// Format version of the checkpoint.
+    pub const VERSION: u32 = 1;
+    /// Live bits stored as the runs of dead sequences.
+    pub const BITS_DEAD_RUNS: u32 = 0;
+    /// Live bits stored as 64-bit words, bit `i % 64` of word `i / 64` for sequence `first + i`.
+    pub const BITS_WORDS: u32 = 1;
+}
+
 const _: () = assert!(SEGMENT_SIZE_MAX_BYTES + RECORD_SIZE_MAX_BYTES as u64 <= u32::MAX as u64);
 const _: () = assert!(SUBJECT_LENGTH_MAX_BYTES <= u16::MAX as usize);
 // Widening `usize` to `u64` (no `From` in a const): the sum is 56.

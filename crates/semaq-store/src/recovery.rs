@@ -6,6 +6,7 @@
 
 use std::path::Path;
 
+use crate::checkpoint::{self, Restored};
 use crate::delete_log;
 use crate::error::{io_error, StoreError, StoreResult};
 use crate::index::IndexFile;
@@ -37,6 +38,8 @@ pub struct RecoveryReport {
     pub segments_removed_count: usize,
     /// Damage found: each entry names the file, the bytes and the sequences affected.
     pub corruption: Vec<String>,
+    /// Sealed segments whose state came from the checkpoint (`stream.ckpt`), their indexes unread.
+    pub checkpointed_segments_count: usize,
 }
 
 /// Everything a `FileStore` is made of, as found on disk.
@@ -90,9 +93,20 @@ fn recover_files(
         // Front segments are removed only after the floor passed them.
         report.corruption.push(format!("seqs {floor_seq}..{start_seq} (exclusive) missing: no segment holds them"));
     }
-    let mut ledger = Ledger::new(start_seq, limits, SizeModel::File);
-    let mut segments = Vec::with_capacity(firsts.len());
-    for (position, &first_seq) in firsts.iter().enumerate() {
+    let (mut ledger, mut segments, delete_offsets) =
+        match checkpoint::restore(storage, dir, &firsts, floor_seq, &limits) {
+            Some(Restored { ledger, segments, delete_offsets, lost }) => {
+                report.checkpointed_segments_count = segments.len();
+                for (first_seq, lost_count) in lost {
+                    report
+                        .corruption
+                        .push(format!("segment {first_seq}: {lost_count} messages lost to earlier corruption"));
+                }
+                (ledger, segments, delete_offsets)
+            }
+            None => (Ledger::new(start_seq, limits, SizeModel::File), Vec::with_capacity(firsts.len()), Vec::new()),
+        };
+    for (position, &first_seq) in firsts.iter().enumerate().skip(segments.len()) {
         let end_seq = firsts.get(position + 1).copied();
         if first_seq < ledger.next_seq() {
             report.corruption.push(format!("segment {first_seq}: overlaps sequences already loaded; skipped"));
@@ -110,8 +124,9 @@ fn recover_files(
     }
     let active_next_seq = ledger.next_seq();
     ledger.settle_front();
-    for segment in &segments {
-        apply_deletes(storage, dir, segment, &mut ledger, &mut report)?;
+    for (position, segment) in segments.iter().enumerate() {
+        let applied_bytes = delete_offsets.get(position).copied().unwrap_or(0);
+        apply_deletes(storage, dir, (segment, applied_bytes), &mut ledger, &mut report)?;
     }
     // Deletions read back are already durable: nothing to write again.
     ledger.take_removed();
@@ -382,11 +397,12 @@ fn resync(bytes: &[u8], damage_start: usize, expected: u64) -> Option<(usize, u6
     })
 }
 
-/// Applies a segment's delete log to the ledger; cuts a torn last entry so appends stay aligned.
+/// Applies a segment's delete log to the ledger, past the `applied_bytes` a checkpoint already
+/// holds; cuts a torn last entry so appends stay aligned.
 fn apply_deletes(
     storage: &dyn Storage,
     dir: &Path,
-    segment: &Segment,
+    (segment, applied_bytes): (&Segment, u64),
     ledger: &mut Ledger<u32>,
     report: &mut RecoveryReport,
 ) -> StoreResult<()> {
@@ -394,7 +410,9 @@ fn apply_deletes(
     let Some(bytes) = storage::read_if_present(storage, &path).map_err(io_error("read", &path))? else {
         return Ok(());
     };
-    let log = delete_log::decode(&bytes);
+    // The checkpoint's lengths are whole entries, checked against this file when it was taken up.
+    let unapplied = usize::try_from(applied_bytes).ok().and_then(|from| bytes.get(from..)).unwrap_or_default();
+    let log = delete_log::decode(unapplied);
     for seq in log.seqs {
         ledger.remove(seq);
     }

@@ -56,8 +56,23 @@ impl LiveBits {
         }
     }
 
+    /// The bits as stored words (for the checkpoint).
+    pub(crate) fn words(&self) -> &[u64] {
+        &self.words
+    }
+
+    /// Bits from their stored words; `None` unless exactly enough words for `count` bits.
+    pub(crate) fn from_words(words: Vec<u64>, count: u64) -> Option<Self> {
+        (words.len() as u64 == count.div_ceil(64)).then_some(LiveBits { words })
+    }
+
+    /// Set bits.
+    pub(crate) fn count(&self) -> u64 {
+        self.words.iter().map(|word| u64::from(word.count_ones())).sum()
+    }
+
     /// The first set bit at or after `from` and below `end`.
-    fn next_set(&self, from: u64, end: u64) -> Option<u64> {
+    pub(crate) fn next_set(&self, from: u64, end: u64) -> Option<u64> {
         let mut index = from;
         while index < end {
             let word = *self.words.get(usize::try_from(index / 64).ok()?)?;
@@ -80,6 +95,10 @@ pub(crate) struct SealedSegment {
     pub end_seq: u64,
     pub live: LiveBits,
     pub live_count: u64,
+    /// Counted bytes (`SizeModel`) of its live messages.
+    pub live_bytes: u64,
+    /// Sequences its index marks lost to corruption (reported at every open).
+    pub lost_count: u64,
     /// The index's subject table, by position, as ledger subject ids (`None`: no live message
     /// of that subject was left when the map was made).
     pub subjects: Vec<Option<SubjectId>>,
@@ -111,12 +130,19 @@ pub(crate) struct SealedTier {
     cache: Mutex<PageCache>,
     /// The first failure to read an index entry: the store reports it as damage.
     failure: Mutex<Option<String>>,
+    /// Timestamp of the last sequence sealed (of a removed message too).
+    pub last_ts: i64,
 }
 
 impl SealedTier {
     /// Adds the next sealed segment (after every one held).
     pub(crate) fn push(&mut self, segment: SealedSegment) {
         self.segments.push_back(segment);
+    }
+
+    /// The segments, oldest first.
+    pub(crate) fn segments(&self) -> impl Iterator<Item = &SealedSegment> {
+        self.segments.iter()
     }
 
     fn position(&self, seq: u64) -> Option<usize> {
@@ -151,8 +177,9 @@ impl SealedTier {
         None
     }
 
-    /// Marks the live message at `seq` removed; false when it was not live.
-    pub(crate) fn kill(&mut self, seq: u64) -> bool {
+    /// Marks the live message at `seq` removed (it counted `counted_bytes`, when known); false
+    /// when it was not live.
+    pub(crate) fn kill(&mut self, seq: u64, counted_bytes: Option<u64>) -> bool {
         let Some(position) = self.position(seq) else { return false };
         let segment = &mut self.segments[position];
         let index = seq - segment.first_seq;
@@ -161,6 +188,7 @@ impl SealedTier {
         }
         segment.live.clear(index);
         segment.live_count -= 1;
+        segment.live_bytes = segment.live_bytes.saturating_sub(counted_bytes.unwrap_or(0));
         true
     }
 

@@ -26,6 +26,18 @@ struct SubjectEntry {
     last_exact: bool,
 }
 
+/// A subject's bookkeeping as a checkpoint keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SubjectRecord {
+    pub name: String,
+    pub count: u64,
+    /// Bounds of its live sequences (see `SubjectEntry`).
+    pub first: u64,
+    pub last: u64,
+    pub first_exact: bool,
+    pub last_exact: bool,
+}
+
 /// The table of live subjects.
 #[derive(Debug, Default)]
 pub(crate) struct Subjects {
@@ -145,6 +157,42 @@ impl Subjects {
         (0..=SubjectId::MAX)
             .zip(&self.entries)
             .filter_map(|(id, entry)| entry.as_ref().map(|entry| (id, &*entry.name, entry.count)))
+    }
+
+    /// Every live subject's bookkeeping, with its id.
+    pub(crate) fn records(&self) -> impl Iterator<Item = (SubjectId, SubjectRecord)> + '_ {
+        (0..=SubjectId::MAX).zip(&self.entries).filter_map(|(id, entry)| {
+            let entry = entry.as_ref()?;
+            let record = SubjectRecord {
+                name: entry.name.to_string(),
+                count: entry.count,
+                first: entry.first_hint,
+                last: entry.last_hint,
+                first_exact: entry.first_exact,
+                last_exact: entry.last_exact,
+            };
+            Some((id, record))
+        })
+    }
+
+    /// Adds a subject as a checkpoint recorded it; `None` for a name already present or a
+    /// record with no message (a checkpoint that says so is refused), `TooLarge` past the ids.
+    pub(crate) fn restore(&mut self, record: SubjectRecord) -> StoreResult<Option<SubjectId>> {
+        if record.count == 0 || record.first > record.last || self.id(&record.name).is_some() {
+            return Ok(None);
+        }
+        let id = new_id(self.entries.len())?;
+        let name: Arc<str> = Arc::from(record.name);
+        self.entries.push(Some(SubjectEntry {
+            name: name.clone(),
+            count: record.count,
+            first_hint: record.first,
+            last_hint: record.last,
+            first_exact: record.first_exact,
+            last_exact: record.last_exact,
+        }));
+        self.ids.insert(name, id);
+        Ok(Some(id))
     }
 
     /// Forgets everything (purge of the whole stream).

@@ -10,7 +10,10 @@
 //! - of the appends never synced, what survived is a prefix (no holes) and holds what was sent;
 //! - sequences are never reused, and nothing is reported as damage;
 //! - the consumer state saved last with success (`storage::write_atomic`, as the server saves
-//!   it) is there, or a later one.
+//!   it) is there, or a later one;
+//! - the stream checkpoint (`stream.ckpt`, written after seals) gives what reading every index
+//!   gives, whatever the crash left of it: stale (a crash between a seal and its checkpoint),
+//!   torn, or current.
 //!
 //! The disk also fills up and frees space at random moments: a write refused for lack of
 //! space is undone, never half kept, and never acknowledged.
@@ -99,6 +102,33 @@ fn held(store: &FileStore) -> BTreeSet<u64> {
         from = message.seq + 1;
     }
     seqs
+}
+
+/// Everything a client could see of a stream.
+fn observed(store: &FileStore) -> (semaq_store::StreamState, BTreeMap<String, u64>, Vec<(u64, String)>) {
+    let mut messages = Vec::new();
+    let mut from = 1;
+    while let Some(message) = store.get_next(from, None).expect("no damage") {
+        from = message.seq + 1;
+        messages.push((message.seq, message.subject));
+    }
+    (store.state(), store.subjects_state(None), messages)
+}
+
+/// Opens the stream after a crash as the store does (from its checkpoint, when usable), then
+/// again with the checkpoint removed, which reads every index: both must agree.
+fn open_both_ways(disk: &SimDisk, max_msgs: Option<u64>) -> Result<FileStore, TestCaseError> {
+    let store = open(disk, max_msgs);
+    let with_checkpoint = observed(&store);
+    drop(store);
+    let checkpoint = stream_dir().join("stream.ckpt");
+    if disk.read(&checkpoint).is_ok() {
+        disk.remove_file(&checkpoint).expect("removable");
+    }
+    let store = open(disk, max_msgs);
+    prop_assert_eq!(store.recovery_report().checkpointed_segments_count, 0);
+    prop_assert_eq!(with_checkpoint, observed(&store), "the checkpoint gave another state than the indexes");
+    Ok(store)
 }
 
 /// What the test knows was promised.
@@ -302,13 +332,13 @@ proptest! {
         }
         disk.crash(Tear::Sectors { seed });
         drop(store);
-        let mut reopened = open(&disk, max_msgs);
+        let mut reopened = open_both_ways(&disk, max_msgs)?;
         check(&mut reopened, &disk, &model)?;
         // A second crash straight after recovery loses nothing more.
         let after_first = held(&reopened);
         disk.crash(Tear::Sectors { seed: seed.rotate_left(7) });
         drop(reopened);
-        let again = open(&disk, max_msgs);
+        let again = open_both_ways(&disk, max_msgs)?;
         prop_assert_eq!(after_first, held(&again), "recovery made what it found durable");
     }
 }

@@ -282,6 +282,27 @@ proptest! {
     }
 
     #[test]
+    fn stream_checkpoints_with_a_valid_checksum_and_any_counts_are_refused_or_bounded(
+        counts in (any_length(), any_length()),
+        body in any_bytes(),
+    ) {
+        // The checksum made valid, so the decoder must judge the counts and lengths themselves.
+        let mut bytes = b"SQCK".to_vec();
+        bytes.extend_from_slice(&1u32.to_le_bytes());
+        bytes.extend_from_slice(&[0u8; 24]);
+        bytes.extend_from_slice(&counts.0.to_le_bytes());
+        bytes.extend_from_slice(&counts.1.to_le_bytes());
+        bytes.extend_from_slice(&body);
+        let crc = crc32fast::hash(&bytes);
+        bytes.extend_from_slice(&crc.to_le_bytes());
+        prop_assert!(decoders::decode_stream_checkpoint(&body).is_err(), "no checksum, no checkpoint");
+        if let Ok((segments, subjects)) = decoders::decode_stream_checkpoint(&bytes) {
+            // A segment takes at least 80 bytes, a subject at least 27.
+            prop_assert!(segments * 80 + subjects * 27 <= bytes.len());
+        }
+    }
+
+    #[test]
     fn chain_pages_checkpoints_and_seals_of_any_bytes_are_errors_or_bounded(
         bytes in any_bytes(),
         count in any_length(),

@@ -1,0 +1,127 @@
+//! The stream checkpoint (`stream.ckpt`): a clean restart reads it and the active segment, no
+//! sealed index; a damaged one is ignored; a stale one is caught up from the delete logs and
+//! the indexes sealed after it, or ignored; either way the stream is what reading every index
+//! makes of it.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+
+use semaq_store::{FileStore, PurgeRequest, StoreLimits, StreamState, StreamStore};
+
+const CHECKPOINT: &str = "stream.ckpt";
+
+fn open(dir: &Path) -> FileStore {
+    common::open_file(dir, StoreLimits::default())
+}
+
+fn fill(store: &mut FileStore, from: u64, count: u64) {
+    for n in from..from + count {
+        let subject = ["orders.eu", "orders.us", "audit"][usize::try_from(n % 3).unwrap()];
+        store.append(subject, None, format!("message {n}").as_bytes(), i64::try_from(n).unwrap()).unwrap();
+    }
+    store.sync().unwrap();
+}
+
+type Seen = (StreamState, BTreeMap<String, u64>, Vec<(u64, String, Vec<u8>)>);
+
+fn seen(store: &FileStore) -> Seen {
+    let mut messages = Vec::new();
+    let mut from = 1;
+    while let Some(message) = store.get_next(from, None).unwrap() {
+        from = message.seq + 1;
+        messages.push((message.seq, message.subject, message.payload.to_vec()));
+    }
+    (store.state(), store.subjects_state(None), messages)
+}
+
+/// What a full open (every index read) makes of the directory.
+fn seen_without_checkpoint(dir: &Path) -> Seen {
+    let _ = fs::remove_file(dir.join(CHECKPOINT));
+    let store = open(dir);
+    assert_eq!(store.recovery_report().checkpointed_segments_count, 0);
+    seen(&store)
+}
+
+#[test]
+fn a_clean_restart_reads_the_checkpoint_and_the_active_segment_and_no_sealed_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open(dir.path());
+    fill(&mut store, 0, 3_000);
+    assert!(store.delete(10).unwrap() && store.delete(2_000).unwrap());
+    store.purge(&PurgeRequest { subject: Some("audit".into()), keep: Some(5), ..Default::default() }).unwrap();
+    let before = seen(&store);
+    let segments = store.segment_count();
+    store.close().unwrap();
+    drop(store);
+    let reopened = open(dir.path());
+    let report = reopened.recovery_report().clone();
+    assert_eq!(report.checkpointed_segments_count, segments - 1, "every sealed segment from the checkpoint");
+    assert_eq!((report.index_bytes_read, report.indexes_rebuilt_count), (0, 0), "no index read");
+    assert!(report.log_bytes_scanned < 2 * common::SMALL_SEGMENT_BYTES, "only the active log scanned");
+    assert_eq!(seen(&reopened), before);
+    drop(reopened);
+    assert_eq!(seen_without_checkpoint(dir.path()), before);
+}
+
+#[test]
+fn a_damaged_checkpoint_is_ignored_and_the_indexes_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open(dir.path());
+    fill(&mut store, 0, 1_000);
+    store.close().unwrap();
+    let before = seen(&store);
+    drop(store);
+    let path = dir.path().join(CHECKPOINT);
+    let mut bytes = fs::read(&path).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x40;
+    fs::write(&path, &bytes).unwrap();
+    let reopened = open(dir.path());
+    assert_eq!(reopened.recovery_report().checkpointed_segments_count, 0);
+    assert!(reopened.recovery_report().index_bytes_read > 0);
+    assert_eq!(seen(&reopened), before);
+}
+
+#[test]
+fn a_stale_checkpoint_is_caught_up_from_delete_logs_and_later_seals() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open(dir.path());
+    fill(&mut store, 0, 1_000);
+    store.close().unwrap();
+    let old = fs::read(dir.path().join(CHECKPOINT)).unwrap();
+    let old_segments = store.segment_count();
+    // After it: deletions in sealed segments, a purge by subject, and more seals.
+    assert!(store.delete(7).unwrap() && store.delete(500).unwrap());
+    store.purge(&PurgeRequest { subject: Some("orders.us".into()), keep: Some(100), ..Default::default() }).unwrap();
+    fill(&mut store, 1_000, 1_000);
+    let before = seen(&store);
+    drop(store);
+    // As if the power failed before any later checkpoint was written.
+    fs::write(dir.path().join(CHECKPOINT), &old).unwrap();
+    let reopened = open(dir.path());
+    assert_eq!(reopened.recovery_report().checkpointed_segments_count, old_segments - 1);
+    assert_eq!(seen(&reopened), before);
+    drop(reopened);
+    assert_eq!(seen_without_checkpoint(dir.path()), before);
+}
+
+#[test]
+fn a_checkpoint_naming_segments_gone_since_is_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open(dir.path());
+    fill(&mut store, 0, 1_000);
+    store.close().unwrap();
+    let old = fs::read(dir.path().join(CHECKPOINT)).unwrap();
+    // The front segments go: the checkpoint's first ones no longer exist.
+    store.purge(&PurgeRequest { up_to_seq: Some(600), ..Default::default() }).unwrap();
+    fill(&mut store, 1_000, 200);
+    let before = seen(&store);
+    drop(store);
+    fs::write(dir.path().join(CHECKPOINT), &old).unwrap();
+    let reopened = open(dir.path());
+    assert_eq!(reopened.recovery_report().checkpointed_segments_count, 0);
+    assert_eq!(seen(&reopened), before);
+}
