@@ -239,6 +239,23 @@ impl FileStore {
         self.segments.len()
     }
 
+    /// Reports a failed read of a sealed index entry, if there was one, and removes the
+    /// checkpoint: the next open then checks every index and rebuilds a damaged one from its log.
+    fn note_sealed_failure(&self) -> Option<String> {
+        let failure = self.ledger.sealed_failure()?;
+        self.report_corruption(failure.clone());
+        let _ = self.storage.remove_file(&self.dir.join(checkpoint::CHECKPOINT_FILE_NAME));
+        Some(failure)
+    }
+
+    /// Counts may be off by what a failed index read could not tell: no change is taken on
+    /// top of them.
+    fn poison_on_sealed_failure(&mut self) {
+        if let Some(failure) = self.note_sealed_failure() {
+            self.poisoned.get_or_insert_with(|| format!("reading a sealed index failed: {failure}"));
+        }
+    }
+
     fn report_corruption(&self, report: String) {
         // A poisoned mutex only means another reader panicked mid-push; the list is still usable.
         let mut log = self.corruption.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -272,15 +289,13 @@ impl FileStore {
     /// Runs a write step. A full medium makes the store reload what is on disk (see
     /// `reload_after_full`); any other I/O failure, or a failed reload, poisons it.
     fn guarded<T>(&mut self, step: impl FnOnce(&mut Self) -> StoreResult<T>) -> StoreResult<T> {
+        self.poison_on_sealed_failure();
         self.check_writable()?;
         if self.reload_pending {
             self.retry_reload()?;
         }
         let result = step(self);
-        if let Some(failure) = self.ledger.sealed_failure() {
-            // Counts may be off by what could not be read: no change is taken on top of them.
-            self.poisoned.get_or_insert_with(|| format!("reading a sealed index failed: {failure}"));
-        }
+        self.poison_on_sealed_failure();
         let Err(StoreError::Io { source, .. }) = &result else { return result };
         let reason = result.as_ref().err().map(ToString::to_string).unwrap_or_default();
         if !storage::is_out_of_space(source) {
@@ -327,7 +342,14 @@ impl FileStore {
     }
 
     fn read_message(&self, seq: u64) -> StoreResult<Option<StoredMessage>> {
-        let Some((offset, meta)) = self.ledger.live_record(seq) else { return Ok(None) };
+        let Some((offset, meta)) = self.ledger.live_record(seq) else {
+            if !self.ledger.is_live(seq) {
+                return Ok(None);
+            }
+            let detail = "its sealed index entry cannot be read".to_string();
+            self.note_sealed_failure();
+            return Err(StoreError::Corrupt { seq, detail });
+        };
         let Some(segment) = self.segment_for(seq) else { return Ok(None) };
         // A sealed entry is read from its index file after open: a damaged one must not make
         // the read run past the log or allocate what it claims.
@@ -529,9 +551,7 @@ impl StreamStore for FileStore {
     }
 
     fn state(&self) -> StreamState {
-        if let Some(failure) = self.ledger.sealed_failure() {
-            self.report_corruption(failure);
-        }
+        self.note_sealed_failure();
         let mut state = self.ledger.state();
         state.corruption = self.corruption.lock().unwrap_or_else(std::sync::PoisonError::into_inner).summary();
         state
@@ -690,5 +710,31 @@ mod tests {
             reopened.subjects_state(None),
             BTreeMap::from([("orders.eu".into(), 334), ("orders.us".into(), 1_332)])
         );
+    }
+
+    #[test]
+    fn a_sealed_index_damaged_after_open_is_reported_and_stops_changes_but_not_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = open(dir.path());
+        for n in 0..300u64 {
+            store.append("orders", None, format!("message {n}").as_bytes(), 7).unwrap();
+        }
+        store.sync().unwrap();
+        let sealed = store.segments[0].first_seq;
+        let index_path = store.segments[0].path(&store.dir, INDEX_EXTENSION);
+        // The entry of the segment's third message now names another sequence.
+        let mut bytes = std::fs::read(&index_path).unwrap();
+        let entry = crate::limits::index_header::SIZE_BYTES + 2 * crate::limits::index_entry::SIZE_BYTES;
+        bytes[entry] ^= 0x01;
+        std::fs::write(&index_path, &bytes).unwrap();
+        assert!(matches!(store.get(sealed + 2), Err(StoreError::Corrupt { .. })));
+        assert_eq!(store.get(sealed + 1).unwrap().unwrap().payload.as_ref(), b"message 1", "the rest is read");
+        assert!(store.state().corruption.unwrap().contains("names another sequence"));
+        assert!(matches!(store.append("orders", None, b"more", 8), Err(StoreError::Poisoned(_))));
+        drop(store);
+        // Reopened, the index fails its checksum and is rebuilt from the log.
+        let reopened = open(dir.path());
+        assert_eq!(reopened.recovery_report().indexes_rebuilt_count, 1);
+        assert_eq!(reopened.get(sealed + 2).unwrap().unwrap().payload.as_ref(), b"message 2");
     }
 }

@@ -128,7 +128,7 @@ impl<B: Default> Ledger<B> {
     }
 
     /// Whether `seq` holds a live message (no index read).
-    fn is_live(&self, seq: u64) -> bool {
+    pub(crate) fn is_live(&self, seq: u64) -> bool {
         if seq < self.first_seq || seq >= self.next_seq {
             return false;
         }

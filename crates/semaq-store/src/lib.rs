@@ -9,12 +9,13 @@
 //! - [`types`]: what crosses the API (messages, state, limits, purge requests); [`error`]: `StoreError`.
 //! - `limits`: every fixed limit and every byte layout, as named constants.
 //! - `ledger`: one metadata slot per sequence (never a payload), live counts, and every decision
-//!   about what limits and purges remove; `subjects`: the per-subject map it keeps.
+//!   about what limits and purges remove; `subjects`: the per-subject map it keeps; `sealed`:
+//!   its sealed tier, a live bit per sequence with the rest read from index files.
 //! - `record`: the bytes of one message on disk; `segment`: one log file and its active-write
 //!   buffer; `index`: a sealed segment's index file; `delete_log`: per-segment deletions;
 //!   `meta`: the persisted floor below which everything is gone.
-//! - `recovery`: opening a directory: trust sealed indexes, scan the active segment, cut a torn
-//!   tail, report damage.
+//! - `recovery`: opening a directory: take the checkpoint (`checkpoint`) or trust sealed
+//!   indexes, scan the active segment, cut a torn tail, report damage.
 //! - [`file_store`] and [`memory_store`]: the two stores.
 //! - [`chain`]: the provenance hash chain of level-4 streams (hashing, checkpoints, verifier);
 //!   [`reader`]: reading a stopped stream's files without changing them, for `semaq verify`.
