@@ -98,7 +98,8 @@ fn scale_quick_draws_every_curve_for_both_servers_with_verdicts_and_plots() {
         assert!(output.lines().any(|line| line.starts_with(curve)), "no {curve} curve: {output}");
     }
     // Every row of every table: a size, a figure from each server, their ratio. A CPU time
-    // below the clock's resolution (10 ms over a quick run) reads 0.00 and has no ratio.
+    // below the clock's resolution (10 ms over a quick run) reads 0.00 and has no ratio, nor
+    // has an RSS growth too small to see over a quick run's few messages.
     let mut figure = "";
     let mut rows = Vec::new();
     for line in output.lines() {
@@ -108,15 +109,18 @@ fn scale_quick_draws_every_curve_for_both_servers_with_verdicts_and_plots() {
             rows.push((figure, line.trim_end()));
         }
     }
-    let expected_rows = 2 * (2 + 4 + 2 + 1);
-    assert_eq!(rows.len(), expected_rows, "two sizes for each of 9 figures: {output}");
-    let complete = |(figure, row): &(&str, &str)| row.ends_with('×') || (figure.contains("CPU") && row.ends_with(" -"));
+    let expected_rows = 2 * (2 + 5 + 2 + 1);
+    assert_eq!(rows.len(), expected_rows, "two sizes for each of 10 figures: {output}");
+    let unmeasurable = |figure: &str| figure.contains("CPU") || figure.contains("per stored message");
+    let complete = |(figure, row): &(&str, &str)| row.ends_with('×') || (unmeasurable(figure) && row.ends_with(" -"));
     assert!(rows.iter().all(complete), "a figure missing: {output}");
     assert!(output.contains("semaq-server: pubsub at 100 subs / at 1: "), "{output}");
     assert!(output.contains("RSS per idle connection at 50: semaq-server / nats-server: "), "{output}");
     assert!(output.contains("semaq-server: restart → first PubAck at 4,000 / at 1,000"), "{output}");
+    assert!(output.contains("semaq-server: RSS growth per stored message at 4,000: "), "{output}");
+    assert!(output.contains("restart → first PubAck at 4,000: semaq-server / nats-server: "), "{output}");
     let saved = std::fs::read_dir(&plots).unwrap().filter_map(|entry| entry.ok()).collect::<Vec<_>>();
-    assert_eq!(saved.len(), 9, "a PNG per figure");
+    assert_eq!(saved.len(), 10, "a PNG per figure");
     for entry in saved {
         assert!(std::fs::read(entry.path()).unwrap().starts_with(b"\x89PNG"), "{}", entry.path().display());
     }

@@ -78,6 +78,10 @@ const RESTART_POLL: Duration = Duration::from_millis(5);
 /// Goals, as ratios of the largest size's figure to the smallest's (or to nats-server's).
 const SUBS_PUBSUB_GOAL: f64 = 0.8;
 const STORED_JS_PUB_GOAL: f64 = 0.9;
+/// RSS growth per stored message at the largest level, in bytes (issue 15's lean memory).
+const STORED_RSS_PER_MSG_GOAL_BYTES: f64 = 8.0;
+/// Restart to the first PubAck at the largest level, semaq-server / nats-server.
+const STORED_RESTART_GOAL: f64 = 1.5;
 
 /// Which curve.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -440,6 +444,8 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 struct StoredPoint {
     js_pub: f64,
     rss: u64,
+    /// RSS growth since the fresh server, per stored message.
+    rss_per_msg: f64,
     info: Duration,
     ack: Duration,
 }
@@ -458,11 +464,26 @@ async fn stored_curve(bench: &Bench, levels: &[u64]) -> Result<Report> {
     };
     let js_pub = figure("scale-stored-js-pub", "js-pub msgs/s", format_rate, |p| p.js_pub);
     let rss = figure("scale-stored-rss", "server RSS MiB", format_mebibytes, |p| p.rss as f64);
+    let rss_per_msg =
+        figure("scale-stored-rss-per-msg", "RSS growth per stored message", format_bytes_fraction, |p| p.rss_per_msg);
     let info =
         figure("scale-stored-restart-info", "restart → STREAM.INFO s", format_seconds, |p| p.info.as_secs_f64());
     let ack = figure("scale-stored-restart-ack", "restart → first PubAck s", format_seconds, |p| p.ack.as_secs_f64());
     let (bottom, top) = (levels.first().copied().unwrap_or(1), levels.last().copied().unwrap_or(1));
     let mut verdicts = Vec::new();
+    if let Some((_, semaq)) = rss_per_msg.ends(0) {
+        let pass = if semaq <= STORED_RSS_PER_MSG_GOAL_BYTES { "PASS" } else { "FAIL" };
+        let nats = rss_per_msg.ends(1).map_or_else(|| "-".into(), |(_, nats)| format_bytes_fraction(nats));
+        verdicts.push(format!(
+            "semaq-server: RSS growth per stored message at {}: {}  {pass} (goal ≤ {STORED_RSS_PER_MSG_GOAL_BYTES} B; nats-server {nats})",
+            format_count(top),
+            format_bytes_fraction(semaq),
+        ));
+    }
+    if let (Some((_, semaq)), Some((_, nats))) = (ack.ends(0), ack.ends(1)) {
+        let what = format!("restart → first PubAck at {}: semaq-server / nats-server", format_count(top));
+        verdicts.push(verdict(&what, semaq / nats.max(1e-9), Some(STORED_RESTART_GOAL), false));
+    }
     for (side, name) in [(0, "semaq-server"), (1, "nats-server")] {
         let goal = |g| if side == 0 { Some(g) } else { None };
         if let Some((first, last)) = js_pub.ends(side) {
@@ -484,7 +505,7 @@ async fn stored_curve(bench: &Bench, levels: &[u64]) -> Result<Report> {
         name: "stored",
         what: "one file stream filled to each level: js-pub (1,000 acks outstanding), RSS, restart".into(),
         x_desc: "messages stored",
-        figures: vec![js_pub, rss, info, ack],
+        figures: vec![js_pub, rss, rss_per_msg, info, ack],
         verdicts,
     })
 }
@@ -494,6 +515,8 @@ async fn stored_side(bench: &Bench, spec: &ServerSpec, levels: &[u64]) -> Result
     let mut server = spec.start(bench.work.path())?;
     let store_dir = server.store_dir().to_path_buf();
     let result = async {
+        tokio::time::sleep(bench.sizes.settle).await;
+        let fresh_rss = resident_bytes(server.pid())?;
         let target = Target::plain(server.url.clone(), CLIENT_TIMEOUT);
         let mut stream = BenchStream::create(&target, Durability::Default, "scale").await?;
         let mut stored = 0u64;
@@ -520,7 +543,8 @@ async fn stored_side(bench: &Bench, spec: &ServerSpec, levels: &[u64]) -> Result
             stream = restart.stream;
             let (js_pub, acked) = js_pub_rounds(&stream, bench, spec.label).await?;
             stored += acked;
-            points.push(StoredPoint { js_pub, rss, info: restart.info, ack: restart.ack });
+            let rss_per_msg = (rss as f64 - fresh_rss as f64).max(0.0) / level.max(1) as f64;
+            points.push(StoredPoint { js_pub, rss, rss_per_msg, info: restart.info, ack: restart.ack });
         }
         Ok(points)
     }
@@ -802,6 +826,10 @@ fn format_seconds(value: f64) -> String {
 
 fn format_mebibytes(bytes: f64) -> String {
     format!("{:.1} MiB", bytes / (1024.0 * 1024.0))
+}
+
+fn format_bytes_fraction(bytes: f64) -> String {
+    format!("{bytes:.1} B")
 }
 
 fn format_bytes(bytes: f64) -> String {
