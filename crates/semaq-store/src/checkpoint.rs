@@ -414,6 +414,12 @@ pub(crate) fn capture(
     sealed: &[(u64, u64, u64)],
 ) -> StoreResult<Option<Checkpoint>> {
     let Some(&(_, end_seq, _)) = sealed.last() else { return Ok(None) };
+    // Every segment the tier holds must be one on disk with the same range: a checkpoint
+    // must never call a message gone because the two disagree.
+    let on_disk: std::collections::HashSet<(u64, u64)> = sealed.iter().map(|&(first, end, _)| (first, end)).collect();
+    if !ledger.sealed().segments().all(|held| on_disk.contains(&(held.first_seq, held.end_seq))) {
+        return Ok(None);
+    }
     let mut tier = ledger.sealed().segments().peekable();
     let mut segments = Vec::with_capacity(sealed.len());
     for &(first_seq, segment_end, log_length) in sealed {
