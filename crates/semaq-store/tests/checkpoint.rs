@@ -125,3 +125,95 @@ fn a_checkpoint_naming_segments_gone_since_is_ignored() {
     assert_eq!(reopened.recovery_report().checkpointed_segments_count, 0);
     assert_eq!(seen(&reopened), before);
 }
+
+mod power_loss {
+    //! On the simulated disk: the power fails at every change from a seal to the checkpoint
+    //! written at the next sync (log fsync, index, new segment, its directory entry, the
+    //! checkpoint's temporary file, its fsync, the rename, the directory fsync).
+
+    use super::*;
+    use semaq_store::storage::sim::{SimDisk, Tear};
+    use semaq_store::storage::Storage;
+    use semaq_store::FileStoreConfig;
+    use std::path::PathBuf;
+
+    fn dir() -> PathBuf {
+        PathBuf::from("/streams/orders")
+    }
+
+    fn open(disk: &SimDisk) -> FileStore {
+        let config = FileStoreConfig {
+            dir: dir(),
+            segment_size_bytes: common::SMALL_SEGMENT_BYTES,
+            limits: StoreLimits::default(),
+        };
+        FileStore::open_on(config, disk.shared()).unwrap()
+    }
+
+    fn append(store: &mut FileStore, n: u64) -> semaq_store::StoreResult<u64> {
+        store.append("orders.new", None, format!("order-{n:08}").as_bytes(), 7).map(|(seq, _)| seq)
+    }
+
+    /// A store with a checkpoint covering its first sealed segment, then a deletion in that
+    /// segment; returns it with the last message number appended.
+    fn prepared(disk: &SimDisk) -> (FileStore, u64) {
+        let mut store = open(disk);
+        let mut n = 0;
+        while store.segment_count() < 2 {
+            n += 1;
+            append(&mut store, n).unwrap();
+        }
+        store.close().unwrap();
+        assert!(store.delete(3).unwrap());
+        (store, n)
+    }
+
+    #[test]
+    fn power_lost_between_a_seal_and_its_checkpoint_gives_what_the_indexes_give() {
+        // The append that seals the second segment, found on a disk that does not fail.
+        let (mut dry, mut seals_at) = prepared(&SimDisk::new());
+        while dry.segment_count() < 3 {
+            seals_at += 1;
+            append(&mut dry, seals_at).unwrap();
+        }
+        let (mut crashes_after_the_seal, mut from_checkpoint) = (0, [0; 3]);
+        for changes in 0..24 {
+            let disk = SimDisk::new();
+            let (mut store, mut n) = prepared(&disk);
+            while n + 1 < seals_at {
+                n += 1;
+                append(&mut store, n).unwrap();
+            }
+            store.sync().unwrap();
+            let mut synced = n;
+            disk.freeze_after(changes, Tear::LoseUnsynced);
+            while !disk.is_frozen() {
+                n += 1;
+                if append(&mut store, n).and_then(|_| store.sync()).is_ok() {
+                    synced = n;
+                }
+            }
+            crashes_after_the_seal += u64::from(store.segment_count() == 3);
+            disk.crash(Tear::LoseUnsynced);
+            drop(store);
+            let reopened = open(&disk);
+            from_checkpoint[reopened.recovery_report().checkpointed_segments_count.min(2)] += 1;
+            let with_checkpoint = seen(&reopened);
+            let messages: Vec<u64> = with_checkpoint.2.iter().map(|(seq, _, _)| *seq).collect();
+            let expected: Vec<u64> = (1..=synced).filter(|&seq| seq != 3).collect();
+            assert_eq!(messages[..expected.len()], expected[..], "power lost after {changes} changes");
+            drop(reopened);
+            let checkpoint = dir().join(CHECKPOINT);
+            if disk.read(&checkpoint).is_ok() {
+                disk.remove_file(&checkpoint).unwrap();
+            }
+            let full = open(&disk);
+            assert_eq!(full.recovery_report().checkpointed_segments_count, 0);
+            assert_eq!(seen(&full), with_checkpoint, "power lost after {changes} changes");
+        }
+        assert!(crashes_after_the_seal > 10, "crashes all along the seal and its checkpoint");
+        // The old checkpoint caught up (one segment from it, the newly sealed one from its
+        // index), and the new one (both segments from it).
+        assert!(from_checkpoint[1] > 0 && from_checkpoint[2] > 0, "{from_checkpoint:?}");
+    }
+}
