@@ -26,6 +26,8 @@ pub struct ClientDetails {
     pub user: Option<String>,
     /// Restrictions from the user's permissions.
     pub permissions: Option<Arc<ClientPermissions>>,
+    /// The account whose subjects it uses; `None` for the global account `$G`.
+    pub account: Option<String>,
 }
 
 /// The shared half of a connection: what publishers and monitoring need to reach.

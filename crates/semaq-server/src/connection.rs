@@ -26,8 +26,9 @@ use crate::delivery::{self, FlushSet, Message, Sink, SubscriberRef, Subscription
 use crate::filter::Filters;
 use crate::identity::random_nonce;
 use crate::limits;
-use crate::options::Options;
+use crate::options::{Options, GLOBAL_ACCOUNT};
 use crate::outbound::CloseReason;
+use crate::router::Router;
 use crate::stats::bump;
 use crate::tokens::Tokens;
 
@@ -166,6 +167,8 @@ struct Connection {
     context: Arc<Context>,
     client: Arc<Client>,
     parser: Parser,
+    /// The subject space of the connection's account, resolved once when it authenticates.
+    router: Arc<Router<SubscriberRef>>,
     subscriptions: HashMap<ByteString, Arc<Subscription>>,
     flush: FlushSet,
     publish_allowed: HashMap<ByteString, bool>,
@@ -191,10 +194,13 @@ impl Connection {
             control_line_bytes_max: context.options.control_line_bytes_max,
             payload_bytes_max: context.options.payload_bytes_max,
         };
+        // Until CONNECT says otherwise (and without auth, always) a client is in `$G`.
+        let router = context.bus.account_router(GLOBAL_ACCOUNT).unwrap_or(&context.bus.router).clone();
         Self {
             context,
             client,
             parser: Parser::new(limits),
+            router,
             subscriptions: HashMap::new(),
             flush: FlushSet::default(),
             publish_allowed: HashMap::new(),
@@ -337,11 +343,20 @@ impl Connection {
             self.ok();
             return Ok(());
         }
-        let Grant { user, permissions, limits, slot, .. } =
+        let Grant { user, permissions, limits, slot, account } =
             match self.context.auth.authenticate(&options, self.nonce.as_deref()) {
                 Ok(grant) => grant,
                 Err(error) => return self.refuse(error),
             };
+        let Some(router) = self.context.bus.account_router(account.as_deref().unwrap_or(GLOBAL_ACCOUNT)) else {
+            // Every account a user can log into has a subject space from the start.
+            tracing::error!(?account, "no subject space for the account");
+            return self.refuse_auth();
+        };
+        // Subscriptions made before CONNECT (possible only without auth, so in `$G`) keep theirs.
+        if self.subscriptions.is_empty() {
+            self.router = router.clone();
+        }
         (self.limits, self._slot) = (limits, slot);
         if self.limits.subscriptions_max == Some(0) {
             // nats-server closes a client whose JWT allows no subscription (a JWT without `subs`).
@@ -349,7 +364,7 @@ impl Connection {
             return Err(CloseReason::ProtocolViolation);
         }
         let verbose = options.verbose;
-        self.client.accept_details(ClientDetails { options, user, permissions });
+        self.client.accept_details(ClientDetails { options, user, permissions, account });
         self.connected = true;
         if verbose {
             self.client.outbound.send(encode::OK);
@@ -439,17 +454,18 @@ impl Connection {
             client_name: self.client.details().and_then(|d| d.options.name.as_deref()),
             server: &self.context.info,
         });
-        let matches = self.context.bus.router.matches(&publish.subject);
-        let delivered =
-            delivery::fan_out(&self.context.bus.router, &matches, &message, Some(&self.client), &mut self.flush);
+        let matches = self.router.matches(&publish.subject);
+        let delivered = delivery::fan_out(&self.router, &matches, &message, Some(&self.client), &mut self.flush);
         let trace_event = traced.and_then(|traced| traced.finish(delivered));
         if delivered == 0 {
             self.no_responders(&message);
         }
         if let Some((dest, event)) = trace_event.filter(|(dest, _)| self.may_publish(&ByteString::from(dest.as_str())))
         {
+            // The trace event stays in the publisher's account, as in nats-server.
             let event = Message { subject: &dest, reply: None, headers: None, payload: &event, publisher: None };
-            self.context.bus.publish_batched(&dest, &event, &mut self.flush);
+            let matches = self.router.matches_uncached(&dest);
+            delivery::fan_out(&self.router, &matches, &event, None, &mut self.flush);
         }
         self.ok();
     }
@@ -467,7 +483,7 @@ impl Connection {
         };
         let status = HeaderBlock::status(503, "").encode();
         let notice = Message { subject: reply, reply: None, headers: Some(&status), payload: b"", publisher: None };
-        delivery::deliver(&self.context.bus.router, &subscription, &notice, &mut self.flush);
+        delivery::deliver(&self.router, &subscription, &notice, &mut self.flush);
     }
 
     fn subscribe(&mut self, subject: ByteString, queue: Option<ByteString>, sid: ByteString) {
@@ -499,7 +515,7 @@ impl Connection {
         }
         let subscription = Arc::new(Subscription::new(Sink::Client(self.client.clone()), subject, queue, sid.clone()));
         let reference = SubscriberRef(subscription.clone());
-        if self.context.bus.router.insert(&subscription.subject, subscription.queue.as_deref(), reference).is_err() {
+        if self.router.insert(&subscription.subject, subscription.queue.as_deref(), reference).is_err() {
             self.send_err("Invalid Subject");
             return;
         }
@@ -526,7 +542,7 @@ impl Connection {
 
     fn remove_from_router(&self, subscription: &Arc<Subscription>) {
         let reference = SubscriberRef(subscription.clone());
-        self.context.bus.router.remove(&subscription.subject, subscription.queue.as_deref(), &reference);
+        self.router.remove(&subscription.subject, subscription.queue.as_deref(), &reference);
     }
 
     fn remove_subscriptions(&mut self) {
