@@ -7,8 +7,10 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
 
 use bytes::BytesMut;
 use semaq_wire::info::{ConnectOptions, ServerInfo};
@@ -19,7 +21,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 
 use crate::agents::Agents;
-use crate::auth::{AccountSlot, AuthError, Authenticator, ClientPermissions, ConnectionLimits, Grant};
+use crate::auth::{AuthError, Authenticator, ClientPermissions, ConnectionLimits, Grant};
 use crate::bus::Bus;
 use crate::client::{Client, ClientDetails};
 use crate::delivery::{self, FlushSet, Message, Sink, SubscriberRef, Subscription};
@@ -149,10 +151,12 @@ where
     context.bus.register(&client);
     client.outbound.send(&hello);
     let write_deadline = context.options.write_deadline;
+    let writer = SlotReleasingWriter { inner: writer, client: client.clone() };
     let writer_client = client.clone();
     let writer_task = tokio::spawn(async move { writer_client.outbound.run_writer(writer, write_deadline).await });
     let mut connection = Connection::new(context.clone(), client.clone(), nonce);
     let reason = connection.read_loop(reader).await;
+    client.release_account_slot();
     client.outbound.close(reason);
     connection.remove_subscriptions();
     let reason = writer_task.await.unwrap_or(reason);
@@ -178,8 +182,6 @@ struct Connection {
     nonce: Option<String>,
     /// Bounds the user's credentials set, beyond the server's.
     limits: ConnectionLimits,
-    /// Held while connected: the connection's place in its account's connection limit.
-    _slot: Option<Arc<AccountSlot>>,
     /// Subscriptions held when exhausted ones (auto-unsubscribed by a delivery, which leaves
     /// them in `subscriptions`) are next swept out; doubles with what a sweep keeps.
     sweep_at: usize,
@@ -209,7 +211,6 @@ impl Connection {
             nonce,
             sweep_at: crate::limits::SUBSCRIPTION_SWEEP_MIN,
             limits: ConnectionLimits::default(),
-            _slot: None,
         }
     }
 
@@ -357,7 +358,8 @@ impl Connection {
         if self.subscriptions.is_empty() {
             self.router = router.clone();
         }
-        (self.limits, self._slot) = (limits, slot);
+        self.limits = limits;
+        self.client.hold_account_slot(slot);
         if self.limits.subscriptions_max == Some(0) {
             // nats-server closes a client whose JWT allows no subscription (a JWT without `subs`).
             self.client.outbound.close_with_error(CloseReason::ProtocolViolation, "maximum subscriptions exceeded");
@@ -550,6 +552,47 @@ impl Connection {
             self.remove_from_router(&subscription);
         }
         self.client.subscriptions.store(0, Ordering::Relaxed);
+    }
+}
+
+/// A socket's write half that frees the connection's place in its account's connection limit
+/// before it closes (the writer shuts it down, or drops it), so a client that sees the close
+/// and reconnects finds the place free, as nats-server frees it before closing.
+struct SlotReleasingWriter<W> {
+    inner: W,
+    client: Arc<Client>,
+}
+
+impl<W: AsyncWrite + Unpin> AsyncWrite for SlotReleasingWriter<W> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<std::io::Result<()>> {
+        self.client.release_account_slot();
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+impl<W> Drop for SlotReleasingWriter<W> {
+    fn drop(&mut self) {
+        self.client.release_account_slot();
     }
 }
 

@@ -1,6 +1,7 @@
 //! `/jsz` and `/accountz` with nats-server's field names (its `JSInfo`, `AccountDetail`,
 //! `StreamDetail` and `Accountz`), so prometheus-nats-exporter's JetStream collection and other
-//! nats-server tooling read SemaQ. SemaQ has one account, nats-server's global `$G`.
+//! nats-server tooling read SemaQ. `/jsz` shows the one account with JetStream (the home
+//! account); `/accountz` lists every account.
 //!
 //! Query parameters are read as nats-server reads them: booleans as Go's `strconv.ParseBool`,
 //! integers as `strconv.Atoi`; a value that does not parse is a 400 with an error JSON naming
