@@ -454,6 +454,7 @@ impl Connection {
             body_size: message.payload.len(),
             client_id: self.client.id,
             client_name: self.client.details().and_then(|d| d.options.name.as_deref()),
+            account: self.client.details().and_then(|d| d.account.as_deref()).unwrap_or(GLOBAL_ACCOUNT),
             server: &self.context.info,
         });
         let matches = self.router.matches(&publish.subject);

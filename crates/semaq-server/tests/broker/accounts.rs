@@ -394,3 +394,25 @@ async fn without_accounts_everyone_shares_g_and_its_jetstream() {
     assert_eq!(heard, self::heard(&[("two", &["orders.one", "orders.end"])]));
     assert_eq!(ask(&two, "$JS.API.INFO").await, "io.nats.jetstream.api.v1.account_info_response");
 }
+
+/// A `Nats-Trace-Dest` event (nats-server 2.11, which 2.9 has not) names the publisher's account
+/// and goes to that account's subscribers only.
+#[tokio::test]
+async fn a_trace_event_names_and_stays_in_the_publishers_account() {
+    let semaq = SemaqServer::with_config(CONFIG, &[]);
+    let url = semaq.url();
+    let (a, a2, b) = (login(&url, Some("a")).await, login(&url, Some("a2")).await, login(&url, Some("b")).await);
+    let mut events_in_a = a2.subscribe("trace.events").await.unwrap();
+    let mut events_in_b = b.subscribe("trace.events").await.unwrap();
+    sync(&a2).await;
+    sync(&b).await;
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Nats-Trace-Dest", "trace.events");
+    a.publish_with_headers("orders.traced", headers, "x".into()).await.unwrap();
+    sync(&a).await;
+    let event = tokio::time::timeout(ARRIVAL, events_in_a.next()).await.expect("an event in A").unwrap();
+    let event: Value = serde_json::from_slice(&event.payload).unwrap();
+    assert_eq!(event["events"][0]["acc"], "A", "{event}");
+    let stray = tokio::time::timeout(QUIET, events_in_b.next()).await;
+    assert!(stray.is_err(), "B's subscriber on the same subject gets no event: {stray:?}");
+}
