@@ -158,3 +158,41 @@ impl Bus {
         ((in_msgs + open_in_msgs, in_bytes + open_in_bytes), (out_msgs + open_out_msgs, out_bytes + open_out_bytes))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Nothing;
+
+    impl InternalSink for Nothing {
+        fn receive(&self, _: &Message<'_>) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn each_account_has_its_own_router_and_the_home_accounts_is_the_bus_router() {
+        let bus = Bus::with_accounts("A", ["A", "B", "B"]);
+        let names = |bus: &Bus| {
+            let mut names: Vec<String> = bus.account_routers().map(|(name, _)| name.to_string()).collect();
+            names.sort();
+            names
+        };
+        assert_eq!(names(&bus), ["$G", "A", "B"], "`$G` always; a name listed twice is one account");
+        assert_eq!(bus.home_account(), "A");
+        assert!(Arc::ptr_eq(bus.account_router("A").unwrap(), &bus.router));
+        bus.subscribe_internal("orders.>", None, Arc::new(Nothing)).unwrap();
+        let b = bus.account_router("B").unwrap();
+        Bus::subscribe_internal_in(b, "orders.>", None, Arc::new(Nothing)).unwrap();
+        Bus::subscribe_internal_in(b, "orders.new", None, Arc::new(Nothing)).unwrap();
+        assert_eq!(bus.router.matches("orders.new").fanout(), 1, "A's subscription only");
+        assert_eq!(b.matches("orders.new").fanout(), 2, "B's two only");
+        assert_eq!(bus.account_router("$G").unwrap().matches("orders.new").fanout(), 0);
+        assert_eq!(bus.subscription_count(), 3);
+        assert_eq!(bus.router_stats().num_subscriptions, 3);
+        assert!(bus.account_router("C").is_none());
+        assert_eq!(names(&Bus::default()), ["$G"]);
+    }
+}
