@@ -391,3 +391,6 @@ pub const SCHEDULE_RETRY: std::time::Duration = std::time::Duration::from_secs(1
 pub const REMOTE_SOURCE_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// How long a remote mirror or source waits for an answer of its origin's JetStream API.
 pub const REMOTE_SOURCE_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// Accounts (`bus.rs`): accounts in the config file's `accounts` block, each its own subject
+/// space with its own router (JWT accounts are bounded by [`PRELOADED_ACCOUNTS_MAX`]).
+pub const ACCOUNTS_MAX: usize = 10_000;

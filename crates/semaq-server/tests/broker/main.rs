@@ -3,6 +3,7 @@
 //! started with `semaq-testkit`.
 
 mod account_limits;
+mod accounts;
 mod agents;
 mod agents_durable;
 mod agents_services;
