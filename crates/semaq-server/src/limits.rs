@@ -391,3 +391,6 @@ pub const SCHEDULE_RETRY: std::time::Duration = std::time::Duration::from_secs(1
 pub const REMOTE_SOURCE_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// How long a remote mirror or source waits for an answer of its origin's JetStream API.
 pub const REMOTE_SOURCE_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// Steps of one cron pattern's search for its next time (cron.go's walk, field by field): five
+/// years of the sparsest pattern take a few thousand.
+pub const CRON_SEARCH_STEPS_MAX: u32 = 100_000;
