@@ -689,11 +689,20 @@ impl Stream {
         store.delete(seq).map_err(ApiError::message_delete_failed)
     }
 
-    /// Purges stored messages (the API's `STREAM.PURGE`).
+    /// Purges stored messages (the API's `STREAM.PURGE`). An unfiltered purge to a `seq` past
+    /// the end also moves the stream there, as nats-server's compaction does: the next message
+    /// gets `seq` (first_seq `seq`, last_seq `seq - 1`), durably.
     pub fn purge(&self, request: &semaq_store::PurgeRequest) -> Result<u64, ApiError> {
         let mut store = self.store();
         self.before_removal(store.as_mut(), u64::MAX).map_err(ApiError::storage)?;
-        store.purge(request).map_err(store_error)
+        let purged = store.purge(request).map_err(store_error)?;
+        let everything = matches!(request.subject.as_deref(), None | Some(">"));
+        if let (true, None, Some(seq)) = (everything, request.keep, request.up_to_seq) {
+            if seq > store.state().last_seq.saturating_add(1) {
+                store.skip_to(seq).map_err(store_error)?;
+            }
+        }
+        Ok(purged)
     }
 
     /// L3 producers for stream info: `{count, gaps, last_gap}`, or `None` below L3.
