@@ -702,6 +702,14 @@ impl Stream {
                 store.skip_to(seq).map_err(store_error)?;
             }
         }
+        let first_seq = store.state().first_seq;
+        // Lock order: a consumer's state before the store.
+        drop(store);
+        if everything {
+            for consumer in self.consumers() {
+                consumer.stream_purged(first_seq);
+            }
+        }
         Ok(purged)
     }
 

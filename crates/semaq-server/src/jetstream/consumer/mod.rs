@@ -164,6 +164,13 @@ impl Consumer {
         self.wake.notify_one();
     }
 
+    /// After an unfiltered purge of its stream left `first_seq` first (see
+    /// `State::stream_purged`); the state is saved at the task's next round.
+    pub fn stream_purged(&self, first_seq: u64) {
+        lock(&self.state).stream_purged(first_seq);
+        self.wake();
+    }
+
     /// The compiled content filter, if any.
     fn content_filter(&self) -> Option<Arc<Filter>> {
         lock(&self.content_filter).clone()
