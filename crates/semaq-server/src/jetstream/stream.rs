@@ -702,13 +702,15 @@ impl Stream {
                 store.skip_to(seq).map_err(store_error)?;
             }
         }
-        let first_seq = store.state().first_seq;
+        let state = store.state();
+        let purged_subject = request.subject.as_deref().filter(|_| !everything);
+        let filtered_first = purged_subject
+            .and_then(|subject| store.get_next(state.first_seq, Some(subject)).ok().flatten())
+            .map(|message| message.seq);
         // Lock order: a consumer's state before the store.
         drop(store);
-        if everything {
-            for consumer in self.consumers() {
-                consumer.stream_purged(first_seq);
-            }
+        for consumer in self.consumers() {
+            consumer.stream_purged(purged_subject, state.first_seq, filtered_first, state.last_seq);
         }
         Ok(purged)
     }

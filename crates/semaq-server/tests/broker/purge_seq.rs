@@ -133,7 +133,7 @@ async fn purge_with_seq_past_the_end_leaves_the_state_nats_server_leaves() {
         };
         // A filtered purge moves consumers differently in 2.9 (to the filter's first match,
         // or past the end when nothing matched) than in 2.10+ (a consumer wider than the filter
-        // only up to the stream's first); SemaQ leaves them where they are (not compared).
+        // only up to the stream's first), which SemaQ follows: compared in the test below.
         let filtered = what.contains("filter");
         let (expected, semaq_seen) = match filtered {
             true => (without_consumer(&expected), without_consumer(semaq_seen)),
@@ -160,4 +160,46 @@ async fn a_purge_past_the_end_is_durable() {
     let after = state(&client, "D").await;
     assert_eq!((after["first_seq"].as_u64(), after["last_seq"].as_u64()), (Some(1000), Some(1000)), "{after}");
     assert_eq!(publish_raw(&client, "d.c", &[], b"z").await["seq"], 1001);
+}
+
+/// A filtered purge moves consumers as nats-server 2.10+ does (`purgeLocked`; 2.9 differs): one
+/// whose filter the purge covers goes to the first message left on it (past the end when none
+/// is), one with wider filters only up to the stream's first sequence, and an unrelated one
+/// stays where it was.
+#[tokio::test]
+async fn a_filtered_purge_moves_the_consumers_it_concerns() {
+    let server = SemaqServer::start();
+    let client = server.client().await;
+    let config = json!({"name": "F", "subjects": ["f.>"]});
+    api(&client, "$JS.API.STREAM.CREATE.F", &config.to_string()).await;
+    for subject in ["a", "b", "a", "b", "a"] {
+        publish_raw(&client, &format!("f.{subject}"), &[], b"x").await;
+    }
+    for (name, filter) in [("ON_A", "f.a"), ("ALL", ""), ("ON_B", "f.b")] {
+        let consumer = json!({"stream_name": "F", "config": {"durable_name": name, "ack_policy": "explicit", "filter_subject": filter}});
+        api(&client, &format!("$JS.API.CONSUMER.CREATE.F.{name}"), &consumer.to_string()).await;
+    }
+    let position = |name: &'static str| {
+        let client = client.clone();
+        async move {
+            let info = api(&client, &format!("$JS.API.CONSUMER.INFO.F.{name}"), "").await;
+            (
+                info["delivered"]["stream_seq"].as_u64(),
+                info["ack_floor"]["stream_seq"].as_u64(),
+                info["num_pending"].as_u64(),
+            )
+        }
+    };
+
+    // Up to 4 on f.a: 1 and 3 go, 5 stays; the stream now starts at 2.
+    let purged = api(&client, "$JS.API.STREAM.PURGE.F", r#"{"filter":"f.a","seq":4}"#).await;
+    assert_eq!(purged["purged"], 2, "{purged}");
+    assert_eq!(position("ON_A").await, (Some(4), Some(4), Some(1)), "to the first f.a left (5)");
+    assert_eq!(position("ALL").await, (Some(1), Some(1), Some(3)), "to the stream's first (2)");
+    assert_eq!(position("ON_B").await, (Some(0), Some(0), Some(2)), "not concerned");
+
+    // All of f.a: nothing is left on it, so its consumer goes past the end.
+    api(&client, "$JS.API.STREAM.PURGE.F", r#"{"filter":"f.a"}"#).await;
+    assert_eq!(position("ON_A").await, (Some(5), Some(5), Some(0)));
+    assert_eq!(position("ON_B").await, (Some(0), Some(0), Some(2)));
 }

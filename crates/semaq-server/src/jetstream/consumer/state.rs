@@ -230,9 +230,11 @@ impl State {
         Some(removed)
     }
 
-    /// An unfiltered purge left `first_seq` first in the stream: what it removed counts as
-    /// delivered and acknowledged, as nats-server's `consumer.purge` has it (never backwards).
-    pub fn stream_purged(&mut self, first_seq: u64) {
+    /// A purge moved this consumer to `first_seq`: what lies below counts as delivered and
+    /// acknowledged, as nats-server's `consumer.purge` has it (never backwards); `gone` says
+    /// which pending deliveries above it the purge removed too (a purge narrower than the
+    /// consumer's filters), which are then dropped as well.
+    pub fn stream_purged(&mut self, first_seq: u64, gone: &dyn Fn(u64) -> bool) {
         let floor = first_seq.saturating_sub(1);
         self.next_seq = self.next_seq.max(first_seq);
         self.delivered_stream_seq = self.delivered_stream_seq.max(floor);
@@ -240,8 +242,8 @@ impl State {
         self.initial.retain(|seq| *seq >= first_seq);
         if self.ack_floor_stream_seq < floor {
             self.ack_floor_stream_seq = floor;
-            let gone: Vec<u64> = self.pending.range(..first_seq).map(|(seq, _)| *seq).collect();
-            for seq in gone {
+            let dropped: Vec<u64> = self.pending.keys().copied().filter(|&seq| seq < first_seq || gone(seq)).collect();
+            for seq in dropped {
                 if let Some(pending) = self.remove_pending(seq) {
                     self.ack_floor_consumer_seq = self.ack_floor_consumer_seq.max(pending.consumer_seq);
                 }
