@@ -394,3 +394,6 @@ pub const REMOTE_SOURCE_REQUEST_TIMEOUT: std::time::Duration = std::time::Durati
 /// Accounts (`bus.rs`): accounts in the config file's `accounts` block, each its own subject
 /// space with its own router (JWT accounts are bounded by [`PRELOADED_ACCOUNTS_MAX`]).
 pub const ACCOUNTS_MAX: usize = 10_000;
+/// Steps of one cron pattern's search for its next time (cron.go's walk, field by field): five
+/// years of the sparsest pattern take a few thousand.
+pub const CRON_SEARCH_STEPS_MAX: u32 = 100_000;

@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use crate::error::{StoreError, StoreResult};
-use crate::ledger::Ledger;
+use crate::ledger::{Ledger, SlotState};
 use crate::limits::{
     segment_header, CORRUPTION_REPORTS_MAX_COUNT, SEGMENT_SIZE_DEFAULT_BYTES, SEGMENT_SIZE_MAX_BYTES,
-    SEGMENT_SIZE_MIN_BYTES,
+    SEGMENT_SIZE_MIN_BYTES, SKIP_COUNT_MAX,
 };
 use crate::meta::MetaFile;
 use crate::record::{self, record_size};
@@ -559,6 +559,27 @@ impl StreamStore for FileStore {
             let last = store.segments.len() - 1;
             for segment in store.segments.drain(..last) {
                 segment.remove_files(&*store.storage, &store.dir)?;
+            }
+            store.sync_step()?;
+            Ok(true)
+        })
+    }
+
+    fn skip_msgs(&mut self, next_seq: u64) -> StoreResult<bool> {
+        let from = self.ledger.next_seq();
+        let state = self.ledger.state();
+        if state.msgs == 0 {
+            return self.skip_to(next_seq);
+        }
+        if next_seq <= from || next_seq - from > SKIP_COUNT_MAX {
+            return Ok(false);
+        }
+        self.guarded(|store| {
+            // One marker in the log covers the gap (recovery reads it back as deleted slots);
+            // the slots make the gap count as deleted now, and sealing indexes them as such.
+            store.active().append_skip(next_seq - 1, state.last_ts)?;
+            for _ in from..next_seq {
+                store.ledger.push_dead(SlotState::Deleted, state.last_ts);
             }
             store.sync_step()?;
             Ok(true)

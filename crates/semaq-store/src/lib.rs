@@ -101,6 +101,12 @@ pub trait StreamStore: Send {
     /// its origin's sequences); false, with nothing changed, when the store holds messages or
     /// already passed `next_seq`. Durable when it returns.
     fn skip_to(&mut self, next_seq: u64) -> StoreResult<bool>;
+    /// Makes `next_seq` the sequence the next append gets, also behind stored messages: the
+    /// sequences skipped count as deleted (a mirror keeping the gaps its origin has, as
+    /// nats-server's `SkipMsgs`). False, with nothing changed, when the store already passed
+    /// `next_seq` or the gap behind stored messages is over `SKIP_COUNT_MAX`. Durable when it
+    /// returns.
+    fn skip_msgs(&mut self, next_seq: u64) -> StoreResult<bool>;
     /// How messages count in `StreamState::bytes` and against `max_bytes` (as nats-server's
     /// store of the same kind counts them).
     fn size_model(&self) -> SizeModel;

@@ -69,6 +69,9 @@ pub mod record_header {
     pub const SIZE_BYTES: usize = 32;
     /// Flag: the message carries a header block (even an empty one), so `None` and `Some(b"")` differ.
     pub const FLAG_HAS_HEADERS: u16 = 1;
+    /// Flag: a skip marker, not a message: every sequence from the one expected up to and
+    /// including the record's own was never stored (a mirror keeping its origin's gaps).
+    pub const FLAG_SKIP: u16 = 2;
 }
 
 /// Index file header; entries follow it, then the segment's subject table.
@@ -175,3 +178,7 @@ const _: () = assert!(SEGMENT_SIZE_MAX_BYTES + RECORD_SIZE_MAX_BYTES as u64 <= u
 const _: () = assert!(SUBJECT_LENGTH_MAX_BYTES <= u16::MAX as usize);
 // Widening `usize` to `u64` (no `From` in a const): the sum is 56.
 const _: () = assert!(SEGMENT_SIZE_MIN_BYTES > (segment_header::SIZE_BYTES + record_header::SIZE_BYTES) as u64);
+
+/// Most sequences one skip marker covers behind stored messages (each costs a ledger slot and,
+/// once sealed, an index entry): a mirror's origin gap beyond it is not kept.
+pub const SKIP_COUNT_MAX: u64 = 1 << 20;

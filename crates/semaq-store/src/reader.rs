@@ -153,6 +153,8 @@ impl SegmentRead<'_> {
                     step(ReadItem::Message(message_of(record, seq)));
                 }
                 Scanned::Lost => step(ReadItem::Unreadable { seq, detail: "damaged record".into() }),
+                // Never stored: nothing to read, as for a deleted message.
+                Scanned::Skipped { .. } => {}
             }
         });
         *expected = (*expected).max(next);

@@ -146,6 +146,16 @@ impl Segment {
         Ok(offset)
     }
 
+    /// Appends a skip marker (`record::encode_skip`): sequences up to `last_skipped` hold nothing.
+    pub(crate) fn append_skip(&mut self, last_skipped: u64, timestamp_ns: i64) -> StoreResult<()> {
+        debug_assert!(!self.sealed);
+        record::encode_skip(&mut self.pending, last_skipped, timestamp_ns)?;
+        if self.pending.len() >= WRITE_BUFFER_BYTES {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
     /// Hands buffered appends to the OS (no fsync).
     pub(crate) fn flush(&mut self) -> StoreResult<()> {
         if !self.pending.is_empty() {

@@ -31,6 +31,7 @@ mod object_store;
 mod priority;
 mod provenance;
 mod pubsub;
+mod purge_seq;
 mod raw_protocol;
 mod registry;
 mod schedules;

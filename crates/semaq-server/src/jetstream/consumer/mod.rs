@@ -164,6 +164,31 @@ impl Consumer {
         self.wake.notify_one();
     }
 
+    /// After a purge of its stream, as nats-server's `purgeLocked` moves consumers: an
+    /// unfiltered purge (`purged` None) moves every consumer to the stream's `first_seq`; one of
+    /// `purged` subjects moves a consumer whose filters it covers to the first message left
+    /// on them (`filtered_first`, else past `last_seq`), and one whose filters are wider to
+    /// `first_seq`; others stay. The state is saved at the task's next round.
+    pub fn stream_purged(&self, purged: Option<&str>, first_seq: u64, filtered_first: Option<u64>, last_seq: u64) {
+        let filters = validate::filters(&self.config());
+        let (start, wider) = match purged {
+            None => (first_seq, false),
+            Some(purged) if filters.iter().any(|f| semaq_wire::subject::is_subset(f, purged)) => {
+                (filtered_first.unwrap_or(last_seq.saturating_add(1)), false)
+            }
+            Some(purged) if filters.iter().any(|f| semaq_wire::subject::is_subset(purged, f)) => (first_seq, true),
+            Some(_) => return,
+        };
+        let stream = self.stream();
+        // Lock order: the state, then the store.
+        let mut state = lock(&self.state);
+        let store = stream.as_ref().filter(|_| wider).map(|stream| stream.store());
+        let gone = |seq| store.as_ref().is_some_and(|store| matches!(store.get(seq), Ok(None)));
+        state.stream_purged(start, &gone);
+        drop((store, state));
+        self.wake();
+    }
+
     /// The compiled content filter, if any.
     fn content_filter(&self) -> Option<Arc<Filter>> {
         lock(&self.content_filter).clone()
