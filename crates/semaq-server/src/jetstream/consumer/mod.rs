@@ -72,6 +72,8 @@ pub struct Consumer {
     /// Durable consumers survive restarts and inactivity.
     pub durable: bool,
     state: Mutex<State>,
+    /// Signalled when a pump round has handed its messages to the bus (`State::in_transit`).
+    handed_off: std::sync::Condvar,
     wake: Notify,
     stopped: std::sync::atomic::AtomicBool,
     stream: Weak<Stream>,
@@ -113,6 +115,7 @@ impl Consumer {
             created,
             durable,
             state: Mutex::new(state),
+            handed_off: std::sync::Condvar::new(),
             wake: Notify::new(),
             stopped: std::sync::atomic::AtomicBool::new(false),
             stream: Arc::downgrade(stream),
@@ -211,14 +214,24 @@ impl Consumer {
         lock(&self.state).has_acked(seq)
     }
 
+    /// The state once the pump round in progress, if any, has handed its messages to the bus,
+    /// so an info answer never reaches a client before messages it counts as delivered. The
+    /// wait is bounded: an info asked from inside that hand-off (an internal subscriber on the
+    /// deliver subject) answers after [`crate::limits::CONSUMER_INFO_HAND_OFF_WAIT`].
+    fn state_after_hand_off(&self) -> std::sync::MutexGuard<'_, State> {
+        let state = lock(&self.state);
+        let waited =
+            self.handed_off.wait_timeout_while(state, crate::limits::CONSUMER_INFO_HAND_OFF_WAIT, |s| s.in_transit > 0);
+        waited.map_or_else(|poisoned| poisoned.into_inner().0, |(state, _)| state)
+    }
+
     /// The consumer info body.
     pub fn info(&self) -> Value {
         let config = self.config();
         let stream = self.stream();
-        let state = lock(&self.state);
+        let state = self.state_after_hand_off();
         let filter = self.content_filter();
-        let num_pending =
-            stream.as_ref().map_or(0, |s| state.num_pending(s, &config, filter.as_deref())) + state.in_transit;
+        let num_pending = stream.as_ref().map_or(0, |s| state.num_pending(s, &config, filter.as_deref()));
         let mut info = json!({
             "stream_name": self.stream_name,
             "name": self.name,

@@ -252,6 +252,9 @@ impl Consumer {
         flush.flush();
         let mut state = lock(&self.state);
         state.in_transit = state.in_transit.saturating_sub(in_transit);
+        if state.in_transit == 0 && in_transit > 0 {
+            self.handed_off.notify_all();
+        }
         drop(state);
         next_wake
     }

@@ -62,9 +62,9 @@ pub struct PendingCount {
 #[derive(Debug, Default)]
 pub struct State {
     /// Messages of the current pump round taken off `num_pending` but not yet handed to the
-    /// bus: consumer info counts them as pending still, as nats-server's info never shows a
-    /// message delivered before it is queued to the client (nats-py's KV watch reads
-    /// `num_pending` right after subscribing, and ends its initial values early otherwise).
+    /// bus: consumer info waits for them, as nats-server's info never shows a message
+    /// delivered before it is queued to the client (nats-py's KV watch reads `num_pending`
+    /// right after subscribing, and ends its initial values early otherwise).
     pub in_transit: u64,
     /// Next stream sequence to read for a first delivery. A priority-ordered consumer's reads
     /// may run ahead of its deliveries: see `resume_seq`.
