@@ -4,9 +4,11 @@
 
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
+use crate::commit::{SyncMark, SyncTicket};
 use crate::delete_log;
 use crate::error::{fit, io_error, StoreResult};
 use crate::index;
@@ -44,7 +46,8 @@ pub(crate) struct Segment {
     /// Sequence of the first record; also the file name.
     pub first_seq: u64,
     log_path: PathBuf,
-    log: Box<dyn StorageFile>,
+    /// Shared with sync tickets, which fsync it without the store's lock.
+    log: Arc<dyn StorageFile>,
     /// Bytes already handed to the OS.
     written_bytes: u64,
     /// Bytes known to be on stable storage.
@@ -56,8 +59,13 @@ pub(crate) struct Segment {
     /// Delete log size on disk plus entries waiting in `delete_pending`.
     delete_bytes: u64,
     delete_pending: Vec<u8>,
-    /// The delete log has bytes handed to the OS but not fsynced.
-    delete_unsynced: bool,
+    /// The open delete log, once written to.
+    delete_file: Option<Arc<dyn StorageFile>>,
+    /// Writes to the delete log so far, and how many of them are known durable.
+    delete_writes: u64,
+    delete_synced_writes: u64,
+    /// The delete log was created and its directory entry is not yet durable.
+    delete_dir_unsynced: bool,
     sealed: bool,
 }
 
@@ -71,7 +79,7 @@ impl Segment {
         log.sync_all().map_err(io_error("fsync", &log_path))?;
         sync_dir(storage, dir)?;
         let length = header.len() as u64;
-        Ok(Segment::from_parts(first_seq, log_path, log, length, false))
+        Ok(Segment::from_parts(first_seq, log_path, Arc::from(log), length, false))
     }
 
     /// Opens an existing segment whose log recovery has validated (and cut, if torn).
@@ -79,7 +87,7 @@ impl Segment {
         let log_path = segment_path(dir, first_seq, LOG_EXTENSION);
         let log = storage.open(&log_path, OpenMode::ReadWrite, 0).map_err(io_error("open", &log_path))?;
         let length = log.length().map_err(io_error("stat", &log_path))?;
-        let mut segment = Segment::from_parts(first_seq, log_path, log, length, sealed);
+        let mut segment = Segment::from_parts(first_seq, log_path, Arc::from(log), length, sealed);
         if !sealed {
             // Whoever wrote the active log last (a process that crashed, or this store before
             // it reloaded) may have left bytes in the page cache that never reached the disk:
@@ -90,7 +98,7 @@ impl Segment {
         Ok(segment)
     }
 
-    fn from_parts(first_seq: u64, log_path: PathBuf, log: Box<dyn StorageFile>, length: u64, sealed: bool) -> Self {
+    fn from_parts(first_seq: u64, log_path: PathBuf, log: Arc<dyn StorageFile>, length: u64, sealed: bool) -> Self {
         Segment {
             first_seq,
             log_path,
@@ -101,7 +109,10 @@ impl Segment {
             index_bytes: 0,
             delete_bytes: 0,
             delete_pending: Vec::new(),
-            delete_unsynced: false,
+            delete_file: None,
+            delete_writes: 0,
+            delete_synced_writes: 0,
+            delete_dir_unsynced: false,
             sealed,
         }
     }
@@ -183,27 +194,91 @@ impl Segment {
             self.log.sync_data().map_err(io_error("fsync", &self.log_path))?;
             self.synced_bytes = self.written_bytes;
         }
-        self.sync_deletes(storage, dir)
+        let writes = self.write_deletes(storage, dir)?;
+        if self.delete_synced_writes < writes {
+            if let Some(file) = &self.delete_file {
+                let path = self.path(dir, DELETE_EXTENSION);
+                file.sync_data().map_err(io_error("fsync", &path))?;
+            }
+            self.delete_synced_writes = writes;
+        }
+        if self.delete_dir_unsynced {
+            sync_dir(storage, dir)?;
+            self.delete_dir_unsynced = false;
+        }
+        Ok(())
     }
 
-    fn sync_deletes(&mut self, storage: &dyn Storage, dir: &Path) -> StoreResult<()> {
-        if self.delete_pending.is_empty() && !self.delete_unsynced {
+    /// Step 1 of a commit (`commit.rs`): hands appends and deletions to the OS and adds what
+    /// must be fsynced for them to `ticket`.
+    pub(crate) fn prepare_sync(
+        &mut self,
+        storage: &dyn Storage,
+        dir: &Path,
+        ticket: &mut SyncTicket,
+    ) -> StoreResult<()> {
+        self.flush()?;
+        let delete_writes = self.write_deletes(storage, dir)?;
+        let log_unsynced = self.synced_bytes < self.written_bytes;
+        let deletes_unsynced = self.delete_synced_writes < delete_writes;
+        if !log_unsynced && !deletes_unsynced && !self.delete_dir_unsynced {
             return Ok(());
         }
+        if log_unsynced {
+            ticket.file(self.log.clone(), self.log_path.clone());
+        }
+        if let Some(file) = self.delete_file.as_ref().filter(|_| deletes_unsynced) {
+            ticket.file(file.clone(), self.path(dir, DELETE_EXTENSION));
+        }
+        if self.delete_dir_unsynced {
+            ticket.dir(dir.to_path_buf());
+        }
+        ticket.marks.push(SyncMark {
+            log: self.log.clone(),
+            log_bytes: self.written_bytes,
+            delete_writes,
+            delete_dir: self.delete_dir_unsynced,
+        });
+        Ok(())
+    }
+
+    /// Whether `mark` (from a ticket) is about this segment.
+    pub(crate) fn owns(&self, mark: &SyncMark) -> bool {
+        std::ptr::addr_eq(Arc::as_ptr(&self.log), Arc::as_ptr(&mark.log))
+    }
+
+    /// Step 3 of a commit: records what a ticket's fsyncs made durable.
+    pub(crate) fn mark_synced(&mut self, mark: &SyncMark) {
+        self.synced_bytes = self.synced_bytes.max(mark.log_bytes.min(self.written_bytes));
+        self.delete_synced_writes = self.delete_synced_writes.max(mark.delete_writes);
+        if mark.delete_dir {
+            self.delete_dir_unsynced = false;
+        }
+    }
+
+    /// Hands queued deletion records to the OS; returns the delete log's write count.
+    fn write_deletes(&mut self, storage: &dyn Storage, dir: &Path) -> StoreResult<u64> {
+        if self.delete_pending.is_empty() {
+            return Ok(self.delete_writes);
+        }
         let path = self.path(dir, DELETE_EXTENSION);
-        let existed = crate::storage::exists(storage, &path);
-        let file = storage.open(&path, OpenMode::Create, 0).map_err(io_error("open", &path))?;
-        self.delete_unsynced = true;
+        let file = match &self.delete_file {
+            Some(file) => file.clone(),
+            None => {
+                let existed = crate::storage::exists(storage, &path);
+                let file: Arc<dyn StorageFile> =
+                    Arc::from(storage.open(&path, OpenMode::Create, 0).map_err(io_error("open", &path))?);
+                self.delete_dir_unsynced |= !existed;
+                self.delete_file = Some(file.clone());
+                file
+            }
+        };
         // Appended at the end the file has, so a torn entry cut by recovery is written over.
         let end = file.length().map_err(io_error("stat", &path))?;
+        self.delete_writes += 1;
         file.write_at(&self.delete_pending, end).map_err(io_error("write", &path))?;
         self.delete_pending.clear();
-        file.sync_data().map_err(io_error("fsync", &path))?;
-        if !existed {
-            sync_dir(storage, dir)?;
-        }
-        self.delete_unsynced = false;
-        Ok(())
+        Ok(self.delete_writes)
     }
 
     /// Seals the segment (its records end before `end_seq`): log fsynced, then the index
