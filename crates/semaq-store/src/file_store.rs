@@ -171,7 +171,7 @@ impl FileStore {
     fn prepare_step(&mut self) -> StoreResult<SyncTicket> {
         let mut ticket = SyncTicket::new(self.epoch, self.storage.clone());
         for segment in &mut self.segments {
-            segment.prepare_sync(&*self.storage, &self.dir, &mut ticket)?;
+            segment.prepare_sync(&*self.storage, &self.dir, &mut ticket, self.segment_size_bytes)?;
         }
         // Run after the records: a floor must never be durable ahead of what it was computed from.
         let floor_seq = self.ledger.first_seq();
@@ -588,7 +588,9 @@ impl StreamStore for FileStore {
     }
 
     fn close(&mut self) -> StoreResult<()> {
-        self.sync()
+        self.sync()?;
+        // A clean close leaves no zeros written ahead for the next open to scan past.
+        self.guarded(|store| store.active().trim_allocation())
     }
 
     fn stored_bytes(&self) -> u64 {
@@ -633,7 +635,8 @@ impl Drop for FileStore {
         // process crash would not; durability still comes only from `sync`.
         // Not when a reload is pending: its buffer holds appends already reported as dropped.
         if self.poisoned.is_none() && !self.reload_pending {
-            let _ = self.active().flush();
+            let active = self.active();
+            let _ = active.flush().and_then(|()| active.trim_allocation());
         }
     }
 }

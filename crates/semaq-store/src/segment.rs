@@ -13,7 +13,7 @@ use crate::delete_log;
 use crate::error::{fit, io_error, StoreResult};
 use crate::index;
 use crate::ledger::Ledger;
-use crate::limits::{INDEX_WRITE_BUFFER_BYTES, WRITE_BUFFER_BYTES};
+use crate::limits::{INDEX_WRITE_BUFFER_BYTES, PREALLOCATE_CHUNK_BYTES, WRITE_BUFFER_BYTES};
 use crate::record;
 use crate::storage::{OpenMode, Storage, StorageFile};
 
@@ -52,6 +52,10 @@ pub(crate) struct Segment {
     written_bytes: u64,
     /// Bytes known to be on stable storage.
     synced_bytes: u64,
+    /// The log file's length: past `written_bytes` it is zeros written ahead (preallocation).
+    allocated_bytes: u64,
+    /// Preallocation failed (a full disk): this segment grows by its appends only.
+    allocation_failed: bool,
     /// Appended bytes not yet handed to the OS (active segment only).
     pending: Vec<u8>,
     /// Size of the index file, once sealed.
@@ -105,6 +109,8 @@ impl Segment {
             log,
             written_bytes: length,
             synced_bytes: length,
+            allocated_bytes: length,
+            allocation_failed: false,
             pending: Vec::new(),
             index_bytes: 0,
             delete_bytes: 0,
@@ -211,11 +217,13 @@ impl Segment {
 
     /// Step 1 of a commit (`commit.rs`): hands appends and deletions to the OS and adds what
     /// must be fsynced for them to `ticket`.
+    /// The active segment (`size_bytes`: where it is sealed) also grows its log ahead.
     pub(crate) fn prepare_sync(
         &mut self,
         storage: &dyn Storage,
         dir: &Path,
         ticket: &mut SyncTicket,
+        size_bytes: u64,
     ) -> StoreResult<()> {
         self.flush()?;
         let delete_writes = self.write_deletes(storage, dir)?;
@@ -224,7 +232,8 @@ impl Segment {
         if !log_unsynced && !deletes_unsynced && !self.delete_dir_unsynced {
             return Ok(());
         }
-        if log_unsynced {
+        let grow = self.growth(size_bytes);
+        if log_unsynced || grow.is_some() {
             ticket.file(self.log.clone(), self.log_path.clone());
         }
         if let Some(file) = self.delete_file.as_ref().filter(|_| deletes_unsynced) {
@@ -238,7 +247,43 @@ impl Segment {
             log_bytes: self.written_bytes,
             delete_writes,
             delete_dir: self.delete_dir_unsynced,
+            grow,
+            grown: false,
         });
+        Ok(())
+    }
+
+    /// The zeros to write ahead of the appends, when what is left of the preallocation is
+    /// less than half a chunk: up to a chunk past the appends, never past the segment's size.
+    fn growth(&self, size_bytes: u64) -> Option<std::ops::Range<u64>> {
+        if self.sealed || self.allocation_failed {
+            return None;
+        }
+        let chunk = PREALLOCATE_CHUNK_BYTES.min(size_bytes / 4);
+        if chunk < WRITE_BUFFER_BYTES as u64 {
+            // Small segments (tests' mostly) would grow at nearly every flush: not worth it.
+            return None;
+        }
+        let start = self.allocated_bytes.max(self.written_bytes);
+        let end = (self.written_bytes + chunk).min(size_bytes);
+        (start < self.written_bytes + chunk / 2 && start < end).then_some(start..end)
+    }
+
+    /// Whether the log holds only zeros from `from` on: what a crash leaves of the zeros
+    /// written ahead of the appends after the last record, which is no torn write.
+    pub(crate) fn zeros_from(&self, from: u64) -> StoreResult<bool> {
+        let tail_length = usize::try_from(self.written_bytes.saturating_sub(from)).unwrap_or(0);
+        let mut tail = vec![0; tail_length];
+        self.log.read_at(&mut tail, from).map_err(io_error("read", &self.log_path))?;
+        Ok(tail.iter().all(|&byte| byte == 0))
+    }
+
+    /// Cuts the zeros written ahead of the appends (a clean close, a seal); not fsynced.
+    pub(crate) fn trim_allocation(&mut self) -> StoreResult<()> {
+        if self.allocated_bytes > self.written_bytes {
+            self.log.set_len(self.written_bytes).map_err(io_error("truncate", &self.log_path))?;
+            self.allocated_bytes = self.written_bytes;
+        }
         Ok(())
     }
 
@@ -249,6 +294,11 @@ impl Segment {
 
     /// Step 3 of a commit: records what a ticket's fsyncs made durable.
     pub(crate) fn mark_synced(&mut self, mark: &SyncMark) {
+        match &mark.grow {
+            Some(range) if mark.grown => self.allocated_bytes = self.allocated_bytes.max(range.end),
+            Some(_) => self.allocation_failed = true,
+            None => {}
+        }
         self.synced_bytes = self.synced_bytes.max(mark.log_bytes.min(self.written_bytes));
         self.delete_synced_writes = self.delete_synced_writes.max(mark.delete_writes);
         if mark.delete_dir {
@@ -290,6 +340,12 @@ impl Segment {
         ledger: &Ledger<u32>,
         end_seq: u64,
     ) -> StoreResult<()> {
+        self.flush()?;
+        if self.allocated_bytes > self.written_bytes {
+            // A sealed log ends at its last record: the zeros written ahead go, durably.
+            self.trim_allocation()?;
+            self.log.sync_all().map_err(io_error("fsync", &self.log_path))?;
+        }
         self.sync(storage, dir)?;
         let path = self.path(dir, INDEX_EXTENSION);
         self.index_bytes = write_index(storage, &path, ledger, self.first_seq, end_seq, self.len())?;
@@ -302,7 +358,9 @@ impl Segment {
     /// record must not be read back after a reload). The write buffer stays: until the store
     /// is reloaded, reads of its records are served from it.
     pub(crate) fn cut_unwritten(&mut self) -> StoreResult<()> {
-        self.log.set_len(self.written_bytes).map_err(io_error("truncate", &self.log_path))
+        self.log.set_len(self.written_bytes).map_err(io_error("truncate", &self.log_path))?;
+        self.allocated_bytes = self.written_bytes;
+        Ok(())
     }
 
     /// Cuts the log back to `length` (a torn tail) and makes that durable.
@@ -311,6 +369,7 @@ impl Segment {
         self.log.sync_all().map_err(io_error("fsync", &self.log_path))?;
         self.written_bytes = length;
         self.synced_bytes = length;
+        self.allocated_bytes = length;
         Ok(())
     }
 

@@ -867,18 +867,20 @@ impl Stream {
     /// disk; returns the outcome and the lock, taken again. Only the ingest task appends, so
     /// the ticket stays valid; whatever runs under the lock meanwhile syncs its own changes.
     fn commit<'s>(&'s self, mut store: StoreGuard<'s>) -> (semaq_store::StoreResult<()>, StoreGuard<'s>) {
+        let started = Instant::now();
+        let latency = &self.services.bus.stats.store_sync_latency;
         let ticket = match store.sync_begin() {
             Ok(ticket) => ticket,
             Err(error) => return (Err(error), store),
         };
         if ticket.is_empty() {
+            latency.observe(started.elapsed());
             return (store.sync_finish(ticket.run()), store);
         }
         drop(store);
-        let started = Instant::now();
         failpoint_sync_delay();
         let synced = ticket.run();
-        self.services.bus.stats.store_sync_latency.observe(started.elapsed());
+        latency.observe(started.elapsed());
         let mut store = self.store();
         (store.sync_finish(synced), store)
     }
