@@ -216,8 +216,8 @@ impl Segment {
     }
 
     /// Step 1 of a commit (`commit.rs`): hands appends and deletions to the OS and adds what
-    /// must be fsynced for them to `ticket`.
-    /// The active segment (`size_bytes`: where it is sealed) also grows its log ahead.
+    /// must be fsynced for them to `ticket`; the active segment (sealed at `size_bytes`) also
+    /// asks for zeros ahead of its appends.
     pub(crate) fn prepare_sync(
         &mut self,
         storage: &dyn Storage,
