@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use crate::commit::{SyncTicket, Synced};
 use crate::error::{StoreError, StoreResult};
 use crate::ledger::{Ledger, SlotState};
 use crate::limits::{
@@ -100,6 +101,8 @@ pub struct FileStore {
     /// A reload after a full medium failed for lack of space too: the in-memory state still
     /// serves reads; the next change tries the reload again.
     reload_pending: bool,
+    /// Reloads so far: a sync ticket taken before a reload has nothing left to record.
+    epoch: u64,
 }
 
 impl FileStore {
@@ -131,6 +134,7 @@ impl FileStore {
             out_of_space: None,
             appends_unreported: false,
             reload_pending: false,
+            epoch: 0,
         };
         for report in store.recovery.corruption.clone() {
             store.report_corruption(report);
@@ -156,14 +160,44 @@ impl FileStore {
         self.sync_step()
     }
 
-    /// Makes everything durable: records first, then the floor computed from them.
+    /// Makes everything durable: records first, then the floor computed from them. The three
+    /// steps of a commit (`commit.rs`) run here in a row, under whatever the caller holds.
     fn sync_step(&mut self) -> StoreResult<()> {
+        let ticket = self.prepare_step()?;
+        self.finish_step(ticket.run())
+    }
+
+    /// Step 1 of a commit: every change handed to the OS, and a ticket for what to fsync.
+    fn prepare_step(&mut self) -> StoreResult<SyncTicket> {
+        let mut ticket = SyncTicket::new(self.epoch, self.storage.clone());
         for segment in &mut self.segments {
-            segment.sync(&*self.storage, &self.dir)?;
+            segment.prepare_sync(&*self.storage, &self.dir, &mut ticket, self.segment_size_bytes)?;
         }
-        // After the records: a floor must never be durable ahead of what it was computed from.
-        self.persist_floor()?;
+        // Run after the records: a floor must never be durable ahead of what it was computed from.
+        let floor_seq = self.ledger.first_seq();
+        let meta = self.meta.as_ref().ok_or_else(|| StoreError::Poisoned("the meta file is gone".into()))?;
+        if floor_seq > meta.floor_seq() {
+            ticket.floor(meta.handle(), floor_seq);
+        }
+        // The appends are with the OS now: a reload after a full disk keeps them.
         self.appends_unreported = false;
+        Ok(ticket)
+    }
+
+    /// Step 3 of a commit: the failure of an fsync, or what became durable.
+    fn finish_step(&mut self, synced: Synced) -> StoreResult<()> {
+        if let Some(failure) = synced.failure {
+            return Err(failure);
+        }
+        if synced.epoch != self.epoch {
+            // A reload came in between, and its own sync made everything there durable.
+            return Ok(());
+        }
+        for mark in &synced.marks {
+            if let Some(segment) = self.segments.iter_mut().find(|segment| segment.owns(mark)) {
+                segment.mark_synced(mark);
+            }
+        }
         Ok(())
     }
 
@@ -187,6 +221,7 @@ impl FileStore {
             }
         };
         self.reload_pending = false;
+        self.epoch += 1;
         self.segments = segments;
         self.ledger = ledger;
         self.meta = Some(meta);
@@ -528,6 +563,20 @@ impl StreamStore for FileStore {
         self.reporting(Self::sync_step)
     }
 
+    fn sync_begin(&mut self) -> StoreResult<SyncTicket> {
+        let mut ticket = None;
+        self.reporting(|store| {
+            ticket = Some(store.prepare_step()?);
+            Ok(())
+        })?;
+        Ok(ticket.unwrap_or_default())
+    }
+
+    fn sync_finish(&mut self, synced: Synced) -> StoreResult<()> {
+        // A store poisoned meanwhile (another change's write failed) refuses here too.
+        self.guarded(|store| store.finish_step(synced))
+    }
+
     fn compact(&mut self) -> StoreResult<()> {
         self.guarded(|store| {
             // Sealed segments in the middle are kept even when empty: removing them would leave
@@ -539,7 +588,9 @@ impl StreamStore for FileStore {
     }
 
     fn close(&mut self) -> StoreResult<()> {
-        self.sync()
+        self.sync()?;
+        // A clean close leaves no zeros written ahead for the next open to scan past.
+        self.guarded(|store| store.active().trim_allocation())
     }
 
     fn stored_bytes(&self) -> u64 {
@@ -605,7 +656,8 @@ impl Drop for FileStore {
         // process crash would not; durability still comes only from `sync`.
         // Not when a reload is pending: its buffer holds appends already reported as dropped.
         if self.poisoned.is_none() && !self.reload_pending {
-            let _ = self.active().flush();
+            let active = self.active();
+            let _ = active.flush().and_then(|()| active.trim_allocation());
         }
     }
 }

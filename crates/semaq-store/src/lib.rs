@@ -18,6 +18,7 @@
 //! - [`file_store`] and [`memory_store`]: the two stores.
 //! - [`chain`]: the provenance hash chain of level-4 streams (hashing, checkpoints, verifier);
 //!   [`reader`]: reading a stopped stream's files without changing them, for `semaq verify`.
+//! - [`commit`]: a sync in three steps whose fsyncs run without the caller's lock.
 //! - [`storage`]: the I/O seam every file goes through: the real disk, and (feature `sim`) a
 //!   simulated one that loses power, tears writes, fails fsyncs and runs out of space.
 //!
@@ -26,6 +27,7 @@
 use std::collections::BTreeMap;
 
 pub mod chain;
+pub mod commit;
 pub mod error;
 pub mod file_store;
 pub mod memory_store;
@@ -47,6 +49,7 @@ mod recovery;
 mod segment;
 mod subjects;
 
+pub use commit::{SyncTicket, Synced};
 pub use error::{StoreError, StoreResult};
 pub use file_store::{FileStore, FileStoreConfig, RecoveryReport};
 pub use limits::{RECORD_SIZE_MAX_BYTES, SEGMENT_SIZE_DEFAULT_BYTES, SUBJECT_LENGTH_MAX_BYTES};
@@ -91,6 +94,21 @@ pub trait StreamStore: Send {
     fn flush(&mut self) -> StoreResult<()>;
     /// Makes every change so far durable; cheap when nothing changed.
     fn sync(&mut self) -> StoreResult<()>;
+    /// [`StreamStore::sync`] in three steps (see [`commit`]), so the fsyncs can run without
+    /// the lock the store is shared under: this hands every change to the OS and returns what
+    /// to fsync; then [`SyncTicket::run`]; then [`StreamStore::sync_finish`]. Only the caller
+    /// may append in between. A store with no fsyncs of its own syncs here.
+    fn sync_begin(&mut self) -> StoreResult<SyncTicket> {
+        self.sync().map(|()| SyncTicket::done())
+    }
+    /// Step 3: records what the ticket made durable; the changes up to `sync_begin` are durable
+    /// when it returns `Ok`. A failed fsync poisons the store (as a failed `sync` does).
+    fn sync_finish(&mut self, synced: Synced) -> StoreResult<()> {
+        match synced.failure {
+            Some(failure) => Err(failure),
+            None => Ok(()),
+        }
+    }
     /// Gives back disk space held by removed messages where that is cheap (whole segments).
     fn compact(&mut self) -> StoreResult<()>;
     /// Syncs and releases what can be released; the store should be dropped afterwards.

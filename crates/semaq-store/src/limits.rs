@@ -24,6 +24,13 @@ pub const GAP_FILL_MAX_COUNT: u64 = 1 << 24;
 
 /// Bytes buffered in memory for the active segment before they are handed to the OS.
 pub const WRITE_BUFFER_BYTES: usize = 256 * 1024;
+/// The active segment's log is grown ahead of its appends by this much (at most a quarter of
+/// the segment size; not at all when that is below `WRITE_BUFFER_BYTES`), zero-filled and fsynced with the commit that grows it: an fdatasync of
+/// bytes written over blocks the file already has needs no metadata write, and costs about
+/// half as much as one that extends the file (BENCHMARKS.md, "fsync latency").
+pub const PREALLOCATE_CHUNK_BYTES: u64 = 8 * 1024 * 1024;
+/// Zeros written per `write` while preallocating.
+pub const PREALLOCATE_WRITE_BYTES: usize = 256 * 1024;
 /// Bytes buffered while an index file is written (it is streamed, never held whole).
 pub const INDEX_WRITE_BUFFER_BYTES: usize = 64 * 1024;
 /// Distinct corruption reports kept for `state()`; later ones are only counted.

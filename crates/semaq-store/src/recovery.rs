@@ -266,7 +266,10 @@ fn load_active(
     }
     let valid_end = scan_into(storage, dir, &segment, ledger, report, None)?;
     if valid_end < segment.len() {
-        report.torn_bytes_truncated += segment.len() - valid_end;
+        // Zeros alone were written ahead of the appends (preallocation), not torn.
+        if !segment.zeros_from(valid_end)? {
+            report.torn_bytes_truncated += segment.len() - valid_end;
+        }
         segment.truncate(valid_end)?;
     }
     Ok(segment)
