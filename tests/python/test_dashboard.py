@@ -42,7 +42,8 @@ class Browser:
     """Headless Chromium with one page, spoken to over the DevTools protocol."""
 
     def __init__(self):
-        self.profile = tempfile.TemporaryDirectory()
+        # Chromium's helper processes may still write the profile as it is removed.
+        self.profile = tempfile.TemporaryDirectory(ignore_cleanup_errors=True)
         port = free_port()
         self.process = subprocess.Popen(
             [chromium_binary(), "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",

@@ -46,6 +46,8 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
+use semaq_store::{SharedStorage, StdDisk};
+
 pub use self::error::RegistryError;
 use self::format::Parsed;
 use self::types::{
@@ -57,6 +59,8 @@ use self::types::{
 pub struct Registry {
     /// Where the file lives; `None` keeps everything in memory (tests).
     dir: Option<PathBuf>,
+    /// What the registry file is read and written through (the real disk outside tests).
+    storage: SharedStorage,
     state: RwLock<State>,
     /// Parsed schemas by id, so validation never re-parses.
     parsed: Mutex<HashMap<u32, Arc<Parsed>>>,
@@ -98,16 +102,21 @@ struct Prepared {
 impl Registry {
     /// Opens the registry kept in `dir`; a damaged file is an error, never an empty registry.
     pub fn open(dir: PathBuf) -> Result<Self, store::StoreFileError> {
-        let state = store::load(&dir)?;
-        Ok(Self::with_state(Some(dir), state))
+        Self::open_on(dir, StdDisk::shared())
+    }
+
+    /// [`Registry::open`] on the given storage (a simulated disk in tests).
+    pub fn open_on(dir: PathBuf, storage: SharedStorage) -> Result<Self, store::StoreFileError> {
+        let state = store::load_on(&*storage, &dir)?;
+        Ok(Self::with_state(Some(dir), storage, state))
     }
 
     /// A registry that is never written to disk.
     pub fn in_memory() -> Self {
-        Self::with_state(None, State::default())
+        Self::with_state(None, StdDisk::shared(), State::default())
     }
 
-    fn with_state(dir: Option<PathBuf>, mut state: State) -> Self {
+    fn with_state(dir: Option<PathBuf>, storage: SharedStorage, mut state: State) -> Self {
         state.next_id = state.next_id.max(state.schemas.keys().max().map_or(1, |id| id + 1));
         state.ids = state
             .schemas
@@ -115,7 +124,8 @@ impl Registry {
             .rev()
             .filter_map(|(id, stored)| identity_of(stored).ok().map(|identity| (identity, *id)))
             .collect();
-        Self { dir, state: RwLock::new(state), parsed: Mutex::new(HashMap::new()), refusals: AtomicU64::new(0) }
+        let parsed = Mutex::new(HashMap::new());
+        Self { dir, storage, state: RwLock::new(state), parsed, refusals: AtomicU64::new(0) }
     }
 
     /// Schema subjects and version counts, for the startup log.
@@ -131,7 +141,7 @@ impl Registry {
         let result = change(&mut next)?;
         if next != *current {
             if let Some(dir) = &self.dir {
-                store::save(dir, &next).map_err(|e| RegistryError::Storage(e.to_string()))?;
+                store::save_on(&*self.storage, dir, &next).map_err(|e| RegistryError::Storage(e.to_string()))?;
             }
             *current = next;
         }

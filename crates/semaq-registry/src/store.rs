@@ -1,11 +1,14 @@
 //! The registry file: `<store_dir>/registry/registry.json`, one header line
 //! (`SEMAQ-REGISTRY 1 <crc32 hex> <json length>`) then the state as JSON. Written atomically
-//! (temporary file, fsync, rename, directory fsync), so a crash leaves the old or the new file;
-//! the checksum and length make a truncated or damaged file an error at startup, never an
-//! empty registry.
+//! through the store's I/O seam (`semaq_store::storage::write_atomic`: temporary file, fsync,
+//! rename, directory fsync), so a crash leaves the old or the new file, and the simulated disk
+//! reaches it as it reaches every stream file; the checksum and length make a truncated or
+//! damaged file an error at startup, never an empty registry.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
+
+use semaq_store::storage::{self, Storage};
+use semaq_store::StdDisk;
 
 use super::types::State;
 
@@ -46,29 +49,36 @@ pub fn file_path(dir: &Path) -> PathBuf {
     dir.join(FILE_NAME)
 }
 
-/// Reads the state; an absent file is an empty registry.
+/// Reads the state from the real disk; an absent file is an empty registry.
 pub fn load(dir: &Path) -> Result<State, StoreFileError> {
+    load_on(&StdDisk, dir)
+}
+
+/// Reads the state from `storage`; an absent file is an empty registry.
+pub fn load_on(storage: &dyn Storage, dir: &Path) -> Result<State, StoreFileError> {
     let path = file_path(dir);
     let shown = path.display().to_string();
-    let bytes = match std::fs::read(&path) {
-        Ok(bytes) => bytes,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(State::default()),
+    let bytes = match storage::read_if_present(storage, &path) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return Ok(State::default()),
         Err(source) => return Err(StoreFileError::Io { path: shown, source }),
     };
     decode(&bytes).map_err(|reason| StoreFileError::Damaged { path: shown, reason })
 }
 
-/// Writes the state atomically.
+/// Writes the state atomically to the real disk.
 pub fn save(dir: &Path, state: &State) -> Result<(), StoreFileError> {
-    let io = |source| StoreFileError::Io { path: dir.display().to_string(), source };
-    std::fs::create_dir_all(dir).map_err(io)?;
+    save_on(&StdDisk, dir, state)
+}
+
+/// Writes the state atomically to `storage`: durable when it returns; on an error the old file
+/// is still the one read back.
+pub fn save_on(storage: &dyn Storage, dir: &Path, state: &State) -> Result<(), StoreFileError> {
+    let path = file_path(dir);
+    let io = |source| StoreFileError::Io { path: path.display().to_string(), source };
+    storage.create_dir_all(dir).map_err(io)?;
     let bytes = encode(state).map_err(|e| io(std::io::Error::other(e)))?;
-    let temporary = dir.join(format!("{FILE_NAME}.tmp"));
-    let mut file = std::fs::File::create(&temporary).map_err(io)?;
-    file.write_all(&bytes).map_err(io)?;
-    file.sync_all().map_err(io)?;
-    std::fs::rename(&temporary, file_path(dir)).map_err(io)?;
-    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io)
+    storage::write_atomic(storage, &path, &bytes, 0).map_err(io)
 }
 
 /// The file's bytes for `state`.

@@ -387,3 +387,38 @@ fn protobuf_payloads_are_checked_as_json_and_as_binary() {
     assert!(parsed.validate_binary(&binary[..binary.len() - 3]).is_err());
     assert!(parsed.validate_binary(&[2, 2, 0x0a]).unwrap_err().message.contains("no message at indexes"));
 }
+
+/// The registry file goes through the store's I/O seam: on a simulated disk, a write that
+/// fails (fsync EIO, a full disk) is refused with 50001 and changes nothing, in memory or on
+/// disk; power lost after a registration keeps it; service resumes once the disk does.
+#[test]
+fn a_registry_write_that_fails_keeps_the_old_state() {
+    use semaq_store::storage::sim::{SimDisk, Tear};
+    let disk = SimDisk::new();
+    let dir = std::path::PathBuf::from("/registry");
+    let registry = Registry::open_on(dir.clone(), disk.shared()).unwrap();
+    let first = registry.register("orders", &record(json!([{"name": "id", "type": "long"}]))).unwrap();
+    let second =
+        record(json!([{"name": "id", "type": "long"}, {"name": "note", "type": ["null", "string"], "default": null}]));
+
+    disk.fail_syncs(true);
+    let refused = registry.register("orders", &second).unwrap_err();
+    assert!(matches!(refused, RegistryError::Storage(_)) && refused.error_code() == 50001, "{refused:?}");
+    disk.fail_syncs(false);
+    disk.set_free_bytes(Some(16));
+    let refused = registry.register("payments", &second).unwrap_err();
+    assert_eq!(refused.error_code(), 50001, "{refused:?}");
+    disk.set_free_bytes(None);
+    assert_eq!(registry.subjects(false), vec!["orders".to_string()]);
+    assert_eq!(registry.versions("orders", false).unwrap(), vec![1]);
+
+    disk.crash(Tear::Sectors { seed: 7 });
+    let reopened = Registry::open_on(dir.clone(), disk.shared()).unwrap();
+    assert_eq!(reopened.subjects(false), vec!["orders".to_string()], "the confirmed registration survives");
+    assert_eq!(reopened.schema_by_id(first).unwrap().schema, registry.schema_by_id(first).unwrap().schema);
+    assert_eq!(reopened.register("orders", &second).unwrap(), first + 1, "writes resume");
+    drop(reopened);
+    disk.crash(Tear::LoseUnsynced);
+    let reopened = Registry::open_on(dir, disk.shared()).unwrap();
+    assert_eq!(reopened.versions("orders", false).unwrap(), vec![1, 2]);
+}

@@ -2,37 +2,84 @@
 //! the connections. Subsystems (JetStream, the schema registry's NATS API, filters) hold an
 //! `Arc<Bus>` or, from sinks the router itself holds, a `Weak<Bus>` — never the whole server.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::client::{Client, Clients};
 use crate::delivery::{self, FlushSet, InternalSink, Message, Sink, SubscriberRef, Subscription};
 use crate::limits;
+use crate::options::GLOBAL_ACCOUNT;
 use crate::outbound::CloseReason;
-use crate::router::{Router, RouterError};
+use crate::router::{Router, RouterError, RouterStats};
 use crate::stats::{bump, ServerStats};
 
 /// Subject routing, the connection table and the server's counters.
+///
+/// Each account is its own subject space with its own router. The broker's services live in
+/// the home account, whose router is [`Bus::router`]; a connection resolves its account's router
+/// once, when it authenticates, and holds it.
 #[derive(Debug)]
 pub struct Bus {
-    /// Subject → subscriptions.
-    pub router: Router<SubscriberRef>,
+    /// Subject → subscriptions of the home account, where the broker's own services live.
+    pub router: Arc<Router<SubscriberRef>>,
     /// Open and recently closed connections.
     pub clients: Clients,
     /// Server-wide counters.
     pub stats: ServerStats,
+    /// The home account's name.
+    home: Arc<str>,
+    /// Every account's router by name, the home account's and `$G`'s included; fixed at start.
+    accounts: HashMap<Arc<str>, Arc<Router<SubscriberRef>>>,
 }
 
 impl Default for Bus {
     fn default() -> Self {
-        Self {
-            router: Router::new(limits::ROUTER_CACHE_ENTRIES_MAX),
-            clients: Clients::default(),
-            stats: ServerStats::default(),
-        }
+        Self::with_accounts(GLOBAL_ACCOUNT, [])
     }
 }
 
 impl Bus {
+    /// A bus with a subject space for `$G`, `home` and each of `others` (names listed twice
+    /// share one). The caller bounds how many accounts there are.
+    pub fn with_accounts<'a>(home: &'a str, others: impl IntoIterator<Item = &'a str>) -> Self {
+        let new_router = || Arc::new(Router::new(limits::ROUTER_CACHE_ENTRIES_MAX));
+        let mut accounts: HashMap<Arc<str>, Arc<Router<SubscriberRef>>> = HashMap::new();
+        for name in [GLOBAL_ACCOUNT, home].into_iter().chain(others) {
+            accounts.entry(Arc::from(name)).or_insert_with(new_router);
+        }
+        let router = accounts.get(home).cloned().unwrap_or_else(new_router);
+        Self { router, clients: Clients::default(), stats: ServerStats::default(), home: Arc::from(home), accounts }
+    }
+
+    /// The name of the account the broker's services live in.
+    pub fn home_account(&self) -> &str {
+        &self.home
+    }
+
+    /// The router of `account`, or `None` for an account the server does not know.
+    pub fn account_router(&self, account: &str) -> Option<&Arc<Router<SubscriberRef>>> {
+        self.accounts.get(account)
+    }
+
+    /// The accounts' names and routers, in no particular order.
+    pub fn account_routers(&self) -> impl Iterator<Item = (&str, &Arc<Router<SubscriberRef>>)> {
+        self.accounts.iter().map(|(name, router)| (&**name, router))
+    }
+
+    /// The routers' figures summed over every account.
+    pub fn router_stats(&self) -> RouterStats {
+        let mut total = RouterStats::default();
+        for router in self.accounts.values() {
+            total.add(&router.stats());
+        }
+        total
+    }
+
+    /// Subscriptions in every account.
+    pub fn subscription_count(&self) -> usize {
+        self.accounts.values().map(|router| router.count()).sum()
+    }
+
     /// Publishes a message from the server itself (API replies, acks, consumer deliveries):
     /// routed by `route_subject`, delivered showing `message.subject`. Returns the deliveries.
     pub fn publish_as(&self, route_subject: &str, message: &Message<'_>) -> usize {
@@ -62,9 +109,20 @@ impl Bus {
         queue: Option<&str>,
         sink: Arc<dyn InternalSink>,
     ) -> Result<Arc<Subscription>, RouterError> {
+        Self::subscribe_internal_in(&self.router, filter, queue, sink)
+    }
+
+    /// Subscribes a server component to `filter` in the account of `router` (one of
+    /// [`Bus::account_routers`]), for the few services every account has.
+    pub fn subscribe_internal_in(
+        router: &Router<SubscriberRef>,
+        filter: &str,
+        queue: Option<&str>,
+        sink: Arc<dyn InternalSink>,
+    ) -> Result<Arc<Subscription>, RouterError> {
         let subscription =
             Arc::new(Subscription::new(Sink::Internal(sink), filter.into(), queue.map(Into::into), "internal".into()));
-        self.router.insert(filter, queue, SubscriberRef(subscription.clone()))?;
+        router.insert(filter, queue, SubscriberRef(subscription.clone()))?;
         Ok(subscription)
     }
 
@@ -98,5 +156,43 @@ impl Bus {
         let (out_msgs, out_bytes) = self.stats.outbound.snapshot();
         let ((open_in_msgs, open_in_bytes), (open_out_msgs, open_out_bytes)) = self.clients.open_traffic();
         ((in_msgs + open_in_msgs, in_bytes + open_in_bytes), (out_msgs + open_out_msgs, out_bytes + open_out_bytes))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Nothing;
+
+    impl InternalSink for Nothing {
+        fn receive(&self, _: &Message<'_>) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn each_account_has_its_own_router_and_the_home_accounts_is_the_bus_router() {
+        let bus = Bus::with_accounts("A", ["A", "B", "B"]);
+        let names = |bus: &Bus| {
+            let mut names: Vec<String> = bus.account_routers().map(|(name, _)| name.to_string()).collect();
+            names.sort();
+            names
+        };
+        assert_eq!(names(&bus), ["$G", "A", "B"], "`$G` always; a name listed twice is one account");
+        assert_eq!(bus.home_account(), "A");
+        assert!(Arc::ptr_eq(bus.account_router("A").unwrap(), &bus.router));
+        bus.subscribe_internal("orders.>", None, Arc::new(Nothing)).unwrap();
+        let b = bus.account_router("B").unwrap();
+        Bus::subscribe_internal_in(b, "orders.>", None, Arc::new(Nothing)).unwrap();
+        Bus::subscribe_internal_in(b, "orders.new", None, Arc::new(Nothing)).unwrap();
+        assert_eq!(bus.router.matches("orders.new").fanout(), 1, "A's subscription only");
+        assert_eq!(b.matches("orders.new").fanout(), 2, "B's two only");
+        assert_eq!(bus.account_router("$G").unwrap().matches("orders.new").fanout(), 0);
+        assert_eq!(bus.subscription_count(), 3);
+        assert_eq!(bus.router_stats().num_subscriptions, 3);
+        assert!(bus.account_router("C").is_none());
+        assert_eq!(names(&Bus::default()), ["$G"]);
     }
 }

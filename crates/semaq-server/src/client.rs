@@ -11,7 +11,7 @@ use std::time::SystemTime;
 
 use semaq_wire::info::ConnectOptions;
 
-use crate::auth::ClientPermissions;
+use crate::auth::{AccountSlot, ClientPermissions};
 use crate::limits;
 use crate::outbound::{CloseReason, Outbound};
 use crate::stats::{Shed, SubjectTraffic, Traffic};
@@ -26,6 +26,8 @@ pub struct ClientDetails {
     pub user: Option<String>,
     /// Restrictions from the user's permissions.
     pub permissions: Option<Arc<ClientPermissions>>,
+    /// The account whose subjects it uses; `None` for the global account `$G`.
+    pub account: Option<String>,
 }
 
 /// The shared half of a connection: what publishers and monitoring need to reach.
@@ -59,6 +61,8 @@ pub struct Client {
     filters_deliveries: AtomicBool,
     /// Whether the connection runs over TLS.
     pub tls: bool,
+    /// The connection's place in its account's connection limit, freed before the socket closes.
+    account_slot: Mutex<Option<Arc<AccountSlot>>>,
 }
 
 impl Client {
@@ -86,6 +90,7 @@ impl Client {
             echo: AtomicBool::new(true),
             headers: AtomicBool::new(false),
             filters_deliveries: AtomicBool::new(false),
+            account_slot: Mutex::new(None),
             tls,
         }
     }
@@ -121,6 +126,19 @@ impl Client {
             return true;
         }
         self.details().and_then(|d| d.permissions.as_ref()).is_none_or(|p| p.may_receive(subject))
+    }
+
+    /// Holds the connection's place in its account's connection limit until
+    /// [`Client::release_account_slot`].
+    pub fn hold_account_slot(&self, slot: Option<Arc<AccountSlot>>) {
+        *lock(&self.account_slot) = slot;
+    }
+
+    /// Frees the connection's place in its account's connection limit: done before the socket
+    /// closes, so a client that sees the close and reconnects finds the place free, as in
+    /// nats-server.
+    pub fn release_account_slot(&self) {
+        lock(&self.account_slot).take();
     }
 
     /// Fixes what CONNECT said, once accepted.

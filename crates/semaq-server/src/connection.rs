@@ -7,8 +7,10 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
 
 use bytes::BytesMut;
 use semaq_wire::info::{ConnectOptions, ServerInfo};
@@ -19,15 +21,16 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 
 use crate::agents::Agents;
-use crate::auth::{AccountSlot, AuthError, Authenticator, ClientPermissions, ConnectionLimits, Grant};
+use crate::auth::{AuthError, Authenticator, ClientPermissions, ConnectionLimits, Grant};
 use crate::bus::Bus;
 use crate::client::{Client, ClientDetails};
 use crate::delivery::{self, FlushSet, Message, Sink, SubscriberRef, Subscription};
 use crate::filter::Filters;
 use crate::identity::random_nonce;
 use crate::limits;
-use crate::options::Options;
+use crate::options::{Options, GLOBAL_ACCOUNT};
 use crate::outbound::CloseReason;
+use crate::router::Router;
 use crate::stats::bump;
 use crate::tokens::Tokens;
 
@@ -148,10 +151,12 @@ where
     context.bus.register(&client);
     client.outbound.send(&hello);
     let write_deadline = context.options.write_deadline;
+    let writer = SlotReleasingWriter { inner: writer, client: client.clone() };
     let writer_client = client.clone();
     let writer_task = tokio::spawn(async move { writer_client.outbound.run_writer(writer, write_deadline).await });
     let mut connection = Connection::new(context.clone(), client.clone(), nonce);
     let reason = connection.read_loop(reader).await;
+    client.release_account_slot();
     client.outbound.close(reason);
     connection.remove_subscriptions();
     let reason = writer_task.await.unwrap_or(reason);
@@ -166,6 +171,8 @@ struct Connection {
     context: Arc<Context>,
     client: Arc<Client>,
     parser: Parser,
+    /// The subject space of the connection's account, resolved once when it authenticates.
+    router: Arc<Router<SubscriberRef>>,
     subscriptions: HashMap<ByteString, Arc<Subscription>>,
     flush: FlushSet,
     publish_allowed: HashMap<ByteString, bool>,
@@ -175,8 +182,6 @@ struct Connection {
     nonce: Option<String>,
     /// Bounds the user's credentials set, beyond the server's.
     limits: ConnectionLimits,
-    /// Held while connected: the connection's place in its account's connection limit.
-    _slot: Option<Arc<AccountSlot>>,
     /// Subscriptions held when exhausted ones (auto-unsubscribed by a delivery, which leaves
     /// them in `subscriptions`) are next swept out; doubles with what a sweep keeps.
     sweep_at: usize,
@@ -191,10 +196,13 @@ impl Connection {
             control_line_bytes_max: context.options.control_line_bytes_max,
             payload_bytes_max: context.options.payload_bytes_max,
         };
+        // Until CONNECT says otherwise (and without auth, always) a client is in `$G`.
+        let router = context.bus.account_router(GLOBAL_ACCOUNT).unwrap_or(&context.bus.router).clone();
         Self {
             context,
             client,
             parser: Parser::new(limits),
+            router,
             subscriptions: HashMap::new(),
             flush: FlushSet::default(),
             publish_allowed: HashMap::new(),
@@ -203,7 +211,6 @@ impl Connection {
             nonce,
             sweep_at: crate::limits::SUBSCRIPTION_SWEEP_MIN,
             limits: ConnectionLimits::default(),
-            _slot: None,
         }
     }
 
@@ -337,19 +344,29 @@ impl Connection {
             self.ok();
             return Ok(());
         }
-        let Grant { user, permissions, limits, slot, .. } =
+        let Grant { user, permissions, limits, slot, account } =
             match self.context.auth.authenticate(&options, self.nonce.as_deref()) {
                 Ok(grant) => grant,
                 Err(error) => return self.refuse(error),
             };
-        (self.limits, self._slot) = (limits, slot);
+        let Some(router) = self.context.bus.account_router(account.as_deref().unwrap_or(GLOBAL_ACCOUNT)) else {
+            // Every account a user can log into has a subject space from the start.
+            tracing::error!(?account, "no subject space for the account");
+            return self.refuse_auth();
+        };
+        // Subscriptions made before CONNECT (possible only without auth, so in `$G`) keep theirs.
+        if self.subscriptions.is_empty() {
+            self.router = router.clone();
+        }
+        self.limits = limits;
+        self.client.hold_account_slot(slot);
         if self.limits.subscriptions_max == Some(0) {
             // nats-server closes a client whose JWT allows no subscription (a JWT without `subs`).
             self.client.outbound.close_with_error(CloseReason::ProtocolViolation, "maximum subscriptions exceeded");
             return Err(CloseReason::ProtocolViolation);
         }
         let verbose = options.verbose;
-        self.client.accept_details(ClientDetails { options, user, permissions });
+        self.client.accept_details(ClientDetails { options, user, permissions, account });
         self.connected = true;
         if verbose {
             self.client.outbound.send(encode::OK);
@@ -437,19 +454,21 @@ impl Connection {
             body_size: message.payload.len(),
             client_id: self.client.id,
             client_name: self.client.details().and_then(|d| d.options.name.as_deref()),
+            account: self.client.details().and_then(|d| d.account.as_deref()).unwrap_or(GLOBAL_ACCOUNT),
             server: &self.context.info,
         });
-        let matches = self.context.bus.router.matches(&publish.subject);
-        let delivered =
-            delivery::fan_out(&self.context.bus.router, &matches, &message, Some(&self.client), &mut self.flush);
+        let matches = self.router.matches(&publish.subject);
+        let delivered = delivery::fan_out(&self.router, &matches, &message, Some(&self.client), &mut self.flush);
         let trace_event = traced.and_then(|traced| traced.finish(delivered));
         if delivered == 0 {
             self.no_responders(&message);
         }
         if let Some((dest, event)) = trace_event.filter(|(dest, _)| self.may_publish(&ByteString::from(dest.as_str())))
         {
+            // The trace event stays in the publisher's account, as in nats-server.
             let event = Message { subject: &dest, reply: None, headers: None, payload: &event, publisher: None };
-            self.context.bus.publish_batched(&dest, &event, &mut self.flush);
+            let matches = self.router.matches_uncached(&dest);
+            delivery::fan_out(&self.router, &matches, &event, None, &mut self.flush);
         }
         self.ok();
     }
@@ -467,7 +486,7 @@ impl Connection {
         };
         let status = HeaderBlock::status(503, "").encode();
         let notice = Message { subject: reply, reply: None, headers: Some(&status), payload: b"", publisher: None };
-        delivery::deliver(&self.context.bus.router, &subscription, &notice, &mut self.flush);
+        delivery::deliver(&self.router, &subscription, &notice, &mut self.flush);
     }
 
     fn subscribe(&mut self, subject: ByteString, queue: Option<ByteString>, sid: ByteString) {
@@ -499,7 +518,7 @@ impl Connection {
         }
         let subscription = Arc::new(Subscription::new(Sink::Client(self.client.clone()), subject, queue, sid.clone()));
         let reference = SubscriberRef(subscription.clone());
-        if self.context.bus.router.insert(&subscription.subject, subscription.queue.as_deref(), reference).is_err() {
+        if self.router.insert(&subscription.subject, subscription.queue.as_deref(), reference).is_err() {
             self.send_err("Invalid Subject");
             return;
         }
@@ -526,7 +545,7 @@ impl Connection {
 
     fn remove_from_router(&self, subscription: &Arc<Subscription>) {
         let reference = SubscriberRef(subscription.clone());
-        self.context.bus.router.remove(&subscription.subject, subscription.queue.as_deref(), &reference);
+        self.router.remove(&subscription.subject, subscription.queue.as_deref(), &reference);
     }
 
     fn remove_subscriptions(&mut self) {
@@ -534,6 +553,47 @@ impl Connection {
             self.remove_from_router(&subscription);
         }
         self.client.subscriptions.store(0, Ordering::Relaxed);
+    }
+}
+
+/// A socket's write half that frees the connection's place in its account's connection limit
+/// before it closes (the writer shuts it down, or drops it), so a client that sees the close
+/// and reconnects finds the place free, as nats-server frees it before closing.
+struct SlotReleasingWriter<W> {
+    inner: W,
+    client: Arc<Client>,
+}
+
+impl<W: AsyncWrite + Unpin> AsyncWrite for SlotReleasingWriter<W> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<std::io::Result<()>> {
+        self.client.release_account_slot();
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+impl<W> Drop for SlotReleasingWriter<W> {
+    fn drop(&mut self) {
+        self.client.release_account_slot();
     }
 }
 

@@ -391,3 +391,12 @@ pub const SCHEDULE_RETRY: std::time::Duration = std::time::Duration::from_secs(1
 pub const REMOTE_SOURCE_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// How long a remote mirror or source waits for an answer of its origin's JetStream API.
 pub const REMOTE_SOURCE_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// Accounts (`bus.rs`): accounts in the config file's `accounts` block, each its own subject
+/// space with its own router (JWT accounts are bounded by [`PRELOADED_ACCOUNTS_MAX`]).
+pub const ACCOUNTS_MAX: usize = 10_000;
+/// Steps of one cron pattern's search for its next time (cron.go's walk, field by field): five
+/// years of the sparsest pattern take a few thousand.
+pub const CRON_SEARCH_STEPS_MAX: u32 = 100_000;
+/// How long a consumer info request waits for a pump round to hand its messages to the bus
+/// (microseconds, unless the round's own delivery asked for the info).
+pub const CONSUMER_INFO_HAND_OFF_WAIT: std::time::Duration = std::time::Duration::from_millis(5);

@@ -468,3 +468,20 @@ impl Origin {
         Some(Self { scheme: scheme.to_ascii_lowercase(), host: host.to_ascii_lowercase(), port })
     }
 }
+
+/// nats-server's global account: the users, token and no-auth clients of the server itself.
+pub const GLOBAL_ACCOUNT: &str = "$G";
+
+impl Options {
+    /// The account the broker's own services (JetStream, the agent network, `$SEMAQ.>` APIs)
+    /// live in: the one that enables JetStream, else `$G`. nats-server gives each such account a
+    /// JetStream; SemaQ has one, so with several the first listed gets it.
+    pub fn home_account(&self) -> &str {
+        self.home_account_config().map_or(GLOBAL_ACCOUNT, |account| account.name.as_str())
+    }
+
+    /// The configured account the broker's services live in, when it is not `$G`.
+    pub fn home_account_config(&self) -> Option<&Account> {
+        self.accounts.iter().find(|account| account.jetstream.is_some())
+    }
+}

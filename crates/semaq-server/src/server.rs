@@ -100,7 +100,7 @@ impl Server {
         let client_addr = listener.local_addr().ok();
         let http_addr = http_listener.as_ref().and_then(|http| http.local_addr().ok());
         let identity = Identity::new(options.server_name.clone());
-        let bus = Arc::new(Bus::default());
+        let bus = Arc::new(account_bus(&options, &auth));
         if options.metrics.detail {
             bus.stats.subjects.enable(options.metrics.subject_depth);
         }
@@ -316,18 +316,35 @@ fn start_jetstream(
     crate::jetstream::api::start(jetstream.clone());
     crate::jetstream::consumers::subscribe(&jetstream);
     crate::jetstream::lineage::start(&jetstream);
+    crate::jetstream::not_enabled::start(bus);
     Ok(jetstream)
 }
 
 /// Lists the JWT accounts that have JetStream among the options' accounts, with their limits,
-/// so JetStream applies them as those of accounts from the config.
+/// so JetStream applies them as those of accounts from the config. Sorted by key, so which one
+/// JetStream lives in when several have it does not change between starts.
 fn add_jwt_accounts(options: &mut Options, auth: &Authenticator) {
     let Some(trust) = auth.trust() else { return };
-    for (name, jetstream) in trust.jetstream_accounts() {
+    let mut accounts: Vec<_> = trust.jetstream_accounts().collect();
+    accounts.sort_by(|a, b| a.0.cmp(b.0));
+    for (name, jetstream) in accounts {
         let account =
             crate::options::Account { name: name.to_string(), jetstream: Some(jetstream), ..Default::default() };
         options.accounts.push(account);
     }
+}
+
+/// A bus with a subject space for every account (config accounts by name, JWT accounts by
+/// public key, and `$G`), the broker's services in the home account.
+fn account_bus(options: &Options, auth: &Authenticator) -> Bus {
+    let home = options.home_account();
+    let with_jetstream = options.accounts.iter().filter(|account| account.jetstream.is_some()).count();
+    if with_jetstream > 1 {
+        tracing::warn!(account = %home, "{with_jetstream} accounts enable JetStream; SemaQ has one, in the first of them");
+    }
+    let config_accounts = options.accounts.iter().map(|account| account.name.as_str());
+    let jwt_accounts = auth.trust().into_iter().flat_map(|trust| trust.account_keys());
+    Bus::with_accounts(home, config_accounts.chain(jwt_accounts))
 }
 
 /// The INFO every connection is sent, before its own id, address and nonce are filled in.

@@ -67,6 +67,8 @@ pub struct Scan {
     pub spans: Vec<(u32, u32)>,
     /// Sequences reported lost.
     pub lost: u64,
+    /// Sequences a skip marker covered.
+    pub skipped: u64,
     /// Offset just past the last record accepted.
     pub valid_end: u64,
     /// Whether an unreadable tail ended the scan.
@@ -82,6 +84,7 @@ pub fn scan_log(bytes: &[u8], first_seq: u64) -> Scan {
             scan.spans.push((offset, length));
         }
         recovery::Scanned::Lost => scan.lost += 1,
+        recovery::Scanned::Skipped { .. } => scan.skipped += 1,
     });
     scan.valid_end = end.valid_end;
     scan.bad_tail = end.bad_tail.is_some();

@@ -9,11 +9,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use crate::checkpoint;
+use crate::commit::{SyncTicket, Synced};
 use crate::error::{io_error, StoreError, StoreResult};
-use crate::ledger::Ledger;
+use crate::ledger::{Ledger, SlotState};
 use crate::limits::{
     segment_header, CORRUPTION_REPORTS_MAX_COUNT, RECORD_SIZE_MAX_BYTES, SEGMENT_SIZE_DEFAULT_BYTES,
-    SEGMENT_SIZE_MAX_BYTES, SEGMENT_SIZE_MIN_BYTES,
+    SEGMENT_SIZE_MAX_BYTES, SEGMENT_SIZE_MIN_BYTES, SKIP_COUNT_MAX,
 };
 use crate::meta::MetaFile;
 use crate::record::{self, record_size};
@@ -105,6 +106,8 @@ pub struct FileStore {
     checkpoint_due: bool,
     /// False when open found damage: a full open then reports it again every time.
     checkpoints_enabled: bool,
+    /// Reloads so far: a sync ticket taken before a reload has nothing left to record.
+    epoch: u64,
 }
 
 impl FileStore {
@@ -138,6 +141,7 @@ impl FileStore {
             reload_pending: false,
             checkpoint_due: false,
             checkpoints_enabled: false,
+            epoch: 0,
         };
         for report in store.recovery.corruption.clone() {
             store.report_corruption(report);
@@ -184,14 +188,44 @@ impl FileStore {
         self.sync_step()
     }
 
-    /// Makes everything durable: records first, then the floor computed from them.
+    /// Makes everything durable: records first, then the floor computed from them. The three
+    /// steps of a commit (`commit.rs`) run here in a row, under whatever the caller holds.
     fn sync_step(&mut self) -> StoreResult<()> {
+        let ticket = self.prepare_step()?;
+        self.finish_step(ticket.run())
+    }
+
+    /// Step 1 of a commit: every change handed to the OS, and a ticket for what to fsync.
+    fn prepare_step(&mut self) -> StoreResult<SyncTicket> {
+        let mut ticket = SyncTicket::new(self.epoch, self.storage.clone());
         for segment in &mut self.segments {
-            segment.sync(&*self.storage, &self.dir)?;
+            segment.prepare_sync(&*self.storage, &self.dir, &mut ticket, self.segment_size_bytes)?;
         }
-        // After the records: a floor must never be durable ahead of what it was computed from.
-        self.persist_floor()?;
+        // Run after the records: a floor must never be durable ahead of what it was computed from.
+        let floor_seq = self.ledger.first_seq();
+        let meta = self.meta.as_ref().ok_or_else(|| StoreError::Poisoned("the meta file is gone".into()))?;
+        if floor_seq > meta.floor_seq() {
+            ticket.floor(meta.handle(), floor_seq);
+        }
+        // The appends are with the OS now: a reload after a full disk keeps them.
         self.appends_unreported = false;
+        Ok(ticket)
+    }
+
+    /// Step 3 of a commit: the failure of an fsync, or what became durable.
+    fn finish_step(&mut self, synced: Synced) -> StoreResult<()> {
+        if let Some(failure) = synced.failure {
+            return Err(failure);
+        }
+        if synced.epoch != self.epoch {
+            // A reload came in between, and its own sync made everything there durable.
+            return Ok(());
+        }
+        for mark in &synced.marks {
+            if let Some(segment) = self.segments.iter_mut().find(|segment| segment.owns(mark)) {
+                segment.mark_synced(mark);
+            }
+        }
         Ok(())
     }
 
@@ -215,6 +249,7 @@ impl FileStore {
             }
         };
         self.reload_pending = false;
+        self.epoch += 1;
         self.segments = segments;
         self.ledger = ledger;
         self.meta = Some(meta);
@@ -602,6 +637,25 @@ impl StreamStore for FileStore {
         Ok(())
     }
 
+    fn sync_begin(&mut self) -> StoreResult<SyncTicket> {
+        let mut ticket = None;
+        self.reporting(|store| {
+            ticket = Some(store.prepare_step()?);
+            Ok(())
+        })?;
+        Ok(ticket.unwrap_or_default())
+    }
+
+    fn sync_finish(&mut self, synced: Synced) -> StoreResult<()> {
+        // A store poisoned meanwhile (another change's write failed) refuses here too.
+        self.guarded(|store| store.finish_step(synced))?;
+        // What a seal or drop changed is durable now: the checkpoint may describe it.
+        if self.checkpoint_due {
+            self.write_checkpoint();
+        }
+        Ok(())
+    }
+
     fn compact(&mut self) -> StoreResult<()> {
         self.guarded(|store| {
             // Sealed segments in the middle are kept even when empty: removing them would leave
@@ -614,6 +668,8 @@ impl StreamStore for FileStore {
 
     fn close(&mut self) -> StoreResult<()> {
         self.sync()?;
+        // A clean close leaves no zeros written ahead for the next open to scan past.
+        self.guarded(|store| store.active().trim_allocation())?;
         // Deletions since the last one would otherwise be read back from delete logs at open.
         self.write_checkpoint();
         Ok(())
@@ -643,6 +699,27 @@ impl StreamStore for FileStore {
         })
     }
 
+    fn skip_msgs(&mut self, next_seq: u64) -> StoreResult<bool> {
+        let from = self.ledger.next_seq();
+        let state = self.ledger.state();
+        if state.msgs == 0 {
+            return self.skip_to(next_seq);
+        }
+        if next_seq <= from || next_seq - from > SKIP_COUNT_MAX {
+            return Ok(false);
+        }
+        self.guarded(|store| {
+            // One marker in the log covers the gap (recovery reads it back as deleted slots);
+            // the slots make the gap count as deleted now, and sealing indexes them as such.
+            store.active().append_skip(next_seq - 1, state.last_ts)?;
+            for _ in from..next_seq {
+                store.ledger.push_dead(SlotState::Deleted, state.last_ts);
+            }
+            store.sync_step()?;
+            Ok(true)
+        })
+    }
+
     fn size_model(&self) -> SizeModel {
         SizeModel::File
     }
@@ -662,7 +739,8 @@ impl Drop for FileStore {
         // process crash would not; durability still comes only from `sync`.
         // Not when a reload is pending: its buffer holds appends already reported as dropped.
         if self.poisoned.is_none() && !self.reload_pending {
-            let _ = self.active().flush();
+            let active = self.active();
+            let _ = active.flush().and_then(|()| active.trim_allocation());
         }
     }
 }

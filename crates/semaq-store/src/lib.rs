@@ -19,6 +19,7 @@
 //! - [`file_store`] and [`memory_store`]: the two stores.
 //! - [`chain`]: the provenance hash chain of level-4 streams (hashing, checkpoints, verifier);
 //!   [`reader`]: reading a stopped stream's files without changing them, for `semaq verify`.
+//! - [`commit`]: a sync in three steps whose fsyncs run without the caller's lock.
 //! - [`storage`]: the I/O seam every file goes through: the real disk, and (feature `sim`) a
 //!   simulated one that loses power, tears writes, fails fsyncs and runs out of space.
 //!
@@ -27,6 +28,7 @@
 use std::collections::BTreeMap;
 
 pub mod chain;
+pub mod commit;
 pub mod error;
 pub mod file_store;
 pub mod memory_store;
@@ -50,6 +52,7 @@ mod sealed;
 mod segment;
 mod subjects;
 
+pub use commit::{SyncTicket, Synced};
 pub use error::{StoreError, StoreResult};
 pub use file_store::{FileStore, FileStoreConfig, RecoveryReport};
 pub use limits::{RECORD_SIZE_MAX_BYTES, SEGMENT_SIZE_DEFAULT_BYTES, SUBJECT_LENGTH_MAX_BYTES};
@@ -94,6 +97,21 @@ pub trait StreamStore: Send {
     fn flush(&mut self) -> StoreResult<()>;
     /// Makes every change so far durable; cheap when nothing changed.
     fn sync(&mut self) -> StoreResult<()>;
+    /// [`StreamStore::sync`] in three steps (see [`commit`]), so the fsyncs can run without
+    /// the lock the store is shared under: this hands every change to the OS and returns what
+    /// to fsync; then [`SyncTicket::run`]; then [`StreamStore::sync_finish`]. Only the caller
+    /// may append in between. A store with no fsyncs of its own syncs here.
+    fn sync_begin(&mut self) -> StoreResult<SyncTicket> {
+        self.sync().map(|()| SyncTicket::done())
+    }
+    /// Step 3: records what the ticket made durable; the changes up to `sync_begin` are durable
+    /// when it returns `Ok`. A failed fsync poisons the store (as a failed `sync` does).
+    fn sync_finish(&mut self, synced: Synced) -> StoreResult<()> {
+        match synced.failure {
+            Some(failure) => Err(failure),
+            None => Ok(()),
+        }
+    }
     /// Gives back disk space held by removed messages where that is cheap (whole segments).
     fn compact(&mut self) -> StoreResult<()>;
     /// Syncs and releases what can be released; the store should be dropped afterwards.
@@ -104,6 +122,12 @@ pub trait StreamStore: Send {
     /// its origin's sequences); false, with nothing changed, when the store holds messages or
     /// already passed `next_seq`. Durable when it returns.
     fn skip_to(&mut self, next_seq: u64) -> StoreResult<bool>;
+    /// Makes `next_seq` the sequence the next append gets, also behind stored messages: the
+    /// sequences skipped count as deleted (a mirror keeping the gaps its origin has, as
+    /// nats-server's `SkipMsgs`). False, with nothing changed, when the store already passed
+    /// `next_seq` or the gap behind stored messages is over `SKIP_COUNT_MAX`. Durable when it
+    /// returns.
+    fn skip_msgs(&mut self, next_seq: u64) -> StoreResult<bool>;
     /// How messages count in `StreamState::bytes` and against `max_bytes` (as nats-server's
     /// store of the same kind counts them).
     fn size_model(&self) -> SizeModel;

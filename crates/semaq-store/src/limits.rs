@@ -24,6 +24,13 @@ pub const GAP_FILL_MAX_COUNT: u64 = 1 << 24;
 
 /// Bytes buffered in memory for the active segment before they are handed to the OS.
 pub const WRITE_BUFFER_BYTES: usize = 256 * 1024;
+/// The active segment's log is grown ahead of its appends by this much (at most a quarter of
+/// the segment size; not at all when that is below `WRITE_BUFFER_BYTES`), zero-filled and fsynced with the commit that grows it: an fdatasync of
+/// bytes written over blocks the file already has needs no metadata write, and costs about
+/// half as much as one that extends the file (BENCHMARKS.md, "fsync latency").
+pub const PREALLOCATE_CHUNK_BYTES: u64 = 8 * 1024 * 1024;
+/// Zeros written per `write` while preallocating.
+pub const PREALLOCATE_WRITE_BYTES: usize = 256 * 1024;
 /// Bytes buffered while an index file is written (it is streamed, never held whole).
 pub const INDEX_WRITE_BUFFER_BYTES: usize = 64 * 1024;
 /// Distinct corruption reports kept for `state()`; later ones are only counted.
@@ -74,6 +81,9 @@ pub mod record_header {
     pub const SIZE_BYTES: usize = 32;
     /// Flag: the message carries a header block (even an empty one), so `None` and `Some(b"")` differ.
     pub const FLAG_HAS_HEADERS: u16 = 1;
+    /// Flag: a skip marker, not a message: every sequence from the one expected up to and
+    /// including the record's own was never stored (a mirror keeping its origin's gaps).
+    pub const FLAG_SKIP: u16 = 2;
 }
 
 /// Index file header; entries follow it, then the segment's subject table.
@@ -200,3 +210,7 @@ const _: () = assert!(SUBJECT_LENGTH_MAX_BYTES <= u16::MAX as usize);
 // Widening `usize` to `u64` (no `From` in a const): the sum is 56.
 const _: () = assert!(SEGMENT_SIZE_MIN_BYTES > (segment_header::SIZE_BYTES + record_header::SIZE_BYTES) as u64);
 const _: () = assert!(INDEX_PAGE_BYTES.is_multiple_of(index_entry::SIZE_BYTES));
+
+/// Most sequences one skip marker covers behind stored messages (each costs a ledger slot and,
+/// once sealed, an index entry): a mirror's origin gap beyond it is not kept.
+pub const SKIP_COUNT_MAX: u64 = 1 << 20;

@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 
 use crate::error::StoreResult;
-use crate::ledger::Ledger;
+use crate::ledger::{Ledger, SlotState};
+use crate::limits::SKIP_COUNT_MAX;
 use crate::record::record_size;
 use crate::types::{PurgeRequest, SizeModel, StoreLimits, StoredMessage, StreamState};
 use crate::StreamStore;
@@ -148,6 +149,21 @@ impl StreamStore for MemoryStore {
             return Ok(false);
         }
         self.ledger.remove_below(next_seq);
+        Ok(true)
+    }
+
+    fn skip_msgs(&mut self, next_seq: u64) -> StoreResult<bool> {
+        let from = self.ledger.next_seq();
+        let state = self.ledger.state();
+        if state.msgs == 0 {
+            return self.skip_to(next_seq);
+        }
+        if next_seq <= from || next_seq - from > SKIP_COUNT_MAX {
+            return Ok(false);
+        }
+        for _ in from..next_seq {
+            self.ledger.push_dead(SlotState::Deleted, state.last_ts);
+        }
         Ok(true)
     }
 }

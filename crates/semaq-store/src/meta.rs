@@ -8,6 +8,7 @@
 //! store's lifetime, so two stores can never append to one stream.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::error::{io_error, StoreError, StoreResult};
 use crate::limits::meta_slot as ms;
@@ -17,13 +18,40 @@ use crate::storage::{LockMode, OpenMode, Storage, StorageFile};
 /// File name of the meta file inside a stream directory.
 pub(crate) const META_FILE_NAME: &str = "stream.meta";
 
-/// The open meta file and what it last said.
+/// The open meta file and what it last said. Shared with sync tickets ([`MetaFile::handle`]),
+/// which raise the floor after their fsyncs without the store.
 #[derive(Debug)]
 pub(crate) struct MetaFile {
+    shared: MetaHandle,
+}
+
+/// A shared handle on the meta file: one floor write at a time, under its own lock.
+#[derive(Debug, Clone)]
+pub(crate) struct MetaHandle(Arc<Mutex<Slots>>);
+
+#[derive(Debug)]
+struct Slots {
     file: Box<dyn StorageFile>,
     path: PathBuf,
     generation: u64,
     floor_seq: u64,
+}
+
+impl MetaHandle {
+    fn slots(&self) -> std::sync::MutexGuard<'_, Slots> {
+        // A writer that panicked left the slots as the file last said them.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Persists `floor_seq` unless the persisted floor is already there or past it: floors
+    /// only rise, so a ticket finishing after a purge's own floor write changes nothing.
+    pub(crate) fn raise_floor(&self, floor_seq: u64) -> StoreResult<()> {
+        let mut slots = self.slots();
+        if floor_seq > slots.floor_seq {
+            slots.write_floor(floor_seq)?;
+        }
+        Ok(())
+    }
 }
 
 impl MetaFile {
@@ -33,16 +61,28 @@ impl MetaFile {
         let file = storage.open(&path, OpenMode::Create, 0).map_err(io_error("open", &path))?;
         lock(file.try_lock(LockMode::Exclusive), dir)?;
         let (generation, floor_seq) = read_newest_slot(&*file, &path)?.unwrap_or((0, 0));
-        Ok(MetaFile { file, path, generation, floor_seq })
+        let slots = Slots { file, path, generation, floor_seq };
+        Ok(MetaFile { shared: MetaHandle(Arc::new(Mutex::new(slots))) })
     }
 
     /// The persisted floor (0 when none was ever written).
     pub(crate) fn floor_seq(&self) -> u64 {
-        self.floor_seq
+        self.shared.slots().floor_seq
     }
 
     /// Persists a new floor: written to the older slot, then fsynced.
     pub(crate) fn write_floor(&mut self, floor_seq: u64) -> StoreResult<()> {
+        self.shared.slots().write_floor(floor_seq)
+    }
+
+    /// A handle that can raise the floor later, without the store.
+    pub(crate) fn handle(&self) -> MetaHandle {
+        self.shared.clone()
+    }
+}
+
+impl Slots {
+    fn write_floor(&mut self, floor_seq: u64) -> StoreResult<()> {
         let generation = self.generation + 1;
         let slot = encode_slot(generation, floor_seq);
         let offset = (generation % ms::SLOT_COUNT as u64) * ms::SIZE_BYTES as u64;

@@ -153,6 +153,8 @@ impl SegmentRead<'_> {
                     step(ReadItem::Message(message_of(record, seq)));
                 }
                 Scanned::Lost => step(ReadItem::Unreadable { seq, detail: "damaged record".into() }),
+                // Never stored: nothing to read, as for a deleted message.
+                Scanned::Skipped { .. } => {}
             }
         });
         *expected = (*expected).max(next);
@@ -164,6 +166,8 @@ impl SegmentRead<'_> {
                     seq: next.max(self.start),
                     detail: format!("bytes from {offset} on: {reason}"),
                 }),
+                // Zeros alone were written ahead of the appends (preallocation), not torn.
+                None if zeros_from(&bytes, offset) => {}
                 None => torn_tail_bytes = bytes.len() as u64 - offset,
             }
             *expected = self.end_seq.unwrap_or(next).max(*expected);
@@ -195,6 +199,11 @@ fn message_of(record: &[u8], seq: u64) -> MessageRef<'_> {
         payload: &record[headers_end..],
         timestamp_ns: header.timestamp_ns,
     }
+}
+
+/// Whether `bytes` holds only zeros from `offset` on.
+fn zeros_from(bytes: &[u8], offset: u64) -> bool {
+    usize::try_from(offset).ok().and_then(|offset| bytes.get(offset..)).is_some_and(|tail| tail.iter().all(|&b| b == 0))
 }
 
 #[cfg(test)]

@@ -61,10 +61,28 @@ pub(crate) fn encode(
     headers: Option<&[u8]>,
     payload: &[u8],
 ) -> StoreResult<()> {
-    let length = record_size(subject, headers, payload);
-    debug_assert!(length <= RECORD_SIZE_MAX_BYTES && subject.len() <= SUBJECT_LENGTH_MAX_BYTES);
     let flags = if headers.is_some() { rh::FLAG_HAS_HEADERS } else { 0 };
-    let headers = headers.unwrap_or_default();
+    encode_flagged(out, (seq, timestamp_ns, flags), subject, headers.unwrap_or_default(), payload)
+}
+
+/// The subject a skip marker carries (framing wants one; no message is stored under it).
+pub(crate) const SKIP_SUBJECT: &str = "$SKIP";
+
+/// Appends a skip marker: the sequences from the one the log expects through `last_skipped`
+/// were never stored. It takes no sequence of its own.
+pub(crate) fn encode_skip(out: &mut Vec<u8>, last_skipped: u64, timestamp_ns: i64) -> StoreResult<()> {
+    encode_flagged(out, (last_skipped, timestamp_ns, rh::FLAG_SKIP), SKIP_SUBJECT, &[], &[])
+}
+
+fn encode_flagged(
+    out: &mut Vec<u8>,
+    (seq, timestamp_ns, flags): (u64, i64, u16),
+    subject: &str,
+    headers: &[u8],
+    payload: &[u8],
+) -> StoreResult<()> {
+    let length = rh::SIZE_BYTES + subject.len() + headers.len() + payload.len();
+    debug_assert!(length <= RECORD_SIZE_MAX_BYTES && subject.len() <= SUBJECT_LENGTH_MAX_BYTES);
     let length: u32 = fit("record length", length)?;
     let subject_length: u16 = fit("subject length", subject.len())?;
     let headers_length: u32 = fit("headers length", headers.len())?;

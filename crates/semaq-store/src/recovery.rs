@@ -11,7 +11,7 @@ use crate::delete_log;
 use crate::error::{io_error, StoreError, StoreResult};
 use crate::index::IndexFile;
 use crate::ledger::{Ledger, SlotState};
-use crate::limits::{index_entry as ie, record_header as rh, segment_header as sh, GAP_FILL_MAX_COUNT};
+use crate::limits::{index_entry as ie, record_header as rh, segment_header as sh, GAP_FILL_MAX_COUNT, SKIP_COUNT_MAX};
 use crate::meta::MetaFile;
 use crate::record;
 use crate::segment::{
@@ -266,7 +266,10 @@ fn load_active(
     }
     let valid_end = scan_into(storage, dir, &segment, ledger, report, None)?;
     if valid_end < segment.len() {
-        report.torn_bytes_truncated += segment.len() - valid_end;
+        // Zeros alone were written ahead of the appends (preallocation), not torn.
+        if !segment.zeros_from(valid_end)? {
+            report.torn_bytes_truncated += segment.len() - valid_end;
+        }
         segment.truncate(valid_end)?;
     }
     Ok(segment)
@@ -298,6 +301,7 @@ fn scan_into(
             }
         }
         Scanned::Lost => ledger.push_dead(SlotState::Lost, 0),
+        Scanned::Skipped { timestamp_ns } => ledger.push_dead(SlotState::Deleted, timestamp_ns),
     });
     refused?;
     report.corruption.extend(scan.damage.iter().map(|damage| format!("segment {first_seq}: {damage}")));
@@ -321,6 +325,8 @@ pub(crate) enum Scanned<'a> {
     Record { seq: u64, timestamp_ns: i64, offset: u32, length: u32, subject: &'a str, headers: bool },
     /// The next sequence's record is destroyed.
     Lost,
+    /// The next sequence was skipped (a skip marker covers it): never stored, counted deleted.
+    Skipped { timestamp_ns: i64 },
 }
 
 /// How a scan ended.
@@ -342,7 +348,15 @@ pub(crate) fn scan_log<'a>(bytes: &'a [u8], first_seq: u64, mut emit: impl FnMut
     let mut expected = first_seq;
     while offset < bytes.len() {
         let reason = match record::check(&bytes[offset..]) {
-            Ok(header) if header.seq == expected => {
+            Ok(header) if is_skip_from(&header, expected) => {
+                for _ in expected..=header.seq {
+                    emit(Scanned::Skipped { timestamp_ns: header.timestamp_ns });
+                }
+                offset += header.length as usize;
+                expected = header.seq + 1;
+                continue;
+            }
+            Ok(header) if header.seq == expected && header.flags & rh::FLAG_SKIP == 0 => {
                 // Offsets are `u32` in the index and the ledger: a record past that cannot be
                 // one the store wrote, so it ends the readable part like any impossible framing.
                 let Ok(record_offset) = u32::try_from(offset) else {
@@ -381,6 +395,12 @@ pub(crate) fn scan_log<'a>(bytes: &'a [u8], first_seq: u64, mut emit: impl FnMut
     }
     end.valid_end = offset as u64;
     end
+}
+
+/// Whether an intact record is a skip marker covering `expected` onwards (and no more than a
+/// marker is ever written to cover).
+fn is_skip_from(header: &record::RecordHeader, expected: u64) -> bool {
+    header.flags & rh::FLAG_SKIP != 0 && header.seq >= expected && header.seq - expected < SKIP_COUNT_MAX
 }
 
 /// The next offset after `damage_start` holding an intact record whose sequence could follow
@@ -446,6 +466,7 @@ mod tests {
             events.push(match event {
                 Scanned::Record { seq, .. } => Some(seq),
                 Scanned::Lost => None,
+                Scanned::Skipped { .. } => Some(0),
             })
         });
         (events, end)
@@ -457,6 +478,23 @@ mod tests {
         let (events, end) = scan_events(&bytes);
         assert_eq!(events, vec![Some(1), Some(2), Some(3)]);
         assert_eq!(end, ScanEnd { valid_end: bytes.len() as u64, ..ScanEnd::default() });
+    }
+
+    #[test]
+    fn a_skip_marker_stands_for_the_sequences_it_covers() {
+        let mut bytes = log_of(&[1, 2]);
+        record::encode_skip(&mut bytes, 5, 0).unwrap();
+        record::encode(&mut bytes, 6, 0, "s", None, b"0123456789").unwrap();
+        let (events, end) = scan_events(&bytes);
+        assert_eq!(events, vec![Some(1), Some(2), Some(0), Some(0), Some(0), Some(6)], "3, 4, 5 skipped");
+        assert_eq!(end, ScanEnd { valid_end: bytes.len() as u64, ..ScanEnd::default() });
+        // A marker behind the sequence expected, or covering more than a marker may, is damage.
+        let mut behind = log_of(&[1, 2]);
+        record::encode_skip(&mut behind, 1, 0).unwrap();
+        assert!(scan_events(&behind).1.bad_tail.is_some());
+        let mut too_wide = log_of(&[1]);
+        record::encode_skip(&mut too_wide, 2 + SKIP_COUNT_MAX, 0).unwrap();
+        assert!(scan_events(&too_wide).1.bad_tail.is_some());
     }
 
     #[test]

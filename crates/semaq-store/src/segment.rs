@@ -4,14 +4,16 @@
 
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
+use crate::commit::{SyncMark, SyncTicket};
 use crate::delete_log;
 use crate::error::{fit, io_error, StoreResult};
 use crate::index;
 use crate::ledger::Ledger;
-use crate::limits::{INDEX_WRITE_BUFFER_BYTES, WRITE_BUFFER_BYTES};
+use crate::limits::{INDEX_WRITE_BUFFER_BYTES, PREALLOCATE_CHUNK_BYTES, WRITE_BUFFER_BYTES};
 use crate::record;
 use crate::storage::{OpenMode, Storage, StorageFile};
 
@@ -44,11 +46,16 @@ pub(crate) struct Segment {
     /// Sequence of the first record; also the file name.
     pub first_seq: u64,
     log_path: PathBuf,
-    log: Box<dyn StorageFile>,
+    /// Shared with sync tickets, which fsync it without the store's lock.
+    log: Arc<dyn StorageFile>,
     /// Bytes already handed to the OS.
     written_bytes: u64,
     /// Bytes known to be on stable storage.
     synced_bytes: u64,
+    /// The log file's length: past `written_bytes` it is zeros written ahead (preallocation).
+    allocated_bytes: u64,
+    /// Preallocation failed (a full disk): this segment grows by its appends only.
+    allocation_failed: bool,
     /// Appended bytes not yet handed to the OS (active segment only).
     pending: Vec<u8>,
     /// Size of the index file, once sealed.
@@ -56,8 +63,13 @@ pub(crate) struct Segment {
     /// Delete log size on disk plus entries waiting in `delete_pending`.
     delete_bytes: u64,
     delete_pending: Vec<u8>,
-    /// The delete log has bytes handed to the OS but not fsynced.
-    delete_unsynced: bool,
+    /// The open delete log, once written to.
+    delete_file: Option<Arc<dyn StorageFile>>,
+    /// Writes to the delete log so far, and how many of them are known durable.
+    delete_writes: u64,
+    delete_synced_writes: u64,
+    /// The delete log was created and its directory entry is not yet durable.
+    delete_dir_unsynced: bool,
     sealed: bool,
 }
 
@@ -71,7 +83,7 @@ impl Segment {
         log.sync_all().map_err(io_error("fsync", &log_path))?;
         sync_dir(storage, dir)?;
         let length = header.len() as u64;
-        Ok(Segment::from_parts(first_seq, log_path, log, length, false))
+        Ok(Segment::from_parts(first_seq, log_path, Arc::from(log), length, false))
     }
 
     /// Opens an existing segment whose log recovery has validated (and cut, if torn).
@@ -79,7 +91,7 @@ impl Segment {
         let log_path = segment_path(dir, first_seq, LOG_EXTENSION);
         let log = storage.open(&log_path, OpenMode::ReadWrite, 0).map_err(io_error("open", &log_path))?;
         let length = log.length().map_err(io_error("stat", &log_path))?;
-        let mut segment = Segment::from_parts(first_seq, log_path, log, length, sealed);
+        let mut segment = Segment::from_parts(first_seq, log_path, Arc::from(log), length, sealed);
         if !sealed {
             // Whoever wrote the active log last (a process that crashed, or this store before
             // it reloaded) may have left bytes in the page cache that never reached the disk:
@@ -90,18 +102,23 @@ impl Segment {
         Ok(segment)
     }
 
-    fn from_parts(first_seq: u64, log_path: PathBuf, log: Box<dyn StorageFile>, length: u64, sealed: bool) -> Self {
+    fn from_parts(first_seq: u64, log_path: PathBuf, log: Arc<dyn StorageFile>, length: u64, sealed: bool) -> Self {
         Segment {
             first_seq,
             log_path,
             log,
             written_bytes: length,
             synced_bytes: length,
+            allocated_bytes: length,
+            allocation_failed: false,
             pending: Vec::new(),
             index_bytes: 0,
             delete_bytes: 0,
             delete_pending: Vec::new(),
-            delete_unsynced: false,
+            delete_file: None,
+            delete_writes: 0,
+            delete_synced_writes: 0,
+            delete_dir_unsynced: false,
             sealed,
         }
     }
@@ -146,6 +163,16 @@ impl Segment {
         Ok(offset)
     }
 
+    /// Appends a skip marker (`record::encode_skip`): sequences up to `last_skipped` hold nothing.
+    pub(crate) fn append_skip(&mut self, last_skipped: u64, timestamp_ns: i64) -> StoreResult<()> {
+        debug_assert!(!self.sealed);
+        record::encode_skip(&mut self.pending, last_skipped, timestamp_ns)?;
+        if self.pending.len() >= WRITE_BUFFER_BYTES {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
     /// Hands buffered appends to the OS (no fsync).
     pub(crate) fn flush(&mut self) -> StoreResult<()> {
         if !self.pending.is_empty() {
@@ -183,27 +210,135 @@ impl Segment {
             self.log.sync_data().map_err(io_error("fsync", &self.log_path))?;
             self.synced_bytes = self.written_bytes;
         }
-        self.sync_deletes(storage, dir)
+        let writes = self.write_deletes(storage, dir)?;
+        if self.delete_synced_writes < writes {
+            if let Some(file) = &self.delete_file {
+                let path = self.path(dir, DELETE_EXTENSION);
+                file.sync_data().map_err(io_error("fsync", &path))?;
+            }
+            self.delete_synced_writes = writes;
+        }
+        if self.delete_dir_unsynced {
+            sync_dir(storage, dir)?;
+            self.delete_dir_unsynced = false;
+        }
+        Ok(())
     }
 
-    fn sync_deletes(&mut self, storage: &dyn Storage, dir: &Path) -> StoreResult<()> {
-        if self.delete_pending.is_empty() && !self.delete_unsynced {
+    /// Step 1 of a commit (`commit.rs`): hands appends and deletions to the OS and adds what
+    /// must be fsynced for them to `ticket`; the active segment (sealed at `size_bytes`) also
+    /// asks for zeros ahead of its appends.
+    pub(crate) fn prepare_sync(
+        &mut self,
+        storage: &dyn Storage,
+        dir: &Path,
+        ticket: &mut SyncTicket,
+        size_bytes: u64,
+    ) -> StoreResult<()> {
+        self.flush()?;
+        let delete_writes = self.write_deletes(storage, dir)?;
+        let log_unsynced = self.synced_bytes < self.written_bytes;
+        let deletes_unsynced = self.delete_synced_writes < delete_writes;
+        if !log_unsynced && !deletes_unsynced && !self.delete_dir_unsynced {
             return Ok(());
         }
+        let grow = self.growth(size_bytes);
+        if log_unsynced || grow.is_some() {
+            ticket.file(self.log.clone(), self.log_path.clone());
+        }
+        if let Some(file) = self.delete_file.as_ref().filter(|_| deletes_unsynced) {
+            ticket.file(file.clone(), self.path(dir, DELETE_EXTENSION));
+        }
+        if self.delete_dir_unsynced {
+            ticket.dir(dir.to_path_buf());
+        }
+        ticket.marks.push(SyncMark {
+            log: self.log.clone(),
+            log_bytes: self.written_bytes,
+            delete_writes,
+            delete_dir: self.delete_dir_unsynced,
+            grow,
+            grown: false,
+        });
+        Ok(())
+    }
+
+    /// The zeros to write ahead of the appends, when what is left of the preallocation is
+    /// less than half a chunk: up to a chunk past the appends, never past the segment's size.
+    fn growth(&self, size_bytes: u64) -> Option<std::ops::Range<u64>> {
+        if self.sealed || self.allocation_failed {
+            return None;
+        }
+        let chunk = PREALLOCATE_CHUNK_BYTES.min(size_bytes / 4);
+        if chunk < WRITE_BUFFER_BYTES as u64 {
+            // Small segments (tests' mostly) would grow at nearly every flush: not worth it.
+            return None;
+        }
+        let start = self.allocated_bytes.max(self.written_bytes);
+        let end = (self.written_bytes + chunk).min(size_bytes);
+        (start < self.written_bytes + chunk / 2 && start < end).then_some(start..end)
+    }
+
+    /// Whether the log holds only zeros from `from` on: what a crash leaves of the zeros
+    /// written ahead of the appends after the last record, which is no torn write.
+    pub(crate) fn zeros_from(&self, from: u64) -> StoreResult<bool> {
+        let tail_length = usize::try_from(self.written_bytes.saturating_sub(from)).unwrap_or(0);
+        let mut tail = vec![0; tail_length];
+        self.log.read_at(&mut tail, from).map_err(io_error("read", &self.log_path))?;
+        Ok(tail.iter().all(|&byte| byte == 0))
+    }
+
+    /// Cuts the zeros written ahead of the appends (a clean close, a seal); not fsynced.
+    pub(crate) fn trim_allocation(&mut self) -> StoreResult<()> {
+        if self.allocated_bytes > self.written_bytes {
+            self.log.set_len(self.written_bytes).map_err(io_error("truncate", &self.log_path))?;
+            self.allocated_bytes = self.written_bytes;
+        }
+        Ok(())
+    }
+
+    /// Whether `mark` (from a ticket) is about this segment.
+    pub(crate) fn owns(&self, mark: &SyncMark) -> bool {
+        std::ptr::addr_eq(Arc::as_ptr(&self.log), Arc::as_ptr(&mark.log))
+    }
+
+    /// Step 3 of a commit: records what a ticket's fsyncs made durable.
+    pub(crate) fn mark_synced(&mut self, mark: &SyncMark) {
+        match &mark.grow {
+            Some(range) if mark.grown => self.allocated_bytes = self.allocated_bytes.max(range.end),
+            Some(_) => self.allocation_failed = true,
+            None => {}
+        }
+        self.synced_bytes = self.synced_bytes.max(mark.log_bytes.min(self.written_bytes));
+        self.delete_synced_writes = self.delete_synced_writes.max(mark.delete_writes);
+        if mark.delete_dir {
+            self.delete_dir_unsynced = false;
+        }
+    }
+
+    /// Hands queued deletion records to the OS; returns the delete log's write count.
+    fn write_deletes(&mut self, storage: &dyn Storage, dir: &Path) -> StoreResult<u64> {
+        if self.delete_pending.is_empty() {
+            return Ok(self.delete_writes);
+        }
         let path = self.path(dir, DELETE_EXTENSION);
-        let existed = crate::storage::exists(storage, &path);
-        let file = storage.open(&path, OpenMode::Create, 0).map_err(io_error("open", &path))?;
-        self.delete_unsynced = true;
+        let file = match &self.delete_file {
+            Some(file) => file.clone(),
+            None => {
+                let existed = crate::storage::exists(storage, &path);
+                let file: Arc<dyn StorageFile> =
+                    Arc::from(storage.open(&path, OpenMode::Create, 0).map_err(io_error("open", &path))?);
+                self.delete_dir_unsynced |= !existed;
+                self.delete_file = Some(file.clone());
+                file
+            }
+        };
         // Appended at the end the file has, so a torn entry cut by recovery is written over.
         let end = file.length().map_err(io_error("stat", &path))?;
+        self.delete_writes += 1;
         file.write_at(&self.delete_pending, end).map_err(io_error("write", &path))?;
         self.delete_pending.clear();
-        file.sync_data().map_err(io_error("fsync", &path))?;
-        if !existed {
-            sync_dir(storage, dir)?;
-        }
-        self.delete_unsynced = false;
-        Ok(())
+        Ok(self.delete_writes)
     }
 
     /// Seals the segment (its records end before `end_seq`): log fsynced, then the index
@@ -215,6 +350,12 @@ impl Segment {
         ledger: &Ledger<u32>,
         end_seq: u64,
     ) -> StoreResult<()> {
+        self.flush()?;
+        if self.allocated_bytes > self.written_bytes {
+            // A sealed log ends at its last record: the zeros written ahead go, durably.
+            self.trim_allocation()?;
+            self.log.sync_all().map_err(io_error("fsync", &self.log_path))?;
+        }
         self.sync(storage, dir)?;
         let path = self.path(dir, INDEX_EXTENSION);
         self.index_bytes = write_index(storage, &path, ledger, self.first_seq, end_seq, self.len())?;
@@ -227,7 +368,9 @@ impl Segment {
     /// record must not be read back after a reload). The write buffer stays: until the store
     /// is reloaded, reads of its records are served from it.
     pub(crate) fn cut_unwritten(&mut self) -> StoreResult<()> {
-        self.log.set_len(self.written_bytes).map_err(io_error("truncate", &self.log_path))
+        self.log.set_len(self.written_bytes).map_err(io_error("truncate", &self.log_path))?;
+        self.allocated_bytes = self.written_bytes;
+        Ok(())
     }
 
     /// Cuts the log back to `length` (a torn tail) and makes that durable.
@@ -236,6 +379,7 @@ impl Segment {
         self.log.sync_all().map_err(io_error("fsync", &self.log_path))?;
         self.written_bytes = length;
         self.synced_bytes = length;
+        self.allocated_bytes = length;
         Ok(())
     }
 

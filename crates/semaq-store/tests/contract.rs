@@ -295,3 +295,26 @@ for_both_stores! {
         assert_eq!(store.append("a", None, b"z", 3).unwrap().0, 15);
     }
 }
+
+for_both_stores! {
+    fn skip_msgs_keeps_a_gap_behind_stored_messages_as_deleted(fresh: unlimited()) {
+        let store = &mut *fresh.store;
+        append_many(store, "a", 3, 1);
+        assert!(store.skip_msgs(7).unwrap(), "sequences 4 to 6 are skipped");
+        let state = store.state();
+        assert_eq!((state.msgs, state.first_seq, state.last_seq, state.num_deleted), (3, 1, 6, 3));
+        assert_eq!(store.append("b", None, b"x", 1).unwrap().0, 7);
+        assert_eq!(seqs_of(store, None), vec![1, 2, 3, 7]);
+        assert_eq!(store.get(5).unwrap(), None);
+        assert!(!store.skip_msgs(7).unwrap(), "never backwards");
+        assert!(!store.skip_msgs(8 + (1 << 20) + 1).unwrap(), "a gap over the bound is not kept");
+        assert_eq!(store.state().last_seq, 7, "and changes nothing");
+        // Removing what was before the gap takes the gap with it.
+        store.purge(&purge(None, None, Some(7))).unwrap();
+        let state = store.state();
+        assert_eq!((state.msgs, state.first_seq, state.num_deleted), (1, 7, 0));
+        store.purge(&purge(None, None, None)).unwrap();
+        assert!(store.skip_msgs(20).unwrap(), "an empty store skips as skip_to does");
+        assert_eq!(store.append("a", None, b"y", 2).unwrap().0, 20);
+    }
+}

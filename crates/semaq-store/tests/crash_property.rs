@@ -36,6 +36,11 @@ enum Op {
         filler: usize,
     },
     Sync,
+    /// A sync in the server's three steps (`commit.rs`), with a delete under the lock while
+    /// the fsyncs run.
+    SyncInSteps {
+        delete_between: Option<usize>,
+    },
     Flush,
     Delete {
         pick: usize,
@@ -61,6 +66,7 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         12 => (0..SUBJECTS.len(), 0..300usize).prop_map(|(subject, filler)| Op::Append { subject, filler }),
         3 => Just(Op::Sync),
+        3 => proptest::option::of(any::<usize>()).prop_map(|delete_between| Op::SyncInSteps { delete_between }),
         1 => Just(Op::Flush),
         2 => any::<usize>().prop_map(|pick| Op::Delete { pick }),
         1 => any::<usize>().prop_map(|pick| Op::PurgeUpTo { pick }),
@@ -184,6 +190,17 @@ fn run(store: &mut FileStore, disk: &SimDisk, model: &mut Model, op: &Op) {
         }
         Op::Sync => {
             let ok = store.sync().is_ok();
+            model.synced(ok);
+        }
+        Op::SyncInSteps { delete_between } => {
+            let Ok(ticket) = store.sync_begin() else { return model.synced(false) };
+            if let Some(pick) = delete_between {
+                let live: Vec<u64> = held(store).into_iter().collect();
+                if let Some(&seq) = live.get(pick % live.len().max(1)) {
+                    removing(store, model, |store| store.delete(seq).map(drop));
+                }
+            }
+            let ok = store.sync_finish(ticket.run()).is_ok();
             model.synced(ok);
         }
         Op::Flush => {

@@ -447,3 +447,31 @@ fn a_skip_survives_reopening_and_appends_continue_after_it() {
     assert_eq!(store.get(100).unwrap().unwrap().payload.as_ref(), b"2");
     assert_eq!(store.state().corruption, None);
 }
+
+/// A skip marker in the log: the gap a mirror keeps survives a restart, in the active segment
+/// (scanned) and in a sealed one (indexed, or scanned when its index is gone).
+#[test]
+fn skipped_sequences_survive_a_restart_as_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open_file(dir.path(), limits());
+    append_range(&mut store, 1, 3);
+    assert!(store.skip_msgs(10).unwrap());
+    drop(store);
+    let mut store = open_file(dir.path(), limits());
+    let state = store.state();
+    assert_eq!((state.msgs, state.last_seq, state.num_deleted, state.corruption), (3, 9, 6, None), "a trailing skip");
+    assert_eq!(store.append("s", None, &payload(10), 10).unwrap().0, 10);
+    append_range(&mut store, 11, 200);
+    store.close().unwrap();
+    assert!(logs(dir.path()).len() > 1, "the skip is in a sealed segment now");
+    let before = (store.state(), all_messages(&store));
+    assert_eq!(before.0.num_deleted, 6);
+    drop(store);
+    let store = open_file(dir.path(), limits());
+    assert_eq!((store.state(), all_messages(&store)), before, "from the index");
+    drop(store);
+    fs::remove_file(&with_extension(dir.path(), "idx")[0]).unwrap();
+    let store = open_file(dir.path(), limits());
+    assert_eq!(store.recovery_report().indexes_rebuilt_count, 1);
+    assert_eq!((store.state(), all_messages(&store)), before, "from a scan of the log");
+}

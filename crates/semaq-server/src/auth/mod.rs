@@ -34,7 +34,8 @@ pub struct Grant {
     pub permissions: Option<Arc<ClientPermissions>>,
     /// Bounds a user JWT and its account set on the connection.
     pub limits: ConnectionLimits,
-    /// The account's public key, for JWT users.
+    /// The account: its name for a user of a config account, its public key for a JWT user;
+    /// `None` for the global account `$G`.
     pub account: Option<String>,
     /// Holds the connection's place in its account's connection limit while the grant lives.
     pub slot: Option<Arc<AccountSlot>>,
@@ -51,12 +52,31 @@ pub struct ConnectionLimits {
     pub expires: Option<i64>,
 }
 
+/// What a configured user is given once its credentials check out.
+#[derive(Debug, Clone)]
+struct Login {
+    permissions: Option<Arc<ClientPermissions>>,
+    /// The config account it belongs to; `None` for the server's own users (`$G`).
+    account: Option<Arc<str>>,
+}
+
+impl Login {
+    fn grant(&self, user: &str) -> Grant {
+        Grant {
+            user: Some(user.to_string()),
+            permissions: self.permissions.clone(),
+            account: self.account.as_deref().map(str::to_string),
+            ..Grant::default()
+        }
+    }
+}
+
 /// Checks credentials from `CONNECT` against the configured token, users, nkeys and operators.
 #[derive(Debug, Default)]
 pub struct Authenticator {
     token: Option<String>,
-    users: HashMap<String, (String, Option<Arc<ClientPermissions>>)>,
-    nkeys: HashMap<String, Option<Arc<ClientPermissions>>>,
+    users: HashMap<String, (String, Login)>,
+    nkeys: HashMap<String, Login>,
     no_auth_user: Option<String>,
     trust: Option<Trust>,
 }
@@ -65,15 +85,24 @@ impl Authenticator {
     /// Collects the server-level and account users and nkeys of `options`, and decodes its
     /// operators and preloaded accounts.
     pub fn from_options(options: &Options) -> Result<Self, TrustError> {
-        let all_users =
-            options.auth.users.iter().chain(options.accounts.iter().flat_map(|account| account.users.iter()));
         let compile = |p: &Option<Permissions>| p.as_ref().map(|p| Arc::new(ClientPermissions::new(p)));
-        let users = all_users
-            .map(|user| (user.username.clone(), (user.password.clone(), compile(&user.permissions))))
-            .collect();
-        let all_nkeys =
-            options.auth.nkeys.iter().chain(options.accounts.iter().flat_map(|account| account.nkeys.iter()));
-        let nkeys = all_nkeys.map(|user| (user.nkey.clone(), compile(&user.permissions))).collect();
+        let mut users = HashMap::new();
+        let mut nkeys = HashMap::new();
+        let server_level = (None, options.auth.users.as_slice(), options.auth.nkeys.as_slice());
+        let accounts =
+            options.accounts.iter().map(|a| (Some(Arc::<str>::from(a.name.as_str())), &a.users[..], &a.nkeys[..]));
+        for (account, account_users, account_nkeys) in std::iter::once(server_level).chain(accounts) {
+            for user in account_users {
+                let login = Login { permissions: compile(&user.permissions), account: account.clone() };
+                users.insert(user.username.clone(), (user.password.clone(), login));
+            }
+            for user in account_nkeys {
+                nkeys.insert(
+                    user.nkey.clone(),
+                    Login { permissions: compile(&user.permissions), account: account.clone() },
+                );
+            }
+        }
         let trust = options.auth.operator.as_ref().map(Trust::load).transpose()?;
         Ok(Self {
             token: options.auth.token.clone(),
@@ -124,20 +153,14 @@ impl Authenticator {
         }
         let no_credentials = connect.user.is_none() && connect.auth_token.is_none();
         if let (true, Some(default_user)) = (no_credentials, &self.no_auth_user) {
-            let (_, permissions) = self.users.get(default_user).ok_or(AuthError::Violation)?;
-            return Ok(Grant {
-                user: Some(default_user.clone()),
-                permissions: permissions.clone(),
-                ..Grant::default()
-            });
+            let (_, login) = self.users.get(default_user).ok_or(AuthError::Violation)?;
+            return Ok(login.grant(default_user));
         }
         let (Some(user), Some(pass)) = (&connect.user, &connect.pass) else {
             return Err(AuthError::Violation);
         };
         match self.users.get(user) {
-            Some((password, permissions)) if constant_time_eq(password, pass) => {
-                Ok(Grant { user: Some(user.clone()), permissions: permissions.clone(), ..Grant::default() })
-            }
+            Some((password, login)) if constant_time_eq(password, pass) => Ok(login.grant(user)),
             _ => Err(AuthError::Violation),
         }
     }
@@ -150,17 +173,16 @@ impl Authenticator {
         }
         let sent_nothing =
             connect.user.is_none() && connect.pass.is_none() && connect.auth_token.is_none() && connect.nkey.is_none();
-        let default_nkey = self.no_auth_user.as_ref().filter(|user| sent_nothing && self.nkeys.contains_key(*user));
-        if let Some(user) = default_nkey {
-            let permissions = self.nkeys.get(user).cloned().flatten();
-            return Some(Ok(Grant { user: Some(user.clone()), permissions, ..Grant::default() }));
+        let default_nkey = self.no_auth_user.as_ref().filter(|_| sent_nothing);
+        if let Some((user, login)) = default_nkey.and_then(|user| self.nkeys.get(user).map(|login| (user, login))) {
+            return Some(Ok(login.grant(user)));
         }
         let key = connect.nkey.as_ref()?;
-        let Some(permissions) = self.nkeys.get(key) else { return Some(Err(AuthError::Violation)) };
+        let Some(login) = self.nkeys.get(key) else { return Some(Err(AuthError::Violation)) };
         if !nkey::signed_nonce(key, nonce, connect.sig.as_deref()) {
             return Some(Err(AuthError::Violation));
         }
-        Some(Ok(Grant { user: Some(key.clone()), permissions: permissions.clone(), ..Grant::default() }))
+        Some(Ok(login.grant(key)))
     }
 }
 

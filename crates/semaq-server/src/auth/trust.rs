@@ -147,6 +147,11 @@ impl Trust {
         })
     }
 
+    /// The public keys of the trusted accounts, each its own subject space.
+    pub fn account_keys(&self) -> impl Iterator<Item = &str> + '_ {
+        self.accounts.keys().map(String::as_str)
+    }
+
     /// The accounts that have JetStream (a storage limit other than 0), with their limits.
     pub fn jetstream_accounts(&self) -> impl Iterator<Item = (&str, AccountJetStream)> + '_ {
         self.accounts.values().filter(|a| a.limits.mem_storage != 0 || a.limits.disk_storage != 0).map(|account| {

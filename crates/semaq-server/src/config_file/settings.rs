@@ -596,6 +596,9 @@ impl Mapper<'_> {
             }
             _ => return Err(wrong_type("accounts", "a block of accounts or an array of names", value)),
         }
+        if accounts.len() > limits::ACCOUNTS_MAX {
+            return Err(invalid(&value.at, format!("accounts lists more than {} accounts", limits::ACCOUNTS_MAX)));
+        }
         self.options.accounts = accounts;
         Ok(())
     }

@@ -1,10 +1,10 @@
 //! The JetStream account: `$JS.API.INFO` (usage, limits, API counters) and the account limits
 //! checked where streams and consumers are created, with nats-server's error codes.
 //!
-//! SemaQ has one account namespace: users of every account share the streams. The limits
-//! applied are those of the account when exactly one is configured with a `jetstream` block
-//! (from the config file, or mapped from its JWT into the same [`AccountJetStream`]), else
-//! `$G`'s, which are unlimited as in nats-server. The server's own `jetstream { max_memory_store,
+//! Each account has its own subjects, but SemaQ has one JetStream: it lives in the account that
+//! enables JetStream (a `jetstream` block in the config file, or limits in its JWT mapped into
+//! the same [`AccountJetStream`]), else in `$G`, unlimited as in nats-server; other accounts'
+//! `$JS.API` requests find no responders. The limits applied are that account's. The server's own `jetstream { max_memory_store,
 //! max_file_store }` bound the bytes reserved by streams' `max_bytes` on top of that.
 
 use serde_json::{json, Value};
@@ -48,12 +48,13 @@ impl AccountLimits {
         max_bytes_required: false,
     };
 
-    /// The limits in force: the one configured account's `jetstream` block, else `$G`'s.
+    /// The limits in force: the `jetstream` block of the account JetStream lives in (see
+    /// [`Options::home_account`]), else `$G`'s.
     pub fn of(options: &Options) -> Self {
-        match options.accounts.as_slice() {
-            [account] => account.jetstream.as_ref().map_or(Self::UNLIMITED, Self::from_account),
-            _ => Self::UNLIMITED,
-        }
+        options
+            .home_account_config()
+            .and_then(|account| account.jetstream.as_ref())
+            .map_or(Self::UNLIMITED, Self::from_account)
     }
 
     fn from_account(limits: &AccountJetStream) -> Self {
@@ -262,12 +263,14 @@ mod tests {
     }
 
     #[test]
-    fn one_account_gives_its_limits_and_two_give_none() {
+    fn the_limits_are_those_of_the_account_that_enables_jetstream() {
         let options = options_with(AccountJetStream { streams_max: Some(2), ..AccountJetStream::default() });
         assert_eq!(AccountLimits::of(&options).streams_max, 2);
         let mut two = options.clone();
-        two.accounts.push(Account { name: "B".to_string(), ..Account::default() });
-        assert_eq!(AccountLimits::of(&two), AccountLimits::UNLIMITED);
+        two.accounts.insert(0, Account { name: "B".to_string(), ..Account::default() });
+        assert_eq!(AccountLimits::of(&two).streams_max, 2, "B has no JetStream");
+        let none = Options { accounts: vec![Account { name: "B".to_string(), ..Account::default() }], ..two };
+        assert_eq!(AccountLimits::of(&none), AccountLimits::UNLIMITED, "no account has JetStream: $G's");
     }
 
     #[test]

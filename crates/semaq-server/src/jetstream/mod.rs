@@ -33,6 +33,7 @@ pub mod errors;
 pub mod intents;
 pub mod kv;
 pub mod lineage;
+pub mod not_enabled;
 pub mod producers;
 pub mod provenance;
 pub mod remote;

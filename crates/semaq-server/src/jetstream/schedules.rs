@@ -5,8 +5,9 @@
 //! says when it fires again, or `purge` for a one-shot, whose schedule is then removed.
 //!
 //! Patterns: `@at <RFC 3339>` (a delayed message), `@every <Go duration>` (at least 1s) and
-//! six-field cron (`0 30 * * * *`, `@hourly`, ...; cron.rs). Without a time zone database,
-//! `Nats-Schedule-Time-Zone` knows only `UTC` (nats-server knows every IANA zone).
+//! six-field cron (`0 30 * * * *`, `@hourly`, ...; cron.rs), read in the IANA zone of
+//! `Nats-Schedule-Time-Zone` (cron patterns only; UTC without one), whose copies say when they
+//! fire next with that zone's offset, as nats-server's do.
 //!
 //! The due schedules are read at each of the stream's limits checks (every 250 ms, nats-server's
 //! own minimum) and fired through the stream's ingest, so their copies are checked, stored,
@@ -14,6 +15,7 @@
 
 use std::collections::HashMap;
 
+use jiff::tz::TimeZone;
 use semaq_store::{PurgeRequest, StreamStore};
 use semaq_wire::headers::{names, HeaderBlock};
 use semaq_wire::{clock, subject, Headers};
@@ -77,10 +79,10 @@ pub fn check_update(old: &StreamConfig, new: &StreamConfig) -> Result<(), ApiErr
 
 /// When a pattern fires next after `ts` (the schedule's time), and whether it repeats; `None`
 /// for a pattern this server does not take.
-fn next_fire(pattern: &str, zoned: bool, ts: i64, now: i64) -> Option<(i64, bool)> {
+fn next_fire(pattern: &str, zone: Option<&TimeZone>, ts: i64, now: i64) -> Option<(i64, bool)> {
     let round = |ns: i64| (ns + NANOS_PER_SECOND / 2).div_euclid(NANOS_PER_SECOND) * NANOS_PER_SECOND;
     let simple = pattern.starts_with("@at ") || pattern.starts_with("@every ");
-    if simple && zoned {
+    if simple && zone.is_some() {
         // A time zone goes with cron patterns only.
         return None;
     }
@@ -99,22 +101,50 @@ fn next_fire(pattern: &str, zoned: bool, ts: i64, now: i64) -> Option<(i64, bool
         return Some((next, true));
     }
     let cron = super::cron::Cron::parse(pattern)?;
-    let mut next = cron.next_after(ts)?;
+    let utc = TimeZone::UTC;
+    let zone = zone.unwrap_or(&utc);
+    let mut next = cron.next_after(ts, zone)?;
     if next < now {
-        next = cron.next_after(round(now))?;
+        next = cron.next_after(round(now), zone)?;
     }
     Some((next, true))
 }
 
 /// A schedule's pattern read from its headers: `None` when it has none, else when it fires.
+/// The zone is checked first, with or without a pattern, as nats-server does.
 fn schedule_of(headers: &Headers<'_>, ts: i64, now: i64) -> Option<Result<(i64, bool), ApiError>> {
+    let zone = match zone_of(headers) {
+        Ok(zone) => zone,
+        Err(error) => return Some(Err(error)),
+    };
     let pattern = headers.get(SCHEDULE).filter(|p| !p.is_empty())?;
-    let zone = headers.get(TIME_ZONE);
-    // No time zone database here: UTC is the one zone known.
-    if zone.is_some_and(|zone| !matches!(zone, "UTC" | "Etc/UTC")) {
-        return Some(Err(error(400, 10223, "message schedules time zone is invalid")));
+    Some(next_fire(pattern, zone.as_ref(), ts, now).ok_or_else(pattern_invalid))
+}
+
+/// The schedule's time zone: `None` without the header; refused when empty or unknown.
+fn zone_of(headers: &Headers<'_>) -> Result<Option<TimeZone>, ApiError> {
+    match headers.get(TIME_ZONE) {
+        None => Ok(None),
+        Some(name) => super::cron::load_zone(name)
+            .map(Some)
+            .ok_or_else(|| error(400, 10223, "message schedules time zone is invalid")),
     }
-    Some(next_fire(pattern, zone.is_some(), ts, now).ok_or_else(pattern_invalid))
+}
+
+/// RFC 3339 as Go's `Format(time.RFC3339Nano)` writes a time read in `zone`: fraction trimmed,
+/// `Z` for a zero offset, else the zone's `±hh:mm` at that instant.
+fn go_rfc3339_in(unix_ns: i64, zone: Option<&TimeZone>) -> String {
+    let offset = jiff::Timestamp::from_nanosecond(i128::from(unix_ns))
+        .ok()
+        .zip(zone)
+        .map_or(0, |(at, zone)| i64::from(zone.to_offset(at).seconds()));
+    if offset == 0 {
+        return super::kv::go_rfc3339_nano(unix_ns);
+    }
+    let local = super::kv::go_rfc3339_nano(unix_ns.saturating_add(offset.saturating_mul(NANOS_PER_SECOND)));
+    let sign = if offset < 0 { '-' } else { '+' };
+    let minutes = offset.abs() / 60;
+    format!("{}{sign}{:02}:{:02}", local.trim_end_matches('Z'), minutes / 60, minutes % 60)
 }
 
 fn error(code: u16, err_code: u32, description: &str) -> ApiError {
@@ -150,7 +180,7 @@ fn scheduler_invalid() -> ApiError {
 pub fn check_publish(config: &StreamConfig, store: &dyn StreamStore, message: &mut Inbound) -> Result<(), ApiError> {
     let Some(block) = message.headers.clone() else { return Ok(()) };
     let headers = Headers::new(&block);
-    if headers.get_many(&[SCHEDULE, NEXT, SCHEDULER]).iter().all(Option::is_none) {
+    if headers.get_many(&[SCHEDULE, NEXT, SCHEDULER, TIME_ZONE]).iter().all(Option::is_none) {
         return Ok(());
     }
     let now = clock::unix_nanos_now();
@@ -338,7 +368,8 @@ fn copy_of(store: &dyn StreamStore, subject: &str, waiting: Waiting, now: i64) -
             && ![names::MSG_ID, names::TTL, names::ROLLUP].iter().any(|n| n.eq_ignore_ascii_case(name))
     });
     copy.insert(SCHEDULER, subject);
-    let next = if repeat { super::kv::go_rfc3339_nano(next) } else { NEXT_PURGE.to_string() };
+    let zone = zone_of(&headers).ok().flatten();
+    let next = if repeat { go_rfc3339_in(next, zone.as_ref()) } else { NEXT_PURGE.to_string() };
     copy.insert(NEXT, &next);
     if let Some(ttl) = ttl {
         copy.insert(names::TTL, &ttl);
@@ -374,17 +405,41 @@ mod tests {
     #[test]
     fn at_fires_once_at_its_time() {
         let at = clock::parse_rfc3339("2030-01-01T00:00:00Z").expect("time");
-        assert_eq!(next_fire("@at 2030-01-01T00:00:00Z", false, 0, 0), Some((at, false)));
-        assert_eq!(next_fire("@at tomorrow", false, 0, 0), None);
-        assert_eq!(next_fire("@at 2030-01-01T00:00:00Z", true, 0, 0), None, "no zone with @at");
+        assert_eq!(next_fire("@at 2030-01-01T00:00:00Z", None, 0, 0), Some((at, false)));
+        assert_eq!(next_fire("@at tomorrow", None, 0, 0), None);
+        assert_eq!(next_fire("@at 2030-01-01T00:00:00Z", Some(&TimeZone::UTC), 0, 0), None, "no zone with @at");
     }
 
     #[test]
     fn every_repeats_from_the_schedule_time_rounded_to_the_second() {
-        assert_eq!(next_fire("@every 5s", false, 10 * SECOND + SECOND / 2, 0), Some((16 * SECOND, true)));
-        assert_eq!(next_fire("@every 5s", false, 10 * SECOND, 100 * SECOND), Some((105 * SECOND, true)), "late");
-        assert_eq!(next_fire("@every 500ms", false, 0, 0), None, "under a second");
-        assert_eq!(next_fire("0 * * * * *", true, 0, 0), Some((60 * SECOND, true)), "cron, in UTC");
-        assert_eq!(next_fire("30 * * * * *", false, 0, 100 * SECOND), Some((150 * SECOND, true)), "late cron");
+        assert_eq!(next_fire("@every 5s", None, 10 * SECOND + SECOND / 2, 0), Some((16 * SECOND, true)));
+        assert_eq!(next_fire("@every 5s", None, 10 * SECOND, 100 * SECOND), Some((105 * SECOND, true)), "late");
+        assert_eq!(next_fire("@every 500ms", None, 0, 0), None, "under a second");
+        assert_eq!(next_fire("0 * * * * *", Some(&TimeZone::UTC), 0, 0), Some((60 * SECOND, true)), "cron, in UTC");
+        assert_eq!(next_fire("30 * * * * *", None, 0, 100 * SECOND), Some((150 * SECOND, true)), "late cron");
+    }
+
+    #[test]
+    fn zones_are_known_by_their_exact_iana_names_and_only_with_cron() {
+        for known in ["UTC", "Local", "Etc/UTC", "America/New_York", "Europe/Amsterdam", "US/Eastern", "Etc/GMT+5"] {
+            assert!(super::super::cron::load_zone(known).is_some(), "{known}");
+        }
+        for unknown in ["", "Not/A/Zone", "america/new_york", "utc", "../etc/passwd", "/usr/share/zoneinfo/UTC"] {
+            assert!(super::super::cron::load_zone(unknown).is_none(), "{unknown:?}");
+        }
+        let amsterdam = super::super::cron::load_zone("Europe/Amsterdam");
+        assert_eq!(next_fire("@every 5s", amsterdam.as_ref(), 0, 0), None, "no zone with @every");
+    }
+
+    #[test]
+    fn a_zoned_next_time_is_written_with_the_zones_offset_as_go_writes_it() {
+        let new_york = super::super::cron::load_zone("America/New_York");
+        let at = |text: &str| clock::parse_rfc3339(text).expect("time");
+        let summer = at("2026-07-01T12:00:00Z");
+        assert_eq!(go_rfc3339_in(summer, new_york.as_ref()), "2026-07-01T08:00:00-04:00");
+        assert_eq!(go_rfc3339_in(at("2026-12-01T12:00:00.5Z"), new_york.as_ref()), "2026-12-01T07:00:00.5-05:00");
+        assert_eq!(go_rfc3339_in(summer, Some(&TimeZone::UTC)), "2026-07-01T12:00:00Z");
+        let kolkata = super::super::cron::load_zone("Asia/Kolkata");
+        assert_eq!(go_rfc3339_in(summer, kolkata.as_ref()), "2026-07-01T17:30:00+05:30");
     }
 }

@@ -636,18 +636,19 @@ impl Run {
         Copy { origin_seq: message.seq, subject, headers, payload: message.payload }
     }
 
-    /// Mirrors keep origin sequences: an empty mirror jumps to the origin's first; a gap behind
-    /// stored messages (the origin deleted some) cannot be kept, and is logged.
+    /// Mirrors keep origin sequences: a jump in them (the origin deleted or expired messages,
+    /// or the mirror is empty and the origin starts later) is skipped over in the mirror's
+    /// store, the skipped sequences counting as deleted there, as nats-server's `skipMsgs`.
     fn align_mirror(&self, stream: &Stream, origin_seq: u64) -> bool {
         let mut store = stream.store();
         let next = store.state().last_seq + 1;
         if origin_seq <= next {
             return true;
         }
-        match store.skip_to(origin_seq) {
+        match store.skip_msgs(origin_seq) {
             Ok(true) => {}
             Ok(false) => {
-                tracing::warn!(stream = %stream.name, from = next, to = origin_seq, "mirror: origin sequences skipped here are not kept");
+                tracing::warn!(stream = %stream.name, from = next, to = origin_seq, "mirror: a gap this large in the origin's sequences is not kept");
             }
             Err(error) => {
                 tracing::error!(stream = %stream.name, %error, "mirror: cannot skip to the origin's sequence");

@@ -191,6 +191,10 @@ pub struct Stream {
     schedules: Mutex<super::schedules::Table>,
     /// The stored bytes last seen, for other streams' account quota while the store is busy.
     stored_bytes: std::sync::atomic::AtomicU64,
+    /// The last sequence whose batch was committed (fsynced under `sync: always`): consumers
+    /// deliver nothing past it, so a message a crash could still take is never delivered and
+    /// acknowledged, and its sequence never handed out twice.
+    committed_seq: std::sync::atomic::AtomicU64,
 }
 
 /// What storing one ingest batch works with, under the stream's store lock.
@@ -303,6 +307,7 @@ impl Stream {
             expiries: Mutex::new(super::kv::Expiries::rebuild_from(first_seq, last_seq)),
             schedules: Mutex::new(super::schedules::Table::default()),
             stored_bytes: std::sync::atomic::AtomicU64::new(stored_bytes),
+            committed_seq: std::sync::atomic::AtomicU64::new(last_seq),
         });
         // A new stream has nothing to rebuild; a restored one rebuilds on first use.
         let dedup = Dedup { loaded: last_seq == 0, ..Dedup::default() };
@@ -394,6 +399,11 @@ impl Stream {
             }
             Err(_) => self.stored_bytes.load(Relaxed),
         }
+    }
+
+    /// The last sequence consumers may deliver: stored and committed (see `committed_seq`).
+    pub fn committed_seq(&self) -> u64 {
+        self.committed_seq.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Counts and bounds.
@@ -607,9 +617,8 @@ impl Stream {
                 }
                 _ = self.stop.notified() => break,
                 _ = sync_timer.tick(), if matches!(self.sync_policy, SyncPolicy::Interval(_)) => {
-                    let started = Instant::now();
-                    let synced = self.store().sync();
-                    self.services.bus.stats.store_sync_latency.observe(started.elapsed());
+                    let (synced, store) = tokio::task::block_in_place(|| self.commit(self.store()));
+                    drop(store);
                     if let Err(error) = synced {
                         tracing::error!(stream = %self.name, %error, "sync failed");
                     }
@@ -689,11 +698,30 @@ impl Stream {
         store.delete(seq).map_err(ApiError::message_delete_failed)
     }
 
-    /// Purges stored messages (the API's `STREAM.PURGE`).
+    /// Purges stored messages (the API's `STREAM.PURGE`). An unfiltered purge to a `seq` past
+    /// the end also moves the stream there, as nats-server's compaction does: the next message
+    /// gets `seq` (first_seq `seq`, last_seq `seq - 1`), durably.
     pub fn purge(&self, request: &semaq_store::PurgeRequest) -> Result<u64, ApiError> {
         let mut store = self.store();
         self.before_removal(store.as_mut(), u64::MAX).map_err(ApiError::storage)?;
-        store.purge(request).map_err(store_error)
+        let purged = store.purge(request).map_err(store_error)?;
+        let everything = matches!(request.subject.as_deref(), None | Some(">"));
+        if let (true, None, Some(seq)) = (everything, request.keep, request.up_to_seq) {
+            if seq > store.state().last_seq.saturating_add(1) {
+                store.skip_to(seq).map_err(store_error)?;
+            }
+        }
+        let state = store.state();
+        let purged_subject = request.subject.as_deref().filter(|_| !everything);
+        let filtered_first = purged_subject
+            .and_then(|subject| store.get_next(state.first_seq, Some(subject)).ok().flatten())
+            .map(|message| message.seq);
+        // Lock order: a consumer's state before the store.
+        drop(store);
+        for consumer in self.consumers() {
+            consumer.stream_purged(purged_subject, state.first_seq, filtered_first, state.last_seq);
+        }
+        Ok(purged)
     }
 
     /// L3 producers for stream info: `{count, gaps, last_gap}`, or `None` below L3.
@@ -787,15 +815,24 @@ impl Stream {
             let value = counted.then(|| super::counters::value_of(&message.payload)).flatten();
             acks.push((message.reply, outcome, value));
         }
+        drop(ingest);
         drop(producers);
         let mut written_ok = true;
         if stored_any {
             // An ack promises at least "handed to the OS": with `sync: always`, "on disk".
             let written = match self.sync_policy {
-                SyncPolicy::Always if must_sync => {
+                // L4 keeps the store through its fsync: the chain, held for the batch, comes
+                // after the store in the lock order, and the ticker's checkpoints assume (under
+                // `sync: always`) that what the store holds is durable.
+                SyncPolicy::Always if must_sync && chain.is_some() => {
                     let started = Instant::now();
                     let synced = store.sync();
                     self.services.bus.stats.store_sync_latency.observe(started.elapsed());
+                    synced
+                }
+                SyncPolicy::Always if must_sync => {
+                    let (synced, relocked) = self.commit(store);
+                    store = relocked;
                     synced
                 }
                 SyncPolicy::Always | SyncPolicy::Interval(_) | SyncPolicy::Never => store.flush(),
@@ -832,6 +869,9 @@ impl Stream {
         let state = store.state();
         self.stored_bytes.store(state.bytes, std::sync::atomic::Ordering::Relaxed);
         let last_seq = state.last_seq;
+        if written_ok {
+            self.committed_seq.store(last_seq, std::sync::atomic::Ordering::Release);
+        }
         drop(store);
         if let Some(schema) = schema.as_mut() {
             schema.announce();
@@ -839,6 +879,29 @@ impl Stream {
         if stored_any {
             self.last_seq.send_replace(last_seq);
         }
+    }
+
+    /// Makes the store's changes durable with its lock let go for the fsyncs (the three steps
+    /// of `semaq_store::commit`), so consumers, stream info and direct gets never wait for the
+    /// disk; returns the outcome and the lock, taken again. Only the ingest task appends, so
+    /// the ticket stays valid; whatever runs under the lock meanwhile syncs its own changes.
+    fn commit<'s>(&'s self, mut store: StoreGuard<'s>) -> (semaq_store::StoreResult<()>, StoreGuard<'s>) {
+        let started = Instant::now();
+        let latency = &self.services.bus.stats.store_sync_latency;
+        let ticket = match store.sync_begin() {
+            Ok(ticket) => ticket,
+            Err(error) => return (Err(error), store),
+        };
+        if ticket.is_empty() {
+            latency.observe(started.elapsed());
+            return (store.sync_finish(ticket.run()), store);
+        }
+        drop(store);
+        failpoint_sync_delay();
+        let synced = ticket.run();
+        latency.observe(started.elapsed());
+        let mut store = self.store();
+        (store.sync_finish(synced), store)
     }
 
     /// Checks and stores one message: the L2 schema (unless the caller checked it), the L3
@@ -1013,6 +1076,23 @@ impl Stream {
         }
         flush.flush();
         acks.clear();
+    }
+}
+
+/// The stream's store, locked.
+type StoreGuard<'s> = std::sync::MutexGuard<'s, Box<dyn StreamStore>>;
+
+/// The test-only `sync-delay-ms:<n>` failpoint ([`batch::FAILPOINT_ENV`]): a slow disk, each
+/// commit's fsyncs started `n` ms late (with the store's lock free, as for a real slow fsync).
+fn failpoint_sync_delay() {
+    static DELAY: std::sync::OnceLock<Option<Duration>> = std::sync::OnceLock::new();
+    let delay = DELAY.get_or_init(|| {
+        let text = std::env::var(batch::FAILPOINT_ENV).ok()?;
+        let milliseconds = text.strip_prefix("sync-delay-ms:")?.trim().parse().ok()?;
+        Some(Duration::from_millis(milliseconds))
+    });
+    if let Some(delay) = delay {
+        std::thread::sleep(*delay);
     }
 }
 

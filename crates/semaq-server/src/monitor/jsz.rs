@@ -1,6 +1,7 @@
 //! `/jsz` and `/accountz` with nats-server's field names (its `JSInfo`, `AccountDetail`,
 //! `StreamDetail` and `Accountz`), so prometheus-nats-exporter's JetStream collection and other
-//! nats-server tooling read SemaQ. SemaQ has one account, nats-server's global `$G`.
+//! nats-server tooling read SemaQ. `/jsz` shows the one account with JetStream (the home
+//! account); `/accountz` lists every account.
 //!
 //! Query parameters are read as nats-server reads them: booleans as Go's `strconv.ParseBool`,
 //! integers as `strconv.Atoi`; a value that does not parse is a 400 with an error JSON naming
@@ -24,8 +25,7 @@ use crate::jetstream::JetStream;
 use crate::limits;
 use crate::options::SyncPolicy;
 
-/// The one account SemaQ has: nats-server's global account.
-pub const GLOBAL_ACCOUNT: &str = "$G";
+pub use crate::options::GLOBAL_ACCOUNT;
 
 /// A query parameter that did not parse: a 400 with nats-server's wording, as an error JSON.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,9 +107,10 @@ impl JszOptions {
         Ok(options)
     }
 
-    /// Whether the one account is listed: named, or within the page of all accounts.
-    fn lists_the_account(&self) -> bool {
-        if self.account == GLOBAL_ACCOUNT {
+    /// Whether the one account with JetStream, `home`, is listed: named, or within the page of
+    /// all accounts.
+    fn lists_the_account(&self, home: &str) -> bool {
+        if self.account == home {
             return true;
         }
         // A named account that does not exist lists none, as nats-server; so does a page past it.
@@ -154,7 +155,7 @@ pub fn jsz_json(monitor: &Monitor, options: &JszOptions) -> Value {
     });
     merge(&mut body, stats_json(jetstream, 1));
     merge(&mut body, json!({ "streams": streams.len(), "consumers": consumers, "messages": messages, "bytes": bytes }));
-    if options.lists_the_account() {
+    if options.lists_the_account(monitor.bus.home_account()) {
         body["account_details"] = json!([account_detail(monitor, jetstream, options)]);
     }
     body["total"] = json!(1);
@@ -203,7 +204,8 @@ fn stats_json(jetstream: &JetStream, accounts: usize) -> Value {
 
 /// nats-server's `AccountDetail` for `$G`.
 fn account_detail(monitor: &Monitor, jetstream: &JetStream, options: &JszOptions) -> Value {
-    let mut detail = json!({ "name": GLOBAL_ACCOUNT, "id": GLOBAL_ACCOUNT });
+    let home = monitor.bus.home_account();
+    let mut detail = json!({ "name": home, "id": home });
     merge(&mut detail, stats_json(jetstream, 0));
     if options.streams {
         let streams: Vec<Value> =
@@ -262,25 +264,35 @@ pub async fn accountz(State(monitor): State<Arc<Monitor>>, Query(params): Query<
     let server_id = &monitor.identity.server_id;
     match params.get("acc").map(String::as_str) {
         None | Some("") => {
-            Json(json!({ "server_id": server_id, "now": now, "accounts": [GLOBAL_ACCOUNT] })).into_response()
+            let mut accounts: Vec<&str> = monitor.bus.account_routers().map(|(name, _)| name).collect();
+            accounts.sort_unstable();
+            Json(json!({ "server_id": server_id, "now": now, "accounts": accounts })).into_response()
         }
-        Some(GLOBAL_ACCOUNT) => {
-            let stats = monitor.bus.router.stats();
-            let detail = json!({
-                "account_name": GLOBAL_ACCOUNT,
-                "update_time": clock::rfc3339(monitor.identity.started_at),
-                "expired": false,
-                "complete": true,
-                "jetstream_enabled": monitor.jetstream.is_some(),
-                "leafnode_connections": 0,
-                "client_connections": monitor.bus.clients.len(),
-                "subscriptions": stats.num_subscriptions,
-                "sublist_stats": super::sublist_stats(&stats),
-            });
-            Json(json!({ "server_id": server_id, "now": now, "account_detail": detail })).into_response()
-        }
-        Some(other) => BadParameter(format!("Account {other} does not exist")).into_response(),
+        Some(name) => match monitor.bus.account_router(name) {
+            Some(router) => {
+                let stats = router.stats();
+                let connections = monitor.bus.clients.open().iter().filter(|c| account_of(c) == name).count();
+                let detail = json!({
+                    "account_name": name,
+                    "update_time": clock::rfc3339(monitor.identity.started_at),
+                    "expired": false,
+                    "complete": true,
+                    "jetstream_enabled": monitor.jetstream.is_some() && name == monitor.bus.home_account(),
+                    "leafnode_connections": 0,
+                    "client_connections": connections,
+                    "subscriptions": stats.num_subscriptions,
+                    "sublist_stats": super::sublist_stats(&stats),
+                });
+                Json(json!({ "server_id": server_id, "now": now, "account_detail": detail })).into_response()
+            }
+            None => BadParameter(format!("Account {name} does not exist")).into_response(),
+        },
     }
+}
+
+/// The account a connection uses (`$G` until it has authenticated).
+fn account_of(client: &crate::client::Client) -> &str {
+    client.details().and_then(|details| details.account.as_deref()).unwrap_or(GLOBAL_ACCOUNT)
 }
 
 #[cfg(test)]
@@ -307,15 +319,15 @@ mod tests {
         let options = JszOptions::from_query(&query(&[("consumers", "true")])).unwrap();
         assert!(options.streams && options.accounts, "consumers implies streams implies accounts");
         assert_eq!(options.limit, limits::JSZ_PAGE_ENTRIES_MAX as i64);
-        assert!(options.lists_the_account());
+        assert!(options.lists_the_account(GLOBAL_ACCOUNT));
         let plain = JszOptions::from_query(&query(&[])).unwrap();
-        assert!(!plain.lists_the_account(), "no account details unless asked");
+        assert!(!plain.lists_the_account(GLOBAL_ACCOUNT), "no account details unless asked");
         let paged = JszOptions::from_query(&query(&[("accounts", "1"), ("offset", "1")])).unwrap();
-        assert!(!paged.lists_the_account(), "an offset past the one account lists none");
+        assert!(!paged.lists_the_account(GLOBAL_ACCOUNT), "an offset past the one account lists none");
         let named = JszOptions::from_query(&query(&[("acc", "$G"), ("streams", "1")])).unwrap();
-        assert!(named.lists_the_account() && !named.accounts);
+        assert!(named.lists_the_account(GLOBAL_ACCOUNT) && !named.accounts);
         let unknown = JszOptions::from_query(&query(&[("acc", "nope"), ("streams", "1")])).unwrap();
-        assert!(!unknown.lists_the_account());
+        assert!(!unknown.lists_the_account(GLOBAL_ACCOUNT));
         assert!(JszOptions::from_query(&query(&[("raft", "yes")])).is_err(), "ignored flags still parse");
         assert!(JszOptions::from_query(&query(&[("unknown", "whatever")])).is_ok(), "unknown parameters are ignored");
     }

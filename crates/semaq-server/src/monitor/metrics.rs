@@ -168,7 +168,7 @@ fn server(monitor: &Monitor, out: &mut Out<'_, '_>) -> Result<(), Error> {
         "semaq_subscriptions",
         "Subscriptions held, internal ones included.",
         None,
-        monitor.bus.router.count() as f64,
+        monitor.bus.subscription_count() as f64,
     )?;
     let ((in_msgs, in_bytes), (out_msgs, out_bytes)) = monitor.bus.traffic_totals();
     out.counter("semaq_in_messages", "Messages received from clients.", None, in_msgs)?;

@@ -149,7 +149,7 @@ async fn varz(State(monitor): State<Arc<Monitor>>) -> Json<Value> {
         "in_bytes": in_bytes,
         "out_bytes": out_bytes,
         "slow_consumers": stat(&stats.slow_consumers),
-        "subscriptions": monitor.bus.router.count(),
+        "subscriptions": monitor.bus.subscription_count(),
         "auth_failures": stat(&stats.auth_failures),
         "refused_connections": stat(&stats.refused_connections),
         "schema_refusals": stat(&monitor.registry.refusals),
@@ -197,6 +197,8 @@ struct ConnzQuery {
     offset: Option<usize>,
     limit: Option<usize>,
     state: Option<String>,
+    /// Only the connections of this account (nats-server's `acc`).
+    acc: Option<String>,
 }
 
 fn connection_json(client: &Client, now: SystemTime, closed: Option<(&str, SystemTime)>) -> Value {
@@ -228,6 +230,10 @@ fn connection_json(client: &Client, now: SystemTime, closed: Option<(&str, Syste
     if let Some(user) = details.and_then(|d| d.user.clone()) {
         entry["authorized_user"] = json!(user);
     }
+    // nats-server names the account unless it is the global one.
+    if let Some(account) = details.and_then(|d| d.account.clone()) {
+        entry["account"] = json!(account);
+    }
     if let Some((reason, stopped)) = closed {
         entry["stop"] = json!(clock::rfc3339(stopped));
         entry["reason"] = json!(reason);
@@ -239,14 +245,20 @@ async fn connz(State(monitor): State<Arc<Monitor>>, Query(query): Query<ConnzQue
     let now = SystemTime::now();
     let state = query.state.as_deref().unwrap_or("open");
     let mut entries: Vec<(u64, Value)> = Vec::new();
+    let wanted = |client: &Client| {
+        let account = client.details().and_then(|d| d.account.as_deref()).unwrap_or(crate::options::GLOBAL_ACCOUNT);
+        query.acc.as_deref().is_none_or(|acc| acc == account)
+    };
     if state == "open" || state == "any" || state == "all" {
         let open = monitor.bus.clients.open();
-        entries.extend(open.iter().map(|client| (client.id, connection_json(client, now, None))));
+        let open = open.iter().filter(|client| wanted(client));
+        entries.extend(open.map(|client| (client.id, connection_json(client, now, None))));
     }
     if state == "closed" || state == "any" || state == "all" {
         let closed = monitor.bus.clients.closed();
+        let closed = closed.iter().filter(|c| wanted(&c.client));
         entries.extend(
-            closed.iter().map(|c| (c.client.id, connection_json(&c.client, now, Some((c.reason.as_str(), c.stopped))))),
+            closed.map(|c| (c.client.id, connection_json(&c.client, now, Some((c.reason.as_str(), c.stopped))))),
         );
     }
     entries.sort_by_key(|(id, _)| *id);
@@ -274,7 +286,7 @@ async fn shed(State(monitor): State<Arc<Monitor>>) -> Json<Value> {
 }
 
 async fn subsz(State(monitor): State<Arc<Monitor>>) -> Json<Value> {
-    let mut subsz = sublist_stats(&monitor.bus.router.stats());
+    let mut subsz = sublist_stats(&monitor.bus.router_stats());
     subsz["server_id"] = json!(monitor.identity.server_id);
     subsz["now"] = json!(clock::rfc3339(SystemTime::now()));
     Json(subsz)

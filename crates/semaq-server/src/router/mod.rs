@@ -99,6 +99,29 @@ pub struct RouterStats {
     pub avg_fanout: f64,
 }
 
+impl RouterStats {
+    /// Adds `other`'s figures, as nats-server sums its accounts' sublists for `/subsz`: counts
+    /// add up, rates are weighted by what they are rates of.
+    pub fn add(&mut self, other: &RouterStats) {
+        let weighted = |a: f64, a_weight: u64, b: f64, b_weight: u64| {
+            let total = a_weight + b_weight;
+            if total == 0 {
+                0.0
+            } else {
+                (a * a_weight as f64 + b * b_weight as f64) / total as f64
+            }
+        };
+        self.cache_hit_rate = weighted(self.cache_hit_rate, self.num_matches, other.cache_hit_rate, other.num_matches);
+        self.avg_fanout = weighted(self.avg_fanout, self.num_cache, other.avg_fanout, other.num_cache);
+        self.num_subscriptions += other.num_subscriptions;
+        self.num_cache += other.num_cache;
+        self.num_inserts += other.num_inserts;
+        self.num_removes += other.num_removes;
+        self.num_matches += other.num_matches;
+        self.max_fanout = self.max_fanout.max(other.max_fanout);
+    }
+}
+
 /// Maps literal subjects to the subscribers of matching filters; every method takes `&self`.
 ///
 /// Subscribers are told apart by `Eq`/`Hash` (the server uses a pointer-identity handle), so

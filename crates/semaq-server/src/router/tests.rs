@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 
-use super::{Router, RouterError};
+use super::{Router, RouterError, RouterStats};
 
 type Groups = BTreeMap<String, Vec<u32>>;
 
@@ -476,4 +476,33 @@ fn reply_inboxes_are_matched_but_never_cached() {
         assert_eq!(router.matches(&format!("_INBOX.client.{n}")).plain, [1]);
     }
     assert_eq!(router.cache_len(), 0, "one-shot reply subjects leave the cache alone");
+}
+
+#[test]
+fn stats_add_up_counts_and_weigh_rates_by_what_they_are_rates_of() {
+    let mut total = RouterStats {
+        num_subscriptions: 2,
+        num_cache: 1,
+        num_matches: 10,
+        cache_hit_rate: 1.0,
+        max_fanout: 3,
+        avg_fanout: 3.0,
+        ..RouterStats::default()
+    };
+    let other = RouterStats {
+        num_subscriptions: 1,
+        num_cache: 3,
+        num_matches: 30,
+        cache_hit_rate: 0.0,
+        max_fanout: 1,
+        avg_fanout: 1.0,
+        ..RouterStats::default()
+    };
+    total.add(&other);
+    assert_eq!((total.num_subscriptions, total.num_cache, total.num_matches, total.max_fanout), (3, 4, 40, 3));
+    assert_eq!(total.cache_hit_rate, 0.25);
+    assert_eq!(total.avg_fanout, 1.5);
+    let mut empty = RouterStats::default();
+    empty.add(&RouterStats::default());
+    assert_eq!(empty, RouterStats::default(), "no matches: rates stay 0, not NaN");
 }

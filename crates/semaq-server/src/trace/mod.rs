@@ -108,6 +108,8 @@ pub struct Arrival<'a> {
     pub client_id: u64,
     /// That connection's name.
     pub client_name: Option<&'a str>,
+    /// That connection's account (`$G` for the server's own users).
+    pub account: &'a str,
     /// This server, for `Nats-Trace-Dest` events.
     pub server: &'a ServerInfo,
 }
@@ -129,7 +131,12 @@ impl Publish {
             return None;
         }
         let msg_size = arrival.headers.map_or(0, <[u8]>::len) + arrival.body_size;
-        let ingress = msgtrace::Ingress { cid: arrival.client_id, name: arrival.client_name, subject: arrival.subject };
+        let ingress = msgtrace::Ingress {
+            cid: arrival.client_id,
+            name: arrival.client_name,
+            subject: arrival.subject,
+            account: arrival.account,
+        };
         let msg = headers.and_then(|h| MsgTrace::start(h, arrival.server, msg_size, ingress));
         if tracer.is_none() && msg.is_none() {
             return None;

@@ -16,8 +16,6 @@ pub const TRACE_DEST: &str = semaq_wire::headers::names::TRACE_DEST;
 pub const TRACE_ONLY: &str = "Nats-Trace-Only";
 /// nats-server's kind code for a client connection.
 const KIND_CLIENT: u64 = 0;
-/// The account every SemaQ client is in, as nats-server names its global account.
-const GLOBAL_ACCOUNT: &str = "$G";
 
 /// Numbers the events this server sends, as nats-server numbers its system messages.
 static EVENT_SEQ: AtomicU64 = AtomicU64::new(0);
@@ -31,6 +29,8 @@ pub struct Ingress<'a> {
     pub name: Option<&'a str>,
     /// The subject published to.
     pub subject: &'a str,
+    /// The connection's account (`$G` for the server's own users).
+    pub account: &'a str,
 }
 
 /// One traced message's event, filled in as the message moves through the server.
@@ -73,7 +73,7 @@ impl MsgTrace {
             "ts": now(),
             "kind": KIND_CLIENT,
             "cid": ingress.cid,
-            "acc": GLOBAL_ACCOUNT,
+            "acc": ingress.account,
             "subj": ingress.subject,
         });
         if let Some(name) = ingress.name.filter(|n| !n.is_empty()) {

@@ -96,7 +96,7 @@ async fn run(url: &str, user: Option<&str>, steps: &[Step]) -> Vec<Value> {
     replies
 }
 
-fn nats_server_with(config: &str) -> (NatsServer, tempfile::TempDir) {
+pub(crate) fn nats_server_with(config: &str) -> (NatsServer, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("server.conf");
     std::fs::write(&path, config).expect("write config");

@@ -13,7 +13,7 @@ use semaq_testkit::{sync, NatsServer, Raw, SemaqServer};
 use serde_json::{json, Value};
 
 /// Claims and a signature, as nsc writes them (the JWT header of nats-io/jwt v2).
-fn mint(issuer: &KeyPair, subject: &str, nats: Value, times: Value) -> String {
+pub(crate) fn mint(issuer: &KeyPair, subject: &str, nats: Value, times: Value) -> String {
     let header = URL_SAFE_NO_PAD.encode(br#"{"typ":"JWT","alg":"ed25519-nkey"}"#);
     let mut claims = json!({
         "jti": format!("{:X}", rand_id()),
@@ -39,7 +39,7 @@ fn now() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64
 }
 
-fn unlimited_user(extra: Value) -> Value {
+pub(crate) fn unlimited_user(extra: Value) -> Value {
     let mut nats = json!({ "type": "user", "version": 2, "subs": -1, "data": -1, "payload": -1, "pub": {}, "sub": {} });
     if let (Some(nats), Some(extra)) = (nats.as_object_mut(), extra.as_object()) {
         nats.extend(extra.clone());
@@ -47,7 +47,7 @@ fn unlimited_user(extra: Value) -> Value {
     nats
 }
 
-fn account_claims(limits: Value, extra: Value) -> Value {
+pub(crate) fn account_claims(limits: Value, extra: Value) -> Value {
     let mut all = json!({
         "subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1, "wildcards": true, "conn": -1, "leaf": -1,
     });
@@ -103,7 +103,7 @@ impl Operator {
 }
 
 /// A `.creds` file as nsc writes it.
-fn creds(dir: &Path, name: &str, jwt: &str, seed: &str) -> std::path::PathBuf {
+pub(crate) fn creds(dir: &Path, name: &str, jwt: &str, seed: &str) -> std::path::PathBuf {
     let text = format!(
         "-----BEGIN NATS USER JWT-----\n{jwt}\n------END NATS USER JWT------\n\n\
          ************************* IMPORTANT *************************\n\

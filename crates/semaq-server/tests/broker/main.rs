@@ -3,11 +3,13 @@
 //! started with `semaq-testkit`.
 
 mod account_limits;
+mod accounts;
 mod agents;
 mod agents_durable;
 mod agents_services;
 mod auth;
 mod auth_nkeys;
+mod commit;
 mod conformance;
 mod counters;
 mod crash;
@@ -30,6 +32,7 @@ mod object_store;
 mod priority;
 mod provenance;
 mod pubsub;
+mod purge_seq;
 mod raw_protocol;
 mod registry;
 mod schedules;

@@ -270,6 +270,36 @@ fn the_registry_survives_a_restart_and_a_damaged_file_stops_startup() {
     assert!(stderr.contains("registry.json") && stderr.contains("truncated"), "{stderr}");
 }
 
+/// A registry write the disk refuses (here the temporary file's name is taken by a directory,
+/// which stops root too) is answered with Confluent's 50001 and changes nothing: not the
+/// answers, not the file; the registry takes writes again once the disk does.
+#[test]
+fn a_registry_write_that_fails_answers_50001_and_keeps_the_old_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let server = start_on(&store);
+    let addr = server.http_addr();
+    register(&server, "kept", &event_avro(), "AVRO");
+    let file = store.join("registry").join("registry.json");
+    let before = std::fs::read(&file).unwrap();
+    let blocker = store.join("registry").join("registry.json.tmp");
+    std::fs::create_dir(&blocker).unwrap();
+
+    let body = json!({"schema": event_avro().to_string()});
+    let (status, answer) = http(addr, "POST", "/subjects/refused/versions", Some(&body));
+    assert_eq!((status, &answer["error_code"]), (500, &json!(50001)), "{answer}");
+    assert!(answer["message"].as_str().is_some_and(|m| m.contains("registry.json")), "{answer}");
+    let (status, answer) = http(addr, "PUT", "/config", Some(&json!({"compatibility": "NONE"})));
+    assert_eq!((status, &answer["error_code"]), (500, &json!(50001)), "{answer}");
+    assert_eq!(http(addr, "GET", "/subjects", None).1, json!(["kept"]));
+    assert_eq!(http(addr, "GET", "/config", None).1, json!({"compatibilityLevel": "BACKWARD"}));
+    assert_eq!(std::fs::read(&file).unwrap(), before, "the file is the old one");
+
+    std::fs::remove_dir(&blocker).unwrap();
+    register(&server, "accepted", &event_avro(), "AVRO");
+    assert_eq!(http(addr, "GET", "/subjects", None).1, json!(["accepted", "kept"]));
+}
+
 const EVENT_PROTO: &str = "syntax = \"proto3\";\npackage ai;\nmessage AiEvent {\n  string model_id = 1;\n  double confidence = 2;\n  int32 input_tokens = 3;\n}\n";
 
 #[tokio::test]

@@ -160,6 +160,13 @@ async fn bad_schedules_are_refused_with_nats_servers_codes_and_store_nothing() {
         ("sched.a", vec![("Nats-Schedule", "61 * * * * *"), target], 10189),
         ("sched.a", vec![("Nats-Schedule", later.as_str()), ("Nats-Schedule-Time-Zone", "UTC"), target], 10189),
         ("sched.a", vec![("Nats-Schedule", later.as_str()), ("Nats-Schedule-Time-Zone", ""), target], 10223),
+        ("sched.a", vec![("Nats-Schedule", "0 * * * * *"), ("Nats-Schedule-Time-Zone", "Not/A/Zone"), target], 10223),
+        ("sched.a", vec![("Nats-Schedule", "0 * * * * *"), ("Nats-Schedule-Time-Zone", "europe/paris"), target], 10223),
+        ("sched.a", vec![("Nats-Schedule", "invalid"), ("Nats-Schedule-Time-Zone", "Europe/Paris"), target], 10189),
+        ("sched.a", vec![("Nats-Schedule", "@every 1m"), ("Nats-Schedule-Time-Zone", "Europe/Paris"), target], 10189),
+        // The zone is checked even without a pattern, and a stream without schedules says so.
+        ("sched.a", vec![("Nats-Schedule-Time-Zone", "Not/A/Zone")], 10223),
+        ("plain.a", vec![("Nats-Schedule-Time-Zone", "Not/A/Zone")], 10188),
         ("sched.a", vec![("Nats-Schedule", later.as_str())], 10190),
         ("sched.a", vec![("Nats-Schedule", later.as_str()), ("Nats-Schedule-Target", "sched.a")], 10190),
         ("sched.a", vec![("Nats-Schedule", later.as_str()), ("Nats-Schedule-Target", "elsewhere")], 10190),
@@ -224,4 +231,39 @@ async fn a_cron_schedule_fires_on_its_seconds() {
         assert!(tokio::time::Instant::now() < deadline, "the cron schedule does not repeat: {info}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// A cron pattern read in `Nats-Schedule-Time-Zone` (nats-server 2.12): its copies say when they
+/// fire next in that zone's offset. Kolkata keeps +05:30 all year, so the test holds any day.
+#[tokio::test]
+async fn a_cron_schedule_in_a_time_zone_fires_and_says_when_next_in_its_offset() {
+    let server = SemaqServer::start();
+    let client = server.client().await;
+    let js = context(&server).await;
+    create(&client, schedules_stream("file")).await;
+    let tick = [
+        ("Nats-Schedule", "* * * * * *"),
+        ("Nats-Schedule-Time-Zone", "Asia/Kolkata"),
+        ("Nats-Schedule-Target", "orders.tick"),
+    ];
+    assert_eq!(publish_raw(&client, "sched.tick", &tick, b"namaste").await, json!({"stream": "S", "seq": 1}));
+    // 09:00 in Kolkata on the first of January: accepted, and waits.
+    let yearly = [
+        ("Nats-Schedule", "0 0 9 1 1 *"),
+        ("Nats-Schedule-Time-Zone", "Asia/Kolkata"),
+        ("Nats-Schedule-Target", "orders.new_year"),
+    ];
+    assert_eq!(publish_raw(&client, "sched.new_year", &yearly, b"").await, json!({"stream": "S", "seq": 2}));
+
+    let (headers, body) = wait_for_last(&js, "orders.tick").await;
+    assert_eq!(body, "namaste");
+    assert_eq!(header(&headers, "Nats-Scheduler"), Some("sched.tick"), "{headers:?}");
+    assert!(header(&headers, "Nats-Schedule-Time-Zone").is_none(), "schedule headers are stripped: {headers:?}");
+    let next = header(&headers, "Nats-Schedule-Next").expect("when next");
+    assert!(next.ends_with("+05:30") && !next.contains('.'), "Kolkata's offset, whole seconds: {next}");
+    let next_ns = semaq_wire::clock::parse_rfc3339(next).expect("RFC 3339");
+    let now_ns =
+        i64::try_from(SystemTime::now().duration_since(UNIX_EPOCH).expect("after 1970").as_nanos()).expect("ns");
+    assert!((next_ns - now_ns).abs() < 5_000_000_000, "the next second, not 5.5 hours off: {next}");
+    assert!(last(&js, "orders.new_year").await.is_none(), "a yearly schedule waits for its day");
 }

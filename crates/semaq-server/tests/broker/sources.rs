@@ -377,3 +377,67 @@ async fn transform_config_errors_carry_nats_server_2_10_codes() {
         assert_eq!(info(&client, "S").await["error"]["err_code"], 10059, "nothing was created by {config}");
     }
 }
+
+/// A direct get by sequence: status (none for a message), `Nats-Sequence`, subject, payload.
+async fn direct_get(client: &async_nats::Client, stream: &str, seq: u64) -> (Option<u16>, String, String, String) {
+    let body = json!({ "seq": seq }).to_string();
+    let reply = client.request(format!("$JS.API.DIRECT.GET.{stream}"), body.into()).await.expect("direct get");
+    let header =
+        |name: &str| reply.headers.as_ref().and_then(|h| h.get(name)).map(|v| v.to_string()).unwrap_or_default();
+    let payload = String::from_utf8_lossy(&reply.payload).into_owned();
+    (reply.status.map(|s| s.as_u16()), header("Nats-Sequence"), header("Nats-Subject"), payload)
+}
+
+/// What a client sees of a stream's sequences: state, and a direct get of every sequence.
+async fn sequences_seen(
+    client: &async_nats::Client,
+    stream: &str,
+    through: u64,
+) -> (Value, Vec<(Option<u16>, String, String, String)>) {
+    let state = info(client, stream).await["state"].clone();
+    let state = json!({
+        "messages": state["messages"], "bytes": state["bytes"], "first_seq": state["first_seq"],
+        "last_seq": state["last_seq"], "num_deleted": state["num_deleted"],
+    });
+    let mut gets = Vec::new();
+    for seq in 1..=through {
+        gets.push(direct_get(client, stream, seq).await);
+    }
+    (state, gets)
+}
+
+/// The origin deleted messages in the middle and purged its front before the mirror came: the
+/// mirror jumps over the gaps (nats-server's `skipMsgs`), so every sequence holds what it holds
+/// in the origin, a gap counts as deleted, and new messages keep the origin's numbers, also
+/// after a restart.
+#[tokio::test]
+async fn a_mirror_keeps_the_gaps_its_origin_has() {
+    let mut server = SemaqServer::start();
+    let client = server.client().await;
+    let js = context(&server).await;
+    create(&client, json!({"name": "HOLEY", "subjects": ["holey.>"], "allow_direct": true})).await;
+    for i in 1..=10 {
+        publish(&js, &format!("holey.{}", i % 3), &format!("message {i}")).await;
+    }
+    api(&client, "$JS.API.STREAM.PURGE.HOLEY", r#"{"seq":3}"#).await;
+    for seq in [4, 7, 8] {
+        let deleted = api(&client, "$JS.API.STREAM.MSG.DELETE.HOLEY", &json!({ "seq": seq }).to_string()).await;
+        assert_eq!(deleted["success"], true, "{deleted}");
+    }
+    create(&client, json!({"name": "COPY", "mirror": {"name": "HOLEY"}, "allow_direct": true})).await;
+    wait_for_messages(&client, "COPY", 5).await;
+    let origin = sequences_seen(&client, "HOLEY", 12).await;
+    assert_eq!(origin.0["num_deleted"], 3, "{}", origin.0);
+    assert_eq!(sequences_seen(&client, "COPY", 12).await, origin, "the mirror's sequences are the origin's");
+
+    publish(&js, "holey.new", "message 11").await;
+    wait_for_messages(&client, "COPY", 6).await;
+    assert_eq!(direct_get(&client, "COPY", 11).await.1, "11");
+
+    drop((client, js));
+    server.terminate();
+    server.restart();
+    let client = server.client().await;
+    let origin = sequences_seen(&client, "HOLEY", 12).await;
+    assert_eq!(sequences_seen(&client, "COPY", 12).await, origin, "the gaps survive a restart");
+}

@@ -17,6 +17,9 @@
 //!   renames, ...): the disk's image is taken there, every later change fails with `EIO`, and
 //!   [`SimDisk::crash`] restores that image. A test can so crash in the middle of an operation.
 //!
+//! - [`SimDisk::hold_syncs`]: fsyncs wait (outside the disk's lock, so other calls go on) until
+//!   the hold is released: a slow disk, for tests that a reader does not wait for an fsync.
+//!
 //! Directories are durable when created (a simplification: the store syncs the directories
 //! whose entries it changes, never creates one it needs to survive without its parent's sync).
 //! Handles opened before a crash fail every later call.
@@ -24,7 +27,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use super::{LockMode, OpenMode, SharedStorage, Storage, StorageFile};
 
@@ -51,6 +54,43 @@ pub enum Tear {
 #[derive(Debug, Clone, Default)]
 pub struct SimDisk {
     state: Arc<Mutex<State>>,
+    /// Held fsyncs wait here, apart from `state`, so a held fsync blocks no other call.
+    gate: Arc<(Mutex<Gate>, Condvar)>,
+}
+
+/// Whether fsyncs are held, and how many wait.
+#[derive(Debug, Default)]
+struct Gate {
+    held: bool,
+    waiting: u64,
+}
+
+/// Holds every fsync of a [`SimDisk`] until released (or dropped).
+#[derive(Debug)]
+pub struct SyncHold {
+    disk: SimDisk,
+}
+
+impl SyncHold {
+    /// Blocks until at least `count` fsyncs are waiting at the hold; false after `timeout`.
+    pub fn wait_for_waiting(&self, count: u64, timeout: std::time::Duration) -> bool {
+        let (gate, changed) = &*self.disk.gate;
+        let guard = gate.lock().unwrap_or_else(PoisonError::into_inner);
+        let waited = changed.wait_timeout_while(guard, timeout, |gate| gate.waiting < count);
+        let (gate, _) = waited.unwrap_or_else(PoisonError::into_inner);
+        gate.waiting >= count
+    }
+
+    /// Lets the held fsyncs (and every later one) run.
+    pub fn release(self) {}
+}
+
+impl Drop for SyncHold {
+    fn drop(&mut self) {
+        let (gate, changed) = &*self.disk.gate;
+        gate.lock().unwrap_or_else(PoisonError::into_inner).held = false;
+        changed.notify_all();
+    }
 }
 
 #[derive(Debug, Default, Clone)]
@@ -132,6 +172,25 @@ impl SimDisk {
     fn state(&self) -> MutexGuard<'_, State> {
         // A test that panicked while holding the lock leaves a state still worth reading.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Holds every fsync (files and directories) until the returned hold is released.
+    pub fn hold_syncs(&self) -> SyncHold {
+        self.gate.0.lock().unwrap_or_else(PoisonError::into_inner).held = true;
+        SyncHold { disk: self.clone() }
+    }
+
+    /// Waits while fsyncs are held; called before an fsync takes the disk's lock.
+    fn pass_gate(&self) {
+        let (gate, changed) = &*self.gate;
+        let mut guard = gate.lock().unwrap_or_else(PoisonError::into_inner);
+        if !guard.held {
+            return;
+        }
+        guard.waiting += 1;
+        changed.notify_all();
+        let mut guard = changed.wait_while(guard, |gate| gate.held).unwrap_or_else(PoisonError::into_inner);
+        guard.waiting -= 1;
     }
 
     /// While `failing`, every fsync fails with EIO.
@@ -380,6 +439,7 @@ impl Storage for SimDisk {
     }
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        self.pass_gate();
         let mut state = self.state();
         state.change()?;
         if state.fail_syncs {
@@ -491,6 +551,7 @@ impl StorageFile for SimFile {
     }
 
     fn sync_data(&self) -> io::Result<()> {
+        self.disk.pass_gate();
         let mut state = self.state()?;
         state.sync_file(self.inode)
     }

@@ -45,6 +45,11 @@ impl BenchServer {
         Ok(BenchServer { target, _process: Some((process, dir)) })
     }
 
+    /// The server's process id, when this bench started it.
+    pub fn pid(&self) -> Option<u32> {
+        self._process.as_ref().map(|(process, _)| process.pid())
+    }
+
     /// A connection whose subscriptions buffer [`SUBSCRIPTION_CAPACITY`] messages.
     pub async fn connect(&self) -> Result<async_nats::Client> {
         self.target.connect_tuned(|options| options.subscription_capacity(SUBSCRIPTION_CAPACITY)).await

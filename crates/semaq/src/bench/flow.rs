@@ -85,6 +85,18 @@ struct Flow {
 
 /// Runs one publisher against `shape.subscribers` subscribers and reports delivered throughput.
 pub async fn run(target: &Target, load: &Load, shape: Shape, progress: &ProgressBar) -> Result<Report> {
+    run_between(target, target, load, shape, progress).await
+}
+
+/// [`run`] with the publisher connected through `publisher` and the subscribers through
+/// `subscribers`: two URLs of one server, such as its TCP and WebSocket listeners.
+pub async fn run_between(
+    publisher: &Target,
+    subscribers: &Target,
+    load: &Load,
+    shape: Shape,
+    progress: &ProgressBar,
+) -> Result<Report> {
     let flow = Arc::new(Flow {
         // Now in nanoseconds names this run apart from concurrent benches on the same server.
         subject: Subject::from(format!("semaq.bench.{}.{}", std::process::id(), clock::unix_nanos_now())),
@@ -98,12 +110,12 @@ pub async fn run(target: &Target, load: &Load, shape: Shape, progress: &Progress
     let mut tasks = JoinSet::new();
     let mut subscriber_clients = Vec::with_capacity(shape.subscribers);
     for index in 0..shape.subscribers {
-        let (client, subscriber) = subscribe(target, &flow.subject, shape).await?;
+        let (client, subscriber) = subscribe(subscribers, &flow.subject, shape).await?;
         let (flow, stop) = (flow.clone(), stop.clone());
         tasks.spawn(async move { receive(subscriber, &flow, index, stop).await });
         subscriber_clients.push(client);
     }
-    let publisher = target.connect_tuned(|options| options.client_capacity(PUBLISH_QUEUE_COMMANDS)).await?;
+    let publisher = publisher.connect_tuned(|options| options.client_capacity(PUBLISH_QUEUE_COMMANDS)).await?;
     let started = Instant::now();
     let sent = flow.publish(&publisher, load, progress).await?;
     flow.wait_for_deliveries(shape.deliveries_expected(sent)).await;

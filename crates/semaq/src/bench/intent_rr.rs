@@ -20,6 +20,7 @@ use semaq_agent::{Agent, Reply, Request, HEARTBEAT_SUBJECT};
 use serde_json::json;
 
 use super::agent_net::{start_agent, stop_agents, BenchServer};
+use super::server::{cpu_per_message, cpu_seconds};
 use super::stats::{format_count, format_latency_ns, latency_histogram, median, median_ratio, record_latency};
 use crate::connect::Target;
 use crate::parse::parse_duration;
@@ -84,6 +85,11 @@ struct Figures {
     rate: f64,
     p50_ns: f64,
     p99_ns: f64,
+    /// Server CPU seconds per request (when this bench started the server): robust to the
+    /// scheduling noise that moves the p99 on a shared machine.
+    server_cpu: Option<f64>,
+    /// This process's CPU seconds per request: requesters and responders.
+    client_cpu: Option<f64>,
     failures: u64,
 }
 
@@ -122,12 +128,15 @@ pub async fn run(target: &Target, args: IntentRrArgs) -> Result<()> {
         args.duration.as_secs_f64(),
         server.target.url
     );
-    println!("  {:<6} {:<12} {:>12} {:>10} {:>10}", "round", "side", "req/s", "p50", "p99");
+    println!(
+        "  {:<6} {:<12} {:>12} {:>10} {:>10} {:>13} {:>13}",
+        "round", "side", "req/s", "p50", "p99", "server µs/req", "client µs/req"
+    );
     let mut results: [Vec<Figures>; 2] = [Vec::new(), Vec::new()];
     for round in 1..=args.rounds {
         let order = if round % 2 == 1 { [Side::Queue, Side::Intent] } else { [Side::Intent, Side::Queue] };
         for side in order {
-            let figures = measure(&setup, side, &args).await;
+            let figures = measure(&setup, side, &args, server.pid()).await;
             print_row(&round.to_string(), side, &figures);
             results[side as usize].push(figures);
         }
@@ -227,8 +236,10 @@ async fn warm_up(setup: &Setup, side: Side, size: usize) -> Result<()> {
 }
 
 /// `--concurrency` requesters, one request in flight each, for `--duration`.
-async fn measure(setup: &Setup, side: Side, args: &IntentRrArgs) -> Figures {
+async fn measure(setup: &Setup, side: Side, args: &IntentRrArgs, server_pid: Option<u32>) -> Figures {
     let payload = Bytes::from(vec![b'r'; args.size]);
+    let cpu = |pid: Option<u32>| pid.and_then(cpu_seconds);
+    let (server_before, client_before) = (cpu(server_pid), cpu(Some(std::process::id())));
     let started = Instant::now();
     let deadline = started + args.duration;
     let mut workers = tokio::task::JoinSet::new();
@@ -246,10 +257,13 @@ async fn measure(setup: &Setup, side: Side, args: &IntentRrArgs) -> Figures {
         }
     }
     let elapsed = started.elapsed().as_secs_f64().max(1e-9);
+    let requests = latency.len();
     Figures {
-        rate: latency.len() as f64 / elapsed,
+        rate: requests as f64 / elapsed,
         p50_ns: latency.value_at_quantile(0.5) as f64,
         p99_ns: latency.value_at_quantile(0.99) as f64,
+        server_cpu: cpu_per_message(server_before, cpu(server_pid), requests),
+        client_cpu: cpu_per_message(client_before, cpu(Some(std::process::id())), requests),
         failures,
     }
 }
@@ -269,12 +283,15 @@ async fn request_loop(client: Client, subject: String, payload: Bytes, deadline:
 
 fn print_row(round: &str, side: Side, figures: &Figures) {
     let failures = if figures.failures > 0 { format!("  ({} failed)", figures.failures) } else { String::new() };
+    let micros = |cpu: Option<f64>| cpu.map_or("-".to_string(), |seconds| format!("{:.1}", seconds * 1e6));
     println!(
-        "  {round:<6} {:<12} {:>12} {:>10} {:>10}{failures}",
+        "  {round:<6} {:<12} {:>12} {:>10} {:>10} {:>13} {:>13}{failures}",
         side.label(),
         format_count(figures.rate.round() as u64),
         format_latency_ns(figures.p50_ns as u64),
         format_latency_ns(figures.p99_ns as u64),
+        micros(figures.server_cpu),
+        micros(figures.client_cpu),
     );
 }
 
@@ -286,6 +303,8 @@ fn print_summary(results: &[Vec<Figures>; 2]) -> Result<()> {
             rate: median(&column(side, |f| f.rate)).unwrap_or(0.0),
             p50_ns: median(&column(side, |f| f.p50_ns)).unwrap_or(0.0),
             p99_ns: median(&column(side, |f| f.p99_ns)).unwrap_or(0.0),
+            server_cpu: median(&column(side, |f| f.server_cpu.unwrap_or(f64::NAN))).filter(|v| v.is_finite()),
+            client_cpu: median(&column(side, |f| f.client_cpu.unwrap_or(f64::NAN))).filter(|v| v.is_finite()),
             failures: results[side as usize].iter().map(|f| f.failures).sum(),
         };
         print_row("median", side, &figures);
@@ -294,6 +313,14 @@ fn print_summary(results: &[Vec<Figures>; 2]) -> Result<()> {
     let (p99, throughput) = (ratio(|f| f.p99_ns).unwrap_or(f64::NAN), ratio(|f| f.rate).unwrap_or(f64::NAN));
     let p50 = ratio(|f| f.p50_ns).unwrap_or(f64::NAN);
     println!("  intent / queue group: p50 {p50:.2}×  p99 {p99:.2}×  throughput {throughput:.2}×");
+    let cpu = |pick: fn(&Figures) -> Option<f64>| {
+        let values =
+            |side: Side| results[side as usize].iter().map(|f| pick(f).unwrap_or(f64::NAN)).collect::<Vec<_>>();
+        median_ratio(&values(Side::Intent), &values(Side::Queue)).filter(|v| v.is_finite())
+    };
+    if let (Some(server), Some(client)) = (cpu(|f| f.server_cpu), cpu(|f| f.client_cpu)) {
+        println!("  CPU per request, intent / queue group: server {server:.2}×  client {client:.2}×");
+    }
     println!("  {} p99 {p99:.2}× (target ≤ {P99_RATIO_MAX:.2}×)", verdict(p99 <= P99_RATIO_MAX));
     println!(
         "  {} throughput {throughput:.2}× (target ≥ {THROUGHPUT_RATIO_MIN:.2}×)",

@@ -91,7 +91,7 @@ enum BenchCommand {
     Adapt(adapt::AdaptArgs),
     /// pubsub and js-pub on a plain semaq-server vs one exporting traces (1%) and scraped for metrics: ratios
     Observe(observe::ObserveArgs),
-    /// pubsub over TCP and over WebSocket (ws://) on one semaq-server: medians and the ratio
+    /// pubsub with publisher and subscriber over TCP or WebSocket, on semaq-server and nats-server
     Ws(ws::WsArgs),
     /// Cost curves vs nats-server: subscriptions, stored messages, idle connections, CEL filters; PNGs
     Scale(scale::ScaleArgs),

@@ -72,6 +72,8 @@ pub struct Consumer {
     /// Durable consumers survive restarts and inactivity.
     pub durable: bool,
     state: Mutex<State>,
+    /// Signalled when a pump round has handed its messages to the bus (`State::in_transit`).
+    handed_off: std::sync::Condvar,
     wake: Notify,
     stopped: std::sync::atomic::AtomicBool,
     stream: Weak<Stream>,
@@ -113,6 +115,7 @@ impl Consumer {
             created,
             durable,
             state: Mutex::new(state),
+            handed_off: std::sync::Condvar::new(),
             wake: Notify::new(),
             stopped: std::sync::atomic::AtomicBool::new(false),
             stream: Arc::downgrade(stream),
@@ -164,6 +167,31 @@ impl Consumer {
         self.wake.notify_one();
     }
 
+    /// After a purge of its stream, as nats-server's `purgeLocked` moves consumers: an
+    /// unfiltered purge (`purged` None) moves every consumer to the stream's `first_seq`; one of
+    /// `purged` subjects moves a consumer whose filters it covers to the first message left
+    /// on them (`filtered_first`, else past `last_seq`), and one whose filters are wider to
+    /// `first_seq`; others stay. The state is saved at the task's next round.
+    pub fn stream_purged(&self, purged: Option<&str>, first_seq: u64, filtered_first: Option<u64>, last_seq: u64) {
+        let filters = validate::filters(&self.config());
+        let (start, wider) = match purged {
+            None => (first_seq, false),
+            Some(purged) if filters.iter().any(|f| semaq_wire::subject::is_subset(f, purged)) => {
+                (filtered_first.unwrap_or(last_seq.saturating_add(1)), false)
+            }
+            Some(purged) if filters.iter().any(|f| semaq_wire::subject::is_subset(purged, f)) => (first_seq, true),
+            Some(_) => return,
+        };
+        let stream = self.stream();
+        // Lock order: the state, then the store.
+        let mut state = lock(&self.state);
+        let store = stream.as_ref().filter(|_| wider).map(|stream| stream.store());
+        let gone = |seq| store.as_ref().is_some_and(|store| matches!(store.get(seq), Ok(None)));
+        state.stream_purged(start, &gone);
+        drop((store, state));
+        self.wake();
+    }
+
     /// The compiled content filter, if any.
     fn content_filter(&self) -> Option<Arc<Filter>> {
         lock(&self.content_filter).clone()
@@ -186,14 +214,24 @@ impl Consumer {
         lock(&self.state).has_acked(seq)
     }
 
+    /// The state once the pump round in progress, if any, has handed its messages to the bus,
+    /// so an info answer never reaches a client before messages it counts as delivered. The
+    /// wait is bounded: an info asked from inside that hand-off (an internal subscriber on the
+    /// deliver subject) answers after [`crate::limits::CONSUMER_INFO_HAND_OFF_WAIT`].
+    fn state_after_hand_off(&self) -> std::sync::MutexGuard<'_, State> {
+        let state = lock(&self.state);
+        let waited =
+            self.handed_off.wait_timeout_while(state, crate::limits::CONSUMER_INFO_HAND_OFF_WAIT, |s| s.in_transit > 0);
+        waited.map_or_else(|poisoned| poisoned.into_inner().0, |(state, _)| state)
+    }
+
     /// The consumer info body.
     pub fn info(&self) -> Value {
         let config = self.config();
         let stream = self.stream();
-        let state = lock(&self.state);
+        let state = self.state_after_hand_off();
         let filter = self.content_filter();
-        let num_pending =
-            stream.as_ref().map_or(0, |s| state.num_pending(s, &config, filter.as_deref())) + state.in_transit;
+        let num_pending = stream.as_ref().map_or(0, |s| state.num_pending(s, &config, filter.as_deref()));
         let mut info = json!({
             "stream_name": self.stream_name,
             "name": self.name,

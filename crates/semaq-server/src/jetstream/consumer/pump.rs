@@ -252,6 +252,9 @@ impl Consumer {
         flush.flush();
         let mut state = lock(&self.state);
         state.in_transit = state.in_transit.saturating_sub(in_transit);
+        if state.in_transit == 0 && in_transit > 0 {
+            self.handed_off.notify_all();
+        }
         drop(state);
         next_wake
     }
@@ -488,7 +491,7 @@ impl Consumer {
         let ordered = priority_ordered(config, stream);
         if ordered || !state.ahead.is_empty() {
             if ordered {
-                self.read_ahead(state, config, &**store, &passes);
+                self.read_ahead(state, config, (&**store, stream.committed_seq()), &passes);
             }
             return next_ahead(state, &**store);
         }
@@ -499,6 +502,8 @@ impl Consumer {
                 return None;
             }
             match next_matching(&**store, state.next_seq, config) {
+                // Not committed yet (its fsync runs): delivered once it is, when `last_seq` moves.
+                Ok(Some(message)) if message.seq > stream.committed_seq() => return None,
                 Ok(Some(message)) => {
                     state.next_seq = message.seq + 1;
                     if passes(&message) {
@@ -523,7 +528,7 @@ impl Consumer {
         &self,
         state: &mut State,
         config: &ConsumerConfig,
-        store: &dyn semaq_store::StreamStore,
+        (store, committed_seq): (&dyn semaq_store::StreamStore, u64),
         passes: &dyn Fn(&semaq_store::StoredMessage) -> bool,
     ) {
         while state.ahead.len() < limits::PRIORITY_READ_AHEAD_MESSAGES_MAX {
@@ -532,6 +537,8 @@ impl Consumer {
                 return;
             }
             match next_matching(store, state.next_seq, config) {
+                // Not committed yet: read once it is.
+                Ok(Some(message)) if message.seq > committed_seq => return,
                 Ok(Some(message)) => {
                     state.next_seq = message.seq + 1;
                     if state.pending.contains_key(&message.seq) {

@@ -62,9 +62,9 @@ pub struct PendingCount {
 #[derive(Debug, Default)]
 pub struct State {
     /// Messages of the current pump round taken off `num_pending` but not yet handed to the
-    /// bus: consumer info counts them as pending still, as nats-server's info never shows a
-    /// message delivered before it is queued to the client (nats-py's KV watch reads
-    /// `num_pending` right after subscribing, and ends its initial values early otherwise).
+    /// bus: consumer info waits for them, as nats-server's info never shows a message
+    /// delivered before it is queued to the client (nats-py's KV watch reads `num_pending`
+    /// right after subscribing, and ends its initial values early otherwise).
     pub in_transit: u64,
     /// Next stream sequence to read for a first delivery. A priority-ordered consumer's reads
     /// may run ahead of its deliveries: see `resume_seq`.
@@ -228,6 +228,33 @@ impl State {
         }
         self.redeliveries.remove(&seq);
         Some(removed)
+    }
+
+    /// A purge moved this consumer to `first_seq`: what lies below counts as delivered and
+    /// acknowledged, as nats-server's `consumer.purge` has it (never backwards); `gone` says
+    /// which pending deliveries above it the purge removed too (a purge narrower than the
+    /// consumer's filters), which are then dropped as well.
+    pub fn stream_purged(&mut self, first_seq: u64, gone: &dyn Fn(u64) -> bool) {
+        let floor = first_seq.saturating_sub(1);
+        self.next_seq = self.next_seq.max(first_seq);
+        self.delivered_stream_seq = self.delivered_stream_seq.max(floor);
+        self.ahead.forget_below(first_seq);
+        self.initial.retain(|seq| *seq >= first_seq);
+        if self.ack_floor_stream_seq < floor {
+            self.ack_floor_stream_seq = floor;
+            let dropped: Vec<u64> = self.pending.keys().copied().filter(|&seq| seq < first_seq || gone(seq)).collect();
+            for seq in dropped {
+                if let Some(pending) = self.remove_pending(seq) {
+                    self.ack_floor_consumer_seq = self.ack_floor_consumer_seq.max(pending.consumer_seq);
+                }
+            }
+        }
+        if self.pending.is_empty() {
+            self.ack_floor_consumer_seq = self.delivered_consumer_seq;
+            self.ack_floor_stream_seq = self.ack_floor_stream_seq.max(self.delivered_stream_seq);
+        }
+        self.pending_count = None;
+        self.dirty = true;
     }
 
     /// Moves a pending delivery's redelivery time; `None` while it waits in the redelivery queue.

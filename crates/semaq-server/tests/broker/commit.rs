@@ -1,0 +1,66 @@
+//! A stream's fsync does not hold its lock (issue 15): while a batch's fsync runs, stream info,
+//! message gets and consumers are answered; the batch's PubAck waits for the fsync; consumers
+//! deliver the batch only once it is durable. The disk is made slow with the
+//! `sync-delay-ms:<n>` failpoint, which starts each commit's fsyncs `n` ms late with the lock
+//! free, as a slow disk would.
+
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{self, consumer, stream};
+use futures::StreamExt;
+use semaq_testkit::SemaqServer;
+
+/// How long each commit's fsync takes on the slowed disk.
+const SYNC_DELAY: Duration = Duration::from_millis(1500);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_and_consumers_are_answered_while_a_batch_is_being_fsynced() {
+    let store = tempfile::tempdir().unwrap();
+    let failpoint = format!("sync-delay-ms:{}", SYNC_DELAY.as_millis());
+    let broker =
+        SemaqServer::builder().store(store.path()).no_monitoring().arg("-js").env("SEMAQ_FAILPOINT", failpoint).start();
+    let js = jetstream::new(broker.client().await);
+    let config = stream::Config {
+        name: "SLOW".to_string(),
+        subjects: vec!["slow.>".to_string()],
+        storage: stream::StorageType::File,
+        ..Default::default()
+    };
+    let mut stream = js.create_stream(config).await.unwrap();
+    let first = js.publish("slow.a", "one".into()).await.unwrap().await.unwrap();
+    assert_eq!(first.sequence, 1);
+    let durable = consumer::pull::Config { durable_name: Some("reader".to_string()), ..Default::default() };
+    let consumer = stream.create_consumer(durable).await.unwrap();
+
+    let published = Instant::now();
+    let second = js.publish("slow.b", "two".into()).await.unwrap();
+    // The batch is stored and its fsync under way: stream info shows it without waiting.
+    loop {
+        let info = stream.info().await.unwrap();
+        if info.state.last_sequence == 2 {
+            break;
+        }
+        assert!(published.elapsed() < SYNC_DELAY, "stream info waited for the fsync");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let got = stream.get_raw_message(1).await.unwrap();
+    assert_eq!(&got.payload[..], b"one");
+    // The consumer gets what is durable at once, and not the message still being fsynced.
+    let mut batch = consumer.fetch().max_messages(2).expires(Duration::from_millis(300)).messages().await.unwrap();
+    let mut delivered = Vec::new();
+    while let Some(message) = batch.next().await {
+        let message = message.unwrap();
+        delivered.push(message.info().unwrap().stream_sequence);
+        message.ack().await.unwrap();
+    }
+    assert_eq!(delivered, vec![1], "only the durable message is delivered during the fsync");
+    assert!(published.elapsed() < SYNC_DELAY, "the reads waited for the fsync: {:?}", published.elapsed());
+
+    // The ack comes only after the fsync, and the message is then delivered.
+    let acked = second.await.unwrap();
+    assert_eq!(acked.sequence, 2);
+    assert!(published.elapsed() >= SYNC_DELAY, "acked before the fsync ran");
+    let mut batch = consumer.fetch().max_messages(1).expires(Duration::from_secs(3)).messages().await.unwrap();
+    let message = batch.next().await.expect("the committed message").unwrap();
+    assert_eq!(message.info().unwrap().stream_sequence, 2);
+}

@@ -1,0 +1,214 @@
+//! The commit in three steps (`commit.rs`): changes handed to the OS under the lock, fsynced
+//! without it, recorded under it again. Readers never wait for the fsync; a crash between the
+//! steps loses nothing acknowledged; a failed fsync poisons and acknowledges nothing.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use semaq_store::storage::sim::{SimDisk, Tear};
+use semaq_store::{FileStore, FileStoreConfig, PurgeRequest, StoreError, StoreLimits, StreamStore};
+
+const SEGMENT_BYTES: u64 = 4 * 1024;
+const WAIT: Duration = Duration::from_secs(10);
+
+fn dir() -> PathBuf {
+    PathBuf::from("/streams/orders")
+}
+
+fn open_with(disk: &SimDisk, limits: StoreLimits) -> FileStore {
+    let config = FileStoreConfig { dir: dir(), segment_size_bytes: SEGMENT_BYTES, limits };
+    FileStore::open_on(config, disk.shared()).unwrap()
+}
+
+fn open(disk: &SimDisk) -> FileStore {
+    open_with(disk, StoreLimits::default())
+}
+
+fn payload(seq: u64) -> Vec<u8> {
+    format!("order-{seq:08}").into_bytes()
+}
+
+fn append(store: &mut FileStore, subject: &str, seq: u64) -> u64 {
+    store.append(subject, None, &payload(seq), 7).unwrap().0
+}
+
+/// The three steps in a row: what the ingest task does, with its lock released for `run`.
+fn commit(store: &mut FileStore) -> Result<(), StoreError> {
+    let ticket = store.sync_begin()?;
+    store.sync_finish(ticket.run())
+}
+
+/// Sequences of the live messages, each checked to hold its own payload.
+fn held(store: &FileStore) -> Vec<u64> {
+    let mut seqs = Vec::new();
+    let mut from = 1;
+    while let Some(message) = store.get_next(from, None).unwrap() {
+        assert_eq!(message.payload, payload(message.seq), "seq {} holds another message", message.seq);
+        seqs.push(message.seq);
+        from = message.seq + 1;
+    }
+    seqs
+}
+
+fn reopened_after_power_loss(disk: &SimDisk, store: FileStore, tear: Tear) -> FileStore {
+    disk.crash(tear);
+    drop(store);
+    open(disk)
+}
+
+#[test]
+fn a_reader_under_the_stores_lock_does_not_wait_for_a_commits_fsync() {
+    let disk = SimDisk::new();
+    let shared = Arc::new(Mutex::new(open(&disk)));
+    {
+        let mut store = shared.lock().unwrap();
+        append(&mut store, "orders.new", 1);
+        commit(&mut store).unwrap();
+    }
+    let hold = disk.hold_syncs();
+    let ingest = {
+        let shared = shared.clone();
+        std::thread::spawn(move || {
+            let ticket = {
+                let mut store = shared.lock().unwrap();
+                append(&mut store, "orders.new", 2);
+                store.sync_begin().unwrap()
+            };
+            let synced = ticket.run();
+            shared.lock().unwrap().sync_finish(synced)
+        })
+    };
+    assert!(hold.wait_for_waiting(1, WAIT), "the commit's fsync never started");
+
+    // The fsync is stuck on the disk; the store's lock is free and reads are answered.
+    let started = Instant::now();
+    let store = shared.try_lock().expect("the store's lock is not held across the fsync");
+    assert_eq!(store.get(1).unwrap().unwrap().payload, payload(1));
+    assert_eq!(store.state().last_seq, 2, "the batch is visible whole, before it is durable");
+    drop(store);
+    assert!(started.elapsed() < WAIT);
+    assert!(!ingest.is_finished(), "the commit waits for its fsync");
+
+    hold.release();
+    ingest.join().unwrap().unwrap();
+    let store = Arc::into_inner(shared).unwrap().into_inner().unwrap();
+    let reopened = reopened_after_power_loss(&disk, store, Tear::LoseUnsynced);
+    assert_eq!(held(&reopened), vec![1, 2], "finished means durable");
+}
+
+#[test]
+fn a_crash_between_written_and_synced_keeps_every_acknowledged_message() {
+    for seed in 0..32 {
+        let disk = SimDisk::new();
+        let mut store = open(&disk);
+        let mut acknowledged = Vec::new();
+        for seq in 1..=40 {
+            append(&mut store, "orders.new", seq);
+            if seq % 5 == 0 {
+                commit(&mut store).unwrap();
+                acknowledged = (1..=seq).collect();
+            }
+        }
+        // Written (step 1) but not synced: the power fails before the ticket runs.
+        append(&mut store, "orders.new", 41);
+        let _unrun = store.sync_begin().unwrap();
+        let reopened = reopened_after_power_loss(&disk, store, Tear::Sectors { seed });
+        let survived = held(&reopened);
+        assert_eq!(survived[..acknowledged.len()], acknowledged[..], "seed {seed}");
+        assert!(survived.len() <= 41, "nothing invented");
+    }
+}
+
+#[test]
+fn a_failed_fsync_outside_the_lock_poisons_and_acknowledges_nothing() {
+    let disk = SimDisk::new();
+    let mut store = open(&disk);
+    append(&mut store, "orders.new", 1);
+    commit(&mut store).unwrap();
+
+    append(&mut store, "orders.new", 2);
+    let ticket = store.sync_begin().unwrap();
+    disk.fail_syncs(true);
+    let synced = ticket.run();
+    assert!(!synced.succeeded());
+    disk.fail_syncs(false);
+    let refused = store.sync_finish(synced).unwrap_err();
+    assert!(matches!(&refused, StoreError::Io { operation: "fsync", .. }), "{refused}");
+    assert!(store.poisoned().is_some_and(|reason| reason.contains("fsync")), "{:?}", store.poisoned());
+    // A later sync that would find the pages clean never turns into an acknowledgement.
+    assert!(matches!(store.sync(), Err(StoreError::Poisoned(_))));
+    assert!(matches!(store.sync_begin(), Err(StoreError::Poisoned(_))));
+    assert_eq!(held(&store), vec![1, 2], "reads go on");
+
+    let reopened = reopened_after_power_loss(&disk, store, Tear::LoseUnsynced);
+    assert_eq!(held(&reopened), vec![1]);
+}
+
+#[test]
+fn a_store_poisoned_while_the_fsync_ran_refuses_the_commit() {
+    let disk = SimDisk::new();
+    let mut store = open(&disk);
+    append(&mut store, "orders.new", 1);
+    let ticket = store.sync_begin().unwrap();
+    // Another change under the lock (an API delete) fails on the disk meanwhile.
+    disk.fail_syncs(true);
+    assert!(store.delete(1).is_err());
+    disk.fail_syncs(false);
+    let synced = ticket.run();
+    assert!(matches!(store.sync_finish(synced), Err(StoreError::Poisoned(_))));
+}
+
+#[test]
+fn a_purge_while_the_fsync_runs_leaves_the_ticket_harmless_and_the_purge_durable() {
+    let disk = SimDisk::new();
+    let mut store = open(&disk);
+    for seq in 1..=400 {
+        append(&mut store, "orders.new", seq);
+    }
+    assert!(store.segment_count() > 2, "the test needs sealed segments to remove");
+    let ticket = store.sync_begin().unwrap();
+    // Under the lock while the ticket waits: every segment file is removed and a fresh one made.
+    assert_eq!(store.purge(&PurgeRequest::default()).unwrap(), 400);
+    store.sync_finish(ticket.run()).unwrap();
+    append(&mut store, "orders.new", 401);
+    commit(&mut store).unwrap();
+
+    let reopened = reopened_after_power_loss(&disk, store, Tear::LoseUnsynced);
+    assert_eq!(held(&reopened), vec![401]);
+    assert_eq!(reopened.state().first_seq, 401, "the purge's floor held");
+}
+
+#[test]
+fn removals_by_limits_in_a_ticket_are_durable_when_it_finishes() {
+    let disk = SimDisk::new();
+    let limits = StoreLimits { max_msgs_per_subject: Some(1), ..StoreLimits::default() };
+    let mut store = open_with(&disk, limits.clone());
+    // Two keys, updated in turn: each update removes that key's previous value, from the
+    // middle of the stream (a delete log entry) or from the front (the floor).
+    for seq in 1..=20 {
+        let key = if seq % 2 == 0 { "kv.b" } else { "kv.a" };
+        append(&mut store, key, seq);
+        commit(&mut store).unwrap();
+    }
+    let before = held(&store);
+    assert_eq!(before, vec![19, 20]);
+    disk.crash(Tear::LoseUnsynced);
+    drop(store);
+    let reopened = open_with(&disk, limits);
+    assert_eq!(held(&reopened), before, "no removed value comes back");
+    assert_eq!(reopened.state().first_seq, 19);
+}
+
+#[test]
+fn a_commit_with_nothing_new_runs_no_fsync() {
+    let disk = SimDisk::new();
+    let mut store = open(&disk);
+    append(&mut store, "orders.new", 1);
+    commit(&mut store).unwrap();
+    let syncs = disk.counts().syncs;
+    let ticket = store.sync_begin().unwrap();
+    assert!(ticket.is_empty());
+    store.sync_finish(ticket.run()).unwrap();
+    assert_eq!(disk.counts().syncs, syncs);
+}
