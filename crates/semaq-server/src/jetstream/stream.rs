@@ -5,7 +5,9 @@
 //! Publishers never touch the store: the stream's subscription queues each message (bounded)
 //! and one ingest task per stream drains the queue in batches. A batch is appended, synced
 //! once (when the stream syncs always), and only then are its PubAcks sent, so an
-//! acknowledged message is on disk and concurrent publishers share one fsync.
+//! acknowledged message is on disk and concurrent publishers share one fsync. The fsync runs
+//! without the store's lock and, for `sync: always` file streams below L4, in parallel with the
+//! appends of the next batches (`pipeline.rs`).
 //!
 //! Every message is checked and stored by `Stream::ingest_one`: L2 schema, L3 producer
 //! sequence (`producers.rs`), then dedup, expected headers and limits. Atomic batches
