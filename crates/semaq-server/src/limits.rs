@@ -400,3 +400,7 @@ pub const CRON_SEARCH_STEPS_MAX: u32 = 100_000;
 /// How long a consumer info request waits for a pump round to hand its messages to the bus
 /// (microseconds, unless the round's own delivery asked for the info).
 pub const CONSUMER_INFO_HAND_OFF_WAIT: std::time::Duration = std::time::Duration::from_millis(5);
+/// Publishes a `sync: always` stream appends while its one commit's fsync is in flight, to be
+/// committed by the next fsync; past it (checked before each ingest batch) the ingest task
+/// takes no more messages until the fsync ends.
+pub const STREAM_COMMIT_WAITING_MESSAGES_MAX: usize = 4 * STREAM_INGEST_BATCH_MESSAGES_MAX;

@@ -4,20 +4,22 @@
 //! 1. [`StreamStore::sync_begin`](crate::StreamStore::sync_begin), under the caller's lock:
 //!    every change is handed to the OS and a [`SyncTicket`] names what must reach the disk
 //!    (file handles shared with the store, the lengths they must cover, directories whose
-//!    entries changed, the floor to persist once the records it was computed from are down).
+//!    entries changed, the floor to persist once the records it was computed from are down);
+//!    zeros written ahead of the appends (preallocation) are written here too.
 //! 2. [`SyncTicket::run`], without the lock: the fsyncs, in that order.
 //! 3. [`StreamStore::sync_finish`](crate::StreamStore::sync_finish), under the lock again:
 //!    the store records what is now durable, or takes the failure (a failed fsync poisons it).
 //!
-//! Only one task appends, so nothing the ticket covers changes meanwhile; whatever else runs
-//! under the lock in between (a purge, a delete) syncs its own changes itself. A file removed
+//! Only one task appends, and it may append the next batch while a ticket runs (the server
+//! pipelines its ingest): those appends land past what the ticket covers, which therefore never
+//! changes; the next ticket is taken after this one finished. Whatever else runs under the
+//! lock in between (a purge, a delete) syncs its own changes itself. A file removed
 //! meanwhile is still fsynced through its open handle, which is harmless.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::error::{io_error, StoreError, StoreResult};
-use crate::limits::PREALLOCATE_WRITE_BYTES;
 use crate::meta::MetaHandle;
 use crate::storage::{SharedStorage, StorageFile};
 
@@ -49,33 +51,6 @@ pub(crate) struct SyncMark {
     pub delete_writes: u64,
     /// Whether the ticket syncs the directory entry of a delete log created for it.
     pub delete_dir: bool,
-    /// Zeros to write ahead of the appends (`start..end` of the log), before the fsync; best
-    /// effort: a full disk leaves the log as it was.
-    pub grow: Option<std::ops::Range<u64>>,
-    /// Set by `run`: the growth was written (the fsync then covers it too).
-    pub grown: bool,
-}
-
-/// Zeros for preallocation, written a piece at a time.
-static ZEROS: [u8; PREALLOCATE_WRITE_BYTES] = [0; PREALLOCATE_WRITE_BYTES];
-
-impl SyncMark {
-    /// Writes the zeros of `grow`; on failure cuts the log back to where they started, so a
-    /// full disk costs the preallocation, never a failed commit.
-    fn grow_log(&mut self) {
-        let Some(range) = self.grow.clone() else { return };
-        let mut offset = range.start;
-        while offset < range.end {
-            let piece = usize::try_from(range.end - offset).map_or(ZEROS.len(), |left| left.min(ZEROS.len()));
-            if self.log.write_at(&ZEROS[..piece], offset).is_err() {
-                // Best effort: if even the cut fails, the zeros stay, and recovery ignores them.
-                let _ = self.log.set_len(range.start);
-                return;
-            }
-            offset += piece as u64;
-        }
-        self.grown = true;
-    }
 }
 
 /// The outcome of [`SyncTicket::run`], for [`StreamStore::sync_finish`](crate::StreamStore::sync_finish).
@@ -119,8 +94,7 @@ impl SyncTicket {
     /// Step 2: the fsyncs, files first, then directories, then the floor. Blocks for the
     /// disk's time; call without holding the store's lock. Stops at the first failure.
     pub fn run(self) -> Synced {
-        let SyncTicket { epoch, storage, files, dirs, floor, mut marks } = self;
-        marks.iter_mut().for_each(SyncMark::grow_log);
+        let SyncTicket { epoch, storage, files, dirs, floor, marks } = self;
         let failure = Self::fsync(storage.as_deref(), &files, &dirs, floor.as_ref()).err();
         Synced { epoch, marks, failure }
     }

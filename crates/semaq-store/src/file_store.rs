@@ -171,6 +171,13 @@ impl FileStore {
         self.checkpoint_due = written.is_err();
     }
 
+    /// Whether every change is on stable storage: the segments' records and deletions, and
+    /// the floor computed from them.
+    fn all_durable(&self) -> bool {
+        let floor_durable = self.meta.as_ref().is_some_and(|meta| meta.floor_seq() >= self.ledger.first_seq());
+        floor_durable && self.segments.iter().all(Segment::is_durable)
+    }
+
     /// The last steps of opening, on what recovery found.
     fn settle_opened(&mut self, active_next_seq: u64) -> StoreResult<()> {
         if self.ledger.next_seq() != active_next_seq {
@@ -198,7 +205,9 @@ impl FileStore {
     /// Step 1 of a commit: every change handed to the OS, and a ticket for what to fsync.
     fn prepare_step(&mut self) -> StoreResult<SyncTicket> {
         let mut ticket = SyncTicket::new(self.epoch, self.storage.clone());
-        for segment in &mut self.segments {
+        // The active segment first: the ticket fsyncs in order, and deletions of older messages
+        // queued by its appends (limits) must not be durable before those appends.
+        for segment in self.segments.iter_mut().rev() {
             segment.prepare_sync(&*self.storage, &self.dir, &mut ticket, self.segment_size_bytes)?;
         }
         // Run after the records: a floor must never be durable ahead of what it was computed from.
@@ -468,13 +477,21 @@ impl FileStore {
         Ok(())
     }
 
+    /// Makes the floor durable, after the appends it may have been computed from: appends
+    /// that pushed older messages out (limits) must not be lost while the floor that dropped
+    /// those messages stays.
     fn persist_floor(&mut self) -> StoreResult<()> {
         let floor_seq = self.ledger.first_seq();
-        let meta = self.meta.as_mut().ok_or_else(|| StoreError::Poisoned("the meta file is gone".into()))?;
-        if floor_seq > meta.floor_seq() {
-            meta.write_floor(floor_seq)?;
+        let persisted = self.meta.as_ref().ok_or_else(|| StoreError::Poisoned("the meta file is gone".into()))?;
+        if floor_seq <= persisted.floor_seq() {
+            return Ok(());
         }
-        Ok(())
+        let (storage, dir) = (&*self.storage, &self.dir);
+        if let Some(active) = self.segments.last_mut() {
+            active.sync(storage, dir)?;
+        }
+        let meta = self.meta.as_mut().ok_or_else(|| StoreError::Poisoned("the meta file is gone".into()))?;
+        meta.write_floor(floor_seq)
     }
 
     /// Starts a fresh segment at the next sequence and removes the older ones, which hold only
@@ -649,8 +666,10 @@ impl StreamStore for FileStore {
     fn sync_finish(&mut self, synced: Synced) -> StoreResult<()> {
         // A store poisoned meanwhile (another change's write failed) refuses here too.
         self.guarded(|store| store.finish_step(synced))?;
-        // What a seal or drop changed is durable now: the checkpoint may describe it.
-        if self.checkpoint_due {
+        // What a seal or drop changed is durable now: the checkpoint may describe it, unless
+        // appends made while the ticket ran (a pipelined caller) are not, for they may have
+        // removed older messages (limits) that the checkpoint would then call gone for good.
+        if self.checkpoint_due && self.all_durable() {
             self.write_checkpoint();
         }
         Ok(())

@@ -13,9 +13,12 @@ use crate::delete_log;
 use crate::error::{fit, io_error, StoreResult};
 use crate::index;
 use crate::ledger::Ledger;
-use crate::limits::{INDEX_WRITE_BUFFER_BYTES, PREALLOCATE_CHUNK_BYTES, WRITE_BUFFER_BYTES};
+use crate::limits::{INDEX_WRITE_BUFFER_BYTES, PREALLOCATE_CHUNK_BYTES, PREALLOCATE_WRITE_BYTES, WRITE_BUFFER_BYTES};
 use crate::record;
 use crate::storage::{OpenMode, Storage, StorageFile};
+
+/// Zeros for preallocation, written a piece at a time.
+static ZEROS: [u8; PREALLOCATE_WRITE_BYTES] = [0; PREALLOCATE_WRITE_BYTES];
 
 /// Extension of a segment's log file.
 pub(crate) const LOG_EXTENSION: &str = "log";
@@ -225,6 +228,16 @@ impl Segment {
         Ok(())
     }
 
+    /// Whether every change to this segment (appends, deletions, the delete log's directory
+    /// entry) is known to be on stable storage.
+    pub(crate) fn is_durable(&self) -> bool {
+        self.pending.is_empty()
+            && self.synced_bytes >= self.written_bytes
+            && self.delete_pending.is_empty()
+            && self.delete_synced_writes >= self.delete_writes
+            && !self.delete_dir_unsynced
+    }
+
     /// Step 1 of a commit (`commit.rs`): hands appends and deletions to the OS and adds what
     /// must be fsynced for them to `ticket`; the active segment (sealed at `size_bytes`) also
     /// asks for zeros ahead of its appends.
@@ -242,8 +255,11 @@ impl Segment {
         if !log_unsynced && !deletes_unsynced && !self.delete_dir_unsynced {
             return Ok(());
         }
-        let grow = self.growth(size_bytes);
-        if log_unsynced || grow.is_some() {
+        // The zeros are written here, under the caller's lock, not in the ticket's run: a
+        // pipelined caller appends (and hands to the OS) the next batch while the ticket runs,
+        // and zeros written then could land on those appends.
+        let grown = self.grow_log(size_bytes);
+        if log_unsynced || grown {
             ticket.file(self.log.clone(), self.log_path.clone());
         }
         if let Some(file) = self.delete_file.as_ref().filter(|_| deletes_unsynced) {
@@ -257,8 +273,6 @@ impl Segment {
             log_bytes: self.written_bytes,
             delete_writes,
             delete_dir: self.delete_dir_unsynced,
-            grow,
-            grown: false,
         });
         Ok(())
     }
@@ -277,6 +291,26 @@ impl Segment {
         let start = self.allocated_bytes.max(self.written_bytes);
         let end = (self.written_bytes + chunk).min(size_bytes);
         (start < self.written_bytes + chunk / 2 && start < end).then_some(start..end)
+    }
+
+    /// Writes the zeros of `growth` after the appends (all handed to the OS); on failure cuts
+    /// the log back to where they started and grows no more, so a full disk costs the
+    /// preallocation, never a failed commit. Returns whether zeros were written.
+    fn grow_log(&mut self, size_bytes: u64) -> bool {
+        let Some(range) = self.growth(size_bytes) else { return false };
+        let mut offset = range.start;
+        while offset < range.end {
+            let piece = usize::try_from(range.end - offset).map_or(ZEROS.len(), |left| left.min(ZEROS.len()));
+            if self.log.write_at(&ZEROS[..piece], offset).is_err() {
+                // Best effort: if even the cut fails, the zeros stay, and recovery ignores them.
+                let _ = self.log.set_len(range.start);
+                self.allocation_failed = true;
+                return false;
+            }
+            offset += piece as u64;
+        }
+        self.allocated_bytes = self.allocated_bytes.max(range.end);
+        true
     }
 
     /// Whether the log holds only zeros from `from` on: what a crash leaves of the zeros
@@ -304,11 +338,6 @@ impl Segment {
 
     /// Step 3 of a commit: records what a ticket's fsyncs made durable.
     pub(crate) fn mark_synced(&mut self, mark: &SyncMark) {
-        match &mark.grow {
-            Some(range) if mark.grown => self.allocated_bytes = self.allocated_bytes.max(range.end),
-            Some(_) => self.allocation_failed = true,
-            None => {}
-        }
         self.synced_bytes = self.synced_bytes.max(mark.log_bytes.min(self.written_bytes));
         self.delete_synced_writes = self.delete_synced_writes.max(mark.delete_writes);
         if mark.delete_dir {

@@ -212,3 +212,114 @@ fn a_commit_with_nothing_new_runs_no_fsync() {
     store.sync_finish(ticket.run()).unwrap();
     assert_eq!(disk.counts().syncs, syncs);
 }
+
+/// Appends a message of `size` bytes whose payload names its sequence (see `held_big`).
+fn append_big(store: &mut FileStore, seq: u64, size: usize) -> u64 {
+    let mut body = payload(seq);
+    body.resize(size, b'x');
+    store.append("orders.big", None, &body, 7).unwrap().0
+}
+
+/// Sequences of the live messages, each checked to hold its own payload of `size` bytes.
+fn held_big(store: &FileStore, size: usize) -> Vec<u64> {
+    let mut seqs = Vec::new();
+    let mut from = 1;
+    while let Some(message) = store.get_next(from, None).unwrap() {
+        let mut body = payload(message.seq);
+        body.resize(size, b'x');
+        assert!(message.payload == body, "seq {} does not hold its own payload", message.seq);
+        seqs.push(message.seq);
+        from = message.seq + 1;
+    }
+    seqs
+}
+
+#[test]
+fn appends_made_while_a_ticket_runs_are_left_whole_for_the_next_ticket() {
+    // Segments large enough to be grown ahead in zeros: the ticket that grows the log must not
+    // write its zeros over the next batch, handed to the OS while the ticket runs.
+    const SIZE: usize = 16 * 1024;
+    let disk = SimDisk::new();
+    let config = FileStoreConfig { dir: dir(), segment_size_bytes: 64 * 1024 * 1024, limits: StoreLimits::default() };
+    let mut store = FileStore::open_on(config.clone(), disk.shared()).unwrap();
+    append_big(&mut store, 1, SIZE);
+    let first = store.sync_begin().unwrap();
+    // The next batch, past the write buffer (so it reaches the OS), while the first fsyncs.
+    for seq in 2..=40 {
+        append_big(&mut store, seq, SIZE);
+    }
+    store.sync_finish(first.run()).unwrap();
+    assert_eq!(held_big(&store, SIZE), (1..=40).collect::<Vec<_>>());
+
+    // Only the first batch is durable so far; the second is after its own ticket.
+    disk.crash(Tear::LoseUnsynced);
+    drop(store);
+    let mut store = FileStore::open_on(config.clone(), disk.shared()).unwrap();
+    let survived = held_big(&store, SIZE);
+    assert_eq!(survived.first(), Some(&1), "the first batch's ticket made it durable");
+    let last = store.state().last_seq;
+    for seq in last + 1..=last + 39 {
+        append_big(&mut store, seq, SIZE);
+    }
+    let second = store.sync_begin().unwrap();
+    store.sync_finish(second.run()).unwrap();
+    disk.crash(Tear::LoseUnsynced);
+    drop(store);
+    let reopened = FileStore::open_on(config, disk.shared()).unwrap();
+    assert_eq!(held_big(&reopened, SIZE), (1..=last + 39).collect::<Vec<_>>(), "the second ticket covers them all");
+}
+
+#[test]
+fn an_eio_on_a_ticket_fails_the_batch_appended_behind_it_too() {
+    let disk = SimDisk::new();
+    let mut store = open(&disk);
+    append(&mut store, "orders.new", 1);
+    commit(&mut store).unwrap();
+
+    // Batch N is written and its ticket taken; batch N+1 is appended while N's fsync runs.
+    append(&mut store, "orders.new", 2);
+    let ticket = store.sync_begin().unwrap();
+    append(&mut store, "orders.new", 3);
+    disk.fail_syncs(true);
+    let synced = ticket.run();
+    disk.fail_syncs(false);
+    assert!(store.sync_finish(synced).is_err(), "batch N is refused");
+    // N+1 was never synced: its ticket is refused, and no later sync turns it into an ack.
+    assert!(matches!(store.sync_begin(), Err(StoreError::Poisoned(_))));
+    assert!(matches!(store.sync(), Err(StoreError::Poisoned(_))));
+    assert!(matches!(store.append("orders.new", None, &payload(4), 7), Err(StoreError::Poisoned(_))));
+
+    let reopened = reopened_after_power_loss(&disk, store, Tear::LoseUnsynced);
+    assert_eq!(held(&reopened), vec![1], "nothing unacknowledged is durable");
+}
+
+#[test]
+fn a_commit_finished_behind_later_appends_leaves_no_checkpoint_of_their_removals() {
+    // Appends made while a ticket runs may evict older messages (limits). Were the checkpoint
+    // written when that ticket finished, it would record those removals as durable, and a
+    // power cut would lose acknowledged messages along with the unacknowledged appends that
+    // pushed them out. Every count of such appends, across segment boundaries or not.
+    let limits = StoreLimits { max_msgs: Some(100), ..StoreLimits::default() };
+    for behind in 1..=120 {
+        let disk = SimDisk::new();
+        let mut store = open_with(&disk, limits.clone());
+        for seq in 1..=300 {
+            append(&mut store, "orders.new", seq);
+        }
+        commit(&mut store).unwrap();
+        append(&mut store, "orders.new", 301);
+        let ticket = store.sync_begin().unwrap();
+        for seq in 302..302 + behind {
+            append(&mut store, "orders.new", seq);
+        }
+        store.sync_finish(ticket.run()).unwrap();
+
+        disk.crash(Tear::LoseUnsynced);
+        drop(store);
+        let reopened = open_with(&disk, limits.clone());
+        let held = held(&reopened);
+        let last = *held.last().expect("messages survive");
+        assert!(last >= 301, "{behind} behind: the acknowledged message 301 survived");
+        assert_eq!(held, (last - 99..=last).collect::<Vec<_>>(), "{behind} behind: the newest 100 survive");
+    }
+}

@@ -5,7 +5,9 @@
 //! Publishers never touch the store: the stream's subscription queues each message (bounded)
 //! and one ingest task per stream drains the queue in batches. A batch is appended, synced
 //! once (when the stream syncs always), and only then are its PubAcks sent, so an
-//! acknowledged message is on disk and concurrent publishers share one fsync.
+//! acknowledged message is on disk and concurrent publishers share one fsync. The fsync runs
+//! without the store's lock and, for `sync: always` file streams below L4, in parallel with the
+//! appends of the next batches (`pipeline.rs`).
 //!
 //! Every message is checked and stored by `Stream::ingest_one`: L2 schema, L3 producer
 //! sequence (`producers.rs`), then dedup, expected headers and limits. Atomic batches
@@ -36,6 +38,9 @@ use crate::limits;
 use crate::options::SyncPolicy;
 use crate::stats::{bump, PublishCounters, Refusal};
 use crate::sync::{self, lock};
+
+mod pipeline;
+use pipeline::Pipeline;
 
 /// Headers JetStream publishers may set.
 pub mod header {
@@ -595,21 +600,40 @@ impl Stream {
         let mut sync_timer = tokio::time::interval(interval);
         let mut limits_timer = tokio::time::interval(limits::STREAM_LIMITS_CHECK_INTERVAL);
         let mut producers_timer = tokio::time::interval(limits::PRODUCER_SNAPSHOT_INTERVAL);
+        let mut pipeline = Pipeline::default();
         loop {
             tokio::select! {
                 _ = limits_timer.tick() => {
                     self.enforce_limits();
+                    if self.config().allow_msg_schedules {
+                        // Scheduled copies commit unpipelined, behind the commits in flight.
+                        self.drain(&mut pipeline, &mut dedup).await;
+                    }
                     self.fire_schedules(&mut dedup, &mut batches, &mut acks);
                     batches.expire(self.config().batch_timeout(), std::time::Instant::now());
                     batches.send_replies(&self);
                 }
-                received = inbound.recv_many(&mut batch, limits::STREAM_INGEST_BATCH_MESSAGES_MAX) => {
+                synced = pipeline.synced() => self.finish_commit(&mut pipeline, synced, &mut dedup),
+                received = inbound.recv_many(&mut batch, limits::STREAM_INGEST_BATCH_MESSAGES_MAX), if !pipeline.full() => {
                     if received == 0 {
                         break;
                     }
                     captured_at.extend(batch.iter().filter(|m| m.reply.is_some()).map(|m| m.received));
+                    // Atomic batches' replies are sent by `batches`: they commit unpipelined.
+                    let pipelined = self.pipelines() && !batch.iter().any(pipeline::is_atomic);
+                    if !pipelined {
+                        self.drain(&mut pipeline, &mut dedup).await;
+                    }
+                    let busy = pipelined.then(|| pipeline.busy());
                     // The fsync blocks: let the runtime move other tasks off this worker meanwhile.
-                    tokio::task::block_in_place(|| self.store_batch(&mut batch, &mut dedup, &mut batches, &mut acks));
+                    let deferred = tokio::task::block_in_place(|| {
+                        self.store_batch(&mut batch, (&mut dedup, &mut batches), &mut acks, busy)
+                    });
+                    if let Some(last_seq) = deferred {
+                        pipeline.defer(&mut acks, &mut captured_at, last_seq);
+                        self.start_commit(&mut pipeline, &mut dedup);
+                        continue;
+                    }
                     self.send_acks(&mut acks);
                     batches.send_replies(&self);
                     let (sent, latency) = (Instant::now(), &self.services.bus.stats.publish_ack_latency);
@@ -628,6 +652,7 @@ impl Stream {
                 }
             }
         }
+        self.drain(&mut pipeline, &mut dedup).await;
         if let Err(error) = self.store().close() {
             tracing::error!(stream = %self.name, %error, "closing the store failed");
         }
@@ -730,13 +755,16 @@ impl Stream {
         producers.is_loaded().then(|| producers.info())
     }
 
+    /// Checks and appends a batch, then commits it, leaving its acks in `acks`. Pipelined
+    /// (`busy`: whether a commit is in flight), the commit is left to the caller when it needs
+    /// an fsync or must wait behind the one in flight: returns the last sequence it must cover.
     fn store_batch(
         &self,
         batch: &mut Vec<Inbound>,
-        dedup: &mut Dedup,
-        batches: &mut Batches,
+        (dedup, batches): (&mut Dedup, &mut Batches),
         acks: &mut Vec<PendingAck>,
-    ) {
+        busy: Option<bool>,
+    ) -> Option<u64> {
         let config = self.config();
         // L4 lineage, before the store lock: resolving a parent's Msg-Id reads other streams.
         let mut parents = super::lineage::Parents::check(self, &config, batch);
@@ -818,7 +846,12 @@ impl Stream {
         drop(ingest);
         drop(producers);
         let mut written_ok = true;
-        if stored_any {
+        // Acks behind a commit in flight wait for it, duplicates' and refusals' too (a
+        // duplicate may name a sequence whose fsync is still running).
+        let deferred = busy.is_some_and(|busy| busy || (stored_any && must_sync));
+        if deferred {
+            traced.written(None::<&StoreError>);
+        } else if stored_any {
             // An ack promises at least "handed to the OS": with `sync: always`, "on disk".
             let written = match self.sync_policy {
                 // L4 keeps the store through its fsync: the chain, held for the batch, comes
@@ -869,16 +902,17 @@ impl Stream {
         let state = store.state();
         self.stored_bytes.store(state.bytes, std::sync::atomic::Ordering::Relaxed);
         let last_seq = state.last_seq;
-        if written_ok {
+        if written_ok && !deferred {
             self.committed_seq.store(last_seq, std::sync::atomic::Ordering::Release);
         }
         drop(store);
         if let Some(schema) = schema.as_mut() {
             schema.announce();
         }
-        if stored_any {
+        if stored_any && !deferred {
             self.last_seq.send_replace(last_seq);
         }
+        deferred.then_some(last_seq)
     }
 
     /// Makes the store's changes durable with its lock let go for the fsyncs (the three steps
@@ -1022,7 +1056,7 @@ impl Stream {
             self.ingest_budget.try_take(m.subject.len() + m.headers.as_ref().map_or(0, Bytes::len) + m.payload.len())
         });
         if !fired.is_empty() {
-            tokio::task::block_in_place(|| self.store_batch(&mut fired, dedup, batches, acks));
+            tokio::task::block_in_place(|| self.store_batch(&mut fired, (dedup, batches), acks, None));
             self.send_acks(acks);
         }
     }

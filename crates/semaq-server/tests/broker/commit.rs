@@ -64,3 +64,52 @@ async fn readers_and_consumers_are_answered_while_a_batch_is_being_fsynced() {
     let message = batch.next().await.expect("the committed message").unwrap();
     assert_eq!(message.info().unwrap().stream_sequence, 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_published_during_the_previous_ones_fsync_is_appended_at_once_and_acked_after_its_own() {
+    let store = tempfile::tempdir().unwrap();
+    let failpoint = format!("sync-delay-ms:{}", SYNC_DELAY.as_millis());
+    let broker =
+        SemaqServer::builder().store(store.path()).no_monitoring().arg("-js").env("SEMAQ_FAILPOINT", failpoint).start();
+    let js = jetstream::new(broker.client().await);
+    let config = stream::Config {
+        name: "PIPE".to_string(),
+        subjects: vec!["pipe.>".to_string()],
+        storage: stream::StorageType::File,
+        ..Default::default()
+    };
+    let mut stream = js.create_stream(config).await.unwrap();
+
+    let published = Instant::now();
+    let first = js.publish("pipe.a", "one".into()).await.unwrap();
+    wait_for_last_sequence(&mut stream, 1, published).await;
+    // The first batch's fsync is under way; the second is appended meanwhile, not after it.
+    let second_published = Instant::now();
+    let second = js.publish("pipe.b", "two".into()).await.unwrap();
+    wait_for_last_sequence(&mut stream, 2, published).await;
+
+    // In the order they arrive.
+    let acks: futures::stream::FuturesUnordered<_> =
+        [first, second].into_iter().map(|ack| async move { (ack.await.unwrap().sequence, Instant::now()) }).collect();
+    let acks: Vec<(u64, Instant)> = acks.collect().await;
+    let order: Vec<u64> = acks.iter().map(|(seq, _)| *seq).collect();
+    assert_eq!(order, vec![1, 2], "acks arrive in order");
+    let (first_acked, second_acked) = (acks[0].1, acks[1].1);
+    assert!(first_acked.duration_since(published) >= SYNC_DELAY, "acked before its fsync ran");
+    // The second batch's own fsync starts once the first's ended.
+    assert!(second_acked.duration_since(first_acked) >= SYNC_DELAY, "the second batch was acked before its own fsync");
+    assert!(second_acked.duration_since(second_published) >= SYNC_DELAY);
+}
+
+/// Waits until stream info shows `seq` as its last sequence, which must happen before the
+/// fsync that started at `since` ends.
+async fn wait_for_last_sequence(stream: &mut stream::Stream, seq: u64, since: Instant) {
+    loop {
+        let info = stream.info().await.unwrap();
+        if info.state.last_sequence == seq {
+            return;
+        }
+        assert!(since.elapsed() < SYNC_DELAY, "message {seq} was appended only after the fsync");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
