@@ -99,6 +99,8 @@ enum Entry {
     JsPubSchema,
     /// async-nats KV: puts then gets of 20,000 keys, 64 in flight: ops/s each
     Kv,
+    /// as kv, the bucket's stream with metadata semaq.sync=never (SemaQ acks without fsync)
+    KvNosync,
     /// async-nats Object Store: put then get of one 64 MiB object: MiB/s each
     Objstore,
 }
@@ -153,6 +155,7 @@ impl Entry {
             Entry::FilterFanout => "filter-fanout",
             Entry::JsPubSchema => "js-pub-schema",
             Entry::Kv => "kv",
+            Entry::KvNosync => "kv-nosync",
             Entry::Objstore => "objstore",
             other => other.scenario().map_or("?", Scenario::name),
         }
@@ -171,7 +174,7 @@ impl Entry {
             Entry::JsConsume => Some(Scenario::JsConsume),
             Entry::JsPipeline => Some(Scenario::JsPipeline),
             Entry::IdleConns | Entry::JsMemory | Entry::JsRestart | Entry::FilterFanout | Entry::JsPubSchema => None,
-            Entry::Kv | Entry::Objstore => None,
+            Entry::Kv | Entry::KvNosync | Entry::Objstore => None,
         }
     }
 
@@ -188,7 +191,7 @@ impl Entry {
             Entry::JsRestart => &[RESTART_TIME],
             Entry::FilterFanout => &[MATCHED_RATE, BYTES_TO_SUBSCRIBERS],
             Entry::JsPubSchema => &SCHEMA_RATES,
-            Entry::Kv => &[KV_PUTS, KV_GETS],
+            Entry::Kv | Entry::KvNosync => &[KV_PUTS, KV_GETS],
             Entry::Objstore => &[OBJECT_PUT, OBJECT_GET],
         }
     }
@@ -238,7 +241,7 @@ async fn compare(args: CompareArgs) -> Result<()> {
     for scenario in &scenarios {
         scenario.load(&args.load)?;
     }
-    let on_running = [Entry::JsPubSchema, Entry::Kv, Entry::Objstore];
+    let on_running = [Entry::JsPubSchema, Entry::Kv, Entry::KvNosync, Entry::Objstore];
     let needs_servers = !scenarios.is_empty() || args.scenarios.iter().any(|entry| on_running.contains(entry));
     let contenders = Contenders::start(&args, needs_servers)?;
     let mut rows: Vec<Row> = args
@@ -349,7 +352,7 @@ async fn measure(
     if entry == Entry::JsPubSchema {
         return measure_schema(side, contenders, args, findings).await;
     }
-    if matches!(entry, Entry::Kv | Entry::Objstore) {
+    if matches!(entry, Entry::Kv | Entry::KvNosync | Entry::Objstore) {
         return measure_kv_obj(entry, side, contenders).await;
     }
     let Some(scenario) = entry.scenario() else {
@@ -370,8 +373,8 @@ async fn measure_kv_obj(entry: Entry, side: usize, contenders: &Contenders) -> R
     let server = contenders.running.as_ref().map(|servers| &servers[side]).context("servers not running")?;
     static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let bucket = format!("bench_{}", RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
-    if entry == Entry::Kv {
-        let figures = kv_obj::measure_kv(&server.url, &bucket).await?;
+    if matches!(entry, Entry::Kv | Entry::KvNosync) {
+        let figures = kv_obj::measure_kv(&server.url, &bucket, entry == Entry::KvNosync).await?;
         return Ok(vec![figures.puts_per_second, figures.gets_per_second]);
     }
     let figures = kv_obj::measure_object(&server.url, &bucket).await?;

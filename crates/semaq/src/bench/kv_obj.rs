@@ -43,14 +43,15 @@ fn per_second(count: f64, elapsed: Duration) -> f64 {
 }
 
 /// Puts `KV_KEYS` keys into a fresh bucket, then gets each; the bucket is deleted afterwards.
-pub async fn measure_kv(url: &str, bucket: &str) -> Result<KvFigures> {
-    tokio::time::timeout(RUN_TIMEOUT, kv_run(url, bucket)).await.context("the kv run timed out")?
+/// `no_sync` sets the bucket stream's metadata `semaq.sync: never` (nats-server ignores it).
+pub async fn measure_kv(url: &str, bucket: &str, no_sync: bool) -> Result<KvFigures> {
+    tokio::time::timeout(RUN_TIMEOUT, kv_run(url, bucket, no_sync)).await.context("the kv run timed out")?
 }
 
-async fn kv_run(url: &str, bucket: &str) -> Result<KvFigures> {
+async fn kv_run(url: &str, bucket: &str, no_sync: bool) -> Result<KvFigures> {
     let client = async_nats::connect(url).await.with_context(|| format!("cannot connect to {url}"))?;
     let js = jetstream::new(client);
-    let store = create_bucket(&js, bucket).await?;
+    let store = create_bucket(&js, bucket, no_sync).await?;
     let value = bytes::Bytes::from(vec![b'v'; KV_VALUE_BYTES]);
     let started = Instant::now();
     let puts = futures::stream::iter(0..KV_KEYS)
@@ -89,8 +90,10 @@ async fn kv_run(url: &str, bucket: &str) -> Result<KvFigures> {
 /// Creates a KV bucket of history 1 as async-nats's `create_key_value` would, but through
 /// `STREAM.CREATE` itself: that call first reads the account info, which async-nats 0.51 cannot
 /// decode from nats-server 2.9, so both servers get the same stream made the same way.
-async fn create_bucket(js: &jetstream::Context, bucket: &str) -> Result<kv::Store> {
+async fn create_bucket(js: &jetstream::Context, bucket: &str, no_sync: bool) -> Result<kv::Store> {
+    let metadata = no_sync.then(|| [("semaq.sync".to_string(), "never".to_string())].into()).unwrap_or_default();
     let config = jetstream::stream::Config {
+        metadata,
         name: format!("KV_{bucket}"),
         subjects: vec![format!("$KV.{bucket}.>")],
         max_messages_per_subject: 1,
