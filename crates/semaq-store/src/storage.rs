@@ -13,6 +13,7 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::Arc;
 
+pub mod faults;
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;
 

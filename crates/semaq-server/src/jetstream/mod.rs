@@ -220,7 +220,7 @@ impl JetStream {
             Storage::File => {
                 let mut store_config = FileStoreConfig::new(self.stream_dir(&config.name).join("msgs"));
                 store_config.limits = store_limits(&config);
-                let store = FileStore::open(store_config).map_err(ApiError::stream_create)?;
+                let store = FileStore::open_on(store_config, stream_storage()).map_err(ApiError::stream_create)?;
                 let report = store.recovery_report();
                 if report.torn_bytes_truncated > 0 || report.indexes_rebuilt_count > 0 {
                     tracing::warn!(
@@ -495,4 +495,20 @@ fn check_update(old: &StreamConfig, new: &StreamConfig) -> Result<(), ApiError> 
     counters::check_update(old, new)?;
     schedules::check_update(old, new)?;
     kv::check_update(old, new)
+}
+
+/// The disk file streams' stores run on: the real one, or with the test-only
+/// `disk-faults:<control file>` failpoint ([`batch::FAILPOINT_ENV`]) the real one with fsync
+/// and write faults switched by that file (`semaq_store::storage::faults`).
+fn stream_storage() -> semaq_store::SharedStorage {
+    static STORAGE: std::sync::OnceLock<semaq_store::SharedStorage> = std::sync::OnceLock::new();
+    STORAGE
+        .get_or_init(|| {
+            let text = std::env::var(batch::FAILPOINT_ENV).unwrap_or_default();
+            match text.strip_prefix("disk-faults:") {
+                Some(control) => semaq_store::storage::faults::FaultSwitch::shared(PathBuf::from(control.trim())),
+                None => semaq_store::StdDisk::shared(),
+            }
+        })
+        .clone()
 }

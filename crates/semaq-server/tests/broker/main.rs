@@ -13,6 +13,7 @@ mod commit;
 mod conformance;
 mod counters;
 mod crash;
+mod disk_faults;
 mod exactly_once;
 mod filter;
 mod fuzz_api;

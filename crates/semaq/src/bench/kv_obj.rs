@@ -91,7 +91,10 @@ async fn kv_run(url: &str, bucket: &str, no_sync: bool) -> Result<KvFigures> {
 /// `STREAM.CREATE` itself: that call first reads the account info, which async-nats 0.51 cannot
 /// decode from nats-server 2.9, so both servers get the same stream made the same way.
 async fn create_bucket(js: &jetstream::Context, bucket: &str, no_sync: bool) -> Result<kv::Store> {
-    let metadata = no_sync.then(|| [("semaq.sync".to_string(), "never".to_string())].into()).unwrap_or_default();
+    let mut metadata = std::collections::HashMap::new();
+    if no_sync {
+        metadata.insert("semaq.sync".to_string(), "never".to_string());
+    }
     let config = jetstream::stream::Config {
         metadata,
         name: format!("KV_{bucket}"),
