@@ -16,17 +16,7 @@ const SYNC_DELAY: Duration = Duration::from_millis(1500);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_and_consumers_are_answered_while_a_batch_is_being_fsynced() {
     let store = tempfile::tempdir().unwrap();
-    let failpoint = format!("sync-delay-ms:{}", SYNC_DELAY.as_millis());
-    let broker =
-        SemaqServer::builder().store(store.path()).no_monitoring().arg("-js").env("SEMAQ_FAILPOINT", failpoint).start();
-    let js = jetstream::new(broker.client().await);
-    let config = stream::Config {
-        name: "SLOW".to_string(),
-        subjects: vec!["slow.>".to_string()],
-        storage: stream::StorageType::File,
-        ..Default::default()
-    };
-    let mut stream = js.create_stream(config).await.unwrap();
+    let (_broker, js, mut stream) = slow_disk_broker_with_stream(store.path(), "SLOW").await;
     let first = js.publish("slow.a", "one".into()).await.unwrap().await.unwrap();
     assert_eq!(first.sequence, 1);
     let durable = consumer::pull::Config { durable_name: Some("reader".to_string()), ..Default::default() };
@@ -68,17 +58,7 @@ async fn readers_and_consumers_are_answered_while_a_batch_is_being_fsynced() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_published_during_the_previous_ones_fsync_is_appended_at_once_and_acked_after_its_own() {
     let store = tempfile::tempdir().unwrap();
-    let failpoint = format!("sync-delay-ms:{}", SYNC_DELAY.as_millis());
-    let broker =
-        SemaqServer::builder().store(store.path()).no_monitoring().arg("-js").env("SEMAQ_FAILPOINT", failpoint).start();
-    let js = jetstream::new(broker.client().await);
-    let config = stream::Config {
-        name: "PIPE".to_string(),
-        subjects: vec!["pipe.>".to_string()],
-        storage: stream::StorageType::File,
-        ..Default::default()
-    };
-    let mut stream = js.create_stream(config).await.unwrap();
+    let (_broker, js, mut stream) = slow_disk_broker_with_stream(store.path(), "PIPE").await;
 
     let published = Instant::now();
     let first = js.publish("pipe.a", "one".into()).await.unwrap();
@@ -112,4 +92,24 @@ async fn wait_for_last_sequence(stream: &mut stream::Stream, seq: u64, since: In
         assert!(since.elapsed() < SYNC_DELAY, "message {seq} was appended only after the fsync");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// A broker whose commits' fsyncs start `SYNC_DELAY` late, with a file stream `name` on the
+/// subjects `<name in lower case>.>`.
+async fn slow_disk_broker_with_stream(
+    store: &std::path::Path,
+    name: &str,
+) -> (SemaqServer, jetstream::Context, stream::Stream) {
+    let failpoint = format!("sync-delay-ms:{}", SYNC_DELAY.as_millis());
+    let broker =
+        SemaqServer::builder().store(store).no_monitoring().arg("-js").env("SEMAQ_FAILPOINT", failpoint).start();
+    let js = jetstream::new(broker.client().await);
+    let config = stream::Config {
+        name: name.to_string(),
+        subjects: vec![format!("{}.>", name.to_lowercase())],
+        storage: stream::StorageType::File,
+        ..Default::default()
+    };
+    let stream = js.create_stream(config).await.unwrap();
+    (broker, js, stream)
 }
