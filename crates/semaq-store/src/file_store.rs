@@ -592,6 +592,14 @@ impl StreamStore for FileStore {
         })
     }
 
+    fn remove(&mut self, seq: u64) -> StoreResult<bool> {
+        self.guarded(|store| {
+            let removed = store.ledger.remove(seq);
+            store.settle()?;
+            Ok(removed)
+        })
+    }
+
     fn purge(&mut self, request: &PurgeRequest) -> StoreResult<u64> {
         self.guarded(|store| {
             let purged = store.ledger.purge(request)?;

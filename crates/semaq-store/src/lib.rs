@@ -80,6 +80,11 @@ pub trait StreamStore: Send {
     fn get_last_for_subject(&self, filter: &str) -> StoreResult<Option<StoredMessage>>;
     /// Removes the message at `seq`; false when there was none. Durable when it returns.
     fn delete(&mut self, seq: u64) -> StoreResult<bool>;
+    /// Removes the message at `seq` as [`delete`](Self::delete) does, but durable only at the
+    /// next sync or commit: for removals nobody waits on (a work queue's acknowledged messages).
+    fn remove(&mut self, seq: u64) -> StoreResult<bool> {
+        self.delete(seq)
+    }
     /// Removes what the request names and returns how many messages went. Durable when it returns.
     fn purge(&mut self, request: &PurgeRequest) -> StoreResult<u64>;
     /// Counts, bounds and any damage found.

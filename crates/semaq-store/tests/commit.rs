@@ -323,3 +323,24 @@ fn a_commit_finished_behind_later_appends_leaves_no_checkpoint_of_their_removals
         assert_eq!(held, (last - 99..=last).collect::<Vec<_>>(), "{behind} behind: the newest 100 survive");
     }
 }
+
+#[test]
+fn a_lazy_removal_is_durable_at_the_next_commit_not_before() {
+    let disk = SimDisk::new();
+    let mut store = open(&disk);
+    for seq in 1..=3 {
+        append(&mut store, "orders.new", seq);
+    }
+    commit(&mut store).unwrap();
+    assert!(store.remove(2).unwrap());
+    assert_eq!(held(&store), vec![1, 3], "gone for readers at once");
+    let store = reopened_after_power_loss(&disk, store, Tear::LoseUnsynced);
+    assert_eq!(held(&store), vec![1, 2, 3], "not durable before a commit");
+
+    let mut store = store;
+    assert!(store.remove(1).unwrap());
+    assert!(store.remove(2).unwrap());
+    commit(&mut store).unwrap();
+    let store = reopened_after_power_loss(&disk, store, Tear::LoseUnsynced);
+    assert_eq!(held(&store), vec![3], "durable after one");
+}

@@ -246,6 +246,7 @@ impl JetStream {
         let stream = Stream::start(config, created, store, sync_policy, dir, owners, provenance);
         stream.capture();
         consumers::restore(&stream);
+        stream.recheck_retention();
         self.write_streams().insert(stream.name.clone(), stream.clone());
         if let Some(this) = self.this.upgrade() {
             self.sources.follow(&this, &stream);

@@ -40,6 +40,7 @@ use crate::stats::{bump, PublishCounters, Refusal};
 use crate::sync::{self, lock};
 
 mod pipeline;
+mod retention;
 use pipeline::Pipeline;
 
 /// Headers JetStream publishers may set.
@@ -200,6 +201,9 @@ pub struct Stream {
     /// deliver nothing past it, so a message a crash could still take is never delivered and
     /// acknowledged, and its sequence never handed out twice.
     committed_seq: std::sync::atomic::AtomicU64,
+    /// Retention removed messages (acknowledged in a work queue or interest stream) that are
+    /// not yet durable: the ingest task commits them on its next limits tick (`retention.rs`).
+    removals_unsynced: std::sync::atomic::AtomicBool,
 }
 
 /// What storing one ingest batch works with, under the stream's store lock.
@@ -313,6 +317,7 @@ impl Stream {
             schedules: Mutex::new(super::schedules::Table::default()),
             stored_bytes: std::sync::atomic::AtomicU64::new(stored_bytes),
             committed_seq: std::sync::atomic::AtomicU64::new(last_seq),
+            removals_unsynced: std::sync::atomic::AtomicBool::new(false),
         });
         // A new stream has nothing to rebuild; a restored one rebuilds on first use.
         let dedup = Dedup { loaded: last_seq == 0, ..Dedup::default() };
@@ -510,36 +515,6 @@ impl Stream {
         true
     }
 
-    /// Applies retention after acks: a workqueue drops what was acked, an interest stream what
-    /// every interested consumer acked.
-    pub fn acknowledged(&self, seqs: &[u64]) {
-        let retention = self.config().retention;
-        if retention == super::config::Retention::Limits || seqs.is_empty() {
-            return;
-        }
-        let consumers = self.consumers();
-        let mut removed = false;
-        for seq in seqs {
-            let subject = match self.store().get(*seq) {
-                Ok(Some(message)) => message.subject,
-                _ => continue,
-            };
-            let done = retention == super::config::Retention::Workqueue
-                || consumers.iter().all(|consumer| consumer.has_acked(*seq, &subject));
-            if done {
-                let mut store = self.store();
-                if let Err(error) = self.before_removal(store.as_mut(), *seq) {
-                    tracing::error!(stream = %self.name, %error, "keeping an acknowledged message: producer snapshot failed");
-                    continue;
-                }
-                removed |= store.delete(*seq).unwrap_or(false);
-            }
-        }
-        if removed {
-            self.notify_changed();
-        }
-    }
-
     fn duplicate_window_ns(&self) -> i64 {
         let window = self.config().duplicate_window;
         if window > 0 {
@@ -605,6 +580,11 @@ impl Stream {
             tokio::select! {
                 _ = limits_timer.tick() => {
                     self.enforce_limits();
+                    if self.removals_pending() {
+                        // Behind the commits in flight, which were taken before the removals.
+                        self.drain(&mut pipeline, &mut dedup).await;
+                        self.commit_removals();
+                    }
                     if self.config().allow_msg_schedules {
                         // Scheduled copies commit unpipelined, behind the commits in flight.
                         self.drain(&mut pipeline, &mut dedup).await;

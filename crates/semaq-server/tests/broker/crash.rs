@@ -15,8 +15,9 @@
 //!   waits until the consumer's state file holds the last confirmed ack before killing. Acks
 //!   sent later (unconfirmed, or not saved yet) may or may not survive: those messages may or
 //!   may not be redelivered.
-//! - Deletes, purges and workqueue acks (which delete from the store before the ack is
-//!   confirmed) survive SIGKILL even when the consumer's state file lags.
+//! - Deletes and purges survive SIGKILL. So do a work queue's removals of double-acked
+//!   messages: made durable only on the stream's next tick or commit, they are redone at start
+//!   from the consumer's saved state when a crash came first.
 //! - A flipped byte in the middle of a segment and a torn segment tail, written while the server
 //!   is stopped: the server starts, serves what is intact, reports the damage (stream info's
 //!   `semaq.corruption` and the log), and the stream keeps taking publishes. A durable consumer
@@ -660,7 +661,8 @@ async fn crash_deletes_and_workqueue_acks_survive_sigkill() {
     for message in &taken {
         message.double_ack().await.unwrap();
     }
-    // No wait: the consumer's state file may lag, but the stream already removed what was acked.
+    // No wait: the removals may not be durable yet (the stream syncs them on its next tick),
+    // but the confirmed acks are, and the start removes what they acknowledged.
     broker.kill();
     drop((js, edits, work, worker, taken, broker));
 

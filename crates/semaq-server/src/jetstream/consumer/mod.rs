@@ -205,6 +205,17 @@ impl Consumer {
         verdict.matched()
     }
 
+    /// Whether `subject` is one this consumer delivers (its filters, or none).
+    pub fn filter_matches(&self, subject: &str) -> bool {
+        validate::filter_matches(&self.config(), subject)
+    }
+
+    /// The stream sequence its next first delivery starts from: everything below it was
+    /// delivered, or passed over.
+    pub fn next_delivery_seq(&self) -> u64 {
+        lock(&self.state).next_seq
+    }
+
     /// Whether this consumer has acknowledged (or will never deliver) stream sequence `seq` on `subject`.
     pub fn has_acked(&self, seq: u64, subject: &str) -> bool {
         let config = self.config();
