@@ -87,6 +87,8 @@ enum Entry {
     JsPubSyncNosync,
     /// durable pull consumer with explicit acks on a pre-filled stream: msgs/s
     JsConsume,
+    /// as js-consume on a work-queue stream (each ack removes its message), default durability: msgs/s
+    JsConsumeWq,
     /// js-pub while a pull consumer acks each message: consumed msgs/s, publish→receive p50 and p99
     JsPipeline,
     /// server memory after storing --store-msgs messages in a file stream (fresh servers)
@@ -172,6 +174,7 @@ impl Entry {
             Entry::JsPubSync => Some(Scenario::JsPubSync),
             Entry::JsPubSyncNosync => Some(Scenario::JsPubSyncNosync),
             Entry::JsConsume => Some(Scenario::JsConsume),
+            Entry::JsConsumeWq => Some(Scenario::JsConsumeWq),
             Entry::JsPipeline => Some(Scenario::JsPipeline),
             Entry::IdleConns | Entry::JsMemory | Entry::JsRestart | Entry::FilterFanout | Entry::JsPubSchema => None,
             Entry::Kv | Entry::KvNosync | Entry::Objstore => None,
@@ -182,7 +185,7 @@ impl Entry {
     fn metrics(self) -> &'static [Metric] {
         match self {
             Entry::Pubsub | Entry::Fanout | Entry::Queue => &[THROUGHPUT],
-            Entry::JsPub | Entry::JsPubNosync | Entry::JsConsume => &[THROUGHPUT],
+            Entry::JsPub | Entry::JsPubNosync | Entry::JsConsume | Entry::JsConsumeWq => &[THROUGHPUT],
             Entry::Latency => &[LATENCY_P50, LATENCY_P99],
             Entry::JsPipeline => &[THROUGHPUT, LATENCY_P50, LATENCY_P99],
             Entry::JsPubSync | Entry::JsPubSyncNosync => &[LATENCY_P50, LATENCY_P99, THROUGHPUT],

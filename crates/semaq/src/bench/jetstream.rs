@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _, Result};
 use async_nats::jetstream::consumer::{pull, AckPolicy, PullConsumer};
 use async_nats::jetstream::context::{Context, ContextBuilder};
-use async_nats::jetstream::stream::{Config as StreamConfig, StorageType};
+use async_nats::jetstream::stream::{Config as StreamConfig, RetentionPolicy, StorageType};
 use bytes::Bytes;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
@@ -81,6 +81,16 @@ impl BenchStream {
 
     /// Creates a file stream with a fresh name and subject, and `metadata`, through `context`.
     pub async fn create_in(context: Context, tag: &str, metadata: HashMap<String, String>) -> Result<BenchStream> {
+        Self::create_retaining(context, tag, metadata, RetentionPolicy::Limits).await
+    }
+
+    /// As [`create_in`](Self::create_in), with `retention`.
+    async fn create_retaining(
+        context: Context,
+        tag: &str,
+        metadata: HashMap<String, String>,
+        retention: RetentionPolicy,
+    ) -> Result<BenchStream> {
         // Now in nanoseconds names this run apart from concurrent benches on the same server.
         let unique = clock::unix_nanos_now();
         let name = format!("SEMAQ_BENCH_{}_{tag}_{unique}", std::process::id()).replace('-', "_");
@@ -90,6 +100,7 @@ impl BenchStream {
             subjects: vec![subject.clone()],
             storage: StorageType::File,
             metadata,
+            retention,
             ..Default::default()
         };
         context.create_stream(config).await.with_context(|| format!("cannot create stream {name}"))?;
@@ -348,6 +359,23 @@ pub async fn run_consume(target: &Target, load: &Load, progress: &ProgressBar) -
     result
 }
 
+/// `js-consume-wq`: as `js-consume` on a work-queue stream with the server's default
+/// durability, where every ack removes its message; checks that the stream ends empty.
+pub async fn run_consume_work_queue(target: &Target, load: &Load, progress: &ProgressBar) -> Result<Report> {
+    let context = ContextBuilder::new().timeout(ACK_TIMEOUT).build(target.connect().await?);
+    let stream = BenchStream::create_retaining(context, "work", HashMap::new(), RetentionPolicy::WorkQueue).await?;
+    let result = fill_and_consume(&stream, load, progress).await;
+    let left = stream.stored_messages().await;
+    stream.delete().await;
+    let mut report = result?;
+    match left {
+        Ok(0) => {}
+        Ok(left) => report.problems.push(format!("{left} acknowledged messages left in the work queue")),
+        Err(error) => report.problems.push(format!("cannot read what the work queue kept: {error:#}")),
+    }
+    Ok(report)
+}
+
 async fn fill_and_consume(stream: &BenchStream, load: &Load, progress: &ProgressBar) -> Result<Report> {
     let plan = PublishPlan { msgs: load.msgs, size: load.size, deadline: None };
     let filled = publish_pipelined(stream, &plan, &ProgressBar::hidden()).await?;
@@ -481,6 +509,7 @@ mod tests {
             Scenario::JsPubSync,
             Scenario::JsPubSyncNosync,
             Scenario::JsConsume,
+            Scenario::JsConsumeWq,
             Scenario::JsPipeline,
         ];
         for scenario in scenarios {

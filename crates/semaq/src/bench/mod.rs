@@ -77,6 +77,8 @@ enum BenchCommand {
     JsPubSyncNosync(RunArgs),
     /// Durable pull consumer with explicit acks on a pre-filled file stream: messages per second
     JsConsume(RunArgs),
+    /// As js-consume on a work-queue stream (each ack removes its message), default durability
+    JsConsumeWq(RunArgs),
     /// js-pub while a durable pull consumer takes and acks each message: consumed msgs/s, publish→receive latency
     JsPipeline(RunArgs),
     /// Start nats-server and semaq-server and run scenarios against both, alternately
@@ -153,6 +155,8 @@ pub enum Scenario {
     JsPubSyncNosync,
     /// Pull consumer with explicit acks.
     JsConsume,
+    /// Pull consumer with explicit acks on a work-queue stream.
+    JsConsumeWq,
     /// Pipelined publishing while a pull consumer reads the same stream.
     JsPipeline,
 }
@@ -170,6 +174,7 @@ impl Scenario {
             Scenario::JsPubSync => "js-pub-sync",
             Scenario::JsPubSyncNosync => "js-pub-sync-nosync",
             Scenario::JsConsume => "js-consume",
+            Scenario::JsConsumeWq => "js-consume-wq",
             Scenario::JsPipeline => "js-pipeline",
         }
     }
@@ -185,6 +190,7 @@ impl Scenario {
             Scenario::JsPubSync => "JetStream publish to a file stream, 1 ack outstanding",
             Scenario::JsPubSyncNosync => "JetStream publish to a file stream (semaq.sync=never), 1 ack outstanding",
             Scenario::JsConsume => "durable pull consumer, explicit acks, pre-filled file stream",
+            Scenario::JsConsumeWq => "durable pull consumer, explicit acks, pre-filled work-queue file stream",
             Scenario::JsPipeline => {
                 "JetStream publish, 1,000 acks outstanding, while a pull consumer acks each message"
             }
@@ -202,7 +208,7 @@ impl Scenario {
                 Some("latency is publish→ack with up to 1,000 acks outstanding (includes queueing)")
             }
             Scenario::JsPubSync | Scenario::JsPubSyncNosync => Some("latency is publish→ack, one publish in flight"),
-            Scenario::JsConsume => None,
+            Scenario::JsConsume | Scenario::JsConsumeWq => None,
             Scenario::JsPipeline => Some("latency is publish→receive through the stream, publisher at full speed"),
         }
     }
@@ -216,7 +222,7 @@ impl Scenario {
             Scenario::Queue => 1_000_000,
             Scenario::JsPub | Scenario::JsPubNosync => 300_000,
             Scenario::JsPubSync | Scenario::JsPubSyncNosync => 20_000,
-            Scenario::JsConsume | Scenario::JsPipeline => 200_000,
+            Scenario::JsConsume | Scenario::JsConsumeWq | Scenario::JsPipeline => 200_000,
         }
     }
 
@@ -259,6 +265,7 @@ impl Scenario {
                 jetstream::run_publish_sync(target, load, jetstream::Durability::NoSync, progress).await
             }
             Scenario::JsConsume => jetstream::run_consume(target, load, progress).await,
+            Scenario::JsConsumeWq => jetstream::run_consume_work_queue(target, load, progress).await,
             Scenario::JsPipeline => pipeline::run(target, load, progress).await,
         }
     }
@@ -321,6 +328,7 @@ pub async fn run(target: &Target, args: BenchArgs) -> Result<()> {
         BenchCommand::JsPubSync(run_args) => (Scenario::JsPubSync, run_args),
         BenchCommand::JsPubSyncNosync(run_args) => (Scenario::JsPubSyncNosync, run_args),
         BenchCommand::JsConsume(run_args) => (Scenario::JsConsume, run_args),
+        BenchCommand::JsConsumeWq(run_args) => (Scenario::JsConsumeWq, run_args),
         BenchCommand::JsPipeline(run_args) => (Scenario::JsPipeline, run_args),
     };
     let load = scenario.load(&run_args.load)?;
