@@ -696,11 +696,18 @@ impl Stream {
         }
     }
 
-    /// Deletes one stored message (the API's `MSG.DELETE`).
+    /// Deletes one stored message (the API's `MSG.DELETE`), durable when it returns; the fsync
+    /// runs with the store's lock let go (L4 streams keep it, as their commits do).
     pub fn delete_message(&self, seq: u64) -> Result<bool, ApiError> {
         let mut store = self.store();
         self.before_removal(store.as_mut(), seq).map_err(ApiError::message_delete_failed)?;
-        store.delete(seq).map_err(ApiError::message_delete_failed)
+        if self.provenance.is_some() {
+            return store.delete(seq).map_err(ApiError::message_delete_failed);
+        }
+        let removed = store.remove(seq).map_err(ApiError::message_delete_failed)?;
+        let (committed, _store) = tokio::task::block_in_place(|| self.commit(store));
+        committed.map_err(ApiError::message_delete_failed)?;
+        Ok(removed)
     }
 
     /// Purges stored messages (the API's `STREAM.PURGE`). An unfiltered purge to a `seq` past

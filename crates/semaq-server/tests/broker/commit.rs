@@ -113,3 +113,23 @@ async fn slow_disk_broker_with_stream(
     let stream = js.create_stream(config).await.unwrap();
     (broker, js, stream)
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_delete_is_answered_only_after_its_fsync() {
+    // The delete's fsync runs with the store's lock let go, like a batch's; its answer waits for
+    // it. (API requests are served one at a time, as nats-server's are, so the next one queues
+    // behind it: what the unlocked fsync spares are the ingest task and the consumers.)
+    let store = tempfile::tempdir().unwrap();
+    let (broker, js, mut stream) = slow_disk_broker_with_stream(store.path(), "ERASE").await;
+    for body in ["one", "two"] {
+        js.publish("erase.a", body.into()).await.unwrap().await.unwrap();
+    }
+
+    let started = Instant::now();
+    let answer = broker.client().await.request("$JS.API.STREAM.MSG.DELETE.ERASE", r#"{"seq":1}"#.into()).await.unwrap();
+    let answer: serde_json::Value = serde_json::from_slice(&answer.payload).unwrap();
+    assert_eq!(answer["success"], true, "{answer}");
+    assert!(started.elapsed() >= SYNC_DELAY, "answered before the fsync ran: {:?}", started.elapsed());
+    let state = stream.info().await.unwrap().state.clone();
+    assert_eq!((state.messages, state.first_sequence), (1, 2));
+}
