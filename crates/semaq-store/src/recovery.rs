@@ -84,10 +84,12 @@ fn recover_files(
     limits: StoreLimits,
     floor_seq: u64,
 ) -> StoreResult<(Vec<Segment>, Ledger<u32>, RecoveryReport, u64)> {
+    sync_newest_sealed_log(storage, dir)?;
     segment::sync_dir(storage, dir)?;
     let mut report = RecoveryReport::default();
     let mut firsts = list_segments(storage, dir)?;
     report.segments_removed_count = remove_below_floor(storage, dir, &mut firsts, floor_seq)?;
+    undo_unfinished_roll(storage, dir, &mut firsts)?;
     let start_seq = firsts.first().copied().unwrap_or(floor_seq).max(1);
     if floor_seq > 0 && start_seq > floor_seq {
         // Front segments are removed only after the floor passed them.
@@ -136,6 +138,25 @@ fn recover_files(
     Ok((segments, ledger, report, active_next_seq))
 }
 
+/// Fsyncs the log before the newest (the newest sealed one) ahead of the directory's fsync: a
+/// seal completes in the commit after the roll that created the next log, so a process that
+/// crashed, or this store reloading, may have left its records in the page cache only, and the
+/// next log's directory entry must not become durable before them.
+fn sync_newest_sealed_log(storage: &dyn Storage, dir: &Path) -> StoreResult<()> {
+    let mut logs: Vec<u64> = storage
+        .list_dir(dir)
+        .map_err(io_error("list", dir))?
+        .iter()
+        .filter_map(|name| parse_segment_name(name, LOG_EXTENSION))
+        .collect();
+    logs.sort_unstable();
+    let Some(&first_seq) = logs.len().checked_sub(2).and_then(|position| logs.get(position)) else { return Ok(()) };
+    let path = segment_path(dir, first_seq, LOG_EXTENSION);
+    let log = storage.open(&path, OpenMode::ReadWrite, 0).map_err(io_error("open", &path))?;
+    // A full fsync: the seal's cut of the zeros written ahead changed the length.
+    log.sync_all().map_err(io_error("fsync", &path))
+}
+
 /// Accounts for sequences between the last one loaded and a segment starting at `first_seq`.
 /// Nothing the store does leaves such a gap, so it is reported; the sequences count as lost.
 fn fill_gap(ledger: &mut Ledger<u32>, first_seq: u64, report: &mut RecoveryReport) -> StoreResult<()> {
@@ -178,6 +199,33 @@ fn list_segments(storage: &dyn Storage, dir: &Path) -> StoreResult<Vec<u64>> {
         }
     }
     Ok(logs)
+}
+
+/// A roll whose seal never completed (the index of the segment before the newest is not
+/// valid) and whose new segment holds no record: the new segment goes, durably, and the full
+/// one is the active one again, scanned as such. Rebuilding its index instead would need disk
+/// space, which a store reloading after a full disk may not have.
+fn undo_unfinished_roll(storage: &dyn Storage, dir: &Path, firsts: &mut Vec<u64>) -> StoreResult<()> {
+    let [.., sealing, newest] = firsts[..] else { return Ok(()) };
+    let newest_path = segment_path(dir, newest, LOG_EXTENSION);
+    let newest_length = storage.file_length(&newest_path).map_err(io_error("stat", &newest_path))?;
+    if newest_length > sh::SIZE_BYTES as u64 {
+        return Ok(());
+    }
+    let log_path = segment_path(dir, sealing, LOG_EXTENSION);
+    let log_length = storage.file_length(&log_path).map_err(io_error("stat", &log_path))?;
+    let index_path = segment_path(dir, sealing, INDEX_EXTENSION);
+    let index = storage::read_if_present(storage, &index_path).map_err(io_error("read", &index_path))?;
+    if index.is_some_and(|bytes| IndexFile::parse(&bytes, sealing, log_length).is_ok()) {
+        return Ok(());
+    }
+    for extension in [LOG_EXTENSION, INDEX_EXTENSION, DELETE_EXTENSION] {
+        remove_if_present(storage, &segment_path(dir, newest, extension))?;
+    }
+    // Before the full segment takes appends again: the removed one must not come back.
+    segment::sync_dir(storage, dir)?;
+    firsts.pop();
+    Ok(())
 }
 
 /// Deletes segments that end below the floor (a purge or segment drop that crashed midway).
@@ -223,9 +271,12 @@ fn load_sealed(
         }
     }
     scan_into(storage, dir, &segment, ledger, report, Some(end_seq))?;
+    // Written as a new file: a seal's commit still running (this store reloading after a full
+    // disk) writes the old one through its handle, and must not mix its bytes into this one.
+    remove_if_present(storage, &index_path)?;
     let rebuilt_bytes = segment::write_index(storage, &index_path, ledger, first_seq, ledger.next_seq(), log_length)?;
     let file = storage.open(&index_path, OpenMode::Read, 0).map_err(io_error("open", &index_path))?;
-    ledger.seal_tail(first_seq, file, index_path);
+    ledger.seal_tail((first_seq, ledger.next_seq()), None, (file, index_path));
     segment.set_index_bytes(rebuilt_bytes);
     report.indexes_rebuilt_count += 1;
     Ok(segment)
