@@ -126,7 +126,7 @@ impl FileStore {
             let range = format!("{SEGMENT_SIZE_MIN_BYTES}..={SEGMENT_SIZE_MAX_BYTES}");
             return Err(StoreError::InvalidConfig(format!("segment size {segment_size} outside {range}")));
         }
-        let Recovered { segments, ledger, meta, report, active_next_seq } =
+        let Recovered { segments, ledger, meta, report, active_next_seq, sealing } =
             recover(&*storage, &config.dir, config.limits)?;
         let corruption = CorruptionLog { reports: Vec::new(), more_count: 0 };
         let mut store = FileStore {
@@ -145,7 +145,7 @@ impl FileStore {
             checkpoint_due: false,
             checkpoints_enabled: false,
             epoch: 0,
-            sealing: None,
+            sealing,
         };
         for report in store.recovery.corruption.clone() {
             store.report_corruption(report);
@@ -203,22 +203,26 @@ impl FileStore {
         // Limits may have been lowered, or removals lost with unsynced writes: apply them again.
         self.ledger.enforce_count_limits();
         self.settle()?;
-        self.sync_step()
+        // An unfinished seal is left to the next commit: opening, or reloading after a full
+        // disk, must not need the space its index takes.
+        let ticket = self.prepare_step(false)?;
+        self.finish_step(ticket.run())
     }
 
     /// Makes everything durable: records first, then the floor computed from them. The three
     /// steps of a commit (`commit.rs`) run here in a row, under whatever the caller holds.
     fn sync_step(&mut self) -> StoreResult<()> {
-        let ticket = self.prepare_step()?;
+        let ticket = self.prepare_step(true)?;
         self.finish_step(ticket.run())
     }
 
-    /// Step 1 of a commit: every change handed to the OS, and a ticket for what to fsync.
-    fn prepare_step(&mut self) -> StoreResult<SyncTicket> {
+    /// Step 1 of a commit: every change handed to the OS, and a ticket for what to fsync
+    /// (with a pending seal's work when `seal`).
+    fn prepare_step(&mut self, seal: bool) -> StoreResult<SyncTicket> {
         let mut ticket = SyncTicket::new(self.epoch, self.storage.clone());
         // A seal begun at a roll goes in every ticket until one completed it (a ticket still
         // running writes the same bytes through the same handles, so doing it twice is harmless).
-        if let Some(seal) = &self.sealing {
+        if let Some(seal) = self.sealing.as_ref().filter(|_| seal) {
             ticket.seal(seal.clone(), self.dir.clone());
         }
         // The active segment first: the ticket fsyncs in order, and deletions of older messages
@@ -265,6 +269,10 @@ impl FileStore {
             return Ok(());
         }
         let Some(seal) = self.sealing.take() else { return Ok(()) };
+        // The ticket fsynced the whole log before the index.
+        if let Some(segment) = self.segments.iter_mut().find(|segment| seal.is_of(segment.log())) {
+            segment.mark_log_synced();
+        }
         let path = seal.index_path;
         let index = self.storage.open(&path, OpenMode::Read, 0).map_err(io_error("open", &path))?;
         self.ledger.seal_tail((seal.first_seq, seal.end_seq), Some(&seal.subjects), (index, path));
@@ -272,13 +280,16 @@ impl FileStore {
         Ok(())
     }
 
-    /// Completes a seal begun at a roll, under the lock: a commit's three steps in a row. For
-    /// what must not happen before its records are durable (a floor, a new segment, a second roll).
+    /// Completes a seal begun at a roll, under the lock: a ticket with the seal's work alone,
+    /// run in place. For what must not happen before its records are durable (a floor, a new
+    /// segment, a second roll). Nothing else is handed to the OS: an append whose limits
+    /// brought this here is still in the buffer, so if the index finds no space, the reload
+    /// drops that append with the failure instead of keeping it.
     fn complete_seal(&mut self) -> StoreResult<()> {
-        if self.sealing.is_some() {
-            self.sync_step()?;
-        }
-        Ok(())
+        let Some(seal) = self.sealing.clone() else { return Ok(()) };
+        let mut ticket = SyncTicket::new(self.epoch, self.storage.clone());
+        ticket.seal(seal, self.dir.clone());
+        self.finish_step(ticket.run())
     }
 
     /// After a write found the medium full: cuts the active log back to what was handed to the
@@ -292,7 +303,7 @@ impl FileStore {
         let meta = self.meta.take().ok_or_else(|| StoreError::Poisoned("the meta file is gone".into()))?;
         let limits = self.ledger.limits().clone();
         let recovered = recover_locked(&*self.storage, &self.dir, limits, meta);
-        let Recovered { segments, ledger, meta, report, active_next_seq } = match recovered {
+        let Recovered { segments, ledger, meta, report, active_next_seq, sealing } = match recovered {
             Ok(recovered) => recovered,
             Err((error, meta)) => {
                 // The old state (buffer included) keeps serving reads until a reload succeeds.
@@ -302,8 +313,8 @@ impl FileStore {
         };
         self.reload_pending = false;
         self.epoch += 1;
-        // Recovery sealed it from what is on disk (its log fsynced first).
-        self.sealing = None;
+        // Recovery found it unfinished and prepared it again from what is on disk.
+        self.sealing = sealing;
         self.segments = segments;
         self.ledger = ledger;
         self.meta = Some(meta);
@@ -705,7 +716,7 @@ impl StreamStore for FileStore {
     fn sync_begin(&mut self) -> StoreResult<SyncTicket> {
         let mut ticket = None;
         self.reporting(|store| {
-            ticket = Some(store.prepare_step()?);
+            ticket = Some(store.prepare_step(true)?);
             Ok(())
         })?;
         Ok(ticket.unwrap_or_default())

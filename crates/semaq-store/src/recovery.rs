@@ -7,6 +7,7 @@
 use std::path::Path;
 
 use crate::checkpoint::{self, Restored};
+use crate::commit::SealWork;
 use crate::delete_log;
 use crate::error::{io_error, StoreError, StoreResult};
 use crate::index::IndexFile;
@@ -51,6 +52,9 @@ pub(crate) struct Recovered {
     /// The sequence the active segment's next record must carry for its records to stay
     /// contiguous; the persisted floor can move `ledger.next_seq()` past it.
     pub active_next_seq: u64,
+    /// A seal found unfinished (the newest sealed segment's index not valid): its segment is
+    /// loaded into slots, its index built in memory, for the next commit to write.
+    pub sealing: Option<SealWork>,
 }
 
 /// Opens (creating if needed) the stream in `dir`.
@@ -70,20 +74,24 @@ pub(crate) fn recover_locked(
     meta: MetaFile,
 ) -> Result<Recovered, (StoreError, MetaFile)> {
     match recover_files(storage, dir, limits, meta.floor_seq()) {
-        Ok((segments, ledger, report, active_next_seq)) => {
-            Ok(Recovered { segments, ledger, meta, report, active_next_seq })
+        Ok(Found { segments, ledger, report, active_next_seq, sealing }) => {
+            Ok(Recovered { segments, ledger, meta, report, active_next_seq, sealing })
         }
         Err(error) => Err((error, meta)),
     }
 }
 
+/// What recovery found in the segment files.
+struct Found {
+    segments: Vec<Segment>,
+    ledger: Ledger<u32>,
+    report: RecoveryReport,
+    active_next_seq: u64,
+    sealing: Option<SealWork>,
+}
+
 /// Recovery's work on everything but the meta file.
-fn recover_files(
-    storage: &dyn Storage,
-    dir: &Path,
-    limits: StoreLimits,
-    floor_seq: u64,
-) -> StoreResult<(Vec<Segment>, Ledger<u32>, RecoveryReport, u64)> {
+fn recover_files(storage: &dyn Storage, dir: &Path, limits: StoreLimits, floor_seq: u64) -> StoreResult<Found> {
     sync_newest_sealed_log(storage, dir)?;
     segment::sync_dir(storage, dir)?;
     let mut report = RecoveryReport::default();
@@ -108,6 +116,7 @@ fn recover_files(
             }
             None => (Ledger::new(start_seq, limits, SizeModel::File), Vec::with_capacity(firsts.len()), Vec::new()),
         };
+    let mut sealing = None;
     for (position, &first_seq) in firsts.iter().enumerate().skip(segments.len()) {
         let end_seq = firsts.get(position + 1).copied();
         if first_seq < ledger.next_seq() {
@@ -116,7 +125,11 @@ fn recover_files(
         }
         fill_gap(&mut ledger, first_seq, &mut report)?;
         let segment = match end_seq {
-            Some(end_seq) => load_sealed(storage, dir, (first_seq, end_seq), &mut ledger, &mut report)?,
+            Some(end_seq) => {
+                // Only the newest sealed segment can be in the middle of its seal.
+                let unfinished = (position + 2 == firsts.len()).then_some(&mut sealing);
+                load_sealed(storage, dir, (first_seq, end_seq), (&mut ledger, &mut report), unfinished)?
+            }
             None => load_active(storage, dir, first_seq, &mut ledger, &mut report)?,
         };
         segments.push(segment);
@@ -128,14 +141,14 @@ fn recover_files(
     ledger.settle_front();
     for (position, segment) in segments.iter().enumerate() {
         let applied_bytes = delete_offsets.get(position).copied().unwrap_or(0);
-        apply_deletes(storage, dir, (segment, applied_bytes), &mut ledger, &mut report)?;
+        apply_deletes(storage, dir, (segment, applied_bytes, active_next_seq), &mut ledger, &mut report)?;
     }
     // Deletions read back are already durable: nothing to write again.
     ledger.take_removed();
     ledger.remove_below(floor_seq);
     ledger.settle_front();
     report.segments_count = segments.len();
-    Ok((segments, ledger, report, active_next_seq))
+    Ok(Found { segments, ledger, report, active_next_seq, sealing })
 }
 
 /// Fsyncs the log before the newest (the newest sealed one) ahead of the directory's fsync: a
@@ -243,13 +256,16 @@ fn remove_below_floor(storage: &dyn Storage, dir: &Path, firsts: &mut Vec<u64>, 
 }
 
 /// Loads a sealed segment holding `first_seq..end_seq`: from its index when that is valid,
-/// otherwise by scanning its log and writing a fresh index.
+/// otherwise by scanning its log and writing a fresh index. The newest sealed one (`unfinished`
+/// given) is a seal whose commit never completed: its slots stay and its index is built in
+/// memory for the next commit to write, so that neither open nor a reload after a full disk
+/// needs space for it.
 fn load_sealed(
     storage: &dyn Storage,
     dir: &Path,
     (first_seq, end_seq): (u64, u64),
-    ledger: &mut Ledger<u32>,
-    report: &mut RecoveryReport,
+    (ledger, report): (&mut Ledger<u32>, &mut RecoveryReport),
+    unfinished: Option<&mut Option<SealWork>>,
 ) -> StoreResult<Segment> {
     let mut segment = Segment::open(storage, dir, first_seq, true)?;
     let log_length = segment.len();
@@ -271,6 +287,11 @@ fn load_sealed(
         }
     }
     scan_into(storage, dir, &segment, ledger, report, Some(end_seq))?;
+    report.indexes_rebuilt_count += 1;
+    if let Some(sealing) = unfinished {
+        *sealing = Some(segment.seal_work(storage, dir, ledger, ledger.next_seq())?);
+        return Ok(segment);
+    }
     // Written as a new file: a seal's commit still running (this store reloading after a full
     // disk) writes the old one through its handle, and must not mix its bytes into this one.
     remove_if_present(storage, &index_path)?;
@@ -278,7 +299,6 @@ fn load_sealed(
     let file = storage.open(&index_path, OpenMode::Read, 0).map_err(io_error("open", &index_path))?;
     ledger.seal_tail((first_seq, ledger.next_seq()), None, (file, index_path));
     segment.set_index_bytes(rebuilt_bytes);
-    report.indexes_rebuilt_count += 1;
     Ok(segment)
 }
 
@@ -473,16 +493,26 @@ fn resync(bytes: &[u8], damage_start: usize, expected: u64) -> Option<(usize, u6
 fn apply_deletes(
     storage: &dyn Storage,
     dir: &Path,
-    (segment, applied_bytes): (&Segment, u64),
+    (segment, applied_bytes, end_seq): (&Segment, u64, u64),
     ledger: &mut Ledger<u32>,
     report: &mut RecoveryReport,
 ) -> StoreResult<()> {
     let path = segment.path(dir, DELETE_EXTENSION);
-    let Some(bytes) = storage::read_if_present(storage, &path).map_err(io_error("read", &path))? else {
+    let Some(mut bytes) = storage::read_if_present(storage, &path).map_err(io_error("read", &path))? else {
         return Ok(());
     };
     // The checkpoint's lengths are whole entries, checked against this file when it was taken up.
-    let unapplied = usize::try_from(applied_bytes).ok().and_then(|from| bytes.get(from..)).unwrap_or_default();
+    let applied = usize::try_from(applied_bytes).unwrap_or(usize::MAX).min(bytes.len());
+    if let Some(stale) = delete_log::first_at_or_past(&bytes[applied..], end_seq) {
+        // The deletion of a record the crash took: it was never synced (a delete syncs the log
+        // first), nor was anything written after it. Kept, it would delete the message that
+        // takes the same sequence next.
+        let whole = (applied + stale) as u64;
+        let file = storage.open(&path, OpenMode::ReadWrite, 0).map_err(io_error("open", &path))?;
+        file.set_len(whole).and_then(|()| file.sync_all()).map_err(io_error("truncate", &path))?;
+        bytes.truncate(applied + stale);
+    }
+    let unapplied = &bytes[applied..];
     let log = delete_log::decode(unapplied);
     for seq in log.seqs {
         ledger.remove(seq);

@@ -352,6 +352,16 @@ impl Segment {
         Ok(())
     }
 
+    /// The log's handle (identifies the segment in a seal's work).
+    pub(crate) fn log(&self) -> &Arc<dyn StorageFile> {
+        &self.log
+    }
+
+    /// Records that a seal's ticket fsynced the whole log.
+    pub(crate) fn mark_log_synced(&mut self) {
+        self.synced_bytes = self.written_bytes;
+    }
+
     /// Whether `mark` (from a ticket) is about this segment.
     pub(crate) fn owns(&self, mark: &SyncMark) -> bool {
         std::ptr::addr_eq(Arc::as_ptr(&self.log), Arc::as_ptr(&mark.log))
@@ -408,8 +418,22 @@ impl Segment {
     ) -> StoreResult<SealWork> {
         self.flush()?;
         self.trim_allocation()?;
+        self.seal_work(storage, dir, ledger, end_seq)
+    }
+
+    /// The rest of [`Segment::begin_seal`], also for a seal recovery found unfinished (the
+    /// records handed to the OS, the zeros cut): the index built, its file created anew (a
+    /// ticket of a store reloading may still write the old one through its handle).
+    pub(crate) fn seal_work(
+        &mut self,
+        storage: &dyn Storage,
+        dir: &Path,
+        ledger: &Ledger<u32>,
+        end_seq: u64,
+    ) -> StoreResult<SealWork> {
         let index_path = self.path(dir, INDEX_EXTENSION);
         let bytes = index_bytes(ledger, self.first_seq, end_seq, self.len(), &index_path)?;
+        remove_if_present(storage, &index_path)?;
         let index = storage.open(&index_path, OpenMode::Truncate, 0).map_err(io_error("create", &index_path))?;
         self.index_bytes = bytes.len() as u64;
         self.sealed = true;
