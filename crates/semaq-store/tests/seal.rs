@@ -16,6 +16,8 @@ const WAIT: Duration = Duration::from_secs(10);
 /// Changes a roll and its commit make at most (writes, creates, fsyncs), with room to spare:
 /// the crash test cuts the power after each count up to the first that lets them all through.
 const CHANGES_MAX_COUNT: u64 = 200;
+/// A segment log's header (`limits::segment_header::SIZE_BYTES`).
+const SEGMENT_HEADER_BYTES: usize = 24;
 
 fn dir() -> PathBuf {
     PathBuf::from("/streams/orders")
@@ -259,4 +261,50 @@ fn a_failed_fsync_in_the_seals_ticket_poisons_and_reopens_to_the_synced_prefix()
     let reopened = open(&disk);
     assert_eq!(held(&reopened), (1..first).collect::<Vec<_>>());
     assert_eq!(reopened.state().corruption, None);
+}
+
+#[test]
+fn a_seal_a_crashed_process_left_unfinished_is_completed_by_the_next_commit_after_reopening() {
+    let disk = SimDisk::new();
+    let mut store = open(&disk);
+    let next = append_past_a_roll(&mut store, 1, 2).unwrap();
+    // The process dies after the roll, before any commit: its files stay as the OS holds them.
+    drop(store);
+    let mut reopened = open(&disk);
+    assert_eq!(held(&reopened), (1..next).collect::<Vec<_>>());
+    assert_eq!(reopened.segment_count(), 2);
+    let ticket = reopened.sync_begin().unwrap();
+    assert!(ticket.completes_seal(), "the open left the seal to the next commit, needing no space");
+    reopened.sync_finish(ticket.run()).unwrap();
+    disk.crash(Tear::LoseUnsynced);
+    drop(reopened);
+    let again = open(&disk);
+    assert_eq!(held(&again), (1..next).collect::<Vec<_>>());
+    assert_eq!(again.recovery_report().indexes_rebuilt_count, 0, "the commit wrote a valid index");
+    assert_eq!(again.state().corruption, None);
+}
+
+#[test]
+fn a_roll_whose_new_segment_holds_nothing_is_undone_when_its_seal_never_completed() {
+    let disk = SimDisk::new();
+    let mut store = open(&disk);
+    let next = append_past_a_roll(&mut store, 1, 0).unwrap();
+    let last = next - 1;
+    drop(store);
+    // A process that crashed with the record that did not fit still in its buffer leaves the
+    // new segment with its header alone (dropping the store wrote the record: cut it again).
+    let new_log = dir().join(format!("{last:020}.log"));
+    let header = disk.contents(&new_log).unwrap()[..SEGMENT_HEADER_BYTES].to_vec();
+    disk.put(&new_log, &header);
+    let mut reopened = open(&disk);
+    assert_eq!(held(&reopened), (1..last).collect::<Vec<_>>(), "the buffered record was never written");
+    assert_eq!(reopened.segment_count(), 1, "the full segment is the active one again");
+    // It seals again at the next append that does not fit, and that seal completes as usual.
+    let next = append_past_a_roll(&mut reopened, last, 1).unwrap();
+    commit(&mut reopened).unwrap();
+    disk.crash(Tear::LoseUnsynced);
+    drop(reopened);
+    let again = open(&disk);
+    assert_eq!(held(&again), (1..next).collect::<Vec<_>>());
+    assert_eq!(again.state().corruption, None);
 }
