@@ -187,6 +187,60 @@ fn power_loss_anywhere_between_a_roll_and_its_commit_gives_back_the_synced_prefi
 }
 
 #[test]
+fn power_loss_around_a_delete_in_the_segment_being_sealed_keeps_the_delete_and_the_synced_prefix() {
+    for tear in [Tear::LoseUnsynced, Tear::Sectors { seed: 11 }, Tear::Sectors { seed: 98_765 }] {
+        for changes in 0..CHANGES_MAX_COUNT {
+            let disk = SimDisk::new();
+            let mut store = open(&disk);
+            let synced_next = append_past_a_roll(&mut store, 1, 2).unwrap();
+            commit(&mut store).unwrap();
+            let mut acknowledged = synced_next - 1;
+            let doomed = synced_next;
+            let mut deleted = None;
+            disk.freeze_after(changes, tear);
+            // The segment holding `doomed` fills and rolls; the delete (which syncs, and so
+            // completes the seal under the lock) comes before any commit; then a commit.
+            let result = append_past_a_roll(&mut store, synced_next, 2).and_then(|next| {
+                let removed = store.delete(doomed);
+                if removed.is_ok() {
+                    deleted = Some(doomed);
+                    acknowledged = next - 1;
+                }
+                removed?;
+                append(&mut store, next)?;
+                commit(&mut store)?;
+                acknowledged = next;
+                Ok(())
+            });
+            let sent = store.state().last_seq;
+            let completed = result.is_ok() && !disk.is_frozen();
+            disk.crash(tear);
+            drop(store);
+            let reopened = open(&disk);
+            let survived = held(&reopened);
+            let context = format!("{tear:?}, power cut after {changes} changes");
+            assert_eq!(reopened.recovery_report().corruption, Vec::<String>::new(), "{context}");
+            assert_eq!(reopened.state().corruption, None, "{context}");
+            let end = reopened.state().last_seq;
+            assert!(end <= sent, "{context}: nothing invented");
+            if let Some(seq) = deleted {
+                assert!(!survived.contains(&seq), "{context}: the deleted seq {seq} came back");
+            }
+            // A delete that failed may or may not have reached the disk.
+            let doomed_kept = survived.contains(&doomed);
+            let expected: Vec<u64> = (1..=end).filter(|&seq| seq != doomed || doomed_kept).collect();
+            assert_eq!(survived, expected, "{context}: a prefix, no hole");
+            assert!(end >= acknowledged, "{context}: acknowledged seqs lost: {survived:?}");
+            if completed {
+                assert_eq!(end, sent, "{context}");
+                break;
+            }
+            assert!(changes + 1 < CHANGES_MAX_COUNT, "the roll, the delete and the commit never got through");
+        }
+    }
+}
+
+#[test]
 fn a_second_roll_while_a_seal_is_pending_completes_the_first_under_the_lock() {
     let disk = SimDisk::new();
     let mut store = open(&disk);
