@@ -6,7 +6,11 @@
 //!    (file handles shared with the store, the lengths they must cover, directories whose
 //!    entries changed, the floor to persist once the records it was computed from are down);
 //!    zeros written ahead of the appends (preallocation) are written here too.
-//! 2. [`SyncTicket::run`], without the lock: the fsyncs, in that order.
+//! 2. [`SyncTicket::run`], without the lock: the fsyncs, in that order. A ticket taken after
+//!    the active segment filled also completes its seal ([`SealWork`]): the full log's fsync
+//!    first, then the write and fsync of its index from bytes built at the roll, then the
+//!    directory entry of the next segment, so the index is never durable before its records
+//!    and the next segment never before the full one.
 //! 3. [`StreamStore::sync_finish`](crate::StreamStore::sync_finish), under the lock again:
 //!    the store records what is now durable, or takes the failure (a failed fsync poisons it).
 //!
@@ -30,14 +34,69 @@ pub struct SyncTicket {
     /// The store's reload count when the ticket was taken: a ticket of an older one is stale.
     pub(crate) epoch: u64,
     storage: Option<SharedStorage>,
-    /// Files whose written bytes must reach the disk (`fdatasync`), with their paths for errors.
-    files: Vec<(Arc<dyn StorageFile>, PathBuf)>,
+    /// Files whose written bytes must reach the disk, with their paths for errors; `true`
+    /// asks for `fsync` (a length cut too), `false` for `fdatasync`.
+    files: Vec<(Arc<dyn StorageFile>, PathBuf, bool)>,
+    /// The seal to complete, between the files and the directories.
+    seal: Option<SealWork>,
     /// Directories whose entries (files created) must reach the disk, after the files.
     dirs: Vec<PathBuf>,
     /// The floor to persist after the files: never durable ahead of the records it counts.
     floor: Option<(MetaHandle, u64)>,
     /// What the store records as durable once the fsyncs succeeded.
     pub(crate) marks: Vec<SyncMark>,
+}
+
+/// A seal begun at a roll (`FileStore::roll`, under the lock) and completed by the next ticket:
+/// the full segment's log, no longer appended to, and its index, built in memory at the roll.
+#[derive(Clone)]
+pub(crate) struct SealWork {
+    /// First sequence of the segment being sealed.
+    pub first_seq: u64,
+    /// The sequence after its last: the first of the next segment.
+    pub end_seq: u64,
+    /// The full segment's log: fsynced before the index is written; identifies the seal.
+    pub log: Arc<dyn StorageFile>,
+    /// Its path, for errors.
+    pub log_path: PathBuf,
+    /// The index file, created empty at the roll: written through this handle, so a segment
+    /// removed meanwhile leaves only an unlinked file written, never a new one.
+    pub index: Arc<dyn StorageFile>,
+    /// Its path, for errors and for opening it to read once sealed.
+    pub index_path: PathBuf,
+    /// The whole index, its real header included (written last).
+    pub bytes: Arc<[u8]>,
+    /// Its subject table as ledger ids (`Ledger::index_subjects` at the roll).
+    pub subjects: Arc<[crate::subjects::SubjectId]>,
+}
+
+impl std::fmt::Debug for SealWork {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not the bytes: an index is megabytes.
+        formatter
+            .debug_struct("SealWork")
+            .field("first_seq", &self.first_seq)
+            .field("end_seq", &self.end_seq)
+            .field("index_path", &self.index_path)
+            .field("index_bytes", &self.bytes.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SealWork {
+    /// Whether `log` is the sealed segment's log (the seal the store still waits for).
+    pub(crate) fn is_of(&self, log: &Arc<dyn StorageFile>) -> bool {
+        std::ptr::addr_eq(Arc::as_ptr(&self.log), Arc::as_ptr(log))
+    }
+
+    /// Writes the index (its header last, so a torn write fails its checks) and fsyncs it.
+    fn write_index(&self) -> StoreResult<()> {
+        let header = crate::limits::index_header::SIZE_BYTES.min(self.bytes.len());
+        let (head, body) = self.bytes.split_at(header);
+        self.index.write_at(body, header as u64).map_err(io_error("write", &self.index_path))?;
+        self.index.write_at(head, 0).map_err(io_error("write", &self.index_path))?;
+        self.index.sync_all().map_err(io_error("fsync", &self.index_path))
+    }
 }
 
 /// What one segment's part of a ticket covers.
@@ -51,6 +110,8 @@ pub(crate) struct SyncMark {
     pub delete_writes: u64,
     /// Whether the ticket syncs the directory entry of a delete log created for it.
     pub delete_dir: bool,
+    /// Whether the ticket syncs the directory entry of the log itself (a segment created at a roll).
+    pub log_dir: bool,
 }
 
 /// The outcome of [`SyncTicket::run`], for [`StreamStore::sync_finish`](crate::StreamStore::sync_finish).
@@ -59,6 +120,8 @@ pub(crate) struct SyncMark {
 pub struct Synced {
     pub(crate) epoch: u64,
     pub(crate) marks: Vec<SyncMark>,
+    /// The log of the segment whose seal the ticket completed, if it completed one.
+    pub(crate) sealed: Option<Arc<dyn StorageFile>>,
     pub(crate) failure: Option<StoreError>,
 }
 
@@ -74,11 +137,32 @@ impl SyncTicket {
 
     /// Whether the ticket has no fsync to run.
     pub fn is_empty(&self) -> bool {
-        self.files.is_empty() && self.dirs.is_empty() && self.floor.is_none() && self.marks.is_empty()
+        self.files.is_empty()
+            && self.seal.is_none()
+            && self.dirs.is_empty()
+            && self.floor.is_none()
+            && self.marks.is_empty()
+    }
+
+    /// Whether the ticket completes a seal.
+    pub fn completes_seal(&self) -> bool {
+        self.seal.is_some()
     }
 
     pub(crate) fn file(&mut self, file: Arc<dyn StorageFile>, path: PathBuf) {
-        self.files.push((file, path));
+        // A sealing log is already first in the list, with a full fsync.
+        let known = self.files.iter().any(|(known, _, _)| std::ptr::addr_eq(Arc::as_ptr(known), Arc::as_ptr(&file)));
+        if !known {
+            self.files.push((file, path, false));
+        }
+    }
+
+    /// The seal to complete: its log's fsync goes before every other file (the records of the
+    /// full segment come before those of the next one), its index after them, before any directory.
+    pub(crate) fn seal(&mut self, seal: SealWork, dir: PathBuf) {
+        self.files.insert(0, (seal.log.clone(), seal.log_path.clone(), true));
+        self.dir(dir);
+        self.seal = Some(seal);
     }
 
     pub(crate) fn dir(&mut self, dir: PathBuf) {
@@ -91,22 +175,29 @@ impl SyncTicket {
         self.floor = Some((meta, floor_seq));
     }
 
-    /// Step 2: the fsyncs, files first, then directories, then the floor. Blocks for the
-    /// disk's time; call without holding the store's lock. Stops at the first failure.
+    /// Step 2: the fsyncs, files first, then a seal's index (written and fsynced), then
+    /// directories, then the floor. Blocks for the disk's time; call without holding the
+    /// store's lock. Stops at the first failure.
     pub fn run(self) -> Synced {
-        let SyncTicket { epoch, storage, files, dirs, floor, marks } = self;
-        let failure = Self::fsync(storage.as_deref(), &files, &dirs, floor.as_ref()).err();
-        Synced { epoch, marks, failure }
+        let SyncTicket { epoch, storage, files, seal, dirs, floor, marks } = self;
+        let failure = Self::fsync(storage.as_deref(), &files, seal.as_ref(), &dirs, floor.as_ref()).err();
+        let sealed = seal.filter(|_| failure.is_none()).map(|seal| seal.log);
+        Synced { epoch, marks, sealed, failure }
     }
 
     fn fsync(
         storage: Option<&dyn crate::storage::Storage>,
-        files: &[(Arc<dyn StorageFile>, PathBuf)],
+        files: &[(Arc<dyn StorageFile>, PathBuf, bool)],
+        seal: Option<&SealWork>,
         dirs: &[PathBuf],
         floor: Option<&(MetaHandle, u64)>,
     ) -> StoreResult<()> {
-        for (file, path) in files {
-            file.sync_data().map_err(io_error("fsync", path))?;
+        for (file, path, whole) in files {
+            let synced = if *whole { file.sync_all() } else { file.sync_data() };
+            synced.map_err(io_error("fsync", path))?;
+        }
+        if let Some(seal) = seal {
+            seal.write_index()?;
         }
         if let Some(storage) = storage {
             for dir in dirs {
@@ -123,7 +214,7 @@ impl SyncTicket {
 impl Synced {
     /// The outcome of a ticket that had nothing to do, or of a store that synced in step 1.
     pub fn done() -> Self {
-        Synced { epoch: 0, marks: Vec::new(), failure: None }
+        Synced { epoch: 0, marks: Vec::new(), sealed: None, failure: None }
     }
 
     /// Whether every fsync succeeded (the store may still refuse at `sync_finish`: poisoned meanwhile).

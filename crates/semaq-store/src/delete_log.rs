@@ -40,6 +40,17 @@ pub(crate) fn decode(bytes: &[u8]) -> DeleteLog {
     log
 }
 
+/// The offset of the first intact entry deleting `end_seq` or a later sequence, if any.
+pub(crate) fn first_at_or_past(bytes: &[u8], end_seq: u64) -> Option<usize> {
+    bytes
+        .chunks_exact(de::SIZE_BYTES)
+        .position(|raw| {
+            let intact = crc32fast::hash(&raw[de::SEQ_OFFSET..de::SEQ_OFFSET + 8]) == read_u32(raw, de::CRC_OFFSET);
+            intact && read_u64(raw, de::SEQ_OFFSET) >= end_seq
+        })
+        .map(|position| position * de::SIZE_BYTES)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use crate::checkpoint;
-use crate::commit::{SyncTicket, Synced};
+use crate::commit::{SealWork, SyncTicket, Synced};
 use crate::error::{io_error, StoreError, StoreResult};
 use crate::ledger::{Ledger, SlotState};
 use crate::limits::{
@@ -20,7 +20,7 @@ use crate::meta::MetaFile;
 use crate::record::{self, record_size};
 pub use crate::recovery::RecoveryReport;
 use crate::recovery::{recover, recover_locked, Recovered};
-use crate::segment::{Segment, INDEX_EXTENSION};
+use crate::segment::Segment;
 use crate::storage::{self, OpenMode, SharedStorage, StdDisk};
 use crate::types::{PurgeRequest, SizeModel, StoreLimits, StoredMessage, StreamState};
 use crate::StreamStore;
@@ -108,6 +108,9 @@ pub struct FileStore {
     checkpoints_enabled: bool,
     /// Reloads so far: a sync ticket taken before a reload has nothing left to record.
     epoch: u64,
+    /// The seal begun at the last roll, until a commit's ticket completed it: the segment
+    /// before the active one, whose slots the ledger still holds (see `roll`).
+    sealing: Option<SealWork>,
 }
 
 impl FileStore {
@@ -123,7 +126,7 @@ impl FileStore {
             let range = format!("{SEGMENT_SIZE_MIN_BYTES}..={SEGMENT_SIZE_MAX_BYTES}");
             return Err(StoreError::InvalidConfig(format!("segment size {segment_size} outside {range}")));
         }
-        let Recovered { segments, ledger, meta, report, active_next_seq } =
+        let Recovered { segments, ledger, meta, report, active_next_seq, sealing } =
             recover(&*storage, &config.dir, config.limits)?;
         let corruption = CorruptionLog { reports: Vec::new(), more_count: 0 };
         let mut store = FileStore {
@@ -142,6 +145,7 @@ impl FileStore {
             checkpoint_due: false,
             checkpoints_enabled: false,
             epoch: 0,
+            sealing,
         };
         for report in store.recovery.corruption.clone() {
             store.report_corruption(report);
@@ -162,6 +166,13 @@ impl FileStore {
         if !self.checkpoints_enabled || self.poisoned.is_some() {
             return;
         }
+        if self.sealing.is_some() {
+            // The segment being sealed has no index yet, and its successor's directory entry
+            // must not become durable (the checkpoint's rename syncs the directory) before
+            // its records: the commit that completes the seal writes the checkpoint.
+            self.checkpoint_due = true;
+            return;
+        }
         let sealed: Vec<(u64, u64, u64)> =
             self.segments.windows(2).map(|pair| (pair[0].first_seq, pair[1].first_seq, pair[0].len())).collect();
         let written = checkpoint::capture(&*self.storage, &self.dir, &self.ledger, &sealed).and_then(|captured| {
@@ -175,7 +186,7 @@ impl FileStore {
     /// the floor computed from them.
     fn all_durable(&self) -> bool {
         let floor_durable = self.meta.as_ref().is_some_and(|meta| meta.floor_seq() >= self.ledger.first_seq());
-        floor_durable && self.segments.iter().all(Segment::is_durable)
+        floor_durable && self.sealing.is_none() && self.segments.iter().all(Segment::is_durable)
     }
 
     /// The last steps of opening, on what recovery found.
@@ -192,19 +203,28 @@ impl FileStore {
         // Limits may have been lowered, or removals lost with unsynced writes: apply them again.
         self.ledger.enforce_count_limits();
         self.settle()?;
-        self.sync_step()
+        // An unfinished seal is left to the next commit: opening, or reloading after a full
+        // disk, must not need the space its index takes.
+        let ticket = self.prepare_step(false)?;
+        self.finish_step(ticket.run())
     }
 
     /// Makes everything durable: records first, then the floor computed from them. The three
     /// steps of a commit (`commit.rs`) run here in a row, under whatever the caller holds.
     fn sync_step(&mut self) -> StoreResult<()> {
-        let ticket = self.prepare_step()?;
+        let ticket = self.prepare_step(true)?;
         self.finish_step(ticket.run())
     }
 
-    /// Step 1 of a commit: every change handed to the OS, and a ticket for what to fsync.
-    fn prepare_step(&mut self) -> StoreResult<SyncTicket> {
+    /// Step 1 of a commit: every change handed to the OS, and a ticket for what to fsync
+    /// (with a pending seal's work when `seal`).
+    fn prepare_step(&mut self, seal: bool) -> StoreResult<SyncTicket> {
         let mut ticket = SyncTicket::new(self.epoch, self.storage.clone());
+        // A seal begun at a roll goes in every ticket until one completed it (a ticket still
+        // running writes the same bytes through the same handles, so doing it twice is harmless).
+        if let Some(seal) = self.sealing.as_ref().filter(|_| seal) {
+            ticket.seal(seal.clone(), self.dir.clone());
+        }
         // The active segment first: the ticket fsyncs in order, and deletions of older messages
         // queued by its appends (limits) must not be durable before those appends.
         for segment in self.segments.iter_mut().rev() {
@@ -235,7 +255,41 @@ impl FileStore {
                 segment.mark_synced(mark);
             }
         }
+        if let Some(log) = &synced.sealed {
+            self.finish_seal(log)?;
+        }
         Ok(())
+    }
+
+    /// Step 3 of a seal (`roll` began it, a ticket wrote its index): the segment's slots move
+    /// into the sealed tier, which reads the index from now on. Nothing when another commit
+    /// completed it first, or the segment is gone (a purge).
+    fn finish_seal(&mut self, log: &std::sync::Arc<dyn crate::storage::StorageFile>) -> StoreResult<()> {
+        if !self.sealing.as_ref().is_some_and(|seal| seal.is_of(log)) {
+            return Ok(());
+        }
+        let Some(seal) = self.sealing.take() else { return Ok(()) };
+        // The ticket fsynced the whole log before the index.
+        if let Some(segment) = self.segments.iter_mut().find(|segment| seal.is_of(segment.log())) {
+            segment.mark_log_synced();
+        }
+        let path = seal.index_path;
+        let index = self.storage.open(&path, OpenMode::Read, 0).map_err(io_error("open", &path))?;
+        self.ledger.seal_tail((seal.first_seq, seal.end_seq), Some(&seal.subjects), (index, path));
+        self.checkpoint_due = true;
+        Ok(())
+    }
+
+    /// Completes a seal begun at a roll, under the lock: a ticket with the seal's work alone,
+    /// run in place. For what must not happen before its records are durable (a floor, a new
+    /// segment, a second roll). Nothing else is handed to the OS: an append whose limits
+    /// brought this here is still in the buffer, so if the index finds no space, the reload
+    /// drops that append with the failure instead of keeping it.
+    fn complete_seal(&mut self) -> StoreResult<()> {
+        let Some(seal) = self.sealing.clone() else { return Ok(()) };
+        let mut ticket = SyncTicket::new(self.epoch, self.storage.clone());
+        ticket.seal(seal, self.dir.clone());
+        self.finish_step(ticket.run())
     }
 
     /// After a write found the medium full: cuts the active log back to what was handed to the
@@ -249,7 +303,7 @@ impl FileStore {
         let meta = self.meta.take().ok_or_else(|| StoreError::Poisoned("the meta file is gone".into()))?;
         let limits = self.ledger.limits().clone();
         let recovered = recover_locked(&*self.storage, &self.dir, limits, meta);
-        let Recovered { segments, ledger, meta, report, active_next_seq } = match recovered {
+        let Recovered { segments, ledger, meta, report, active_next_seq, sealing } = match recovered {
             Ok(recovered) => recovered,
             Err((error, meta)) => {
                 // The old state (buffer included) keeps serving reads until a reload succeeds.
@@ -259,6 +313,8 @@ impl FileStore {
         };
         self.reload_pending = false;
         self.epoch += 1;
+        // Recovery found it unfinished and prepared it again from what is on disk.
+        self.sealing = sealing;
         self.segments = segments;
         self.ledger = ledger;
         self.meta = Some(meta);
@@ -481,6 +537,8 @@ impl FileStore {
     /// that pushed older messages out (limits) must not be lost while the floor that dropped
     /// those messages stays.
     fn persist_floor(&mut self) -> StoreResult<()> {
+        // The floor may count the sealing segment's records, and syncs the active one only.
+        self.complete_seal()?;
         let floor_seq = self.ledger.first_seq();
         let persisted = self.meta.as_ref().ok_or_else(|| StoreError::Poisoned("the meta file is gone".into()))?;
         if floor_seq <= persisted.floor_seq() {
@@ -498,6 +556,7 @@ impl FileStore {
     /// sequences below the floor. Sealing them instead would write an index entry for every
     /// sequence up to the floor, and a floor far ahead (a purge to any `seq`) made that endless.
     fn restart_at_floor(&mut self) -> StoreResult<()> {
+        self.complete_seal()?;
         let fresh = Segment::create(&*self.storage, &self.dir, self.ledger.next_seq())?;
         self.segments.push(fresh);
         self.checkpoint_due = true;
@@ -508,18 +567,18 @@ impl FileStore {
         Ok(())
     }
 
-    /// Seals the active segment and starts a new one at the next sequence.
+    /// Begins the seal of the full active segment and starts the next one at the next
+    /// sequence, without an fsync (readers wait on the caller's lock): the next commit's ticket
+    /// completes the seal (`commit.rs`). A seal still pending is completed first, here, under
+    /// the lock: rare, it takes a whole segment of appends during one commit.
     fn roll(&mut self) -> StoreResult<()> {
+        self.complete_seal()?;
         let end_seq = self.ledger.next_seq();
         let last = self.segments.len() - 1;
-        let active = &mut self.segments[last];
-        active.seal(&*self.storage, &self.dir, &self.ledger, end_seq)?;
-        let (first_seq, index_path) = (active.first_seq, active.path(&self.dir, INDEX_EXTENSION));
-        let index = self.storage.open(&index_path, OpenMode::Read, 0).map_err(io_error("open", &index_path))?;
-        self.ledger.seal_tail(first_seq, index, index_path);
-        let next = Segment::create(&*self.storage, &self.dir, end_seq)?;
+        let seal = self.segments[last].begin_seal(&*self.storage, &self.dir, &self.ledger, end_seq)?;
+        let next = Segment::create_unsynced(&*self.storage, &self.dir, end_seq)?;
         self.segments.push(next);
-        self.checkpoint_due = true;
+        self.sealing = Some(seal);
         Ok(())
     }
 
@@ -665,7 +724,7 @@ impl StreamStore for FileStore {
     fn sync_begin(&mut self) -> StoreResult<SyncTicket> {
         let mut ticket = None;
         self.reporting(|store| {
-            ticket = Some(store.prepare_step()?);
+            ticket = Some(store.prepare_step(true)?);
             Ok(())
         })?;
         Ok(ticket.unwrap_or_default())
@@ -775,6 +834,7 @@ impl Drop for FileStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::segment::INDEX_EXTENSION;
     use crate::StreamStore;
 
     fn open(dir: &Path) -> FileStore {
@@ -791,6 +851,8 @@ mod tests {
             store.append(subject, None, format!("message {n}").as_bytes(), i64::try_from(n).unwrap()).unwrap();
         }
         assert!(store.segment_count() > 10);
+        // The last roll's seal completes with the next commit; until then its slots stay.
+        store.sync().unwrap();
         let active_first = store.segments.last().unwrap().first_seq;
         assert_eq!(store.ledger.slot_count() as u64, 2_001 - active_first, "slots for the active segment only");
         // Removals inside sealed segments, then reads across them.

@@ -7,7 +7,7 @@
 //! stays in memory. Invariant after every public call: `first_seq` is live, or `first_seq ==
 //! next_seq`.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::ops::Range;
 use std::path::PathBuf;
 
@@ -669,16 +669,37 @@ impl Ledger<u32> {
         Some((entry.offset, meta))
     }
 
-    /// Moves every slot into the sealed tier as the segment `first_seq..next_seq`, whose index
-    /// (written from these slots, see `index::build`) is open as `file`.
-    pub(crate) fn seal_tail(&mut self, first_seq: u64, file: Box<dyn StorageFile>, path: PathBuf) {
-        let end_seq = self.next_seq;
+    /// The subject table `index::build` writes for `first_seq..end_seq` now, as ledger ids:
+    /// live subjects, first use first.
+    pub(crate) fn index_subjects(&self, first_seq: u64, end_seq: u64) -> Vec<SubjectId> {
+        let mut seen = HashSet::new();
+        (first_seq..end_seq)
+            .filter_map(|seq| self.slot(seq).filter(|slot| slot.state == SlotState::Live))
+            .filter(|slot| seen.insert(slot.subject))
+            .map(|slot| slot.subject)
+            .collect()
+    }
+
+    /// Moves the slots below `end_seq` into the sealed tier as the segment `first_seq..end_seq`,
+    /// whose index (written from these slots, see `index::build`) is open as `file`. The slots
+    /// from `end_seq` on (the next segment's, appended while the seal's commit ran) stay.
+    /// `table` is the index's subject table when it was built earlier (`index_subjects` at a
+    /// roll): messages removed since then no longer say what it holds.
+    pub(crate) fn seal_tail(
+        &mut self,
+        (first_seq, end_seq): (u64, u64),
+        table: Option<&[SubjectId]>,
+        (file, path): (Box<dyn StorageFile>, PathBuf),
+    ) {
+        debug_assert!(end_seq <= self.next_seq);
         let tail_first = self.tail_first();
+        let drained = usize::try_from(end_seq.saturating_sub(tail_first))
+            .map_or(self.slots.len(), |count| count.min(self.slots.len()));
         let mut live = LiveBits::new(end_seq - first_seq);
         let mut local: HashMap<SubjectId, usize> = HashMap::new();
         let mut subjects = Vec::new();
         let (mut live_count, mut live_bytes, mut lost_count) = (0, 0, 0);
-        for (seq, slot) in (tail_first..).zip(&self.slots) {
+        for (seq, slot) in (tail_first..).zip(self.slots.range(..drained)) {
             lost_count += u64::from(slot.state == SlotState::Lost);
             if slot.state != SlotState::Live || seq < self.first_seq || seq < first_seq {
                 continue;
@@ -692,11 +713,20 @@ impl Ledger<u32> {
                 subjects.len() - 1
             });
         }
-        self.slots.clear();
+        if let Some(table) = table {
+            // An id no live message of the segment has may have been freed (and reused) since:
+            // only live entries are ever read, so such a subject maps to none.
+            subjects = table.iter().map(|id| local.contains_key(id).then_some(*id)).collect();
+        }
+        let sealed_last_ts = match self.slots.get(drained.wrapping_sub(1)) {
+            Some(last) if drained < self.slots.len() => last.timestamp_ns,
+            _ => self.last_ts,
+        };
+        self.slots.drain(..drained);
         let segment =
             SealedSegment { first_seq, end_seq, live, live_count, live_bytes, lost_count, subjects, file, path };
         self.sealed.push(segment);
-        self.sealed.last_ts = self.last_ts;
+        self.sealed.last_ts = sealed_last_ts;
         self.sealed.drop_below(self.first_seq);
     }
 

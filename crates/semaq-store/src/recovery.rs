@@ -7,6 +7,7 @@
 use std::path::Path;
 
 use crate::checkpoint::{self, Restored};
+use crate::commit::SealWork;
 use crate::delete_log;
 use crate::error::{io_error, StoreError, StoreResult};
 use crate::index::IndexFile;
@@ -51,6 +52,9 @@ pub(crate) struct Recovered {
     /// The sequence the active segment's next record must carry for its records to stay
     /// contiguous; the persisted floor can move `ledger.next_seq()` past it.
     pub active_next_seq: u64,
+    /// A seal found unfinished (the newest sealed segment's index not valid): its segment is
+    /// loaded into slots, its index built in memory, for the next commit to write.
+    pub sealing: Option<SealWork>,
 }
 
 /// Opens (creating if needed) the stream in `dir`.
@@ -70,24 +74,30 @@ pub(crate) fn recover_locked(
     meta: MetaFile,
 ) -> Result<Recovered, (StoreError, MetaFile)> {
     match recover_files(storage, dir, limits, meta.floor_seq()) {
-        Ok((segments, ledger, report, active_next_seq)) => {
-            Ok(Recovered { segments, ledger, meta, report, active_next_seq })
+        Ok(Found { segments, ledger, report, active_next_seq, sealing }) => {
+            Ok(Recovered { segments, ledger, meta, report, active_next_seq, sealing })
         }
         Err(error) => Err((error, meta)),
     }
 }
 
+/// What recovery found in the segment files.
+struct Found {
+    segments: Vec<Segment>,
+    ledger: Ledger<u32>,
+    report: RecoveryReport,
+    active_next_seq: u64,
+    sealing: Option<SealWork>,
+}
+
 /// Recovery's work on everything but the meta file.
-fn recover_files(
-    storage: &dyn Storage,
-    dir: &Path,
-    limits: StoreLimits,
-    floor_seq: u64,
-) -> StoreResult<(Vec<Segment>, Ledger<u32>, RecoveryReport, u64)> {
+fn recover_files(storage: &dyn Storage, dir: &Path, limits: StoreLimits, floor_seq: u64) -> StoreResult<Found> {
+    sync_newest_sealed_log(storage, dir)?;
     segment::sync_dir(storage, dir)?;
     let mut report = RecoveryReport::default();
     let mut firsts = list_segments(storage, dir)?;
     report.segments_removed_count = remove_below_floor(storage, dir, &mut firsts, floor_seq)?;
+    undo_unfinished_roll(storage, dir, &mut firsts)?;
     let start_seq = firsts.first().copied().unwrap_or(floor_seq).max(1);
     if floor_seq > 0 && start_seq > floor_seq {
         // Front segments are removed only after the floor passed them.
@@ -106,6 +116,7 @@ fn recover_files(
             }
             None => (Ledger::new(start_seq, limits, SizeModel::File), Vec::with_capacity(firsts.len()), Vec::new()),
         };
+    let mut sealing = None;
     for (position, &first_seq) in firsts.iter().enumerate().skip(segments.len()) {
         let end_seq = firsts.get(position + 1).copied();
         if first_seq < ledger.next_seq() {
@@ -114,7 +125,11 @@ fn recover_files(
         }
         fill_gap(&mut ledger, first_seq, &mut report)?;
         let segment = match end_seq {
-            Some(end_seq) => load_sealed(storage, dir, (first_seq, end_seq), &mut ledger, &mut report)?,
+            Some(end_seq) => {
+                // Only the newest sealed segment can be in the middle of its seal.
+                let unfinished = (position + 2 == firsts.len()).then_some(&mut sealing);
+                load_sealed(storage, dir, (first_seq, end_seq), (&mut ledger, &mut report), unfinished)?
+            }
             None => load_active(storage, dir, first_seq, &mut ledger, &mut report)?,
         };
         segments.push(segment);
@@ -126,14 +141,33 @@ fn recover_files(
     ledger.settle_front();
     for (position, segment) in segments.iter().enumerate() {
         let applied_bytes = delete_offsets.get(position).copied().unwrap_or(0);
-        apply_deletes(storage, dir, (segment, applied_bytes), &mut ledger, &mut report)?;
+        apply_deletes(storage, dir, (segment, applied_bytes, active_next_seq), &mut ledger, &mut report)?;
     }
     // Deletions read back are already durable: nothing to write again.
     ledger.take_removed();
     ledger.remove_below(floor_seq);
     ledger.settle_front();
     report.segments_count = segments.len();
-    Ok((segments, ledger, report, active_next_seq))
+    Ok(Found { segments, ledger, report, active_next_seq, sealing })
+}
+
+/// Fsyncs the log before the newest (the newest sealed one) ahead of the directory's fsync: a
+/// seal completes in the commit after the roll that created the next log, so a process that
+/// crashed, or this store reloading, may have left its records in the page cache only, and the
+/// next log's directory entry must not become durable before them.
+fn sync_newest_sealed_log(storage: &dyn Storage, dir: &Path) -> StoreResult<()> {
+    let mut logs: Vec<u64> = storage
+        .list_dir(dir)
+        .map_err(io_error("list", dir))?
+        .iter()
+        .filter_map(|name| parse_segment_name(name, LOG_EXTENSION))
+        .collect();
+    logs.sort_unstable();
+    let Some(&first_seq) = logs.len().checked_sub(2).and_then(|position| logs.get(position)) else { return Ok(()) };
+    let path = segment_path(dir, first_seq, LOG_EXTENSION);
+    let log = storage.open(&path, OpenMode::ReadWrite, 0).map_err(io_error("open", &path))?;
+    // A full fsync: the seal's cut of the zeros written ahead changed the length.
+    log.sync_all().map_err(io_error("fsync", &path))
 }
 
 /// Accounts for sequences between the last one loaded and a segment starting at `first_seq`.
@@ -180,6 +214,33 @@ fn list_segments(storage: &dyn Storage, dir: &Path) -> StoreResult<Vec<u64>> {
     Ok(logs)
 }
 
+/// A roll whose seal never completed (the index of the segment before the newest is not
+/// valid) and whose new segment holds no record: the new segment goes, durably, and the full
+/// one is the active one again, scanned as such. Rebuilding its index instead would need disk
+/// space, which a store reloading after a full disk may not have.
+fn undo_unfinished_roll(storage: &dyn Storage, dir: &Path, firsts: &mut Vec<u64>) -> StoreResult<()> {
+    let [.., sealing, newest] = firsts[..] else { return Ok(()) };
+    let newest_path = segment_path(dir, newest, LOG_EXTENSION);
+    let newest_length = storage.file_length(&newest_path).map_err(io_error("stat", &newest_path))?;
+    if newest_length > sh::SIZE_BYTES as u64 {
+        return Ok(());
+    }
+    let log_path = segment_path(dir, sealing, LOG_EXTENSION);
+    let log_length = storage.file_length(&log_path).map_err(io_error("stat", &log_path))?;
+    let index_path = segment_path(dir, sealing, INDEX_EXTENSION);
+    let index = storage::read_if_present(storage, &index_path).map_err(io_error("read", &index_path))?;
+    if index.is_some_and(|bytes| IndexFile::parse(&bytes, sealing, log_length).is_ok()) {
+        return Ok(());
+    }
+    for extension in [LOG_EXTENSION, INDEX_EXTENSION, DELETE_EXTENSION] {
+        remove_if_present(storage, &segment_path(dir, newest, extension))?;
+    }
+    // Before the full segment takes appends again: the removed one must not come back.
+    segment::sync_dir(storage, dir)?;
+    firsts.pop();
+    Ok(())
+}
+
 /// Deletes segments that end below the floor (a purge or segment drop that crashed midway).
 fn remove_below_floor(storage: &dyn Storage, dir: &Path, firsts: &mut Vec<u64>, floor_seq: u64) -> StoreResult<usize> {
     // Segment i holds sequences below firsts[i + 1]; the last segment is always kept, since
@@ -195,13 +256,16 @@ fn remove_below_floor(storage: &dyn Storage, dir: &Path, firsts: &mut Vec<u64>, 
 }
 
 /// Loads a sealed segment holding `first_seq..end_seq`: from its index when that is valid,
-/// otherwise by scanning its log and writing a fresh index.
+/// otherwise by scanning its log and writing a fresh index. The newest sealed one (`unfinished`
+/// given) is a seal whose commit never completed: its slots stay and its index is built in
+/// memory for the next commit to write, so that neither open nor a reload after a full disk
+/// needs space for it.
 fn load_sealed(
     storage: &dyn Storage,
     dir: &Path,
     (first_seq, end_seq): (u64, u64),
-    ledger: &mut Ledger<u32>,
-    report: &mut RecoveryReport,
+    (ledger, report): (&mut Ledger<u32>, &mut RecoveryReport),
+    unfinished: Option<&mut Option<SealWork>>,
 ) -> StoreResult<Segment> {
     let mut segment = Segment::open(storage, dir, first_seq, true)?;
     let log_length = segment.len();
@@ -223,11 +287,18 @@ fn load_sealed(
         }
     }
     scan_into(storage, dir, &segment, ledger, report, Some(end_seq))?;
+    report.indexes_rebuilt_count += 1;
+    if let Some(sealing) = unfinished {
+        *sealing = Some(segment.seal_work(storage, dir, ledger, ledger.next_seq())?);
+        return Ok(segment);
+    }
+    // Written as a new file: a seal's commit still running (this store reloading after a full
+    // disk) writes the old one through its handle, and must not mix its bytes into this one.
+    remove_if_present(storage, &index_path)?;
     let rebuilt_bytes = segment::write_index(storage, &index_path, ledger, first_seq, ledger.next_seq(), log_length)?;
     let file = storage.open(&index_path, OpenMode::Read, 0).map_err(io_error("open", &index_path))?;
-    ledger.seal_tail(first_seq, file, index_path);
+    ledger.seal_tail((first_seq, ledger.next_seq()), None, (file, index_path));
     segment.set_index_bytes(rebuilt_bytes);
-    report.indexes_rebuilt_count += 1;
     Ok(segment)
 }
 
@@ -422,16 +493,26 @@ fn resync(bytes: &[u8], damage_start: usize, expected: u64) -> Option<(usize, u6
 fn apply_deletes(
     storage: &dyn Storage,
     dir: &Path,
-    (segment, applied_bytes): (&Segment, u64),
+    (segment, applied_bytes, end_seq): (&Segment, u64, u64),
     ledger: &mut Ledger<u32>,
     report: &mut RecoveryReport,
 ) -> StoreResult<()> {
     let path = segment.path(dir, DELETE_EXTENSION);
-    let Some(bytes) = storage::read_if_present(storage, &path).map_err(io_error("read", &path))? else {
+    let Some(mut bytes) = storage::read_if_present(storage, &path).map_err(io_error("read", &path))? else {
         return Ok(());
     };
     // The checkpoint's lengths are whole entries, checked against this file when it was taken up.
-    let unapplied = usize::try_from(applied_bytes).ok().and_then(|from| bytes.get(from..)).unwrap_or_default();
+    let applied = usize::try_from(applied_bytes).unwrap_or(usize::MAX).min(bytes.len());
+    if let Some(stale) = delete_log::first_at_or_past(&bytes[applied..], end_seq) {
+        // The deletion of a record the crash took: it was never synced (a delete syncs the log
+        // first), nor was anything written after it. Kept, it would delete the message that
+        // takes the same sequence next.
+        let whole = (applied + stale) as u64;
+        let file = storage.open(&path, OpenMode::ReadWrite, 0).map_err(io_error("open", &path))?;
+        file.set_len(whole).and_then(|()| file.sync_all()).map_err(io_error("truncate", &path))?;
+        bytes.truncate(applied + stale);
+    }
+    let unapplied = &bytes[applied..];
     let log = delete_log::decode(unapplied);
     for seq in log.seqs {
         ledger.remove(seq);

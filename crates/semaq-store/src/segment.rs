@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
-use crate::commit::{SyncMark, SyncTicket};
+use crate::commit::{SealWork, SyncMark, SyncTicket};
 use crate::delete_log;
 use crate::error::{fit, io_error, StoreResult};
 use crate::index;
@@ -73,6 +73,9 @@ pub(crate) struct Segment {
     delete_synced_writes: u64,
     /// The delete log was created and its directory entry is not yet durable.
     delete_dir_unsynced: bool,
+    /// The log was created at a roll and its directory entry is not yet durable.
+    log_dir_unsynced: bool,
+    /// No longer appended to: its index is written, or being written by a seal (`begin_seal`).
     sealed: bool,
 }
 
@@ -87,6 +90,20 @@ impl Segment {
         sync_dir(storage, dir)?;
         let length = header.len() as u64;
         Ok(Segment::from_parts(first_seq, log_path, Arc::from(log), length, false))
+    }
+
+    /// Creates the next active segment at a roll, without an fsync: its header and directory
+    /// entry become durable with the next commit, after the full segment's records and index
+    /// (recovery takes a missing or short newest log as a segment never created).
+    pub(crate) fn create_unsynced(storage: &dyn Storage, dir: &Path, first_seq: u64) -> StoreResult<Self> {
+        let log_path = segment_path(dir, first_seq, LOG_EXTENSION);
+        let log = storage.open(&log_path, OpenMode::Truncate, 0).map_err(io_error("create", &log_path))?;
+        let header = record::encode_segment_header(first_seq);
+        log.write_at(&header, 0).map_err(io_error("write", &log_path))?;
+        let mut segment = Segment::from_parts(first_seq, log_path, Arc::from(log), header.len() as u64, false);
+        segment.synced_bytes = 0;
+        segment.log_dir_unsynced = true;
+        Ok(segment)
     }
 
     /// Opens an existing segment whose log recovery has validated (and cut, if torn).
@@ -122,6 +139,7 @@ impl Segment {
             delete_writes: 0,
             delete_synced_writes: 0,
             delete_dir_unsynced: false,
+            log_dir_unsynced: false,
             sealed,
         }
     }
@@ -221,9 +239,10 @@ impl Segment {
             }
             self.delete_synced_writes = writes;
         }
-        if self.delete_dir_unsynced {
+        if self.delete_dir_unsynced || self.log_dir_unsynced {
             sync_dir(storage, dir)?;
             self.delete_dir_unsynced = false;
+            self.log_dir_unsynced = false;
         }
         Ok(())
     }
@@ -236,6 +255,7 @@ impl Segment {
             && self.delete_pending.is_empty()
             && self.delete_synced_writes >= self.delete_writes
             && !self.delete_dir_unsynced
+            && !self.log_dir_unsynced
     }
 
     /// Step 1 of a commit (`commit.rs`): hands appends and deletions to the OS and adds what
@@ -252,7 +272,7 @@ impl Segment {
         let delete_writes = self.write_deletes(storage, dir)?;
         let log_unsynced = self.synced_bytes < self.written_bytes;
         let deletes_unsynced = self.delete_synced_writes < delete_writes;
-        if !log_unsynced && !deletes_unsynced && !self.delete_dir_unsynced {
+        if !log_unsynced && !deletes_unsynced && !self.delete_dir_unsynced && !self.log_dir_unsynced {
             return Ok(());
         }
         // The zeros are written here, under the caller's lock, not in the ticket's run: a
@@ -265,7 +285,7 @@ impl Segment {
         if let Some(file) = self.delete_file.as_ref().filter(|_| deletes_unsynced) {
             ticket.file(file.clone(), self.path(dir, DELETE_EXTENSION));
         }
-        if self.delete_dir_unsynced {
+        if self.delete_dir_unsynced || self.log_dir_unsynced {
             ticket.dir(dir.to_path_buf());
         }
         ticket.marks.push(SyncMark {
@@ -273,6 +293,7 @@ impl Segment {
             log_bytes: self.written_bytes,
             delete_writes,
             delete_dir: self.delete_dir_unsynced,
+            log_dir: self.log_dir_unsynced,
         });
         Ok(())
     }
@@ -331,6 +352,16 @@ impl Segment {
         Ok(())
     }
 
+    /// The log's handle (identifies the segment in a seal's work).
+    pub(crate) fn log(&self) -> &Arc<dyn StorageFile> {
+        &self.log
+    }
+
+    /// Records that a seal's ticket fsynced the whole log.
+    pub(crate) fn mark_log_synced(&mut self) {
+        self.synced_bytes = self.written_bytes;
+    }
+
     /// Whether `mark` (from a ticket) is about this segment.
     pub(crate) fn owns(&self, mark: &SyncMark) -> bool {
         std::ptr::addr_eq(Arc::as_ptr(&self.log), Arc::as_ptr(&mark.log))
@@ -342,6 +373,9 @@ impl Segment {
         self.delete_synced_writes = self.delete_synced_writes.max(mark.delete_writes);
         if mark.delete_dir {
             self.delete_dir_unsynced = false;
+        }
+        if mark.log_dir {
+            self.log_dir_unsynced = false;
         }
     }
 
@@ -370,27 +404,50 @@ impl Segment {
         Ok(self.delete_writes)
     }
 
-    /// Seals the segment (its records end before `end_seq`): log fsynced, then the index
-    /// written from the ledger and fsynced. Returns after both.
-    pub(crate) fn seal(
+    /// Begins the seal of this full segment (its records end before `end_seq`), under the
+    /// store's lock and without an fsync: buffered appends handed to the OS, the zeros written
+    /// ahead cut off (a sealed log ends at its last record), no more appends, the index built
+    /// in memory from the ledger and its file created empty. The next commit's ticket writes
+    /// and fsyncs it after the log (`commit.rs`).
+    pub(crate) fn begin_seal(
         &mut self,
         storage: &dyn Storage,
         dir: &Path,
         ledger: &Ledger<u32>,
         end_seq: u64,
-    ) -> StoreResult<()> {
+    ) -> StoreResult<SealWork> {
         self.flush()?;
-        if self.allocated_bytes > self.written_bytes {
-            // A sealed log ends at its last record: the zeros written ahead go, durably.
-            self.trim_allocation()?;
-            self.log.sync_all().map_err(io_error("fsync", &self.log_path))?;
-        }
-        self.sync(storage, dir)?;
-        let path = self.path(dir, INDEX_EXTENSION);
-        self.index_bytes = write_index(storage, &path, ledger, self.first_seq, end_seq, self.len())?;
+        self.trim_allocation()?;
+        self.seal_work(storage, dir, ledger, end_seq)
+    }
+
+    /// The rest of [`Segment::begin_seal`], also for a seal recovery found unfinished (the
+    /// records handed to the OS, the zeros cut): the index built, its file created anew (a
+    /// ticket of a store reloading may still write the old one through its handle).
+    pub(crate) fn seal_work(
+        &mut self,
+        storage: &dyn Storage,
+        dir: &Path,
+        ledger: &Ledger<u32>,
+        end_seq: u64,
+    ) -> StoreResult<SealWork> {
+        let index_path = self.path(dir, INDEX_EXTENSION);
+        let bytes = index_bytes(ledger, self.first_seq, end_seq, self.len(), &index_path)?;
+        remove_if_present(storage, &index_path)?;
+        let index = storage.open(&index_path, OpenMode::Truncate, 0).map_err(io_error("create", &index_path))?;
+        self.index_bytes = bytes.len() as u64;
         self.sealed = true;
         self.pending = Vec::new();
-        Ok(())
+        Ok(SealWork {
+            first_seq: self.first_seq,
+            end_seq,
+            log: self.log.clone(),
+            log_path: self.log_path.clone(),
+            index: Arc::from(index),
+            index_path,
+            bytes: Arc::from(bytes),
+            subjects: Arc::from(ledger.index_subjects(self.first_seq, end_seq)),
+        })
     }
 
     /// Cuts whatever a failed write left past the bytes handed to the OS before it (a partial
@@ -439,6 +496,22 @@ pub(crate) fn write_index(
     file.write_at(&header, 0).map_err(io_error("write", path))?;
     file.sync_all().map_err(io_error("fsync", path))?;
     Ok(length)
+}
+
+/// The index of `first_seq..end_seq` from the ledger, whole, its real header at the front.
+fn index_bytes(
+    ledger: &Ledger<u32>,
+    first_seq: u64,
+    end_seq: u64,
+    log_length: u64,
+    path: &Path,
+) -> StoreResult<Vec<u8>> {
+    let index::Finished { sink: mut bytes, header, .. } =
+        index::build(ledger, first_seq, end_seq, log_length, Vec::new(), path)?;
+    let front =
+        bytes.get_mut(..header.len()).ok_or_else(|| io_error("write", path)(io::ErrorKind::UnexpectedEof.into()))?;
+    front.copy_from_slice(&header);
+    Ok(bytes)
 }
 
 /// Sequential writes into a storage file (for a `BufWriter`).
