@@ -7,7 +7,7 @@
 //!    entries changed, the floor to persist once the records it was computed from are down);
 //!    zeros written ahead of the appends (preallocation) are written here too.
 //! 2. [`SyncTicket::run`], without the lock: the fsyncs, in that order. A ticket taken after
-//!    the active segment filled also completes its seal ([`SealWork`]): the full log's fsync
+//!    the active segment filled also completes its seal (`SealWork`): the full log's fsync
 //!    first, then the write and fsync of its index from bytes built at the roll, then the
 //!    directory entry of the next segment, so the index is never durable before its records
 //!    and the next segment never before the full one.
