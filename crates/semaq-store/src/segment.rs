@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
-use crate::commit::{SealWork, SyncMark, SyncTicket};
+use crate::commit::{IndexBytes, SealWork, SyncMark, SyncTicket};
 use crate::delete_log;
 use crate::error::{fit, io_error, StoreResult};
 use crate::index;
@@ -445,7 +445,7 @@ impl Segment {
             log_path: self.log_path.clone(),
             index: Arc::from(index),
             index_path,
-            bytes: Arc::from(bytes),
+            bytes: Arc::new(bytes),
             subjects: Arc::from(ledger.index_subjects(self.first_seq, end_seq)),
         })
     }
@@ -505,13 +505,11 @@ fn index_bytes(
     end_seq: u64,
     log_length: u64,
     path: &Path,
-) -> StoreResult<Vec<u8>> {
+) -> StoreResult<IndexBytes> {
     let index::Finished { sink: mut bytes, header, .. } =
-        index::build(ledger, first_seq, end_seq, log_length, Vec::new(), path)?;
-    let front =
-        bytes.get_mut(..header.len()).ok_or_else(|| io_error("write", path)(io::ErrorKind::UnexpectedEof.into()))?;
-    front.copy_from_slice(&header);
-    Ok(bytes)
+        index::build(ledger, first_seq, end_seq, log_length, IndexBytes::default(), path)?;
+    bytes.set_header(&header).map_err(io_error("write", path))?;
+    Ok(bytes.finish())
 }
 
 /// Sequential writes into a storage file (for a `BufWriter`).
