@@ -62,6 +62,9 @@ async fn serve(options: Options) -> anyhow::Result<()> {
         tracing::info!("    Store Directory: \"{}\"", options.store_dir.display());
     }
     let ports_file_dir = options.ports_file_dir.clone();
+    // Installed before the server can be seen ready: a SIGTERM sent the moment it is would
+    // otherwise find the default action (death by the signal) while a task had not yet run.
+    let signals = Signals::install();
     let server = Server::bind(options).await?;
     if let Some(addr) = server.http_addr() {
         tracing::info!("Starting http monitor on {addr}");
@@ -82,7 +85,7 @@ async fn serve(options: Options) -> anyhow::Result<()> {
     }
     tracing::info!("Server is ready");
     let (sender, control) = tokio::sync::mpsc::channel(limits::SIGNALS_QUEUED_MAX);
-    tokio::spawn(forward_signals(sender));
+    tokio::spawn(forward_signals(signals, sender));
     server.run_controlled(control).await;
     Ok(())
 }
@@ -94,15 +97,25 @@ fn program_name() -> String {
         .unwrap_or_else(|| "semaq-server".to_string())
 }
 
+/// The handlers of SIGTERM, SIGINT and SIGUSR2, or none when they could not be installed.
+struct Signals(Option<[tokio::signal::unix::Signal; 3]>);
+
+impl Signals {
+    fn install() -> Self {
+        use tokio::signal::unix::{signal, SignalKind};
+        match (signal(SignalKind::terminate()), signal(SignalKind::interrupt()), signal(SignalKind::user_defined2())) {
+            (Ok(terminate), Ok(interrupt), Ok(lame_duck)) => Signals(Some([terminate, interrupt, lame_duck])),
+            _ => {
+                tracing::error!("cannot install signal handlers; stop the server with SIGKILL");
+                Signals(None)
+            }
+        }
+    }
+}
+
 /// Forwards SIGINT, SIGTERM and SIGUSR2 to the server, logging each as nats-server does.
-async fn forward_signals(sender: tokio::sync::mpsc::Sender<Control>) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut terminate), Ok(mut interrupt), Ok(mut lame_duck)) =
-        (signal(SignalKind::terminate()), signal(SignalKind::interrupt()), signal(SignalKind::user_defined2()))
-    else {
-        tracing::error!("cannot install signal handlers; stop the server with SIGKILL");
-        return;
-    };
+async fn forward_signals(signals: Signals, sender: tokio::sync::mpsc::Sender<Control>) {
+    let Some([mut terminate, mut interrupt, mut lame_duck]) = signals.0 else { return };
     loop {
         let control = tokio::select! {
             _ = terminate.recv() => ("terminated", Control::Terminate),
