@@ -40,6 +40,15 @@ pub trait InternalSink: Send + Sync + std::fmt::Debug {
     }
 }
 
+/// [`InternalSink::receive`] for a sink whose work is in `receive_batched`: one message, its
+/// clients' writers woken at once.
+pub fn receive_unbatched(sink: &dyn InternalSink, message: &Message<'_>) -> bool {
+    let mut flush = FlushSet::default();
+    let taken = sink.receive_batched(message, &mut flush);
+    flush.flush();
+    taken
+}
+
 /// One `SUB` (or an internal subscription): where matching messages go, and its
 /// auto-unsubscribe budget.
 #[derive(Debug)]

@@ -102,10 +102,7 @@ struct AgentSink {
 
 impl InternalSink for AgentSink {
     fn receive(&self, message: &Message<'_>) -> bool {
-        let mut flush = FlushSet::default();
-        let taken = self.receive_batched(message, &mut flush);
-        flush.flush();
-        taken
+        crate::delivery::receive_unbatched(self, message)
     }
 
     fn receive_batched(&self, message: &Message<'_>, flush: &mut FlushSet) -> bool {

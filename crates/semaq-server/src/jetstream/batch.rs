@@ -25,7 +25,6 @@
 //! On streams of level 3 and above `allow_atomic` is always on (`StreamConfig::apply_exactly_once`).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -34,6 +33,7 @@ use semaq_wire::{clock, Headers};
 
 use super::config::{Discard, StreamConfig};
 use super::errors::ApiError;
+use super::failpoint::{self, Failpoint, FAILPOINT_ENV};
 use super::producers;
 use super::stream::{header as js_header, store_error, Inbound, Ingest, PendingAck, Stream};
 use crate::delivery::{FlushSet, Message};
@@ -43,13 +43,6 @@ use crate::limits;
 pub mod header {
     pub use semaq_wire::headers::names::{BATCH_COMMIT, BATCH_ID, BATCH_SEQUENCE};
 }
-
-/// Environment variable naming a test-only failure point: `batch-append:<n>` makes the server
-/// exit at once after appending the n-th message of a committed batch (after handing the
-/// appended records to the OS, without syncing), as a crash between two appends would;
-/// `batch-store-error:<n>` makes the store refuse the n-th message of every committed batch, as
-/// a full or failing disk would.
-pub const FAILPOINT_ENV: &str = "SEMAQ_FAILPOINT";
 
 /// The subject prefix of the advisory announcing an abandoned batch (nats-server's); the
 /// stream's name follows.
@@ -553,32 +546,9 @@ fn append_all(stream: &Stream, ingest: &mut Ingest<'_, '_>, messages: Vec<Inboun
     Err(error)
 }
 
-/// A test-only failure point ([`FAILPOINT_ENV`]), read once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Failpoint {
-    /// `batch-append:<n>`.
-    ExitAfterAppend(usize),
-    /// `batch-store-error:<n>`.
-    StoreError(usize),
-}
-
-fn failpoint() -> Option<Failpoint> {
-    static POINT: OnceLock<Option<Failpoint>> = OnceLock::new();
-    *POINT.get_or_init(|| {
-        let text = std::env::var(FAILPOINT_ENV).ok()?;
-        let (name, n) = text.split_once(':')?;
-        let n = n.trim().parse().ok()?;
-        match name {
-            "batch-append" => Some(Failpoint::ExitAfterAppend(n)),
-            "batch-store-error" => Some(Failpoint::StoreError(n)),
-            _ => None,
-        }
-    })
-}
-
 /// The test-only store refusal of a batch's `nth` message.
 fn failpoint_before_append(nth: usize) -> Result<(), ApiError> {
-    if failpoint() == Some(Failpoint::StoreError(nth)) {
+    if failpoint::get() == Some(&Failpoint::StoreError(nth)) {
         return Err(ApiError::storage(format!("{FAILPOINT_ENV}: the store refuses message {nth} of the batch")));
     }
     Ok(())
@@ -586,7 +556,7 @@ fn failpoint_before_append(nth: usize) -> Result<(), ApiError> {
 
 /// The test-only crash after a batch's `appended`-th append.
 fn failpoint_after_append(store: &mut dyn StreamStore, appended: usize) {
-    if failpoint() == Some(Failpoint::ExitAfterAppend(appended)) {
+    if failpoint::get() == Some(&Failpoint::ExitAfterAppend(appended)) {
         let _ = store.flush();
         tracing::warn!("{FAILPOINT_ENV}: exiting after appending message {appended} of a batch");
         std::process::exit(86);

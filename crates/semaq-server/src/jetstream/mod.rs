@@ -30,6 +30,7 @@ pub mod counters;
 pub mod cron;
 pub mod direct;
 pub mod errors;
+pub mod failpoint;
 pub mod intents;
 pub mod kv;
 pub mod lineage;
@@ -498,18 +499,13 @@ fn check_update(old: &StreamConfig, new: &StreamConfig) -> Result<(), ApiError> 
     kv::check_update(old, new)
 }
 
-/// The disk file streams' stores run on: the real one, or with the test-only
-/// `disk-faults:<control file>` failpoint ([`batch::FAILPOINT_ENV`]) the real one with fsync
-/// and write faults switched by that file (`semaq_store::storage::faults`).
+/// The disk file streams' stores run on: the real one, or with the `disk-faults` failure
+/// point the real one with fsync and write faults switched by its control file.
 fn stream_storage() -> semaq_store::SharedStorage {
-    static STORAGE: std::sync::OnceLock<semaq_store::SharedStorage> = std::sync::OnceLock::new();
-    STORAGE
-        .get_or_init(|| {
-            let text = std::env::var(batch::FAILPOINT_ENV).unwrap_or_default();
-            match text.strip_prefix("disk-faults:") {
-                Some(control) => semaq_store::storage::faults::FaultSwitch::shared(PathBuf::from(control.trim())),
-                None => semaq_store::StdDisk::shared(),
-            }
-        })
-        .clone()
+    match failpoint::get() {
+        Some(failpoint::Failpoint::DiskFaults(control)) => {
+            semaq_store::storage::faults::FaultSwitch::shared(control.clone())
+        }
+        _ => semaq_store::StdDisk::shared(),
+    }
 }

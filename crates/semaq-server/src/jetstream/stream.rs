@@ -918,7 +918,7 @@ impl Stream {
             return (store.sync_finish(ticket.run()), store);
         }
         drop(store);
-        failpoint_sync_delay();
+        super::failpoint::sync_delay();
         let synced = ticket.run();
         latency.observe(started.elapsed());
         let mut store = self.store();
@@ -1102,20 +1102,6 @@ impl Stream {
 
 /// The stream's store, locked.
 type StoreGuard<'s> = std::sync::MutexGuard<'s, Box<dyn StreamStore>>;
-
-/// The test-only `sync-delay-ms:<n>` failpoint ([`batch::FAILPOINT_ENV`]): a slow disk, each
-/// commit's fsyncs started `n` ms late (with the store's lock free, as for a real slow fsync).
-fn failpoint_sync_delay() {
-    static DELAY: std::sync::OnceLock<Option<Duration>> = std::sync::OnceLock::new();
-    let delay = DELAY.get_or_init(|| {
-        let text = std::env::var(batch::FAILPOINT_ENV).ok()?;
-        let milliseconds = text.strip_prefix("sync-delay-ms:")?.trim().parse().ok()?;
-        Some(Duration::from_millis(milliseconds))
-    });
-    if let Some(delay) = delay {
-        std::thread::sleep(*delay);
-    }
-}
 
 /// Copies a message's header block and payload out of the connection's buffer in one
 /// allocation (two views of it), rather than one per part.

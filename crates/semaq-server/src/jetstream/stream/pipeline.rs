@@ -19,7 +19,7 @@ use std::time::Instant;
 use semaq_store::{StoreError, Synced};
 use tokio::task::JoinHandle;
 
-use super::{failpoint_sync_delay, store_error, Dedup, Inbound, PendingAck, Stream};
+use super::{store_error, Dedup, Inbound, PendingAck, Stream};
 use crate::limits;
 use crate::sync::lock;
 
@@ -95,7 +95,7 @@ impl Stream {
             Ok(ticket) => {
                 let task = tokio::task::spawn_blocking(move || {
                     if !ticket.is_empty() {
-                        failpoint_sync_delay();
+                        crate::jetstream::failpoint::sync_delay();
                     }
                     ticket.run()
                 });
