@@ -69,7 +69,12 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    if let Command::Bench(args) = &mut cli.command {
+        if let Err(error) = bench::before_runtime(args, cli.global.server.is_some()) {
+            return fail(&error);
+        }
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => return fail(&anyhow::Error::new(error).context("cannot start the async runtime")),

@@ -10,7 +10,7 @@
 //! Lock order: the table, then a shard or the queue; a shard and the queue are never held
 //! together, and nothing takes the table while holding either.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -75,7 +75,7 @@ pub struct InFlight {
 impl Default for InFlight {
     fn default() -> Self {
         Self {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::default())).collect(),
             learned: Mutex::new(Vec::new()),
             waiting: AtomicUsize::new(0),
         }

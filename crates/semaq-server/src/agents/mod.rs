@@ -26,7 +26,7 @@ mod table;
 mod waiting;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Instant;
 
@@ -81,6 +81,8 @@ pub struct Agents {
     service_reply: String,
     /// Durable intents' dispatchers, by intent. Taken alone; read on every route and reply.
     durables: RwLock<HashMap<String, Arc<Dispatcher>>>,
+    /// Whether `durables` has any: most servers have none, and every route and reply asks.
+    any_durable: AtomicBool,
 }
 
 /// Which of the agent network's subjects a subscription serves.
@@ -130,6 +132,7 @@ pub fn start(bus: &Arc<Bus>, options: &AgentOptions) -> Result<Arc<Agents>, Rout
         counters: Counters::default(),
         service_reply: format!("$SEMAQ.SRV.INFO.{}", random_nonce()),
         durables: RwLock::new(HashMap::new()),
+        any_durable: AtomicBool::new(false),
     });
     let subjects = [
         (HEARTBEAT_SUBJECT, Role::Heartbeat),
@@ -215,10 +218,14 @@ impl Agents {
                 durables.insert(intent, dispatcher);
             }
         }
+        self.any_durable.store(!durables.is_empty(), Ordering::Release);
     }
 
     /// The durable intent's dispatcher, if `name` is one.
     fn durable(&self, name: &str) -> Option<Arc<Dispatcher>> {
+        if !self.any_durable.load(Ordering::Acquire) {
+            return None;
+        }
         read(&self.durables).get(name).cloned()
     }
 

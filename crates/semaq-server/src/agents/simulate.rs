@@ -60,8 +60,8 @@ fn run(trouble: Trouble, end_us: u64) -> Vec<f64> {
             synapses[agent].observe(outcome, now, reference);
         }
         let open: Vec<usize> = (0..AGENTS).filter(|&a| in_flight[a] < CAPACITY).collect();
-        let costs: Vec<f64> = open.iter().map(|&a| synapses[a].cost(in_flight[a], now)).collect();
-        let Some(pick) = pick_of_two(&costs, |n| draw.below(n)) else { continue };
+        let cost = |k: usize| synapses[open[k]].cost(in_flight[open[k]], now);
+        let Some(pick) = pick_of_two(open.len(), cost, |n| draw.below(n)) else { continue };
         let chosen = open[pick];
         in_flight[chosen] += 1;
         served += 1;

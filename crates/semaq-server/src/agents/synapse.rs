@@ -86,6 +86,9 @@ impl Default for Synapse {
 }
 
 fn decayed(value: f64, since_us: u64, now_us: u64, time_constant_us: f64) -> f64 {
+    if value == 0.0 || now_us <= since_us {
+        return value;
+    }
     let elapsed = now_us.saturating_sub(since_us) as f64;
     value * (-elapsed / time_constant_us).exp()
 }
@@ -159,17 +162,18 @@ impl Synapse {
 /// look alike share evenly instead of the pair swinging with every jitter of their latency.
 pub const NEAR_EQUAL_COST_RATIO: f64 = 1.1;
 
-/// Power of two choices: of two distinct candidates drawn at random (`draw(n)` returns an
-/// index below `n`), the one with the lower cost, or the first drawn when their costs are
-/// within [`NEAR_EQUAL_COST_RATIO`]; the only one when there is one.
-pub fn pick_of_two(costs: &[f64], mut draw: impl FnMut(usize) -> usize) -> Option<usize> {
-    match costs.len() {
+/// Power of two choices among `n` candidates: of two distinct ones drawn at random (`draw(n)`
+/// returns an index below `n`), the one with the lower `cost`, or the first drawn when their
+/// costs are within [`NEAR_EQUAL_COST_RATIO`]; the only one when there is one. Only the two
+/// drawn are costed, so a decision costs the same with 4 agents or 400.
+pub fn pick_of_two(n: usize, cost: impl Fn(usize) -> f64, mut draw: impl FnMut(usize) -> usize) -> Option<usize> {
+    match n {
         0 => None,
         1 => Some(0),
         n => {
             let first = draw(n);
             let second = (first + 1 + draw(n - 1)) % n;
-            Some(if costs[second] * NEAR_EQUAL_COST_RATIO < costs[first] { second } else { first })
+            Some(if cost(second) * NEAR_EQUAL_COST_RATIO < cost(first) { second } else { first })
         }
     }
 }
@@ -180,6 +184,21 @@ mod tests {
 
     const MS: u64 = 1_000;
     const S: u64 = 1_000_000;
+
+    fn pick(costs: &[f64], draw: impl FnMut(usize) -> usize) -> Option<usize> {
+        pick_of_two(costs.len(), |i| costs[i], draw)
+    }
+
+    #[test]
+    fn only_the_two_drawn_candidates_are_costed() {
+        let costed = std::cell::RefCell::new(Vec::new());
+        let cost = |i: usize| {
+            costed.borrow_mut().push(i);
+            i as f64
+        };
+        assert_eq!(pick_of_two(400, cost, |_| 7), Some(7));
+        assert_eq!(*costed.borrow(), vec![15, 7], "the second draw (7 + 1 + 7), then the first");
+    }
 
     fn success(latency_us: u64) -> Outcome {
         Outcome::Success { latency_us, tokens_out: None }
@@ -281,25 +300,25 @@ mod tests {
 
     #[test]
     fn pick_of_two_takes_the_cheaper_of_two_distinct_draws() {
-        assert_eq!(pick_of_two(&[], |_| 0), None);
-        assert_eq!(pick_of_two(&[5.0], |_| 0), Some(0));
+        assert_eq!(pick(&[], |_| 0), None);
+        assert_eq!(pick(&[5.0], |_| 0), Some(0));
         // Draws 0 then 0: the second index is (0 + 1 + 0) % 3 = 1, never the first again.
-        assert_eq!(pick_of_two(&[5.0, 1.0, 9.0], |_| 0), Some(1));
-        assert_eq!(pick_of_two(&[1.0, 5.0, 9.0], |_| 0), Some(0));
+        assert_eq!(pick(&[5.0, 1.0, 9.0], |_| 0), Some(1));
+        assert_eq!(pick(&[1.0, 5.0, 9.0], |_| 0), Some(0));
         let mut draws = [2, 0].into_iter();
-        assert_eq!(pick_of_two(&[1.0, 5.0, 9.0], |_| draws.next().unwrap_or(0)), Some(0), "2 and 0: 0 is cheaper");
+        assert_eq!(pick(&[1.0, 5.0, 9.0], |_| draws.next().unwrap_or(0)), Some(0), "2 and 0: 0 is cheaper");
     }
 
     #[test]
     fn near_equal_costs_go_to_the_first_draw_so_look_alikes_share_evenly() {
-        assert_eq!(pick_of_two(&[1.05, 1.0], |_| 0), Some(0), "within 10%: the first draw");
-        assert_eq!(pick_of_two(&[1.2, 1.0], |_| 0), Some(1), "past 10%: the cheaper");
+        assert_eq!(pick(&[1.05, 1.0], |_| 0), Some(0), "within 10%: the first draw");
+        assert_eq!(pick(&[1.2, 1.0], |_| 0), Some(1), "past 10%: the cheaper");
         let mut seed = 7u64;
         let mut draw = |n: usize| {
             seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             (seed >> 33) as usize % n
         };
-        let firsts = (0..1000).filter(|_| pick_of_two(&[1.0, 1.04], &mut draw) == Some(0)).count();
+        let firsts = (0..1000).filter(|_| pick(&[1.0, 1.04], &mut draw) == Some(0)).count();
         assert!((400..=600).contains(&firsts), "an even split, not all to the cheaper: {firsts}");
     }
 }

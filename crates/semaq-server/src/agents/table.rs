@@ -4,6 +4,8 @@
 //! [`InFlight`], which replies reach without this lock.
 
 use std::collections::HashMap;
+
+use foldhash::HashMap as FastMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -156,13 +158,13 @@ pub struct Swept {
 /// All agents and intents.
 #[derive(Debug, Default)]
 pub struct Table {
-    agents: HashMap<Arc<str>, Agent>,
-    intents: HashMap<Arc<str>, Intent>,
+    agents: FastMap<Arc<str>, Agent>,
+    intents: FastMap<Arc<str>, Intent>,
     /// Requests in flight, shared with the reply path, which takes no table lock.
     in_flight: Arc<InFlight>,
     /// Lessons taken from `in_flight`'s queue, kept for the buffer's capacity.
     lessons: Vec<Learned>,
-    sessions: HashMap<Box<str>, (Arc<str>, u64)>,
+    sessions: FastMap<Box<str>, (Arc<str>, u64)>,
     waiting_bytes: usize,
     /// Requests waiting for capacity, over every intent.
     waiting_count: usize,
@@ -175,10 +177,8 @@ pub struct Table {
 struct Scratch {
     /// Indexes of the intent's live members.
     live: Vec<usize>,
-    /// (member index, cost) of those with room.
-    open: Vec<(usize, f64)>,
-    /// The costs alone, as `pick_of_two` takes them.
-    costs: Vec<f64>,
+    /// Member indexes of those with room.
+    open: Vec<usize>,
 }
 
 impl Table {
@@ -337,10 +337,7 @@ impl Table {
             Some(session) => choose_by_session(intent, agents, live, session, request.is_some()),
             None => None,
         }
-        .or_else(|| {
-            let (open, costs) = (&mut scratch.open, &mut scratch.costs);
-            choose_by_cost(intent, agents, (live, open, costs), request.is_some(), now_us, draw)
-        });
+        .or_else(|| choose_by_cost(intent, agents, (live, &mut scratch.open), request.is_some(), now_us, draw));
         let Some(index) = chosen else { return Decision::Wait };
         let member = &mut intent.members[index];
         member.tally.routed += 1;
@@ -465,7 +462,11 @@ impl Table {
         let Some(agent) = self.agents.get_mut(&pending.agent_id) else { return Vec::new() };
         agent.in_flight = agent.in_flight.saturating_sub(1);
         if let (Some(outcome), Some(intent)) = (outcome, self.intents.get_mut(&*pending.intent)) {
-            let reference = intent.members.iter().map(|m| m.synapse.latency_us(now_us)).fold(0.0, f64::max);
+            // Only a failure's penalty is scaled by the slowest peer.
+            let reference = match outcome {
+                Outcome::Success { .. } => 0.0,
+                _ => intent.members.iter().map(|m| m.synapse.latency_us(now_us)).fold(0.0, f64::max),
+            };
             if let Some(member) = intent.members.iter_mut().find(|m| m.agent_id == pending.agent_id) {
                 member.synapse.observe(outcome, now_us, reference);
                 let tally = &mut member.tally;
@@ -587,7 +588,7 @@ fn round3(value: f64) -> f64 {
 
 fn choose_by_session(
     intent: &Intent,
-    agents: &HashMap<Arc<str>, Agent>,
+    agents: &FastMap<Arc<str>, Agent>,
     live: &[usize],
     session: &str,
     request: bool,
@@ -610,20 +611,23 @@ fn choose_by_session(
 
 fn choose_by_cost(
     intent: &Intent,
-    agents: &HashMap<Arc<str>, Agent>,
-    (live, open, costs): (&[usize], &mut Vec<(usize, f64)>, &mut Vec<f64>),
+    agents: &FastMap<Arc<str>, Agent>,
+    (live, open): (&[usize], &mut Vec<usize>),
     request: bool,
     now_us: u64,
     draw: impl FnMut(usize) -> usize,
 ) -> Option<usize> {
+    let in_flight = |i: usize| agents.get(&intent.members[i].agent_id).map(|agent| (agent.in_flight, agent));
     open.clear();
-    open.extend(live.iter().filter_map(|&i| {
-        let member = &intent.members[i];
-        let agent = agents.get(&member.agent_id)?;
-        let free = !request || agent.in_flight < agent.announcement.capacity;
-        free.then(|| (i, member.synapse.cost(agent.in_flight, now_us)))
-    }));
-    costs.clear();
-    costs.extend(open.iter().map(|(_, cost)| *cost));
-    pick_of_two(costs, draw).map(|k| open[k].0)
+    open.extend(
+        live.iter()
+            .copied()
+            .filter(|&i| in_flight(i).is_some_and(|(count, agent)| !request || count < agent.announcement.capacity)),
+    );
+    let cost = |k: usize| {
+        let i = open[k];
+        let count = in_flight(i).map_or(0, |(count, _)| count);
+        intent.members[i].synapse.cost(count, now_us)
+    };
+    pick_of_two(open.len(), cost, draw).map(|k| open[k])
 }

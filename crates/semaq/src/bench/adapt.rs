@@ -122,7 +122,7 @@ struct Curve {
 
 /// Runs both phases, prints the curves and verdicts, saves the plot.
 pub async fn run(target: &Target, args: AdaptArgs) -> Result<()> {
-    let server = BenchServer::named_or_started(target, args.semaq_server.clone())?;
+    let server = BenchServer::named_or_started(target, args.semaq_server.clone(), None)?;
     let modes: Arc<[AtomicU8; AGENTS]> = Arc::new(std::array::from_fn(|_| AtomicU8::new(HEALTHY)));
     let mut agents = Vec::new();
     for index in 0..AGENTS {

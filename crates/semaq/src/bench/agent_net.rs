@@ -10,6 +10,7 @@ use anyhow::{bail, Context, Result};
 use semaq_agent::{Agent, HandlerError, Reply, Request};
 use serde_json::Value;
 
+use super::cpus::CpuSplit;
 use super::server::{ServerProcess, ServerSpec};
 use crate::connect::Target;
 
@@ -29,8 +30,8 @@ pub struct BenchServer {
 
 impl BenchServer {
     /// The server `target` names (`--server`), or a fresh semaq-server (`program`, else the one
-    /// next to this executable) on free loopback ports.
-    pub fn named_or_started(target: &Target, program: Option<PathBuf>) -> Result<BenchServer> {
+    /// next to this executable) on free loopback ports, on the server's half of `cpus` if given.
+    pub fn named_or_started(target: &Target, program: Option<PathBuf>, cpus: Option<&CpuSplit>) -> Result<BenchServer> {
         if target.named {
             return Ok(BenchServer { target: target.clone(), _process: None });
         }
@@ -40,7 +41,11 @@ impl BenchServer {
         };
         let dir =
             tempfile::Builder::new().prefix("semaq-bench-agents-").tempdir().context("cannot create a work dir")?;
-        let process = ServerSpec::new("semaq", program).start(dir.path())?;
+        let spec = ServerSpec::new("semaq", program);
+        let process = match cpus {
+            Some(cpus) => cpus.on_server_cpus(|| spec.start(dir.path())).context("cannot pin the server")??,
+            None => spec.start(dir.path())?,
+        };
         let target = Target::plain(process.url.clone(), LOCAL_TIMEOUT);
         Ok(BenchServer { target, _process: Some((process, dir)) })
     }

@@ -6,7 +6,9 @@
 //! also carry `Semaq-Agent`, as every SDK reply does; `--plain-agents` makes them plain
 //! async-nats clients echoing inline, to tell the broker's cost from the SDK's). `--concurrency` requesters (over four
 //! connections) keep one request in flight each for `--duration`; rounds alternate which side
-//! goes first, and the ratios are medians of the per-round ratios, as in `bench compare`.
+//! goes first, and the ratios are medians of the per-round ratios, as in `bench compare`. A
+//! server the bench starts runs on half the CPUs and the clients on the other half
+//! (`bench/cpus.rs` says why; `--shared-cpus` turns it off).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -20,6 +22,7 @@ use semaq_agent::{Agent, Reply, Request, HEARTBEAT_SUBJECT};
 use serde_json::json;
 
 use super::agent_net::{start_agent, stop_agents, BenchServer};
+use super::cpus::CpuSplit;
 use super::server::{cpu_per_message, cpu_seconds};
 use super::stats::{format_count, format_latency_ns, latency_histogram, median, median_ratio, record_latency};
 use crate::connect::Target;
@@ -61,6 +64,29 @@ pub struct IntentRrArgs {
     /// semaq-server executable, when no --server is given [default: semaq-server next to this program]
     #[arg(long, value_name = "PATH")]
     semaq_server: Option<PathBuf>,
+    /// Run the server this bench starts on the same CPUs as the clients. By default, with two
+    /// CPUs or more, the server gets the first half and the clients the rest, so that neither
+    /// preempts the other and the tail measures the broker, not the scheduler
+    #[arg(long)]
+    shared_cpus: bool,
+    /// The CPU split in force, set before the async runtime starts.
+    #[arg(skip)]
+    cpus: Option<CpuSplit>,
+}
+
+impl IntentRrArgs {
+    /// Moves this process to the clients' CPUs, unless the server is named (`--server`) or
+    /// `--shared-cpus` is given; must run before the async runtime starts.
+    pub fn split_cpus(&mut self, server_named: bool) -> Result<()> {
+        if server_named || self.shared_cpus {
+            return Ok(());
+        }
+        self.cpus = CpuSplit::of_this_thread();
+        if let Some(cpus) = &self.cpus {
+            cpus.pin_clients().context("cannot move the clients to their CPUs")?;
+        }
+        Ok(())
+    }
 }
 
 /// Which path a request takes.
@@ -114,19 +140,20 @@ impl Setup {
 
 /// Runs the benchmark and prints its table.
 pub async fn run(target: &Target, args: IntentRrArgs) -> Result<()> {
-    let server = BenchServer::named_or_started(target, args.semaq_server.clone())?;
+    let server = BenchServer::named_or_started(target, args.semaq_server.clone(), args.cpus.as_ref())?;
     let setup = set_up(&server, &args).await?;
     for side in [Side::Queue, Side::Intent] {
         warm_up(&setup, side, args.size).await?;
     }
     println!(
-        "intent-rr: {} requests in flight, {RESPONDERS} responders each way ({} agents), {} B payloads, {} round(s) of {:.1} s per side, {}",
+        "intent-rr: {} requests in flight, {RESPONDERS} responders each way ({} agents), {} B payloads, {} round(s) of {:.1} s per side, {} ({})",
         args.concurrency,
         if args.plain_agents { "plain async-nats" } else { "SDK" },
         args.size,
         args.rounds,
         args.duration.as_secs_f64(),
-        server.target.url
+        server.target.url,
+        args.cpus.as_ref().map_or_else(|| "server and clients on the same CPUs".to_string(), CpuSplit::to_string),
     );
     println!(
         "  {:<6} {:<12} {:>12} {:>10} {:>10} {:>13} {:>13}",

@@ -7,7 +7,7 @@
 //! a schema against the same stream without one, `disk.rs` probing the fsync latency the durable
 //! figures depend on, `levels.rs` js-pub on L1, L2 and L3 streams side by side, and `provenance.rs` the
 //! cost of level 4 and `semaq verify`'s speed. The agent network's benches: `intent_rr.rs` (intent
-//! routing against a queue group) and `adapt.rs` (traffic shifting off a failing or slow agent and
+//! routing against a queue group, the server and the clients on CPUs of their own by `cpus.rs`) and `adapt.rs` (traffic shifting off a failing or slow agent and
 //! back, plotted by `plot.rs`), on a server and SDK agents from `agent_net.rs`. `ws.rs` compares pubsub over
 //! WebSocket with pubsub over TCP on one server. `scale.rs` draws cost curves (subscriptions, stored
 //! messages, idle connections, filters) of both servers.
@@ -15,6 +15,7 @@
 mod adapt;
 mod agent_net;
 mod compare;
+mod cpus;
 mod disk;
 mod filter_fanout;
 mod flow;
@@ -305,6 +306,15 @@ impl Report {
     pub fn megabytes_per_second(&self) -> f64 {
         self.rate() * self.payload_bytes as f64 / 1e6
     }
+}
+
+/// What must happen before the async runtime starts, whose worker count follows the CPUs the
+/// process may use: `intent-rr` on a server it starts moves its clients to CPUs of their own.
+pub fn before_runtime(args: &mut BenchArgs, server_named: bool) -> Result<()> {
+    if let BenchCommand::IntentRr(rr_args) = &mut args.command {
+        rr_args.split_cpus(server_named)?;
+    }
+    Ok(())
 }
 
 /// Runs `semaq bench ...`.
