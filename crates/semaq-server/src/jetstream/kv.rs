@@ -129,7 +129,7 @@ impl Publish {
             let subject = (rollup == Rollup::Subject).then(|| message.subject.clone());
             let purge = PurgeRequest { subject, keep: None, up_to_seq: Some(seq) };
             ingest.snapshot_before_removal()?;
-            ingest.store.purge(&purge).map_err(store_error)?;
+            stream.purge_in_batch(ingest.store, &purge)?;
         }
         if let Some(secs) = self.ttl_secs {
             stream.expiries().record(seq, ingest.now.saturating_add(secs.saturating_mul(NANOS_PER_SECOND)));

@@ -40,6 +40,7 @@ use crate::stats::{bump, PublishCounters, Refusal};
 use crate::sync::{self, lock};
 
 mod pipeline;
+mod purge;
 mod retention;
 use pipeline::Pipeline;
 
@@ -710,32 +711,6 @@ impl Stream {
         Ok(removed)
     }
 
-    /// Purges stored messages (the API's `STREAM.PURGE`). An unfiltered purge to a `seq` past
-    /// the end also moves the stream there, as nats-server's compaction does: the next message
-    /// gets `seq` (first_seq `seq`, last_seq `seq - 1`), durably.
-    pub fn purge(&self, request: &semaq_store::PurgeRequest) -> Result<u64, ApiError> {
-        let mut store = self.store();
-        self.before_removal(store.as_mut(), u64::MAX).map_err(ApiError::storage)?;
-        let purged = store.purge(request).map_err(store_error)?;
-        let everything = matches!(request.subject.as_deref(), None | Some(">"));
-        if let (true, None, Some(seq)) = (everything, request.keep, request.up_to_seq) {
-            if seq > store.state().last_seq.saturating_add(1) {
-                store.skip_to(seq).map_err(store_error)?;
-            }
-        }
-        let state = store.state();
-        let purged_subject = request.subject.as_deref().filter(|_| !everything);
-        let filtered_first = purged_subject
-            .and_then(|subject| store.get_next(state.first_seq, Some(subject)).ok().flatten())
-            .map(|message| message.seq);
-        // Lock order: a consumer's state before the store.
-        drop(store);
-        for consumer in self.consumers() {
-            consumer.stream_purged(purged_subject, state.first_seq, filtered_first, state.last_seq);
-        }
-        Ok(purged)
-    }
-
     /// L3 producers for stream info: `{count, gaps, last_gap}`, or `None` below L3.
     pub fn producers_info(&self) -> Option<Value> {
         let producers = lock(&self.producers);
@@ -1022,7 +997,7 @@ impl Stream {
         let purged = lock(&self.schedules).stored(message, seq, ingest.now);
         if let Some(scheduler) = purged {
             ingest.snapshot_before_removal()?;
-            super::schedules::purge_schedule(ingest.store, &scheduler)?;
+            super::schedules::purge_schedule(self, ingest.store, &scheduler)?;
         }
         Ok(())
     }
