@@ -515,6 +515,15 @@ impl FileStore {
         }
     }
 
+    /// After lazy removals: when nothing is live, the segments are to be replaced by an empty
+    /// one once the floor is durable (`settle_durable`).
+    fn note_release(&mut self) {
+        let active_empty = self.active().len() <= segment_header::SIZE_BYTES as u64;
+        if self.ledger.state().msgs == 0 && !(active_empty && self.segments.len() == 1) {
+            self.release_due = true;
+        }
+    }
+
     /// After a commit: what lazy removals left for a durable floor, done without an fsync.
     /// Segments wholly below the durable floor are removed (a file that reappears after a
     /// crash, its unlink not durable, is below the floor and removed again); a purge that left
@@ -742,10 +751,7 @@ impl StreamStore for FileStore {
         self.guarded(|store| {
             let purged = store.ledger.purge(request)?;
             store.settle_lazy();
-            let active_empty = store.active().len() <= segment_header::SIZE_BYTES as u64;
-            if store.ledger.state().msgs == 0 && !(active_empty && store.segments.len() == 1) {
-                store.release_due = true;
-            }
+            store.note_release();
             Ok(purged)
         })
     }
@@ -775,8 +781,10 @@ impl StreamStore for FileStore {
     fn enforce_limits(&mut self, now_ns: i64) -> StoreResult<u64> {
         self.guarded(|store| {
             let removed = store.ledger.expire(now_ns) + store.ledger.enforce_count_limits();
-            store.settle()?;
-            store.release_if_empty()?;
+            // No fsync here, under the caller's lock (the floor's, for segments this empties):
+            // the removals are durable at the next sync or commit, which drops those segments.
+            store.settle_lazy();
+            store.note_release();
             Ok(removed)
         })
     }

@@ -99,6 +99,7 @@ pub trait StreamStore: Send {
     /// Live message count per subject matching `filter` (all subjects for `None`).
     fn subjects_state(&self, filter: Option<&str>) -> BTreeMap<String, u64>;
     /// Applies every limit at time `now_ns` (max_age expiry among them); returns how many went.
+    /// Durable at the next sync or commit, and runs no fsync itself (segments it empties go then).
     fn enforce_limits(&mut self, now_ns: i64) -> StoreResult<u64>;
     /// Replaces the limits and applies the count limits at once; returns how many went.
     fn update_limits(&mut self, limits: StoreLimits) -> StoreResult<u64>;

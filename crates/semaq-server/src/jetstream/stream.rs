@@ -646,6 +646,7 @@ impl Stream {
         if config.allow_msg_ttl {
             let expired = super::kv::expire_ttls(self, self.store().as_mut(), now);
             if expired > 0 {
+                self.removals_made();
                 self.notify_changed();
             }
         }
@@ -672,7 +673,23 @@ impl Stream {
         }
         match removed {
             Ok(0) => {}
-            Ok(_) => self.notify_changed(),
+            Ok(_) => {
+                // The store ran no fsync for them: the tick commits them, without the lock.
+                self.removals_made();
+                if self.sync_policy == SyncPolicy::Never {
+                    // Nothing else commits such a stream before its close, and the segments
+                    // expiry emptied are given back only at a commit.
+                    let committed = match self.provenance {
+                        // L4 keeps the store through its fsync, as its commits do.
+                        Some(_) => self.store().sync(),
+                        None => tokio::task::block_in_place(|| self.commit(self.store()).0),
+                    };
+                    if let Err(error) = committed {
+                        tracing::error!(stream = %self.name, %error, "cannot sync what expired");
+                    }
+                }
+                self.notify_changed();
+            }
             Err(error) => tracing::error!(stream = %self.name, %error, "enforcing limits failed"),
         }
     }
