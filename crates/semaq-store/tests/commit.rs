@@ -357,13 +357,16 @@ fn append_keys(store: &mut FileStore, seqs: std::ops::RangeInclusive<u64>) -> Re
 
 /// The purges the server makes: the API's (everything, by subject, `keep`, up to a sequence)
 /// and a KV rollup's (by subject up to the rollup message, which stays).
-/// Each with whether it keeps `seq` of a stream whose last sequence is `last`.
-fn purges() -> Vec<(&'static str, PurgeRequest, fn(u64, u64) -> bool)> {
+/// Whether a purge keeps `seq` of a stream whose last sequence is `last`.
+type Keeps = fn(u64, u64) -> bool;
+
+/// Each named, with what it keeps.
+fn purges() -> Vec<(&'static str, PurgeRequest, Keeps)> {
     fn none_left(_: u64, _: u64) -> bool {
         false
     }
     fn odd_gone(seq: u64, _: u64) -> bool {
-        seq % 2 == 0
+        seq.is_multiple_of(2)
     }
     fn keep_ten(seq: u64, last: u64) -> bool {
         seq + 10 > last
@@ -372,7 +375,7 @@ fn purges() -> Vec<(&'static str, PurgeRequest, fn(u64, u64) -> bool)> {
         seq >= 150
     }
     fn rolled_up(seq: u64, _: u64) -> bool {
-        seq % 2 == 0 || seq >= 199
+        seq.is_multiple_of(2) || seq >= 199
     }
     vec![
         ("everything", PurgeRequest::default(), none_left),
@@ -555,7 +558,10 @@ fn a_power_cut_anywhere_around_a_lazy_purge_loses_nothing_acknowledged_and_bring
                     assert_eq!(survived, expected, "{context}");
                     break;
                 }
-                assert!(changes + 1 < PURGE_CHANGES_MAX_COUNT, "{context}: the purge and its commits never got through");
+                assert!(
+                    changes + 1 < PURGE_CHANGES_MAX_COUNT,
+                    "{context}: the purge and its commits never got through"
+                );
             }
         }
     }
