@@ -90,6 +90,9 @@ pub const STREAMS_MAX: usize = 10_000;
 pub const CONSUMERS_PER_STREAM_MAX: usize = 10_000;
 /// JetStream API requests queued before new ones are refused.
 pub const JETSTREAM_API_QUEUE_REQUESTS_MAX: usize = 4096;
+/// JetStream API requests that wait for an fsync (`STREAM.PURGE`, `STREAM.MSG.DELETE`) served
+/// at once off the API task, so the requests behind them are not held up by the disk.
+pub const JETSTREAM_API_FSYNCING_REQUESTS_MAX: usize = 8;
 /// Names returned by one `STREAM.NAMES` / `CONSUMER.NAMES` page.
 pub const API_LIST_NAMES_MAX: usize = 1024;
 /// Infos returned by one `STREAM.LIST` / `CONSUMER.LIST` page.

@@ -17,8 +17,10 @@
 //! Only one task appends, and it may append the next batch while a ticket runs (the server
 //! pipelines its ingest): those appends land past what the ticket covers, which therefore never
 //! changes; the next ticket is taken after this one finished. Whatever else runs under the
-//! lock in between (a purge, a delete) syncs its own changes itself. A file removed
-//! meanwhile is still fsynced through its open handle, which is harmless.
+//! lock in between (a purge, a delete) syncs its own changes itself, or takes a ticket of its
+//! own (a lazy purge): marks only raise what is recorded as synced, so tickets finishing in
+//! any order are harmless. A file removed meanwhile is still fsynced through its open
+//! handle, which is harmless.
 
 use std::path::PathBuf;
 use std::sync::Arc;

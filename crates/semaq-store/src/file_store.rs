@@ -111,6 +111,13 @@ pub struct FileStore {
     /// The seal begun at the last roll, until a commit's ticket completed it: the segment
     /// before the active one, whose slots the ledger still holds (see `roll`).
     sealing: Option<SealWork>,
+    /// A lazy purge (`purge_unsynced`) left nothing live: once a commit has made its floor
+    /// durable, the segments are replaced by an empty one (`settle_durable`), as `purge` does at once.
+    release_due: bool,
+    /// `skip_to_unsynced` moved the next sequence past the active segment: the fresh segment
+    /// it needs is created once the floor is durable, or before the next append (which then
+    /// persists the floor under the caller's lock).
+    skip_pending: bool,
 }
 
 impl FileStore {
@@ -146,6 +153,8 @@ impl FileStore {
             checkpoints_enabled: false,
             epoch: 0,
             sealing,
+            release_due: false,
+            skip_pending: false,
         };
         for report in store.recovery.corruption.clone() {
             store.report_corruption(report);
@@ -313,6 +322,8 @@ impl FileStore {
         };
         self.reload_pending = false;
         self.epoch += 1;
+        // What is on disk now decides: a skip or release whose floor was not durable is undone.
+        (self.release_due, self.skip_pending) = (false, false);
         // Recovery found it unfinished and prepared it again from what is on disk.
         self.sealing = sealing;
         self.segments = segments;
@@ -483,6 +494,15 @@ impl FileStore {
     /// After removals: queue delete records for sequences removed from the middle, and drop
     /// segments that hold nothing live at the front.
     fn settle(&mut self) -> StoreResult<()> {
+        self.settle_lazy();
+        self.drop_front_segments()
+    }
+
+    /// After lazy removals: queues delete records for sequences removed from the middle, and
+    /// leaves the front (segments the floor covers) to `settle_durable`, once a commit has made
+    /// the floor durable: dropping them earlier would need the floor's fsync here, under the
+    /// caller's lock.
+    fn settle_lazy(&mut self) {
         let first_seq = self.ledger.first_seq();
         for seq in self.ledger.take_removed() {
             if seq < first_seq {
@@ -493,7 +513,57 @@ impl FileStore {
                 segment.record_delete(seq);
             }
         }
-        self.drop_front_segments()
+    }
+
+    /// After lazy removals: when nothing is live, the segments are to be replaced by an empty
+    /// one once the floor is durable (`settle_durable`).
+    fn note_release(&mut self) {
+        let active_empty = self.active().len() <= segment_header::SIZE_BYTES as u64;
+        if self.ledger.state().msgs == 0 && !(active_empty && self.segments.len() == 1) {
+            self.release_due = true;
+        }
+    }
+
+    /// After a commit: what lazy removals left for a durable floor, done without an fsync.
+    /// Segments wholly below the durable floor are removed (a file that reappears after a
+    /// crash, its unlink not durable, is below the floor and removed again); a purge that left
+    /// nothing live, or a skip, gets its fresh segment at the next sequence, created unsynced
+    /// (the next commit makes its entry durable; recovery restarts at the floor without it).
+    /// Left for a later commit while a seal is pending: removing its segment would need it
+    /// completed first.
+    fn settle_durable(&mut self) -> StoreResult<()> {
+        if self.sealing.is_some() || self.poisoned.is_some() {
+            return Ok(());
+        }
+        let Some(meta) = self.meta.as_ref() else { return Ok(()) };
+        let durable = meta.floor_seq().min(self.ledger.first_seq());
+        let dead = self.segments.windows(2).take_while(|pair| pair[1].first_seq <= durable).count();
+        if dead > 0 {
+            self.checkpoint_due = true;
+            for segment in self.segments.drain(..dead) {
+                segment.remove_files(&*self.storage, &self.dir)?;
+            }
+        }
+        let next_seq = self.ledger.next_seq();
+        let restart = self.release_due || self.skip_pending;
+        if !restart || self.ledger.state().msgs > 0 || durable < next_seq {
+            // Appended to meanwhile (the messages continue the active segment), or not yet durable.
+            self.release_due &= self.ledger.state().msgs == 0;
+            return Ok(());
+        }
+        let active_empty = self.active().len() <= segment_header::SIZE_BYTES as u64;
+        let in_place = active_empty && self.segments.len() == 1 && self.active().first_seq == next_seq;
+        if !in_place {
+            let fresh = Segment::create_unsynced(&*self.storage, &self.dir, next_seq)?;
+            self.segments.push(fresh);
+            self.checkpoint_due = true;
+            let last = self.segments.len() - 1;
+            for segment in self.segments.drain(..last) {
+                segment.remove_files(&*self.storage, &self.dir)?;
+            }
+        }
+        (self.release_due, self.skip_pending) = (false, false);
+        Ok(())
     }
 
     /// Removes leading segments whose every sequence is below the first live one. The floor is
@@ -526,6 +596,7 @@ impl FileStore {
             self.segments.push(fresh);
         }
         self.checkpoint_due = true;
+        (self.release_due, self.skip_pending) = (false, false);
         let last = self.segments.len() - 1;
         for segment in self.segments.drain(..last) {
             segment.remove_files(&*self.storage, &self.dir)?;
@@ -560,6 +631,7 @@ impl FileStore {
         let fresh = Segment::create(&*self.storage, &self.dir, self.ledger.next_seq())?;
         self.segments.push(fresh);
         self.checkpoint_due = true;
+        (self.release_due, self.skip_pending) = (false, false);
         let last = self.segments.len() - 1;
         for segment in self.segments.drain(..last) {
             segment.remove_files(&*self.storage, &self.dir)?;
@@ -593,6 +665,12 @@ impl FileStore {
         let has_headers = headers.is_some_and(|block| !block.is_empty());
         let sizes = (record_size(subject, headers, payload), has_headers);
         let size = self.ledger.check_append(subject, message_size, sizes)?;
+        if self.skip_pending {
+            // A skip not yet committed: its segment must exist before the append, and its floor
+            // be durable before that segment (rare: a publish racing a purge to a later sequence).
+            self.persist_floor()?;
+            self.restart_at_floor()?;
+        }
         let active_length = self.active().len();
         if active_length > segment_header::SIZE_BYTES as u64
             && active_length + u64::from(size) > self.segment_size_bytes
@@ -669,6 +747,26 @@ impl StreamStore for FileStore {
         })
     }
 
+    fn purge_unsynced(&mut self, request: &PurgeRequest) -> StoreResult<u64> {
+        self.guarded(|store| {
+            let purged = store.ledger.purge(request)?;
+            store.settle_lazy();
+            store.note_release();
+            Ok(purged)
+        })
+    }
+
+    fn skip_to_unsynced(&mut self, next_seq: u64) -> StoreResult<bool> {
+        if self.ledger.state().msgs > 0 || next_seq <= self.ledger.next_seq() {
+            return Ok(false);
+        }
+        self.guarded(|store| {
+            store.ledger.remove_below(next_seq);
+            store.skip_pending = true;
+            Ok(true)
+        })
+    }
+
     fn state(&self) -> StreamState {
         self.note_sealed_failure();
         let mut state = self.ledger.state();
@@ -683,8 +781,10 @@ impl StreamStore for FileStore {
     fn enforce_limits(&mut self, now_ns: i64) -> StoreResult<u64> {
         self.guarded(|store| {
             let removed = store.ledger.expire(now_ns) + store.ledger.enforce_count_limits();
-            store.settle()?;
-            store.release_if_empty()?;
+            // No fsync here, under the caller's lock (the floor's, for segments this empties):
+            // the removals are durable at the next sync or commit, which drops those segments.
+            store.settle_lazy();
+            store.note_release();
             Ok(removed)
         })
     }
@@ -715,6 +815,7 @@ impl StreamStore for FileStore {
 
     fn sync(&mut self) -> StoreResult<()> {
         self.reporting(Self::sync_step)?;
+        self.guarded(Self::settle_durable)?;
         if self.checkpoint_due {
             self.write_checkpoint();
         }
@@ -733,6 +834,7 @@ impl StreamStore for FileStore {
     fn sync_finish(&mut self, synced: Synced) -> StoreResult<()> {
         // A store poisoned meanwhile (another change's write failed) refuses here too.
         self.guarded(|store| store.finish_step(synced))?;
+        self.guarded(Self::settle_durable)?;
         // What a seal or drop changed is durable now: the checkpoint may describe it, unless
         // appends made while the ticket ran (a pipelined caller) are not, for they may have
         // removed older messages (limits) that the checkpoint would then call gone for good.
@@ -776,6 +878,7 @@ impl StreamStore for FileStore {
             let fresh = Segment::create(&*store.storage, &store.dir, next_seq)?;
             store.segments.push(fresh);
             store.checkpoint_due = true;
+            (store.release_due, store.skip_pending) = (false, false);
             let last = store.segments.len() - 1;
             for segment in store.segments.drain(..last) {
                 segment.remove_files(&*store.storage, &store.dir)?;

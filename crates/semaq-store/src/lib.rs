@@ -87,11 +87,19 @@ pub trait StreamStore: Send {
     }
     /// Removes what the request names and returns how many messages went. Durable when it returns.
     fn purge(&mut self, request: &PurgeRequest) -> StoreResult<u64>;
+    /// Removes what the request names as [`purge`](Self::purge) does (readers see it gone at
+    /// once), durable only at the next sync or commit, so its fsyncs can run without the
+    /// caller's lock (`sync_begin`, `SyncTicket::run`, `sync_finish`). Segments it empties go
+    /// once a commit has made the floor durable.
+    fn purge_unsynced(&mut self, request: &PurgeRequest) -> StoreResult<u64> {
+        self.purge(request)
+    }
     /// Counts, bounds and any damage found.
     fn state(&self) -> StreamState;
     /// Live message count per subject matching `filter` (all subjects for `None`).
     fn subjects_state(&self, filter: Option<&str>) -> BTreeMap<String, u64>;
     /// Applies every limit at time `now_ns` (max_age expiry among them); returns how many went.
+    /// Durable at the next sync or commit, and runs no fsync itself (segments it empties go then).
     fn enforce_limits(&mut self, now_ns: i64) -> StoreResult<u64>;
     /// Replaces the limits and applies the count limits at once; returns how many went.
     fn update_limits(&mut self, limits: StoreLimits) -> StoreResult<u64>;
@@ -127,6 +135,11 @@ pub trait StreamStore: Send {
     /// its origin's sequences); false, with nothing changed, when the store holds messages or
     /// already passed `next_seq`. Durable when it returns.
     fn skip_to(&mut self, next_seq: u64) -> StoreResult<bool>;
+    /// [`skip_to`](Self::skip_to), durable only at the next sync or commit. Until a commit made
+    /// its floor durable, the next append persists the floor itself (under the caller's lock).
+    fn skip_to_unsynced(&mut self, next_seq: u64) -> StoreResult<bool> {
+        self.skip_to(next_seq)
+    }
     /// Makes `next_seq` the sequence the next append gets, also behind stored messages: the
     /// sequences skipped count as deleted (a mirror keeping the gaps its origin has, as
     /// nats-server's `SkipMsgs`). False, with nothing changed, when the store already passed

@@ -344,3 +344,225 @@ fn a_lazy_removal_is_durable_at_the_next_commit_not_before() {
     let store = reopened_after_power_loss(&disk, store, Tear::LoseUnsynced);
     assert_eq!(held(&store), vec![3], "durable after one");
 }
+
+/// Appends `seqs` alternating between two subjects (`kv.a` for odd, `kv.b` for even), as a KV
+/// bucket's two keys.
+fn append_keys(store: &mut FileStore, seqs: std::ops::RangeInclusive<u64>) -> Result<(), StoreError> {
+    for seq in seqs {
+        let key = if seq % 2 == 0 { "kv.b" } else { "kv.a" };
+        store.append(key, None, &payload(seq), 7)?;
+    }
+    Ok(())
+}
+
+/// The purges the server makes: the API's (everything, by subject, `keep`, up to a sequence)
+/// and a KV rollup's (by subject up to the rollup message, which stays).
+/// Whether a purge keeps `seq` of a stream whose last sequence is `last`.
+type Keeps = fn(u64, u64) -> bool;
+
+/// Each named, with what it keeps.
+fn purges() -> Vec<(&'static str, PurgeRequest, Keeps)> {
+    fn none_left(_: u64, _: u64) -> bool {
+        false
+    }
+    fn odd_gone(seq: u64, _: u64) -> bool {
+        seq.is_multiple_of(2)
+    }
+    fn keep_ten(seq: u64, last: u64) -> bool {
+        seq + 10 > last
+    }
+    fn front_gone(seq: u64, _: u64) -> bool {
+        seq >= 150
+    }
+    fn rolled_up(seq: u64, _: u64) -> bool {
+        seq.is_multiple_of(2) || seq >= 199
+    }
+    vec![
+        ("everything", PurgeRequest::default(), none_left),
+        ("subject", PurgeRequest { subject: Some("kv.a".into()), ..PurgeRequest::default() }, odd_gone),
+        ("keep", PurgeRequest { keep: Some(10), ..PurgeRequest::default() }, keep_ten),
+        ("up to seq", PurgeRequest { up_to_seq: Some(150), ..PurgeRequest::default() }, front_gone),
+        ("rollup", PurgeRequest { subject: Some("kv.a".into()), up_to_seq: Some(199), keep: None }, rolled_up),
+    ]
+}
+
+#[test]
+fn a_lazy_purge_is_durable_after_its_commit_and_not_before() {
+    for (name, request, kept) in purges() {
+        let disk = SimDisk::new();
+        let mut store = open(&disk);
+        append_keys(&mut store, 1..=200).unwrap();
+        commit(&mut store).unwrap();
+        assert!(store.segment_count() > 2, "the test needs sealed segments to remove");
+        let expected: Vec<u64> = (1..=200).filter(|&seq| kept(seq, 200)).collect();
+
+        let purged = store.purge_unsynced(&request).unwrap();
+        assert_eq!(purged, 200 - expected.len() as u64, "{name}");
+        assert_eq!(held(&store), expected, "{name}: gone for readers at once");
+        let store = reopened_after_power_loss(&disk, store, Tear::LoseUnsynced);
+        assert_eq!(held(&store), (1..=200).collect::<Vec<_>>(), "{name}: not durable before a commit");
+
+        let mut store = store;
+        store.purge_unsynced(&request).unwrap();
+        let ticket = store.sync_begin().unwrap();
+        // Run, not finished: the fsyncs are done, so the purge is on disk already.
+        let synced = ticket.run();
+        let reopened = reopened_after_power_loss(&disk, store, Tear::LoseUnsynced);
+        drop(synced);
+        assert_eq!(held(&reopened), expected, "{name}: durable once its ticket ran");
+
+        let mut store = reopened;
+        store.purge_unsynced(&request).unwrap();
+        commit(&mut store).unwrap();
+        append_keys(&mut store, 201..=201).unwrap();
+        commit(&mut store).unwrap();
+        let reopened = reopened_after_power_loss(&disk, store, Tear::LoseUnsynced);
+        let mut after: Vec<u64> = expected.clone();
+        after.push(201);
+        assert_eq!(held(&reopened), after, "{name}: durable after the commit, and appends go on");
+        assert_eq!(reopened.state().corruption, None, "{name}");
+    }
+}
+
+#[test]
+fn a_lazy_purge_of_everything_gives_the_segments_back_at_its_commit() {
+    let disk = SimDisk::new();
+    let mut store = open(&disk);
+    append_keys(&mut store, 1..=400).unwrap();
+    commit(&mut store).unwrap();
+    let segments = store.segment_count();
+    assert!(segments > 2);
+    store.purge_unsynced(&PurgeRequest::default()).unwrap();
+    assert_eq!(store.segment_count(), segments, "nothing removed before the floor is durable");
+    commit(&mut store).unwrap();
+    assert_eq!(store.segment_count(), 1, "one fresh segment once it is");
+    assert_eq!(store.state().first_seq, 401);
+    append_keys(&mut store, 401..=401).unwrap();
+    commit(&mut store).unwrap();
+    let reopened = reopened_after_power_loss(&disk, store, Tear::LoseUnsynced);
+    assert_eq!(held(&reopened), vec![401]);
+    assert_eq!(reopened.recovery_report().corruption, Vec::<String>::new());
+}
+
+#[test]
+fn a_lazy_purge_and_skip_commit_with_the_lock_released_for_the_fsync() {
+    let disk = SimDisk::new();
+    let shared = Arc::new(Mutex::new(open(&disk)));
+    {
+        let mut store = shared.lock().unwrap();
+        append_keys(&mut store, 1..=200).unwrap();
+        commit(&mut store).unwrap();
+    }
+    let hold = disk.hold_syncs();
+    let api = {
+        let shared = shared.clone();
+        std::thread::spawn(move || {
+            let ticket = {
+                let mut store = shared.lock().unwrap();
+                store.purge_unsynced(&PurgeRequest::default())?;
+                store.skip_to_unsynced(1_000)?;
+                store.sync_begin()?
+            };
+            let synced = ticket.run();
+            shared.lock().unwrap().sync_finish(synced)
+        })
+    };
+    assert!(hold.wait_for_waiting(1, WAIT), "the purge's fsync never started");
+    let store = shared.try_lock().expect("the store's lock is not held across the purge's fsync");
+    assert_eq!(store.state().msgs, 0, "the purge is visible before it is durable");
+    assert_eq!(store.state().first_seq, 1_000);
+    drop(store);
+    assert!(!api.is_finished(), "the purge waits for its fsync");
+    hold.release();
+    api.join().unwrap().unwrap();
+
+    let mut store = Arc::into_inner(shared).unwrap().into_inner().unwrap();
+    assert_eq!(store.segment_count(), 1);
+    assert_eq!(store.append("kv.a", None, &payload(1_000), 7).unwrap().0, 1_000);
+    commit(&mut store).unwrap();
+    let reopened = reopened_after_power_loss(&disk, store, Tear::LoseUnsynced);
+    assert_eq!(held(&reopened), vec![1_000]);
+}
+
+#[test]
+fn an_append_behind_an_uncommitted_skip_lands_at_the_skipped_to_sequence() {
+    let disk = SimDisk::new();
+    let mut store = open(&disk);
+    append_keys(&mut store, 1..=10).unwrap();
+    commit(&mut store).unwrap();
+    store.purge_unsynced(&PurgeRequest::default()).unwrap();
+    assert!(store.skip_to_unsynced(500).unwrap());
+    // The ingest appends before the purge's commit: the floor is persisted for it, in place.
+    assert_eq!(store.append("kv.a", None, &payload(500), 7).unwrap().0, 500);
+    commit(&mut store).unwrap();
+    let reopened = reopened_after_power_loss(&disk, store, Tear::LoseUnsynced);
+    assert_eq!(held(&reopened), vec![500]);
+    assert_eq!(reopened.recovery_report().corruption, Vec::<String>::new());
+}
+
+/// Changes (writes, fsyncs, creates, removes) enough for every power-cut test below to get through.
+const PURGE_CHANGES_MAX_COUNT: u64 = 400;
+
+#[test]
+fn a_power_cut_anywhere_around_a_lazy_purge_loses_nothing_acknowledged_and_brings_back_nothing_answered() {
+    for (name, request, kept) in purges() {
+        for tear in [Tear::LoseUnsynced, Tear::Sectors { seed: 5 }, Tear::Sectors { seed: 424_242 }] {
+            for changes in 0..PURGE_CHANGES_MAX_COUNT {
+                let disk = SimDisk::new();
+                let mut store = open(&disk);
+                append_keys(&mut store, 1..=200).unwrap();
+                commit(&mut store).unwrap();
+                let mut acknowledged = 200;
+                let mut answered = false;
+                disk.freeze_after(changes, tear);
+                // As the server runs it: a batch's ticket in flight (pipelined ingest), the
+                // purge under the lock with its own ticket run without it, answered at its
+                // finish; appends go on meanwhile and are committed after.
+                let result = (|| {
+                    append_keys(&mut store, 201..=210)?;
+                    let batch = store.sync_begin()?;
+                    store.purge_unsynced(&request)?;
+                    let purge = store.sync_begin()?;
+                    let synced = purge.run();
+                    store.sync_finish(synced)?;
+                    answered = true;
+                    append_keys(&mut store, 211..=215)?;
+                    store.sync_finish(batch.run())?;
+                    acknowledged = 210;
+                    commit(&mut store)?;
+                    acknowledged = 215;
+                    Ok::<(), StoreError>(())
+                })();
+                let sent = store.state().last_seq;
+                let completed = result.is_ok() && !disk.is_frozen();
+                disk.crash(tear);
+                drop(store);
+                let reopened = open(&disk);
+                let survived = held(&reopened);
+                let context = format!("{name}, {tear:?}, power cut after {changes} changes");
+                assert_eq!(reopened.recovery_report().corruption, Vec::<String>::new(), "{context}");
+                assert_eq!(reopened.state().corruption, None, "{context}");
+                // The purge takes what was stored when it ran: 1..=210.
+                for seq in 1..=acknowledged {
+                    let purged = seq <= 210 && !kept(seq, 210);
+                    if answered && purged {
+                        assert!(!survived.contains(&seq), "{context}: purged seq {seq} came back");
+                    } else if !purged {
+                        assert!(survived.contains(&seq), "{context}: acknowledged seq {seq} lost: {survived:?}");
+                    }
+                }
+                assert!(reopened.state().last_seq <= sent, "{context}: nothing invented");
+                if completed {
+                    let mut expected: Vec<u64> = (1..=210).filter(|&seq| kept(seq, 210)).collect();
+                    expected.extend(211..=215);
+                    assert_eq!(survived, expected, "{context}");
+                    break;
+                }
+                assert!(
+                    changes + 1 < PURGE_CHANGES_MAX_COUNT,
+                    "{context}: the purge and its commits never got through"
+                );
+            }
+        }
+    }
+}

@@ -77,20 +77,46 @@ pub fn start(jetstream: Arc<JetStream>) {
 }
 
 async fn serve(jetstream: Weak<JetStream>, mut requests: mpsc::Receiver<Request>, budget: Arc<ByteBudget>) {
+    let fsyncing = Arc::new(tokio::sync::Semaphore::new(limits::JETSTREAM_API_FSYNCING_REQUESTS_MAX));
     while let Some(request) = requests.recv().await {
         budget.give_back(request.payload.len());
         let Some(jetstream) = jetstream.upgrade() else { return };
-        let services = jetstream.services();
-        let Some(reply) = request.reply.clone() else { continue };
-        let tokens: Vec<&str> = request.subject.split('.').skip(2).collect();
-        let response = handle(services, &jetstream, &reply, &tokens, &request.payload);
-        bump(&jetstream.api_requests);
-        if response.as_ref().is_some_and(|r| r.get("error").is_some()) {
-            bump(&jetstream.api_errors);
+        if request.reply.is_none() {
+            continue;
         }
-        if let Some(response) = response {
-            services.bus.publish(&reply, None, response.to_string().as_bytes());
+        if waits_for_fsync(&request.subject) {
+            // The stream's lock is let go for the fsync, and so is this task: stream info,
+            // message and direct gets queued behind are answered meanwhile. Bounded: past the
+            // limit, this task waits for a permit, as it would have waited for the fsync.
+            let Ok(permit) = fsyncing.clone().acquire_owned().await else { return };
+            tokio::spawn(async move {
+                serve_one(&jetstream, &request);
+                drop(permit);
+            });
+            continue;
         }
+        serve_one(&jetstream, &request);
+    }
+}
+
+/// Whether the request waits for its stream's fsync before it is answered.
+fn waits_for_fsync(subject: &str) -> bool {
+    let tokens: Vec<&str> = subject.split('.').skip(2).collect();
+    matches!(tokens.as_slice(), ["STREAM", "PURGE", _] | ["STREAM", "MSG", "DELETE", _])
+}
+
+/// Handles one request and publishes its response.
+fn serve_one(jetstream: &JetStream, request: &Request) {
+    let Some(reply) = request.reply.as_deref() else { return };
+    let services = jetstream.services();
+    let tokens: Vec<&str> = request.subject.split('.').skip(2).collect();
+    let response = handle(services, jetstream, reply, &tokens, &request.payload);
+    bump(&jetstream.api_requests);
+    if response.as_ref().is_some_and(|r| r.get("error").is_some()) {
+        bump(&jetstream.api_errors);
+    }
+    if let Some(response) = response {
+        services.bus.publish(reply, None, response.to_string().as_bytes());
     }
 }
 

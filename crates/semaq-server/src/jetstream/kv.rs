@@ -129,7 +129,7 @@ impl Publish {
             let subject = (rollup == Rollup::Subject).then(|| message.subject.clone());
             let purge = PurgeRequest { subject, keep: None, up_to_seq: Some(seq) };
             ingest.snapshot_before_removal()?;
-            ingest.store.purge(&purge).map_err(store_error)?;
+            stream.purge_in_batch(ingest.store, &purge)?;
         }
         if let Some(secs) = self.ttl_secs {
             stream.expiries().record(seq, ingest.now.saturating_add(secs.saturating_mul(NANOS_PER_SECOND)));
@@ -310,7 +310,9 @@ pub fn expire_ttls(stream: &Stream, store: &mut dyn StreamStore, now_ns: i64) ->
     for seq in due {
         let Ok(Some(message)) = store.get(seq) else { continue };
         let marker = marker_due(&config, store, &message);
-        if store.delete(seq).unwrap_or(false) {
+        // Durable at the limits tick's commit (`Stream::enforce_limits`), whose fsync runs
+        // with the store's lock let go; nobody waits on an expiry.
+        if store.remove(seq).unwrap_or(false) {
             removed += 1;
             if marker {
                 leave_marker(stream, &config, &message.subject);

@@ -22,7 +22,7 @@ use semaq_wire::{clock, subject, Headers};
 
 use super::config::{Discard, StreamConfig};
 use super::errors::ApiError;
-use super::stream::{store_error, Inbound};
+use super::stream::{store_error, Inbound, Stream};
 use crate::limits;
 
 /// The schedule's pattern.
@@ -389,10 +389,10 @@ fn copy_of(store: &dyn StreamStore, subject: &str, waiting: Waiting, now: i64) -
     })
 }
 
-/// A one-shot's copy was stored: its schedule goes.
-pub fn purge_schedule(store: &mut dyn StreamStore, scheduler: &str) -> Result<(), ApiError> {
+/// A one-shot's copy was stored: its schedule goes (durable with the batch's commit).
+pub fn purge_schedule(stream: &Stream, store: &mut dyn StreamStore, scheduler: &str) -> Result<(), ApiError> {
     let purge = PurgeRequest { subject: Some(scheduler.to_string()), keep: None, up_to_seq: None };
-    store.purge(&purge).map_err(store_error)?;
+    stream.purge_in_batch(store, &purge)?;
     Ok(())
 }
 

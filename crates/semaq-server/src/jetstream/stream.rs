@@ -40,6 +40,7 @@ use crate::stats::{bump, PublishCounters, Refusal};
 use crate::sync::{self, lock};
 
 mod pipeline;
+mod purge;
 mod retention;
 use pipeline::Pipeline;
 
@@ -645,6 +646,7 @@ impl Stream {
         if config.allow_msg_ttl {
             let expired = super::kv::expire_ttls(self, self.store().as_mut(), now);
             if expired > 0 {
+                self.removals_made();
                 self.notify_changed();
             }
         }
@@ -671,7 +673,23 @@ impl Stream {
         }
         match removed {
             Ok(0) => {}
-            Ok(_) => self.notify_changed(),
+            Ok(_) => {
+                // The store ran no fsync for them: the tick commits them, without the lock.
+                self.removals_made();
+                if self.sync_policy == SyncPolicy::Never {
+                    // Nothing else commits such a stream before its close, and the segments
+                    // expiry emptied are given back only at a commit.
+                    let committed = match self.provenance {
+                        // L4 keeps the store through its fsync, as its commits do.
+                        Some(_) => self.store().sync(),
+                        None => tokio::task::block_in_place(|| self.commit(self.store()).0),
+                    };
+                    if let Err(error) = committed {
+                        tracing::error!(stream = %self.name, %error, "cannot sync what expired");
+                    }
+                }
+                self.notify_changed();
+            }
             Err(error) => tracing::error!(stream = %self.name, %error, "enforcing limits failed"),
         }
     }
@@ -708,32 +726,6 @@ impl Stream {
         let (committed, _store) = tokio::task::block_in_place(|| self.commit(store));
         committed.map_err(ApiError::message_delete_failed)?;
         Ok(removed)
-    }
-
-    /// Purges stored messages (the API's `STREAM.PURGE`). An unfiltered purge to a `seq` past
-    /// the end also moves the stream there, as nats-server's compaction does: the next message
-    /// gets `seq` (first_seq `seq`, last_seq `seq - 1`), durably.
-    pub fn purge(&self, request: &semaq_store::PurgeRequest) -> Result<u64, ApiError> {
-        let mut store = self.store();
-        self.before_removal(store.as_mut(), u64::MAX).map_err(ApiError::storage)?;
-        let purged = store.purge(request).map_err(store_error)?;
-        let everything = matches!(request.subject.as_deref(), None | Some(">"));
-        if let (true, None, Some(seq)) = (everything, request.keep, request.up_to_seq) {
-            if seq > store.state().last_seq.saturating_add(1) {
-                store.skip_to(seq).map_err(store_error)?;
-            }
-        }
-        let state = store.state();
-        let purged_subject = request.subject.as_deref().filter(|_| !everything);
-        let filtered_first = purged_subject
-            .and_then(|subject| store.get_next(state.first_seq, Some(subject)).ok().flatten())
-            .map(|message| message.seq);
-        // Lock order: a consumer's state before the store.
-        drop(store);
-        for consumer in self.consumers() {
-            consumer.stream_purged(purged_subject, state.first_seq, filtered_first, state.last_seq);
-        }
-        Ok(purged)
     }
 
     /// L3 producers for stream info: `{count, gaps, last_gap}`, or `None` below L3.
@@ -1022,7 +1014,7 @@ impl Stream {
         let purged = lock(&self.schedules).stored(message, seq, ingest.now);
         if let Some(scheduler) = purged {
             ingest.snapshot_before_removal()?;
-            super::schedules::purge_schedule(ingest.store, &scheduler)?;
+            super::schedules::purge_schedule(self, ingest.store, &scheduler)?;
         }
         Ok(())
     }

@@ -100,15 +100,23 @@ async fn slow_disk_broker_with_stream(
     store: &std::path::Path,
     name: &str,
 ) -> (SemaqServer, jetstream::Context, stream::Stream) {
+    slow_disk_broker_with(store, stream::Config { name: name.to_string(), ..Default::default() }).await
+}
+
+/// [`slow_disk_broker_with_stream`] with more of the stream's config given.
+async fn slow_disk_broker_with(
+    store: &std::path::Path,
+    config: stream::Config,
+) -> (SemaqServer, jetstream::Context, stream::Stream) {
+    let name = config.name.clone();
     let failpoint = format!("sync-delay-ms:{}", SYNC_DELAY.as_millis());
     let broker =
         SemaqServer::builder().store(store).no_monitoring().arg("-js").env("SEMAQ_FAILPOINT", failpoint).start();
     let js = jetstream::new(broker.client().await);
     let config = stream::Config {
-        name: name.to_string(),
         subjects: vec![format!("{}.>", name.to_lowercase())],
         storage: stream::StorageType::File,
-        ..Default::default()
+        ..config
     };
     let stream = js.create_stream(config).await.unwrap();
     (broker, js, stream)
@@ -117,8 +125,7 @@ async fn slow_disk_broker_with_stream(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_delete_is_answered_only_after_its_fsync() {
     // The delete's fsync runs with the store's lock let go, like a batch's; its answer waits for
-    // it. (API requests are served one at a time, as nats-server's are, so the next one queues
-    // behind it: what the unlocked fsync spares are the ingest task and the consumers.)
+    // it. (It is served off the API task, so the requests behind it are not held up either.)
     let store = tempfile::tempdir().unwrap();
     let (broker, js, mut stream) = slow_disk_broker_with_stream(store.path(), "ERASE").await;
     for body in ["one", "two"] {
@@ -132,4 +139,104 @@ async fn a_message_delete_is_answered_only_after_its_fsync() {
     assert!(started.elapsed() >= SYNC_DELAY, "answered before the fsync ran: {:?}", started.elapsed());
     let state = stream.info().await.unwrap().state.clone();
     assert_eq!((state.messages, state.first_sequence), (1, 2));
+}
+
+/// Publishes `bodies` to `subject` together (one group commit behind the slowed fsync).
+async fn publish_all(js: &jetstream::Context, subject: &str, bodies: &[&'static str]) {
+    let mut acks = Vec::new();
+    for body in bodies {
+        acks.push(js.publish(subject.to_string(), (*body).into()).await.unwrap());
+    }
+    for ack in acks {
+        ack.await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_are_answered_while_a_purge_is_being_fsynced_and_the_purge_after_it() {
+    let store = tempfile::tempdir().unwrap();
+    let config = stream::Config { name: "WIPE".to_string(), allow_direct: true, ..Default::default() };
+    let (broker, js, mut stream) = slow_disk_broker_with(store.path(), config).await;
+    publish_all(&js, "wipe.a", &["one", "two"]).await;
+    publish_all(&js, "wipe.b", &["three"]).await;
+    let client = broker.client().await;
+
+    let started = Instant::now();
+    let purge = tokio::spawn({
+        let client = client.clone();
+        async move {
+            let answer = client.request("$JS.API.STREAM.PURGE.WIPE", r#"{"filter":"wipe.a"}"#.into()).await.unwrap();
+            (serde_json::from_slice::<serde_json::Value>(&answer.payload).unwrap(), Instant::now())
+        }
+    });
+    // The purge is applied and its fsync under way: stream info shows it without waiting.
+    loop {
+        let info = stream.info().await.unwrap();
+        if info.state.messages == 1 {
+            assert_eq!(info.state.first_sequence, 3);
+            break;
+        }
+        assert!(started.elapsed() < SYNC_DELAY, "stream info waited for the purge's fsync");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let got = stream.get_raw_message(3).await.unwrap();
+    assert_eq!(&got.payload[..], b"three");
+    let direct = stream.direct_get(3).await.unwrap();
+    assert_eq!(&direct.payload[..], b"three");
+    assert!(started.elapsed() < SYNC_DELAY, "the reads waited for the purge's fsync: {:?}", started.elapsed());
+    assert!(!purge.is_finished(), "the purge was answered before its fsync");
+
+    let (answer, answered) = purge.await.unwrap();
+    assert_eq!(answer["success"], true, "{answer}");
+    assert_eq!(answer["purged"], 2, "{answer}");
+    assert!(answered.duration_since(started) >= SYNC_DELAY, "answered before the fsync ran");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_to_a_later_sequence_is_answered_after_its_fsync_and_the_stream_goes_on_there() {
+    let store = tempfile::tempdir().unwrap();
+    let (broker, js, mut stream) = slow_disk_broker_with_stream(store.path(), "JUMP").await;
+    publish_all(&js, "jump.a", &["one", "two"]).await;
+
+    let started = Instant::now();
+    let answer = broker.client().await.request("$JS.API.STREAM.PURGE.JUMP", r#"{"seq":100}"#.into()).await.unwrap();
+    let answer: serde_json::Value = serde_json::from_slice(&answer.payload).unwrap();
+    assert_eq!(answer["success"], true, "{answer}");
+    assert!(started.elapsed() >= SYNC_DELAY, "answered before the fsync ran: {:?}", started.elapsed());
+    let ack = js.publish("jump.a", "three".into()).await.unwrap().await.unwrap();
+    assert_eq!(ack.sequence, 100);
+    let state = stream.info().await.unwrap().state.clone();
+    assert_eq!((state.messages, state.first_sequence, state.last_sequence), (1, 100, 100));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_are_answered_while_a_kv_rollup_is_being_fsynced_and_its_ack_comes_after() {
+    let store = tempfile::tempdir().unwrap();
+    let config = stream::Config { name: "ROLL".to_string(), allow_rollup: true, ..Default::default() };
+    let (_broker, js, mut stream) = slow_disk_broker_with(store.path(), config).await;
+    publish_all(&js, "roll.key", &["v1", "v2"]).await;
+    publish_all(&js, "roll.other", &["kept"]).await;
+
+    let started = Instant::now();
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Nats-Rollup", "sub");
+    let rollup = js.publish_with_headers("roll.key", headers, "v3".into()).await.unwrap();
+    // Stored and rolled up, its commit's fsync under way: readers see it without waiting.
+    loop {
+        let info = stream.info().await.unwrap();
+        if info.state.last_sequence == 4 {
+            assert_eq!(info.state.messages, 2, "the rollup's purge is applied with the message");
+            break;
+        }
+        assert!(started.elapsed() < SYNC_DELAY, "stream info waited for the rollup's fsync");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let got = stream.get_raw_message(3).await.unwrap();
+    assert_eq!(&got.payload[..], b"kept");
+    assert!(started.elapsed() < SYNC_DELAY, "the reads waited for the rollup's fsync: {:?}", started.elapsed());
+
+    let acked = rollup.await.unwrap();
+    assert_eq!(acked.sequence, 4);
+    assert!(started.elapsed() >= SYNC_DELAY, "acked before the fsync ran");
+    assert!(stream.get_raw_message(1).await.is_err(), "the rolled-up value is gone");
 }

@@ -90,10 +90,18 @@ impl Stream {
                 }
             }
         }
-        if removed && self.dir.is_some() {
-            self.removals_unsynced.store(true, Ordering::Release);
+        if removed {
+            self.removals_made();
         }
         removed
+    }
+
+    /// Notes removals the store made without an fsync (retention's, expiry's): the ingest task
+    /// commits them on its next limits tick (see `commit_removals`).
+    pub(super) fn removals_made(&self) {
+        if self.dir.is_some() {
+            self.removals_unsynced.store(true, Ordering::Release);
+        }
     }
 
     /// Whether retention removed messages not yet made durable.
@@ -101,7 +109,7 @@ impl Stream {
         self.removals_unsynced.load(Ordering::Acquire)
     }
 
-    /// Makes retention's removals durable, with the store's lock let go for the fsyncs (L4
+    /// Makes retention's and expiry's removals durable, with the store's lock let go for the fsyncs (L4
     /// streams keep it, as their commits do). Under `sync: never` they wait for the close;
     /// under an interval, the interval's sync covers them.
     pub(super) fn commit_removals(&self) {

@@ -1,0 +1,68 @@
+//! Purges (the API's `STREAM.PURGE`) commit in three steps, as ingest commits do: the store
+//! removes what the request names under its lock (readers see it gone at once), the fsyncs run
+//! with the lock let go, and the answer goes out only after the commit recorded them. So
+//! stream info, message and direct gets and consumers of the stream are answered while a
+//! purge's fsync runs, and a purge is never answered before it is durable.
+
+use semaq_store::PurgeRequest;
+
+use super::{store_error, Stream};
+use crate::jetstream::errors::ApiError;
+
+impl Stream {
+    /// Purges stored messages (the API's `STREAM.PURGE`), durable when it returns. An
+    /// unfiltered purge to a `seq` past the end also moves the stream there, as nats-server's
+    /// compaction does: the next message gets `seq` (first_seq `seq`, last_seq `seq - 1`).
+    /// The fsyncs run with the store's lock let go (L4 streams keep it, as their commits do).
+    pub fn purge(&self, request: &PurgeRequest) -> Result<u64, ApiError> {
+        let mut store = self.store();
+        self.before_removal(store.as_mut(), u64::MAX).map_err(ApiError::storage)?;
+        let keeps_lock = self.provenance.is_some();
+        let purged = if keeps_lock { store.purge(request) } else { store.purge_unsynced(request) };
+        let purged = purged.map_err(store_error)?;
+        let everything = matches!(request.subject.as_deref(), None | Some(">"));
+        if let (true, None, Some(seq)) = (everything, request.keep, request.up_to_seq) {
+            if seq > store.state().last_seq.saturating_add(1) {
+                let skipped = if keeps_lock { store.skip_to(seq) } else { store.skip_to_unsynced(seq) };
+                skipped.map_err(store_error)?;
+            }
+        }
+        let state = store.state();
+        let purged_subject = request.subject.as_deref().filter(|_| !everything);
+        let filtered_first = purged_subject
+            .and_then(|subject| store.get_next(state.first_seq, Some(subject)).ok().flatten())
+            .map(|message| message.seq);
+        if !keeps_lock {
+            // Blocks for the disk: let the runtime move other tasks off this worker meanwhile.
+            let (committed, _store) = tokio::task::block_in_place(|| self.commit(store));
+            committed.map_err(store_error)?;
+        } else {
+            drop(store);
+        }
+        // Lock order: a consumer's state before the store (released above).
+        for consumer in self.consumers() {
+            consumer.stream_purged(purged_subject, state.first_seq, filtered_first, state.last_seq);
+        }
+        Ok(purged)
+    }
+}
+
+impl Stream {
+    /// A purge made while an ingest batch is stored (a KV rollup, a one-shot schedule's copy):
+    /// with `sync: always`, left to the batch's commit, which runs its fsyncs without the
+    /// store's lock and sends the PubAck only after them; under the other policies, which
+    /// acknowledge without an fsync, durable at once as before (their removals must not reach
+    /// the disk ahead of the message that caused them).
+    pub(in crate::jetstream) fn purge_in_batch(
+        &self,
+        store: &mut dyn semaq_store::StreamStore,
+        request: &PurgeRequest,
+    ) -> Result<u64, ApiError> {
+        let purged = if self.sync_policy == crate::options::SyncPolicy::Always {
+            store.purge_unsynced(request)
+        } else {
+            store.purge(request)
+        };
+        purged.map_err(store_error)
+    }
+}
