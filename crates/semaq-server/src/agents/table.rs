@@ -101,11 +101,19 @@ impl Parked {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Intent {
+    /// The table's key, kept here so one lookup gives both (requests in flight share it).
+    name: Arc<str>,
     members: Vec<Member>,
     waiting: Waiting<Parked>,
     tally: IntentTally,
+}
+
+impl Intent {
+    fn new(name: Arc<str>) -> Self {
+        Self { name, members: Vec::new(), waiting: Waiting::default(), tally: IntentTally::default() }
+    }
 }
 
 /// The agent and intent a reply answered for.
@@ -175,10 +183,27 @@ pub struct Table {
 /// Candidate lists of one decision, kept between decisions for their capacity.
 #[derive(Debug, Default)]
 struct Scratch {
-    /// Indexes of the intent's live members.
-    live: Vec<usize>,
-    /// Member indexes of those with room.
+    /// The intent's live members, each agent looked up once per decision.
+    live: Vec<Live>,
+    /// Indexes into `live` of those that may take the message.
     open: Vec<usize>,
+}
+
+/// A live member as one decision sees it.
+#[derive(Debug, Clone, Copy)]
+struct Live {
+    /// Its index in the intent's members.
+    member: usize,
+    /// Its agent's requests in flight.
+    in_flight: u32,
+    /// Its agent's capacity.
+    capacity: u32,
+}
+
+impl Live {
+    fn of(member: usize, agent: &Agent) -> Self {
+        Self { member, in_flight: agent.in_flight, capacity: agent.announcement.capacity }
+    }
 }
 
 impl Table {
@@ -252,7 +277,7 @@ impl Table {
 
     fn join(&mut self, id: &Arc<str>, intents: &[String], now_us: u64) {
         for name in intents {
-            let intent = self.intents.entry(name.as_str().into()).or_default();
+            let intent = self.intents.entry(name.as_str().into()).or_insert_with_key(|name| Intent::new(name.clone()));
             if !intent.members.iter().any(|member| &member.agent_id == id) {
                 intent.members.push(Member {
                     agent_id: id.clone(),
@@ -310,34 +335,34 @@ impl Table {
         // Capacity is judged on every reply so far; waiting requests learn of freed slots
         // from the sweep or the next reply (rare: replies queue lessons only while none wait).
         self.apply_learned();
-        // The map's own key, shared by the request in flight rather than copied.
-        let Some(intent_name) = self.intents.get_key_value(name).map(|(key, _)| key.clone()) else {
-            return Decision::Unroutable;
-        };
         let Some(intent) = self.intents.get_mut(name) else { return Decision::Unroutable };
         let agents = &self.agents;
         let scratch = &mut self.scratch;
         let live = &mut scratch.live;
         live.clear();
-        live.extend(
-            (0..intent.members.len())
-                .filter(|&i| agents.get(&intent.members[i].agent_id).is_some_and(|a| !a.client.outbound.is_closing())),
-        );
-        if let Some(avoid) = avoid {
-            let others = |i: &usize| agents.get(&intent.members[*i].agent_id).is_some_and(|a| a.client.id != avoid);
-            if live.iter().any(others) {
-                live.retain(others);
+        let open_agents = intent.members.iter().enumerate().filter_map(|(member, m)| {
+            agents.get(&m.agent_id).filter(|agent| !agent.client.outbound.is_closing()).map(|agent| (member, agent))
+        });
+        let mut avoided = 0;
+        for (member, agent) in open_agents.clone() {
+            match avoid == Some(agent.client.id) {
+                true => avoided += 1,
+                false => live.push(Live::of(member, agent)),
             }
+        }
+        if live.is_empty() && avoided > 0 {
+            // Only the connection to avoid has live agents: it gets the message after all.
+            live.extend(open_agents.map(|(member, agent)| Live::of(member, agent)));
         }
         if live.is_empty() {
             intent.tally.unroutable += 1;
             return Decision::Unroutable;
         }
         let chosen = match session {
-            Some(session) => choose_by_session(intent, agents, live, session, request.is_some()),
+            Some(session) => choose_by_session(intent, live, session, request.is_some()),
             None => None,
         }
-        .or_else(|| choose_by_cost(intent, agents, (live, &mut scratch.open), request.is_some(), now_us, draw));
+        .or_else(|| choose_by_cost(intent, (live, &mut scratch.open), request.is_some(), now_us, draw));
         let Some(index) = chosen else { return Decision::Wait };
         let member = &mut intent.members[index];
         member.tally.routed += 1;
@@ -348,7 +373,7 @@ impl Table {
         if let Some((reply, deadline_us)) = request {
             agent.in_flight += 1;
             let pending = Pending {
-                intent: intent_name,
+                intent: intent.name.clone(),
                 agent_id: agent_id.clone(),
                 client: agent.client.clone(),
                 started_us: now_us,
@@ -467,7 +492,9 @@ impl Table {
                 Outcome::Success { .. } => 0.0,
                 _ => intent.members.iter().map(|m| m.synapse.latency_us(now_us)).fold(0.0, f64::max),
             };
-            if let Some(member) = intent.members.iter_mut().find(|m| m.agent_id == pending.agent_id) {
+            // The pending request holds the member's own `Arc`: a pointer comparison finds it.
+            let is_it = |m: &&mut Member| Arc::ptr_eq(&m.agent_id, &pending.agent_id) || m.agent_id == pending.agent_id;
+            if let Some(member) = intent.members.iter_mut().find(is_it) {
                 member.synapse.observe(outcome, now_us, reference);
                 let tally = &mut member.tally;
                 match outcome {
@@ -586,48 +613,34 @@ fn round3(value: f64) -> f64 {
     (value * 1000.0).round() / 1000.0
 }
 
-fn choose_by_session(
-    intent: &Intent,
-    agents: &FastMap<Arc<str>, Agent>,
-    live: &[usize],
-    session: &str,
-    request: bool,
-) -> Option<usize> {
+fn choose_by_session(intent: &Intent, live: &[Live], session: &str, request: bool) -> Option<usize> {
     let candidates: Vec<Candidate<'_>> = live
         .iter()
-        .filter_map(|&i| {
-            let member = &intent.members[i];
-            let agent = agents.get(&member.agent_id)?;
-            Some(Candidate {
+        .map(|l| {
+            let member = &intent.members[l.member];
+            Candidate {
                 agent_id: &member.agent_id,
-                in_flight: agent.in_flight,
-                capacity: agent.announcement.capacity,
+                in_flight: l.in_flight,
+                capacity: l.capacity,
                 healthy: member.synapse.is_healthy(),
-            })
+            }
         })
         .collect();
-    affinity::choose(session, &candidates, request).map(|k| live[k])
+    affinity::choose(session, &candidates, request).map(|k| live[k].member)
 }
 
 fn choose_by_cost(
     intent: &Intent,
-    agents: &FastMap<Arc<str>, Agent>,
-    (live, open): (&[usize], &mut Vec<usize>),
+    (live, open): (&[Live], &mut Vec<usize>),
     request: bool,
     now_us: u64,
     draw: impl FnMut(usize) -> usize,
 ) -> Option<usize> {
-    let in_flight = |i: usize| agents.get(&intent.members[i].agent_id).map(|agent| (agent.in_flight, agent));
     open.clear();
-    open.extend(
-        live.iter()
-            .copied()
-            .filter(|&i| in_flight(i).is_some_and(|(count, agent)| !request || count < agent.announcement.capacity)),
-    );
+    open.extend((0..live.len()).filter(|&k| !request || live[k].in_flight < live[k].capacity));
     let cost = |k: usize| {
-        let i = open[k];
-        let count = in_flight(i).map_or(0, |(count, _)| count);
-        intent.members[i].synapse.cost(count, now_us)
+        let candidate = live[open[k]];
+        intent.members[candidate.member].synapse.cost(candidate.in_flight, now_us)
     };
-    pick_of_two(open.len(), cost, draw).map(|k| open[k])
+    pick_of_two(open.len(), cost, draw).map(|k| live[open[k]].member)
 }
