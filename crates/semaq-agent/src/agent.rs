@@ -149,11 +149,11 @@ impl Agent {
         };
         // Idle again at the end, or if this future is dropped, so a shutdown never waits forever.
         let _idle = IdleOnDrop(&self.inner.idle);
-        self.serve_from(&mut subscriber, Arc::new(handler)).await;
+        self.serve_from(&mut subscriber, &handler).await;
         Ok(())
     }
 
-    async fn serve_from<H, F>(&self, subscriber: &mut Subscriber, handler: Arc<H>)
+    async fn serve_from<H, F>(&self, subscriber: &mut Subscriber, handler: &H)
     where
         H: Fn(Request) -> F + Send + Sync + 'static,
         F: Future<Output = Result<Reply, HandlerError>> + Send + 'static,
@@ -172,10 +172,8 @@ impl Agent {
                 Some(()) = running.next(), if !running.is_empty() => {}
                 // A full agent leaves messages waiting in the subscription.
                 next = subscriber.next(), if inbox_open && running.len() < capacity => match next {
-                    Some(message) => {
-                        let client = self.inner.client.clone();
-                        running.push(answer(client, self.inner.agent_id.clone(), message, handler.clone()));
-                    }
+                    // Borrowed, not cloned: the handlers run inside this loop, never past it.
+                    Some(message) => running.push(answer(&self.inner.client, &self.inner.agent_id, message, handler)),
                     None => inbox_open = false,
                 },
                 () = &mut stop_signal, if !draining && inbox_open => {
@@ -256,7 +254,7 @@ async fn beat_forever(client: Client, body: Bytes, every: Duration) {
 }
 
 /// Runs the handler on one message and publishes its reply, if the message asked for one.
-async fn answer<H, F>(client: Client, agent_id: String, message: Message, handler: Arc<H>)
+async fn answer<H, F>(client: &Client, agent_id: &str, message: Message, handler: &H)
 where
     H: Fn(Request) -> F + Send + Sync + 'static,
     F: Future<Output = Result<Reply, HandlerError>> + Send + 'static,
@@ -272,7 +270,7 @@ where
         Err(_) => Reply::error("the handler panicked"),
     };
     if let Some(reply_to) = reply_to {
-        let (headers, payload) = reply.into_parts(&agent_id);
+        let (headers, payload) = reply.into_parts(agent_id);
         // A failed publish means the connection is gone: the broker counts a timeout.
         let _ = match headers {
             Some(headers) => client.publish_with_headers(reply_to, headers, payload).await,

@@ -74,6 +74,19 @@ fn js_pipeline_consumes_every_message_while_publishing_and_reports_latency() {
 #[test]
 fn intent_rr_prints_both_sides_the_ratios_and_the_target_lines() {
     let table = bench(&["intent-rr", "--rounds", "1", "--duration", "500ms", "--concurrency", "8"]);
+    assert!(table.contains("(plain async-nats agents)"), "plain agents by default: {table}");
+    assert_intent_rr_table(&table);
+}
+
+#[test]
+fn intent_rr_runs_sdk_agents_when_asked() {
+    let args = ["intent-rr", "--sdk-agents", "--rounds", "1", "--duration", "500ms", "--concurrency", "8"];
+    let table = bench(&args);
+    assert!(table.contains("(SDK agents)"), "{table}");
+    assert_intent_rr_table(&table);
+}
+
+fn assert_intent_rr_table(table: &str) {
     for side in ["queue group", "intent     "] {
         let rows =
             table.lines().map(str::trim_start).filter(|line| line.starts_with("1 ") || line.starts_with("median"));

@@ -1,11 +1,13 @@
 //! `semaq bench intent-rr`: request/reply through intent routing against the same load through
 //! a plain queue group, on one semaq-server.
 //!
-//! Four responders each way, each on its own connection: a queue group of four async-nats
-//! subscribers echoing the payload, and four semaq-agent SDK agents echoing it (their replies
-//! also carry `Semaq-Agent`, as every SDK reply does; `--plain-agents` makes them plain
-//! async-nats clients echoing inline, to tell the broker's cost from the SDK's). `--concurrency` requesters (over four
-//! connections) keep one request in flight each for `--duration`; rounds alternate which side
+//! Four responders each way, each on its own connection, doing the same work: a queue group of
+//! four async-nats subscribers echoing the payload inline, and four agents that are plain
+//! async-nats clients (a heartbeat, then the same inline echo), so the difference is what the
+//! broker's routing costs. `--sdk-agents` makes them semaq-agent SDK agents instead, whose
+//! replies also carry a `Semaq-Agent` header (which the server and the requesters then parse)
+//! and whose handlers run as futures of the serving loop: the SDK's cost on top. `--concurrency`
+//! requesters (over four connections) keep one request in flight each for `--duration`; rounds alternate which side
 //! goes first, and the ratios are medians of the per-round ratios, as in `bench compare`. A
 //! server the bench starts runs on half the CPUs and the clients on the other half
 //! (`bench/cpus.rs` says why; `--shared-cpus` turns it off).
@@ -57,10 +59,11 @@ pub struct IntentRrArgs {
     /// Payload size in bytes
     #[arg(long, default_value_t = 128)]
     size: usize,
-    /// Agents as plain async-nats clients (heartbeat, echo inline, no reply headers) instead
-    /// of the SDK: what the broker's routing costs alone
+    /// Agents built with the semaq-agent SDK (their replies carry `Semaq-Agent`) instead of
+    /// plain async-nats clients echoing inline as the queue group does: the SDK's cost on top
+    /// of the broker's
     #[arg(long)]
-    plain_agents: bool,
+    sdk_agents: bool,
     /// semaq-server executable, when no --server is given [default: semaq-server next to this program]
     #[arg(long, value_name = "PATH")]
     semaq_server: Option<PathBuf>,
@@ -148,7 +151,7 @@ pub async fn run(target: &Target, args: IntentRrArgs) -> Result<()> {
     println!(
         "intent-rr: {} requests in flight, {RESPONDERS} responders each way ({} agents), {} B payloads, {} round(s) of {:.1} s per side, {} ({})",
         args.concurrency,
-        if args.plain_agents { "plain async-nats" } else { "SDK" },
+        if args.sdk_agents { "SDK" } else { "plain async-nats" },
         args.size,
         args.rounds,
         args.duration.as_secs_f64(),
@@ -183,11 +186,11 @@ async fn set_up(server: &BenchServer, args: &IntentRrArgs) -> Result<Setup> {
     let mut agents = Vec::new();
     for index in 1..=RESPONDERS {
         let id = format!("rr-{pid}-{index}");
-        if args.plain_agents {
-            tasks.push(plain_agent(server, &id, &intent, args.capacity).await?);
-        } else {
+        if args.sdk_agents {
             let echo = |request: Request| async move { Ok(Reply::new(request.payload().clone())) };
             agents.push(start_agent(server, &id, &intent, args.capacity, echo).await?);
+        } else {
+            tasks.push(plain_agent(server, &id, &intent, args.capacity).await?);
         }
     }
     let mut requesters = Vec::new();
