@@ -120,6 +120,16 @@ pub struct FileStore {
     skip_pending: bool,
 }
 
+/// Where an append's record went once it took its slot (see `FileStore::keeps`).
+#[derive(Debug, Clone, Copy)]
+struct TakenAppend {
+    seq: u64,
+    /// The active segment's first sequence then.
+    segment: u64,
+    /// Where the record ends in that segment's log.
+    end: u64,
+}
+
 impl FileStore {
     /// Opens the stream in `config.dir`, recovering from whatever a crash left (see `recovery_report`).
     pub fn open(config: FileStoreConfig) -> StoreResult<Self> {
@@ -654,12 +664,33 @@ impl FileStore {
         Ok(())
     }
 
+    /// Whether an append that failed after its record took a slot is still in the store, and
+    /// stays there across the next reload: a reload after a full disk keeps exactly what was
+    /// handed to the OS, while an I/O failure leaves the state as it was (poisoned, it keeps
+    /// serving reads, and a reopen finds the record or not, as for any unsynced append).
+    fn keeps(&self, taken: TakenAppend) -> bool {
+        if self.ledger.next_seq() <= taken.seq {
+            // Reloaded from disk without it: the write buffer holding it was dropped.
+            return false;
+        }
+        if self.reload_pending && self.poisoned.is_none() {
+            // The old state serves reads until a reload succeeds, which drops the buffer.
+            return self
+                .segments
+                .last()
+                .is_some_and(|active| active.first_seq == taken.segment && active.handed_to_os(taken.end));
+        }
+        true
+    }
+
+    /// Appends one record and applies the limits it triggers. Once the record has its slot,
+    /// `taken` says where it went: what fails after that (the limits' removals, which may
+    /// persist a floor and so hand the record to the OS and fsync it) does not undo it.
     fn append_step(
         &mut self,
-        subject: &str,
-        headers: Option<&[u8]>,
-        payload: &[u8],
+        (subject, headers, payload): (&str, Option<&[u8]>, &[u8]),
         timestamp_ns: i64,
+        taken: &mut Option<TakenAppend>,
     ) -> StoreResult<u64> {
         let message_size = headers.map_or(0, <[u8]>::len) + payload.len();
         let has_headers = headers.is_some_and(|block| !block.is_empty());
@@ -682,6 +713,8 @@ impl FileStore {
         // `check_append` has refused whatever `push` would, so the buffered record gets its slot.
         let pushed = self.ledger.push(subject, (size, has_headers), timestamp_ns, offset)?;
         debug_assert_eq!(pushed, seq);
+        let active = self.active();
+        *taken = Some(TakenAppend { seq, segment: active.first_seq, end: active.len() });
         if self.ledger.enforce_after_append(seq) > 0 {
             self.settle()?;
         }
@@ -698,8 +731,19 @@ impl StreamStore for FileStore {
         timestamp_ns: i64,
     ) -> StoreResult<(u64, i64)> {
         self.appends_unreported = true;
-        let seq = self.guarded(|store| store.append_step(subject, headers, payload, timestamp_ns))?;
-        Ok((seq, timestamp_ns))
+        let mut taken = None;
+        let result = self.guarded(|store| store.append_step((subject, headers, payload), timestamp_ns, &mut taken));
+        match (result, taken) {
+            (Ok(seq), _) => Ok((seq, timestamp_ns)),
+            // The record took its sequence and the store keeps it (it may already be durable:
+            // a floor raised by the append's limits is persisted only after the record is
+            // fsynced). Answering an error would tell the caller a message is not stored that
+            // a restart brings back, and a retry would store it twice. The failure is still
+            // in force: the next `sync` fails (a poisoned store refuses it; a full disk's
+            // reload is reported to it), so the append is never acknowledged.
+            (Err(_), Some(taken)) if self.keeps(taken) => Ok((taken.seq, timestamp_ns)),
+            (Err(error), _) => Err(error),
+        }
     }
 
     fn get(&self, seq: u64) -> StoreResult<Option<StoredMessage>> {

@@ -291,3 +291,59 @@ fn a_deletion_whose_record_a_crash_took_does_not_delete_the_next_message_at_that
     assert_eq!(held(&again), vec![1, 3, 4], "the acknowledged message at seq 4 stays");
     assert_eq!(again.state().corruption, None);
 }
+
+#[test]
+fn an_append_that_pushes_a_whole_segment_out_is_never_refused_yet_kept_whatever_step_the_power_fails_at() {
+    // With `max_msgs`, an append can leave the oldest segment with nothing live. Dropping it
+    // takes several changes: the active log (the new record) is written and fsynced, then the
+    // floor past the old segment is written and fsynced, then the old segment's files are
+    // unlinked. The power can fail at each one. An append answered with an error must not be
+    // there after the restart: the caller was told it is not stored, and would send it again.
+    let limits = StoreLimits { max_msgs: Some(3), ..StoreLimits::default() };
+    let config = FileStoreConfig { dir: dir(), segment_size_bytes: SEGMENT_BYTES, limits };
+    let open_limited = |disk: &SimDisk| FileStore::open_on(config.clone(), disk.shared()).unwrap();
+    let mut kept_after_a_failed_step = 0;
+    for changes in 0..10 {
+        let disk = SimDisk::new();
+        let mut store = open_limited(&disk);
+        // Append and sync until the first segment rolled, then once more: the first segment
+        // then holds nothing live but its last message, and the next append drops it.
+        let mut seq = 0;
+        while store.segment_count() < 2 {
+            seq += 1;
+            append(&mut store, seq).unwrap();
+            store.sync().unwrap();
+        }
+        seq += 1;
+        append(&mut store, seq).unwrap();
+        store.sync().unwrap();
+        assert_eq!(store.segment_count(), 2);
+        let segments = store.segment_count();
+        let dropping = seq + 1;
+        disk.freeze_after(changes, Tear::LoseUnsynced);
+        let appended = append(&mut store, dropping);
+        if appended.is_ok() && disk.is_frozen() {
+            assert!(store.sync().is_err(), "a failed step is still reported: nothing is acknowledged");
+            kept_after_a_failed_step += 1;
+        }
+        assert!(appended.is_err() || store.segment_count() < segments || disk.is_frozen());
+        disk.crash(Tear::LoseUnsynced);
+        drop(store);
+        let reopened = open_limited(&disk);
+        let after = held(&reopened);
+        match appended {
+            Ok(appended) => {
+                assert_eq!(appended, dropping);
+                let before = (dropping - 3..dropping).collect::<Vec<_>>();
+                let with_it = (dropping - 2..=dropping).collect::<Vec<_>>();
+                assert!(after == before || after == with_it, "power lost after {changes} changes: {after:?}");
+            }
+            Err(error) => assert_eq!(
+                after,
+                (dropping - 3..dropping).collect::<Vec<_>>(),
+                "power lost after {changes} changes: seq {dropping} was refused ({error}) yet is there"
+            ),
+        }
+    }
+    assert!(kept_after_a_failed_step > 0, "some crash struck after the new record was fsynced");
+}
