@@ -42,6 +42,7 @@ use crate::sync::{self, lock};
 mod pipeline;
 mod purge;
 mod retention;
+mod snapshot;
 use pipeline::Pipeline;
 
 /// Headers JetStream publishers may set.
@@ -382,8 +383,8 @@ impl Stream {
     /// Replaces the configuration (already validated) and re-subscribes to its subjects.
     pub fn set_config(self: &Arc<Self>, config: StreamConfig) -> Result<(), ApiError> {
         let limits = super::store_limits(&config);
-        let mut store = self.store();
-        self.before_removal(store.as_mut(), u64::MAX).map_err(ApiError::storage)?;
+        let (snapshot, mut store) = self.before_removal(self.store(), u64::MAX);
+        snapshot.map_err(ApiError::storage)?;
         store.update_limits(limits).map_err(ApiError::storage)?;
         drop(store);
         *sync::write(&self.config) = Arc::new(config);
@@ -466,8 +467,7 @@ impl Stream {
         if let Err(error) = store.sync() {
             tracing::error!(stream = %self.name, %error, "sync at stop failed");
         }
-        self.snapshot_producers(store.as_mut());
-        drop(store);
+        drop(self.snapshot_producers(store));
         self.checkpoint_pending();
         self.provenance.iter().for_each(|provenance| provenance.sync_log());
         self.stop.notify_one();
@@ -629,7 +629,7 @@ impl Stream {
                     }
                 }
                 _ = producers_timer.tick() => {
-                    tokio::task::block_in_place(|| self.snapshot_producers(self.store().as_mut()));
+                    tokio::task::block_in_place(|| drop(self.snapshot_producers(self.store())));
                 }
             }
         }
@@ -654,16 +654,11 @@ impl Stream {
         if max_age <= 0 {
             return;
         }
-        let mut store = self.store();
-        {
-            // L3: expiry must not take a message the producer snapshot does not cover.
-            let mut producers = lock(&self.producers);
-            if producers.expiry_needs_snapshot(max_age, now) {
-                if let Err(error) = producers.write_snapshot(store.as_mut(), now) {
-                    tracing::error!(stream = %self.name, %error, "not expiring: producer snapshot failed");
-                    return;
-                }
-            }
+        // L3: expiry must not take a message the producer snapshot does not cover.
+        let (snapshot, mut store) = self.before_expiry(self.store(), max_age, now);
+        if let Err(error) = snapshot {
+            tracing::error!(stream = %self.name, %error, "not expiring: producer snapshot failed");
+            return;
         }
         let markers = super::kv::aging_out_last(&config, store.as_ref(), now);
         let removed = store.enforce_limits(now);
@@ -694,31 +689,11 @@ impl Stream {
         }
     }
 
-    /// L3: writes the producer snapshot before removing stored message `seq` (`u64::MAX`: any)
-    /// when the removal could lose a producer's entry the snapshot does not hold yet.
-    fn before_removal(&self, store: &mut dyn StreamStore, seq: u64) -> std::io::Result<()> {
-        let mut producers = lock(&self.producers);
-        if producers.removal_needs_snapshot(seq) {
-            producers.write_snapshot(store, clock::unix_nanos_now())?;
-        }
-        Ok(())
-    }
-
-    /// L3: the periodic (and final) producer snapshot, when producers changed since the last.
-    fn snapshot_producers(&self, store: &mut dyn StreamStore) {
-        let mut producers = lock(&self.producers);
-        if producers.is_loaded() && producers.periodic_due(store.state().last_seq) {
-            if let Err(error) = producers.write_snapshot(store, clock::unix_nanos_now()) {
-                tracing::error!(stream = %self.name, %error, "cannot write the producer snapshot");
-            }
-        }
-    }
-
     /// Deletes one stored message (the API's `MSG.DELETE`), durable when it returns; the fsync
     /// runs with the store's lock let go (L4 streams keep it, as their commits do).
     pub fn delete_message(&self, seq: u64) -> Result<bool, ApiError> {
-        let mut store = self.store();
-        self.before_removal(store.as_mut(), seq).map_err(ApiError::message_delete_failed)?;
+        let (snapshot, mut store) = self.before_removal(self.store(), seq);
+        snapshot.map_err(ApiError::message_delete_failed)?;
         if self.provenance.is_some() {
             return store.delete(seq).map_err(ApiError::message_delete_failed);
         }

@@ -240,3 +240,69 @@ async fn readers_are_answered_while_a_kv_rollup_is_being_fsynced_and_its_ack_com
     assert!(started.elapsed() >= SYNC_DELAY, "acked before the fsync ran");
     assert!(stream.get_raw_message(1).await.is_err(), "the rolled-up value is gone");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_l3_purge_writes_its_producer_snapshot_with_the_lock_let_go_and_dedup_survives_a_kill() {
+    use super::exactly_once::{create_stream, l3_config, publish_seq, register_schema, request};
+    use serde_json::json;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let failpoint = format!("sync-delay-ms:{}", SYNC_DELAY.as_millis());
+    let mut broker = super::exactly_once::start_with_env(&store, &[("SEMAQ_FAILPOINT", &failpoint)]);
+    let client = broker.client().await;
+    register_schema(&client).await;
+    let created = create_stream(&client, l3_config("ONCE", &["once.>"], json!({"allow_direct": true}))).await;
+    assert!(created["config"].is_object(), "{created}");
+    let js = jetstream::new(client.clone());
+    let mut stream = js.get_stream("ONCE").await.unwrap();
+    let (first, second) =
+        tokio::join!(publish_seq(&client, "once.a", "p", 1, 1), publish_seq(&client, "once.a", "p", 2, 2));
+    assert_eq!((first["seq"].as_u64(), second["seq"].as_u64()), (Some(1), Some(2)), "{first} {second}");
+
+    // A fresh producer entry the snapshot does not hold yet: appended, its commit under way.
+    let started = Instant::now();
+    let third = tokio::spawn({
+        let client = client.clone();
+        async move { publish_seq(&client, "once.a", "p", 3, 3).await }
+    });
+    wait_for_last_sequence(&mut stream, 3, started).await;
+    // The purge needs the snapshot first: the table's content is taken under the lock, its
+    // fsyncs and write run without it, then the purge is made and committed the same way.
+    let purge_started = Instant::now();
+    let purge = tokio::spawn({
+        let client = client.clone();
+        async move {
+            let answer = request(&client, "$JS.API.STREAM.PURGE.ONCE", serde_json::Value::Null).await;
+            (answer, Instant::now())
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for _ in 0..5 {
+        let asked = Instant::now();
+        let state = stream.info().await.unwrap().state.clone();
+        assert!(state.last_sequence >= 3);
+        let got = stream.direct_get(1).await;
+        assert!(asked.elapsed() < SYNC_DELAY / 3, "a read waited for the snapshot's fsync: {:?}", asked.elapsed());
+        assert!(got.is_ok() || state.messages == 0, "message 1 is there until the purge is made");
+        assert!(!purge.is_finished(), "the purge was answered before its fsyncs ran");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (answer, answered) = purge.await.unwrap();
+    assert_eq!(answer["success"], true, "{answer}");
+    assert_eq!(answer["purged"], 3, "{answer}");
+    // The snapshot's fsync, then the purge's own commit.
+    let took = answered.duration_since(purge_started);
+    assert!(took >= 2 * SYNC_DELAY, "answered before the snapshot's and the purge's fsyncs ran: {took:?}");
+    assert_eq!(third.await.unwrap()["seq"], 3);
+    broker.kill();
+    drop(broker);
+
+    // Every acknowledged producer sequence is still known, though its message is gone.
+    let broker = super::exactly_once::start_on(&store);
+    let client = broker.client().await;
+    for seq in 1..=3 {
+        let repeat = publish_seq(&client, "once.a", "p", seq, seq).await;
+        assert_eq!(repeat["duplicate"], true, "sequence {seq} after the restart: {repeat}");
+    }
+    assert_eq!(publish_seq(&client, "once.a", "p", 4, 4).await["seq"], 4);
+}

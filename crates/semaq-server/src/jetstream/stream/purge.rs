@@ -15,8 +15,9 @@ impl Stream {
     /// compaction does: the next message gets `seq` (first_seq `seq`, last_seq `seq - 1`).
     /// The fsyncs run with the store's lock let go (L4 streams keep it, as their commits do).
     pub fn purge(&self, request: &PurgeRequest) -> Result<u64, ApiError> {
-        let mut store = self.store();
-        self.before_removal(store.as_mut(), u64::MAX).map_err(ApiError::storage)?;
+        // L3: the producer snapshot first, its fsyncs with the lock let go too (`snapshot.rs`).
+        let (snapshot, mut store) = self.before_removal(self.store(), u64::MAX);
+        snapshot.map_err(ApiError::storage)?;
         let keeps_lock = self.provenance.is_some();
         let purged = if keeps_lock { store.purge(request) } else { store.purge_unsynced(request) };
         let purged = purged.map_err(store_error)?;

@@ -77,8 +77,8 @@ impl Stream {
             if !done(seq, &subject) {
                 continue;
             }
-            let mut store = self.store();
-            if let Err(error) = self.before_removal(store.as_mut(), seq) {
+            let (snapshot, mut store) = self.before_removal(self.store(), seq);
+            if let Err(error) = snapshot {
                 tracing::error!(stream = %self.name, %error, "keeping an acknowledged message: producer snapshot failed");
                 continue;
             }
