@@ -371,7 +371,7 @@ impl Stream {
     /// Level 4: signs what was stored since the last checkpoint.
     pub fn checkpoint_pending(&self) {
         if let Some(provenance) = &self.provenance {
-            provenance.checkpoint_pending(self.store().as_mut(), self.sync_policy);
+            provenance.checkpoint_pending(self.store().as_mut(), self.sync_policy, self.committed_seq());
         }
     }
 
@@ -464,8 +464,10 @@ impl Stream {
             consumer.save_state();
         }
         let mut store = self.store();
-        if let Err(error) = store.sync() {
-            tracing::error!(stream = %self.name, %error, "sync at stop failed");
+        match store.sync() {
+            // Everything stored is durable: the final checkpoint may sign it all.
+            Ok(()) => self.committed_seq.store(store.state().last_seq, std::sync::atomic::Ordering::Release),
+            Err(error) => tracing::error!(stream = %self.name, %error, "sync at stop failed"),
         }
         drop(self.snapshot_producers(store));
         self.checkpoint_pending();
@@ -674,11 +676,7 @@ impl Stream {
                 if self.sync_policy == SyncPolicy::Never {
                     // Nothing else commits such a stream before its close, and the segments
                     // expiry emptied are given back only at a commit.
-                    let committed = match self.provenance {
-                        // L4 keeps the store through its fsync, as its commits do.
-                        Some(_) => self.store().sync(),
-                        None => tokio::task::block_in_place(|| self.commit(self.store()).0),
-                    };
+                    let committed = tokio::task::block_in_place(|| self.commit(self.store()).0);
                     if let Err(error) = committed {
                         tracing::error!(stream = %self.name, %error, "cannot sync what expired");
                     }
@@ -690,13 +688,11 @@ impl Stream {
     }
 
     /// Deletes one stored message (the API's `MSG.DELETE`), durable when it returns; the fsync
-    /// runs with the store's lock let go (L4 streams keep it, as their commits do).
+    /// runs with the store's lock let go (L4 streams' too: the chain is in the records, which a
+    /// removal does not change, and checkpoints sign only what a commit made durable).
     pub fn delete_message(&self, seq: u64) -> Result<bool, ApiError> {
         let (snapshot, mut store) = self.before_removal(self.store(), seq);
         snapshot.map_err(ApiError::message_delete_failed)?;
-        if self.provenance.is_some() {
-            return store.delete(seq).map_err(ApiError::message_delete_failed);
-        }
         let removed = store.remove(seq).map_err(ApiError::message_delete_failed)?;
         let (committed, _store) = tokio::task::block_in_place(|| self.commit(store));
         committed.map_err(ApiError::message_delete_failed)?;
@@ -808,18 +804,16 @@ impl Stream {
         } else if stored_any {
             // An ack promises at least "handed to the OS": with `sync: always`, "on disk".
             let written = match self.sync_policy {
-                // L4 keeps the store through its fsync: the chain, held for the batch, comes
-                // after the store in the lock order, and the ticker's checkpoints assume (under
-                // `sync: always`) that what the store holds is durable.
-                SyncPolicy::Always if must_sync && chain.is_some() => {
-                    let started = Instant::now();
-                    let synced = store.sync();
-                    self.services.bus.stats.store_sync_latency.observe(started.elapsed());
-                    synced
-                }
                 SyncPolicy::Always if must_sync => {
+                    // L4: the chain comes after the store in the lock order, so its writer is let
+                    // go with the store and taken again after (nothing else appends to the chain;
+                    // the ticker meanwhile writes only checkpoints up to `committed_seq`).
+                    let chained = chain.take().is_some();
                     let (synced, relocked) = self.commit(store);
                     store = relocked;
+                    if chained {
+                        chain = self.provenance.as_deref().map(|provenance| provenance.writer(&config));
+                    }
                     synced
                 }
                 SyncPolicy::Always | SyncPolicy::Interval(_) | SyncPolicy::Never => store.flush(),
@@ -849,11 +843,13 @@ impl Stream {
                 batches.refuse_commits(&refusal);
             }
         }
+        let state = store.state();
         if let Some(chain) = chain.as_mut() {
-            chain.finish_batch(store.as_mut(), self.sync_policy, written_ok);
+            // Deferred, nothing is durable yet; else the commit covered everything stored.
+            let durable_seq = if deferred { self.committed_seq() } else { state.last_seq };
+            chain.finish_batch(store.as_mut(), self.sync_policy, written_ok, durable_seq);
         }
         drop(chain);
-        let state = store.state();
         self.stored_bytes.store(state.bytes, std::sync::atomic::Ordering::Relaxed);
         let last_seq = state.last_seq;
         if written_ok && !deferred {

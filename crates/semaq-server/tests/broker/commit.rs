@@ -306,3 +306,72 @@ async fn an_l3_purge_writes_its_producer_snapshot_with_the_lock_let_go_and_dedup
     }
     assert_eq!(publish_seq(&client, "once.a", "p", 4, 4).await["seq"], 4);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_l4_publish_and_purge_are_fsynced_with_the_lock_let_go_and_the_chain_verifies_after_a_kill() {
+    use super::provenance::{api, full, l4_config, publish, register_schema, verify_through_api, wait_until_signed};
+    use serde_json::json;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let failpoint = format!("sync-delay-ms:{}", SYNC_DELAY.as_millis());
+    let mut broker = super::exactly_once::start_with_env(&store, &[("SEMAQ_FAILPOINT", &failpoint)]);
+    let client = broker.client().await;
+    register_schema(&client).await;
+    let js = jetstream::new(client.clone());
+    let config = stream::Config { storage: stream::StorageType::File, ..l4_config("CHAIN", "chain.>", &[]) };
+    let mut stream = js.create_stream(config).await.unwrap();
+    assert_eq!(publish(&client, "chain.a", full("1")).await["seq"], 1);
+
+    // A publish: its commit's fsync runs with the store's and the chain's locks let go.
+    let started = Instant::now();
+    let second = tokio::spawn({
+        let client = client.clone();
+        async move { (publish(&client, "chain.a", full("2")).await, Instant::now()) }
+    });
+    wait_for_last_sequence(&mut stream, 2, started).await;
+    let got = stream.direct_get(1).await.unwrap();
+    assert!(got.headers.get("Semaq-Hash").is_some(), "the read path still annotates");
+    let provenance = api(&client, "$SEMAQ.API.STREAM.PROVENANCE.CHAIN", json!({})).await;
+    assert!(provenance["public_key"].is_string(), "{provenance}");
+    let signed = provenance["checkpoints"].as_array().map_or(0, |all| all.iter().filter(|c| c["seq"] == 2).count());
+    assert_eq!(signed, 0, "a checkpoint signing message 2 is written before its fsync: {provenance}");
+    assert!(started.elapsed() < SYNC_DELAY, "the reads waited for the publish's fsync: {:?}", started.elapsed());
+    let (ack, acked) = second.await.unwrap();
+    assert_eq!(ack["seq"], 2, "{ack}");
+    assert!(acked.duration_since(started) >= SYNC_DELAY, "acked before the fsync ran");
+    assert_eq!(publish(&client, "chain.b", full("3")).await["seq"], 3);
+
+    // A purge from the head: readers are answered during its fsync, the answer comes after.
+    let started = Instant::now();
+    let purge = tokio::spawn({
+        let client = client.clone();
+        async move { (api(&client, "$JS.API.STREAM.PURGE.CHAIN", json!({"seq": 2})).await, Instant::now()) }
+    });
+    loop {
+        let state = stream.info().await.unwrap().state.clone();
+        if state.first_sequence == 2 {
+            break;
+        }
+        assert!(started.elapsed() < SYNC_DELAY, "stream info waited for the purge's fsync");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        &stream.get_raw_message(3).await.unwrap().payload[..],
+        br#"{"model_id":"llama3-70b","confidence":0.92}"#
+    );
+    assert!(started.elapsed() < SYNC_DELAY, "the reads waited for the purge's fsync: {:?}", started.elapsed());
+    let (answer, answered) = purge.await.unwrap();
+    assert_eq!(answer["purged"], 1, "{answer}");
+    assert!(answered.duration_since(started) >= SYNC_DELAY, "answered before the fsync ran");
+    wait_until_signed(&client, "CHAIN").await;
+    broker.kill();
+    drop(broker);
+
+    let broker = super::exactly_once::start_on(&store);
+    let client = broker.client().await;
+    assert_eq!(publish(&client, "chain.a", full("4")).await["seq"], 4);
+    wait_until_signed(&client, "CHAIN").await;
+    let summary = verify_through_api(&client, "CHAIN").await.expect("the chain verifies after the kill");
+    // Anchored on message 2 or checked against a checkpoint on 1, as the ticker signed it.
+    assert_eq!((summary.range, summary.verified, summary.signed_through), (Some((2, 4)), 3, Some(4)));
+}

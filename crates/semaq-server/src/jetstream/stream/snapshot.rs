@@ -11,8 +11,7 @@
 //! was written make it needed again); a removal made before the snapshot was durable could
 //! reach the disk with any other commit taken meanwhile (the ingest task's, for one). Under
 //! steady L3 ingest every round can find new entries: after `PRODUCER_SNAPSHOT_ROUNDS_MAX`
-//! rounds the snapshot is written in place, under the lock, as before. L4 streams always write
-//! in place: they keep the store through their fsyncs.
+//! rounds the snapshot is written in place, under the lock, as before.
 //!
 //! Snapshots taken inside an ingest batch (before an append that limits could answer with a
 //! removal, an interest stream's unwanted message, a KV rollup's or a schedule's purge) stay in
@@ -80,8 +79,8 @@ impl Stream {
                 return (Ok(()), store);
             }
             let now = clock::unix_nanos_now();
-            if self.provenance.is_some() || round >= PRODUCER_SNAPSHOT_ROUNDS_MAX {
-                if !in_place_last && self.provenance.is_none() {
+            if round >= PRODUCER_SNAPSHOT_ROUNDS_MAX {
+                if !in_place_last {
                     return (Ok(()), store);
                 }
                 let written = producers.write_snapshot(store.as_mut(), now);
