@@ -679,6 +679,37 @@ mod tests {
     }
 
     #[test]
+    fn a_checkpoint_signed_during_a_commits_fsync_is_written_only_by_that_commit() {
+        let config = l4_stream();
+        let mut store = semaq_store::MemoryStore::new(semaq_store::StoreLimits::default());
+        let provenance = Provenance::open(&config, None, &store).unwrap().unwrap();
+        let mut writer = provenance.writer(&config);
+        writer.append(&mut store, &l4_message("a", "10"), 1).unwrap();
+        writer.append(&mut store, &l4_message("a", "11"), 1).unwrap();
+        drop(writer);
+        // The batch's fsync runs, the locks let go: the ticker signs the head, writes nothing.
+        provenance.checkpoint_pending(&mut store, SyncPolicy::Always, 0);
+        assert_eq!(provenance.info(&config)["signed_seq"], 2, "signed");
+        assert!(provenance.covering(2).is_none(), "written before what it signs is durable");
+        // The commit ends: its writer, taken again, writes it.
+        let mut writer = provenance.writer(&config);
+        writer.finish_batch(&mut store, SyncPolicy::Always, true, 2);
+        drop(writer);
+        assert_eq!(provenance.covering(2).map(|checkpoint| checkpoint.seq), Some(2));
+
+        // A failed commit drops what was signed over it.
+        let mut writer = provenance.writer(&config);
+        writer.append(&mut store, &l4_message("a", "12"), 1).unwrap();
+        drop(writer);
+        provenance.checkpoint_pending(&mut store, SyncPolicy::Always, 2);
+        let mut writer = provenance.writer(&config);
+        writer.finish_batch(&mut store, SyncPolicy::Always, false, 2);
+        writer.finish_batch(&mut store, SyncPolicy::Always, true, 3);
+        drop(writer);
+        assert!(provenance.covering(3).is_none(), "never written");
+    }
+
+    #[test]
     fn configs_that_would_break_the_chain_are_refused() {
         let level = |n: &str| StreamConfig {
             metadata: [("semaq.level".to_string(), n.to_string())].into_iter().collect(),
