@@ -512,13 +512,20 @@ impl Producers {
     /// message stored after the snapshot (limits with discard old remove the oldest first, so
     /// that needs more messages or bytes after the snapshot than the limit allows).
     pub fn append_needs_snapshot(&self, limits: &StoreLimits, stored_bytes: u64) -> bool {
+        self.appends_need_snapshot(limits, 1, stored_bytes)
+    }
+
+    /// [`Producers::append_needs_snapshot`] for `count` appends of `stored_bytes` in all (an
+    /// ingest batch about to be stored, so the snapshot can be written before it, without the lock).
+    pub fn appends_need_snapshot(&self, limits: &StoreLimits, count: u64, stored_bytes: u64) -> bool {
         if !self.dirty || self.file.is_none() {
             return false;
         }
-        let since_msgs = self.since_msgs + 1;
+        let since_msgs = self.since_msgs.saturating_add(count);
         let discard_old = limits.discard == DiscardPolicy::Old;
         let over_msgs = limits.max_msgs.is_some_and(|max| since_msgs > max) && discard_old;
-        let over_bytes = limits.max_bytes.is_some_and(|max| self.since_bytes + stored_bytes > max) && discard_old;
+        let over_bytes =
+            limits.max_bytes.is_some_and(|max| self.since_bytes.saturating_add(stored_bytes) > max) && discard_old;
         // Per subject: conservatively, as if every message since the snapshot had one subject.
         let per_subject_refuses = limits.discard == DiscardPolicy::New && limits.discard_new_per_subject;
         let over_subject = limits.max_msgs_per_subject.is_some_and(|max| since_msgs > max) && !per_subject_refuses;
@@ -552,6 +559,8 @@ impl Producers {
     /// same with the fsyncs and the write run without the store's lock.
     pub fn write_snapshot(&mut self, store: &mut dyn StreamStore, now_ns: i64) -> std::io::Result<()> {
         let Some(file) = self.file.clone() else { return Ok(()) };
+        // A slow disk in tests (the `sync-delay-ms` failpoint), here under the caller's locks.
+        super::failpoint::sync_delay();
         store.sync().map_err(std::io::Error::other)?;
         let covered_seq = self.batch.as_ref().map_or_else(|| store.state().last_seq, |batch| batch.start_seq);
         let snapshot = self.snapshot_body(covered_seq);

@@ -721,6 +721,8 @@ impl Stream {
         let window_ns = self.duplicate_window_ns();
         // Before this stream's store lock: the quota reads the other streams' usage.
         let quota = self.jetstream().and_then(|jetstream| Quota::for_stream(&jetstream, &self.name, config.storage));
+        // L3: a snapshot the batch's appends could need, before the lock is taken for it.
+        self.snapshot_before_batch(&config, batch);
         let mut store = self.store();
         let mut producers = lock(&self.producers);
         let now = clock::unix_nanos_now();

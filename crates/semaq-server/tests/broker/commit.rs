@@ -375,3 +375,66 @@ async fn an_l4_publish_and_purge_are_fsynced_with_the_lock_let_go_and_the_chain_
     // Anchored on message 2 or checked against a checkpoint on 1, as the ticker signed it.
     assert_eq!((summary.range, summary.verified, summary.signed_through), (Some((2, 4)), 3, Some(4)));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_l3_eviction_by_max_msgs_writes_its_producer_snapshot_before_the_batch_without_the_lock() {
+    use super::exactly_once::{create_stream, l3_config, publish_seq, register_schema};
+    use serde_json::json;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let failpoint = format!("sync-delay-ms:{}", SYNC_DELAY.as_millis());
+    let mut broker = super::exactly_once::start_with_env(&store, &[("SEMAQ_FAILPOINT", &failpoint)]);
+    let client = broker.client().await;
+    register_schema(&client).await;
+    let config = l3_config("KEEP3", &["keep3.>"], json!({"max_msgs": 3, "allow_direct": true}));
+    let created = create_stream(&client, config).await;
+    assert!(created["config"].is_object(), "{created}");
+    let js = jetstream::new(client.clone());
+    let mut stream = js.get_stream("KEEP3").await.unwrap();
+
+    // Three fresh entries, appended (their commit, or a periodic snapshot, may be under way);
+    // the fourth message evicts the first, so the snapshot must hold p's entries first. The
+    // ingest task writes it before taking the lock for the fourth's batch (unless the periodic
+    // snapshot did already), and readers are answered throughout.
+    let mut acks = Vec::new();
+    for seq in 1..=3 {
+        let client = client.clone();
+        acks.push(tokio::spawn(async move { publish_seq(&client, "keep3.a", "p", seq, seq).await }));
+    }
+    loop {
+        if stream.info().await.unwrap().state.last_sequence == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let fourth_sent = Instant::now();
+    let fourth = tokio::spawn({
+        let client = client.clone();
+        async move { (publish_seq(&client, "keep3.a", "p", 4, 4).await, Instant::now()) }
+    });
+    while !fourth.is_finished() {
+        let asked = Instant::now();
+        let state = stream.info().await.unwrap().state.clone();
+        assert!(state.last_sequence >= 3);
+        assert!(stream.direct_get(3).await.is_ok());
+        assert!(asked.elapsed() < SYNC_DELAY / 3, "a read waited for an fsync: {:?}", asked.elapsed());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (ack, acked) = fourth.await.unwrap();
+    assert_eq!(ack["seq"], 4, "{ack}");
+    assert!(acked.duration_since(fourth_sent) >= SYNC_DELAY, "acked before its fsync");
+    for ack in acks {
+        assert!(ack.await.unwrap()["seq"].is_u64());
+    }
+    let state = stream.info().await.unwrap().state.clone();
+    assert_eq!((state.messages, state.first_sequence), (3, 2), "max_msgs evicted the first");
+    broker.kill();
+    drop(broker);
+
+    // The evicted message's producer sequence is still a duplicate after the kill.
+    let broker = super::exactly_once::start_on(&store);
+    let client = broker.client().await;
+    let repeat = publish_seq(&client, "keep3.a", "p", 1, 1).await;
+    assert_eq!(repeat["duplicate"], true, "{repeat}");
+    assert_eq!(publish_seq(&client, "keep3.a", "p", 5, 5).await["seq"], 5);
+}

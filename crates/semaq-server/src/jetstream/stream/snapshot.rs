@@ -13,9 +13,15 @@
 //! steady L3 ingest every round can find new entries: after `PRODUCER_SNAPSHOT_ROUNDS_MAX`
 //! rounds the snapshot is written in place, under the lock, as before.
 //!
-//! Snapshots taken inside an ingest batch (before an append that limits could answer with a
-//! removal, an interest stream's unwanted message, a KV rollup's or a schedule's purge) stay in
-//! place: the batch holds the lock from its first append to its commit's ticket, and the
+//! Before an ingest batch whose appends limits could answer with a removal past the snapshot
+//! (`max_msgs`, `max_bytes`, per subject, discard old), the ingest task writes it the same way
+//! before taking the lock for the batch ([`Stream::snapshot_before_batch`]): only that task
+//! appends, so no entry is recorded meanwhile and the batch's own check then finds it fresh
+//! (unless the batch alone exceeds the limit).
+//!
+//! Snapshots still taken inside an ingest batch (that last case, an interest stream's unwanted
+//! message, a KV rollup's or a schedule's purge: the entry the removal could lose is the
+//! batch's own) stay in place: the batch holds the lock from its first append to its commit's ticket, and the
 //! removal follows at once in the same hold. Letting the lock go there would show consumers
 //! part of a batch (an atomic one too), and writing the snapshot before the batch's commit
 //! would not help: the removal, already made, reaches the disk with any commit taken
@@ -51,6 +57,34 @@ impl Stream {
         now_ns: i64,
     ) -> (std::io::Result<()>, StoreGuard<'s>) {
         self.snapshot_if(store, |producers, _| producers.expiry_needs_snapshot(max_age_ns, now_ns), true)
+    }
+
+    /// L3: before storing `batch`, the snapshot its appends could need (limits removing the
+    /// oldest messages past the snapshot), written with the store's lock let go. Sizes are the
+    /// raw ones: the exact check stays in the batch (`before_append`), this only makes it rare.
+    pub(super) fn snapshot_before_batch(
+        &self,
+        config: &crate::jetstream::config::StreamConfig,
+        batch: &[super::Inbound],
+    ) {
+        if !config.exactly_once() || self.dir.is_none() {
+            return;
+        }
+        let count = batch.len() as u64;
+        let bytes: u64 = batch
+            .iter()
+            .map(|m| (m.subject.len() + m.headers.as_ref().map_or(0, bytes::Bytes::len) + m.payload.len()) as u64)
+            .sum();
+        let store = self.store();
+        let limits = store.limits().clone();
+        let needed =
+            |producers: &Producers, _| producers.is_loaded() && producers.appends_need_snapshot(&limits, count, bytes);
+        let (written, store) = self.snapshot_if(store, needed, false);
+        drop(store);
+        if let Err(error) = written {
+            // The batch's own check writes it in place, or refuses the message.
+            tracing::warn!(stream = %self.name, %error, "producer snapshot before a batch failed");
+        }
     }
 
     /// L3: the periodic (and final) producer snapshot, when producers changed since the last;
