@@ -19,14 +19,14 @@
 //! appends, so no entry is recorded meanwhile and the batch's own check then finds it fresh
 //! (unless the batch alone exceeds the limit).
 //!
-//! Snapshots still taken inside an ingest batch (that last case, an interest stream's unwanted
-//! message, a KV rollup's or a schedule's purge: the entry the removal could lose is the
-//! batch's own) stay in place: the batch holds the lock from its first append to its commit's ticket, and the
-//! removal follows at once in the same hold. Letting the lock go there would show consumers
-//! part of a batch (an atomic one too), and writing the snapshot before the batch's commit
-//! would not help: the removal, already made, reaches the disk with any commit taken
-//! meanwhile. The periodic snapshot (every `PRODUCER_SNAPSHOT_INTERVAL`, now without the lock)
-//! keeps those rare: they need more messages since the last snapshot than a limit allows.
+//! Snapshots still taken inside an ingest batch (that last case; an interest stream's
+//! unwanted message, a KV rollup's or a schedule's purge, which the batch's own entries make
+//! needed) stay in place: the batch holds the lock from its first append to its commit's
+//! ticket, and the removal follows at once in the same hold. Letting the lock go there would
+//! show consumers part of a batch (an atomic one too), and writing the snapshot before the
+//! batch's commit would not help: the removal, already made, reaches the disk with any commit
+//! taken meanwhile. The periodic snapshot (every `PRODUCER_SNAPSHOT_INTERVAL`, now without the
+//! lock) and the one before a batch keep the first case rare.
 
 use super::{StoreGuard, Stream};
 use crate::jetstream::producers::Producers;
