@@ -4,7 +4,7 @@
 //! - `batch-append:<n>`: exit (code 86) after appending the `n`th message of an atomic batch;
 //! - `batch-store-error:<n>`: the store refuses an atomic batch's `n`th message;
 //! - `sync-delay-ms:<n>`: each commit's fsyncs start `n` ms late, the store's lock free, as on
-//!   a slow disk;
+//!   a slow disk; so do an L3 producer snapshot's (under the store's lock when written in place);
 //! - `disk-faults:<control file>`: the streams' stores run on the real disk with fsync and
 //!   write faults switched by that file (`semaq_store::storage::faults`).
 

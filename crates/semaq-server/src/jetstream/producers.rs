@@ -20,9 +20,9 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use semaq_store::{DiscardPolicy, StoreLimits, StreamStore};
+use semaq_store::{DiscardPolicy, StoreLimits, StreamStore, SyncTicket, Synced};
 use semaq_wire::headers::names::{PRODUCER, PRODUCER_SEQ};
 use semaq_wire::Headers;
 use serde::{Deserialize, Serialize};
@@ -238,6 +238,71 @@ pub struct Producers {
     /// Stored bytes (record sizes) appended after `covered_seq`.
     since_bytes: u64,
     batch: Option<BatchMark>,
+    /// Snapshots taken so far (in place or as a [`SnapshotJob`]), numbering them in table order.
+    generation: u64,
+    /// The generation whose `covered_seq`, `snapshot_at_ns` and counts are the ones above.
+    applied_generation: u64,
+    /// Entries recorded so far: a snapshot taken at `changes == n` holds every one up to n.
+    changes: u64,
+    /// The generation of the snapshot on disk, locked across its write: one writer at a time,
+    /// and an older snapshot is never renamed over a newer one. Taken with no other lock, or
+    /// last (after the store and the table, by an in-place write).
+    written: Arc<Mutex<u64>>,
+}
+
+/// A producer snapshot whose content was taken under the store's lock ([`Producers::take_snapshot`]):
+/// [`SnapshotJob::run`] makes the messages it covers durable and writes it with the lock let go.
+#[derive(Debug)]
+pub struct SnapshotJob {
+    generation: u64,
+    file: PathBuf,
+    bytes: Vec<u8>,
+    /// The store's changes up to the snapshot's `covered_seq`, handed to the OS.
+    ticket: SyncTicket,
+    written: Arc<Mutex<u64>>,
+    done: SnapshotDone,
+}
+
+/// What a finished [`SnapshotJob`] tells the table ([`Producers::finish_snapshot`]).
+#[derive(Debug)]
+pub struct SnapshotDone {
+    generation: u64,
+    /// The applied generation when it was taken: the counts below are relative to it.
+    base_generation: u64,
+    covered_seq: u64,
+    now_ns: i64,
+    changes: u64,
+    since_msgs: u64,
+    since_bytes: u64,
+    written: std::io::Result<()>,
+}
+
+impl SnapshotJob {
+    /// Step 2, with no lock held: fsyncs the store's changes up to the covered sequence (the
+    /// snapshot must never hold an entry of a message a crash could take), then writes the
+    /// snapshot durably unless a newer one is on disk already. The store's outcome goes to
+    /// `sync_finish`, the rest to [`Producers::finish_snapshot`].
+    pub fn run(self) -> (Synced, SnapshotDone) {
+        let SnapshotJob { generation, file, bytes, ticket, written, mut done } = self;
+        let synced = ticket.run();
+        done.written = if synced.succeeded() {
+            // A poisoned lock only means a writer panicked: the generation it holds is still right.
+            let mut on_disk = written.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if generation > *on_disk {
+                let wrote = write_durably(&file, &bytes);
+                if wrote.is_ok() {
+                    *on_disk = generation;
+                }
+                wrote
+            } else {
+                // A newer snapshot is durable: it holds every entry this one does.
+                Ok(())
+            }
+        } else {
+            Err(std::io::Error::other("the store's fsync failed; producer snapshot not written"))
+        };
+        (synced, done)
+    }
 }
 
 impl Producers {
@@ -256,6 +321,10 @@ impl Producers {
             since_msgs: 0,
             since_bytes: 0,
             batch: None,
+            generation: 0,
+            applied_generation: 0,
+            changes: 0,
+            written: Arc::new(Mutex::new(0)),
         }
     }
 
@@ -340,7 +409,9 @@ impl Producers {
     /// store undid appends (a full disk), whose producer sequences must not count as stored.
     pub fn unload(&mut self) {
         let file = self.file.take();
-        *self = Producers { file, ..Producers::new(None) };
+        let (generation, written) = (self.generation, Arc::clone(&self.written));
+        // Snapshots still being written describe the table before it was undone: void them.
+        *self = Producers { file, generation, applied_generation: generation, written, ..Producers::new(None) };
     }
 
     /// Whether the table is in use (the stream is L3 and has loaded it).
@@ -424,6 +495,7 @@ impl Producers {
             None => _ = self.table.insert(claim.producer.to_string(), last),
         }
         self.dirty = true;
+        self.changes += 1;
     }
 
     /// Counts a message appended to the stream (with or without producer headers).
@@ -440,13 +512,20 @@ impl Producers {
     /// message stored after the snapshot (limits with discard old remove the oldest first, so
     /// that needs more messages or bytes after the snapshot than the limit allows).
     pub fn append_needs_snapshot(&self, limits: &StoreLimits, stored_bytes: u64) -> bool {
+        self.appends_need_snapshot(limits, 1, stored_bytes)
+    }
+
+    /// [`Producers::append_needs_snapshot`] for `count` appends of `stored_bytes` in all (an
+    /// ingest batch about to be stored, so the snapshot can be written before it, without the lock).
+    pub fn appends_need_snapshot(&self, limits: &StoreLimits, count: u64, stored_bytes: u64) -> bool {
         if !self.dirty || self.file.is_none() {
             return false;
         }
-        let since_msgs = self.since_msgs + 1;
+        let since_msgs = self.since_msgs.saturating_add(count);
         let discard_old = limits.discard == DiscardPolicy::Old;
         let over_msgs = limits.max_msgs.is_some_and(|max| since_msgs > max) && discard_old;
-        let over_bytes = limits.max_bytes.is_some_and(|max| self.since_bytes + stored_bytes > max) && discard_old;
+        let over_bytes =
+            limits.max_bytes.is_some_and(|max| self.since_bytes.saturating_add(stored_bytes) > max) && discard_old;
         // Per subject: conservatively, as if every message since the snapshot had one subject.
         let per_subject_refuses = limits.discard == DiscardPolicy::New && limits.discard_new_per_subject;
         let over_subject = limits.max_msgs_per_subject.is_some_and(|max| since_msgs > max) && !per_subject_refuses;
@@ -473,16 +552,27 @@ impl Producers {
             && (self.dirty || last_seq > self.covered_seq.saturating_add(limits::PRODUCER_SNAPSHOT_LAG_MESSAGES_MAX))
     }
 
-    /// Syncs the store, then replaces the snapshot with the table as of its last message. While
-    /// an atomic batch is being applied, the snapshot leaves that batch out (it covers up to the
-    /// sequence before it): a crash could still remove the batch's partial tail at start-up.
+    /// Syncs the store, then replaces the snapshot with the table as of its last message, all
+    /// under the caller's locks. While an atomic batch is being applied, the snapshot leaves that
+    /// batch out (it covers up to the sequence before it): a crash could still remove the
+    /// batch's partial tail at start-up. Outside ingest, [`Producers::take_snapshot`] does the
+    /// same with the fsyncs and the write run without the store's lock.
     pub fn write_snapshot(&mut self, store: &mut dyn StreamStore, now_ns: i64) -> std::io::Result<()> {
         let Some(file) = self.file.clone() else { return Ok(()) };
+        // A slow disk in tests (the `sync-delay-ms` failpoint), here under the caller's locks.
+        super::failpoint::sync_delay();
         store.sync().map_err(std::io::Error::other)?;
         let covered_seq = self.batch.as_ref().map_or_else(|| store.state().last_seq, |batch| batch.start_seq);
         let snapshot = self.snapshot_body(covered_seq);
         let bytes = encode(&snapshot).map_err(std::io::Error::other)?;
-        write_durably(&file, &bytes)?;
+        self.generation += 1;
+        {
+            // Lock order: the store, the table, then the writer's lock (a job's write holds it alone).
+            let mut on_disk = self.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            write_durably(&file, &bytes)?;
+            *on_disk = self.generation;
+        }
+        self.applied_generation = self.generation;
         self.covered_seq = covered_seq;
         self.snapshot_at_ns = now_ns;
         (self.dirty, self.since_msgs, self.since_bytes) = match &mut self.batch {
@@ -493,6 +583,56 @@ impl Producers {
             }
             None => (false, 0, 0),
         };
+        Ok(())
+    }
+
+    /// Step 1 of a snapshot written without the store's lock (the caller holds it now): takes
+    /// the table as of the stream's last message and a sync ticket covering that message, for
+    /// [`SnapshotJob::run`]. `None` for a stream without a snapshot file, or while an atomic
+    /// batch is being applied (ingest holds the lock throughout: it writes in place).
+    pub fn take_snapshot(&mut self, store: &mut dyn StreamStore, now_ns: i64) -> std::io::Result<Option<SnapshotJob>> {
+        let Some(file) = self.file.clone() else { return Ok(None) };
+        if self.batch.is_some() {
+            return Ok(None);
+        }
+        let covered_seq = store.state().last_seq;
+        let bytes = encode(&self.snapshot_body(covered_seq)).map_err(std::io::Error::other)?;
+        let ticket = store.sync_begin().map_err(std::io::Error::other)?;
+        self.generation += 1;
+        let done = SnapshotDone {
+            generation: self.generation,
+            base_generation: self.applied_generation,
+            covered_seq,
+            now_ns,
+            changes: self.changes,
+            since_msgs: self.since_msgs,
+            since_bytes: self.since_bytes,
+            written: Ok(()),
+        };
+        let written = Arc::clone(&self.written);
+        Ok(Some(SnapshotJob { generation: self.generation, file, bytes, ticket, written, done }))
+    }
+
+    /// Step 3, under the store's lock again (after its `sync_finish`): a written snapshot newer
+    /// than the one the table counts from becomes it; an older one changes nothing (a newer one
+    /// was applied meanwhile, or the table was unloaded).
+    pub fn finish_snapshot(&mut self, done: SnapshotDone) -> std::io::Result<()> {
+        done.written?;
+        if !self.loaded || done.generation <= self.applied_generation {
+            return Ok(());
+        }
+        if done.base_generation == self.applied_generation {
+            // Counted from the same snapshot: what came after this one is what came since it was taken.
+            self.since_msgs = self.since_msgs.saturating_sub(done.since_msgs);
+            self.since_bytes = self.since_bytes.saturating_sub(done.since_bytes);
+        }
+        // Else an older job was applied meanwhile: its counts (larger) stay, which only errs
+        // towards an early snapshot.
+        self.applied_generation = done.generation;
+        self.covered_seq = done.covered_seq;
+        self.snapshot_at_ns = done.now_ns;
+        // An entry recorded while it was written is not in it.
+        self.dirty = self.changes != done.changes;
         Ok(())
     }
 
@@ -780,6 +920,57 @@ mod tests {
         forgetful.record(Claim { producer: "p", seq: 5 }, 50);
         let never_stored = forgetful.check_all([Claim { producer: "p", seq: 3 }].into_iter()).unwrap_err();
         assert!(never_stored.description.ends_with("(its last is at stream sequence 50)"), "a gap: {never_stored}");
+    }
+
+    /// A message with `producer`'s sequence `seq`, appended to `store` and recorded.
+    fn store_claim(producers: &mut Producers, store: &mut dyn StreamStore, producer: &str, seq: u64) {
+        let headers = block(&[&format!("Semaq-Producer: {producer}"), &format!("Semaq-Producer-Seq: {seq}")]);
+        let (stream_seq, _) = store.append("p.a", Some(&headers), b"x", 1).unwrap();
+        producers.appended(10);
+        producers.record(Claim { producer, seq }, stream_seq);
+    }
+
+    #[test]
+    fn a_snapshot_written_unlocked_applies_only_if_newer_and_never_replaces_a_newer_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = semaq_store::MemoryStore::new(semaq_store::StoreLimits::default());
+        let mut producers = Producers::new(Some(dir.path()));
+        producers.ensure_loaded(&mut store, 0);
+        store_claim(&mut producers, &mut store, "p", 1);
+        let older = producers.take_snapshot(&mut store, 5).unwrap().unwrap();
+        store_claim(&mut producers, &mut store, "p", 2);
+        let newer = producers.take_snapshot(&mut store, 6).unwrap().unwrap();
+        assert!(producers.removal_needs_snapshot(2), "nothing is applied before it is written");
+
+        // The newer one is written first; the older one then neither replaces it nor applies.
+        let (_, done) = newer.run();
+        producers.finish_snapshot(done).unwrap();
+        assert!(!producers.removal_needs_snapshot(2));
+        store_claim(&mut producers, &mut store, "q", 1);
+        let (_, done) = older.run();
+        producers.finish_snapshot(done).unwrap();
+        let on_disk = decode(&std::fs::read(dir.path().join(SNAPSHOT_FILE)).unwrap()).unwrap();
+        assert_eq!((on_disk.covered_seq, on_disk.producers["p"]), (2, (2, 2)));
+        assert!(!on_disk.producers.contains_key("q"), "taken before q");
+        assert!(producers.removal_needs_snapshot(3), "q came after the snapshot: still dirty");
+        assert!(!producers.removal_needs_snapshot(2), "the older job did not move covered_seq back");
+        assert_eq!(producers.since_msgs, 1, "only q's message is counted after the snapshot");
+    }
+
+    #[test]
+    fn an_unlocked_snapshot_taken_before_an_unload_is_void() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = semaq_store::MemoryStore::new(semaq_store::StoreLimits::default());
+        let mut producers = Producers::new(Some(dir.path()));
+        producers.ensure_loaded(&mut store, 0);
+        store_claim(&mut producers, &mut store, "p", 1);
+        let job = producers.take_snapshot(&mut store, 5).unwrap().unwrap();
+        producers.unload();
+        producers.ensure_loaded(&mut store, 7);
+        let covered = producers.covered_seq;
+        let (_, done) = job.run();
+        producers.finish_snapshot(done).unwrap();
+        assert_eq!((producers.covered_seq, producers.snapshot_at_ns), (covered, 7), "the reload's snapshot stays");
     }
 
     #[test]

@@ -42,6 +42,7 @@ use crate::sync::{self, lock};
 mod pipeline;
 mod purge;
 mod retention;
+mod snapshot;
 use pipeline::Pipeline;
 
 /// Headers JetStream publishers may set.
@@ -370,7 +371,7 @@ impl Stream {
     /// Level 4: signs what was stored since the last checkpoint.
     pub fn checkpoint_pending(&self) {
         if let Some(provenance) = &self.provenance {
-            provenance.checkpoint_pending(self.store().as_mut(), self.sync_policy);
+            provenance.checkpoint_pending(self.store().as_mut(), self.sync_policy, self.committed_seq());
         }
     }
 
@@ -382,8 +383,8 @@ impl Stream {
     /// Replaces the configuration (already validated) and re-subscribes to its subjects.
     pub fn set_config(self: &Arc<Self>, config: StreamConfig) -> Result<(), ApiError> {
         let limits = super::store_limits(&config);
-        let mut store = self.store();
-        self.before_removal(store.as_mut(), u64::MAX).map_err(ApiError::storage)?;
+        let (snapshot, mut store) = self.before_removal(self.store(), u64::MAX);
+        snapshot.map_err(ApiError::storage)?;
         store.update_limits(limits).map_err(ApiError::storage)?;
         drop(store);
         *sync::write(&self.config) = Arc::new(config);
@@ -463,11 +464,12 @@ impl Stream {
             consumer.save_state();
         }
         let mut store = self.store();
-        if let Err(error) = store.sync() {
-            tracing::error!(stream = %self.name, %error, "sync at stop failed");
+        match store.sync() {
+            // Everything stored is durable: the final checkpoint may sign it all.
+            Ok(()) => self.committed_seq.store(store.state().last_seq, std::sync::atomic::Ordering::Release),
+            Err(error) => tracing::error!(stream = %self.name, %error, "sync at stop failed"),
         }
-        self.snapshot_producers(store.as_mut());
-        drop(store);
+        drop(self.snapshot_producers(store));
         self.checkpoint_pending();
         self.provenance.iter().for_each(|provenance| provenance.sync_log());
         self.stop.notify_one();
@@ -629,7 +631,7 @@ impl Stream {
                     }
                 }
                 _ = producers_timer.tick() => {
-                    tokio::task::block_in_place(|| self.snapshot_producers(self.store().as_mut()));
+                    tokio::task::block_in_place(|| drop(self.snapshot_producers(self.store())));
                 }
             }
         }
@@ -654,16 +656,11 @@ impl Stream {
         if max_age <= 0 {
             return;
         }
-        let mut store = self.store();
-        {
-            // L3: expiry must not take a message the producer snapshot does not cover.
-            let mut producers = lock(&self.producers);
-            if producers.expiry_needs_snapshot(max_age, now) {
-                if let Err(error) = producers.write_snapshot(store.as_mut(), now) {
-                    tracing::error!(stream = %self.name, %error, "not expiring: producer snapshot failed");
-                    return;
-                }
-            }
+        // L3: expiry must not take a message the producer snapshot does not cover.
+        let (snapshot, mut store) = self.before_expiry(self.store(), max_age, now);
+        if let Err(error) = snapshot {
+            tracing::error!(stream = %self.name, %error, "not expiring: producer snapshot failed");
+            return;
         }
         let markers = super::kv::aging_out_last(&config, store.as_ref(), now);
         let removed = store.enforce_limits(now);
@@ -679,11 +676,7 @@ impl Stream {
                 if self.sync_policy == SyncPolicy::Never {
                     // Nothing else commits such a stream before its close, and the segments
                     // expiry emptied are given back only at a commit.
-                    let committed = match self.provenance {
-                        // L4 keeps the store through its fsync, as its commits do.
-                        Some(_) => self.store().sync(),
-                        None => tokio::task::block_in_place(|| self.commit(self.store()).0),
-                    };
+                    let committed = tokio::task::block_in_place(|| self.commit(self.store()).0);
                     if let Err(error) = committed {
                         tracing::error!(stream = %self.name, %error, "cannot sync what expired");
                     }
@@ -694,34 +687,12 @@ impl Stream {
         }
     }
 
-    /// L3: writes the producer snapshot before removing stored message `seq` (`u64::MAX`: any)
-    /// when the removal could lose a producer's entry the snapshot does not hold yet.
-    fn before_removal(&self, store: &mut dyn StreamStore, seq: u64) -> std::io::Result<()> {
-        let mut producers = lock(&self.producers);
-        if producers.removal_needs_snapshot(seq) {
-            producers.write_snapshot(store, clock::unix_nanos_now())?;
-        }
-        Ok(())
-    }
-
-    /// L3: the periodic (and final) producer snapshot, when producers changed since the last.
-    fn snapshot_producers(&self, store: &mut dyn StreamStore) {
-        let mut producers = lock(&self.producers);
-        if producers.is_loaded() && producers.periodic_due(store.state().last_seq) {
-            if let Err(error) = producers.write_snapshot(store, clock::unix_nanos_now()) {
-                tracing::error!(stream = %self.name, %error, "cannot write the producer snapshot");
-            }
-        }
-    }
-
     /// Deletes one stored message (the API's `MSG.DELETE`), durable when it returns; the fsync
-    /// runs with the store's lock let go (L4 streams keep it, as their commits do).
+    /// runs with the store's lock let go (L4 streams' too: the chain is in the records, which a
+    /// removal does not change, and checkpoints sign only what a commit made durable).
     pub fn delete_message(&self, seq: u64) -> Result<bool, ApiError> {
-        let mut store = self.store();
-        self.before_removal(store.as_mut(), seq).map_err(ApiError::message_delete_failed)?;
-        if self.provenance.is_some() {
-            return store.delete(seq).map_err(ApiError::message_delete_failed);
-        }
+        let (snapshot, mut store) = self.before_removal(self.store(), seq);
+        snapshot.map_err(ApiError::message_delete_failed)?;
         let removed = store.remove(seq).map_err(ApiError::message_delete_failed)?;
         let (committed, _store) = tokio::task::block_in_place(|| self.commit(store));
         committed.map_err(ApiError::message_delete_failed)?;
@@ -750,6 +721,8 @@ impl Stream {
         let window_ns = self.duplicate_window_ns();
         // Before this stream's store lock: the quota reads the other streams' usage.
         let quota = self.jetstream().and_then(|jetstream| Quota::for_stream(&jetstream, &self.name, config.storage));
+        // L3: a snapshot the batch's appends could need, before the lock is taken for it.
+        self.snapshot_before_batch(&config, batch);
         let mut store = self.store();
         let mut producers = lock(&self.producers);
         let now = clock::unix_nanos_now();
@@ -833,18 +806,16 @@ impl Stream {
         } else if stored_any {
             // An ack promises at least "handed to the OS": with `sync: always`, "on disk".
             let written = match self.sync_policy {
-                // L4 keeps the store through its fsync: the chain, held for the batch, comes
-                // after the store in the lock order, and the ticker's checkpoints assume (under
-                // `sync: always`) that what the store holds is durable.
-                SyncPolicy::Always if must_sync && chain.is_some() => {
-                    let started = Instant::now();
-                    let synced = store.sync();
-                    self.services.bus.stats.store_sync_latency.observe(started.elapsed());
-                    synced
-                }
                 SyncPolicy::Always if must_sync => {
+                    // L4: the chain comes after the store in the lock order, so its writer is let
+                    // go with the store and taken again after (nothing else appends to the chain;
+                    // the ticker meanwhile writes only checkpoints up to `committed_seq`).
+                    let chained = chain.take().is_some();
                     let (synced, relocked) = self.commit(store);
                     store = relocked;
+                    if chained {
+                        chain = self.provenance.as_deref().map(|provenance| provenance.writer(&config));
+                    }
                     synced
                 }
                 SyncPolicy::Always | SyncPolicy::Interval(_) | SyncPolicy::Never => store.flush(),
@@ -874,11 +845,13 @@ impl Stream {
                 batches.refuse_commits(&refusal);
             }
         }
+        let state = store.state();
         if let Some(chain) = chain.as_mut() {
-            chain.finish_batch(store.as_mut(), self.sync_policy, written_ok);
+            // Deferred, nothing is durable yet; else the commit covered everything stored.
+            let durable_seq = if deferred { self.committed_seq() } else { state.last_seq };
+            chain.finish_batch(store.as_mut(), self.sync_policy, written_ok, durable_seq);
         }
         drop(chain);
-        let state = store.state();
         self.stored_bytes.store(state.bytes, std::sync::atomic::Ordering::Relaxed);
         let last_seq = state.last_seq;
         if written_ok && !deferred {

@@ -240,3 +240,201 @@ async fn readers_are_answered_while_a_kv_rollup_is_being_fsynced_and_its_ack_com
     assert!(started.elapsed() >= SYNC_DELAY, "acked before the fsync ran");
     assert!(stream.get_raw_message(1).await.is_err(), "the rolled-up value is gone");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_l3_purge_writes_its_producer_snapshot_with_the_lock_let_go_and_dedup_survives_a_kill() {
+    use super::exactly_once::{create_stream, l3_config, publish_seq, register_schema, request};
+    use serde_json::json;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let failpoint = format!("sync-delay-ms:{}", SYNC_DELAY.as_millis());
+    let mut broker = super::exactly_once::start_with_env(&store, &[("SEMAQ_FAILPOINT", &failpoint)]);
+    let client = broker.client().await;
+    register_schema(&client).await;
+    let created = create_stream(&client, l3_config("ONCE", &["once.>"], json!({"allow_direct": true}))).await;
+    assert!(created["config"].is_object(), "{created}");
+    let js = jetstream::new(client.clone());
+    let mut stream = js.get_stream("ONCE").await.unwrap();
+    let (first, second) =
+        tokio::join!(publish_seq(&client, "once.a", "p", 1, 1), publish_seq(&client, "once.a", "p", 2, 2));
+    assert_eq!((first["seq"].as_u64(), second["seq"].as_u64()), (Some(1), Some(2)), "{first} {second}");
+
+    // A fresh producer entry the snapshot does not hold yet: appended, its commit under way.
+    let started = Instant::now();
+    let third = tokio::spawn({
+        let client = client.clone();
+        async move { publish_seq(&client, "once.a", "p", 3, 3).await }
+    });
+    wait_for_last_sequence(&mut stream, 3, started).await;
+    // The purge needs the snapshot first: the table's content is taken under the lock, its
+    // fsyncs and write run without it, then the purge is made and committed the same way.
+    let purge_started = Instant::now();
+    let purge = tokio::spawn({
+        let client = client.clone();
+        async move {
+            let answer = request(&client, "$JS.API.STREAM.PURGE.ONCE", serde_json::Value::Null).await;
+            (answer, Instant::now())
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for _ in 0..5 {
+        let asked = Instant::now();
+        let state = stream.info().await.unwrap().state.clone();
+        assert!(state.last_sequence >= 3);
+        let got = stream.direct_get(1).await;
+        assert!(asked.elapsed() < SYNC_DELAY / 3, "a read waited for the snapshot's fsync: {:?}", asked.elapsed());
+        assert!(got.is_ok() || state.messages == 0, "message 1 is there until the purge is made");
+        assert!(!purge.is_finished(), "the purge was answered before its fsyncs ran");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (answer, answered) = purge.await.unwrap();
+    assert_eq!(answer["success"], true, "{answer}");
+    assert_eq!(answer["purged"], 3, "{answer}");
+    // The snapshot's fsync, then the purge's own commit.
+    let took = answered.duration_since(purge_started);
+    assert!(took >= 2 * SYNC_DELAY, "answered before the snapshot's and the purge's fsyncs ran: {took:?}");
+    assert_eq!(third.await.unwrap()["seq"], 3);
+    broker.kill();
+    drop(broker);
+
+    // Every acknowledged producer sequence is still known, though its message is gone.
+    let broker = super::exactly_once::start_on(&store);
+    let client = broker.client().await;
+    for seq in 1..=3 {
+        let repeat = publish_seq(&client, "once.a", "p", seq, seq).await;
+        assert_eq!(repeat["duplicate"], true, "sequence {seq} after the restart: {repeat}");
+    }
+    assert_eq!(publish_seq(&client, "once.a", "p", 4, 4).await["seq"], 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_l4_publish_and_purge_are_fsynced_with_the_lock_let_go_and_the_chain_verifies_after_a_kill() {
+    use super::provenance::{api, full, l4_config, publish, register_schema, verify_through_api, wait_until_signed};
+    use serde_json::json;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let failpoint = format!("sync-delay-ms:{}", SYNC_DELAY.as_millis());
+    let mut broker = super::exactly_once::start_with_env(&store, &[("SEMAQ_FAILPOINT", &failpoint)]);
+    let client = broker.client().await;
+    register_schema(&client).await;
+    let js = jetstream::new(client.clone());
+    let config = stream::Config { storage: stream::StorageType::File, ..l4_config("CHAIN", "chain.>", &[]) };
+    let mut stream = js.create_stream(config).await.unwrap();
+    assert_eq!(publish(&client, "chain.a", full("1")).await["seq"], 1);
+
+    // A publish: its commit's fsync runs with the store's and the chain's locks let go.
+    let started = Instant::now();
+    let second = tokio::spawn({
+        let client = client.clone();
+        async move { (publish(&client, "chain.a", full("2")).await, Instant::now()) }
+    });
+    wait_for_last_sequence(&mut stream, 2, started).await;
+    let got = stream.direct_get(1).await.unwrap();
+    assert!(got.headers.get("Semaq-Hash").is_some(), "the read path still annotates");
+    let provenance = api(&client, "$SEMAQ.API.STREAM.PROVENANCE.CHAIN", json!({})).await;
+    assert!(provenance["public_key"].is_string(), "{provenance}");
+    let signed = provenance["checkpoints"].as_array().map_or(0, |all| all.iter().filter(|c| c["seq"] == 2).count());
+    assert_eq!(signed, 0, "a checkpoint signing message 2 is written before its fsync: {provenance}");
+    assert!(started.elapsed() < SYNC_DELAY, "the reads waited for the publish's fsync: {:?}", started.elapsed());
+    let (ack, acked) = second.await.unwrap();
+    assert_eq!(ack["seq"], 2, "{ack}");
+    assert!(acked.duration_since(started) >= SYNC_DELAY, "acked before the fsync ran");
+    assert_eq!(publish(&client, "chain.b", full("3")).await["seq"], 3);
+
+    // A purge from the head: readers are answered during its fsync, the answer comes after.
+    let started = Instant::now();
+    let purge = tokio::spawn({
+        let client = client.clone();
+        async move { (api(&client, "$JS.API.STREAM.PURGE.CHAIN", json!({"seq": 2})).await, Instant::now()) }
+    });
+    loop {
+        let state = stream.info().await.unwrap().state.clone();
+        if state.first_sequence == 2 {
+            break;
+        }
+        assert!(started.elapsed() < SYNC_DELAY, "stream info waited for the purge's fsync");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        &stream.get_raw_message(3).await.unwrap().payload[..],
+        br#"{"model_id":"llama3-70b","confidence":0.92}"#
+    );
+    assert!(started.elapsed() < SYNC_DELAY, "the reads waited for the purge's fsync: {:?}", started.elapsed());
+    let (answer, answered) = purge.await.unwrap();
+    assert_eq!(answer["purged"], 1, "{answer}");
+    assert!(answered.duration_since(started) >= SYNC_DELAY, "answered before the fsync ran");
+    wait_until_signed(&client, "CHAIN").await;
+    broker.kill();
+    drop(broker);
+
+    let broker = super::exactly_once::start_on(&store);
+    let client = broker.client().await;
+    assert_eq!(publish(&client, "chain.a", full("4")).await["seq"], 4);
+    wait_until_signed(&client, "CHAIN").await;
+    let summary = verify_through_api(&client, "CHAIN").await.expect("the chain verifies after the kill");
+    // Anchored on message 2 or checked against a checkpoint on 1, as the ticker signed it.
+    assert_eq!((summary.range, summary.verified, summary.signed_through), (Some((2, 4)), 3, Some(4)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_l3_eviction_by_max_msgs_writes_its_producer_snapshot_before_the_batch_without_the_lock() {
+    use super::exactly_once::{create_stream, l3_config, publish_seq, register_schema};
+    use serde_json::json;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let failpoint = format!("sync-delay-ms:{}", SYNC_DELAY.as_millis());
+    let mut broker = super::exactly_once::start_with_env(&store, &[("SEMAQ_FAILPOINT", &failpoint)]);
+    let client = broker.client().await;
+    register_schema(&client).await;
+    let config = l3_config("KEEP3", &["keep3.>"], json!({"max_msgs": 3, "allow_direct": true}));
+    let created = create_stream(&client, config).await;
+    assert!(created["config"].is_object(), "{created}");
+    let js = jetstream::new(client.clone());
+    let mut stream = js.get_stream("KEEP3").await.unwrap();
+
+    // Three fresh entries, appended (their commit, or a periodic snapshot, may be under way);
+    // the fourth message evicts the first, so the snapshot must hold p's entries first. The
+    // ingest task writes it before taking the lock for the fourth's batch (unless the periodic
+    // snapshot did already), and readers are answered throughout.
+    let mut acks = Vec::new();
+    for seq in 1..=3 {
+        let client = client.clone();
+        acks.push(tokio::spawn(async move { publish_seq(&client, "keep3.a", "p", seq, seq).await }));
+    }
+    loop {
+        if stream.info().await.unwrap().state.last_sequence == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let fourth_sent = Instant::now();
+    let fourth = tokio::spawn({
+        let client = client.clone();
+        async move { (publish_seq(&client, "keep3.a", "p", 4, 4).await, Instant::now()) }
+    });
+    while !fourth.is_finished() {
+        let asked = Instant::now();
+        let state = stream.info().await.unwrap().state.clone();
+        assert!(state.last_sequence >= 3);
+        assert!(stream.direct_get(3).await.is_ok());
+        assert!(asked.elapsed() < SYNC_DELAY / 3, "a read waited for an fsync: {:?}", asked.elapsed());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (ack, acked) = fourth.await.unwrap();
+    assert_eq!(ack["seq"], 4, "{ack}");
+    assert!(acked.duration_since(fourth_sent) >= SYNC_DELAY, "acked before its fsync");
+    for ack in acks {
+        assert!(ack.await.unwrap()["seq"].is_u64());
+    }
+    let state = stream.info().await.unwrap().state.clone();
+    assert_eq!((state.messages, state.first_sequence), (3, 2), "max_msgs evicted the first");
+    broker.kill();
+    drop(broker);
+
+    // The evicted message's producer sequence is still a duplicate after the kill.
+    let broker = super::exactly_once::start_on(&store);
+    let client = broker.client().await;
+    let repeat = publish_seq(&client, "keep3.a", "p", 1, 1).await;
+    assert_eq!(repeat["duplicate"], true, "{repeat}");
+    assert_eq!(publish_seq(&client, "keep3.a", "p", 5, 5).await["seq"], 5);
+}

@@ -37,7 +37,7 @@ pub(crate) fn start_with_env(store: &Path, env: &[(&str, &str)]) -> SemaqServer 
 }
 
 /// A JSON request/reply; `Value::Null` for an empty answer.
-async fn request(client: &async_nats::Client, subject: &str, body: Value) -> Value {
+pub(crate) async fn request(client: &async_nats::Client, subject: &str, body: Value) -> Value {
     let reply = client.request(subject.to_string(), body.to_string().into()).await.expect("request answered");
     answer(&reply.payload)
 }
@@ -50,14 +50,14 @@ fn answer(payload: &[u8]) -> Value {
     }
 }
 
-async fn register_schema(client: &async_nats::Client) {
+pub(crate) async fn register_schema(client: &async_nats::Client) {
     let body = json!({"subject": SCHEMA_SUBJECT, "schema": SCHEMA, "schemaType": "JSON"});
     let registered = request(client, "$SEMAQ.API.SCHEMA.REGISTER", body).await;
     assert!(registered["id"].is_u64(), "{registered}");
 }
 
 /// An L3 stream config on `subjects`, with `extra` fields merged in (metadata merged too).
-fn l3_config(name: &str, subjects: &[&str], extra: Value) -> Value {
+pub(crate) fn l3_config(name: &str, subjects: &[&str], extra: Value) -> Value {
     let mut config = json!({
         "name": name,
         "subjects": subjects,
@@ -78,7 +78,7 @@ fn l3_config(name: &str, subjects: &[&str], extra: Value) -> Value {
 }
 
 /// Creates a stream from a raw config; the API's answer.
-async fn create_stream(client: &async_nats::Client, config: Value) -> Value {
+pub(crate) async fn create_stream(client: &async_nats::Client, config: Value) -> Value {
     let name = config["name"].as_str().expect("name").to_string();
     request(client, &format!("$JS.API.STREAM.CREATE.{name}"), config).await
 }
@@ -95,7 +95,7 @@ fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
     map
 }
 
-fn event(n: u64) -> bytes::Bytes {
+pub(crate) fn event(n: u64) -> bytes::Bytes {
     json!({"n": n, "note": "exactly once"}).to_string().into()
 }
 
@@ -106,7 +106,7 @@ async fn publish(client: &async_nats::Client, subject: &str, pairs: &[(&str, &st
 }
 
 /// Publishes message `n` as `producer`'s sequence `seq`.
-async fn publish_seq(client: &async_nats::Client, subject: &str, producer: &str, seq: u64, n: u64) -> Value {
+pub(crate) async fn publish_seq(client: &async_nats::Client, subject: &str, producer: &str, seq: u64, n: u64) -> Value {
     let seq = seq.to_string();
     publish(client, subject, &[("Semaq-Producer", producer), ("Semaq-Producer-Seq", &seq)], event(n)).await
 }

@@ -21,7 +21,7 @@ const EVENT: &str = r#"{"model_id":"llama3-70b","confidence":0.92}"#;
 /// Bound on signing the head: longer than a checkpoint interval (100 ms).
 const CHECKPOINT_WAIT: Duration = Duration::from_millis(400);
 
-async fn register_schema(client: &async_nats::Client) {
+pub(crate) async fn register_schema(client: &async_nats::Client) {
     let schema = json!({"type": "object", "properties": {"model_id": {"type": "string"}}, "required": ["model_id"]});
     let body = json!({"subject": "events", "schema": schema.to_string(), "schemaType": "JSON"});
     let reply = client.request("$SEMAQ.API.SCHEMA.REGISTER", body.to_string().into()).await.unwrap();
@@ -29,7 +29,7 @@ async fn register_schema(client: &async_nats::Client) {
     assert!(answer["id"].is_u64(), "{answer}");
 }
 
-fn l4_config(name: &str, subject: &str, extra: &[(&str, &str)]) -> stream::Config {
+pub(crate) fn l4_config(name: &str, subject: &str, extra: &[(&str, &str)]) -> stream::Config {
     let mut metadata = HashMap::from([
         ("semaq.level".to_string(), "4".to_string()),
         ("semaq.schema".to_string(), "events".to_string()),
@@ -55,12 +55,12 @@ fn context(event_time: Option<&str>, traceparent: Option<&str>, session: Option<
     headers
 }
 
-fn full(event_time: &str) -> HeaderMap {
+pub(crate) fn full(event_time: &str) -> HeaderMap {
     context(Some(event_time), Some(TRACEPARENT), Some("session-42"))
 }
 
 /// Publishes through a plain request and returns the PubAck JSON.
-async fn publish(client: &async_nats::Client, subject: &str, headers: HeaderMap) -> Value {
+pub(crate) async fn publish(client: &async_nats::Client, subject: &str, headers: HeaderMap) -> Value {
     let reply = client.request_with_headers(subject.to_string(), headers, EVENT.into()).await.expect("pub ack");
     serde_json::from_slice(&reply.payload).expect("ack json")
 }
@@ -70,7 +70,7 @@ fn refusal(ack: &Value, err_code: u64) -> String {
     ack["error"]["description"].as_str().unwrap().to_string()
 }
 
-async fn api(client: &async_nats::Client, subject: &str, body: Value) -> Value {
+pub(crate) async fn api(client: &async_nats::Client, subject: &str, body: Value) -> Value {
     let reply = client.request(subject.to_string(), body.to_string().into()).await.expect("api answer");
     serde_json::from_slice(&reply.payload).expect("api json")
 }

@@ -168,12 +168,15 @@ impl Provenance {
         ChainWriter { provenance: self, chain: lock(&self.chain), required: required_headers(config) }
     }
 
-    /// Signs the head if messages arrived since the last checkpoint (the ticker and stream stop).
-    /// The caller holds the store (`store`), so nothing is appended meanwhile.
-    pub fn checkpoint_pending(&self, store: &mut dyn StreamStore, sync_policy: SyncPolicy) {
+    /// Signs the head if messages arrived since the last checkpoint (the ticker and stream stop),
+    /// and writes the checkpoints that sign only what is durable: up to `durable_seq` under
+    /// `sync: always` (the stream's last committed sequence: a commit's fsync may be running,
+    /// its lock let go); the others are written by the commit that makes them durable. The
+    /// caller holds the store (`store`), so nothing is appended meanwhile.
+    pub fn checkpoint_pending(&self, store: &mut dyn StreamStore, sync_policy: SyncPolicy, durable_seq: u64) {
         let mut writer = ChainWriter { provenance: self, chain: lock(&self.chain), required: Vec::new() };
         writer.sign_head();
-        writer.write_signed(store, sync_policy);
+        writer.write_signed(store, sync_policy, durable_seq);
     }
 
     /// Makes written checkpoints durable; call without holding any lock.
@@ -473,15 +476,22 @@ impl ChainWriter<'_> {
         self.chain.signed_at = Instant::now();
     }
 
-    /// After the batch's write: signs the head when the interval has passed, and writes the
-    /// batch's checkpoints once what they sign is durable. `written`: the batch's sync succeeded.
-    pub fn finish_batch(&mut self, store: &mut dyn StreamStore, sync_policy: SyncPolicy, written: bool) {
+    /// After the batch's commit (the writer taken again after it, under the store's lock): signs
+    /// the head when the interval has passed, and writes the checkpoints signed up to
+    /// `durable_seq`, which the commit made durable. `written`: the batch's commit succeeded.
+    pub fn finish_batch(
+        &mut self,
+        store: &mut dyn StreamStore,
+        sync_policy: SyncPolicy,
+        written: bool,
+        durable_seq: u64,
+    ) {
         if !written {
             // The store refused the batch's writes: what was signed may not be on disk.
             self.chain.unwritten.clear();
             return;
         }
-        self.write_batch(store, sync_policy);
+        self.write_batch(store, sync_policy, durable_seq);
     }
 
     /// After the store undid writes (a full disk: `StoreError::OutOfSpace`): the chain goes
@@ -496,27 +506,36 @@ impl ChainWriter<'_> {
         self.chain.unwritten.clear();
     }
 
-    fn write_batch(&mut self, store: &mut dyn StreamStore, sync_policy: SyncPolicy) {
+    fn write_batch(&mut self, store: &mut dyn StreamStore, sync_policy: SyncPolicy, durable_seq: u64) {
         if self.chain.signed_at.elapsed() >= limits::PROVENANCE_CHECKPOINT_INTERVAL {
             self.sign_head();
         }
-        self.write_signed(store, sync_policy);
+        self.write_signed(store, sync_policy, durable_seq);
     }
 
-    /// Appends the signed checkpoints to the log, first making sure the messages they sign are
-    /// durable (streams that do not fsync every batch are synced here: at most once per checkpoint).
-    fn write_signed(&mut self, store: &mut dyn StreamStore, sync_policy: SyncPolicy) {
+    /// Appends the signed checkpoints to the log once the messages they sign are durable: under
+    /// `sync: always` those signing up to `durable_seq` (the rest wait for the commit that
+    /// covers them, which may be running with the store's lock let go); streams that do not
+    /// fsync every batch are synced here (at most once per checkpoint).
+    fn write_signed(&mut self, store: &mut dyn StreamStore, sync_policy: SyncPolicy, durable_seq: u64) {
         if self.chain.unwritten.is_empty() {
             return;
         }
-        if sync_policy != SyncPolicy::Always {
+        let ready = if sync_policy == SyncPolicy::Always {
+            // Signed in sequence order: the durable ones are a prefix.
+            self.chain.unwritten.iter().take_while(|checkpoint| checkpoint.seq <= durable_seq).count()
+        } else {
             if let Err(error) = store.sync() {
                 tracing::error!(stream = %self.provenance.stream, %error, "sync before a checkpoint failed");
                 self.chain.unwritten.clear();
                 return;
             }
+            self.chain.unwritten.len()
+        };
+        if ready == 0 {
+            return;
         }
-        let checkpoints = std::mem::take(&mut self.chain.unwritten);
+        let checkpoints: Vec<Checkpoint> = self.chain.unwritten.drain(..ready).collect();
         if let Err(error) = lock(&self.provenance.log).append(&checkpoints) {
             tracing::error!(stream = %self.provenance.stream, %error, "cannot write checkpoints");
         }
@@ -657,6 +676,37 @@ mod tests {
         let summary = verify(&provenance, &store).unwrap();
         assert_eq!((summary.verified, summary.skipped), (2, 2));
         assert_eq!(provenance.info(&config)["head"]["seq"], 4);
+    }
+
+    #[test]
+    fn a_checkpoint_signed_during_a_commits_fsync_is_written_only_by_that_commit() {
+        let config = l4_stream();
+        let mut store = semaq_store::MemoryStore::new(semaq_store::StoreLimits::default());
+        let provenance = Provenance::open(&config, None, &store).unwrap().unwrap();
+        let mut writer = provenance.writer(&config);
+        writer.append(&mut store, &l4_message("a", "10"), 1).unwrap();
+        writer.append(&mut store, &l4_message("a", "11"), 1).unwrap();
+        drop(writer);
+        // The batch's fsync runs, the locks let go: the ticker signs the head, writes nothing.
+        provenance.checkpoint_pending(&mut store, SyncPolicy::Always, 0);
+        assert_eq!(provenance.info(&config)["signed_seq"], 2, "signed");
+        assert!(provenance.covering(2).is_none(), "written before what it signs is durable");
+        // The commit ends: its writer, taken again, writes it.
+        let mut writer = provenance.writer(&config);
+        writer.finish_batch(&mut store, SyncPolicy::Always, true, 2);
+        drop(writer);
+        assert_eq!(provenance.covering(2).map(|checkpoint| checkpoint.seq), Some(2));
+
+        // A failed commit drops what was signed over it.
+        let mut writer = provenance.writer(&config);
+        writer.append(&mut store, &l4_message("a", "12"), 1).unwrap();
+        drop(writer);
+        provenance.checkpoint_pending(&mut store, SyncPolicy::Always, 2);
+        let mut writer = provenance.writer(&config);
+        writer.finish_batch(&mut store, SyncPolicy::Always, false, 2);
+        writer.finish_batch(&mut store, SyncPolicy::Always, true, 3);
+        drop(writer);
+        assert!(provenance.covering(3).is_none(), "never written");
     }
 
     #[test]

@@ -78,7 +78,9 @@ impl Pipeline {
 
 impl Stream {
     /// Whether this stream's commits are pipelined: on file, `sync: always`, below L4 (an L4
-    /// stream keeps the store through its fsync; the other policies do not fsync per batch).
+    /// batch holds the chain's writer from its first append to its commit, and its checkpoints
+    /// follow each commit: it commits unpipelined, the lock let go for the fsync all the same;
+    /// the other policies do not fsync per batch).
     pub(super) fn pipelines(&self) -> bool {
         self.sync_policy == crate::options::SyncPolicy::Always && self.provenance.is_none() && self.dir.is_some()
     }

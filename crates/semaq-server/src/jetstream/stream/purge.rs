@@ -13,18 +13,16 @@ impl Stream {
     /// Purges stored messages (the API's `STREAM.PURGE`), durable when it returns. An
     /// unfiltered purge to a `seq` past the end also moves the stream there, as nats-server's
     /// compaction does: the next message gets `seq` (first_seq `seq`, last_seq `seq - 1`).
-    /// The fsyncs run with the store's lock let go (L4 streams keep it, as their commits do).
+    /// The fsyncs run with the store's lock let go (L4 streams' too, as their commits).
     pub fn purge(&self, request: &PurgeRequest) -> Result<u64, ApiError> {
-        let mut store = self.store();
-        self.before_removal(store.as_mut(), u64::MAX).map_err(ApiError::storage)?;
-        let keeps_lock = self.provenance.is_some();
-        let purged = if keeps_lock { store.purge(request) } else { store.purge_unsynced(request) };
-        let purged = purged.map_err(store_error)?;
+        // L3: the producer snapshot first, its fsyncs with the lock let go too (`snapshot.rs`).
+        let (snapshot, mut store) = self.before_removal(self.store(), u64::MAX);
+        snapshot.map_err(ApiError::storage)?;
+        let purged = store.purge_unsynced(request).map_err(store_error)?;
         let everything = matches!(request.subject.as_deref(), None | Some(">"));
         if let (true, None, Some(seq)) = (everything, request.keep, request.up_to_seq) {
             if seq > store.state().last_seq.saturating_add(1) {
-                let skipped = if keeps_lock { store.skip_to(seq) } else { store.skip_to_unsynced(seq) };
-                skipped.map_err(store_error)?;
+                store.skip_to_unsynced(seq).map_err(store_error)?;
             }
         }
         let state = store.state();
@@ -32,13 +30,10 @@ impl Stream {
         let filtered_first = purged_subject
             .and_then(|subject| store.get_next(state.first_seq, Some(subject)).ok().flatten())
             .map(|message| message.seq);
-        if !keeps_lock {
-            // Blocks for the disk: let the runtime move other tasks off this worker meanwhile.
-            let (committed, _store) = tokio::task::block_in_place(|| self.commit(store));
-            committed.map_err(store_error)?;
-        } else {
-            drop(store);
-        }
+        // Blocks for the disk: let the runtime move other tasks off this worker meanwhile.
+        let (committed, store) = tokio::task::block_in_place(|| self.commit(store));
+        drop(store);
+        committed.map_err(store_error)?;
         // Lock order: a consumer's state before the store (released above).
         for consumer in self.consumers() {
             consumer.stream_purged(purged_subject, state.first_seq, filtered_first, state.last_seq);

@@ -77,8 +77,8 @@ impl Stream {
             if !done(seq, &subject) {
                 continue;
             }
-            let mut store = self.store();
-            if let Err(error) = self.before_removal(store.as_mut(), seq) {
+            let (snapshot, mut store) = self.before_removal(self.store(), seq);
+            if let Err(error) = snapshot {
                 tracing::error!(stream = %self.name, %error, "keeping an acknowledged message: producer snapshot failed");
                 continue;
             }
@@ -109,18 +109,14 @@ impl Stream {
         self.removals_unsynced.load(Ordering::Acquire)
     }
 
-    /// Makes retention's and expiry's removals durable, with the store's lock let go for the fsyncs (L4
-    /// streams keep it, as their commits do). Under `sync: never` they wait for the close;
-    /// under an interval, the interval's sync covers them.
+    /// Makes retention's and expiry's removals durable, with the store's lock let go for the
+    /// fsyncs. Under `sync: never` they wait for the close; under an interval, the interval's
+    /// sync covers them.
     pub(super) fn commit_removals(&self) {
         if !self.removals_unsynced.swap(false, Ordering::AcqRel) || self.sync_policy != SyncPolicy::Always {
             return;
         }
-        let result = if self.provenance.is_some() {
-            self.store().sync()
-        } else {
-            tokio::task::block_in_place(|| self.commit(self.store()).0)
-        };
+        let result = tokio::task::block_in_place(|| self.commit(self.store()).0);
         if let Err(error) = result {
             tracing::error!(stream = %self.name, %error, "cannot sync the removal of acknowledged messages");
         }
