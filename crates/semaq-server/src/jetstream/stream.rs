@@ -239,7 +239,9 @@ impl Ingest<'_, '_> {
         if self.config.exactly_once() && self.producers.removal_needs_snapshot(seq) {
             self.producers.write_snapshot(self.store, self.now).map_err(ApiError::storage)?;
         }
-        self.store.delete(seq).map_err(store_error)?;
+        // Lazily: the batch's own commit (or, under the other policies, the next sync) makes the
+        // removal durable with the append, so no fsync runs here under the stream's lock.
+        self.store.remove(seq).map_err(store_error)?;
         Ok(())
     }
 
