@@ -13,6 +13,14 @@ use semaq_testkit::SemaqServer;
 /// How long each commit's fsync takes on the slowed disk.
 const SYNC_DELAY: Duration = Duration::from_millis(1500);
 
+/// A broker on `store` whose fsyncs take [`SYNC_DELAY`], and a client of it.
+async fn slow_broker(store: &std::path::Path) -> (SemaqServer, async_nats::Client) {
+    let failpoint = format!("sync-delay-ms:{}", SYNC_DELAY.as_millis());
+    let broker = super::exactly_once::start_with_env(store, &[("SEMAQ_FAILPOINT", &failpoint)]);
+    let client = broker.client().await;
+    (broker, client)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_and_consumers_are_answered_while_a_batch_is_being_fsynced() {
     let store = tempfile::tempdir().unwrap();
@@ -247,9 +255,7 @@ async fn an_l3_purge_writes_its_producer_snapshot_with_the_lock_let_go_and_dedup
     use serde_json::json;
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
-    let failpoint = format!("sync-delay-ms:{}", SYNC_DELAY.as_millis());
-    let mut broker = super::exactly_once::start_with_env(&store, &[("SEMAQ_FAILPOINT", &failpoint)]);
-    let client = broker.client().await;
+    let (mut broker, client) = slow_broker(&store).await;
     register_schema(&client).await;
     let created = create_stream(&client, l3_config("ONCE", &["once.>"], json!({"allow_direct": true}))).await;
     assert!(created["config"].is_object(), "{created}");
@@ -313,9 +319,7 @@ async fn an_l4_publish_and_purge_are_fsynced_with_the_lock_let_go_and_the_chain_
     use serde_json::json;
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
-    let failpoint = format!("sync-delay-ms:{}", SYNC_DELAY.as_millis());
-    let mut broker = super::exactly_once::start_with_env(&store, &[("SEMAQ_FAILPOINT", &failpoint)]);
-    let client = broker.client().await;
+    let (mut broker, client) = slow_broker(&store).await;
     register_schema(&client).await;
     let js = jetstream::new(client.clone());
     let config = stream::Config { storage: stream::StorageType::File, ..l4_config("CHAIN", "chain.>", &[]) };
@@ -382,9 +386,7 @@ async fn an_l3_eviction_by_max_msgs_writes_its_producer_snapshot_before_the_batc
     use serde_json::json;
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
-    let failpoint = format!("sync-delay-ms:{}", SYNC_DELAY.as_millis());
-    let mut broker = super::exactly_once::start_with_env(&store, &[("SEMAQ_FAILPOINT", &failpoint)]);
-    let client = broker.client().await;
+    let (mut broker, client) = slow_broker(&store).await;
     register_schema(&client).await;
     let config = l3_config("KEEP3", &["keep3.>"], json!({"max_msgs": 3, "allow_direct": true}));
     let created = create_stream(&client, config).await;
