@@ -83,6 +83,14 @@ class Server:
     def log_text(self):
         return "".join(self.log)
 
+    def wait_for_log(self, text, within=5):
+        """Waits until the log holds `text`: lines reach it from a thread that drains stderr, so
+        one written as the server acts may arrive just after what a test saw of that act."""
+        deadline = time.monotonic() + within
+        while text not in self.log_text():
+            assert time.monotonic() < deadline, f"{text!r} not in the log within {within} s: {self.log_text()}"
+            time.sleep(0.02)
+
     def _kill(self):
         self.process.kill()
         self.process.wait(timeout=EXIT_TIMEOUT)

@@ -184,7 +184,7 @@ def test_a_chromium_page_speaks_nats_over_websocket_and_its_origin_is_checked():
         allowed, forbidden = results
         assert f"HMSG page 1 {len(headers)} {len(headers) + len(body)}\r\n{headers}{body}\r\n" in allowed, allowed
         assert forbidden == "closed 1006", forbidden
-        assert "origin not allowed: not in the allowed list" in server.log_text()
+        server.wait_for_log("origin not allowed: not in the allowed list")
     finally:
         browser.close()
         server.stop()
