@@ -74,6 +74,13 @@ pub struct Inbound {
 }
 
 impl Inbound {
+    /// Its subject, header block and body, in bytes: what it costs the ingest queue's budget.
+    pub fn size(&self) -> usize {
+        self.subject.len() + self.headers.as_ref().map_or(0, Bytes::len) + self.payload.len()
+    }
+}
+
+impl Inbound {
     /// Whether a mirror or source follower copied it here from another stream.
     pub fn is_sourced(&self) -> bool {
         self.reply.as_deref().is_some_and(|reply| reply.starts_with(super::sources::ACK_PREFIX))
@@ -759,8 +766,7 @@ impl Stream {
         let mut must_sync = false;
         let mut traced = crate::trace::Stores::start();
         for (index, mut message) in batch.drain(..).enumerate() {
-            let size = message.subject.len() + message.headers.as_ref().map_or(0, Bytes::len) + message.payload.len();
-            self.ingest_budget.give_back(size);
+            self.ingest_budget.give_back(message.size());
             // L4 lineage: what was decided before the store lock (a refusal, or the resolved parents).
             if let Err(refused) = parents.apply(index, &mut message) {
                 acks.push((message.reply, Err(refused), None));
@@ -1006,9 +1012,7 @@ impl Stream {
             table.fire(&**store, clock::unix_nanos_now())
         };
         // They count against the ingest queue's bytes like any publish (store_batch gives back).
-        fired.retain(|m| {
-            self.ingest_budget.try_take(m.subject.len() + m.headers.as_ref().map_or(0, Bytes::len) + m.payload.len())
-        });
+        fired.retain(|m| self.ingest_budget.try_take(m.size()));
         if !fired.is_empty() {
             tokio::task::block_in_place(|| self.store_batch(&mut fired, (dedup, batches), acks, None));
             self.send_acks(acks);

@@ -40,9 +40,7 @@ impl Stream {
         }
         Ok(purged)
     }
-}
 
-impl Stream {
     /// A purge made while an ingest batch is stored (a KV rollup, a one-shot schedule's copy):
     /// with `sync: always`, left to the batch's commit, which runs its fsyncs without the
     /// store's lock and sends the PubAck only after them; under the other policies, which

@@ -71,10 +71,7 @@ impl Stream {
             return;
         }
         let count = batch.len() as u64;
-        let bytes: u64 = batch
-            .iter()
-            .map(|m| (m.subject.len() + m.headers.as_ref().map_or(0, bytes::Bytes::len) + m.payload.len()) as u64)
-            .sum();
+        let bytes: u64 = batch.iter().map(|m| m.size() as u64).sum();
         let store = self.store();
         let limits = store.limits().clone();
         let needed =
@@ -98,16 +95,16 @@ impl Stream {
         store
     }
 
-    /// Writes producer snapshots while `needed` (given the table and the stream's last sequence) holds, each in three steps; the last round
-    /// allowed writes in place when `in_place_last` (a removal waits on it), else gives up
-    /// until the next tick.
+    /// Writes producer snapshots while `needed` (given the table and the stream's last
+    /// sequence) holds, each in three steps; the last round allowed writes in place when
+    /// `in_place_last` (a removal waits on it), else gives up until the next tick.
     fn snapshot_if<'s>(
         &'s self,
         mut store: StoreGuard<'s>,
         needed: impl Fn(&Producers, u64) -> bool,
         in_place_last: bool,
     ) -> (std::io::Result<()>, StoreGuard<'s>) {
-        for round in 0.. {
+        for round in 0..=PRODUCER_SNAPSHOT_ROUNDS_MAX {
             let mut producers = lock(&self.producers);
             if !needed(&producers, store.state().last_seq) {
                 return (Ok(()), store);
