@@ -24,6 +24,10 @@ pub const GAP_FILL_MAX_COUNT: u64 = 1 << 24;
 
 /// Bytes buffered in memory for the active segment before they are handed to the OS.
 pub const WRITE_BUFFER_BYTES: usize = 256 * 1024;
+/// Unsynced appends handed to the OS past which the device is asked to start writing them
+/// (`StorageFile::start_writeback`): a large object's chunks, which wait for the object's one
+/// fsync, are then mostly on the device by the time it runs.
+pub const WRITEBACK_START_BYTES: u64 = 4 * 1024 * 1024;
 /// The active segment's log is grown ahead of its appends by this much (at most a quarter of
 /// the segment size; not at all when that is below `WRITE_BUFFER_BYTES`), zero-filled and fsynced with the commit that grows it: an fdatasync of
 /// bytes written over blocks the file already has needs no metadata write, and costs about

@@ -13,7 +13,10 @@ use crate::delete_log;
 use crate::error::{fit, io_error, StoreResult};
 use crate::index;
 use crate::ledger::Ledger;
-use crate::limits::{INDEX_WRITE_BUFFER_BYTES, PREALLOCATE_CHUNK_BYTES, PREALLOCATE_WRITE_BYTES, WRITE_BUFFER_BYTES};
+use crate::limits::{
+    INDEX_WRITE_BUFFER_BYTES, PREALLOCATE_CHUNK_BYTES, PREALLOCATE_WRITE_BYTES, WRITEBACK_START_BYTES,
+    WRITE_BUFFER_BYTES,
+};
 use crate::record;
 use crate::storage::{OpenMode, Storage, StorageFile};
 
@@ -55,6 +58,8 @@ pub(crate) struct Segment {
     written_bytes: u64,
     /// Bytes known to be on stable storage.
     synced_bytes: u64,
+    /// Bytes whose writeback was started ahead of their fsync (`start_writeback`).
+    writeback_bytes: u64,
     /// The log file's length: past `written_bytes` it is zeros written ahead (preallocation).
     allocated_bytes: u64,
     /// Preallocation failed (a full disk): this segment grows by its appends only.
@@ -129,6 +134,7 @@ impl Segment {
             log,
             written_bytes: length,
             synced_bytes: length,
+            writeback_bytes: length,
             allocated_bytes: length,
             allocation_failed: false,
             pending: Vec::new(),
@@ -205,8 +211,19 @@ impl Segment {
             self.log.write_at(&self.pending, self.written_bytes).map_err(io_error("write", &self.log_path))?;
             self.written_bytes += self.pending.len() as u64;
             self.pending.clear();
+            self.start_writeback();
         }
         Ok(())
+    }
+
+    /// Starts the device's writeback of a long run of unsynced appends, so the fsync that
+    /// makes them durable finds most of them written.
+    fn start_writeback(&mut self) {
+        let from = self.writeback_bytes.max(self.synced_bytes);
+        if self.written_bytes.saturating_sub(from) >= WRITEBACK_START_BYTES {
+            self.log.start_writeback(from, self.written_bytes - from);
+            self.writeback_bytes = self.written_bytes;
+        }
     }
 
     /// Reads `length` bytes at `offset`, from the write buffer when they are still there.
@@ -556,5 +573,70 @@ mod tests {
         assert_eq!(parse_segment_name("00000000000000000042.log", LOG_EXTENSION), Some(42));
         assert_eq!(parse_segment_name("42.log", LOG_EXTENSION), None);
         assert_eq!(parse_segment_name("00000000000000000042.idx", LOG_EXTENSION), None);
+    }
+
+    /// A log in memory that records the writeback hints it is given.
+    #[derive(Debug, Default)]
+    struct HintedLog {
+        bytes: std::sync::Mutex<Vec<u8>>,
+        hints: std::sync::Mutex<Vec<(u64, u64)>>,
+    }
+
+    impl StorageFile for HintedLog {
+        fn read_at(&self, _buffer: &mut [u8], _offset: u64) -> std::io::Result<()> {
+            Err(std::io::ErrorKind::Unsupported.into())
+        }
+        fn write_at(&self, bytes: &[u8], offset: u64) -> std::io::Result<()> {
+            let mut log = self.bytes.lock().map_err(|_| std::io::ErrorKind::Other)?;
+            let end = offset as usize + bytes.len();
+            log.resize(log.len().max(end), 0);
+            log[offset as usize..end].copy_from_slice(bytes);
+            Ok(())
+        }
+        fn length(&self) -> std::io::Result<u64> {
+            Ok(self.bytes.lock().map_err(|_| std::io::ErrorKind::Other)?.len() as u64)
+        }
+        fn set_len(&self, _length: u64) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn sync_data(&self) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn sync_all(&self) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn start_writeback(&self, offset: u64, length: u64) {
+            self.hints.lock().expect("hints").push((offset, length));
+        }
+        fn try_lock(&self, _mode: crate::storage::LockMode) -> std::io::Result<bool> {
+            Ok(true)
+        }
+    }
+
+    #[test]
+    fn writeback_starts_once_per_run_of_unsynced_appends_and_never_for_synced_ones() {
+        let log = Arc::new(HintedLog::default());
+        let mut segment = Segment::from_parts(1, PathBuf::from("d/1.log"), log.clone(), 0, false);
+        let payload = vec![7u8; 64 * 1024];
+        let mut seq = 1;
+        let mut append_until = |segment: &mut Segment, bytes: u64| {
+            while segment.written_bytes < bytes {
+                segment.append(seq, 0, "obj.chunk", None, &payload).expect("append");
+                seq += 1;
+            }
+        };
+        append_until(&mut segment, WRITEBACK_START_BYTES - WRITE_BUFFER_BYTES as u64);
+        assert!(log.hints.lock().expect("hints").is_empty(), "less than a run: no hint yet");
+        append_until(&mut segment, WRITEBACK_START_BYTES);
+        let first = log.hints.lock().expect("hints").clone();
+        assert_eq!(first, vec![(0, segment.written_bytes)], "the whole unsynced run, from the start");
+
+        segment.sync(&crate::storage::StdDisk, Path::new("d")).expect("sync");
+        let synced = segment.written_bytes;
+        append_until(&mut segment, synced + WRITEBACK_START_BYTES - WRITE_BUFFER_BYTES as u64);
+        assert_eq!(log.hints.lock().expect("hints").len(), 1, "synced bytes are never hinted again");
+        append_until(&mut segment, synced + WRITEBACK_START_BYTES);
+        let hints = log.hints.lock().expect("hints").clone();
+        assert_eq!(hints[1], (synced, segment.written_bytes - synced), "the next run starts where the fsync ended");
     }
 }

@@ -83,6 +83,9 @@ pub trait StorageFile: Send + Sync + fmt::Debug {
     fn sync_data(&self) -> io::Result<()>;
     /// Makes the contents and metadata durable (`fsync`).
     fn sync_all(&self) -> io::Result<()>;
+    /// Asks the OS to start writing `length` bytes from `offset` to the device, without
+    /// waiting: a hint that makes the fsync after it shorter, promising nothing.
+    fn start_writeback(&self, _offset: u64, _length: u64) {}
     /// Takes the lock without waiting: `Ok(false)` when another handle holds it. Released when
     /// the handle is dropped (or the process dies).
     fn try_lock(&self, mode: LockMode) -> io::Result<bool>;
@@ -190,6 +193,15 @@ impl StorageFile for StdFile {
 
     fn sync_all(&self) -> io::Result<()> {
         self.0.sync_all()
+    }
+
+    #[cfg(target_os = "linux")]
+    fn start_writeback(&self, offset: u64, length: u64) {
+        use rustix::fs::{fadvise, Advice};
+        // Linux's DONTNEED starts the writeback of the range's dirty pages without waiting
+        // (`WB_SYNC_NONE`) and drops only clean ones: a run just written is dirty, so it stays
+        // cached (BENCHMARKS.md). A hint only: the fsync after it reports any failure.
+        let _ = fadvise(&self.0, offset, std::num::NonZeroU64::new(length), Advice::DontNeed);
     }
 
     fn try_lock(&self, mode: LockMode) -> io::Result<bool> {

@@ -121,6 +121,10 @@ impl StorageFile for FaultyFile {
         self.inner.sync_all()
     }
 
+    fn start_writeback(&self, offset: u64, length: u64) {
+        self.inner.start_writeback(offset, length);
+    }
+
     fn try_lock(&self, mode: LockMode) -> io::Result<bool> {
         self.inner.try_lock(mode)
     }
