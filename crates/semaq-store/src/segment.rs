@@ -588,9 +588,11 @@ mod tests {
         }
         fn write_at(&self, bytes: &[u8], offset: u64) -> std::io::Result<()> {
             let mut log = self.bytes.lock().map_err(|_| std::io::ErrorKind::Other)?;
-            let end = offset as usize + bytes.len();
-            log.resize(log.len().max(end), 0);
-            log[offset as usize..end].copy_from_slice(bytes);
+            let start = usize::try_from(offset).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+            let end = start + bytes.len();
+            let length = log.len().max(end);
+            log.resize(length, 0);
+            log[start..end].copy_from_slice(bytes);
             Ok(())
         }
         fn length(&self) -> std::io::Result<u64> {
