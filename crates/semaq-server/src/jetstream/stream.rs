@@ -211,8 +211,6 @@ pub struct Stream {
     /// deliver nothing past it, so a message a crash could still take is never delivered and
     /// acknowledged, and its sequence never handed out twice.
     committed_seq: std::sync::atomic::AtomicU64,
-    /// The last sequence a commit made durable: L4 checkpoints are written for nothing past it.
-    synced_seq: std::sync::atomic::AtomicU64,
     /// Retention removed messages (acknowledged in a work queue or interest stream) that are
     /// not yet durable: the ingest task commits them on its next limits tick (`retention.rs`).
     removals_unsynced: std::sync::atomic::AtomicBool,
@@ -353,8 +351,6 @@ impl Stream {
             schedules: Mutex::new(super::schedules::Table::default()),
             stored_bytes: std::sync::atomic::AtomicU64::new(stored_bytes),
             committed_seq: std::sync::atomic::AtomicU64::new(last_seq),
-            // Opening the store fsynced what it found.
-            synced_seq: std::sync::atomic::AtomicU64::new(last_seq),
             removals_unsynced: std::sync::atomic::AtomicBool::new(false),
         });
         // A new stream has nothing to rebuild; a restored one rebuilds on first use.
@@ -409,18 +405,8 @@ impl Stream {
     pub fn checkpoint_pending(&self) {
         if let Some(provenance) = &self.provenance {
             let _store = self.store();
-            provenance.checkpoint_pending(self.synced_seq());
+            provenance.checkpoint_pending(self.committed_seq());
         }
-    }
-
-    /// The last sequence a commit made durable (see `synced_seq`).
-    fn synced_seq(&self) -> u64 {
-        self.synced_seq.load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    /// Records that a commit made everything up to `seq` durable.
-    fn synced_up_to(&self, seq: u64) {
-        self.synced_seq.fetch_max(seq, std::sync::atomic::Ordering::AcqRel);
     }
 
     /// The current configuration.
@@ -514,11 +500,7 @@ impl Stream {
         let mut store = self.store();
         match store.sync() {
             // Everything stored is durable: the final checkpoint may sign it all.
-            Ok(()) => {
-                let last_seq = store.state().last_seq;
-                self.committed_seq.store(last_seq, std::sync::atomic::Ordering::Release);
-                self.synced_up_to(last_seq);
-            }
+            Ok(()) => self.committed_seq.store(store.state().last_seq, std::sync::atomic::Ordering::Release),
             Err(error) => tracing::error!(stream = %self.name, %error, "sync at stop failed"),
         }
         drop(self.snapshot_producers(store));
@@ -835,7 +817,7 @@ impl Stream {
                 SyncPolicy::Always if must_sync => {
                     // L4: the chain comes after the store in the lock order, so its writer is let
                     // go with the store and taken again after (nothing else appends to the chain;
-                    // the ticker meanwhile writes only checkpoints up to `synced_seq`).
+                    // the ticker meanwhile writes only checkpoints up to `committed_seq`).
                     let chained = chain.take().is_some();
                     let (synced, relocked) = self.commit(store);
                     store = relocked;
@@ -873,9 +855,10 @@ impl Stream {
         }
         let state = store.state();
         if let Some(chain) = chain.as_mut() {
-            // What a commit made durable: this batch's, which covered everything stored (L4
-            // streams sync always), unless it was refused.
-            chain.finish_batch(written_ok, self.synced_seq());
+            // Deferred, nothing is durable yet; else the commit covered everything stored (L4
+            // streams sync always).
+            let durable_seq = if deferred { self.committed_seq() } else { state.last_seq };
+            chain.finish_batch(written_ok, durable_seq);
         }
         drop(chain);
         self.stored_bytes.store(state.bytes, std::sync::atomic::Ordering::Relaxed);
@@ -971,30 +954,20 @@ impl Stream {
     fn commit<'s>(&'s self, mut store: StoreGuard<'s>) -> (semaq_store::StoreResult<()>, StoreGuard<'s>) {
         let started = Instant::now();
         let latency = &self.services.bus.stats.store_sync_latency;
-        // Every append so far is handed to the OS by `sync_begin`, so the ticket covers it.
-        let covered_seq = store.state().last_seq;
         let ticket = match store.sync_begin() {
             Ok(ticket) => ticket,
             Err(error) => return (Err(error), store),
         };
         if ticket.is_empty() {
             latency.observe(started.elapsed());
-            let finished = store.sync_finish(ticket.run());
-            if finished.is_ok() {
-                self.synced_up_to(covered_seq);
-            }
-            return (finished, store);
+            return (store.sync_finish(ticket.run()), store);
         }
         drop(store);
         super::failpoint::sync_delay();
         let synced = ticket.run();
         latency.observe(started.elapsed());
         let mut store = self.store();
-        let finished = store.sync_finish(synced);
-        if finished.is_ok() {
-            self.synced_up_to(covered_seq);
-        }
-        (finished, store)
+        (store.sync_finish(synced), store)
     }
 
     /// Checks and stores one message: the L2 schema (unless the caller checked it), the L3

@@ -168,8 +168,8 @@ impl Provenance {
     }
 
     /// Signs the head if messages arrived since the last checkpoint (the ticker and stream stop),
-    /// and writes the checkpoints that sign only what is durable: up to `durable_seq`, the last
-    /// sequence a commit made durable (a commit's fsync may be running, its lock let go: the
+    /// and writes the checkpoints that sign only what is durable: up to `durable_seq`, the
+    /// stream's last committed sequence (a commit's fsync may be running, its lock let go: the
     /// rest wait for its `finish_batch`). The caller holds the store, so nothing is appended
     /// meanwhile.
     pub fn checkpoint_pending(&self, durable_seq: u64) {

@@ -124,7 +124,6 @@ impl Stream {
             return;
         }
         self.committed_seq.store(group.last_seq, std::sync::atomic::Ordering::Release);
-        self.synced_up_to(group.last_seq);
         let last_seq = store.state().last_seq;
         drop(store);
         // Consumers deliver up to `committed_seq`, which just moved.
