@@ -602,7 +602,9 @@ impl FileStore {
         self.persist_floor()?;
         if !active_empty {
             // The active segment holds records, so its name is below the next sequence: no clash.
-            let fresh = Segment::create(&*self.storage, &self.dir, self.ledger.next_seq())?;
+            // Unsynced, as at a roll: the next commit's ticket makes its header and directory
+            // entry durable (the floor already is, so recovery restarts there without it).
+            let fresh = Segment::create_unsynced(&*self.storage, &self.dir, self.ledger.next_seq())?;
             self.segments.push(fresh);
         }
         self.checkpoint_due = true;
@@ -636,9 +638,11 @@ impl FileStore {
     /// Starts a fresh segment at the next sequence and removes the older ones, which hold only
     /// sequences below the floor. Sealing them instead would write an index entry for every
     /// sequence up to the floor, and a floor far ahead (a purge to any `seq`) made that endless.
+    /// The fresh segment is created unsynced, as at a roll: the next commit's ticket makes it
+    /// durable, and until then recovery restarts at the floor (persisted by every caller first).
     fn restart_at_floor(&mut self) -> StoreResult<()> {
         self.complete_seal()?;
-        let fresh = Segment::create(&*self.storage, &self.dir, self.ledger.next_seq())?;
+        let fresh = Segment::create_unsynced(&*self.storage, &self.dir, self.ledger.next_seq())?;
         self.segments.push(fresh);
         self.checkpoint_due = true;
         (self.release_due, self.skip_pending) = (false, false);
@@ -919,7 +923,8 @@ impl StreamStore for FileStore {
             store.ledger.remove_below(next_seq);
             // The floor first: a crash before the fresh segment exists reopens past the old one.
             store.persist_floor()?;
-            let fresh = Segment::create(&*store.storage, &store.dir, next_seq)?;
+            // Made durable by the sync below, with the directory's other changes.
+            let fresh = Segment::create_unsynced(&*store.storage, &store.dir, next_seq)?;
             store.segments.push(fresh);
             store.checkpoint_due = true;
             (store.release_due, store.skip_pending) = (false, false);

@@ -85,7 +85,9 @@ pub(crate) struct Segment {
 }
 
 impl Segment {
-    /// Creates a new, empty active segment whose first record will be `first_seq`; durable on return.
+    /// Creates a new, empty active segment whose first record will be `first_seq`; durable on
+    /// return. Only recovery, whose open syncs everything anyway: the store creates segments
+    /// unsynced ([`Segment::create_unsynced`]) and leaves their fsyncs to the next commit.
     pub(crate) fn create(storage: &dyn Storage, dir: &Path, first_seq: u64) -> StoreResult<Self> {
         let log_path = segment_path(dir, first_seq, LOG_EXTENSION);
         let log = storage.open(&log_path, OpenMode::Truncate, 0).map_err(io_error("create", &log_path))?;
@@ -97,9 +99,10 @@ impl Segment {
         Ok(Segment::from_parts(first_seq, log_path, Arc::from(log), length, false))
     }
 
-    /// Creates the next active segment at a roll, without an fsync: its header and directory
-    /// entry become durable with the next commit, after the full segment's records and index
-    /// (recovery takes a missing or short newest log as a segment never created).
+    /// Creates the next active segment without an fsync (at a roll, or outside one after the
+    /// floor was persisted): its header and directory entry become durable with the next
+    /// commit, after the full segment's records and index (recovery takes a missing or short
+    /// newest log as a segment never created, and restarts at a floor past every log).
     pub(crate) fn create_unsynced(storage: &dyn Storage, dir: &Path, first_seq: u64) -> StoreResult<Self> {
         let log_path = segment_path(dir, first_seq, LOG_EXTENSION);
         let log = storage.open(&log_path, OpenMode::Truncate, 0).map_err(io_error("create", &log_path))?;

@@ -566,3 +566,75 @@ fn a_power_cut_anywhere_around_a_lazy_purge_loses_nothing_acknowledged_and_bring
         }
     }
 }
+
+#[test]
+fn an_append_behind_an_uncommitted_skip_fsyncs_only_the_floor_and_its_segment_waits_for_the_commit() {
+    let disk = SimDisk::new();
+    let mut store = open(&disk);
+    append_keys(&mut store, 1..=10).unwrap();
+    commit(&mut store).unwrap();
+    store.purge_unsynced(&PurgeRequest::default()).unwrap();
+    assert!(store.skip_to_unsynced(500).unwrap());
+    let syncs = disk.counts().syncs;
+    assert_eq!(store.append("kv.a", None, &payload(500), 7).unwrap().0, 500);
+    // The floor must be durable before the fresh segment may be (its sequence gap is legal
+    // only above it): that one fsync stays. The segment's log and directory entry do not.
+    assert_eq!(disk.counts().syncs - syncs, 1, "the floor's fsync alone, under the lock");
+
+    // Lost before the commit: the segment never existed, the stream restarts at the floor.
+    let mut reopened = reopened_after_power_loss(&disk, store, Tear::LoseUnsynced);
+    assert_eq!(held(&reopened), Vec::<u64>::new());
+    assert_eq!(reopened.recovery_report().corruption, Vec::<String>::new());
+    assert_eq!(reopened.append("kv.a", None, &payload(500), 7).unwrap().0, 500, "no sequence reused");
+    commit(&mut reopened).unwrap();
+    let again = reopened_after_power_loss(&disk, reopened, Tear::LoseUnsynced);
+    assert_eq!(held(&again), vec![500], "the commit made the fresh segment durable");
+}
+
+/// A change made to a store, as a test step.
+type Operation = fn(&mut FileStore) -> Result<(), StoreError>;
+
+/// The store's own synced removals that create a fresh segment outside a roll (each named,
+/// with the sequence the stream goes on at): it is created unsynced and made durable by the
+/// sync they end with, not fsynced where it is created.
+fn synced_creations() -> Vec<(&'static str, Operation, u64)> {
+    fn purge_all(store: &mut FileStore) -> Result<(), StoreError> {
+        store.purge(&PurgeRequest::default()).map(drop)
+    }
+    fn skip(store: &mut FileStore) -> Result<(), StoreError> {
+        store.purge_unsynced(&PurgeRequest::default())?;
+        store.skip_to(500).map(drop)
+    }
+    vec![("purge", purge_all, 21), ("skip_to", skip, 500)]
+}
+
+#[test]
+fn a_power_cut_anywhere_around_a_synced_purge_or_skip_that_creates_a_segment_loses_nothing_answered() {
+    for (name, operation, next_seq) in synced_creations() {
+        for tear in [Tear::LoseUnsynced, Tear::Sectors { seed: 7 }] {
+            for changes in 0..PURGE_CHANGES_MAX_COUNT {
+                let disk = SimDisk::new();
+                let mut store = open(&disk);
+                append_keys(&mut store, 1..=20).unwrap();
+                commit(&mut store).unwrap();
+                disk.freeze_after(changes, tear);
+                let answered = operation(&mut store).is_ok() && !disk.is_frozen();
+                disk.crash(tear);
+                drop(store);
+                let mut reopened = open(&disk);
+                let context = format!("{name}, {tear:?}, power cut after {changes} changes");
+                assert_eq!(reopened.recovery_report().corruption, Vec::<String>::new(), "{context}");
+                let survived = held(&reopened);
+                assert!(survived.is_empty() || survived == (1..=20).collect::<Vec<_>>(), "{context}: {survived:?}");
+                let seq = reopened.append("kv.a", None, &payload(next_seq), 7).unwrap().0;
+                if answered {
+                    assert!(survived.is_empty(), "{context}: purged messages came back");
+                    assert_eq!(seq, next_seq, "{context}: the stream goes on where it was moved");
+                    break;
+                }
+                assert!(seq == 21 || seq == next_seq, "{context}: appended at {seq}");
+                assert!(changes + 1 < PURGE_CHANGES_MAX_COUNT, "{context}: never got through");
+            }
+        }
+    }
+}

@@ -501,6 +501,9 @@ fn append_all(stream: &Stream, ingest: &mut Ingest<'_, '_>, messages: Vec<Inboun
     let undo_chain = ingest.chain.as_deref().map(|chain| chain.mark());
     ingest.producers.begin_batch(ingest.store.state().last_seq);
     ingest.deferred_deletes = Some(Vec::new());
+    // Nothing is held while the batch's messages go in (a rollup's purge, a limit's eviction
+    // snapshot in place): a rollback must leave nothing behind (`stream/split.rs`).
+    let held = ingest.held.take();
     let mut appended = Vec::with_capacity(messages.len());
     let mut failure = None;
     for mut message in messages {
@@ -519,6 +522,7 @@ fn append_all(stream: &Stream, ingest: &mut Ingest<'_, '_>, messages: Vec<Inboun
         failpoint_after_append(ingest.store, appended.len());
     }
     let deferred = ingest.deferred_deletes.take().unwrap_or_default();
+    ingest.held = held;
     let Some(error) = failure else {
         ingest.producers.commit_batch();
         for seq in deferred {

@@ -22,7 +22,7 @@ use semaq_wire::{clock, subject, Headers};
 
 use super::config::{Discard, StreamConfig};
 use super::errors::ApiError;
-use super::stream::{store_error, Inbound, Stream};
+use super::stream::{store_error, Inbound};
 use crate::limits;
 
 /// The schedule's pattern.
@@ -389,11 +389,9 @@ fn copy_of(store: &dyn StreamStore, subject: &str, waiting: Waiting, now: i64) -
     })
 }
 
-/// A one-shot's copy was stored: its schedule goes (durable with the batch's commit).
-pub fn purge_schedule(stream: &Stream, store: &mut dyn StreamStore, scheduler: &str) -> Result<(), ApiError> {
-    let purge = PurgeRequest { subject: Some(scheduler.to_string()), keep: None, up_to_seq: None };
-    stream.purge_in_batch(store, &purge)?;
-    Ok(())
+/// A one-shot's copy was stored: the purge that removes its schedule (durable with the batch's commit).
+pub fn schedule_purge(scheduler: &str) -> PurgeRequest {
+    PurgeRequest { subject: Some(scheduler.to_string()), keep: None, up_to_seq: None }
 }
 
 #[cfg(test)]

@@ -43,6 +43,7 @@ mod pipeline;
 mod purge;
 mod retention;
 mod snapshot;
+pub(in crate::jetstream) mod split;
 use pipeline::Pipeline;
 
 /// Headers JetStream publishers may set.
@@ -237,14 +238,18 @@ pub struct Ingest<'a, 'c> {
     pub deferred_deletes: Option<Vec<u64>>,
     /// The account's and the server's byte limits (`None`: unlimited).
     quota: Option<Quota>,
+    /// L3: removals that need the producer snapshot first, held until the ingest task has
+    /// written it with the store's lock let go (`stream/split.rs`); `None` where they are made
+    /// at once, after a snapshot in place (inside an atomic batch's appends).
+    pub(in crate::jetstream) held: Option<Vec<split::Held>>,
 }
 
 impl Ingest<'_, '_> {
     /// Drops a stored message that no consumer of an interest stream wants (after an L3 producer
     /// snapshot when the message is newer than the last one).
     pub fn drop_unwanted(&mut self, seq: u64) -> Result<(), ApiError> {
-        if self.config.exactly_once() && self.producers.removal_needs_snapshot(seq) {
-            self.producers.write_snapshot(self.store, self.now).map_err(ApiError::storage)?;
+        if self.holds(seq, split::Removal::Drop(seq))? {
+            return Ok(());
         }
         // Lazily: the batch's own commit (or, under the other policies, the next sync) makes the
         // removal durable with the append, so no fsync runs here under the stream's lock.
@@ -252,12 +257,30 @@ impl Ingest<'_, '_> {
         Ok(())
     }
 
-    /// L3: writes the producer snapshot before messages go that it may not cover yet.
-    pub fn snapshot_before_removal(&mut self) -> Result<(), ApiError> {
-        if self.config.exactly_once() && self.producers.removal_needs_snapshot(u64::MAX) {
-            self.producers.write_snapshot(self.store, self.now).map_err(ApiError::storage)?;
+    /// A purge made by a stored message (a KV rollup, a one-shot schedule's copy), after the L3
+    /// producer snapshot when it may remove what that does not cover yet (see
+    /// [`Stream::purge_in_batch`] for when it is durable).
+    pub fn purge(&mut self, stream: &Stream, request: semaq_store::PurgeRequest) -> Result<(), ApiError> {
+        if self.holds(u64::MAX, split::Removal::Purge(request.clone()))? {
+            return Ok(());
         }
+        stream.purge_in_batch(self.store, &request)?;
         Ok(())
+    }
+
+    /// L3: whether removing `seq` (`u64::MAX`: any) must wait for the producer snapshot and
+    /// was held for the ingest task to make after writing it without the lock; where nothing
+    /// is held (an atomic batch's appends) the snapshot is written here, in place.
+    fn holds(&mut self, seq: u64, removal: split::Removal) -> Result<bool, ApiError> {
+        if !self.config.exactly_once() || !self.producers.removal_needs_snapshot(seq) {
+            return Ok(false);
+        }
+        if let Some(held) = self.held.as_mut() {
+            held.push(split::Held { removal, ack: None });
+            return Ok(true);
+        }
+        self.producers.write_snapshot(self.store, self.now).map_err(ApiError::storage)?;
+        Ok(false)
     }
 
     /// Whether `id` is in the dedup window (rebuilding the window first if needed).
@@ -377,10 +400,12 @@ impl Stream {
         self.provenance.clone()
     }
 
-    /// Level 4: signs what was stored since the last checkpoint.
+    /// Level 4: signs what was stored since the last checkpoint and writes the checkpoints
+    /// whose messages a commit made durable; the others are written by the commit running now.
     pub fn checkpoint_pending(&self) {
         if let Some(provenance) = &self.provenance {
-            provenance.checkpoint_pending(self.store().as_mut(), self.sync_policy, self.committed_seq());
+            let _store = self.store();
+            provenance.checkpoint_pending(self.committed_seq());
         }
     }
 
@@ -733,78 +758,53 @@ impl Stream {
         // L3: a snapshot the batch's appends could need, before the lock is taken for it.
         self.snapshot_before_batch(&config, batch);
         let mut store = self.store();
-        let mut producers = lock(&self.producers);
         let now = clock::unix_nanos_now();
         dedup.expire(now, window_ns);
-        if config.exactly_once() {
-            // Also after an update raised the stream to L3.
-            producers.ensure_loaded(store.as_mut(), now);
-        }
         // Interest streams keep only what some consumer wants (nats-server's "no interest" skip).
         let interest: Option<Vec<Arc<super::config::ConsumerConfig>>> = (config.retention
             == super::config::Retention::Interest)
             .then(|| self.consumers().iter().map(|c| c.config()).collect());
         // L2: the bound schema version, resolved once per batch (None for unbound streams).
         let mut schema = super::schema::for_stream(&self.services, &config);
-        // L4: the hash chain, held for the batch (lock order: store, then chain).
-        let mut chain = self.provenance.as_deref().map(|provenance| provenance.writer(&config));
-        let mut ingest = Ingest {
-            config: &config,
-            store: store.as_mut(),
-            dedup,
-            producers: &mut producers,
-            schema: schema.as_mut(),
-            chain: chain.as_mut(),
-            interest: interest.as_deref(),
-            now,
-            window_ns,
-            deferred_deletes: None,
-            quota,
-        };
-        let mut stored_any = false;
-        // Whether something stored needs its own fsync before its ack (see `defers_sync`).
-        let mut must_sync = false;
-        let mut traced = crate::trace::Stores::start();
-        for (index, mut message) in batch.drain(..).enumerate() {
-            self.ingest_budget.give_back(message.size());
-            // L4 lineage: what was decided before the store lock (a refusal, or the resolved parents).
-            if let Err(refused) = parents.apply(index, &mut message) {
-                acks.push((message.reply, Err(refused), None));
-                continue;
+        let mut chain;
+        let mut part = Part { quota, ..Part::default() };
+        let mut messages = batch.drain(..).enumerate();
+        // One round per part of the batch: an L3 snapshot splits it (`stream/split.rs`).
+        loop {
+            let mut producers = lock(&self.producers);
+            if config.exactly_once() {
+                // Also after an update raised the stream to L3.
+                producers.ensure_loaded(store.as_mut(), now);
             }
-            // Atomic batches are staged until their commit, then stored whole (batch.rs).
-            let mut message = match batches.route(&config, message, std::time::Instant::now()) {
-                Route::Single(message) => message,
-                Route::Staged => continue,
-                Route::Refused(reply, error) => {
-                    acks.push((reply, Err(error), None));
-                    continue;
-                }
-                Route::Commit(mut commit) => {
-                    let spanned: Vec<_> = (commit.messages.iter_mut())
-                        .filter_map(|m| m.trace.take().map(|carried| (carried, m.subject.clone())))
-                        .collect();
-                    let stored = batch::commit(self, &mut ingest, commit, batches, acks);
-                    traced.committed(&self.name, spanned, stored);
-                    stored_any |= stored;
-                    must_sync |= stored;
-                    continue;
-                }
+            // L4: the hash chain, held for the part (lock order: store, then chain).
+            chain = self.provenance.as_deref().map(|provenance| provenance.writer(&config));
+            let mut ingest = Ingest {
+                config: &config,
+                store: store.as_mut(),
+                dedup: &mut *dedup,
+                producers: &mut producers,
+                schema: schema.as_mut(),
+                chain: chain.as_mut(),
+                interest: interest.as_deref(),
+                now,
+                window_ns,
+                deferred_deletes: None,
+                quota: part.quota.take(),
+                held: Some(Vec::new()),
             };
-            let outcome = self.ingest_one(&mut ingest, &mut message, false);
-            if let Some(carried) = message.trace.take() {
-                traced.stored(carried, &self.name, &message.subject, &outcome);
+            let split = self.store_part(&mut ingest, &mut messages, (&mut parents, &mut *batches), acks, &mut part);
+            part.quota = ingest.quota.take();
+            let held = ingest.held.take().unwrap_or_default();
+            drop(ingest);
+            drop(producers);
+            if !split {
+                break;
             }
-            let stored = matches!(outcome, Ok((_, false)));
-            stored_any |= stored;
-            must_sync |= stored && !defers_sync(&config, &message.subject);
-            // nats-server's PubAck of a counter stream carries the subject's new value.
-            let counted = config.allow_msg_counter && stored;
-            let value = counted.then(|| super::counters::value_of(&message.payload)).flatten();
-            acks.push((message.reply, outcome, value));
+            // The chain goes with the store (lock order); taken again for the next part.
+            drop(chain);
+            store = self.make_held(store, held, acks);
         }
-        drop(ingest);
-        drop(producers);
+        let Part { stored_any, must_sync, traced, .. } = part;
         let mut written_ok = true;
         // Acks behind a commit in flight wait for it, duplicates' and refusals' too (a
         // duplicate may name a sequence whose fsync is still running).
@@ -855,9 +855,10 @@ impl Stream {
         }
         let state = store.state();
         if let Some(chain) = chain.as_mut() {
-            // Deferred, nothing is durable yet; else the commit covered everything stored.
+            // Deferred, nothing is durable yet; else the commit covered everything stored (L4
+            // streams sync always).
             let durable_seq = if deferred { self.committed_seq() } else { state.last_seq };
-            chain.finish_batch(store.as_mut(), self.sync_policy, written_ok, durable_seq);
+            chain.finish_batch(written_ok, durable_seq);
         }
         drop(chain);
         self.stored_bytes.store(state.bytes, std::sync::atomic::Ordering::Relaxed);
@@ -873,6 +874,77 @@ impl Stream {
             self.last_seq.send_replace(last_seq);
         }
         deferred.then_some(last_seq)
+    }
+
+    /// Stores the batch's messages until the end, or until an L3 producer snapshot is needed
+    /// (`stream/split.rs`): before an append it must precede (the message is kept in `part`
+    /// to resume with), or after a message whose removal was held for it. Returns whether it
+    /// stopped for a snapshot.
+    fn store_part(
+        &self,
+        ingest: &mut Ingest<'_, '_>,
+        messages: &mut impl Iterator<Item = (usize, Inbound)>,
+        (parents, batches): (&mut super::lineage::Parents, &mut Batches),
+        acks: &mut Vec<PendingAck>,
+        part: &mut Part,
+    ) -> bool {
+        let config = ingest.config;
+        loop {
+            let (mut message, resumed) = match part.resume.take() {
+                Some(message) => (message, true),
+                None => {
+                    let Some((index, mut message)) = messages.next() else { return false };
+                    self.ingest_budget.give_back(message.size());
+                    // L4 lineage: what was decided before the store lock (a refusal, or the resolved parents).
+                    if let Err(refused) = parents.apply(index, &mut message) {
+                        acks.push((message.reply, Err(refused), None));
+                        continue;
+                    }
+                    // Atomic batches are staged until their commit, then stored whole (batch.rs).
+                    match batches.route(config, message, std::time::Instant::now()) {
+                        Route::Single(message) => (message, false),
+                        Route::Staged => continue,
+                        Route::Refused(reply, error) => {
+                            acks.push((reply, Err(error), None));
+                            continue;
+                        }
+                        Route::Commit(mut commit) => {
+                            let spanned: Vec<_> = (commit.messages.iter_mut())
+                                .filter_map(|m| m.trace.take().map(|carried| (carried, m.subject.clone())))
+                                .collect();
+                            let stored = batch::commit(self, ingest, commit, batches, acks);
+                            part.traced.committed(&self.name, spanned, stored);
+                            part.stored_any |= stored;
+                            part.must_sync |= stored;
+                            if ingest.held.as_ref().is_some_and(|held| !held.is_empty()) {
+                                return true;
+                            }
+                            continue;
+                        }
+                    }
+                }
+            };
+            if !resumed && append_needs_snapshot(ingest, &message) {
+                part.resume = Some(message);
+                return true;
+            }
+            let outcome = self.ingest_one(ingest, &mut message, false);
+            if let Some(carried) = message.trace.take() {
+                part.traced.stored(carried, &self.name, &message.subject, &outcome);
+            }
+            let stored = matches!(outcome, Ok((_, false)));
+            part.stored_any |= stored;
+            part.must_sync |= stored && !defers_sync(config, &message.subject);
+            // nats-server's PubAck of a counter stream carries the subject's new value.
+            let counted = config.allow_msg_counter && stored;
+            let value = counted.then(|| super::counters::value_of(&message.payload)).flatten();
+            acks.push((message.reply, outcome, value));
+            if let Some(held) = ingest.held.as_mut().filter(|held| !held.is_empty()) {
+                let ack = acks.len() - 1;
+                held.iter_mut().for_each(|held| _ = held.ack.get_or_insert(ack));
+                return true;
+            }
+        }
     }
 
     /// Makes the store's changes durable with its lock let go for the fsyncs (the three steps
@@ -994,8 +1066,7 @@ impl Stream {
     fn schedule_stored(&self, ingest: &mut Ingest<'_, '_>, message: &Inbound, seq: u64) -> Result<(), ApiError> {
         let purged = lock(&self.schedules).stored(message, seq, ingest.now);
         if let Some(scheduler) = purged {
-            ingest.snapshot_before_removal()?;
-            super::schedules::purge_schedule(self, ingest.store, &scheduler)?;
+            ingest.purge(self, super::schedules::schedule_purge(&scheduler))?;
         }
         Ok(())
     }
@@ -1020,7 +1091,10 @@ impl Stream {
     }
 
     /// L3: before an append that the store's limits could answer by removing a message the
-    /// producer snapshot does not cover yet, brings the snapshot up to date.
+    /// producer snapshot does not cover yet, brings the snapshot up to date, in place. Only
+    /// inside an atomic batch's appends, or after the unlocked snapshot failed: elsewhere the
+    /// batch was split before the message and the snapshot written without the lock
+    /// (`stream/split.rs`), so it is fresh here.
     fn before_append(&self, ingest: &mut Ingest<'_, '_>, message: &Inbound) -> Result<(), ApiError> {
         let model = ingest.store.size_model();
         let stored = model.message_bytes(&message.subject, message.headers.as_deref(), &message.payload);
@@ -1069,6 +1143,30 @@ impl Stream {
         flush.flush();
         acks.clear();
     }
+}
+
+/// What the parts of one ingest batch share (see [`Stream::store_part`]).
+#[derive(Default)]
+struct Part {
+    /// The account's and the server's byte limits, handed from part to part.
+    quota: Option<Quota>,
+    /// The message to go on with: the split came before its append.
+    resume: Option<Inbound>,
+    stored_any: bool,
+    /// Whether something stored needs its own fsync before its ack (see `defers_sync`).
+    must_sync: bool,
+    traced: crate::trace::Stores,
+}
+
+/// L3: whether the store's limits could answer `message`'s append by removing a message the
+/// producer snapshot does not cover yet (then the batch is split before it).
+fn append_needs_snapshot(ingest: &Ingest<'_, '_>, message: &Inbound) -> bool {
+    if !ingest.config.exactly_once() || ingest.held.is_none() {
+        return false;
+    }
+    let model = ingest.store.size_model();
+    let stored = model.message_bytes(&message.subject, message.headers.as_deref(), &message.payload);
+    ingest.producers.append_needs_snapshot(ingest.store.limits(), stored)
 }
 
 /// The stream's store, locked.

@@ -444,3 +444,181 @@ async fn an_l3_eviction_by_max_msgs_writes_its_producer_snapshot_before_the_batc
     assert_eq!(repeat["duplicate"], true, "{repeat}");
     assert_eq!(publish_seq(&client, "keep3.a", "p", 5, 5).await["seq"], 5);
 }
+
+/// Polls stream info and a direct get of `seq` until `task` is done: each read is answered
+/// well within an fsync of the slowed disk (none waits for one).
+async fn read_until_finished<T>(stream: &mut stream::Stream, seq: u64, task: &tokio::task::JoinHandle<T>) {
+    while !task.is_finished() {
+        let asked = Instant::now();
+        let state = stream.info().await.unwrap().state.clone();
+        assert!(state.last_sequence >= seq);
+        assert!(stream.direct_get(seq).await.is_ok(), "message {seq} is readable");
+        assert!(asked.elapsed() < SYNC_DELAY / 3, "a read waited for an fsync: {:?}", asked.elapsed());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_l3_interest_streams_unwanted_message_is_dropped_after_its_snapshot_written_without_the_lock() {
+    use super::exactly_once::{create_stream, l3_config, publish_seq, register_schema};
+    use serde_json::json;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let (mut broker, client) = slow_broker(&store).await;
+    register_schema(&client).await;
+    let config = l3_config("WANT", &["want.>"], json!({"retention": "interest", "allow_direct": true}));
+    let created = create_stream(&client, config).await;
+    assert!(created["config"].is_object(), "{created}");
+    let js = jetstream::new(client.clone());
+    let mut stream = js.get_stream("WANT").await.unwrap();
+    // A consumer on want.kept: messages on it stay, those on want.dropped no consumer wants.
+    let kept = consumer::pull::Config {
+        durable_name: Some("kept".to_string()),
+        filter_subject: "want.kept".to_string(),
+        ..Default::default()
+    };
+    stream.create_consumer(kept).await.unwrap();
+    assert_eq!(publish_seq(&client, "want.kept", "p", 1, 1).await["seq"], 1);
+
+    // Stored with a fresh producer entry, then dropped: the snapshot holding the entry is
+    // written first, its fsyncs with the lock let go (the batch stops there), then the drop
+    // and the batch's commit. Readers are answered throughout; the ack comes after both.
+    let sent = Instant::now();
+    let unwanted = tokio::spawn({
+        let client = client.clone();
+        async move { (publish_seq(&client, "want.dropped", "p", 2, 2).await, Instant::now()) }
+    });
+    read_until_finished(&mut stream, 1, &unwanted).await;
+    let (ack, acked) = unwanted.await.unwrap();
+    assert_eq!(ack["seq"], 2, "{ack}");
+    let took = acked.duration_since(sent);
+    assert!(took >= 2 * SYNC_DELAY, "acked before the snapshot's and the batch's fsyncs: {took:?}");
+    let state = stream.info().await.unwrap().state.clone();
+    assert_eq!((state.messages, state.last_sequence), (1, 2), "nothing kept of the unwanted message");
+    broker.kill();
+    drop(broker);
+
+    // The dropped message's producer sequence is still a duplicate after the kill.
+    let broker = super::exactly_once::start_on(&store);
+    let client = broker.client().await;
+    let repeat = publish_seq(&client, "want.dropped", "p", 2, 2).await;
+    assert_eq!(repeat["duplicate"], true, "{repeat}");
+    assert_eq!(publish_seq(&client, "want.kept", "p", 3, 3).await["seq"], 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_l3_rollup_in_the_batch_that_made_its_entries_purges_after_a_snapshot_written_without_the_lock() {
+    use super::exactly_once::{create_stream, event, l3_config, publish_seq, register_schema};
+    use serde_json::json;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let (mut broker, client) = slow_broker(&store).await;
+    register_schema(&client).await;
+    let config = l3_config("ROLL3", &["roll3.>"], json!({"allow_rollup_hdrs": true, "allow_direct": true}));
+    let created = create_stream(&client, config).await;
+    assert!(created["config"].is_object(), "{created}");
+    let js = jetstream::new(client.clone());
+    let mut stream = js.get_stream("ROLL3").await.unwrap();
+    assert_eq!(publish_seq(&client, "roll3.other", "q", 1, 1).await["seq"], 1);
+
+    // Two values and a rollup of the key, sent in order on one connection: whichever batch the
+    // rollup lands in, an entry the snapshot does not hold yet (its own batch's, or one the
+    // periodic snapshot has not taken) may make its purge wait for the snapshot.
+    let sent = Instant::now();
+    let mut acks = Vec::new();
+    for seq in 1..=3u64 {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("Semaq-Producer", "p");
+        headers.insert("Semaq-Producer-Seq", seq.to_string().as_str());
+        if seq == 3 {
+            headers.insert("Nats-Rollup", "sub");
+        }
+        acks.push(js.publish_with_headers("roll3.key", headers, event(seq)).await.unwrap());
+    }
+    let acked = tokio::spawn(async move {
+        let mut seqs = Vec::new();
+        for ack in acks {
+            seqs.push(ack.await.unwrap().sequence);
+        }
+        (seqs, Instant::now())
+    });
+    read_until_finished(&mut stream, 1, &acked).await;
+    let (seqs, acked_at) = acked.await.unwrap();
+    assert_eq!(seqs, vec![2, 3, 4]);
+    assert!(acked_at.duration_since(sent) >= SYNC_DELAY, "acked before an fsync");
+    let state = stream.info().await.unwrap().state.clone();
+    assert_eq!((state.messages, state.last_sequence), (2, 4), "the rollup left itself and roll3.other");
+    broker.kill();
+    drop(broker);
+
+    // Every rolled-up producer sequence is still a duplicate after the kill.
+    let broker = super::exactly_once::start_on(&store);
+    let client = broker.client().await;
+    for seq in 1..=3 {
+        let repeat = publish_seq(&client, "roll3.key", "p", seq, seq).await;
+        assert_eq!(repeat["duplicate"], true, "sequence {seq} after the restart: {repeat}");
+    }
+    let js = jetstream::new(client.clone());
+    let state = js.get_stream("ROLL3").await.unwrap().info().await.unwrap().state.clone();
+    assert_eq!(state.messages, 2, "the purge survived the kill");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_l3_batch_that_alone_exceeds_max_msgs_is_split_for_its_snapshots_without_the_lock() {
+    use super::exactly_once::{create_stream, event, l3_config, publish_seq, register_schema};
+    use serde_json::json;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let (mut broker, client) = slow_broker(&store).await;
+    register_schema(&client).await;
+    let config = l3_config("KEEP1", &["keep1.>"], json!({"max_msgs": 1, "allow_direct": true}));
+    let created = create_stream(&client, config).await;
+    assert!(created["config"].is_object(), "{created}");
+    // Each eviction waits for a snapshot's fsync: more than the default 5 s for the last ack.
+    let js = jetstream::ContextBuilder::new().timeout(Duration::from_secs(30)).build(client.clone());
+    let mut stream = js.get_stream("KEEP1").await.unwrap();
+    assert_eq!(publish_seq(&client, "keep1.a", "q", 1, 1).await["seq"], 1);
+
+    // Four fresh entries sent at once, in order on one connection: in one batch, each append
+    // after the first evicts a message whose entry no snapshot holds yet, so the batch stops
+    // before it and the snapshot is written with the lock let go. Readers are answered
+    // throughout; the acks come after the fsyncs.
+    let sent = Instant::now();
+    let mut acks = Vec::new();
+    for seq in 1..=4u64 {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("Semaq-Producer", "p");
+        headers.insert("Semaq-Producer-Seq", seq.to_string().as_str());
+        acks.push(js.publish_with_headers("keep1.a", headers, event(seq)).await.unwrap());
+    }
+    let acked = tokio::spawn(async move {
+        let mut seqs = Vec::new();
+        for ack in acks {
+            seqs.push(ack.await.unwrap().sequence);
+        }
+        (seqs, Instant::now())
+    });
+    while !acked.is_finished() {
+        let asked = Instant::now();
+        let state = stream.info().await.unwrap().state.clone();
+        assert!(state.messages <= 1, "max_msgs 1 holds: {state:?}");
+        assert!(asked.elapsed() < SYNC_DELAY / 3, "a read waited for an fsync: {:?}", asked.elapsed());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (seqs, acked_at) = acked.await.unwrap();
+    assert_eq!(seqs, vec![2, 3, 4, 5]);
+    assert!(acked_at.duration_since(sent) >= SYNC_DELAY, "acked before an fsync");
+    let state = stream.info().await.unwrap().state.clone();
+    assert_eq!((state.messages, state.first_sequence), (1, 5), "max_msgs evicted the rest");
+    broker.kill();
+    drop(broker);
+
+    // Every evicted message's producer sequence is still a duplicate after the kill.
+    let broker = super::exactly_once::start_on(&store);
+    let client = broker.client().await;
+    for seq in 1..=4 {
+        let repeat = publish_seq(&client, "keep1.a", "p", seq, seq).await;
+        assert_eq!(repeat["duplicate"], true, "sequence {seq} after the restart: {repeat}");
+    }
+    assert_eq!(publish_seq(&client, "keep1.a", "p", 5, 5).await["seq"], 6);
+}

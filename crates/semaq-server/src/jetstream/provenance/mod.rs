@@ -38,7 +38,6 @@ use super::producers::{Claim, Verdict};
 use super::schema::REQUIRE_KEY;
 use super::stream::{header, store_error, Inbound, Ingest, Stream};
 use crate::limits;
-use crate::options::SyncPolicy;
 use crate::sync::lock;
 
 /// The level that carries a provenance chain.
@@ -169,14 +168,14 @@ impl Provenance {
     }
 
     /// Signs the head if messages arrived since the last checkpoint (the ticker and stream stop),
-    /// and writes the checkpoints that sign only what is durable: up to `durable_seq` under
-    /// `sync: always` (the stream's last committed sequence: a commit's fsync may be running,
-    /// its lock let go); the others are written by the commit that makes them durable. The
-    /// caller holds the store (`store`), so nothing is appended meanwhile.
-    pub fn checkpoint_pending(&self, store: &mut dyn StreamStore, sync_policy: SyncPolicy, durable_seq: u64) {
+    /// and writes the checkpoints that sign only what is durable: up to `durable_seq`, the
+    /// stream's last committed sequence (a commit's fsync may be running, its lock let go: the
+    /// rest wait for its `finish_batch`). The caller holds the store, so nothing is appended
+    /// meanwhile.
+    pub fn checkpoint_pending(&self, durable_seq: u64) {
         let mut writer = ChainWriter { provenance: self, chain: lock(&self.chain), required: Vec::new() };
         writer.sign_head();
-        writer.write_signed(store, sync_policy, durable_seq);
+        writer.write_signed(durable_seq);
     }
 
     /// Makes written checkpoints durable; call without holding any lock.
@@ -479,19 +478,16 @@ impl ChainWriter<'_> {
     /// After the batch's commit (the writer taken again after it, under the store's lock): signs
     /// the head when the interval has passed, and writes the checkpoints signed up to
     /// `durable_seq`, which the commit made durable. `written`: the batch's commit succeeded.
-    pub fn finish_batch(
-        &mut self,
-        store: &mut dyn StreamStore,
-        sync_policy: SyncPolicy,
-        written: bool,
-        durable_seq: u64,
-    ) {
+    pub fn finish_batch(&mut self, written: bool, durable_seq: u64) {
         if !written {
             // The store refused the batch's writes: what was signed may not be on disk.
             self.chain.unwritten.clear();
             return;
         }
-        self.write_batch(store, sync_policy, durable_seq);
+        if self.chain.signed_at.elapsed() >= limits::PROVENANCE_CHECKPOINT_INTERVAL {
+            self.sign_head();
+        }
+        self.write_signed(durable_seq);
     }
 
     /// After the store undid writes (a full disk: `StoreError::OutOfSpace`): the chain goes
@@ -506,32 +502,13 @@ impl ChainWriter<'_> {
         self.chain.unwritten.clear();
     }
 
-    fn write_batch(&mut self, store: &mut dyn StreamStore, sync_policy: SyncPolicy, durable_seq: u64) {
-        if self.chain.signed_at.elapsed() >= limits::PROVENANCE_CHECKPOINT_INTERVAL {
-            self.sign_head();
-        }
-        self.write_signed(store, sync_policy, durable_seq);
-    }
-
-    /// Appends the signed checkpoints to the log once the messages they sign are durable: under
-    /// `sync: always` those signing up to `durable_seq` (the rest wait for the commit that
-    /// covers them, which may be running with the store's lock let go); streams that do not
-    /// fsync every batch are synced here (at most once per checkpoint).
-    fn write_signed(&mut self, store: &mut dyn StreamStore, sync_policy: SyncPolicy, durable_seq: u64) {
-        if self.chain.unwritten.is_empty() {
-            return;
-        }
-        let ready = if sync_policy == SyncPolicy::Always {
-            // Signed in sequence order: the durable ones are a prefix.
-            self.chain.unwritten.iter().take_while(|checkpoint| checkpoint.seq <= durable_seq).count()
-        } else {
-            if let Err(error) = store.sync() {
-                tracing::error!(stream = %self.provenance.stream, %error, "sync before a checkpoint failed");
-                self.chain.unwritten.clear();
-                return;
-            }
-            self.chain.unwritten.len()
-        };
+    /// Appends the signed checkpoints to the log once the messages they sign are durable: those
+    /// signing up to `durable_seq`; the rest wait for the commit that covers them, which may be
+    /// running with the store's lock let go. Nothing is fsynced here: level 3 and above always
+    /// sync every batch (`StreamConfig::apply_exactly_once`), so a commit always follows.
+    fn write_signed(&mut self, durable_seq: u64) {
+        // Signed in sequence order: the durable ones are a prefix.
+        let ready = self.chain.unwritten.iter().take_while(|checkpoint| checkpoint.seq <= durable_seq).count();
         if ready == 0 {
             return;
         }
@@ -688,12 +665,12 @@ mod tests {
         writer.append(&mut store, &l4_message("a", "11"), 1).unwrap();
         drop(writer);
         // The batch's fsync runs, the locks let go: the ticker signs the head, writes nothing.
-        provenance.checkpoint_pending(&mut store, SyncPolicy::Always, 0);
+        provenance.checkpoint_pending(0);
         assert_eq!(provenance.info(&config)["signed_seq"], 2, "signed");
         assert!(provenance.covering(2).is_none(), "written before what it signs is durable");
         // The commit ends: its writer, taken again, writes it.
         let mut writer = provenance.writer(&config);
-        writer.finish_batch(&mut store, SyncPolicy::Always, true, 2);
+        writer.finish_batch(true, 2);
         drop(writer);
         assert_eq!(provenance.covering(2).map(|checkpoint| checkpoint.seq), Some(2));
 
@@ -701,10 +678,10 @@ mod tests {
         let mut writer = provenance.writer(&config);
         writer.append(&mut store, &l4_message("a", "12"), 1).unwrap();
         drop(writer);
-        provenance.checkpoint_pending(&mut store, SyncPolicy::Always, 2);
+        provenance.checkpoint_pending(2);
         let mut writer = provenance.writer(&config);
-        writer.finish_batch(&mut store, SyncPolicy::Always, false, 2);
-        writer.finish_batch(&mut store, SyncPolicy::Always, true, 3);
+        writer.finish_batch(false, 2);
+        writer.finish_batch(true, 3);
         drop(writer);
         assert!(provenance.covering(3).is_none(), "never written");
     }

@@ -19,14 +19,12 @@
 //! appends, so no entry is recorded meanwhile and the batch's own check then finds it fresh
 //! (unless the batch alone exceeds the limit).
 //!
-//! Snapshots still taken inside an ingest batch (that last case; an interest stream's
-//! unwanted message, a KV rollup's or a schedule's purge, which the batch's own entries make
-//! needed) stay in place: the batch holds the lock from its first append to its commit's
-//! ticket, and the removal follows at once in the same hold. Letting the lock go there would
-//! show consumers part of a batch (an atomic one too), and writing the snapshot before the
-//! batch's commit would not help: the removal, already made, reaches the disk with any commit
-//! taken meanwhile. The periodic snapshot (every `PRODUCER_SNAPSHOT_INTERVAL`, now without the
-//! lock) and the one before a batch keep the first case rare.
+//! Snapshots an ingest batch needs (that last case; an interest stream's unwanted message, a KV
+//! rollup's or a schedule's purge, which the batch's own entries make needed) split the batch
+//! around them (`split.rs`): the removal is held, the snapshot written this way, then the
+//! removal made and the batch continued. Only inside an atomic batch's appends is one still
+//! written in place. The periodic snapshot (every `PRODUCER_SNAPSHOT_INTERVAL`, without the
+//! lock) and the one before a batch keep splits rare.
 
 use super::{StoreGuard, Stream};
 use crate::jetstream::producers::Producers;
