@@ -105,27 +105,30 @@ impl JetStreams {
 }
 
 /// The account whose streams are in `<root>/streams/`: the one `streams.account` names, else
-/// (a store this version has not opened yet) `home`, written there for the next starts.
+/// (a store this version has not opened yet) `home`, written there for the next starts. A file
+/// that names no account (damaged: it is written atomically) is logged and replaced as if absent,
+/// so a damaged store still starts.
 fn owner_of_streams_dir(root: &Path, home: &str) -> Result<String, JetStreamError> {
     let path = root.join(OWNER_FILE);
     let failed = |source| JetStreamError::Directory { path: path.display().to_string(), source };
     match std::fs::read(&path) {
-        Ok(bytes) => {
-            let text = String::from_utf8(bytes)
-                .map_err(|_| failed(std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8")))?;
-            let name = text.strip_suffix('\n').unwrap_or(&text);
-            if name.is_empty() {
-                return Err(failed(std::io::Error::new(std::io::ErrorKind::InvalidData, "names no account")));
-            }
-            Ok(name.to_string())
-        }
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(root).map_err(failed)?;
-            super::write_atomically(&path, format!("{home}\n").as_bytes()).map_err(failed)?;
-            Ok(home.to_string())
-        }
-        Err(error) => Err(failed(error)),
+        Ok(bytes) => match account_named(&bytes) {
+            Some(name) => return Ok(name.to_string()),
+            None => tracing::error!("{} names no account: taking it as {home:?}'s", path.display()),
+        },
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => return Err(failed(error)),
     }
+    std::fs::create_dir_all(root).map_err(failed)?;
+    super::write_atomically(&path, format!("{home}\n").as_bytes()).map_err(failed)?;
+    Ok(home.to_string())
+}
+
+/// The account name an owner file holds: one line of UTF-8 without control characters.
+fn account_named(bytes: &[u8]) -> Option<&str> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let name = text.strip_suffix('\n').unwrap_or(text);
+    (!name.is_empty() && !name.chars().any(char::is_control)).then_some(name)
 }
 
 /// The directory of streams of `account`, given the account that owns `<root>/streams/`.
@@ -161,8 +164,11 @@ mod tests {
         assert_eq!(owner_of_streams_dir(&root, "A").unwrap(), "A", "first open: the home account");
         assert_eq!(std::fs::read_to_string(root.join(OWNER_FILE)).unwrap(), "A\n");
         assert_eq!(owner_of_streams_dir(&root, "B").unwrap(), "A", "a later home account does not take it");
-        std::fs::write(root.join(OWNER_FILE), "").unwrap();
-        assert!(owner_of_streams_dir(&root, "A").is_err(), "a file naming no account is refused, not guessed");
+        for damaged in [&b""[..], b"\n", b"\xff\xfe", b"A\0B\n"] {
+            std::fs::write(root.join(OWNER_FILE), damaged).unwrap();
+            assert_eq!(owner_of_streams_dir(&root, "C").unwrap(), "C", "a damaged file is as if absent: {damaged:?}");
+            assert_eq!(std::fs::read_to_string(root.join(OWNER_FILE)).unwrap(), "C\n", "and written again");
+        }
     }
 
     #[test]
