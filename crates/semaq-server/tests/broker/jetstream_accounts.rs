@@ -1,10 +1,10 @@
 //! A JetStream for every account that enables it, side by side with nats-server 2.9 where a
 //! client can tell: two accounts each have a stream `ORDERS` on the same subjects, and each
 //! stores, delivers and counts only its own account's messages; consumers, KV buckets, account
-//! info and limits are per account, the server's own bounds cover all of them; both accounts'
-//! streams survive a restart, and a store written when SemaQ had one JetStream opens with
-//! nothing moved. Config accounts and JWT accounts alike; an account without JetStream still
-//! gets 10039.
+//! info, sources, mirrors, direct gets and limits are per account, the server's own bounds
+//! cover all of them; both accounts' streams survive a restart, and a store written when SemaQ
+//! had one JetStream opens with nothing moved. Config accounts and JWT accounts alike; an
+//! account without JetStream still gets 10039.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -14,7 +14,7 @@ use async_nats::jetstream::{self, consumer, kv};
 use async_nats::Client;
 use futures::StreamExt;
 use nkeys::KeyPair;
-use semaq_testkit::{sync, SemaqServer};
+use semaq_testkit::{sync, wait_until_async, SemaqServer};
 use serde_json::{json, Value};
 
 use crate::account_limits::nats_server_with;
@@ -192,6 +192,32 @@ async fn consumers_kv_buckets_and_account_info_are_each_accounts_own() {
     assert_eq!((info_b["streams"].as_u64(), info_b["consumers"].as_u64()), (Some(2), Some(1)), "{info_b}");
     let names = api(&b, "$JS.API.STREAM.NAMES", "").await;
     assert_eq!(names["streams"], json!(["KV_settings", "ORDERS"]), "B lists its own streams");
+}
+
+/// Messages in `stream`, as `client` sees it.
+async fn messages(client: &Client, stream: &str) -> u64 {
+    api(client, &format!("$JS.API.STREAM.INFO.{stream}"), "").await["state"]["messages"].as_u64().unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_source_a_mirror_and_direct_gets_read_the_streams_of_their_own_account() {
+    let semaq = SemaqServer::with_config(CONFIG, &[]);
+    fill(&semaq.url(), "a", &["a1", "a2", "a3"], false).await;
+    fill(&semaq.url(), "b", &["b1"], false).await;
+    let b = login(&semaq.url(), "b").await;
+    let copy = json!({ "name": "COPY", "storage": "memory", "sources": [{ "name": "ORDERS" }] });
+    assert_eq!(outcome(&api(&b, "$JS.API.STREAM.CREATE.COPY", &copy.to_string()).await), "stream_create_response");
+    let mirror = json!({ "name": "MIRROR", "storage": "memory", "mirror": { "name": "ORDERS" } });
+    assert_eq!(outcome(&api(&b, "$JS.API.STREAM.CREATE.MIRROR", &mirror.to_string()).await), "stream_create_response");
+    for follower in ["COPY", "MIRROR"] {
+        wait_until_async(follower, WAIT, || async { messages(&b, follower).await == 1 }).await;
+    }
+    tokio::time::sleep(QUIET).await;
+    assert_eq!((messages(&b, "COPY").await, messages(&b, "MIRROR").await), (1, 1), "B's one message, not A's three");
+    let direct = json!({ "name": "ORDERS", "subjects": ["orders.>"], "allow_direct": true });
+    assert_eq!(outcome(&api(&b, "$JS.API.STREAM.UPDATE.ORDERS", &direct.to_string()).await), "stream_update_response");
+    let got = b.request("$JS.API.DIRECT.GET.ORDERS", r#"{"last_by_subj":"orders.new"}"#.into()).await.unwrap();
+    assert_eq!(&got.payload[..], b"b1", "B's last message on the subject, not A's");
 }
 
 /// A at most one stream, B two and 1MB (1,048,576 bytes) of memory, the server 1MB of memory
