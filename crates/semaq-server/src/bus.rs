@@ -17,19 +17,20 @@ use crate::stats::{bump, ServerStats};
 ///
 /// Each account is its own subject space with its own router. The broker's services live in
 /// the home account, whose router is [`Bus::router`]; a connection resolves its account's router
-/// once, when it authenticates, and holds it.
+/// once, when it authenticates, and holds it. [`Bus::account_view`] is the same bus seen from
+/// another account, for the services every JetStream account has.
 #[derive(Debug)]
 pub struct Bus {
     /// Subject → subscriptions of the home account, where the broker's own services live.
     pub router: Arc<Router<SubscriberRef>>,
-    /// Open and recently closed connections.
-    pub clients: Clients,
-    /// Server-wide counters.
-    pub stats: ServerStats,
-    /// The home account's name.
+    /// Open and recently closed connections (shared with the account views).
+    pub clients: Arc<Clients>,
+    /// Server-wide counters (shared with the account views).
+    pub stats: Arc<ServerStats>,
+    /// The name of the account [`Bus::router`] routes: the home account, or a view's.
     home: Arc<str>,
     /// Every account's router by name, the home account's and `$G`'s included; fixed at start.
-    accounts: HashMap<Arc<str>, Arc<Router<SubscriberRef>>>,
+    accounts: Arc<HashMap<Arc<str>, Arc<Router<SubscriberRef>>>>,
 }
 
 impl Default for Bus {
@@ -48,10 +49,27 @@ impl Bus {
             accounts.entry(Arc::from(name)).or_insert_with(new_router);
         }
         let router = accounts.get(home).cloned().unwrap_or_else(new_router);
-        Self { router, clients: Clients::default(), stats: ServerStats::default(), home: Arc::from(home), accounts }
+        let (clients, stats) = (Arc::default(), Arc::default());
+        Self { router, clients, stats, home: Arc::from(home), accounts: Arc::new(accounts) }
     }
 
-    /// The name of the account the broker's services live in.
+    /// This bus as seen from `account`: the same connections, counters and accounts, with
+    /// `account`'s router as [`Bus::router`], so what publishes and subscribes through it
+    /// (a JetStream of that account) stays in that account's subjects. `None` for an account
+    /// the server does not know.
+    pub fn account_view(&self, account: &str) -> Option<Bus> {
+        let (name, router) = self.accounts.get_key_value(account)?;
+        Some(Self {
+            router: router.clone(),
+            clients: self.clients.clone(),
+            stats: self.stats.clone(),
+            home: name.clone(),
+            accounts: self.accounts.clone(),
+        })
+    }
+
+    /// The name of the account [`Bus::router`] routes: where the broker's services live, or
+    /// for an [`account view`](Bus::account_view), its account.
     pub fn home_account(&self) -> &str {
         &self.home
     }
@@ -194,5 +212,19 @@ mod tests {
         assert_eq!(bus.router_stats().num_subscriptions, 3);
         assert!(bus.account_router("C").is_none());
         assert_eq!(names(&Bus::default()), ["$G"]);
+    }
+
+    #[test]
+    fn an_account_view_routes_in_its_account_and_shares_the_connections_and_counters() {
+        let bus = Bus::with_accounts("A", ["A", "B"]);
+        let view = bus.account_view("B").unwrap();
+        assert_eq!(view.home_account(), "B");
+        assert!(Arc::ptr_eq(&view.router, bus.account_router("B").unwrap()));
+        assert!(Arc::ptr_eq(&view.clients, &bus.clients) && Arc::ptr_eq(&view.stats, &bus.stats));
+        view.subscribe_internal("orders.>", None, Arc::new(Nothing)).unwrap();
+        assert_eq!(bus.router.matches("orders.new").fanout(), 0, "not in the home account");
+        assert_eq!(bus.account_router("B").unwrap().matches("orders.new").fanout(), 1);
+        assert_eq!(bus.subscription_count(), 1, "the view's subscription counts in the server's total");
+        assert!(bus.account_view("C").is_none());
     }
 }

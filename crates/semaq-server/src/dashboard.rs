@@ -19,7 +19,7 @@ const INDEX_HTML: &str = include_str!("../assets/dashboard/index.html");
 const APP_JS: &str = include_str!("../assets/dashboard/app.js");
 const STYLE_CSS: &str = include_str!("../assets/dashboard/style.css");
 
-/// The dashboard's routes; the state is JetStream, when it is on.
+/// The dashboard's routes; the state is the home account's JetStream, when it is on.
 pub fn routes() -> Router<Option<Arc<JetStream>>> {
     Router::new()
         .route("/", get(|| async { ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], INDEX_HTML) }))

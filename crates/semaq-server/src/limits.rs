@@ -84,7 +84,7 @@ pub const STREAM_INGEST_BATCH_MESSAGES_MAX: usize = 1024;
 pub const DEDUP_IDS_MAX: usize = 1024 * 1024;
 /// Longest stream or consumer name.
 pub const JETSTREAM_NAME_BYTES_MAX: usize = 255;
-/// Streams per server.
+/// Streams per server, every account's together.
 pub const STREAMS_MAX: usize = 10_000;
 /// Consumers per stream.
 pub const CONSUMERS_PER_STREAM_MAX: usize = 10_000;
@@ -397,6 +397,10 @@ pub const REMOTE_SOURCE_REQUEST_TIMEOUT: std::time::Duration = std::time::Durati
 /// Accounts (`bus.rs`): accounts in the config file's `accounts` block, each its own subject
 /// space with its own router (JWT accounts are bounded by [`PRELOADED_ACCOUNTS_MAX`]).
 pub const ACCOUNTS_MAX: usize = 10_000;
+/// Accounts with a JetStream of their own (`jetstream/per_account.rs`). Each has its API task,
+/// an API request queue of up to [`JETSTREAM_API_QUEUE_BYTES_MAX`] and a directory read at
+/// start, so a config or resolver that enables more is refused at start.
+pub const JETSTREAM_ACCOUNTS_MAX: usize = 1_000;
 /// Steps of one cron pattern's search for its next time (cron.go's walk, field by field): five
 /// years of the sparsest pattern take a few thousand.
 pub const CRON_SEARCH_STEPS_MAX: u32 = 100_000;

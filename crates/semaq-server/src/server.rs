@@ -17,7 +17,8 @@ use crate::bus::Bus;
 use crate::connection::{self, Context};
 use crate::filter::Filters;
 use crate::identity::{Identity, NATS_COMPATIBLE_VERSION, SEMAQ_VERSION};
-use crate::jetstream::{JetStream, Services};
+use crate::jetstream::per_account::JetStreams;
+use crate::jetstream::Services;
 pub use crate::lame_duck::Control;
 use crate::latency::Latency;
 use crate::limits;
@@ -293,7 +294,8 @@ struct Observe {
     latency: Arc<Latency>,
 }
 
-/// Opens the streams and starts JetStream's API, ack routing and lineage API.
+/// Starts a JetStream for every account that enables it (streams, API, ack routing, lineage
+/// API), and the 10039 answers in the other accounts.
 fn start_jetstream(
     bus: &Arc<Bus>,
     registry: &Arc<Registry>,
@@ -301,8 +303,8 @@ fn start_jetstream(
     (agents, observe): (&Arc<Agents>, &Observe),
     options: &Arc<Options>,
     identity: &Identity,
-) -> Result<Arc<JetStream>, StartError> {
-    let services = Arc::new(Services {
+) -> Result<Arc<JetStreams>, StartError> {
+    let services = Services {
         bus: bus.clone(),
         registry: registry.clone(),
         filters: filters.clone(),
@@ -311,18 +313,15 @@ fn start_jetstream(
         agents: agents.clone(),
         tokens: observe.tokens.clone(),
         latency: observe.latency.clone(),
-    });
-    let jetstream = JetStream::start(services)?;
-    crate::jetstream::api::start(jetstream.clone());
-    crate::jetstream::consumers::subscribe(&jetstream);
-    crate::jetstream::lineage::start(&jetstream);
-    crate::jetstream::not_enabled::start(bus);
-    Ok(jetstream)
+    };
+    let jetstreams = JetStreams::start(&services)?;
+    crate::jetstream::not_enabled::start(bus, &jetstreams);
+    Ok(jetstreams)
 }
 
 /// Lists the JWT accounts that have JetStream among the options' accounts, with their limits,
-/// so JetStream applies them as those of accounts from the config. Sorted by key, so which one
-/// JetStream lives in when several have it does not change between starts.
+/// so each gets a JetStream as accounts from the config do. Sorted by key, so which one is the
+/// home account when several have JetStream does not change between starts.
 fn add_jwt_accounts(options: &mut Options, auth: &Authenticator) {
     let Some(trust) = auth.trust() else { return };
     let mut accounts: Vec<_> = trust.jetstream_accounts().collect();
@@ -338,10 +337,6 @@ fn add_jwt_accounts(options: &mut Options, auth: &Authenticator) {
 /// public key, and `$G`), the broker's services in the home account.
 fn account_bus(options: &Options, auth: &Authenticator) -> Bus {
     let home = options.home_account();
-    let with_jetstream = options.accounts.iter().filter(|account| account.jetstream.is_some()).count();
-    if with_jetstream > 1 {
-        tracing::warn!(account = %home, "{with_jetstream} accounts enable JetStream; SemaQ has one, in the first of them");
-    }
     let config_accounts = options.accounts.iter().map(|account| account.name.as_str());
     let jwt_accounts = auth.trust().into_iter().flat_map(|trust| trust.account_keys());
     Bus::with_accounts(home, config_accounts.chain(jwt_accounts))

@@ -1,18 +1,49 @@
 //! The JetStream account: `$JS.API.INFO` (usage, limits, API counters) and the account limits
 //! checked where streams and consumers are created, with nats-server's error codes.
 //!
-//! Each account has its own subjects, but SemaQ has one JetStream: it lives in the account that
-//! enables JetStream (a `jetstream` block in the config file, or limits in its JWT mapped into
-//! the same [`AccountJetStream`]), else in `$G`, unlimited as in nats-server; other accounts'
-//! `$JS.API` requests find no responders. The limits applied are that account's. The server's own `jetstream { max_memory_store,
-//! max_file_store }` bound the bytes reserved by streams' `max_bytes` on top of that.
+//! Every account that enables JetStream (a `jetstream` block in the config file, or limits in
+//! its JWT mapped into the same [`AccountJetStream`]) has a JetStream of its own, with that
+//! account's limits ([`enabled`]); when none does, `$G` has it, unlimited (nats-server gives
+//! `$G` one only when there is no other account; SemaQ did so before and keeps doing it, so a
+//! store written then opens).
+//! The server's own `jetstream { max_memory_store, max_file_store }` bound the bytes all
+//! accounts' streams reserve and store together, on top of each account's limits.
+
+use std::sync::Arc;
 
 use serde_json::{json, Value};
 
 use super::config::{AckPolicy, ConsumerConfig, Storage, StreamConfig, MAX_ACK_PENDING_DEFAULT};
 use super::errors::ApiError;
+use super::stream::Stream;
 use super::JetStream;
-use crate::options::{AccountJetStream, Options};
+use crate::options::{AccountJetStream, Options, GLOBAL_ACCOUNT};
+
+/// The account one JetStream serves: its name (a JWT account's public key) and its limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JetStreamAccount {
+    /// The account's name.
+    pub name: String,
+    /// Its limits.
+    pub limits: AccountLimits,
+}
+
+/// The accounts that get a JetStream, in the order listed (config accounts, then JWT accounts
+/// by key): each with a `jetstream` block or JWT JetStream limits; when none has one, `$G`
+/// alone, unlimited. The first is the home account ([`Options::home_account`]).
+pub fn enabled(options: &Options) -> Vec<JetStreamAccount> {
+    let mut accounts: Vec<JetStreamAccount> = Vec::new();
+    for account in &options.accounts {
+        let Some(limits) = &account.jetstream else { continue };
+        if accounts.iter().all(|known| known.name != account.name) {
+            accounts.push(JetStreamAccount { name: account.name.clone(), limits: AccountLimits::from_account(limits) });
+        }
+    }
+    if accounts.is_empty() {
+        accounts.push(JetStreamAccount { name: GLOBAL_ACCOUNT.to_string(), limits: AccountLimits::UNLIMITED });
+    }
+    accounts
+}
 
 /// The account limits in force, nats-server's way: -1 is no limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,15 +78,6 @@ impl AccountLimits {
         file_stream_bytes_max: -1,
         max_bytes_required: false,
     };
-
-    /// The limits in force: the `jetstream` block of the account JetStream lives in (see
-    /// [`Options::home_account`]), else `$G`'s.
-    pub fn of(options: &Options) -> Self {
-        options
-            .home_account_config()
-            .and_then(|account| account.jetstream.as_ref())
-            .map_or(Self::UNLIMITED, Self::from_account)
-    }
 
     fn from_account(limits: &AccountJetStream) -> Self {
         let limit = |value: Option<u64>| value.map_or(-1, |v| i64::try_from(v).unwrap_or(i64::MAX));
@@ -105,7 +127,7 @@ pub fn info(jetstream: &JetStream) -> Value {
         "reserved_storage": 0,
         "streams": streams,
         "consumers": consumers,
-        "limits": AccountLimits::of(options).to_json(),
+        "limits": jetstream.account().limits.to_json(),
         "api": {
             "total": jetstream.api_requests.load(std::sync::atomic::Ordering::Relaxed),
             "errors": jetstream.api_errors.load(std::sync::atomic::Ordering::Relaxed),
@@ -119,8 +141,7 @@ pub fn info(jetstream: &JetStream) -> Value {
 
 /// The stream config against the account's `max_bytes` rules (create and update), after the
 /// config's own checks, as nats-server's `checkStreamCfg` ends.
-pub fn check_stream_config(options: &Options, config: &StreamConfig) -> Result<(), ApiError> {
-    let limits = AccountLimits::of(options);
+pub fn check_stream_config(limits: &AccountLimits, config: &StreamConfig) -> Result<(), ApiError> {
     let stream_bytes_max = limits.stream_bytes_max(config.storage);
     if limits.max_bytes_required && config.max_bytes <= 0 {
         return Err(error(400, 10113, "account requires a stream config to have max bytes set"));
@@ -132,10 +153,10 @@ pub fn check_stream_config(options: &Options, config: &StreamConfig) -> Result<(
 }
 
 /// A new stream against the account's and the server's limits: the number of streams, its
-/// `max_consumers`, and the bytes its `max_bytes` would reserve beside the other streams'.
+/// `max_consumers`, and the bytes its `max_bytes` would reserve beside the other streams' (the
+/// account's for the account's limit, every account's for the server's).
 pub fn check_stream_create(jetstream: &JetStream, config: &StreamConfig) -> Result<(), ApiError> {
-    let options = &jetstream.services().options;
-    let limits = AccountLimits::of(options);
+    let (options, limits) = (&jetstream.services().options, &jetstream.account().limits);
     let streams = jetstream.streams();
     if limits.streams_max > 0 && streams.len() as i64 >= limits.streams_max {
         return Err(error(400, 10027, "maximum number of streams reached"));
@@ -143,24 +164,29 @@ pub fn check_stream_create(jetstream: &JetStream, config: &StreamConfig) -> Resu
     if config.max_consumers > 0 && limits.consumers_max > 0 && config.max_consumers > limits.consumers_max {
         return Err(error(400, 10026, "maximum consumers limit reached"));
     }
-    let reserved: i64 = streams
-        .iter()
-        .map(|stream| stream.config())
-        .filter(|other| other.storage == config.storage && other.max_bytes > 0)
-        .map(|other| other.max_bytes)
-        .fold(0, i64::saturating_add);
     // A stream without max_bytes reserves one byte, as in nats-server.
     let adding = config.max_bytes.max(1);
     let (account_max, server_max) = match config.storage {
         Storage::Memory => (limits.memory_bytes_max, options.jetstream_memory_bytes_max),
         Storage::File => (limits.file_bytes_max, options.jetstream_file_bytes_max),
     };
-    let server_max = server_max.map_or(i64::MAX, |v| i64::try_from(v).unwrap_or(i64::MAX));
-    let over_account = account_max >= 0 && reserved.saturating_add(adding) > account_max;
-    if over_account || reserved.saturating_add(adding) > server_max {
+    let over_account = account_max >= 0 && reserved(&streams, config.storage).saturating_add(adding) > account_max;
+    let over_server = server_max.is_some_and(|max| {
+        let max = i64::try_from(max).unwrap_or(i64::MAX);
+        reserved(&jetstream.server_streams(), config.storage).saturating_add(adding) > max
+    });
+    if over_account || over_server {
         return Err(insufficient(config.storage));
     }
     Ok(())
+}
+
+/// The bytes `streams` of `storage` reserve with their `max_bytes`.
+fn reserved(streams: &[Arc<Stream>], storage: Storage) -> i64 {
+    (streams.iter().map(|stream| stream.config()))
+        .filter(|other| other.storage == storage && other.max_bytes > 0)
+        .map(|other| other.max_bytes)
+        .fold(0, i64::saturating_add)
 }
 
 /// nats-server's "insufficient resources" for the storage type (10028 memory, 10047 file).
@@ -176,8 +202,10 @@ fn insufficient(storage: Storage) -> ApiError {
 /// else the account's when the message would take it over (400, 10002).
 #[derive(Debug, Clone, Copy)]
 pub struct Quota {
-    /// Bytes the other streams of the same storage type hold.
-    others: u64,
+    /// Bytes the account's other streams of the same storage type hold.
+    account_others: u64,
+    /// Bytes every account's other streams of the same storage type hold.
+    server_others: u64,
     /// The account's bytes for this storage type (-1: none).
     account_max: i64,
     /// The server's `max_memory_store` or `max_file_store`.
@@ -185,12 +213,11 @@ pub struct Quota {
 }
 
 impl Quota {
-    /// The quota of `stream` (storage `storage`) for one ingest batch; `None` when nothing
-    /// limits it. Reads the other streams' usage (a busy one's as last seen), so it is taken
-    /// before this stream's store lock.
-    pub fn for_stream(jetstream: &JetStream, stream: &str, storage: Storage) -> Option<Self> {
-        let options = &jetstream.services().options;
-        let limits = AccountLimits::of(options);
+    /// The quota of `stream` (storage `storage`) of `jetstream` for one ingest batch; `None`
+    /// when nothing limits it. Reads the other streams' usage (a busy one's as last seen), so
+    /// it is taken before this stream's store lock; every account's only under a server bound.
+    pub fn for_stream(jetstream: &JetStream, stream: &Stream, storage: Storage) -> Option<Self> {
+        let (options, limits) = (&jetstream.services().options, &jetstream.account().limits);
         let (account_max, server_max) = match storage {
             Storage::Memory => (limits.memory_bytes_max, options.jetstream_memory_bytes_max),
             Storage::File => (limits.file_bytes_max, options.jetstream_file_bytes_max),
@@ -198,19 +225,23 @@ impl Quota {
         if account_max < 0 && server_max.is_none() {
             return None;
         }
-        let others = (jetstream.streams().iter())
-            .filter(|other| other.name != stream && other.config().storage == storage)
-            .map(|other| other.stored_bytes())
-            .fold(0, u64::saturating_add);
-        Some(Self { others, account_max, server_max })
+        let stored_by_others = |streams: Vec<Arc<Stream>>| {
+            (streams.iter())
+                .filter(|other| !std::ptr::eq(Arc::as_ptr(other), stream) && other.config().storage == storage)
+                .map(|other| other.stored_bytes())
+                .fold(0, u64::saturating_add)
+        };
+        let account_others = if account_max < 0 { 0 } else { stored_by_others(jetstream.streams()) };
+        let server_others = if server_max.is_none() { 0 } else { stored_by_others(jetstream.server_streams()) };
+        Some(Self { account_others, server_others, account_max, server_max })
     }
 
     /// Whether a message of `message_bytes` may join the `own_bytes` of the stream.
     pub fn check(&self, own_bytes: u64, message_bytes: u64) -> Result<(), ApiError> {
-        let used = self.others.saturating_add(own_bytes);
-        if self.server_max.is_some_and(|max| used > max) {
+        if self.server_max.is_some_and(|max| self.server_others.saturating_add(own_bytes) > max) {
             return Err(error(503, 10023, "insufficient resources"));
         }
+        let used = self.account_others.saturating_add(own_bytes);
         let after = i64::try_from(used.saturating_add(message_bytes)).unwrap_or(i64::MAX);
         if self.account_max >= 0 && after > self.account_max {
             return Err(error(400, 10002, "resource limits exceeded for account"));
@@ -221,8 +252,8 @@ impl Quota {
 
 /// The account's consumer defaults, before the config's own defaults: an acknowledging
 /// consumer without `max_ack_pending` gets the account's limit when it is below the default.
-pub fn apply_consumer_defaults(options: &Options, config: &mut ConsumerConfig) {
-    let limit = AccountLimits::of(options).ack_pending_max;
+pub fn apply_consumer_defaults(limits: &AccountLimits, config: &mut ConsumerConfig) {
+    let limit = limits.ack_pending_max;
     let acknowledging = matches!(config.ack_policy, AckPolicy::Explicit | AckPolicy::All);
     if acknowledging && config.max_ack_pending == 0 && limit > 0 && limit < MAX_ACK_PENDING_DEFAULT {
         config.max_ack_pending = limit;
@@ -230,8 +261,8 @@ pub fn apply_consumer_defaults(options: &Options, config: &mut ConsumerConfig) {
 }
 
 /// A consumer's `max_ack_pending` against the account's (nats-server's 10121).
-pub fn check_consumer(options: &Options, config: &ConsumerConfig) -> Result<(), ApiError> {
-    let limit = AccountLimits::of(options).ack_pending_max;
+pub fn check_consumer(limits: &AccountLimits, config: &ConsumerConfig) -> Result<(), ApiError> {
+    let limit = limits.ack_pending_max;
     if limit > 0 && config.max_ack_pending > limit {
         return Err(error(400, 10121, format!("consumer max ack pending exceeds system limit of {limit}")));
     }
@@ -239,8 +270,8 @@ pub fn check_consumer(options: &Options, config: &ConsumerConfig) -> Result<(), 
 }
 
 /// The consumers a stream may have: its own `max_consumers`, lowered to the account's.
-pub fn consumers_max(options: &Options, stream: &StreamConfig) -> Option<usize> {
-    let account = AccountLimits::of(options).consumers_max;
+pub fn consumers_max(limits: &AccountLimits, stream: &StreamConfig) -> Option<usize> {
+    let account = limits.consumers_max;
     let mut most = stream.max_consumers;
     if most <= 0 || (account > 0 && account < most) {
         most = account;
@@ -257,38 +288,49 @@ mod tests {
     use super::*;
     use crate::options::Account;
 
-    fn options_with(limits: AccountJetStream) -> Options {
-        let account = Account { name: "A".to_string(), jetstream: Some(limits), ..Account::default() };
-        Options { accounts: vec![account], ..Options::default() }
+    fn account(name: &str, limits: Option<AccountJetStream>) -> Account {
+        Account { name: name.to_string(), jetstream: limits, ..Account::default() }
+    }
+
+    fn names_and_streams_max(options: &Options) -> Vec<(String, i64)> {
+        enabled(options).into_iter().map(|account| (account.name, account.limits.streams_max)).collect()
     }
 
     #[test]
-    fn the_limits_are_those_of_the_account_that_enables_jetstream() {
-        let options = options_with(AccountJetStream { streams_max: Some(2), ..AccountJetStream::default() });
-        assert_eq!(AccountLimits::of(&options).streams_max, 2);
-        let mut two = options.clone();
-        two.accounts.insert(0, Account { name: "B".to_string(), ..Account::default() });
-        assert_eq!(AccountLimits::of(&two).streams_max, 2, "B has no JetStream");
-        let none = Options { accounts: vec![Account { name: "B".to_string(), ..Account::default() }], ..two };
-        assert_eq!(AccountLimits::of(&none), AccountLimits::UNLIMITED, "no account has JetStream: $G's");
+    fn every_account_that_enables_jetstream_gets_one_with_its_limits_else_g_alone() {
+        let two = AccountJetStream { streams_max: Some(2), ..AccountJetStream::default() };
+        let options = Options {
+            accounts: vec![
+                account("B", None),
+                account("A", Some(two)),
+                account("C", Some(AccountJetStream::default())),
+            ],
+            ..Options::default()
+        };
+        let expected = [("A".to_string(), 2), ("C".to_string(), -1)];
+        assert_eq!(names_and_streams_max(&options), expected, "in the order listed; B has none");
+        assert_eq!(options.home_account(), "A", "the first is the home account");
+        let none = Options { accounts: vec![account("B", None)], ..Options::default() };
+        assert_eq!(names_and_streams_max(&none), [("$G".to_string(), -1)], "no account has JetStream: $G, unlimited");
+        assert_eq!(enabled(&none)[0].limits, AccountLimits::UNLIMITED);
     }
 
     #[test]
     fn a_quota_refuses_what_would_take_the_account_over() {
-        let quota = Quota { others: 600, account_max: 1000, server_max: None };
+        let quota = Quota { account_others: 600, server_others: 600, account_max: 1000, server_max: None };
         assert!(quota.check(300, 100).is_ok(), "exactly at the limit is allowed");
         assert_eq!(quota.check(300, 101).map_err(|e| e.err_code), Err(10002));
-        let server = Quota { others: 600, account_max: -1, server_max: Some(500) };
-        assert_eq!(server.check(0, 1).map_err(|e| e.err_code), Err(10023));
+        let server = Quota { account_others: 0, server_others: 600, account_max: -1, server_max: Some(500) };
+        assert_eq!(server.check(0, 1).map_err(|e| e.err_code), Err(10023), "other accounts' bytes count");
     }
 
     #[test]
     fn consumers_max_is_the_lower_of_stream_and_account() {
-        let options = options_with(AccountJetStream { consumers_max: Some(3), ..AccountJetStream::default() });
+        let limits = AccountLimits { consumers_max: 3, ..AccountLimits::UNLIMITED };
         let stream = |max_consumers| StreamConfig { max_consumers, ..StreamConfig::default() };
-        assert_eq!(consumers_max(&options, &stream(-1)), Some(3));
-        assert_eq!(consumers_max(&options, &stream(2)), Some(2));
-        assert_eq!(consumers_max(&options, &stream(5)), Some(3));
-        assert_eq!(consumers_max(&Options::default(), &stream(-1)), None);
+        assert_eq!(consumers_max(&limits, &stream(-1)), Some(3));
+        assert_eq!(consumers_max(&limits, &stream(2)), Some(2));
+        assert_eq!(consumers_max(&limits, &stream(5)), Some(3));
+        assert_eq!(consumers_max(&AccountLimits::UNLIMITED, &stream(-1)), None);
     }
 }

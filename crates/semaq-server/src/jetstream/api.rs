@@ -523,7 +523,7 @@ fn create_consumer(
         return Err(ApiError::invalid_json("unexpected end of JSON input"));
     }
     let request: CreateRequest = serde_json::from_slice(payload).map_err(ApiError::invalid_json)?;
-    consumers::create(&stream, request, subject)
+    consumers::create(&stream, request, subject, &jetstream.account().limits)
 }
 
 fn find_consumer(jetstream: &JetStream, stream: &str, name: &str) -> Result<Arc<Consumer>, ApiError> {

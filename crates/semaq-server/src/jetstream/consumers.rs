@@ -5,6 +5,7 @@ use std::time::SystemTime;
 
 use serde::Deserialize;
 
+use super::account::AccountLimits;
 use super::config::{ConsumerConfig, Retention};
 use super::consumer::{self, validate, AckKind, Consumer};
 use super::errors::ApiError;
@@ -43,11 +44,13 @@ fn random_name() -> String {
         .collect()
 }
 
-/// Creates (or, where allowed, updates) a consumer as a create request asks.
+/// Creates (or, where allowed, updates) a consumer as a create request asks, within the
+/// limits of the stream's account.
 pub fn create(
     stream: &Arc<Stream>,
     request: CreateRequest,
     subject: CreateSubject<'_>,
+    limits: &AccountLimits,
 ) -> Result<serde_json::Value, ApiError> {
     if !request.stream_name.is_empty() && request.stream_name != stream.name {
         return Err(ApiError::stream_mismatch());
@@ -89,10 +92,9 @@ pub fn create(
         config.name = Some(config.durable_name.clone().unwrap_or_else(random_name));
     }
     let stream_config = stream.config();
-    let options = &stream.services().options;
-    super::account::apply_consumer_defaults(options, &mut config);
+    super::account::apply_consumer_defaults(limits, &mut config);
     let config = validate::normalize(config, &stream_config)?;
-    super::account::check_consumer(options, &config)?;
+    super::account::check_consumer(limits, &config)?;
     let name = config.name.clone().unwrap_or_default();
     if let Some(existing) = stream.consumer(&name) {
         return update_existing(&existing, config, &request.action).map(|consumer| consumer.info());
@@ -101,7 +103,7 @@ pub fn create(
         return Err(ApiError::consumer_does_not_exist());
     }
     let others = stream.consumers();
-    let most = super::account::consumers_max(options, &stream_config);
+    let most = super::account::consumers_max(limits, &stream_config);
     if most.is_some_and(|most| others.len() >= most) || others.len() >= limits::CONSUMERS_PER_STREAM_MAX {
         return Err(ApiError::max_consumers());
     }

@@ -8,6 +8,7 @@
 //! - [`batch`]: atomic batch publish (`Nats-Batch-Id`): staging, commit, crash recovery.
 //! - [`api`]: the request handlers.
 //! - [`account`]: account info and the account's JetStream limits.
+//! - [`per_account`]: a JetStream for every account that enables it, and their directories.
 //! - [`lineage`]: L4 `Semaq-Parent` checks at publish and the `$SEMAQ.API.LINEAGE` graph.
 //! - [`provenance`]: level 4 streams: event time, context headers, hash chain, checkpoints.
 //! - [`schema`]: the `semaq.*` level keys, and L2 streams bound to a registry subject.
@@ -16,9 +17,10 @@
 //! - [`kv`]: Key-Value at publish: rollups, per-message TTL, delete markers, republish.
 //! - [`direct`]: `DIRECT.GET`: by sequence, subject, batches and multi-last.
 //!
-//! On disk, under the store directory: `jetstream/streams/<name>/stream.json` (config and
-//! creation time), `jetstream/streams/<name>/msgs/` (the `semaq-store` log) and, for level 4,
-//! `jetstream/streams/<name>/provenance/` (key pair and checkpoints).
+//! On disk, in the account's directory of streams (`jetstream/streams/` or
+//! `jetstream/accounts/<account>/streams/` under the store directory, see [`per_account`]):
+//! `<name>/stream.json` (config and creation time), `<name>/msgs/` (the `semaq-store` log) and,
+//! for level 4, `<name>/provenance/` (key pair and checkpoints).
 
 pub mod account;
 pub mod api;
@@ -35,6 +37,7 @@ pub mod intents;
 pub mod kv;
 pub mod lineage;
 pub mod not_enabled;
+pub mod per_account;
 pub mod producers;
 pub mod provenance;
 pub mod remote;
@@ -54,8 +57,10 @@ use semaq_store::{DiscardPolicy, FileStore, FileStoreConfig, MemoryStore, StoreL
 use semaq_wire::{clock, subject};
 use serde::{Deserialize, Serialize};
 
+use self::account::JetStreamAccount;
 use self::config::{Discard, Retention, Storage, StreamConfig};
 use self::errors::ApiError;
+use self::per_account::JetStreams;
 use self::stream::Stream;
 use crate::bus::Bus;
 use crate::filter::Filters;
@@ -65,9 +70,11 @@ use crate::registry::Registry;
 use crate::sync;
 
 /// What streams and consumers use outside JetStream: the narrow handles, never the whole server.
-#[derive(Debug)]
+/// Each account's JetStream has its own, alike but for the bus.
+#[derive(Debug, Clone)]
 pub struct Services {
-    /// Where streams capture their subjects and acks, API replies and deliveries are published.
+    /// Where streams capture their subjects and acks, API replies and deliveries are published:
+    /// the bus as seen from the JetStream's account.
     pub bus: Arc<Bus>,
     /// Schemas that L2+ streams validate against.
     pub registry: Arc<Registry>,
@@ -93,8 +100,12 @@ struct StreamMeta {
     created_unix_ns: i64,
 }
 
-/// All streams of the server.
+/// The streams of one account.
 pub struct JetStream {
+    /// The account, with its limits.
+    account: JetStreamAccount,
+    /// Every account's JetStream (weak: they hold this one), for the server's own bounds.
+    peers: Weak<JetStreams>,
     dir: PathBuf,
     streams: RwLock<BTreeMap<String, Arc<Stream>>>,
     sync_policy: SyncPolicy,
@@ -111,7 +122,7 @@ pub struct JetStream {
 
 impl std::fmt::Debug for JetStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("JetStream").field("dir", &self.dir).finish_non_exhaustive()
+        f.debug_struct("JetStream").field("account", &self.account.name).field("dir", &self.dir).finish_non_exhaustive()
     }
 }
 
@@ -125,6 +136,12 @@ pub enum JetStreamError {
         path: String,
         /// Why.
         source: std::io::Error,
+    },
+    /// More accounts enable JetStream than the server allows.
+    #[error("{count} accounts enable JetStream; at most {} may", limits::JETSTREAM_ACCOUNTS_MAX)]
+    TooManyAccounts {
+        /// How many do.
+        count: usize,
     },
 }
 
@@ -153,14 +170,21 @@ pub fn is_valid_name(name: &str) -> bool {
 }
 
 impl JetStream {
-    /// Opens every stream found under `store_dir` and starts their tasks.
-    pub fn start(services: Arc<Services>) -> Result<Arc<Self>, JetStreamError> {
-        let dir = services.options.store_dir.join("jetstream").join("streams");
+    /// Opens every stream of `account` found in `dir`, its directory of streams, and starts
+    /// their tasks. `peers` will list it among every account's JetStream.
+    pub fn start(
+        services: Arc<Services>,
+        account: JetStreamAccount,
+        dir: PathBuf,
+        peers: Weak<JetStreams>,
+    ) -> Result<Arc<Self>, JetStreamError> {
         std::fs::create_dir_all(&dir)
             .map_err(|source| JetStreamError::Directory { path: dir.display().to_string(), source })?;
         let sync_policy =
             services.options.jetstream_sync.as_deref().and_then(SyncPolicy::parse).unwrap_or(SyncPolicy::Always);
         let jetstream = Arc::new_cyclic(|this| Self {
+            account,
+            peers,
             dir,
             streams: RwLock::new(BTreeMap::new()),
             sync_policy,
@@ -178,6 +202,19 @@ impl JetStream {
     /// The handles streams and consumers use.
     pub fn services(&self) -> &Arc<Services> {
         &self.services
+    }
+
+    /// The account this JetStream serves, with its limits.
+    pub fn account(&self) -> &JetStreamAccount {
+        &self.account
+    }
+
+    /// Every account's streams, this one's included: what the server's own bounds count.
+    pub fn server_streams(&self) -> Vec<Arc<Stream>> {
+        match self.peers.upgrade() {
+            Some(peers) => peers.streams(),
+            None => self.streams(),
+        }
     }
 
     fn recover(&self) {
@@ -198,9 +235,12 @@ impl JetStream {
         }
     }
 
-    /// Tells the agent network which streams back durable intents now.
+    /// Tells the agent network which streams back durable intents now; only the home
+    /// account's, where the agent network lives.
     fn declare_durable_intents(&self) {
-        self.services.agents.set_durable(intents::declared(&self.streams()));
+        if self.account.name == self.services.options.home_account() {
+            self.services.agents.set_durable(intents::declared(&self.streams()));
+        }
     }
 
     fn stream_dir(&self, name: &str) -> PathBuf {
@@ -287,14 +327,14 @@ impl JetStream {
     /// Creates a stream, or succeeds when one with the identical config exists.
     pub fn create_stream(&self, config: StreamConfig) -> Result<Arc<Stream>, ApiError> {
         let config = normalize(config)?;
-        account::check_stream_config(&self.services.options, &config)?;
+        account::check_stream_config(&self.account.limits, &config)?;
         self::schema::check_stream(&self.services.registry, &config.metadata)?;
         provenance::check_config(None, &config)?;
         if let Some(existing) = self.stream(&config.name) {
             return if *existing.config() == config { Ok(existing) } else { Err(ApiError::stream_name_exists()) };
         }
         account::check_stream_create(self, &config)?;
-        if self.streams().len() >= limits::STREAMS_MAX {
+        if self.server_streams().len() >= limits::STREAMS_MAX {
             return Err(ApiError::max_streams());
         }
         self.check_overlap(&config)?;
@@ -318,7 +358,7 @@ impl JetStream {
     /// Updates a stream where nats-server allows it.
     pub fn update_stream(&self, config: StreamConfig) -> Result<Arc<Stream>, ApiError> {
         let config = normalize(config)?;
-        account::check_stream_config(&self.services.options, &config)?;
+        account::check_stream_config(&self.account.limits, &config)?;
         self::schema::check_stream(&self.services.registry, &config.metadata)?;
         let stream = self.stream(&config.name).ok_or_else(ApiError::stream_not_found)?;
         check_update(&stream.config(), &config)?;

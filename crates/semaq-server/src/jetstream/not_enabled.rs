@@ -1,4 +1,4 @@
-//! `$JS.API` in the accounts JetStream does not live in. nats-server imports the JetStream API
+//! `$JS.API` in the accounts without JetStream. nats-server imports the JetStream API
 //! into every account and answers an account without JetStream with its usual response type
 //! and error 10039; some requests (direct gets, pull requests, APIs it does not know) get no
 //! answer at all. SemaQ answers the same, from a subscription in each such account's subjects.
@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 
 use super::api::API_PREFIX;
 use super::errors::ApiError;
+use super::per_account::JetStreams;
 use crate::bus::Bus;
 use crate::delivery::{self, FlushSet, InternalSink, Message, SubscriberRef};
 use crate::router::Router;
@@ -20,9 +21,9 @@ struct NotEnabled {
     router: Weak<Router<SubscriberRef>>,
 }
 
-/// Subscribes every account but the home account to `$JS.API.>`, answering as above.
-pub fn start(bus: &Bus) {
-    for (name, router) in bus.account_routers().filter(|(name, _)| *name != bus.home_account()) {
+/// Subscribes every account without a JetStream in `jetstreams` to `$JS.API.>`, answering as above.
+pub fn start(bus: &Bus, jetstreams: &JetStreams) {
+    for (name, router) in bus.account_routers().filter(|(name, _)| jetstreams.get(name).is_none()) {
         let sink = Arc::new(NotEnabled { router: Arc::downgrade(router) });
         if let Err(error) = Bus::subscribe_internal_in(router, &format!("{API_PREFIX}.>"), None, sink) {
             tracing::error!(account = %name, %error, "cannot answer JetStream requests in the account");

@@ -754,7 +754,7 @@ impl Stream {
         let mut parents = super::lineage::Parents::check(self, &config, batch);
         let window_ns = self.duplicate_window_ns();
         // Before this stream's store lock: the quota reads the other streams' usage.
-        let quota = self.jetstream().and_then(|jetstream| Quota::for_stream(&jetstream, &self.name, config.storage));
+        let quota = self.jetstream().and_then(|jetstream| Quota::for_stream(&jetstream, self, config.storage));
         // L3: a snapshot the batch's appends could need, before the lock is taken for it.
         self.snapshot_before_batch(&config, batch);
         let mut store = self.store();

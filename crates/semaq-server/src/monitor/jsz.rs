@@ -1,13 +1,14 @@
 //! `/jsz` and `/accountz` with nats-server's field names (its `JSInfo`, `AccountDetail`,
 //! `StreamDetail` and `Accountz`), so prometheus-nats-exporter's JetStream collection and other
-//! nats-server tooling read SemaQ. `/jsz` shows the one account with JetStream (the home
-//! account); `/accountz` lists every account.
+//! nats-server tooling read SemaQ. `/jsz` sums every account's JetStream and, with `accounts`
+//! or `acc`, details them (sorted by name, paged); `/accountz` lists every account.
 //!
 //! Query parameters are read as nats-server reads them: booleans as Go's `strconv.ParseBool`,
 //! integers as `strconv.Atoi`; a value that does not parse is a 400 with an error JSON naming
 //! the parameter, and unknown parameters are ignored.
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -107,14 +108,22 @@ impl JszOptions {
         Ok(options)
     }
 
-    /// Whether the one account with JetStream, `home`, is listed: named, or within the page of
-    /// all accounts.
-    fn lists_the_account(&self, home: &str) -> bool {
-        if self.account == home {
-            return true;
+    /// Which of the JetStream accounts `names` (sorted) are detailed, as nats-server's `Jsz`:
+    /// the named one; else, with `accounts`, the page `offset`/`limit` (all for a negative
+    /// limit); else none.
+    fn listed(&self, names: &[&str]) -> Range<usize> {
+        if let Some(index) = names.iter().position(|name| *name == self.account) {
+            return index..index + 1;
         }
-        // A named account that does not exist lists none, as nats-server; so does a page past it.
-        self.account.is_empty() && self.accounts && (self.limit < 0 || (self.offset == 0 && self.limit > 0))
+        if !self.accounts {
+            return 0..0;
+        }
+        if self.limit < 0 {
+            return 0..names.len();
+        }
+        let start = usize::try_from(self.offset).unwrap_or(usize::MAX).min(names.len());
+        let limit = usize::try_from(self.limit).unwrap_or(usize::MAX);
+        start..start.saturating_add(limit).min(names.len())
     }
 }
 
@@ -129,7 +138,7 @@ pub async fn jsz(State(monitor): State<Arc<Monitor>>, Query(params): Query<HashM
 /// The `/jsz` body.
 pub fn jsz_json(monitor: &Monitor, options: &JszOptions) -> Value {
     let now = clock::rfc3339(SystemTime::now());
-    let Some(jetstream) = &monitor.jetstream else {
+    let Some(jetstreams) = &monitor.jetstream else {
         return json!({
             "server_id": monitor.identity.server_id,
             "now": now,
@@ -140,7 +149,8 @@ pub fn jsz_json(monitor: &Monitor, options: &JszOptions) -> Value {
             "streams": 0, "consumers": 0, "messages": 0, "bytes": 0, "total": 0,
         });
     };
-    let streams = jetstream.streams();
+    let accounts = jetstreams.all();
+    let streams = jetstreams.streams();
     let (mut messages, mut bytes, mut consumers) = (0u64, 0u64, 0usize);
     for stream in &streams {
         let state = stream.state();
@@ -153,17 +163,20 @@ pub fn jsz_json(monitor: &Monitor, options: &JszOptions) -> Value {
         "now": now,
         "config": config_json(monitor),
     });
-    merge(&mut body, stats_json(jetstream, 1));
+    merge(&mut body, stats_json(&accounts, accounts.len()));
     merge(&mut body, json!({ "streams": streams.len(), "consumers": consumers, "messages": messages, "bytes": bytes }));
-    if options.lists_the_account(monitor.bus.home_account()) {
-        body["account_details"] = json!([account_detail(monitor, jetstream, options)]);
+    let names: Vec<&str> = accounts.iter().map(|jetstream| jetstream.account().name.as_str()).collect();
+    let listed = &accounts[options.listed(&names)];
+    if !listed.is_empty() {
+        let details: Vec<Value> = listed.iter().map(|jetstream| account_detail(monitor, jetstream, options)).collect();
+        body["account_details"] = json!(details);
     }
-    body["total"] = json!(1);
+    body["total"] = json!(accounts.len());
     body
 }
 
 /// nats-server's `JetStreamConfig`: the server's limits, store directory and sync policy.
-fn config_json(monitor: &Monitor) -> Value {
+pub fn config_json(monitor: &Monitor) -> Value {
     let options = &monitor.options;
     let limit = |value: Option<u64>| value.map_or(-1, |v| i64::try_from(v).unwrap_or(i64::MAX));
     let mut config = json!({
@@ -184,10 +197,17 @@ fn config_json(monitor: &Monitor) -> Value {
     config
 }
 
-/// nats-server's `JetStreamStats`, with `accounts` as given (the server counts them, an
-/// account's own detail says 0).
-fn stats_json(jetstream: &JetStream, accounts: usize) -> Value {
-    let (_, memory, storage) = jetstream.usage();
+/// nats-server's `JetStreamStats` of `jetstreams` together, with `accounts` as given (the
+/// server counts them, an account's own detail says 0).
+pub fn stats_json(jetstreams: &[Arc<JetStream>], accounts: usize) -> Value {
+    let (mut memory, mut storage, mut total, mut errors) = (0u64, 0u64, 0u64, 0u64);
+    for jetstream in jetstreams {
+        let (_, account_memory, account_storage) = jetstream.usage();
+        memory += account_memory;
+        storage += account_storage;
+        total += jetstream.api_requests.load(Ordering::Relaxed);
+        errors += jetstream.api_errors.load(Ordering::Relaxed);
+    }
     json!({
         "memory": memory,
         "storage": storage,
@@ -195,18 +215,15 @@ fn stats_json(jetstream: &JetStream, accounts: usize) -> Value {
         "reserved_storage": 0,
         "accounts": accounts,
         "ha_assets": 0,
-        "api": {
-            "total": jetstream.api_requests.load(Ordering::Relaxed),
-            "errors": jetstream.api_errors.load(Ordering::Relaxed),
-        },
+        "api": { "total": total, "errors": errors },
     })
 }
 
-/// nats-server's `AccountDetail` for `$G`.
-fn account_detail(monitor: &Monitor, jetstream: &JetStream, options: &JszOptions) -> Value {
-    let home = monitor.bus.home_account();
-    let mut detail = json!({ "name": home, "id": home });
-    merge(&mut detail, stats_json(jetstream, 0));
+/// nats-server's `AccountDetail` of one account's JetStream.
+fn account_detail(monitor: &Monitor, jetstream: &Arc<JetStream>, options: &JszOptions) -> Value {
+    let name = &jetstream.account().name;
+    let mut detail = json!({ "name": name, "id": name });
+    merge(&mut detail, stats_json(std::slice::from_ref(jetstream), 0));
     if options.streams {
         let streams: Vec<Value> =
             jetstream.streams().iter().map(|stream| stream_detail(monitor, stream, options)).collect();
@@ -277,7 +294,7 @@ pub async fn accountz(State(monitor): State<Arc<Monitor>>, Query(params): Query<
                     "update_time": clock::rfc3339(monitor.identity.started_at),
                     "expired": false,
                     "complete": true,
-                    "jetstream_enabled": monitor.jetstream.is_some() && name == monitor.bus.home_account(),
+                    "jetstream_enabled": monitor.jetstream.as_ref().is_some_and(|js| js.get(name).is_some()),
                     "leafnode_connections": 0,
                     "client_connections": connections,
                     "subscriptions": stats.num_subscriptions,
@@ -319,15 +336,23 @@ mod tests {
         let options = JszOptions::from_query(&query(&[("consumers", "true")])).unwrap();
         assert!(options.streams && options.accounts, "consumers implies streams implies accounts");
         assert_eq!(options.limit, limits::JSZ_PAGE_ENTRIES_MAX as i64);
-        assert!(options.lists_the_account(GLOBAL_ACCOUNT));
+        let names = ["$G", "A", "B"];
+        assert_eq!(options.listed(&names), 0..3);
         let plain = JszOptions::from_query(&query(&[])).unwrap();
-        assert!(!plain.lists_the_account(GLOBAL_ACCOUNT), "no account details unless asked");
-        let paged = JszOptions::from_query(&query(&[("accounts", "1"), ("offset", "1")])).unwrap();
-        assert!(!paged.lists_the_account(GLOBAL_ACCOUNT), "an offset past the one account lists none");
-        let named = JszOptions::from_query(&query(&[("acc", "$G"), ("streams", "1")])).unwrap();
-        assert!(named.lists_the_account(GLOBAL_ACCOUNT) && !named.accounts);
+        assert_eq!(plain.listed(&names), 0..0, "no account details unless asked");
+        let paged = JszOptions::from_query(&query(&[("accounts", "1"), ("offset", "1"), ("limit", "1")])).unwrap();
+        assert_eq!(paged.listed(&names), 1..2);
+        let past = JszOptions::from_query(&query(&[("accounts", "1"), ("offset", "5")])).unwrap();
+        assert_eq!(past.listed(&names), 3..3, "an offset past the accounts lists none");
+        let all = JszOptions::from_query(&query(&[("accounts", "1"), ("offset", "1"), ("limit", "-1")])).unwrap();
+        assert_eq!(all.listed(&names), 0..3, "a negative limit lists all, offset or not");
+        let named = JszOptions::from_query(&query(&[("acc", "B"), ("streams", "1")])).unwrap();
+        assert_eq!(named.listed(&names), 2..3);
+        assert!(!named.accounts);
         let unknown = JszOptions::from_query(&query(&[("acc", "nope"), ("streams", "1")])).unwrap();
-        assert!(!unknown.lists_the_account(GLOBAL_ACCOUNT));
+        assert_eq!(unknown.listed(&names), 0..0, "a named account without JetStream lists none");
+        let unknown_in_all = JszOptions::from_query(&query(&[("acc", "nope"), ("accounts", "1")])).unwrap();
+        assert_eq!(unknown_in_all.listed(&names), 0..3, "...unless all are asked for too, as nats-server");
         assert!(JszOptions::from_query(&query(&[("raft", "yes")])).is_err(), "ignored flags still parse");
         assert!(JszOptions::from_query(&query(&[("unknown", "whatever")])).is_ok(), "unknown parameters are ignored");
     }

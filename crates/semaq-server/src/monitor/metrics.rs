@@ -24,6 +24,7 @@ use prometheus_client::registry::{Registry, Unit};
 use serde_json::Value;
 
 use super::Monitor;
+use crate::jetstream::stream::Stream;
 use crate::limits;
 use crate::stats::{Histogram, PrefixRow};
 
@@ -270,32 +271,45 @@ fn filters(monitor: &Monitor, out: &mut Out<'_, '_>) -> Result<(), Error> {
     )
 }
 
-/// Streams (state, publishes, refusals by reason), consumers (with `detail`), the API.
+/// A stream and the account label its series carry: none for the home account's streams (as
+/// when there was one JetStream), the account's name for every other account's.
+type AccountStream<'a> = (Option<&'a str>, Arc<Stream>);
+
+/// The labels of one stream's series.
+fn stream_labels<'a>((account, stream): &'a AccountStream<'a>) -> Labels<'a> {
+    match account {
+        Some(account) => vec![("account", *account), ("stream", stream.name.as_str())],
+        None => vec![("stream", stream.name.as_str())],
+    }
+}
+
+/// Streams (state, publishes, refusals by reason), consumers (with `detail`), the API: every
+/// account's JetStream.
 fn jetstream(monitor: &Monitor, out: &mut Out<'_, '_>) -> Result<(), Error> {
-    let Some(jetstream) = &monitor.jetstream else { return Ok(()) };
+    let Some(jetstreams) = &monitor.jetstream else { return Ok(()) };
     let load = |counter: &std::sync::atomic::AtomicU64| counter.load(std::sync::atomic::Ordering::Relaxed);
-    let streams = jetstream.streams();
-    let consumers: usize = streams.iter().map(|s| s.consumer_count()).sum();
-    out.gauge("semaq_jetstream_streams", "Streams.", None, streams.len() as f64)?;
+    let accounts = jetstreams.all();
+    let home = monitor.options.home_account();
+    let streams: Vec<AccountStream<'_>> = (accounts.iter())
+        .flat_map(|jetstream| {
+            let name = jetstream.account().name.as_str();
+            let label = (name != home).then_some(name);
+            jetstream.streams().into_iter().map(move |stream| (label, stream))
+        })
+        .collect();
+    let consumers: usize = streams.iter().map(|(_, s)| s.consumer_count()).sum();
+    let (requests, errors) =
+        (accounts.iter()).fold((0, 0), |(r, e), js| (r + load(&js.api_requests), e + load(&js.api_errors)));
+    out.gauge("semaq_jetstream_streams", "Streams, all accounts together.", None, streams.len() as f64)?;
     out.gauge("semaq_jetstream_consumers", "Consumers, all streams together.", None, consumers as f64)?;
-    out.counter(
-        "semaq_jetstream_api_requests",
-        "JetStream API requests answered.",
-        None,
-        load(&jetstream.api_requests),
-    )?;
-    out.counter(
-        "semaq_jetstream_api_errors",
-        "JetStream API requests answered with an error.",
-        None,
-        load(&jetstream.api_errors),
-    )?;
+    out.counter("semaq_jetstream_api_requests", "JetStream API requests answered.", None, requests)?;
+    out.counter("semaq_jetstream_api_errors", "JetStream API requests answered with an error.", None, errors)?;
 
     let named = &streams[..streams.len().min(limits::METRICS_STREAMS_MAX)];
     let states: Vec<_> =
-        named.iter().map(|stream| (stream.name.as_str(), stream.state(), stream.consumer_count())).collect();
+        named.iter().map(|entry| (stream_labels(entry), entry.1.state(), entry.1.consumer_count())).collect();
     let per_stream = |value: fn(&semaq_store::StreamState, usize) -> f64| {
-        states.iter().map(move |(name, state, consumers)| (vec![("stream", *name)], value(state, *consumers)))
+        states.iter().map(move |(labels, state, consumers)| (labels.clone(), value(state, *consumers)))
     };
     out.family(
         ("semaq_stream_messages", "Messages stored per stream.", None, GAUGE),
@@ -314,21 +328,21 @@ fn jetstream(monitor: &Monitor, out: &mut Out<'_, '_>) -> Result<(), Error> {
         per_stream(|s, _| s.last_seq as f64),
     )?;
     out.family(("semaq_stream_consumers", "Consumers per stream.", None, GAUGE), per_stream(|_, c| c as f64))?;
-    let publishes = named.iter().map(|s| (vec![("stream", s.name.as_str())], load(&s.publishes.stored) as f64));
+    let publishes = named.iter().map(|entry| (stream_labels(entry), load(&entry.1.publishes.stored) as f64));
     let help = "Publishes stored per stream (an atomic batch counts once, at its commit).";
     out.family(("semaq_stream_publishes", help, None, COUNTER), publishes)?;
-    let duplicates = named.iter().map(|s| (vec![("stream", s.name.as_str())], load(&s.publishes.duplicates) as f64));
+    let duplicates = named.iter().map(|entry| (stream_labels(entry), load(&entry.1.publishes.duplicates) as f64));
     let help = "Publishes acknowledged as duplicates per stream (Nats-Msg-Id or L3 producer sequence).";
     out.family(("semaq_stream_duplicates", help, None, COUNTER), duplicates)?;
     // Only reasons that happened: 13 reasons for each of many streams would be mostly zeros.
     let refusals: Vec<(Labels<'_>, f64)> = named
         .iter()
-        .flat_map(|s| {
-            s.publishes
-                .refusals()
-                .into_iter()
-                .filter(|(_, n)| *n > 0)
-                .map(|(reason, n)| (vec![("stream", s.name.as_str()), ("reason", reason.label())], n as f64))
+        .flat_map(|entry| {
+            entry.1.publishes.refusals().into_iter().filter(|(_, n)| *n > 0).map(move |(reason, n)| {
+                let mut labels = stream_labels(entry);
+                labels.push(("reason", reason.label()));
+                (labels, n as f64)
+            })
         })
         .collect();
     let help = "Publishes refused per stream and reason (schema, level, event_time, lineage, limits, dedup, ...).";
@@ -340,15 +354,15 @@ fn jetstream(monitor: &Monitor, out: &mut Out<'_, '_>) -> Result<(), Error> {
 }
 
 /// With `detail`: each consumer's pending, ack pending, redelivered and waiting counts.
-fn consumers_detail(streams: &[Arc<crate::jetstream::stream::Stream>], out: &mut Out<'_, '_>) -> Result<(), Error> {
-    let infos: Vec<(String, String, Value)> = streams
+fn consumers_detail(streams: &[AccountStream<'_>], out: &mut Out<'_, '_>) -> Result<(), Error> {
+    let infos: Vec<(Labels<'_>, String, Value)> = streams
         .iter()
-        .flat_map(|stream| stream.consumers().into_iter().map(move |c| (stream.name.clone(), c)))
+        .flat_map(|entry| entry.1.consumers().into_iter().map(move |c| (stream_labels(entry), c)))
         .take(limits::METRICS_CONSUMERS_MAX)
-        .map(|(stream, consumer)| {
+        .map(|(labels, consumer)| {
             let info = consumer.info();
             let name = info["name"].as_str().unwrap_or_default().to_string();
-            (stream, name, info)
+            (labels, name, info)
         })
         .collect();
     let fields: [(&str, &str, &str); 6] = [
@@ -368,9 +382,11 @@ fn consumers_detail(streams: &[Arc<crate::jetstream::stream::Stream>], out: &mut
         ("semaq_consumer_ack_floor_stream_seq", "Stream sequence below which all is acked.", "/ack_floor/stream_seq"),
     ];
     for (name, help, pointer) in fields {
-        let rows = infos.iter().map(|(stream, consumer, info)| {
+        let rows = infos.iter().map(|(labels, consumer, info)| {
             let value = info.pointer(pointer).and_then(Value::as_f64).unwrap_or(0.0);
-            (vec![("stream", stream.as_str()), ("consumer", consumer.as_str())], value)
+            let mut labels = labels.clone();
+            labels.push(("consumer", consumer.as_str()));
+            (labels, value)
         });
         out.family((name, help, None, GAUGE), rows)?;
     }

@@ -23,7 +23,7 @@ use crate::bus::Bus;
 use crate::client::Client;
 use crate::filter::Filters;
 use crate::identity::{Identity, NATS_COMPATIBLE_VERSION, SEMAQ_VERSION};
-use crate::jetstream::JetStream;
+use crate::jetstream::per_account::JetStreams;
 use crate::limits;
 use crate::options::Options;
 use crate::registry::Registry;
@@ -55,14 +55,16 @@ pub struct Monitor {
     pub tokens: Arc<crate::tokens::Tokens>,
     /// End-to-end latency per stream and subject prefix.
     pub latency: Arc<crate::latency::Latency>,
-    /// Streams and consumers, when JetStream is on.
-    pub jetstream: Option<Arc<JetStream>>,
+    /// Every account's streams and consumers, when JetStream is on.
+    pub jetstream: Option<Arc<JetStreams>>,
     /// Bound WebSocket address, when the WebSocket listener is on.
     pub websocket_addr: Option<SocketAddr>,
 }
 
 /// Serves the monitoring endpoints on `listener` until the task is aborted.
 pub async fn serve(monitor: Arc<Monitor>, listener: TcpListener) {
+    // The dashboard and the provenance pages show the home account's streams.
+    let home_jetstream = monitor.jetstream.as_ref().and_then(|jetstreams| jetstreams.home());
     let app = Router::new()
         .route("/varz", get(varz))
         .route("/connz", get(connz))
@@ -77,8 +79,8 @@ pub async fn serve(monitor: Arc<Monitor>, listener: TcpListener) {
         .with_state(monitor.clone())
         .merge(crate::registry::http::routes().with_state(monitor.registry.clone()))
         .merge(crate::tokens::http::routes().with_state(monitor.tokens.clone()))
-        .merge(crate::dashboard::routes().with_state(monitor.jetstream.clone()))
-        .merge(crate::jetstream::provenance::api::routes().with_state(monitor.jetstream.clone()));
+        .merge(crate::dashboard::routes().with_state(home_jetstream.clone()))
+        .merge(crate::jetstream::provenance::api::routes().with_state(home_jetstream));
     if let Err(error) = axum::serve(listener, app).await {
         tracing::error!(%error, "monitoring server failed");
     }
@@ -158,7 +160,16 @@ async fn varz(State(monitor): State<Arc<Monitor>>) -> Json<Value> {
     // Set apart: one more key in the literal passes `json!`'s recursion limit.
     varz["semaq_lossy_shed"] = json!(stats.shed.total.snapshot().0);
     varz["websocket"] = websocket_varz(options, monitor.websocket_addr);
+    varz["jetstream"] = jetstream_varz(&monitor);
     Json(varz)
+}
+
+/// nats-server's `jetstream` block of `/varz`: the server's JetStream config and every
+/// account's usage summed (empty when JetStream is off).
+fn jetstream_varz(monitor: &Monitor) -> Value {
+    let Some(jetstreams) = &monitor.jetstream else { return json!({}) };
+    let accounts = jetstreams.all();
+    json!({ "config": jsz::config_json(monitor), "stats": jsz::stats_json(&accounts, accounts.len()) })
 }
 
 /// nats-server's `websocket` block of `/varz` (empty when the listener is off); unset fields

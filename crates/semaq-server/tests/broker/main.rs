@@ -19,6 +19,7 @@ mod filter;
 mod fuzz_api;
 mod harness;
 mod jetstream;
+mod jetstream_accounts;
 mod jetstream_api;
 mod jetstream_api_210;
 mod jetstream_consumers;
