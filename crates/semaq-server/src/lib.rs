@@ -42,6 +42,7 @@ pub mod delivery;
 pub mod filter;
 pub mod flags;
 pub mod identity;
+pub mod imports;
 pub mod jetstream;
 pub mod lame_duck;
 pub mod latency;

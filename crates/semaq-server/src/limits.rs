@@ -397,6 +397,22 @@ pub const REMOTE_SOURCE_REQUEST_TIMEOUT: std::time::Duration = std::time::Durati
 /// Accounts (`bus.rs`): accounts in the config file's `accounts` block, each its own subject
 /// space with its own router (JWT accounts are bounded by [`PRELOADED_ACCOUNTS_MAX`]).
 pub const ACCOUNTS_MAX: usize = 10_000;
+/// Exports and imports an account may list, each (config `exports`/`imports`, JWT claims).
+pub const ACCOUNT_IMPORTS_MAX: usize = 1_000;
+/// Imports one publish may cross from account to account (a stream import delivering into an
+/// account that re-exports it, chained service imports); a loop the load-time cycle check
+/// missed ends here.
+pub const IMPORT_HOPS_MAX: usize = 8;
+/// Steps of the load-time search for an import that closes a loop; a search that needs more
+/// counts as a cycle.
+pub const IMPORT_CYCLE_SEARCH_STEPS_MAX: usize = 10_000;
+/// Service-import requests awaiting responses (their `_R_.` reply mappings), all accounts
+/// together; past it the oldest half is dropped (their late responses go nowhere), so
+/// responders that never answer cannot grow the table.
+pub const SERVICE_RESPONSES_PENDING_MAX: usize = 20_000;
+/// How long a service import's reply mapping waits for responses (nats-server's default
+/// response threshold, 2 minutes); stream and chunked responses keep it this long.
+pub const SERVICE_RESPONSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 /// Steps of one cron pattern's search for its next time (cron.go's walk, field by field): five
 /// years of the sparsest pattern take a few thousand.
 pub const CRON_SEARCH_STEPS_MAX: u32 = 100_000;

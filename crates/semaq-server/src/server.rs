@@ -56,6 +56,9 @@ pub enum StartError {
     /// The operator JWT (decentralized auth) is not valid.
     #[error(transparent)]
     Trust(#[from] crate::auth::TrustError),
+    /// An account import or export does not hold.
+    #[error(transparent)]
+    Imports(#[from] crate::imports::StartError),
     /// The WebSocket listener could not start.
     #[error(transparent)]
     Websocket(#[from] crate::websocket::WebsocketError),
@@ -101,6 +104,7 @@ impl Server {
         let http_addr = http_listener.as_ref().and_then(|http| http.local_addr().ok());
         let identity = Identity::new(options.server_name.clone());
         let bus = Arc::new(account_bus(&options, &auth));
+        crate::imports::start(&bus, &options, auth.trust())?;
         if options.metrics.detail {
             bus.stats.subjects.enable(options.metrics.subject_depth);
         }

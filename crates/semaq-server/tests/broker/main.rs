@@ -18,6 +18,7 @@ mod exactly_once;
 mod filter;
 mod fuzz_api;
 mod harness;
+mod imports;
 mod jetstream;
 mod jetstream_api;
 mod jetstream_api_210;
