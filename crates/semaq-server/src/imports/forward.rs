@@ -81,10 +81,7 @@ fn publish_hop(router: &AccountRouter, message: &Message<'_>, flush: &mut FlushS
         return 0;
     }
     HOPS.with(|cell| cell.set(hops + 1));
-    let matches = match message.subject.starts_with(REPLY_PREFIX) || message.subject.starts_with("_INBOX.") {
-        true => router.matches_uncached(message.subject),
-        false => router.matches(message.subject),
-    };
+    let matches = router.matches(message.subject);
     let delivered = delivery::fan_out(router, &matches, message, None, flush);
     HOPS.with(|cell| cell.set(hops));
     delivered
@@ -156,5 +153,47 @@ impl InternalSink for ServiceResponses {
         let Some(target) = pending.target.upgrade() else { return false };
         let response = Message { subject: &pending.reply, publisher: None, ..*message };
         publish_hop(&target, &response, flush) > 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// Counts what it receives.
+    #[derive(Debug, Default)]
+    struct Count(AtomicUsize);
+
+    impl InternalSink for Count {
+        fn receive(&self, _: &Message<'_>) -> bool {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            true
+        }
+    }
+
+    fn stream(exporter: &str, importer: &str) -> Link {
+        Link {
+            kind: Kind::Stream,
+            exporter: exporter.into(),
+            importer: importer.into(),
+            mapping: Mapping::new("foo.>", "foo.>").unwrap(),
+            response: ResponseType::Singleton,
+        }
+    }
+
+    #[test]
+    fn a_loop_the_load_time_check_did_not_catch_ends_at_the_hop_bound() {
+        let bus = Bus::with_accounts("A", ["A", "B"]);
+        // A → B and B → A on the same subjects: the loop `resolve` refuses.
+        install(&bus, &[stream("A", "B"), stream("B", "A")]).unwrap();
+        let (in_a, in_b) = (Arc::new(Count::default()), Arc::new(Count::default()));
+        Bus::subscribe_internal_in(bus.account_router("A").unwrap(), "foo.>", None, in_a.clone()).unwrap();
+        Bus::subscribe_internal_in(bus.account_router("B").unwrap(), "foo.>", None, in_b.clone()).unwrap();
+        bus.publish("foo.x", None, b"x");
+        let (a, b) = (in_a.0.load(Ordering::Relaxed), in_b.0.load(Ordering::Relaxed));
+        assert_eq!(a + b, limits::IMPORT_HOPS_MAX + 1, "the publish and one delivery per hop, then it stops");
+        assert_eq!(HOPS.with(Cell::get), 0, "the count is back to zero after the publish");
     }
 }
