@@ -56,6 +56,7 @@ pub mod router;
 pub mod server;
 pub mod stats;
 pub mod sync;
+pub mod system;
 pub mod tls;
 pub mod tokens;
 pub mod trace;

@@ -413,6 +413,9 @@ pub const SERVICE_RESPONSES_PENDING_MAX: usize = 20_000;
 /// How long a service import's reply mapping waits for responses (nats-server's default
 /// response threshold, 2 minutes); stream and chunked responses keep it this long.
 pub const SERVICE_RESPONSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+/// `$SYS` server requests (`nats server ping`, ...) queued for the task that answers them;
+/// past it further requests get no answer.
+pub const SYSTEM_REQUESTS_QUEUED_MAX: usize = 256;
 /// Steps of one cron pattern's search for its next time (cron.go's walk, field by field): five
 /// years of the sparsest pattern take a few thousand.
 pub const CRON_SEARCH_STEPS_MAX: u32 = 100_000;

@@ -137,6 +137,7 @@ impl Server {
             jetstream,
             websocket_addr: websocket.as_ref().map(websocket::Listener::local_addr),
         });
+        crate::system::start(&monitor);
         let context = Arc::new(Context { bus, options, auth, tls, info, filters, agents, tokens });
         Ok(Self { context, monitor, listener, http_listener, websocket })
     }

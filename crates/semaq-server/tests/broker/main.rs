@@ -41,6 +41,7 @@ mod schedules;
 mod slow_consumer;
 mod sources;
 mod sources_remote;
+mod system;
 mod tls;
 mod tokens;
 mod tracing;
