@@ -3,12 +3,10 @@
 //! another account imports them, optionally under other subjects.
 //!
 //! Checked when the server starts ([`resolve`]), as nats-server does when it loads its config;
-//! then put in place as internal subscriptions ([`forward::install`]), so a publish in an account
+//! then put in place as internal subscriptions (`account_links`), so a publish in an account
 //! that takes part in no import pays nothing: its router simply holds no such subscription.
 
-pub mod forward;
 pub mod mapping;
-pub mod responses;
 
 use std::collections::HashMap;
 
@@ -16,6 +14,9 @@ use semaq_wire::subject;
 
 use crate::limits;
 pub use mapping::Mapping;
+
+/// The subjects responders answer service-import requests on, as in nats-server.
+pub const REPLY_PREFIX: &str = "_R_.";
 
 /// Whether an export or import is of a stream or a service.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,48 +141,6 @@ pub enum ImportError {
 
 /// Where an error was found: the account and the index of its import (or export).
 pub type Site = (String, usize);
-
-/// Why the server cannot start with the accounts' imports.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    /// A config account's import or export does not hold.
-    #[error("account {account:?}: {error}")]
-    Import {
-        /// The account that lists it.
-        account: String,
-        /// What is wrong.
-        error: ImportError,
-    },
-    /// The imports could not be put in place.
-    #[error(transparent)]
-    Install(#[from] forward::InstallError),
-}
-
-/// Checks the imports of the config's accounts (an error stops the server, as in nats-server)
-/// and of the JWT accounts (an error leaves that import out, logged, as nats-server does with a
-/// JWT), then puts them in place on `bus`. Returns the response table of service imports, or
-/// `None` when no account imports anything (nothing is put in place).
-pub fn start(
-    bus: &crate::bus::Bus,
-    options: &crate::options::Options,
-    trust: Option<&crate::auth::Trust>,
-) -> Result<Option<std::sync::Arc<responses::Responses>>, StartError> {
-    let config =
-        options.accounts.iter().map(|a| AccountLinks { name: &a.name, exports: &a.exports, imports: &a.imports });
-    let jwt = trust.into_iter().flat_map(|trust| trust.account_links());
-    let accounts: Vec<AccountLinks<'_>> = config.chain(jwt).collect();
-    if accounts.iter().all(|account| account.imports.is_empty()) {
-        return Ok(None);
-    }
-    let (links, errors) = resolve(&accounts);
-    for ((account, _), error) in errors {
-        if options.accounts.iter().any(|a| a.name == account) {
-            return Err(StartError::Import { account, error });
-        }
-        tracing::warn!(%account, %error, "Account import not added");
-    }
-    forward::install(bus, &links).map(Some).map_err(StartError::from)
-}
 
 /// Checks every account's exports and imports in order, as nats-server adds them, and returns
 /// the imports that pass with the errors of those that do not, each with its site.

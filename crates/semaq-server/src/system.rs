@@ -3,12 +3,12 @@
 //! `$SYS.REQ.SERVER.<server id>.<ENDPOINT>` for `VARZ`, `CONNZ`, `SUBSZ`, `JSZ` and `HEALTHZ`,
 //! answered with nats-server's `ServerAPIResponse` envelope `{server, data}` built from the
 //! monitoring endpoints' JSON; `STATSZ` with its `{server, statsz}` and `IDZ` with the server's
-//! info alone. Only in operator mode, where `system_account` names a
+//! info alone. Connections' `$SYS.ACCOUNT.<account>.CONNECT|DISCONNECT` events are [`crate::sys_events`].
+//! Only in operator mode, where `system_account` names a
 //! trusted account, as nats-server has them only in its system account.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use axum::extract::{Query, State};
 use semaq_wire::clock;
@@ -17,19 +17,18 @@ use tokio::sync::mpsc;
 
 use crate::bus::Bus;
 use crate::delivery::{self, FlushSet, Message, QueuedRequest, RequestQueue, SubscriberRef};
-use crate::identity::NATS_COMPATIBLE_VERSION;
 use crate::limits;
 use crate::monitor::{self, Monitor};
 use crate::router::Router;
+use crate::sys_events::{Events, Server};
 
-/// Starts answering `$SYS` server requests in the system account, when there is one.
-pub fn start(monitor: &Arc<Monitor>) {
-    let Some(account) = monitor.options.auth.operator.as_ref().and_then(|o| o.system_account.clone()) else {
-        return;
-    };
+/// Starts answering `$SYS` server requests in the system account, when there is one; returns
+/// what publishes its client events.
+pub fn start(monitor: &Arc<Monitor>) -> Option<Arc<Events>> {
+    let account = monitor.options.auth.operator.as_ref().and_then(|o| o.system_account.clone())?;
     let Some(router) = monitor.bus.account_router(&account).cloned() else {
         tracing::warn!(%account, "system account is not a trusted account; no $SYS services");
-        return;
+        return None;
     };
     let (queue, requests) = mpsc::channel(limits::SYSTEM_REQUESTS_QUEUED_MAX);
     let sink = Arc::new(RequestQueue { queue });
@@ -41,7 +40,8 @@ pub fn start(monitor: &Arc<Monitor>) {
             tracing::warn!(%error, %filter, "no $SYS subscription");
         }
     }
-    tokio::spawn(serve(monitor.clone(), router, requests));
+    tokio::spawn(serve(monitor.clone(), router.clone(), requests));
+    Some(Arc::new(Events::new(server(monitor), router)))
 }
 
 async fn serve(monitor: Arc<Monitor>, router: Arc<Router<SubscriberRef>>, mut requests: mpsc::Receiver<QueuedRequest>) {
@@ -51,7 +51,7 @@ async fn serve(monitor: Arc<Monitor>, router: Arc<Router<SubscriberRef>>, mut re
             Some("PING") | None => "STATSZ",
             Some(endpoint) => endpoint,
         };
-        let server = server_info(&monitor, sequence.fetch_add(1, Ordering::Relaxed) + 1);
+        let server = server(&monitor).info(sequence.fetch_add(1, Ordering::Relaxed) + 1);
         // As in nats-server: IDZ is the server's info alone, STATSZ a `ServerStatsMsg`.
         let body = match endpoint {
             "IDZ" => server,
@@ -102,16 +102,12 @@ fn statsz(monitor: &Monitor) -> Value {
     })
 }
 
-/// nats-server's `ServerInfo` of event messages.
-fn server_info(monitor: &Monitor, sequence: u64) -> Value {
-    let identity = &monitor.identity;
-    json!({
-        "name": identity.server_name,
-        "host": monitor.client_addr.map(|a| a.ip().to_string()).unwrap_or_default(),
-        "id": identity.server_id,
-        "ver": NATS_COMPATIBLE_VERSION,
-        "jetstream": monitor.jetstream.is_some(),
-        "seq": sequence,
-        "time": clock::rfc3339(SystemTime::now()),
-    })
+/// Who answers, for the envelopes.
+fn server(monitor: &Monitor) -> Server {
+    Server {
+        id: monitor.identity.server_id.clone(),
+        name: monitor.identity.server_name.clone(),
+        host: monitor.client_addr.map(|a| a.ip().to_string()).unwrap_or_default(),
+        jetstream: monitor.jetstream.is_some(),
+    }
 }

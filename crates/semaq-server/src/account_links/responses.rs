@@ -14,11 +14,9 @@ use std::sync::{Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use crate::delivery::SubscriberRef;
+use crate::imports::REPLY_PREFIX;
 use crate::router::Router;
 use crate::sync::lock;
-
-/// The subjects responders answer service-import requests on, as in nats-server.
-pub const REPLY_PREFIX: &str = "_R_.";
 
 /// Where a response goes.
 #[derive(Debug, Clone)]

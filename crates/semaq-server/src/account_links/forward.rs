@@ -15,10 +15,10 @@ use std::cell::Cell;
 use std::collections::HashSet;
 use std::sync::{Arc, Weak};
 
-use super::responses::{Responses, REPLY_PREFIX};
-use super::{Kind, Link, Mapping, ResponseType};
+use super::responses::Responses;
 use crate::bus::Bus;
 use crate::delivery::{self, FlushSet, InternalSink, Message, SubscriberRef};
+use crate::imports::{Kind, Link, Mapping, ResponseType, REPLY_PREFIX};
 use crate::limits;
 use crate::router::{Router, RouterError};
 
