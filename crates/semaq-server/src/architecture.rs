@@ -14,6 +14,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         &[
             "limits",
             "sync",
+            "imports",
             "stats",
             "identity",
             "options",
@@ -27,10 +28,10 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     ("routing", &["router", "outbound", "client", "delivery"]),
-    ("bus", &["bus"]),
-    ("subsystems", &["registry", "filter", "tokens", "agents", "connection", "websocket", "lame_duck"]),
+    ("bus", &["bus", "account_links"]),
+    ("subsystems", &["registry", "filter", "tokens", "agents", "sys_events", "connection", "websocket", "lame_duck"]),
     ("jetstream", &["jetstream"]),
-    ("edges", &["dashboard", "monitor", "server"]),
+    ("edges", &["dashboard", "monitor", "system", "server"]),
 ];
 
 /// Test-only modules, outside the layering.

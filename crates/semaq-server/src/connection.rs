@@ -52,6 +52,8 @@ pub struct Context {
     pub agents: Arc<Agents>,
     /// Token load, counted from the headers of every publish that names token counts.
     pub tokens: Arc<Tokens>,
+    /// The system account's connect and disconnect events, in operator mode with one.
+    pub events: Option<Arc<crate::sys_events::Events>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -161,6 +163,9 @@ where
     connection.remove_subscriptions();
     let reason = writer_task.await.unwrap_or(reason);
     context.bus.unregister(&client, reason);
+    if let Some(events) = &context.events {
+        events.disconnected(&client, reason);
+    }
     // After unregister: a filtered subscription is only created while its requester is open.
     context.filters.connection_closed(client.id);
     context.agents.connection_closed(client.id);
@@ -368,6 +373,9 @@ impl Connection {
         let verbose = options.verbose;
         self.client.accept_details(ClientDetails { options, user, permissions, account });
         self.connected = true;
+        if let Some(events) = &self.context.events {
+            events.connected(&self.client);
+        }
         if verbose {
             self.client.outbound.send(encode::OK);
         }

@@ -10,7 +10,7 @@
 //! it in its own layer), so no import cycle spans two modules. `architecture.rs` tests this.
 //!
 //! 1. **Basics:** [`limits`] (every default bound), [`sync`] (lock helpers, byte
-//!    budgets), [`stats`], [`identity`], [`options`] filled by [`config_file`] (nats-server's
+//!    budgets), [`imports`] (accounts' exports and imports, checked), [`stats`], [`identity`], [`options`] filled by [`config_file`] (nats-server's
 //!    format) and [`flags`] (its command line), [`auth`], [`tls`], [`priority`]
 //!    (`Semaq-Priority`'s shares), [`latency`] (publish-to-delivery histograms), [`trace`]
 //!    (OpenTelemetry spans and `Nats-Trace-Dest`).
@@ -19,18 +19,21 @@
 //!    (fan-out to subscriptions).
 //! 3. **The bus:** [`bus`], the one way any subsystem publishes, subscribes internally and reaches
 //!    the connections. Subsystems hold an `Arc<Bus>` (or, from sinks the router holds, a
-//!    `Weak<Bus>`), never the whole server.
+//!    `Weak<Bus>`), never the whole server. [`account_links`] puts the imports in place on it.
 //! 4. **Subsystems:** [`registry`] (the schema registry's REST and NATS APIs over the
 //!    `semaq-registry` crate), [`filter`] (CEL content filters, filtered subscriptions),
 //!    [`tokens`] (token load per model, subject, intent and agent), [`agents`] (the agent
-//!    network: intent routing by learned weights), [`connection`]
+//!    network: intent routing by learned weights), [`sys_events`] (the system account's client
+//!    events), [`connection`]
 //!    (one client), [`websocket`] (nats-server's WebSocket transport into the same connection),
 //!    [`lame_duck`] (closing the connections gradually before shutdown).
 //! 5. **[`jetstream`]:** streams and consumers, with the handles they use in
 //!    [`jetstream::Services`] (bus, registry, filters, options).
-//! 6. **Edges:** [`dashboard`] (the web page), [`monitor`] (the HTTP endpoints) and [`server`], the only place that builds the
+//! 6. **Edges:** [`dashboard`] (the web page), [`monitor`] (the HTTP endpoints), [`system`]
+//!    (`$SYS` server requests) and [`server`], the only place that builds the
 //!    whole and wires it.
 
+pub mod account_links;
 pub mod agents;
 pub mod auth;
 pub mod bus;
@@ -42,6 +45,7 @@ pub mod delivery;
 pub mod filter;
 pub mod flags;
 pub mod identity;
+pub mod imports;
 pub mod jetstream;
 pub mod lame_duck;
 pub mod latency;
@@ -55,6 +59,8 @@ pub mod router;
 pub mod server;
 pub mod stats;
 pub mod sync;
+pub mod sys_events;
+pub mod system;
 pub mod tls;
 pub mod tokens;
 pub mod trace;

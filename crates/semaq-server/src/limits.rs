@@ -401,6 +401,25 @@ pub const ACCOUNTS_MAX: usize = 10_000;
 /// an API request queue of up to [`JETSTREAM_API_QUEUE_BYTES_MAX`] and a directory read at
 /// start, so a config or resolver that enables more is refused at start.
 pub const JETSTREAM_ACCOUNTS_MAX: usize = 1_000;
+/// Exports and imports an account may list, each (config `exports`/`imports`, JWT claims).
+pub const ACCOUNT_IMPORTS_MAX: usize = 1_000;
+/// Imports one publish may cross from account to account (a stream import delivering into an
+/// account that re-exports it, chained service imports); a loop the load-time cycle check
+/// missed ends here.
+pub const IMPORT_HOPS_MAX: usize = 8;
+/// Steps of the load-time search for an import that closes a loop; a search that needs more
+/// counts as a cycle.
+pub const IMPORT_CYCLE_SEARCH_STEPS_MAX: usize = 10_000;
+/// Service-import requests awaiting responses (their `_R_.` reply mappings), all accounts
+/// together; past it the oldest half is dropped (their late responses go nowhere), so
+/// responders that never answer cannot grow the table.
+pub const SERVICE_RESPONSES_PENDING_MAX: usize = 20_000;
+/// How long a service import's reply mapping waits for responses (nats-server's default
+/// response threshold, 2 minutes); stream and chunked responses keep it this long.
+pub const SERVICE_RESPONSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+/// `$SYS` server requests (`nats server ping`, ...) queued for the task that answers them;
+/// past it further requests get no answer.
+pub const SYSTEM_REQUESTS_QUEUED_MAX: usize = 256;
 /// Steps of one cron pattern's search for its next time (cron.go's walk, field by field): five
 /// years of the sparsest pattern take a few thousand.
 pub const CRON_SEARCH_STEPS_MAX: u32 = 100_000;

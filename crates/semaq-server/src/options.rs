@@ -277,6 +277,10 @@ pub struct Account {
     pub jetstream: Option<AccountJetStream>,
     /// Nkey users that belong to it.
     pub nkeys: Vec<NkeyUser>,
+    /// Streams and services it offers other accounts (`exports`).
+    pub exports: Vec<crate::imports::Export>,
+    /// Streams and services it takes from other accounts (`imports`).
+    pub imports: Vec<crate::imports::Import>,
 }
 
 /// JetStream limits of an account.

@@ -57,6 +57,9 @@ pub enum StartError {
     /// The operator JWT (decentralized auth) is not valid.
     #[error(transparent)]
     Trust(#[from] crate::auth::TrustError),
+    /// An account import or export does not hold.
+    #[error(transparent)]
+    Imports(#[from] crate::account_links::StartError),
     /// The WebSocket listener could not start.
     #[error(transparent)]
     Websocket(#[from] crate::websocket::WebsocketError),
@@ -102,6 +105,7 @@ impl Server {
         let http_addr = http_listener.as_ref().and_then(|http| http.local_addr().ok());
         let identity = Identity::new(options.server_name.clone());
         let bus = Arc::new(account_bus(&options, &auth));
+        crate::account_links::start(&bus, &options, auth.trust())?;
         if options.metrics.detail {
             bus.stats.subjects.enable(options.metrics.subject_depth);
         }
@@ -134,7 +138,8 @@ impl Server {
             jetstream,
             websocket_addr: websocket.as_ref().map(websocket::Listener::local_addr),
         });
-        let context = Arc::new(Context { bus, options, auth, tls, info, filters, agents, tokens });
+        let events = crate::system::start(&monitor);
+        let context = Arc::new(Context { bus, options, auth, tls, info, filters, agents, tokens, events });
         Ok(Self { context, monitor, listener, http_listener, websocket })
     }
 

@@ -260,6 +260,55 @@ pub struct AccountNats {
     /// Permissions of users whose JWT names none.
     #[serde(default)]
     pub default_permissions: Option<DefaultPermissions>,
+    /// Streams and services the account offers other accounts.
+    #[serde(default)]
+    pub exports: Option<Vec<ExportClaim>>,
+    /// Streams and services the account takes from other accounts.
+    #[serde(default)]
+    pub imports: Option<Vec<ImportClaim>>,
+}
+
+/// One of an account JWT's `exports`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ExportClaim {
+    /// The exported subject.
+    #[serde(default)]
+    pub subject: String,
+    /// `stream` or `service`.
+    #[serde(rename = "type", default)]
+    pub kind: String,
+    /// Importers need an activation token.
+    #[serde(default)]
+    pub token_req: bool,
+    /// `Singleton`, `Stream` or `Chunked`, for services.
+    #[serde(default)]
+    pub response_type: String,
+    /// The subject token that must be the importer's account key; 0 for none.
+    #[serde(default)]
+    pub account_token_position: u32,
+}
+
+/// One of an account JWT's `imports`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ImportClaim {
+    /// The subject: the exporter's, or (a service import without `local_subject`) the local one.
+    #[serde(default)]
+    pub subject: String,
+    /// The exporting account's public key.
+    #[serde(default)]
+    pub account: String,
+    /// Deprecated: a stream import's prefix, or the exporter's subject of a service import.
+    #[serde(default)]
+    pub to: String,
+    /// The subject in the importing account.
+    #[serde(default)]
+    pub local_subject: String,
+    /// `stream` or `service`.
+    #[serde(rename = "type", default)]
+    pub kind: String,
+    /// An activation token, for exports that require one.
+    #[serde(default)]
+    pub token: String,
 }
 
 impl Kind for AccountNats {

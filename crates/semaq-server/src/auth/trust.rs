@@ -9,7 +9,9 @@ use semaq_wire::info::ConnectOptions;
 
 use super::jwt::UserPermissionLimits;
 use super::jwt::{self, AccountLimits, AccountNats, Claims, JwtError, OperatorNats, SubjectList, UserNats};
+use super::jwt::{ExportClaim, ImportClaim};
 use super::{nkey, AuthError, ClientPermissions};
+use crate::imports::{AccountLinks, Export, Import, Kind as LinkKind, ResponseType};
 use crate::limits;
 use crate::options::{AccountJetStream, OperatorOptions, Permissions, SubjectPermission};
 
@@ -49,6 +51,10 @@ pub struct JwtAccount {
     default_permissions: Option<Arc<ClientPermissions>>,
     /// The limits in its claims.
     pub limits: AccountLimits,
+    /// The streams and services it offers.
+    pub exports: Vec<Export>,
+    /// The streams and services it takes.
+    pub imports: Vec<Import>,
     connections: AtomicI64,
 }
 
@@ -143,6 +149,22 @@ impl Trust {
             revocations: claims.nats.revocations.unwrap_or_default(),
             default_permissions,
             limits: claims.nats.limits,
+            exports: claims
+                .nats
+                .exports
+                .unwrap_or_default()
+                .iter()
+                .take(limits::ACCOUNT_IMPORTS_MAX)
+                .filter_map(export)
+                .collect(),
+            imports: claims
+                .nats
+                .imports
+                .unwrap_or_default()
+                .iter()
+                .take(limits::ACCOUNT_IMPORTS_MAX)
+                .filter_map(import)
+                .collect(),
             connections: AtomicI64::new(0),
         })
     }
@@ -150,6 +172,11 @@ impl Trust {
     /// The public keys of the trusted accounts, each its own subject space.
     pub fn account_keys(&self) -> impl Iterator<Item = &str> + '_ {
         self.accounts.keys().map(String::as_str)
+    }
+
+    /// Each account's exports and imports, for [`crate::imports::start`].
+    pub fn account_links(&self) -> impl Iterator<Item = AccountLinks<'_>> + '_ {
+        self.accounts.values().map(|a| AccountLinks { name: &a.public_key, exports: &a.exports, imports: &a.imports })
     }
 
     /// The accounts that have JetStream (a storage limit other than 0), with their limits.
@@ -230,6 +257,49 @@ impl JwtAccount {
             Ok(_) => Ok(AccountSlot(self.clone())),
             Err(_) => Err(AuthError::AccountConnectionsExceeded),
         }
+    }
+}
+
+/// A JWT export claim as an export; `None` for an unknown type. An export bound to the
+/// importer's key by a subject token, like one that requires an activation token, is one SemaQ
+/// does not check yet, so it is made to refuse every importer rather than admit all.
+fn export(claim: &ExportClaim) -> Option<Export> {
+    let response = match claim.response_type.to_ascii_lowercase().as_str() {
+        "stream" => ResponseType::Stream,
+        "chunked" => ResponseType::Chunked,
+        _ => ResponseType::Singleton,
+    };
+    Some(Export {
+        kind: link_kind(&claim.kind)?,
+        subject: claim.subject.clone(),
+        accounts: Vec::new(),
+        response,
+        token_required: claim.token_req || claim.account_token_position > 0,
+    })
+}
+
+/// A JWT import claim as an import, read as nats-server reads it: `local_subject` is the local
+/// subject; without it a stream's `to` is its prefix, and a service's `subject` is the local one
+/// and `to` (when set) the exporter's.
+fn import(claim: &ImportClaim) -> Option<Import> {
+    let kind = link_kind(&claim.kind)?;
+    let set = |text: &str| (!text.is_empty()).then(|| text.to_string());
+    let (subject, to, prefix) = match (kind, set(&claim.local_subject)) {
+        (_, Some(local)) => (claim.subject.clone(), Some(local), None),
+        (LinkKind::Stream, None) => (claim.subject.clone(), None, set(&claim.to)),
+        (LinkKind::Service, None) => match set(&claim.to) {
+            Some(remote) => (remote, Some(claim.subject.clone()), None),
+            None => (claim.subject.clone(), None, None),
+        },
+    };
+    Some(Import { kind, account: claim.account.clone(), subject, to, prefix })
+}
+
+fn link_kind(text: &str) -> Option<LinkKind> {
+    match text.to_ascii_lowercase().as_str() {
+        "stream" => Some(LinkKind::Stream),
+        "service" => Some(LinkKind::Service),
+        _ => None,
     }
 }
 

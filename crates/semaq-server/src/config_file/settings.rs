@@ -26,6 +26,7 @@ use crate::options::{
     self, Account, AccountJetStream, NkeyUser, Options, Permissions, SubjectPermission, TlsOptions, User,
 };
 
+mod imports;
 mod operator;
 mod websocket;
 
@@ -92,6 +93,7 @@ pub(super) fn apply(tree: &Map, root: Option<Arc<Path>>, options: &mut Options) 
         user_sites: Vec::new(),
         lame_duck_at: None,
         trust: operator::Pending::default(),
+        link_sites: Vec::new(),
     };
     for entry in &tree.entries {
         mapper.top(entry)?;
@@ -115,6 +117,8 @@ struct Mapper<'o> {
     lame_duck_at: Option<Location>,
     /// Decentralized auth settings, gathered from several top-level keys.
     trust: operator::Pending,
+    /// Where each account's exports and imports were written.
+    link_sites: Vec<imports::LinkSite>,
 }
 
 impl Mapper<'_> {
@@ -614,6 +618,8 @@ impl Mapper<'_> {
                 "users" => (account.users, account.nkeys) = self.users(&format!("{path}.users"), v)?,
                 "jetstream" => account.jetstream = self.account_jetstream(&format!("{path}.jetstream"), v)?,
                 "default_permissions" => defaults = Some(self.permissions(&format!("{path}.default_permissions"), v)?),
+                "exports" => account.exports = self.exports(&entry.key, &format!("{path}.exports"), v)?,
+                "imports" => account.imports = self.imports(&entry.key, &format!("{path}.imports"), v)?,
                 _ => self.unknown(inner, &path),
             }
         }
@@ -660,6 +666,7 @@ impl Mapper<'_> {
     /// pending, operator mode without users or accounts of its own.
     fn check(&self) -> Result<(), ConfigError> {
         self.check_operator()?;
+        self.check_imports()?;
         for (index, (name, at)) in self.user_sites.iter().enumerate() {
             if let Some((_, first)) = self.user_sites[..index].iter().find(|(other, _)| other == name) {
                 let message = format!("user \"{name}\" is defined twice (first at {})", self.line_of(first));

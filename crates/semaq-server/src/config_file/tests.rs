@@ -182,6 +182,7 @@ fn a_realistic_nats_server_config() {
                 users: vec![user("alice", "a")],
                 jetstream: Some(AccountJetStream::default()),
                 nkeys: Vec::new(),
+                ..Account::default()
             },
             Account {
                 name: "TEAM_B".to_string(),
@@ -194,6 +195,7 @@ fn a_realistic_nats_server_config() {
                     ..AccountJetStream::default()
                 }),
                 nkeys: Vec::new(),
+                ..Account::default()
             },
         ]
     );
@@ -390,13 +392,13 @@ fn unknown_keys_are_warnings_naming_key_and_line() {
 fn unknown_keys_in_users_and_accounts_are_warnings() {
     let (_, warnings) = load_text(
         "authorization { users: [{user: a, password: b, allowed_connection_types: [STANDARD]}] }\n\
-         accounts { A { imports: [] } }\n",
+         accounts { A { mappings: {} } }\n",
     );
     assert_eq!(
         warnings,
         [
             "unknown config key \"authorization.users.allowed_connection_types\" at line 1, ignored",
-            "unknown config key \"accounts.A.imports\" at line 2, ignored",
+            "unknown config key \"accounts.A.mappings\" at line 2, ignored",
         ]
     );
 }
@@ -788,4 +790,79 @@ fn websocket_block_refusals_and_defaults_follow_nats_server() {
     assert!(options.websocket.expect("listener").compression);
     assert!(!warnings.iter().any(|w| w.contains("compression")), "{warnings:?}");
     assert!(warnings.iter().any(|w| w.contains("websocket.jwt_cookie")), "{warnings:?}");
+}
+
+#[test]
+fn exports_and_imports_are_read_in_nats_server_syntax() {
+    use crate::imports::{Export, Import, Kind, ResponseType};
+    let options = loaded(
+        "accounts {\n\
+           A { exports: [ {stream: \"orders.>\"}, {stream: bar, accounts: [B]}, {service: \"req.>\"},\n\
+                          {service: x, response_type: stream, accounts: [B]} ] }\n\
+           B { imports: [ {stream: {account: A, subject: \"orders.>\"}, prefix: a},\n\
+                          {stream: {account: A, subject: bar}, to: \"from.a.bar\"},\n\
+                          {service: {account: A, subject: \"req.>\"}, to: \"areq.>\"},\n\
+                          {service: {account: A, subject: x}} ] }\n\
+         }\n",
+    );
+    let export = |kind, subject: &str, accounts: &[&str], response| Export {
+        kind,
+        subject: subject.into(),
+        accounts: accounts.iter().map(|a| a.to_string()).collect(),
+        response,
+        token_required: false,
+    };
+    assert_eq!(
+        options.accounts[0].exports,
+        [
+            export(Kind::Stream, "orders.>", &[], ResponseType::Singleton),
+            export(Kind::Stream, "bar", &["B"], ResponseType::Singleton),
+            export(Kind::Service, "req.>", &[], ResponseType::Singleton),
+            export(Kind::Service, "x", &["B"], ResponseType::Stream),
+        ]
+    );
+    let import = |kind, subject: &str, to: Option<&str>, prefix: Option<&str>| Import {
+        kind,
+        account: "A".into(),
+        subject: subject.into(),
+        to: to.map(Into::into),
+        prefix: prefix.map(Into::into),
+    };
+    assert_eq!(
+        options.accounts[1].imports,
+        [
+            import(Kind::Stream, "orders.>", None, Some("a")),
+            import(Kind::Stream, "bar", Some("from.a.bar"), None),
+            import(Kind::Service, "req.>", Some("areq.>"), None),
+            import(Kind::Service, "x", None, None),
+        ]
+    );
+}
+
+#[test]
+fn an_import_that_does_not_hold_is_an_error_at_its_line() {
+    let accounts = |imports: &str| {
+        format!("accounts {{\n  A {{ exports: [ {{stream: \"public.>\"}}, {{service: svc, accounts: [C]}} ] }}\n  B {{ imports: [\n{imports}\n] }}\n  C {{}}\n}}\n")
+    };
+    assert_eq!(
+        error(&accounts("{stream: {account: A, subject: \"private.>\"}}")),
+        "line 4, column 1: Error adding stream import \"private.>\": stream import not authorized"
+    );
+    assert_eq!(
+        error(&accounts("{service: {account: A, subject: svc}}")),
+        "line 4, column 1: Error adding service import \"svc\": service import not authorized"
+    );
+    assert_eq!(
+        error(&accounts("{stream: {account: Z, subject: x}}")),
+        "line 4, column 1: \"Z\" account not defined for stream import"
+    );
+    assert_eq!(
+        error(&accounts("{stream: {account: A, subject: \"public.x\"}, prefix: p, to: q}")),
+        "line 4, column 1: Error adding stream import \"public.x\": Stream import can not have a 'prefix' and a 'to' property"
+    );
+    assert!(error(&accounts("{stream: {account: A}}")).contains("Expect an account name and a subject"));
+    assert!(error("accounts { A { exports: [ {stream: a, response_type: singleton} ] } }")
+        .contains("Detected response directive on non-service"));
+    assert!(error("accounts { A { exports: [ {service: a, response_type: many} ] } }")
+        .contains("Unknown response type: \"many\""));
 }

@@ -90,7 +90,8 @@ async fn latency(State(monitor): State<Arc<Monitor>>) -> Json<crate::latency::Re
     Json(monitor.latency.report())
 }
 
-async fn healthz() -> Json<Value> {
+/// `/healthz`.
+pub(crate) async fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok" }))
 }
 
@@ -108,7 +109,8 @@ async fn agents(State(monitor): State<Arc<Monitor>>) -> Json<Value> {
     Json(monitor.agents.snapshot())
 }
 
-async fn varz(State(monitor): State<Arc<Monitor>>) -> Json<Value> {
+/// `/varz`.
+pub(crate) async fn varz(State(monitor): State<Arc<Monitor>>) -> Json<Value> {
     let options = &monitor.options;
     let ((in_msgs, in_bytes), (out_msgs, out_bytes)) = monitor.bus.traffic_totals();
     let (client_addr, http_addr) = (monitor.client_addr, monitor.http_addr);
@@ -203,8 +205,8 @@ fn filters_json(filters: &Filters) -> Value {
 }
 
 /// `/connz` query: paging and which connections.
-#[derive(Debug, Deserialize)]
-struct ConnzQuery {
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct ConnzQuery {
     offset: Option<usize>,
     limit: Option<usize>,
     state: Option<String>,
@@ -252,7 +254,8 @@ fn connection_json(client: &Client, now: SystemTime, closed: Option<(&str, Syste
     entry
 }
 
-async fn connz(State(monitor): State<Arc<Monitor>>, Query(query): Query<ConnzQuery>) -> Json<Value> {
+/// `/connz`.
+pub(crate) async fn connz(State(monitor): State<Arc<Monitor>>, Query(query): Query<ConnzQuery>) -> Json<Value> {
     let now = SystemTime::now();
     let state = query.state.as_deref().unwrap_or("open");
     let mut entries: Vec<(u64, Value)> = Vec::new();
@@ -296,7 +299,8 @@ async fn shed(State(monitor): State<Arc<Monitor>>) -> Json<Value> {
     Json(json!({ "total_msgs": total_msgs, "total_bytes": total_bytes, "subjects": shed.subjects() }))
 }
 
-async fn subsz(State(monitor): State<Arc<Monitor>>) -> Json<Value> {
+/// `/subsz`.
+pub(crate) async fn subsz(State(monitor): State<Arc<Monitor>>) -> Json<Value> {
     let mut subsz = sublist_stats(&monitor.bus.router_stats());
     subsz["server_id"] = json!(monitor.identity.server_id);
     subsz["now"] = json!(clock::rfc3339(SystemTime::now()));

@@ -246,8 +246,9 @@ impl<T: Clone + Eq + Hash> Router<T> {
         let (result, generation) = self.walk(subject);
         // Reply inboxes are one request each (`_INBOX.<random>.<n>`): caching them would take the
         // cache's write lock on every reply, stall readers behind it, and fill the cache until
-        // an eviction of half of it runs under that lock, for entries never read again.
-        if !subject.starts_with(REPLY_INBOX_PREFIX) {
+        // an eviction of half of it runs under that lock, for entries never read again. The
+        // `_R_.` subjects of service-import replies are one request each too.
+        if !subject.starts_with(REPLY_INBOX_PREFIX) && !subject.starts_with(crate::imports::REPLY_PREFIX) {
             self.store(subject, &result, generation);
         }
         result

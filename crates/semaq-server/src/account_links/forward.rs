@@ -1,0 +1,199 @@
+//! Imports at work: internal subscriptions that carry messages from one account's subject space
+//! into another's.
+//!
+//! - A stream import subscribes in the exporting account to the imported subject and publishes
+//!   what it receives in the importing account, under the mapped subject.
+//! - A service import subscribes in the importing account to the local subject and publishes
+//!   the request in the exporting account under the export's subject, its reply subject swapped
+//!   for an `_R_.` one ([`Responses`]); one subscription to `_R_.>` in each exporting account
+//!   sends the responses back to the requesters.
+//!
+//! Forwarding runs on the publisher's thread, inside its fan-out; a thread-local hop count
+//! bounds how far one publish may travel from account to account.
+
+use std::cell::Cell;
+use std::collections::HashSet;
+use std::sync::{Arc, Weak};
+
+use super::responses::Responses;
+use crate::bus::Bus;
+use crate::delivery::{self, FlushSet, InternalSink, Message, SubscriberRef};
+use crate::imports::{Kind, Link, Mapping, ResponseType, REPLY_PREFIX};
+use crate::limits;
+use crate::router::{Router, RouterError};
+
+type AccountRouter = Router<SubscriberRef>;
+
+thread_local! {
+    /// Imports the message being delivered on this thread has crossed.
+    static HOPS: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Why imports could not be put in place.
+#[derive(Debug, thiserror::Error)]
+pub enum InstallError {
+    /// An account named by an import has no subject space.
+    #[error("account {0:?} has no subject space")]
+    NoAccount(String),
+    /// An internal subscription was refused.
+    #[error("import subscription: {0}")]
+    Subscribe(#[from] RouterError),
+}
+
+/// Puts `links` in place on `bus`; returns the response table of its service imports.
+pub fn install(bus: &Bus, links: &[Link]) -> Result<Arc<Responses>, InstallError> {
+    let responses = Arc::new(Responses::new(limits::SERVICE_RESPONSES_PENDING_MAX, limits::SERVICE_RESPONSE_TIMEOUT));
+    let router = |name: &str| bus.account_router(name).ok_or_else(|| InstallError::NoAccount(name.to_string()));
+    let mut answering: HashSet<&str> = HashSet::new();
+    for link in links {
+        let (exporter, importer) = (router(&link.exporter)?, router(&link.importer)?);
+        match link.kind {
+            Kind::Stream => {
+                let sink = Arc::new(StreamImport { target: Arc::downgrade(importer), mapping: link.mapping.clone() });
+                Bus::subscribe_internal_in(exporter, link.mapping.from(), None, sink)?;
+            }
+            Kind::Service => {
+                let sink = Arc::new(ServiceImport {
+                    target: Arc::downgrade(exporter),
+                    source: Arc::downgrade(importer),
+                    mapping: link.mapping.clone(),
+                    singleton: link.response == ResponseType::Singleton,
+                    responses: responses.clone(),
+                });
+                Bus::subscribe_internal_in(importer, link.mapping.from(), None, sink)?;
+                if answering.insert(&link.exporter) {
+                    let sink = Arc::new(ServiceResponses { responses: responses.clone() });
+                    Bus::subscribe_internal_in(exporter, &format!("{REPLY_PREFIX}>"), None, sink)?;
+                }
+            }
+        }
+        tracing::debug!(kind = link.kind.word(), from = %link.importer, to = %link.exporter, "import in place");
+    }
+    Ok(responses)
+}
+
+/// Publishes `message` in `router`'s account as one more hop; returns the deliveries, 0 once
+/// the hop bound is reached.
+fn publish_hop(router: &AccountRouter, message: &Message<'_>, flush: &mut FlushSet) -> usize {
+    let hops = HOPS.with(Cell::get);
+    if hops >= limits::IMPORT_HOPS_MAX {
+        tracing::debug!(subject = message.subject, "import hop bound reached, not forwarded");
+        return 0;
+    }
+    HOPS.with(|cell| cell.set(hops + 1));
+    let matches = router.matches(message.subject);
+    let delivered = delivery::fan_out(router, &matches, message, None, flush);
+    HOPS.with(|cell| cell.set(hops));
+    delivered
+}
+
+/// Delivers an exported stream's messages to the importing account.
+#[derive(Debug)]
+struct StreamImport {
+    target: Weak<AccountRouter>,
+    mapping: Mapping,
+}
+
+impl InternalSink for StreamImport {
+    fn receive(&self, message: &Message<'_>) -> bool {
+        delivery::receive_unbatched(self, message)
+    }
+
+    fn receive_batched(&self, message: &Message<'_>, flush: &mut FlushSet) -> bool {
+        let Some(target) = self.target.upgrade() else { return false };
+        let subject = self.mapping.apply(message.subject);
+        let mapped = Message { subject: &subject, publisher: None, ..*message };
+        // Not delivered when nobody in the importing account listens, so a request in the
+        // exporting account still learns it has no responders.
+        publish_hop(&target, &mapped, flush) > 0
+    }
+}
+
+/// Sends an importer's requests to the exporting account's responders.
+#[derive(Debug)]
+struct ServiceImport {
+    target: Weak<AccountRouter>,
+    source: Weak<AccountRouter>,
+    mapping: Mapping,
+    singleton: bool,
+    responses: Arc<Responses>,
+}
+
+impl InternalSink for ServiceImport {
+    fn receive(&self, message: &Message<'_>) -> bool {
+        delivery::receive_unbatched(self, message)
+    }
+
+    fn receive_batched(&self, message: &Message<'_>, flush: &mut FlushSet) -> bool {
+        let Some(target) = self.target.upgrade() else { return false };
+        let subject = self.mapping.apply(message.subject);
+        let reply = message.reply.map(|reply| self.responses.register(reply, self.source.clone(), self.singleton));
+        let request = Message { subject: &subject, reply: reply.as_deref(), publisher: None, ..*message };
+        let delivered = publish_hop(&target, &request, flush);
+        if let (0, Some(reply)) = (delivered, &reply) {
+            self.responses.forget(reply);
+        }
+        delivered > 0
+    }
+}
+
+/// Sends responders' answers on `_R_.` subjects back to the requesters.
+#[derive(Debug)]
+struct ServiceResponses {
+    responses: Arc<Responses>,
+}
+
+impl InternalSink for ServiceResponses {
+    fn receive(&self, message: &Message<'_>) -> bool {
+        delivery::receive_unbatched(self, message)
+    }
+
+    fn receive_batched(&self, message: &Message<'_>, flush: &mut FlushSet) -> bool {
+        let Some(pending) = self.responses.take(message.subject) else { return false };
+        let Some(target) = pending.target.upgrade() else { return false };
+        let response = Message { subject: &pending.reply, publisher: None, ..*message };
+        publish_hop(&target, &response, flush) > 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// Counts what it receives.
+    #[derive(Debug, Default)]
+    struct Count(AtomicUsize);
+
+    impl InternalSink for Count {
+        fn receive(&self, _: &Message<'_>) -> bool {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            true
+        }
+    }
+
+    fn stream(exporter: &str, importer: &str) -> Link {
+        Link {
+            kind: Kind::Stream,
+            exporter: exporter.into(),
+            importer: importer.into(),
+            mapping: Mapping::new("foo.>", "foo.>").unwrap(),
+            response: ResponseType::Singleton,
+        }
+    }
+
+    #[test]
+    fn a_loop_the_load_time_check_did_not_catch_ends_at_the_hop_bound() {
+        let bus = Bus::with_accounts("A", ["A", "B"]);
+        // A → B and B → A on the same subjects: the loop `resolve` refuses.
+        install(&bus, &[stream("A", "B"), stream("B", "A")]).unwrap();
+        let (in_a, in_b) = (Arc::new(Count::default()), Arc::new(Count::default()));
+        Bus::subscribe_internal_in(bus.account_router("A").unwrap(), "foo.>", None, in_a.clone()).unwrap();
+        Bus::subscribe_internal_in(bus.account_router("B").unwrap(), "foo.>", None, in_b.clone()).unwrap();
+        bus.publish("foo.x", None, b"x");
+        let (a, b) = (in_a.0.load(Ordering::Relaxed), in_b.0.load(Ordering::Relaxed));
+        assert_eq!(a + b, limits::IMPORT_HOPS_MAX + 1, "the publish and one delivery per hop, then it stops");
+        assert_eq!(HOPS.with(Cell::get), 0, "the count is back to zero after the publish");
+    }
+}

@@ -1,0 +1,159 @@
+//! The reply subjects of requests sent through service imports.
+//!
+//! A requester's reply subject means nothing in the exporting account, so the request goes on
+//! with a fresh `_R_.` one, and the responder's answer to it is sent on to the original reply
+//! subject in the importing account. The table of those mappings is bounded in size and in time:
+//! a mapping lives until its one response (singleton) or the response timeout, and the table holds
+//! two generations of at most half the bound each: when the newer one is full, the older one is
+//! dropped to make room, so responders that never answer cost no more than the bound, and a
+//! mapping survives at least half the bound's worth of newer requests.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use crate::delivery::SubscriberRef;
+use crate::imports::REPLY_PREFIX;
+use crate::router::Router;
+use crate::sync::lock;
+
+/// Where a response goes.
+#[derive(Debug, Clone)]
+pub struct Pending {
+    /// The requester's reply subject, in the importing account.
+    pub reply: Box<str>,
+    /// The importing account's router.
+    pub target: Weak<Router<SubscriberRef>>,
+    /// Whether the mapping ends with the first response.
+    singleton: bool,
+    created: Instant,
+}
+
+/// The mappings from `_R_.` subjects to requesters' reply subjects.
+#[derive(Debug)]
+pub struct Responses {
+    table: Mutex<Table>,
+    /// Random per server, so `_R_.` subjects of two servers never meet.
+    prefix: String,
+    next: AtomicU64,
+    entries_max: usize,
+    timeout: Duration,
+}
+
+/// Two generations: mappings made since the last rotation, and before it. A rotation, every
+/// `timeout` or when the newer generation holds half the bound, drops the older generation.
+#[derive(Debug)]
+struct Table {
+    current: HashMap<Box<str>, Pending>,
+    previous: HashMap<Box<str>, Pending>,
+    rotated_at: Instant,
+}
+
+impl Responses {
+    /// An empty table of at most `entries_max` mappings, each kept at most `timeout`.
+    pub fn new(entries_max: usize, timeout: Duration) -> Self {
+        let table = Table { current: HashMap::new(), previous: HashMap::new(), rotated_at: Instant::now() };
+        let prefix = crate::identity::random_nonce().chars().filter(char::is_ascii_alphanumeric).take(10).collect();
+        Self { table: Mutex::new(table), prefix, next: AtomicU64::new(0), entries_max, timeout }
+    }
+
+    /// Records where the responses to a request replying to `reply` go; returns the `_R_.`
+    /// subject the request carries instead.
+    pub fn register(&self, reply: &str, target: Weak<Router<SubscriberRef>>, singleton: bool) -> String {
+        let now = Instant::now();
+        let mut table = lock(&self.table);
+        table.rotate(now, self.timeout);
+        if table.current.len() >= (self.entries_max / 2).max(1) {
+            table.previous = std::mem::take(&mut table.current);
+            table.rotated_at = now;
+        }
+        let sequence = self.next.fetch_add(1, Ordering::Relaxed);
+        let subject = format!("{REPLY_PREFIX}{}.{sequence:x}", self.prefix);
+        let pending = Pending { reply: reply.into(), target, singleton, created: now };
+        table.current.insert(subject.as_str().into(), pending);
+        subject
+    }
+
+    /// Where a response on `subject` goes, forgetting the mapping after a singleton's response;
+    /// `None` for a subject that is not (or no longer) mapped.
+    pub fn take(&self, subject: &str) -> Option<Pending> {
+        let now = Instant::now();
+        let mut table = lock(&self.table);
+        table.rotate(now, self.timeout);
+        let generation = match table.current.contains_key(subject) {
+            true => &mut table.current,
+            false => &mut table.previous,
+        };
+        let pending = generation.get(subject)?;
+        if now.duration_since(pending.created) > self.timeout {
+            generation.remove(subject);
+            return None;
+        }
+        match pending.singleton {
+            true => generation.remove(subject),
+            false => Some(pending.clone()),
+        }
+    }
+
+    /// Forgets the mapping of `subject` (its request reached no responder).
+    pub fn forget(&self, subject: &str) {
+        let mut table = lock(&self.table);
+        if table.current.remove(subject).is_none() {
+            table.previous.remove(subject);
+        }
+    }
+
+    /// Mappings held, live or not yet dropped.
+    pub fn len(&self) -> usize {
+        lock(&self.table).len()
+    }
+
+    /// Whether no mapping is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Table {
+    fn len(&self) -> usize {
+        self.current.len() + self.previous.len()
+    }
+
+    fn rotate(&mut self, now: Instant, timeout: Duration) {
+        if now.duration_since(self.rotated_at) >= timeout {
+            self.previous = std::mem::take(&mut self.current);
+            self.rotated_at = now;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_singleton_mapping_serves_one_response_and_a_stream_mapping_serves_many() {
+        let responses = Responses::new(10, Duration::from_secs(60));
+        let once = responses.register("_INBOX.a", Weak::new(), true);
+        let many = responses.register("_INBOX.b", Weak::new(), false);
+        assert!(once.starts_with(REPLY_PREFIX) && once != many);
+        assert_eq!(responses.take(&once).map(|p| p.reply), Some("_INBOX.a".into()));
+        assert!(responses.take(&once).is_none());
+        assert!(responses.take(&many).is_some() && responses.take(&many).is_some());
+        assert!(responses.take("_R_.unknown.1").is_none());
+        responses.forget(&many);
+        assert!(responses.is_empty());
+    }
+
+    #[test]
+    fn the_table_stays_within_its_bound_dropping_the_oldest_and_mappings_expire() {
+        let responses = Responses::new(4, Duration::from_millis(200));
+        let subjects: Vec<_> = (0..100).map(|_| responses.register("_INBOX.x", Weak::new(), true)).collect();
+        assert!(responses.len() <= 4);
+        assert!(responses.take(&subjects[0]).is_none(), "dropped for newer ones");
+        assert!(responses.take(&subjects[98]).is_some(), "the newest stay");
+        std::thread::sleep(Duration::from_millis(250));
+        assert!(responses.take(&subjects[99]).is_none(), "older than the timeout");
+    }
+}

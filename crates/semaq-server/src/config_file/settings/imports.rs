@@ -1,0 +1,178 @@
+//! An account's `exports` and `imports`, in nats-server's syntax:
+//!
+//! ```text
+//! exports: [ {stream: "foo.>"}, {service: "req.>", accounts: [B], response_type: stream} ]
+//! imports: [ {stream: {account: A, subject: "foo.>"}, prefix: "a"},
+//!            {service: {account: A, subject: "req.>"}, to: "areq.>"} ]
+//! ```
+//!
+//! Each entry is checked against the others once the whole file is read, as nats-server does
+//! when it adds them to its accounts.
+
+use super::{block, invalid, string, wrong_type, Mapper};
+use crate::config_file::syntax::{Kind as ValueKind, Map, Value};
+use crate::config_file::{ConfigError, Location};
+use crate::imports::{self, AccountLinks, Export, Import, Kind, ResponseType};
+use crate::limits;
+
+/// Where one export or import was written, to point an error at it.
+#[derive(Debug, Clone)]
+pub(super) struct LinkSite {
+    account: String,
+    import: bool,
+    index: usize,
+    at: Location,
+}
+
+impl Mapper<'_> {
+    /// `exports: [ ... ]` of the account `account`.
+    pub(super) fn exports(&mut self, account: &str, path: &str, value: &Value) -> Result<Vec<Export>, ConfigError> {
+        let mut exports = Vec::new();
+        for (index, item) in items(path, value)?.iter().enumerate() {
+            exports.push(self.export(path, item)?);
+            self.link_sites.push(LinkSite { account: account.to_string(), import: false, index, at: item.at.clone() });
+        }
+        Ok(exports)
+    }
+
+    /// `imports: [ ... ]` of the account `account`.
+    pub(super) fn imports(&mut self, account: &str, path: &str, value: &Value) -> Result<Vec<Import>, ConfigError> {
+        let mut imports = Vec::new();
+        for (index, item) in items(path, value)?.iter().enumerate() {
+            imports.push(self.import(path, item)?);
+            self.link_sites.push(LinkSite { account: account.to_string(), import: true, index, at: item.at.clone() });
+        }
+        Ok(imports)
+    }
+
+    fn export(&mut self, path: &str, item: &Value) -> Result<Export, ConfigError> {
+        let map = entry_block(path, "Export", item)?;
+        let (mut kind, mut subject, mut accounts, mut response) = (None, None, Vec::new(), None);
+        for entry in &map.entries {
+            let v = &entry.value;
+            match entry.key.to_ascii_lowercase().as_str() {
+                word @ ("stream" | "service") => {
+                    let this = if word == "stream" { Kind::Stream } else { Kind::Service };
+                    if let Some(seen) = kind.filter(|seen: &Kind| *seen != this) {
+                        let text = format!("Detected {} {:?} but already saw a {}", this.word(), v.text, seen.word());
+                        return Err(invalid(&entry.at, text));
+                    }
+                    kind = Some(this);
+                    subject = Some(string(&format!("{path}.{word}"), v)?);
+                }
+                "accounts" => accounts = names(&format!("{path}.accounts"), v)?,
+                "response" | "response_type" => response = Some((response_type(v)?, entry.at.clone())),
+                _ => self.unknown(entry, path),
+            }
+        }
+        let (Some(kind), Some(subject)) = (kind, subject) else {
+            return Err(invalid(&item.at, "Export entry needs a stream or a service".to_string()));
+        };
+        if let (Kind::Stream, Some((_, at))) = (kind, &response) {
+            return Err(invalid(at, "Detected response directive on non-service".to_string()));
+        }
+        let response = response.map(|(response, _)| response).unwrap_or_default();
+        Ok(Export { kind, subject, accounts, response, token_required: false })
+    }
+
+    fn import(&mut self, path: &str, item: &Value) -> Result<Import, ConfigError> {
+        let map = entry_block(path, "Import", item)?;
+        let (mut source, mut prefix, mut to) = (None, None, None);
+        for entry in &map.entries {
+            let v = &entry.value;
+            match entry.key.to_ascii_lowercase().as_str() {
+                word @ ("stream" | "service") => {
+                    let this = if word == "stream" { Kind::Stream } else { Kind::Service };
+                    if let Some((seen, _, _)) = source.as_ref().filter(|(seen, _, _)| *seen != this) {
+                        let text = format!("Detected {} but already saw a {}", this.word(), Kind::word(*seen));
+                        return Err(invalid(&entry.at, text));
+                    }
+                    let (account, subject) = account_subject(&format!("{path}.{word}"), v)?;
+                    source = Some((this, account, subject));
+                }
+                "prefix" => prefix = Some((string(&format!("{path}.prefix"), v)?, entry.at.clone())),
+                "to" => to = Some(string(&format!("{path}.to"), v)?),
+                _ => self.unknown(entry, path),
+            }
+        }
+        let Some((kind, account, subject)) = source else {
+            return Err(invalid(&item.at, "Import entry needs a stream or a service".to_string()));
+        };
+        if let (Kind::Service, Some((_, at))) = (kind, &prefix) {
+            return Err(invalid(at, "Detected prefix on a service import; use 'to'".to_string()));
+        }
+        let prefix = prefix.map(|(prefix, _)| prefix);
+        Ok(Import { kind, account, subject, to, prefix })
+    }
+
+    /// Checks every account's exports and imports against each other; the first that does not
+    /// hold is an error at its line, in nats-server's words.
+    pub(super) fn check_imports(&self) -> Result<(), ConfigError> {
+        let accounts: Vec<AccountLinks<'_>> = self
+            .options
+            .accounts
+            .iter()
+            .map(|a| AccountLinks { name: &a.name, exports: &a.exports, imports: &a.imports })
+            .collect();
+        let (_, errors) = imports::resolve(&accounts);
+        let Some(((account, index), error)) = errors.into_iter().next() else { return Ok(()) };
+        let import =
+            matches!(error, imports::ImportError::UnknownAccount { .. } | imports::ImportError::Refused { .. });
+        let site = self.link_sites.iter().find(|s| s.account == account && s.import == import && s.index == index);
+        // Every entry was recorded with its site; a missing one would only lose the position.
+        let at = site.map_or(Location { file: None, line: 0, column: 0 }, |site| site.at.clone());
+        Err(invalid(&at, error.to_string()))
+    }
+}
+
+/// The entries of an `exports` or `imports` array, bounded.
+fn items<'v>(path: &str, value: &'v Value) -> Result<&'v [Value], ConfigError> {
+    let ValueKind::Array(items) = &value.kind else {
+        return Err(wrong_type(path, "an array", value));
+    };
+    if items.len() > limits::ACCOUNT_IMPORTS_MAX {
+        return Err(invalid(&value.at, format!("{path} lists more than {} entries", limits::ACCOUNT_IMPORTS_MAX)));
+    }
+    Ok(items)
+}
+
+fn entry_block<'v>(path: &str, what: &str, item: &'v Value) -> Result<&'v Map, ConfigError> {
+    match &item.kind {
+        ValueKind::Map(map) => Ok(map),
+        _ => Err(invalid(&item.at, format!("{what} Items should be a map with type entry, in \"{path}\""))),
+    }
+}
+
+fn names(path: &str, value: &Value) -> Result<Vec<String>, ConfigError> {
+    match &value.kind {
+        ValueKind::Array(items) => items.iter().map(|item| string(path, item)).collect(),
+        _ => Err(wrong_type(path, "an array of account names", value)),
+    }
+}
+
+fn response_type(value: &Value) -> Result<ResponseType, ConfigError> {
+    let text = string("response_type", value)?;
+    match text.to_ascii_lowercase().as_str() {
+        "single" | "singleton" => Ok(ResponseType::Singleton),
+        "stream" => Ok(ResponseType::Stream),
+        "chunk" | "chunked" => Ok(ResponseType::Chunked),
+        _ => Err(invalid(&value.at, format!("Unknown response type: {text:?}"))),
+    }
+}
+
+/// `{account: A, subject: "foo.>"}`.
+fn account_subject(path: &str, value: &Value) -> Result<(String, String), ConfigError> {
+    let map = block(path, value)?;
+    let (mut account, mut subject) = (String::new(), String::new());
+    for entry in &map.entries {
+        match entry.key.to_ascii_lowercase().as_str() {
+            "account" => account = string(&format!("{path}.account"), &entry.value)?,
+            "subject" => subject = string(&format!("{path}.subject"), &entry.value)?,
+            _ => {}
+        }
+    }
+    if account.is_empty() || subject.is_empty() {
+        return Err(invalid(&value.at, "Expect an account name and a subject".to_string()));
+    }
+    Ok((account, subject))
+}

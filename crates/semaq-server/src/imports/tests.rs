@@ -1,0 +1,103 @@
+use super::*;
+
+fn export(kind: Kind, subject: &str, accounts: &[&str]) -> Export {
+    Export {
+        kind,
+        subject: subject.into(),
+        accounts: accounts.iter().map(|a| a.to_string()).collect(),
+        response: ResponseType::Singleton,
+        token_required: false,
+    }
+}
+
+fn import(kind: Kind, account: &str, subject: &str, to: Option<&str>, prefix: Option<&str>) -> Import {
+    Import {
+        kind,
+        account: account.into(),
+        subject: subject.into(),
+        to: to.map(Into::into),
+        prefix: prefix.map(Into::into),
+    }
+}
+
+fn errors(accounts: &[AccountLinks<'_>]) -> Vec<String> {
+    resolve(accounts).1.into_iter().map(|(_, error)| error.to_string()).collect()
+}
+
+#[test]
+fn an_import_inside_an_export_for_the_importer_resolves_with_its_mapping() {
+    let exports = [export(Kind::Stream, "orders.>", &[]), export(Kind::Service, "req.*", &["B"])];
+    let imports = [
+        import(Kind::Stream, "A", "orders.eu.>", None, Some("a")),
+        import(Kind::Service, "A", "req.*", Some("areq.*"), None),
+    ];
+    let a = AccountLinks { name: "A", exports: &exports, imports: &[] };
+    let b = AccountLinks { name: "B", exports: &[], imports: &imports };
+    let (links, errors) = resolve(&[a, b]);
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(links[0].mapping.apply("orders.eu.1"), "a.orders.eu.1");
+    assert_eq!((links[0].exporter.as_str(), links[0].importer.as_str()), ("A", "B"));
+    assert_eq!(links[1].mapping.from(), "areq.*");
+    assert_eq!(links[1].mapping.apply("areq.7"), "req.7");
+}
+
+#[test]
+fn imports_not_exported_or_not_to_the_importer_are_refused_in_nats_servers_words() {
+    let exports = [export(Kind::Stream, "public.>", &[]), export(Kind::Service, "private", &["C"])];
+    let imports = [
+        import(Kind::Stream, "A", "secret.>", None, None),
+        import(Kind::Stream, "A", ">", None, None),
+        import(Kind::Service, "A", "private", None, None),
+        import(Kind::Service, "A", "public.x", None, None),
+        import(Kind::Stream, "Z", "x", None, None),
+        import(Kind::Stream, "A", "public.x", None, Some("a.*")),
+        import(Kind::Stream, "A", "public.*", Some("p"), None),
+    ];
+    let a = AccountLinks { name: "A", exports: &exports, imports: &[] };
+    let b = AccountLinks { name: "B", exports: &[], imports: &imports };
+    assert_eq!(
+        errors(&[a, b]),
+        [
+            "Error adding stream import \"secret.>\": stream import not authorized",
+            "Error adding stream import \">\": stream import not authorized",
+            "Error adding service import \"private\": service import not authorized",
+            "Error adding service import \"public.x\": service import not authorized",
+            "\"Z\" account not defined for stream import",
+            "Error adding stream import \"public.x\": stream import prefix can not contain wildcard tokens",
+            "Error adding stream import \"public.*\": failed to create mapping transform for subject from \"public.*\" to \"p\": wildcards do not match",
+        ]
+    );
+}
+
+#[test]
+fn imports_that_close_a_loop_are_refused() {
+    let stream_exports = [export(Kind::Stream, "foo.>", &[])];
+    let a_imports = [import(Kind::Stream, "B", "foo.>", None, None)];
+    let b_imports = [import(Kind::Stream, "A", "foo.>", None, None)];
+    let a = AccountLinks { name: "A", exports: &stream_exports, imports: &a_imports };
+    let b = AccountLinks { name: "B", exports: &stream_exports, imports: &b_imports };
+    assert_eq!(errors(&[a, b]), ["Error adding stream import \"foo.>\": import forms a cycle"]);
+
+    let service_exports = [export(Kind::Service, "svc", &[])];
+    let a_imports = [import(Kind::Service, "B", "svc", None, None)];
+    let b_imports = [import(Kind::Service, "A", "svc", None, None)];
+    let a = AccountLinks { name: "A", exports: &service_exports, imports: &a_imports };
+    let b = AccountLinks { name: "B", exports: &service_exports, imports: &b_imports };
+    assert_eq!(errors(&[a, b]), ["Error adding service import \"svc\": import forms a cycle"]);
+
+    // Under a prefix the stream does not come back on the subject it left on: no loop.
+    let b_imports = [import(Kind::Stream, "A", "foo.>", None, Some("a"))];
+    let a_imports = [import(Kind::Stream, "B", "foo.>", None, Some("b"))];
+    let a = AccountLinks { name: "A", exports: &stream_exports, imports: &a_imports };
+    let b = AccountLinks { name: "B", exports: &stream_exports, imports: &b_imports };
+    assert!(errors(&[a, b]).is_empty());
+}
+
+#[test]
+fn the_same_import_twice_is_refused() {
+    let exports = [export(Kind::Stream, "foo", &[])];
+    let imports = [import(Kind::Stream, "A", "foo", None, None), import(Kind::Stream, "A", "foo", None, Some("x"))];
+    let a = AccountLinks { name: "A", exports: &exports, imports: &[] };
+    let b = AccountLinks { name: "B", exports: &[], imports: &imports };
+    assert_eq!(errors(&[a, b]), ["Error adding stream import \"foo\": stream import already exists"]);
+}
