@@ -174,7 +174,7 @@ impl Trust {
         self.accounts.keys().map(String::as_str)
     }
 
-    /// Each account's exports and imports, for [`crate::imports::start`].
+    /// Each account's exports and imports, for the link forwarding started at boot (`account_links`).
     pub fn account_links(&self) -> impl Iterator<Item = AccountLinks<'_>> + '_ {
         self.accounts.values().map(|a| AccountLinks { name: &a.public_key, exports: &a.exports, imports: &a.imports })
     }

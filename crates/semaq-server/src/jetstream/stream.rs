@@ -259,7 +259,7 @@ impl Ingest<'_, '_> {
 
     /// A purge made by a stored message (a KV rollup, a one-shot schedule's copy), after the L3
     /// producer snapshot when it may remove what that does not cover yet (see
-    /// [`Stream::purge_in_batch`] for when it is durable).
+    /// `Stream::purge_in_batch` for when it is durable).
     pub fn purge(&mut self, stream: &Stream, request: semaq_store::PurgeRequest) -> Result<(), ApiError> {
         if self.holds(u64::MAX, split::Removal::Purge(request.clone()))? {
             return Ok(());
