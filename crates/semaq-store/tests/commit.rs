@@ -484,14 +484,20 @@ fn a_lazy_purge_and_skip_commit_with_the_lock_released_for_the_fsync() {
     assert_eq!(held(&reopened), vec![1_000]);
 }
 
-#[test]
-fn an_append_behind_an_uncommitted_skip_lands_at_the_skipped_to_sequence() {
+/// A store whose ten committed keys were purged and skipped past to 500, neither committed yet.
+fn purged_and_skipped_to_500_without_a_commit() -> (SimDisk, FileStore) {
     let disk = SimDisk::new();
     let mut store = open(&disk);
     append_keys(&mut store, 1..=10).unwrap();
     commit(&mut store).unwrap();
     store.purge_unsynced(&PurgeRequest::default()).unwrap();
     assert!(store.skip_to_unsynced(500).unwrap());
+    (disk, store)
+}
+
+#[test]
+fn an_append_behind_an_uncommitted_skip_lands_at_the_skipped_to_sequence() {
+    let (disk, mut store) = purged_and_skipped_to_500_without_a_commit();
     // The ingest appends before the purge's commit: the floor is persisted for it, in place.
     assert_eq!(store.append("kv.a", None, &payload(500), 7).unwrap().0, 500);
     commit(&mut store).unwrap();
@@ -569,12 +575,7 @@ fn a_power_cut_anywhere_around_a_lazy_purge_loses_nothing_acknowledged_and_bring
 
 #[test]
 fn an_append_behind_an_uncommitted_skip_fsyncs_only_the_floor_and_its_segment_waits_for_the_commit() {
-    let disk = SimDisk::new();
-    let mut store = open(&disk);
-    append_keys(&mut store, 1..=10).unwrap();
-    commit(&mut store).unwrap();
-    store.purge_unsynced(&PurgeRequest::default()).unwrap();
-    assert!(store.skip_to_unsynced(500).unwrap());
+    let (disk, mut store) = purged_and_skipped_to_500_without_a_commit();
     let syncs = disk.counts().syncs;
     assert_eq!(store.append("kv.a", None, &payload(500), 7).unwrap().0, 500);
     // The floor must be durable before the fresh segment may be (its sequence gap is legal
