@@ -99,10 +99,10 @@ async fn the_system_account_answers_server_pings_with_nats_servers_envelope() {
 /// A client of the application account connects, then closes; what the system user hears.
 async fn events(dir: &std::path::Path, url: &str, system: &KeyPair, app: &KeyPair) -> Vec<String> {
     let watcher = system_user(dir, url, system).await;
-    // Besides these nats-server sends `CONNS`, account connection counts, which SemaQ does not.
-    let connects = watcher.subscribe("$SYS.ACCOUNT.*.CONNECT").await.unwrap();
-    let disconnects = watcher.subscribe("$SYS.ACCOUNT.*.DISCONNECT").await.unwrap();
-    let mut events = futures::stream::select(connects, disconnects);
+    // One subscription, so the two events keep the order the server sent them in. Only the
+    // application account's: nats-server may announce the watcher's own connection after its
+    // subscription is in place. Besides these it sends `SERVER.CONNS`, which SemaQ does not.
+    let mut events = watcher.subscribe(format!("$SYS.ACCOUNT.{}.>", app.public_key())).await.unwrap();
     semaq_testkit::sync(&watcher).await;
     let client = user_of(dir, url, app, "app").await;
     client.flush().await.unwrap();
@@ -110,6 +110,9 @@ async fn events(dir: &std::path::Path, url: &str, system: &KeyPair, app: &KeyPai
     let mut seen = Vec::new();
     while seen.len() < 2 {
         let event = tokio::time::timeout(Duration::from_secs(5), events.next()).await.expect("an event").unwrap();
+        if !(event.subject.ends_with(".CONNECT") || event.subject.ends_with(".DISCONNECT")) {
+            continue;
+        }
         let body: Value = serde_json::from_slice(&event.payload).expect("JSON");
         let account_named =
             event.subject.as_str().contains(&app.public_key()) && body["client"]["acc"] == json!(app.public_key());
