@@ -29,12 +29,10 @@ fn run() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let flags = flags::parse(&args)?;
     if flags.help {
-        println!("{}", flags::usage());
-        return Ok(());
+        return print_to_stdout(&flags::usage());
     }
     if flags.version {
-        println!("semaq-server version {SEMAQ_VERSION}");
-        return Ok(());
+        return print_to_stdout(&format!("semaq-server version {SEMAQ_VERSION}"));
     }
     if let Some(request) = &flags.signal {
         return send_signal(request);
@@ -46,6 +44,15 @@ fn run() -> anyhow::Result<()> {
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(serve(options))
+}
+
+/// Prints `text` and a newline; a reader that closed early (`semaq-server --help | head`) is
+/// not an error worth a panic, as `println!` would make it.
+fn print_to_stdout(text: &str) -> anyhow::Result<()> {
+    match writeln!(std::io::stdout().lock(), "{text}") {
+        Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => Err(error.into()),
+        _ => Ok(()),
+    }
 }
 
 async fn serve(options: Options) -> anyhow::Result<()> {

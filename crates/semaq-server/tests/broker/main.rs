@@ -9,6 +9,7 @@ mod agents_durable;
 mod agents_services;
 mod auth;
 mod auth_nkeys;
+mod command_line;
 mod commit;
 mod conformance;
 mod counters;
