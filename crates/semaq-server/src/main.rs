@@ -29,7 +29,7 @@ fn run() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let flags = flags::parse(&args)?;
     if flags.help {
-        return print_to_stdout(&flags::usage());
+        return print_to_stdout(flags::usage());
     }
     if flags.version {
         return print_to_stdout(&format!("semaq-server version {SEMAQ_VERSION}"));
