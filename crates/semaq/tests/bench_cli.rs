@@ -152,3 +152,15 @@ fn scale_quick_draws_every_curve_for_both_servers_with_verdicts_and_plots() {
         assert!(std::fs::read(entry.path()).unwrap().starts_with(b"\x89PNG"), "{}", entry.path().display());
     }
 }
+
+#[test]
+fn compare_with_split_cpus_runs_kv_on_both_servers_and_says_which_cpus_each_side_had() {
+    let nats = nats_server_path();
+    let nats = nats.to_str().unwrap_or("nats-server");
+    let args = ["compare", "--split-cpus", "--scenarios", "kv", "--rounds", "1", "--quiet", "--nats-server", nats];
+    let table = bench(&args);
+    assert!(table.contains("server on CPU ") && table.contains(", clients on CPU "), "{table}");
+    let ratio = |line: &str| line.split_whitespace().last().and_then(|word| word.parse::<f64>().ok());
+    let kv_rows = table.lines().filter(|line| line.starts_with("kv ") && ratio(line).is_some());
+    assert_eq!(kv_rows.count(), 2, "put and get rows with a ratio: {table}");
+}

@@ -41,11 +41,7 @@ impl BenchServer {
         };
         let dir =
             tempfile::Builder::new().prefix("semaq-bench-agents-").tempdir().context("cannot create a work dir")?;
-        let spec = ServerSpec::new("semaq", program);
-        let process = match cpus {
-            Some(cpus) => cpus.on_server_cpus(|| spec.start(dir.path())).context("cannot pin the server")??,
-            None => spec.start(dir.path())?,
-        };
+        let process = ServerSpec::new("semaq", program).with_cpus(cpus.cloned()).start(dir.path())?;
         let target = Target::plain(process.url.clone(), LOCAL_TIMEOUT);
         Ok(BenchServer { target, _process: Some((process, dir)) })
     }

@@ -12,6 +12,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use indicatif::ProgressBar;
 
+use super::cpus::CpuSplit;
 use super::disk;
 use super::filter_fanout;
 use super::idle;
@@ -59,9 +60,36 @@ pub struct CompareArgs {
     store_msgs: u64,
     #[command(flatten)]
     load: LoadArgs,
+    /// Run each server on the first half of the CPUs and this bench's clients on the rest, so
+    /// that neither preempts the other (`cpus.rs` says why); both servers get the same half
+    #[arg(long)]
+    split_cpus: bool,
+    /// The CPU split in force, set before the async runtime starts.
+    #[arg(skip)]
+    cpus: Option<CpuSplit>,
     /// Print only the table
     #[arg(long, short)]
     quiet: bool,
+}
+
+impl CompareArgs {
+    /// Moves this process to the clients' CPUs when `--split-cpus` is given; must run before
+    /// the async runtime starts, whose workers size themselves by the CPUs they may use.
+    pub fn split_cpus(&mut self) -> Result<()> {
+        if !self.split_cpus {
+            return Ok(());
+        }
+        self.cpus = CpuSplit::of_this_thread();
+        match &self.cpus {
+            Some(cpus) => cpus.pin_clients().context("cannot move the clients to their CPUs"),
+            None => bail!("--split-cpus needs at least two CPUs"),
+        }
+    }
+
+    /// Where the servers and the clients run, for the table's header.
+    fn arrangement(&self) -> String {
+        self.cpus.as_ref().map_or_else(|| "servers and clients on the same CPUs".to_string(), CpuSplit::to_string)
+    }
 }
 
 /// One line of the comparison: a load scenario or another measurement.
@@ -265,6 +293,7 @@ async fn compare(args: CompareArgs) -> Result<()> {
     }
     // Dropping the servers kills them before the table is printed.
     drop(contenders);
+    println!("{}", args.arrangement());
     print_table(&rows);
     let schema_lines = schema_summary(&rows, &findings.schema);
     for line in &schema_lines {
@@ -500,7 +529,8 @@ impl Contenders {
             Some(path) => path.clone(),
             None => default_semaq_server()?,
         };
-        let sides = [ServerSpec::new("semaq", semaq_program), ServerSpec::new("nats", args.nats_server.clone())];
+        let sides = [ServerSpec::new("semaq", semaq_program), ServerSpec::new("nats", args.nats_server.clone())]
+            .map(|spec| spec.with_cpus(args.cpus.clone()));
         let work_dir = tempfile::Builder::new().prefix("semaq-bench-").tempdir().context("cannot create a work dir")?;
         let running = if with_load_servers {
             Some([sides[0].start(work_dir.path())?, sides[1].start(work_dir.path())?])
@@ -561,8 +591,10 @@ fn markdown(args: &CompareArgs, rows: &[Row], findings: &Findings) -> String {
     let _ = writeln!(out, "Command: `semaq {}`\n", command.join(" "));
     let _ = writeln!(
         out,
-        "Rounds: {}; payload {} B; odd rounds run semaq-server first, even rounds nats-server.\n",
-        args.rounds, args.load.size
+        "Rounds: {}; payload {} B; odd rounds run semaq-server first, even rounds nats-server; {}.\n",
+        args.rounds,
+        args.load.size,
+        args.arrangement()
     );
     let _ = writeln!(out, "| scenario | metric | semaq-server | nats-server | semaq/nats |");
     let _ = writeln!(out, "|---|---|---:|---:|---:|");

@@ -309,12 +309,14 @@ impl Report {
 }
 
 /// What must happen before the async runtime starts, whose worker count follows the CPUs the
-/// process may use: `intent-rr` on a server it starts moves its clients to CPUs of their own.
+/// process may use: `intent-rr` on a server it starts, and `compare --split-cpus`, move their
+/// clients to CPUs of their own.
 pub fn before_runtime(args: &mut BenchArgs, server_named: bool) -> Result<()> {
-    if let BenchCommand::IntentRr(rr_args) = &mut args.command {
-        rr_args.split_cpus(server_named)?;
+    match &mut args.command {
+        BenchCommand::IntentRr(rr_args) => rr_args.split_cpus(server_named),
+        BenchCommand::Compare(compare_args) => compare_args.split_cpus(),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// Runs `semaq bench ...`.

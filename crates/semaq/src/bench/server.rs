@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 
+use super::cpus::CpuSplit;
+
 /// How long a server may take to accept its first connection.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often start-up and shutdown are checked; fine enough to time a restart.
@@ -26,6 +28,8 @@ pub struct ServerSpec {
     pub env: Vec<(String, String)>,
     /// Flags after the standard ones (such as `-c FILE`).
     pub args: Vec<String>,
+    /// The CPUs it runs on, when the bench splits them (`cpus.rs`); otherwise all of them.
+    pub cpus: Option<CpuSplit>,
 }
 
 /// A running server; dropping it kills the process.
@@ -39,6 +43,7 @@ pub struct ServerProcess {
     program: PathBuf,
     env: Vec<(String, String)>,
     args: Vec<String>,
+    cpus: Option<CpuSplit>,
     launch: Launch,
 }
 
@@ -54,7 +59,13 @@ struct Launch {
 impl ServerSpec {
     /// A server started with no extra environment.
     pub fn new(label: &'static str, program: PathBuf) -> Self {
-        Self { label, program, env: Vec::new(), args: Vec::new() }
+        Self { label, program, env: Vec::new(), args: Vec::new(), cpus: None }
+    }
+
+    /// The same server on the server's half of `cpus`, when given.
+    pub fn with_cpus(mut self, cpus: Option<CpuSplit>) -> Self {
+        self.cpus = cpus;
+        self
     }
 
     /// The same server with `args` after the standard flags.
@@ -78,7 +89,7 @@ impl ServerSpec {
         std::fs::create_dir_all(&store_dir).with_context(|| format!("cannot create {}", store_dir.display()))?;
         let log_path = store_dir.join("server.log");
         let launch = Launch { client_port, monitor_port, store_dir, log_path };
-        let child = spawn(&self.program, (&self.env, &self.args), &launch, false)?;
+        let child = spawn(&self.program, (&self.env, &self.args), self.cpus.as_ref(), &launch, false)?;
         let mut server = ServerProcess {
             label: self.label,
             url: format!("nats://127.0.0.1:{client_port}"),
@@ -86,6 +97,7 @@ impl ServerSpec {
             program: self.program.clone(),
             env: self.env.clone(),
             args: self.args.clone(),
+            cpus: self.cpus.clone(),
             launch,
         };
         server.wait_until_accepting(STARTUP_TIMEOUT)?;
@@ -93,10 +105,12 @@ impl ServerSpec {
     }
 }
 
-/// Starts `program` with nats-server's flags, its output going to the launch's log file.
+/// Starts `program` with nats-server's flags, its output going to the launch's log file, on the
+/// server's CPUs when they are split.
 fn spawn(
     program: &Path,
     (env, args): (&[(String, String)], &[String]),
+    cpus: Option<&CpuSplit>,
     launch: &Launch,
     append_log: bool,
 ) -> Result<Child> {
@@ -109,7 +123,8 @@ fn spawn(
         .open(log_path)
         .with_context(|| format!("cannot create {}", log_path.display()))?;
     let log_for_stderr: File = log.try_clone().context("cannot share the server log file")?;
-    Command::new(program)
+    let mut command = Command::new(program);
+    command
         .args(["-a", "127.0.0.1", "-p", &launch.client_port.to_string(), "-m", &launch.monitor_port.to_string()])
         .arg("-js")
         .arg("-sd")
@@ -119,9 +134,12 @@ fn spawn(
         .stdin(Stdio::null())
         // A file, not a pipe: a pipe nobody reads would block a server that logs every connection.
         .stdout(log)
-        .stderr(log_for_stderr)
-        .spawn()
-        .with_context(|| format!("cannot start {}", program.display()))
+        .stderr(log_for_stderr);
+    let spawned = match cpus {
+        Some(cpus) => cpus.on_server_cpus(|| command.spawn()).context("cannot pin the server to its CPUs")?,
+        None => command.spawn(),
+    };
+    spawned.with_context(|| format!("cannot start {}", program.display()))
 }
 
 impl ServerProcess {
@@ -183,7 +201,7 @@ impl ServerProcess {
         if self.child.try_wait().context("cannot check the server process")?.is_none() {
             bail!("{} is still running", self.label);
         }
-        self.child = spawn(&self.program, (&self.env, &self.args), &self.launch, true)?;
+        self.child = spawn(&self.program, (&self.env, &self.args), self.cpus.as_ref(), &self.launch, true)?;
         self.wait_until_accepting(timeout)
     }
 
