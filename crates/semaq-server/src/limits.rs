@@ -64,6 +64,8 @@ pub const WRITE_BATCH_BYTES_MAX: usize = 1024 * 1024;
 pub const ROUTER_CACHE_ENTRIES_MAX: usize = 4096;
 /// Closed connections remembered for `/connz?state=closed`.
 pub const CLOSED_CLIENTS_MAX: usize = 1000;
+/// Subscriptions one account's `SUBSZ` answer says it lists (nats-server's default page).
+pub const SUBSZ_PAGE_ENTRIES_MAX: usize = 1024;
 /// Connections listed by one `/connz` page.
 pub const CONNZ_PAGE_ENTRIES_MAX: usize = 1024;
 /// Time allowed to deliver the `-ERR 'Slow Consumer'` line to a client that is not reading.

@@ -207,11 +207,11 @@ fn filters_json(filters: &Filters) -> Value {
 /// `/connz` query: paging and which connections.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct ConnzQuery {
-    offset: Option<usize>,
-    limit: Option<usize>,
-    state: Option<String>,
+    pub(crate) offset: Option<usize>,
+    pub(crate) limit: Option<usize>,
+    pub(crate) state: Option<String>,
     /// Only the connections of this account (nats-server's `acc`).
-    acc: Option<String>,
+    pub(crate) acc: Option<String>,
 }
 
 fn connection_json(client: &Client, now: SystemTime, closed: Option<(&str, SystemTime)>) -> Value {
@@ -308,7 +308,7 @@ pub(crate) async fn subsz(State(monitor): State<Arc<Monitor>>) -> Json<Value> {
 }
 
 /// The subject router's figures with nats-server's `SublistStats` names (`/subsz`, `/accountz`).
-fn sublist_stats(stats: &crate::router::RouterStats) -> Value {
+pub(crate) fn sublist_stats(stats: &crate::router::RouterStats) -> Value {
     json!({
         "num_subscriptions": stats.num_subscriptions,
         "num_cache": stats.num_cache,
