@@ -422,6 +422,11 @@ pub const SERVICE_RESPONSE_TIMEOUT: std::time::Duration = std::time::Duration::f
 /// `$SYS` server requests (`nats server ping`, ...) queued for the task that answers them;
 /// past it further requests get no answer.
 pub const SYSTEM_REQUESTS_QUEUED_MAX: usize = 256;
+/// Wait before the first `$SYS.SERVER.<id>.STATSZ` heartbeat; each next wait doubles up to
+/// [`STATSZ_HEARTBEAT_INTERVAL`] (nats-server's schedule).
+pub const STATSZ_HEARTBEAT_FIRST: Duration = Duration::from_millis(250);
+/// Longest wait between two `$SYS.SERVER.<id>.STATSZ` heartbeats (nats-server's `statsHBInterval`).
+pub const STATSZ_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(10);
 /// Steps of one cron pattern's search for its next time (cron.go's walk, field by field): five
 /// years of the sparsest pattern take a few thousand.
 pub const CRON_SEARCH_STEPS_MAX: u32 = 100_000;

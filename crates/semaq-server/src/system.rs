@@ -5,7 +5,8 @@
 //! account-scoped `$SYS.REQ.ACCOUNT.<account>.<ENDPOINT>` ([`account`]). Answers carry
 //! nats-server's `ServerAPIResponse` envelope `{server, data}` (or `{server, error}`), a request
 //! body is read as nats-server's endpoint options with its event filter (a server it does not
-//! name stays silent); `STATSZ` has its `{server, statsz}`, `IDZ` the server's info alone.
+//! name stays silent); `STATSZ` has its `{server, statsz}`, `IDZ` the server's info alone. The
+//! same statsz goes out as the `$SYS.SERVER.<id>.STATSZ` heartbeat, on nats-server's schedule.
 //!
 //! All of it lives in the system account ([`crate::options::Options::system_account`]): the
 //! one `system_account` names, an account named `$SYS` or the implicit `$SYS`, as in nats-server.
@@ -103,7 +104,9 @@ pub fn start(monitor: &Arc<Monitor>) -> Option<Arc<Events>> {
             subscribe(other, filter, imports.clone());
         }
     }
-    tokio::spawn(serve(monitor.clone(), requests));
+    let sequence = Arc::new(AtomicU64::new(0));
+    tokio::spawn(serve(monitor.clone(), requests, sequence.clone()));
+    tokio::spawn(heartbeat(Arc::downgrade(monitor), router.clone(), sequence));
     Some(Arc::new(Events::new(server(monitor), router, monitor.bus.clone())))
 }
 
@@ -113,8 +116,7 @@ fn subscribe(router: &Router<SubscriberRef>, filter: &str, sink: Arc<Requests>) 
     }
 }
 
-async fn serve(monitor: Arc<Monitor>, mut requests: mpsc::Receiver<Request>) {
-    let sequence = AtomicU64::new(0);
+async fn serve(monitor: Arc<Monitor>, mut requests: mpsc::Receiver<Request>, sequence: Arc<AtomicU64>) {
     while let Some(request) = requests.recv().await {
         let info = || server(&monitor).info(sequence.fetch_add(1, Ordering::Relaxed) + 1);
         let Some(body) = answer(&monitor, &request, info).await else { continue };
@@ -124,6 +126,26 @@ async fn serve(monitor: Arc<Monitor>, mut requests: mpsc::Receiver<Request>) {
         let router = &request.answer_in;
         let mut flush = FlushSet::default();
         delivery::fan_out(router, &router.matches_uncached(&request.reply), &reply, None, &mut flush);
+        flush.flush();
+    }
+}
+
+/// Publishes nats-server's `ServerStatsMsg` on `$SYS.SERVER.<id>.STATSZ` in the system
+/// account on nats-server's schedule: soon after start, then at doubling intervals up to
+/// [`limits::STATSZ_HEARTBEAT_INTERVAL`]; stops once the server is gone.
+async fn heartbeat(monitor: std::sync::Weak<Monitor>, router: Arc<Router<SubscriberRef>>, sequence: Arc<AtomicU64>) {
+    let mut wait = limits::STATSZ_HEARTBEAT_FIRST;
+    loop {
+        tokio::time::sleep(wait).await;
+        wait = wait.saturating_mul(2).min(limits::STATSZ_HEARTBEAT_INTERVAL);
+        let Some(monitor) = monitor.upgrade() else { return };
+        let subject = format!("$SYS.SERVER.{}.STATSZ", monitor.identity.server_id);
+        let info = server(&monitor).info(sequence.fetch_add(1, Ordering::Relaxed) + 1);
+        let body = json!({ "server": info, "statsz": statsz(&monitor) }).to_string();
+        let message =
+            Message { subject: &subject, reply: None, headers: None, payload: body.as_bytes(), publisher: None };
+        let mut flush = FlushSet::default();
+        delivery::fan_out(&router, &router.matches(&subject), &message, None, &mut flush);
         flush.flush();
     }
 }

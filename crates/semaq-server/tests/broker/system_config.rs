@@ -1,7 +1,7 @@
 //! The system account outside operator mode, side by side with nats-server 2.9: the account
 //! `system_account` names, an account named `$SYS`, or the implicit `$SYS`; `/accountz` names
 //! it; its users subscribe to `$SYS.>`, ask the server's `$SYS.REQ.SERVER` services and hear
-//! other accounts' clients connect and go.
+//! other accounts' clients connect and go, and the server's statsz heartbeat.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -188,4 +188,28 @@ async fn the_config_system_account_hears_clients_of_other_accounts_connect_and_d
     ];
     assert_eq!(connection_events(&nats.url()).await, expected, "nats-server");
     assert_eq!(connection_events(&semaq.url()).await, expected, "SemaQ");
+}
+
+/// The first statsz heartbeat the `$SYS` user hears: whether it names the server it comes from.
+async fn statsz_heartbeat(url: &str) -> Vec<String> {
+    let sys = login(url, "sys").await;
+    let mut beats = sys.subscribe("$SYS.SERVER.*.STATSZ").await.expect("subscribe");
+    // The interval grows to 10 s; a window longer than that holds a beat whenever it opens.
+    let beat = tokio::time::timeout(Duration::from_secs(15), beats.next()).await.expect("a heartbeat").expect("open");
+    let body: Value = serde_json::from_slice(&beat.payload).expect("JSON");
+    let id = body["server"]["id"].as_str().unwrap_or_default();
+    vec![
+        format!("subject names the server: {}", beat.subject.as_str() == format!("$SYS.SERVER.{id}.STATSZ")),
+        format!("connections: {}", body["statsz"]["connections"]),
+        format!("has traffic: {}", body["statsz"]["sent"]["msgs"].is_u64()),
+    ]
+}
+
+#[tokio::test]
+async fn the_system_account_hears_the_servers_statsz_heartbeat() {
+    let (nats, _http, _dir) = nats_with(SYS_CONFIG, false);
+    let semaq = SemaqServer::with_config(SYS_CONFIG, &[]);
+    let expected = ["subject names the server: true", "connections: 1", "has traffic: true"];
+    assert_eq!(statsz_heartbeat(&nats.url()).await, expected, "nats-server");
+    assert_eq!(statsz_heartbeat(&semaq.url()).await, expected, "SemaQ");
 }
