@@ -66,6 +66,8 @@ pub const ROUTER_CACHE_ENTRIES_MAX: usize = 4096;
 pub const CLOSED_CLIENTS_MAX: usize = 1000;
 /// Subscriptions one account's `SUBSZ` answer says it lists (nats-server's default page).
 pub const SUBSZ_PAGE_ENTRIES_MAX: usize = 1024;
+/// Subscriptions of one account read to list a `SUBSZ` page, sorted by connection and sid.
+pub const SUBSZ_SCAN_SUBSCRIPTIONS_MAX: usize = 100_000;
 /// Connections listed by one `/connz` page.
 pub const CONNZ_PAGE_ENTRIES_MAX: usize = 1024;
 /// Time allowed to deliver the `-ERR 'Slow Consumer'` line to a client that is not reading.

@@ -187,3 +187,36 @@ async fn the_system_account_hears_an_accounts_connection_count_change() {
     assert_eq!(connection_counts(&nats.url()).await, expected, "nats-server");
     assert_eq!(connection_counts(&semaq.url()).await, expected, "SemaQ");
 }
+
+/// The subscriptions of A the system user is listed, after a client of A subscribed in a queue group.
+async fn account_subscriptions(url: &str) -> Vec<String> {
+    let sys = login(url, "sys").await;
+    let a = login(url, "a").await;
+    let _orders = a.queue_subscribe("orders.>", "workers".into()).await.expect("subscribe");
+    semaq_testkit::sync(&a).await;
+    let subsz = ask(&sys, "$SYS.REQ.ACCOUNT.A.SUBSZ", "").await;
+    let listed = subsz["data"]["subscriptions_list"].as_array().cloned().unwrap_or_default();
+    // The client's request inbox (from the sync round trip) is async-nats', not the server's.
+    let mut seen: Vec<String> = listed
+        .iter()
+        .filter(|sub| !sub["subject"].as_str().unwrap_or_default().starts_with("_INBOX."))
+        .map(|sub| format!("{} {} queue={}", sub["account"], sub["subject"], sub["qgroup"]))
+        .collect();
+    seen.sort();
+    seen.push(format!("total is the list: {}", subsz["data"]["total"] == json!(listed.len())));
+    seen
+}
+
+#[tokio::test]
+async fn an_accounts_subscriptions_are_listed_with_the_system_imports() {
+    let (nats, _dir, semaq) = servers();
+    let expected = [
+        "\"A\" \"$SYS.REQ.ACCOUNT.PING.CONNZ\" queue=null",
+        "\"A\" \"$SYS.REQ.ACCOUNT.PING.STATZ\" queue=null",
+        "\"A\" \"$SYS.REQ.SERVER.PING.CONNZ\" queue=null",
+        "\"A\" \"orders.>\" queue=\"workers\"",
+        "total is the list: true",
+    ];
+    assert_eq!(account_subscriptions(&nats.url()).await, expected, "nats-server");
+    assert_eq!(account_subscriptions(&semaq.url()).await, expected, "SemaQ");
+}
