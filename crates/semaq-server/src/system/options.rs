@@ -126,3 +126,30 @@ pub fn jsz(options: &Value) -> JszOptions {
     }
     JszOptions::from_query(&params).unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_body_is_empty_or_a_json_object_and_anything_else_gets_gos_words() {
+        assert_eq!(read(b""), Ok(json!({})));
+        assert_eq!(read(br#"{"limit": 2}"#), Ok(json!({ "limit": 2 })));
+        assert_eq!(read(b"hello"), Err("invalid character 'h' looking for beginning of value".to_string()));
+        assert_eq!(read(b"  "), Err("unexpected end of JSON input".to_string()));
+        assert!(read(b"5").is_err_and(|error| error.contains("cannot unmarshal number")));
+        assert!(read(b"{nope").is_err());
+    }
+
+    #[test]
+    fn connz_options_map_nats_servers_numbers_and_the_forced_account() {
+        let query = connz(&json!({ "state": 1, "offset": 2, "limit": 0, "acc": "B" }), Some("A"));
+        assert_eq!(query.state.as_deref(), Some("closed"));
+        assert_eq!((query.offset, query.limit), (Some(2), None), "a limit of 0 is the default");
+        assert_eq!(query.acc.as_deref(), Some("A"), "an account request is about that account alone");
+        assert_eq!(connz(&json!({ "state": 2 }), None).state.as_deref(), Some("all"));
+        assert_eq!(connz(&json!({ "acc": "B" }), None).acc.as_deref(), Some("B"));
+    }
+}

@@ -72,6 +72,7 @@ async fn bodies_and_pings(url: &str) -> Vec<String> {
     let statz = ask(&sys, "$SYS.REQ.ACCOUNT.PING.STATZ", r#"{"accounts":["A","B"]}"#).await;
     let unused = ask(&sys, "$SYS.REQ.ACCOUNT.PING.STATZ", r#"{"accounts":["B"],"include_unused":true}"#).await;
     let accountz = ask(&sys, "$SYS.REQ.SERVER.PING.ACCOUNTZ", r#"{"account":"A"}"#).await;
+    let nope = ask(&sys, "$SYS.REQ.ACCOUNT.NOPE.INFO", "").await;
     let listed = |body: &Value| -> Vec<String> {
         let stats = body["data"]["account_statz"].as_array().cloned().unwrap_or_default();
         stats.iter().map(|stat| format!("{}:{}", stat["acc"].as_str().unwrap_or("?"), stat["conns"])).collect()
@@ -89,6 +90,7 @@ async fn bodies_and_pings(url: &str) -> Vec<String> {
             "accountz: {} system={}",
             accountz["data"]["account_detail"]["account_name"], accountz["data"]["system_account"]
         ),
+        format!("unknown account: {} {}", nope["error"]["code"], nope["error"]["description"]),
     ]
 }
 
@@ -101,6 +103,7 @@ async fn request_bodies_are_read_as_nats_server_reads_them() {
         "ping statz: [\"A:1\"]",
         "ping statz include_unused: [\"B:0\"]",
         "accountz: \"A\" system=\"$SYS\"",
+        "unknown account: 500 \"Account NOPE does not exist\"",
     ];
     assert_eq!(bodies_and_pings(&nats.url()).await, expected, "nats-server");
     assert_eq!(bodies_and_pings(&semaq.url()).await, expected, "SemaQ");
