@@ -32,21 +32,23 @@ pub fn connections_event(mut stat: Value, server: Value) -> Value {
 }
 
 /// nats-server's `AccountStat` of `account` (which exists): its connections here, its
-/// subscriptions, and what its open connections sent and received; `None` for an account
-/// without connections unless `unused`.
+/// subscriptions, what its connections (closed ones too) sent and received, its slow
+/// consumers; `None` for an account without connections unless `unused`.
 pub fn stat(bus: &Bus, account: &str, unused: bool) -> Option<Value> {
     let clients: Vec<Arc<Client>> =
         bus.clients.open().into_iter().filter(|client| account_of(client) == account).collect();
     if clients.is_empty() && !unused {
         return None;
     }
-    let (mut received, mut sent) = ((0u64, 0u64), (0u64, 0u64));
+    let closed = bus.closed_totals(account);
+    let (mut received, mut sent) = closed.map_or(((0, 0), (0, 0)), |c| (c.received.snapshot(), c.sent.snapshot()));
     for client in &clients {
         let (in_msgs, in_bytes) = client.inbound.snapshot();
         let (out_msgs, out_bytes) = client.outbound.traffic.snapshot();
         received = (received.0 + in_msgs, received.1 + in_bytes);
         sent = (sent.0 + out_msgs, sent.1 + out_bytes);
     }
+    let slow_consumers = closed.map_or(0, |c| c.slow_consumers.load(Ordering::Relaxed));
     let subscriptions = bus.account_router(account).map_or(0, |router| router.count());
     Some(json!({
         "acc": account,
@@ -57,7 +59,7 @@ pub fn stat(bus: &Bus, account: &str, unused: bool) -> Option<Value> {
         "num_subscriptions": subscriptions,
         "sent": { "msgs": sent.0, "bytes": sent.1 },
         "received": { "msgs": received.0, "bytes": received.1 },
-        "slow_consumers": 0,
+        "slow_consumers": slow_consumers,
     }))
 }
 

@@ -223,3 +223,32 @@ async fn an_accounts_subscriptions_are_listed_with_the_system_imports() {
     assert_eq!(account_subscriptions(&nats.url()).await, expected, "nats-server");
     assert_eq!(account_subscriptions(&semaq.url()).await, expected, "SemaQ");
 }
+
+/// A's traffic as the account's statz counts it once the client that made it has closed.
+async fn traffic_after_close(url: &str) -> Vec<String> {
+    let sys = login(url, "sys").await;
+    let mut gone = sys.subscribe("$SYS.ACCOUNT.A.DISCONNECT").await.expect("subscribe");
+    semaq_testkit::sync(&sys).await;
+    let a = login(url, "a").await;
+    for _ in 0..3 {
+        a.publish("nobody.listens", "xy".into()).await.expect("publish");
+    }
+    a.flush().await.expect("flush");
+    drop(a);
+    tokio::time::timeout(WAIT, gone.next()).await.expect("the disconnect event").expect("open");
+    let statz = ask(&sys, "$SYS.REQ.ACCOUNT.PING.STATZ", r#"{"accounts":["A"],"include_unused":true}"#).await;
+    let stat = &statz["data"]["account_statz"][0];
+    vec![
+        format!("conns: {}", stat["conns"]),
+        format!("received: {} msgs {} bytes", stat["received"]["msgs"], stat["received"]["bytes"]),
+        format!("slow consumers: {}", stat["slow_consumers"]),
+    ]
+}
+
+#[tokio::test]
+async fn an_accounts_statz_counts_the_traffic_of_its_closed_connections() {
+    let (nats, _dir, semaq) = servers();
+    let expected = ["conns: 0", "received: 3 msgs 6 bytes", "slow consumers: 0"];
+    assert_eq!(traffic_after_close(&nats.url()).await, expected, "nats-server");
+    assert_eq!(traffic_after_close(&semaq.url()).await, expected, "SemaQ");
+}
