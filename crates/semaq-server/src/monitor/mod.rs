@@ -163,6 +163,9 @@ pub(crate) async fn varz(State(monitor): State<Arc<Monitor>>) -> Json<Value> {
     varz["semaq_lossy_shed"] = json!(stats.shed.total.snapshot().0);
     varz["websocket"] = websocket_varz(options, monitor.websocket_addr);
     varz["jetstream"] = jetstream_varz(&monitor);
+    if let Some(system) = monitor.options.system_account() {
+        varz["system_account"] = json!(system);
+    }
     Json(varz)
 }
 

@@ -55,7 +55,7 @@ fn accountz(body: &Value) -> (Value, BTreeSet<String>) {
 }
 
 #[test]
-fn accountz_names_the_system_account_as_nats_server_does() {
+fn accountz_and_varz_name_the_system_account_as_nats_server_does() {
     let cases = [
         ("accounts { A { users [ {user: a, password: a} ] } }\n", json!("$SYS"), vec!["$G", "$SYS", "A"]),
         (SYS_CONFIG, json!("$SYS"), vec!["$G", "$SYS", "A", "B"]),
@@ -68,6 +68,8 @@ fn accountz_names_the_system_account_as_nats_server_does() {
         assert_eq!(accountz(&http_get_json(http, "/accountz")), expected, "nats-server with {config}");
         let semaq = SemaqServer::with_config(&format!("{config}jetstream: false\n"), &[]);
         assert_eq!(accountz(&semaq.http_json("/accountz")), expected, "SemaQ with {config}");
+        let varz = |body: Value| body["system_account"].clone();
+        assert_eq!(varz(semaq.http_json("/varz")), varz(http_get_json(http, "/varz")), "/varz with {config}");
         if let Value::String(system) = &expected.0 {
             let detail = semaq.http_json(&format!("/accountz?acc={system}"));
             let reference = http_get_json(http, &format!("/accountz?acc={system}"));
