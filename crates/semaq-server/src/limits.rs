@@ -427,6 +427,9 @@ pub const SYSTEM_REQUESTS_QUEUED_MAX: usize = 256;
 /// Wait before the first `$SYS.SERVER.<id>.STATSZ` heartbeat; each next wait doubles up to
 /// [`STATSZ_HEARTBEAT_INTERVAL`] (nats-server's schedule).
 pub const STATSZ_HEARTBEAT_FIRST: Duration = Duration::from_millis(250);
+/// Interval of the `SERVER.CONNS` heartbeat of each account with connections (nats-server's
+/// `eventsHBInterval`).
+pub const ACCOUNT_CONNS_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(30);
 /// Longest wait between two `$SYS.SERVER.<id>.STATSZ` heartbeats (nats-server's `statsHBInterval`).
 pub const STATSZ_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(10);
 /// Steps of one cron pattern's search for its next time (cron.go's walk, field by field): five

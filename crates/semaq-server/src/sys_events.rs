@@ -1,8 +1,9 @@
 //! The system account's client events: `$SYS.ACCOUNT.<account>.CONNECT` and `.DISCONNECT`,
 //! nats-server's client connect and disconnect advisories, and, for an account other than
 //! `$G`, its connection count `$SYS.ACCOUNT.<account>.SERVER.CONNS` (and the older
-//! `$SYS.SERVER.ACCOUNT.<account>.CONNS`); published by each connection through the context
-//! every connection shares, when the server has a system account.
+//! `$SYS.SERVER.ACCOUNT.<account>.CONNS`, also as a heartbeat while it has connections);
+//! published by each connection through the context every connection shares, when the server
+//! has a system account.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -124,11 +125,28 @@ impl Events {
         self.connections_changed(client);
     }
 
+    /// The periodic `SERVER.CONNS` of every account (but `$G`) that has connections, which
+    /// nats-server sends so that counts lost on the way heal.
+    pub fn connections_heartbeat(&self) {
+        let accounts: Vec<&str> =
+            self.bus.account_routers().map(|(name, _)| name).filter(|name| *name != GLOBAL_ACCOUNT).collect();
+        for account in accounts {
+            if let Some(stat) = stat(&self.bus, account, false) {
+                self.send_connections(account, stat);
+            }
+        }
+    }
+
     /// nats-server's `AccountNumConns` on both its subjects, when the account of `client`
     /// (not `$G`, as nats-server leaves it out) gained or lost a connection.
     fn connections_changed(&self, client: &Client) {
         let Some(account) = client.details().and_then(|details| details.account.as_deref()) else { return };
-        let Some(stat) = stat(&self.bus, account, true) else { return };
+        if let Some(stat) = stat(&self.bus, account, true) {
+            self.send_connections(account, stat);
+        }
+    }
+
+    fn send_connections(&self, account: &str, stat: Value) {
         let event = connections_event(stat, self.next_server_info()).to_string();
         for subject in [format!("$SYS.ACCOUNT.{account}.SERVER.CONNS"), format!("$SYS.SERVER.ACCOUNT.{account}.CONNS")]
         {

@@ -107,7 +107,18 @@ pub fn start(monitor: &Arc<Monitor>) -> Option<Arc<Events>> {
     let sequence = Arc::new(AtomicU64::new(0));
     tokio::spawn(serve(monitor.clone(), requests, sequence.clone()));
     tokio::spawn(heartbeat(Arc::downgrade(monitor), router.clone(), sequence));
-    Some(Arc::new(Events::new(server(monitor), router, monitor.bus.clone())))
+    let events = Arc::new(Events::new(server(monitor), router, monitor.bus.clone()));
+    tokio::spawn(connections_heartbeat(Arc::downgrade(&events)));
+    Some(events)
+}
+
+/// Every account's `SERVER.CONNS` heartbeat, until the server (which holds the events) is gone.
+async fn connections_heartbeat(events: std::sync::Weak<Events>) {
+    loop {
+        tokio::time::sleep(limits::ACCOUNT_CONNS_HEARTBEAT_INTERVAL).await;
+        let Some(events) = events.upgrade() else { return };
+        events.connections_heartbeat();
+    }
 }
 
 fn subscribe(router: &Router<SubscriberRef>, filter: &str, sink: Arc<Requests>) {

@@ -252,3 +252,30 @@ async fn an_accounts_statz_counts_the_traffic_of_its_closed_connections() {
     assert_eq!(traffic_after_close(&nats.url()).await, expected, "nats-server");
     assert_eq!(traffic_after_close(&semaq.url()).await, expected, "SemaQ");
 }
+
+/// The connection counts of A on the new subject while one client of A stays connected: the
+/// update its connect causes, then the heartbeat that follows it.
+async fn connections_heartbeat(url: String) -> Vec<Value> {
+    let sys = login(&url, "sys").await;
+    let mut counts = sys.subscribe("$SYS.ACCOUNT.A.SERVER.CONNS").await.expect("subscribe");
+    semaq_testkit::sync(&sys).await;
+    let _a = login(&url, "a").await;
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        // nats-server's heartbeat interval is 30 s.
+        let event =
+            tokio::time::timeout(Duration::from_secs(45), counts.next()).await.expect("an event").expect("open");
+        let body: Value = serde_json::from_slice(&event.payload).expect("JSON");
+        seen.push(body["conns"].clone());
+    }
+    seen
+}
+
+#[tokio::test]
+async fn an_account_with_connections_has_a_connection_count_heartbeat() {
+    let (nats, _dir, semaq) = servers();
+    // Side by side at once: each waits for a heartbeat 30 s apart.
+    let (theirs, ours) = tokio::join!(connections_heartbeat(nats.url()), connections_heartbeat(semaq.url()));
+    assert_eq!(theirs, [json!(1), json!(1)], "nats-server");
+    assert_eq!(ours, [json!(1), json!(1)], "SemaQ");
+}
