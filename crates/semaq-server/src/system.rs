@@ -28,6 +28,7 @@ use tokio::sync::mpsc;
 use crate::bus::Bus;
 use crate::delivery::{self, FlushSet, InternalSink, Message, SubscriberRef};
 use crate::limits;
+use crate::monitor::subsz::SubszOptions;
 use crate::monitor::{self, Monitor};
 use crate::router::Router;
 use crate::sys_events::{Events, Server};
@@ -224,7 +225,12 @@ async fn server_endpoint(monitor: &Arc<Monitor>, endpoint: &str, options: &Value
     Some(Outcome::Data(match endpoint {
         "VARZ" => monitor::varz(state()).await.0,
         "CONNZ" => monitor::connz(state(), Query(options::connz(options, None))).await.0,
-        "SUBSZ" => monitor::subsz(state()).await.0,
+        "SUBSZ" => {
+            return Some(match monitor::subsz::subsz_json(monitor, &SubszOptions::from_body(options)) {
+                Ok(data) => Outcome::Data(data),
+                Err(error) => Outcome::Error(500, error),
+            })
+        }
         "HEALTHZ" => monitor::healthz().await.0,
         "JSZ" => monitor::jsz::jsz_json(monitor, &options::jsz(options)),
         "LEAFZ" => account::leafz(monitor),

@@ -5,6 +5,7 @@
 
 pub mod jsz;
 pub mod metrics;
+pub mod subsz;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -68,7 +69,7 @@ pub async fn serve(monitor: Arc<Monitor>, listener: TcpListener) {
     let app = Router::new()
         .route("/varz", get(varz))
         .route("/connz", get(connz))
-        .route("/subsz", get(subsz))
+        .route("/subsz", get(subsz::subsz))
         .route("/healthz", get(healthz))
         .route("/jsz", get(jsz::jsz))
         .route("/accountz", get(jsz::accountz))
@@ -300,14 +301,6 @@ async fn shed(State(monitor): State<Arc<Monitor>>) -> Json<Value> {
     let shed = &monitor.bus.stats.shed;
     let (total_msgs, total_bytes) = shed.total.snapshot();
     Json(json!({ "total_msgs": total_msgs, "total_bytes": total_bytes, "subjects": shed.subjects() }))
-}
-
-/// `/subsz`.
-pub(crate) async fn subsz(State(monitor): State<Arc<Monitor>>) -> Json<Value> {
-    let mut subsz = sublist_stats(&monitor.bus.router_stats());
-    subsz["server_id"] = json!(monitor.identity.server_id);
-    subsz["now"] = json!(clock::rfc3339(SystemTime::now()));
-    Json(subsz)
 }
 
 /// The subject router's figures with nats-server's `SublistStats` names (`/subsz`, `/accountz`).

@@ -10,8 +10,7 @@ use semaq_wire::clock;
 use serde_json::{json, Value};
 
 use super::options::{self, Outcome};
-use crate::delivery::{Sink, Subscription};
-use crate::limits;
+use crate::monitor::subsz::{subsz_json, SubszOptions};
 use crate::monitor::{self, Monitor};
 use crate::sys_events::{connections_event, stat};
 
@@ -22,7 +21,14 @@ pub async fn endpoint(monitor: &Arc<Monitor>, account: &str, endpoint: &str, opt
             let query = options::connz(options, Some(account));
             Outcome::Data(monitor::connz(State(monitor.clone()), Query(query)).await.0)
         }
-        "SUBSZ" => Outcome::Data(subsz(monitor, account, options)),
+        "SUBSZ" => {
+            let mut subsz = SubszOptions::from_body(options);
+            (subsz.subscriptions, subsz.account) = (true, Some(account.to_string()));
+            match subsz_json(monitor, &subsz) {
+                Ok(data) => Outcome::Data(data),
+                Err(error) => Outcome::Error(500, error),
+            }
+        }
         "LEAFZ" => Outcome::Data(leafz(monitor)),
         "JSZ" => jsz(monitor, account, options),
         "INFO" => match monitor::jsz::account_detail_json(monitor, account) {
@@ -86,56 +92,6 @@ fn statz_body(monitor: &Monitor, stats: Vec<Value>) -> Value {
         "now": clock::rfc3339(SystemTime::now()),
         "account_statz": stats,
     })
-}
-
-/// nats-server's `Subsz` of one account with its `subscriptions_list`, paged by the body's
-/// `offset` and `limit`, sorted by connection and sid (server subscriptions, cid 0, first).
-fn subsz(monitor: &Monitor, account: &str, options: &Value) -> Value {
-    let Some(router) = monitor.bus.account_router(account) else {
-        return json!({ "server_id": monitor.identity.server_id, "now": clock::rfc3339(SystemTime::now()) });
-    };
-    let stats = router.stats();
-    let mut listed: Vec<(u64, String, Value)> = router
-        .subscribers(limits::SUBSZ_SCAN_SUBSCRIPTIONS_MAX)
-        .iter()
-        .map(|subscriber| sub_detail(account, &subscriber.0))
-        .collect();
-    listed.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
-    let number = |key: &str| options.get(key).and_then(Value::as_u64).and_then(|n| usize::try_from(n).ok());
-    let offset = number("offset").unwrap_or(0).min(listed.len());
-    let limit = number("limit").filter(|limit| *limit > 0).unwrap_or(limits::SUBSZ_PAGE_ENTRIES_MAX);
-    let limit = limit.min(limits::SUBSZ_PAGE_ENTRIES_MAX);
-    let page: Vec<Value> = listed.into_iter().skip(offset).take(limit).map(|(_, _, detail)| detail).collect();
-    let mut subsz = monitor::sublist_stats(&stats);
-    subsz["server_id"] = json!(monitor.identity.server_id);
-    subsz["now"] = json!(clock::rfc3339(SystemTime::now()));
-    subsz["total"] = json!(stats.num_subscriptions);
-    subsz["offset"] = json!(offset);
-    subsz["limit"] = json!(limit);
-    if !page.is_empty() {
-        subsz["subscriptions_list"] = json!(page);
-    }
-    subsz
-}
-
-/// nats-server's `SubDetail`, with the connection id and sid to sort by.
-fn sub_detail(account: &str, subscription: &Subscription) -> (u64, String, Value) {
-    let cid = match &subscription.sink {
-        Sink::Client(client) => client.id,
-        Sink::Internal(_) => 0,
-    };
-    let sid = subscription.sid.to_string();
-    let mut detail = json!({
-        "account": account,
-        "subject": &*subscription.subject,
-        "sid": sid,
-        "msgs": subscription.delivered(),
-        "cid": cid,
-    });
-    if let Some(queue) = &subscription.queue {
-        detail["qgroup"] = json!(&**queue);
-    }
-    (cid, sid, detail)
 }
 
 /// nats-server's `JszAccount`: the account's JetStream detail, or its errors.

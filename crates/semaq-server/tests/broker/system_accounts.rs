@@ -279,3 +279,45 @@ async fn an_account_with_connections_has_a_connection_count_heartbeat() {
     assert_eq!(theirs, [json!(1), json!(1)], "nats-server");
     assert_eq!(ours, [json!(1), json!(1)], "SemaQ");
 }
+
+/// What the server-wide `SUBSZ` request lists with nats-server's options, after a client of A
+/// subscribed to `orders.>` and a client of B to `orders.new`.
+async fn server_subscriptions(url: &str) -> Vec<String> {
+    let sys = login(url, "sys").await;
+    let (a, b) = (login(url, "a").await, login(url, "b").await);
+    let _a_orders = a.subscribe("orders.>").await.expect("subscribe");
+    let _b_orders = b.subscribe("orders.new").await.expect("subscribe");
+    semaq_testkit::sync(&a).await;
+    semaq_testkit::sync(&b).await;
+    let listed = |body: &Value| -> Vec<String> {
+        let subs = body["data"]["subscriptions_list"].as_array().cloned().unwrap_or_default();
+        let mut subs: Vec<String> =
+            subs.iter().map(|sub| format!("{}:{}", sub["account"].as_str().unwrap_or("?"), sub["subject"])).collect();
+        subs.sort();
+        subs
+    };
+    let every = ask(&sys, "$SYS.REQ.SERVER.PING.SUBSZ", r#"{"subscriptions":true,"test":"orders.new"}"#).await;
+    let in_a =
+        ask(&sys, "$SYS.REQ.SERVER.PING.SUBSZ", r#"{"subscriptions":true,"test":"orders.new","account":"A"}"#).await;
+    let figures = ask(&sys, "$SYS.REQ.SERVER.PING.SUBSZ", "").await;
+    let bad = ask(&sys, "$SYS.REQ.SERVER.PING.SUBSZ", r#"{"subscriptions":true,"test":"orders.*"}"#).await;
+    vec![
+        format!("every account: {:?} total={}", listed(&every), every["data"]["total"]),
+        format!("account A: {:?}", listed(&in_a)),
+        format!("figures only: list={} total={}", figures["data"]["subscriptions_list"], figures["data"]["total"]),
+        format!("wildcard test: {} {}", bad["error"]["code"], bad["error"]["description"]),
+    ]
+}
+
+#[tokio::test]
+async fn the_server_subsz_request_lists_subscriptions_a_test_subject_reaches() {
+    let (nats, _dir, semaq) = servers();
+    let expected = [
+        "every account: [\"A:\\\"orders.>\\\"\", \"B:\\\"orders.new\\\"\"] total=2",
+        "account A: [\"A:\\\"orders.>\\\"\"]",
+        "figures only: list=null total=0",
+        "wildcard test: 500 \"invalid test subject, must be valid publish subject: orders.*\"",
+    ];
+    assert_eq!(server_subscriptions(&nats.url()).await, expected, "nats-server");
+    assert_eq!(server_subscriptions(&semaq.url()).await, expected, "SemaQ");
+}
