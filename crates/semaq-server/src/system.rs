@@ -11,8 +11,8 @@
 //! All of it lives in the system account ([`crate::options::Options::system_account`]): the
 //! one `system_account` names, an account named `$SYS` or the implicit `$SYS`, as in nats-server.
 //! Every other account imports `$SYS.REQ.ACCOUNT.PING.CONNZ|STATZ` and
-//! `$SYS.REQ.SERVER.PING.CONNZ`, answered for that account alone, as nats-server's system
-//! imports do. Connection events are [`crate::sys_events`].
+//! `$SYS.REQ.SERVER.PING.CONNZ`, answered for that account alone, and every account
+//! `$SYS.REQ.USER.INFO`, answered with who asked, as nats-server's system imports do. Connection events are [`crate::sys_events`].
 
 pub mod account;
 mod options;
@@ -39,14 +39,19 @@ use options::{Filter, Outcome};
 const SYSTEM_IMPORTS: [&str; 3] =
     ["$SYS.REQ.ACCOUNT.PING.CONNZ", "$SYS.REQ.SERVER.PING.CONNZ", "$SYS.REQ.ACCOUNT.PING.STATZ"];
 
-/// A `$SYS` request: its subject as the system account sees it, where the answer goes, and the
-/// account the reply subject lives in.
+/// Where a client asks who it is; every account, the system account too, imports it, answered
+/// as `$SYS.REQ.USER.<account>.INFO`.
+const USER_INFO: &str = "$SYS.REQ.USER.INFO";
+
+/// A `$SYS` request: its subject as the system account sees it, where the answer goes, the
+/// account the reply subject lives in, and the connection that asked.
 #[derive(Debug)]
 struct Request {
     subject: String,
     reply: String,
     payload: bytes::Bytes,
     answer_in: Arc<Router<SubscriberRef>>,
+    publisher: Option<u64>,
 }
 
 /// Queues the `$SYS` requests heard in one account (bounded: past the bound, no answer); an
@@ -62,6 +67,7 @@ impl InternalSink for Requests {
     fn receive(&self, message: &Message<'_>) -> bool {
         let Some(reply) = message.reply else { return true };
         let subject = match &self.imported_by {
+            Some(account) if message.subject == USER_INFO => format!("$SYS.REQ.USER.{account}.INFO"),
             Some(account) => {
                 let endpoint = message.subject.rsplit('.').next().unwrap_or_default();
                 format!("$SYS.REQ.ACCOUNT.{account}.{endpoint}")
@@ -73,6 +79,7 @@ impl InternalSink for Requests {
             reply: reply.to_string(),
             payload: bytes::Bytes::copy_from_slice(message.payload),
             answer_in: self.router.clone(),
+            publisher: message.publisher,
         };
         self.queue.try_send(request).is_ok()
     }
@@ -98,11 +105,14 @@ pub fn start(monitor: &Arc<Monitor>) -> Option<Arc<Events>> {
     for filter in filters {
         subscribe(&router, &filter, own.clone());
     }
-    for (name, other) in monitor.bus.account_routers().filter(|(name, _)| *name != account) {
+    for (name, other) in monitor.bus.account_routers() {
         let imports =
             Arc::new(Requests { queue: queue.clone(), router: other.clone(), imported_by: Some(name.into()) });
-        for filter in SYSTEM_IMPORTS {
-            subscribe(other, filter, imports.clone());
+        subscribe(other, USER_INFO, imports.clone());
+        if name != account {
+            for filter in SYSTEM_IMPORTS {
+                subscribe(other, filter, imports.clone());
+            }
         }
     }
     let sequence = Arc::new(AtomicU64::new(0));
@@ -170,6 +180,10 @@ async fn answer(monitor: &Arc<Monitor>, request: &Request, server: impl Fn() -> 
         ["$SYS", "REQ", "SERVER", "PING"] => (Scope::Server, "STATSZ"),
         ["$SYS", "REQ", "SERVER", _, endpoint] => (Scope::Server, *endpoint),
         ["$SYS", "REQ", "ACCOUNT", "PING", "STATZ"] => (Scope::AllAccounts, "STATZ"),
+        ["$SYS", "REQ", "USER", _, "INFO"] => {
+            let data = account::user_info(monitor, request.publisher?)?;
+            return Some(envelope(server(), Outcome::Data(data)));
+        }
         ["$SYS", "REQ", "ACCOUNT", account, endpoint] => (Scope::Account(account), *endpoint),
         _ => return None,
     };

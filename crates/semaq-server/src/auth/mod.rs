@@ -212,6 +212,16 @@ impl ClientPermissions {
         Self { publish: permissions.publish.clone(), subscribe: permissions.subscribe.clone() }
     }
 
+    /// The publish rules, when publishing is restricted.
+    pub fn publish(&self) -> Option<&SubjectPermission> {
+        self.publish.as_ref()
+    }
+
+    /// The subscribe rules, when subscribing is restricted.
+    pub fn subscribe(&self) -> Option<&SubjectPermission> {
+        self.subscribe.as_ref()
+    }
+
     /// Whether a message may be published to the literal `subject`.
     pub fn may_publish(&self, subject: &str) -> bool {
         let Some(rules) = &self.publish else { return true };

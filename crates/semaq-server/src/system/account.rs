@@ -1,6 +1,6 @@
 //! The account-scoped `$SYS` requests, `$SYS.REQ.ACCOUNT.<account>.<ENDPOINT>`, as nats-server
-//! answers them: `SUBSZ`, `CONNZ`, `JSZ`, `INFO`, `STATZ`, `LEAFZ` and `CONNS`; and the
-//! account statistics of `STATZ` and `CONNS` ([`crate::sys_events::stat`]).
+//! answers them: `SUBSZ`, `CONNZ`, `JSZ`, `INFO`, `STATZ`, `LEAFZ` and `CONNS`; `USER.INFO`;
+//! and the account statistics of `STATZ` and `CONNS` ([`crate::sys_events::stat`]).
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use super::options::{self, Outcome};
 use crate::monitor::subsz::{subsz_json, SubszOptions};
 use crate::monitor::{self, Monitor};
+use crate::options::{SubjectPermission, GLOBAL_ACCOUNT};
 use crate::sys_events::{connections_event, stat};
 
 /// The answer to `$SYS.REQ.ACCOUNT.<account>.<endpoint>`, or `None` where nats-server gives none.
@@ -70,6 +71,38 @@ pub fn conns(monitor: &Monitor, account: &str, server: Value) -> Option<Value> {
     monitor.bus.account_router(account)?;
     let stat = stat(&monitor.bus, account, false)?;
     Some(connections_event(stat, server))
+}
+
+/// nats-server's `UserInfo` of the open connection `client_id`: its user, account and
+/// permissions; `None` once it has closed.
+pub fn user_info(monitor: &Monitor, client_id: u64) -> Option<Value> {
+    let client = monitor.bus.clients.get(client_id)?;
+    let details = client.details()?;
+    let account = details.account.as_deref().unwrap_or(GLOBAL_ACCOUNT);
+    let mut info = json!({
+        "user": details.user.as_deref().unwrap_or_default(),
+        "account": account,
+        "account_name": account,
+    });
+    if let Some(permissions) = &details.permissions {
+        info["permissions"] =
+            json!({ "publish": rules(permissions.publish()), "subscribe": rules(permissions.subscribe()) });
+    }
+    Some(info)
+}
+
+/// nats-server's `SubjectPermission`, its empty lists left out.
+fn rules(rules: Option<&SubjectPermission>) -> Value {
+    let mut json = json!({});
+    if let Some(rules) = rules {
+        if !rules.allow.is_empty() {
+            json["allow"] = json!(rules.allow);
+        }
+        if !rules.deny.is_empty() {
+            json["deny"] = json!(rules.deny);
+        }
+    }
+    json
 }
 
 /// nats-server's `Leafz`: SemaQ has no leaf nodes.

@@ -199,10 +199,12 @@ async fn account_subscriptions(url: &str) -> Vec<String> {
     semaq_testkit::sync(&a).await;
     let subsz = ask(&sys, "$SYS.REQ.ACCOUNT.A.SUBSZ", "").await;
     let listed = subsz["data"]["subscriptions_list"].as_array().cloned().unwrap_or_default();
-    // The client's request inbox (from the sync round trip) is async-nats', not the server's.
+    // The client's request inbox (from the sync round trip) is async-nats', not the server's;
+    // the `$SYS.REQ.USER.INFO` import came after nats-server 2.9 (it is in its source now).
     let mut seen: Vec<String> = listed
         .iter()
         .filter(|sub| !sub["subject"].as_str().unwrap_or_default().starts_with("_INBOX."))
+        .filter(|sub| sub["subject"] != json!("$SYS.REQ.USER.INFO"))
         .map(|sub| format!("{} {} queue={}", sub["account"], sub["subject"], sub["qgroup"]))
         .collect();
     seen.sort();
@@ -320,4 +322,23 @@ async fn the_server_subsz_request_lists_subscriptions_a_test_subject_reaches() {
     ];
     assert_eq!(server_subscriptions(&nats.url()).await, expected, "nats-server");
     assert_eq!(server_subscriptions(&semaq.url()).await, expected, "SemaQ");
+}
+
+#[tokio::test]
+async fn every_user_asks_who_it_is_through_the_user_info_import() {
+    let config = "accounts {\n  $SYS { users [ {user: sys, password: sys} ] }\n  A { users [ {user: a, password: a, \
+        permissions: { publish: { allow: [\"orders.>\", \"$SYS.REQ.USER.INFO\"] }, subscribe: { deny: [\"secret.>\"] } } } ] }\n}\n";
+    let semaq = SemaqServer::with_config(config, &[]);
+    let a = login(&semaq.url(), "a").await;
+    let sys = login(&semaq.url(), "sys").await;
+    // As nats-server's source answers it (nats-server 2.9 has no such import to compare with).
+    let expected_a = json!({
+        "user": "a",
+        "account": "A",
+        "account_name": "A",
+        "permissions": { "publish": { "allow": ["orders.>", "$SYS.REQ.USER.INFO"] }, "subscribe": { "deny": ["secret.>"] } },
+    });
+    assert_eq!(ask(&a, "$SYS.REQ.USER.INFO", "").await["data"], expected_a);
+    let expected_sys = json!({ "user": "sys", "account": "$SYS", "account_name": "$SYS" });
+    assert_eq!(ask(&sys, "$SYS.REQ.USER.INFO", "").await["data"], expected_sys);
 }
