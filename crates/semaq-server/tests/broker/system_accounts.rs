@@ -342,3 +342,25 @@ async fn every_user_asks_who_it_is_through_the_user_info_import() {
     let expected_sys = json!({ "user": "sys", "account": "$SYS", "account_name": "$SYS" });
     assert_eq!(ask(&sys, "$SYS.REQ.USER.INFO", "").await["data"], expected_sys);
 }
+
+/// JetStream as the system user asks it of an account with JetStream and of one without.
+async fn account_jetstream(url: &str) -> Vec<String> {
+    let sys = login(url, "sys").await;
+    let with = ask(&sys, "$SYS.REQ.ACCOUNT.A.JSZ", "").await;
+    let without = ask(&sys, "$SYS.REQ.ACCOUNT.B.JSZ", "").await;
+    vec![
+        format!("A: {} {} memory={}", with["data"]["name"], with["data"]["id"], with["data"]["memory"]),
+        format!("B: {} {}", without["error"]["code"], without["error"]["description"]),
+    ]
+}
+
+#[tokio::test]
+async fn an_accounts_jsz_is_its_jetstream_detail_or_nats_servers_error() {
+    let config = "accounts {\n  $SYS { users [ {user: sys, password: sys} ] }\n  \
+        A { jetstream: enabled, users [ {user: a, password: a} ] }\n  B { users [ {user: b, password: b} ] }\n}\n";
+    let (nats, _http, _dir) = crate::system_config::nats_with(config, true);
+    let semaq = SemaqServer::with_config(config, &[]);
+    let expected = ["A: \"A\" \"A\" memory=0", "B: 500 \"account \\\"B\\\" not jetstream enabled\""];
+    assert_eq!(account_jetstream(&nats.url()).await, expected, "nats-server");
+    assert_eq!(account_jetstream(&semaq.url()).await, expected, "SemaQ");
+}
