@@ -1,11 +1,11 @@
-//! The system account's `$SYS` services, which `nats server ping`, `nats server info`,
-//! `nats account info` and friends ask: `$SYS.REQ.SERVER.PING` (statsz),
+//! The system account's `$SYS` services, which `nats server ping`, `nats server info`, `nats
+//! account info` and friends ask: `$SYS.REQ.SERVER.PING` (statsz),
 //! `$SYS.REQ.SERVER.PING.<ENDPOINT>` and `$SYS.REQ.SERVER.<server id>.<ENDPOINT>` for `VARZ`,
-//! `CONNZ`, `SUBSZ`, `JSZ`, `HEALTHZ`, `ACCOUNTZ`, `LEAFZ`, `STATSZ` and `IDZ`; and the
-//! account-scoped `$SYS.REQ.ACCOUNT.<account>.<ENDPOINT>` ([`account`]). Answers carry
-//! nats-server's `ServerAPIResponse` envelope `{server, data}` (or `{server, error}`), a request
-//! body is read as nats-server's endpoint options with its event filter (a server it does not
-//! name stays silent); `STATSZ` has its `{server, statsz}`, `IDZ` the server's info alone. The
+//! `CONNZ`, `SUBSZ`, `JSZ`, `HEALTHZ`, `ACCOUNTZ`, `LEAFZ`, `ROUTEZ`, `GATEWAYZ`, `STATSZ` and
+//! `IDZ`; and the account-scoped `$SYS.REQ.ACCOUNT.<account>.<ENDPOINT>` ([`account`]). Answers
+//! carry nats-server's `ServerAPIResponse` envelope `{server, data}` (or `{server, error}`), a
+//! request body is read as nats-server's endpoint options with its event filter (a server it does
+//! not name stays silent); `STATSZ` has its `{server, statsz}`, `IDZ` the server's info alone. The
 //! same statsz goes out as the `$SYS.SERVER.<id>.STATSZ` heartbeat, on nats-server's schedule.
 //!
 //! All of it lives in the system account ([`crate::options::Options::system_account`]): the
@@ -248,6 +248,8 @@ async fn server_endpoint(monitor: &Arc<Monitor>, endpoint: &str, options: &Value
         "HEALTHZ" => monitor::healthz().await.0,
         "JSZ" => monitor::jsz::jsz_json(monitor, &options::jsz(options)),
         "LEAFZ" => account::leafz(monitor),
+        "ROUTEZ" => account::routez(monitor),
+        "GATEWAYZ" => account::gatewayz(monitor),
         "ACCOUNTZ" => {
             let name = options.get("account").and_then(Value::as_str).filter(|name| !name.is_empty());
             return Some(match monitor::jsz::accountz_json(monitor, name) {

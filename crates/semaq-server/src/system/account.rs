@@ -105,6 +105,27 @@ fn rules(rules: Option<&SubjectPermission>) -> Value {
     json
 }
 
+/// nats-server's `Routez` of a server without a cluster.
+pub fn routez(monitor: &Monitor) -> Value {
+    json!({
+        "server_id": monitor.identity.server_id,
+        "server_name": monitor.identity.server_name,
+        "now": clock::rfc3339(SystemTime::now()),
+        "num_routes": 0,
+        "routes": [],
+    })
+}
+
+/// nats-server's `Gatewayz` of a server without gateways.
+pub fn gatewayz(monitor: &Monitor) -> Value {
+    json!({
+        "server_id": monitor.identity.server_id,
+        "now": clock::rfc3339(SystemTime::now()),
+        "outbound_gateways": {},
+        "inbound_gateways": {},
+    })
+}
+
 /// nats-server's `Leafz`: SemaQ has no leaf nodes.
 pub fn leafz(monitor: &Monitor) -> Value {
     json!({

@@ -139,11 +139,15 @@ async fn server_services(url: &str) -> Vec<String> {
     let healthz = ask(&sys, &format!("$SYS.REQ.SERVER.{id}.HEALTHZ"), "").await;
     let statsz = ask(&sys, "$SYS.REQ.SERVER.PING", "").await;
     let connz = ask(&sys, "$SYS.REQ.SERVER.PING.CONNZ", "").await;
+    let routez = ask(&sys, "$SYS.REQ.SERVER.PING.ROUTEZ", "").await;
+    let gatewayz = ask(&sys, &format!("$SYS.REQ.SERVER.{id}.GATEWAYZ"), "").await;
     vec![
         format!("varz of the server that answers: {}", varz["data"]["server_id"] == json!(id)),
         format!("healthz: {}", healthz["data"]["status"]),
         format!("statsz connections: {}", statsz["statsz"]["connections"]),
         format!("connz connections: {}", connz["data"]["num_connections"]),
+        format!("routez: {} {}", routez["data"]["num_routes"], routez["data"]["routes"]),
+        format!("gatewayz: {} {}", gatewayz["data"]["outbound_gateways"], gatewayz["data"]["inbound_gateways"]),
     ]
 }
 
@@ -151,8 +155,14 @@ async fn server_services(url: &str) -> Vec<String> {
 async fn the_config_system_account_answers_server_requests() {
     let (nats, _http, _dir) = nats_with(SYS_CONFIG, false);
     let semaq = SemaqServer::with_config(SYS_CONFIG, &[]);
-    let expected =
-        ["varz of the server that answers: true", "healthz: \"ok\"", "statsz connections: 1", "connz connections: 1"];
+    let expected = [
+        "varz of the server that answers: true",
+        "healthz: \"ok\"",
+        "statsz connections: 1",
+        "connz connections: 1",
+        "routez: 0 []",
+        "gatewayz: {} {}",
+    ];
     assert_eq!(server_services(&nats.url()).await, expected, "nats-server");
     assert_eq!(server_services(&semaq.url()).await, expected, "SemaQ");
 }
