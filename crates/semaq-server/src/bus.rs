@@ -11,7 +11,7 @@ use crate::limits;
 use crate::options::GLOBAL_ACCOUNT;
 use crate::outbound::CloseReason;
 use crate::router::{Router, RouterError, RouterStats};
-use crate::stats::{bump, ServerStats};
+use crate::stats::{bump, AccountTotals, ServerStats};
 
 /// Subject routing, the connection table and the server's counters.
 ///
@@ -31,6 +31,8 @@ pub struct Bus {
     home: Arc<str>,
     /// Every account's router by name, the home account's and `$G`'s included; fixed at start.
     accounts: Arc<HashMap<Arc<str>, Arc<Router<SubscriberRef>>>>,
+    /// Every account's closed connections' totals, by name; the same accounts as `accounts`.
+    closed_totals: Arc<HashMap<Arc<str>, AccountTotals>>,
 }
 
 impl Default for Bus {
@@ -50,7 +52,8 @@ impl Bus {
         }
         let router = accounts.get(home).cloned().unwrap_or_else(new_router);
         let (clients, stats) = (Arc::default(), Arc::default());
-        Self { router, clients, stats, home: Arc::from(home), accounts: Arc::new(accounts) }
+        let closed_totals = Arc::new(accounts.keys().map(|name| (name.clone(), AccountTotals::default())).collect());
+        Self { router, clients, stats, home: Arc::from(home), accounts: Arc::new(accounts), closed_totals }
     }
 
     /// This bus as seen from `account`: the same connections, counters and accounts, with
@@ -65,6 +68,7 @@ impl Bus {
             stats: self.stats.clone(),
             home: name.clone(),
             accounts: self.accounts.clone(),
+            closed_totals: self.closed_totals.clone(),
         })
     }
 
@@ -77,6 +81,12 @@ impl Bus {
     /// The router of `account`, or `None` for an account the server does not know.
     pub fn account_router(&self, account: &str) -> Option<&Arc<Router<SubscriberRef>>> {
         self.accounts.get(account)
+    }
+
+    /// What the closed connections of `account` received and sent, for nats-server's account
+    /// statistics; `None` for an account the server does not know.
+    pub fn closed_totals(&self, account: &str) -> Option<&AccountTotals> {
+        self.closed_totals.get(account)
     }
 
     /// The accounts' names and routers, in no particular order.
@@ -162,8 +172,17 @@ impl Bus {
         self.clients.close(client, reason);
         self.stats.inbound.record_many(in_msgs, in_bytes);
         self.stats.outbound.record_many(out_msgs, out_bytes);
-        if matches!(reason, CloseReason::SlowConsumer | CloseReason::WriteTimeout) {
+        let slow = matches!(reason, CloseReason::SlowConsumer | CloseReason::WriteTimeout);
+        if slow {
             bump(&self.stats.slow_consumers);
+        }
+        let account = client.details().and_then(|details| details.account.as_deref()).unwrap_or(GLOBAL_ACCOUNT);
+        if let Some(totals) = self.closed_totals.get(account) {
+            totals.received.record_many(in_msgs, in_bytes);
+            totals.sent.record_many(out_msgs, out_bytes);
+            if slow {
+                bump(&totals.slow_consumers);
+            }
         }
     }
 

@@ -52,7 +52,7 @@ pub struct Context {
     pub agents: Arc<Agents>,
     /// Token load, counted from the headers of every publish that names token counts.
     pub tokens: Arc<Tokens>,
-    /// The system account's connect and disconnect events, in operator mode with one.
+    /// The system account's connect and disconnect events, when there is a system account.
     pub events: Option<Arc<crate::sys_events::Events>>,
 }
 

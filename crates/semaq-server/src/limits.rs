@@ -64,6 +64,10 @@ pub const WRITE_BATCH_BYTES_MAX: usize = 1024 * 1024;
 pub const ROUTER_CACHE_ENTRIES_MAX: usize = 4096;
 /// Closed connections remembered for `/connz?state=closed`.
 pub const CLOSED_CLIENTS_MAX: usize = 1000;
+/// Subscriptions one account's `SUBSZ` answer says it lists (nats-server's default page).
+pub const SUBSZ_PAGE_ENTRIES_MAX: usize = 1024;
+/// Subscriptions of one account read to list a `SUBSZ` page, sorted by connection and sid.
+pub const SUBSZ_SCAN_SUBSCRIPTIONS_MAX: usize = 100_000;
 /// Connections listed by one `/connz` page.
 pub const CONNZ_PAGE_ENTRIES_MAX: usize = 1024;
 /// Time allowed to deliver the `-ERR 'Slow Consumer'` line to a client that is not reading.
@@ -420,6 +424,14 @@ pub const SERVICE_RESPONSE_TIMEOUT: std::time::Duration = std::time::Duration::f
 /// `$SYS` server requests (`nats server ping`, ...) queued for the task that answers them;
 /// past it further requests get no answer.
 pub const SYSTEM_REQUESTS_QUEUED_MAX: usize = 256;
+/// Wait before the first `$SYS.SERVER.<id>.STATSZ` heartbeat; each next wait doubles up to
+/// [`STATSZ_HEARTBEAT_INTERVAL`] (nats-server's schedule).
+pub const STATSZ_HEARTBEAT_FIRST: Duration = Duration::from_millis(250);
+/// Interval of the `SERVER.CONNS` heartbeat of each account with connections (nats-server's
+/// `eventsHBInterval`).
+pub const ACCOUNT_CONNS_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(30);
+/// Longest wait between two `$SYS.SERVER.<id>.STATSZ` heartbeats (nats-server's `statsHBInterval`).
+pub const STATSZ_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(10);
 /// Steps of one cron pattern's search for its next time (cron.go's walk, field by field): five
 /// years of the sparsest pattern take a few thousand.
 pub const CRON_SEARCH_STEPS_MAX: u32 = 100_000;

@@ -64,6 +64,10 @@ pub struct Options {
     pub trace: bool,
     /// Named accounts with their users.
     pub accounts: Vec<Account>,
+    /// The account named by `system_account` outside operator mode.
+    pub system_account: Option<String>,
+    /// `no_system_account`: no implicit `$SYS` account (unless JetStream needs one).
+    pub no_system_account: bool,
     /// The agent network: heartbeats, waits, timeouts, service discovery.
     pub agents: AgentOptions,
     /// The end-to-end latency objective, publish to delivery (`latency_objective`).
@@ -164,6 +168,8 @@ impl Default for Options {
             debug: false,
             trace: false,
             accounts: Vec::new(),
+            system_account: None,
+            no_system_account: false,
             agents: AgentOptions::default(),
             latency_objective: limits::LATENCY_OBJECTIVE,
             metrics: MetricsOptions::default(),
@@ -184,6 +190,9 @@ pub struct AuthOptions {
     pub users: Vec<User>,
     /// Clients that send no credentials are treated as this user.
     pub no_auth_user: Option<String>,
+    /// Clients that send no credentials at all join `$G` (nats-server's rule when the only
+    /// account configured is the system account and there is no `authorization` block).
+    pub no_auth_global: bool,
     /// Users that prove an nkey by signing the INFO nonce (`users [ { nkey: U... } ]`).
     pub nkeys: Vec<NkeyUser>,
     /// Decentralized JWT auth: the trusted operator and the accounts it signed.
@@ -476,12 +485,30 @@ impl Origin {
 /// nats-server's global account: the users, token and no-auth clients of the server itself.
 pub const GLOBAL_ACCOUNT: &str = "$G";
 
+/// nats-server's default system account, made when no other is named.
+pub const SYSTEM_ACCOUNT: &str = "$SYS";
+
 impl Options {
     /// The account the broker's own services (JetStream, the agent network, `$SEMAQ.>` APIs)
     /// live in: the one that enables JetStream, else `$G`. nats-server gives each such account a
     /// JetStream; SemaQ has one, so with several the first listed gets it.
     pub fn home_account(&self) -> &str {
         self.home_account_config().map_or(GLOBAL_ACCOUNT, |account| account.name.as_str())
+    }
+
+    /// The system account, as nats-server picks it: in operator mode the one `system_account`
+    /// names, if any; otherwise the one `system_account` names, else an account named `$SYS`,
+    /// else an implicit `$SYS`, which `no_system_account` turns off unless JetStream is on
+    /// (nats-server's JetStream makes one regardless).
+    pub fn system_account(&self) -> Option<&str> {
+        if let Some(operator) = &self.auth.operator {
+            return operator.system_account.as_deref();
+        }
+        if let Some(name) = &self.system_account {
+            return Some(name);
+        }
+        let named = self.accounts.iter().any(|account| account.name == SYSTEM_ACCOUNT);
+        (named || !self.no_system_account || self.jetstream).then_some(SYSTEM_ACCOUNT)
     }
 
     /// The configured account the broker's services live in, when it is not `$G`.

@@ -60,6 +60,9 @@ pub enum StartError {
     /// An account import or export does not hold.
     #[error(transparent)]
     Imports(#[from] crate::account_links::StartError),
+    /// JetStream is enabled in the system account, which nats-server does not allow.
+    #[error("Not allowed to enable JetStream on the system account")]
+    SystemAccountJetStream,
     /// The WebSocket listener could not start.
     #[error(transparent)]
     Websocket(#[from] crate::websocket::WebsocketError),
@@ -86,6 +89,7 @@ impl Server {
     /// Binds the listeners named by `options` and starts every subsystem.
     pub async fn bind(mut options: Options) -> Result<Self, StartError> {
         let auth = Authenticator::from_options(&options)?;
+        check_system_account(&options)?;
         add_jwt_accounts(&mut options, &auth);
         let options = Arc::new(options);
         if let Err(error) = crate::trace::init(options.trace_sample_ratio) {
@@ -339,12 +343,24 @@ fn add_jwt_accounts(options: &mut Options, auth: &Authenticator) {
 }
 
 /// A bus with a subject space for every account (config accounts by name, JWT accounts by
-/// public key, and `$G`), the broker's services in the home account.
+/// public key, `$G` and the system account), the broker's services in the home account.
 fn account_bus(options: &Options, auth: &Authenticator) -> Bus {
     let home = options.home_account();
     let config_accounts = options.accounts.iter().map(|account| account.name.as_str());
     let jwt_accounts = auth.trust().into_iter().flat_map(|trust| trust.account_keys());
-    Bus::with_accounts(home, config_accounts.chain(jwt_accounts))
+    // In operator mode the system account is one of the JWT accounts or none at all.
+    let system = options.system_account().filter(|_| options.auth.operator.is_none());
+    Bus::with_accounts(home, config_accounts.chain(jwt_accounts).chain(system))
+}
+
+/// nats-server refuses to start with JetStream in the system account.
+fn check_system_account(options: &Options) -> Result<(), StartError> {
+    let Some(system) = options.system_account() else { return Ok(()) };
+    let jetstream = options.accounts.iter().any(|account| account.name == system && account.jetstream.is_some());
+    match options.jetstream && jetstream {
+        true => Err(StartError::SystemAccountJetStream),
+        false => Ok(()),
+    }
 }
 
 /// The INFO every connection is sent, before its own id, address and nonce are filled in.

@@ -39,6 +39,18 @@ impl Traffic {
     }
 }
 
+/// What one account's closed connections received and sent, and how many of them were slow
+/// consumers; the open ones count themselves.
+#[derive(Debug, Default)]
+pub struct AccountTotals {
+    /// Messages the account's clients published.
+    pub received: Traffic,
+    /// Messages delivered to the account's clients.
+    pub sent: Traffic,
+    /// Connections closed as slow consumers.
+    pub slow_consumers: AtomicU64,
+}
+
 /// Server-wide counters, with nats-server's `/varz` meanings.
 #[derive(Debug, Default)]
 pub struct ServerStats {

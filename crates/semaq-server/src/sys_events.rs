@@ -1,6 +1,9 @@
 //! The system account's client events: `$SYS.ACCOUNT.<account>.CONNECT` and `.DISCONNECT`,
-//! nats-server's client connect and disconnect advisories, published by each connection
-//! through the context every connection shares, when the server has a system account.
+//! nats-server's client connect and disconnect advisories, and, for an account other than
+//! `$G`, its connection count `$SYS.ACCOUNT.<account>.SERVER.CONNS` (and the older
+//! `$SYS.SERVER.ACCOUNT.<account>.CONNS`, also as a heartbeat while it has connections);
+//! published by each connection through the context every connection shares, when the server
+//! has a system account.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -9,11 +12,62 @@ use std::time::SystemTime;
 use semaq_wire::clock;
 use serde_json::{json, Value};
 
+use crate::bus::Bus;
 use crate::client::Client;
 use crate::delivery::{self, FlushSet, Message, SubscriberRef};
 use crate::identity::NATS_COMPATIBLE_VERSION;
+use crate::options::GLOBAL_ACCOUNT;
 use crate::outbound::CloseReason;
 use crate::router::Router;
+
+/// nats-server's event type of `SERVER.CONNS` events and `CONNS` answers.
+pub const ACCOUNT_CONNECTIONS_TYPE: &str = "io.nats.server.advisory.v1.account_connections";
+
+/// nats-server's `AccountNumConns` event of an account's `stat`.
+pub fn connections_event(mut stat: Value, server: Value) -> Value {
+    stat["type"] = json!(ACCOUNT_CONNECTIONS_TYPE);
+    stat["id"] = json!(crate::identity::random_nonce());
+    stat["timestamp"] = json!(clock::rfc3339(SystemTime::now()));
+    stat["server"] = server;
+    stat
+}
+
+/// nats-server's `AccountStat` of `account` (which exists): its connections here, its
+/// subscriptions, what its connections (closed ones too) sent and received, its slow
+/// consumers; `None` for an account without connections unless `unused`.
+pub fn stat(bus: &Bus, account: &str, unused: bool) -> Option<Value> {
+    let clients: Vec<Arc<Client>> =
+        bus.clients.open().into_iter().filter(|client| account_of(client) == account).collect();
+    if clients.is_empty() && !unused {
+        return None;
+    }
+    let closed = bus.closed_totals(account);
+    let (mut received, mut sent) = closed.map_or(((0, 0), (0, 0)), |c| (c.received.snapshot(), c.sent.snapshot()));
+    for client in &clients {
+        let (in_msgs, in_bytes) = client.inbound.snapshot();
+        let (out_msgs, out_bytes) = client.outbound.traffic.snapshot();
+        received = (received.0 + in_msgs, received.1 + in_bytes);
+        sent = (sent.0 + out_msgs, sent.1 + out_bytes);
+    }
+    let slow_consumers = closed.map_or(0, |c| c.slow_consumers.load(Ordering::Relaxed));
+    let subscriptions = bus.account_router(account).map_or(0, |router| router.count());
+    Some(json!({
+        "acc": account,
+        "name": account,
+        "conns": clients.len(),
+        "leafnodes": 0,
+        "total_conns": clients.len(),
+        "num_subscriptions": subscriptions,
+        "sent": { "msgs": sent.0, "bytes": sent.1 },
+        "received": { "msgs": received.0, "bytes": received.1 },
+        "slow_consumers": slow_consumers,
+    }))
+}
+
+/// The account a connection uses (`$G` until it has authenticated).
+pub fn account_of(client: &Client) -> &str {
+    client.details().and_then(|details| details.account.as_deref()).unwrap_or(GLOBAL_ACCOUNT)
+}
 
 /// Who the server is, as `$SYS` messages name it.
 #[derive(Debug, Clone)]
@@ -49,23 +103,66 @@ impl Server {
 pub struct Events {
     server: Server,
     router: Arc<Router<SubscriberRef>>,
+    bus: Arc<Bus>,
     sequence: AtomicU64,
 }
 
 impl Events {
-    /// Events of `server`, published in the system account of `router`.
-    pub fn new(server: Server, router: Arc<Router<SubscriberRef>>) -> Self {
-        Self { server, router, sequence: AtomicU64::new(0) }
+    /// Events of `server` about the connections of `bus`, published in the system account of `router`.
+    pub fn new(server: Server, router: Arc<Router<SubscriberRef>>, bus: Arc<Bus>) -> Self {
+        Self { server, router, bus, sequence: AtomicU64::new(0) }
     }
 
     /// `client` has authenticated.
     pub fn connected(&self, client: &Client) {
         self.publish(client, "CONNECT", "io.nats.server.advisory.v1.client_connect", None);
+        self.connections_changed(client);
     }
 
     /// `client`, which had authenticated, has closed for `reason`.
     pub fn disconnected(&self, client: &Client, reason: CloseReason) {
         self.publish(client, "DISCONNECT", "io.nats.server.advisory.v1.client_disconnect", Some(reason));
+        self.connections_changed(client);
+    }
+
+    /// The periodic `SERVER.CONNS` of every account (but `$G`) that has connections, which
+    /// nats-server sends so that counts lost on the way heal.
+    pub fn connections_heartbeat(&self) {
+        let accounts: Vec<&str> =
+            self.bus.account_routers().map(|(name, _)| name).filter(|name| *name != GLOBAL_ACCOUNT).collect();
+        for account in accounts {
+            if let Some(stat) = stat(&self.bus, account, false) {
+                self.send_connections(account, stat);
+            }
+        }
+    }
+
+    /// nats-server's `AccountNumConns` on both its subjects, when the account of `client`
+    /// (not `$G`, as nats-server leaves it out) gained or lost a connection.
+    fn connections_changed(&self, client: &Client) {
+        let Some(account) = client.details().and_then(|details| details.account.as_deref()) else { return };
+        if let Some(stat) = stat(&self.bus, account, true) {
+            self.send_connections(account, stat);
+        }
+    }
+
+    fn send_connections(&self, account: &str, stat: Value) {
+        let event = connections_event(stat, self.next_server_info()).to_string();
+        for subject in [format!("$SYS.ACCOUNT.{account}.SERVER.CONNS"), format!("$SYS.SERVER.ACCOUNT.{account}.CONNS")]
+        {
+            self.send(&subject, &event);
+        }
+    }
+
+    fn next_server_info(&self) -> Value {
+        self.server.info(self.sequence.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+
+    fn send(&self, subject: &str, payload: &str) {
+        let message = Message { subject, reply: None, headers: None, payload: payload.as_bytes(), publisher: None };
+        let mut flush = FlushSet::default();
+        delivery::fan_out(&self.router, &self.router.matches(subject), &message, None, &mut flush);
+        flush.flush();
     }
 
     fn publish(&self, client: &Client, event: &str, kind: &str, closed: Option<CloseReason>) {
@@ -89,7 +186,7 @@ impl Events {
             "type": kind,
             "id": crate::identity::random_nonce(),
             "timestamp": clock::rfc3339(now),
-            "server": self.server.info(self.sequence.fetch_add(1, Ordering::Relaxed) + 1),
+            "server": self.next_server_info(),
         });
         if let Some(reason) = closed {
             info["stop"] = json!(clock::rfc3339(now));
@@ -100,12 +197,6 @@ impl Events {
             body["reason"] = json!(reason.as_str());
         }
         body["client"] = info;
-        let subject = format!("$SYS.ACCOUNT.{account}.{event}");
-        let payload = body.to_string();
-        let message =
-            Message { subject: &subject, reply: None, headers: None, payload: payload.as_bytes(), publisher: None };
-        let mut flush = FlushSet::default();
-        delivery::fan_out(&self.router, &self.router.matches(&subject), &message, None, &mut flush);
-        flush.flush();
+        self.send(&format!("$SYS.ACCOUNT.{account}.{event}"), &body.to_string());
     }
 }

@@ -1,11 +1,21 @@
-//! The system account's `$SYS` server requests, which `nats server ping`, `nats server info`
-//! and friends send: `$SYS.REQ.SERVER.PING` (statsz), `$SYS.REQ.SERVER.PING.<ENDPOINT>` and
-//! `$SYS.REQ.SERVER.<server id>.<ENDPOINT>` for `VARZ`, `CONNZ`, `SUBSZ`, `JSZ` and `HEALTHZ`,
-//! answered with nats-server's `ServerAPIResponse` envelope `{server, data}` built from the
-//! monitoring endpoints' JSON; `STATSZ` with its `{server, statsz}` and `IDZ` with the server's
-//! info alone. Connections' `$SYS.ACCOUNT.<account>.CONNECT|DISCONNECT` events are [`crate::sys_events`].
-//! Only in operator mode, where `system_account` names a
-//! trusted account, as nats-server has them only in its system account.
+//! The system account's `$SYS` services, which `nats server ping`, `nats server info`, `nats
+//! account info` and friends ask: `$SYS.REQ.SERVER.PING` (statsz),
+//! `$SYS.REQ.SERVER.PING.<ENDPOINT>` and `$SYS.REQ.SERVER.<server id>.<ENDPOINT>` for `VARZ`,
+//! `CONNZ`, `SUBSZ`, `JSZ`, `HEALTHZ`, `ACCOUNTZ`, `LEAFZ`, `ROUTEZ`, `GATEWAYZ`, `STATSZ` and
+//! `IDZ`; and the account-scoped `$SYS.REQ.ACCOUNT.<account>.<ENDPOINT>` ([`account`]). Answers
+//! carry nats-server's `ServerAPIResponse` envelope `{server, data}` (or `{server, error}`), a
+//! request body is read as nats-server's endpoint options with its event filter (a server it does
+//! not name stays silent); `STATSZ` has its `{server, statsz}`, `IDZ` the server's info alone. The
+//! same statsz goes out as the `$SYS.SERVER.<id>.STATSZ` heartbeat, on nats-server's schedule.
+//!
+//! All of it lives in the system account ([`crate::options::Options::system_account`]): the
+//! one `system_account` names, an account named `$SYS` or the implicit `$SYS`, as in nats-server.
+//! Every other account imports `$SYS.REQ.ACCOUNT.PING.CONNZ|STATZ` and
+//! `$SYS.REQ.SERVER.PING.CONNZ`, answered for that account alone, and every account
+//! `$SYS.REQ.USER.INFO`, answered with who asked, as nats-server's system imports do. Connection events are [`crate::sys_events`].
+
+pub mod account;
+mod options;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -16,72 +26,239 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use crate::bus::Bus;
-use crate::delivery::{self, FlushSet, Message, QueuedRequest, RequestQueue, SubscriberRef};
+use crate::delivery::{self, FlushSet, InternalSink, Message, SubscriberRef};
 use crate::limits;
+use crate::monitor::subsz::SubszOptions;
 use crate::monitor::{self, Monitor};
 use crate::router::Router;
 use crate::sys_events::{Events, Server};
+use options::{Filter, Outcome};
 
-/// Starts answering `$SYS` server requests in the system account, when there is one; returns
-/// what publishes its client events.
+/// The subjects every other account imports from the system account, as nats-server's
+/// `registerSystemImports` adds them; each is answered as `$SYS.REQ.ACCOUNT.<account>.<last token>`.
+const SYSTEM_IMPORTS: [&str; 3] =
+    ["$SYS.REQ.ACCOUNT.PING.CONNZ", "$SYS.REQ.SERVER.PING.CONNZ", "$SYS.REQ.ACCOUNT.PING.STATZ"];
+
+/// Where a client asks who it is; every account, the system account too, imports it, answered
+/// as `$SYS.REQ.USER.<account>.INFO`.
+const USER_INFO: &str = "$SYS.REQ.USER.INFO";
+
+/// A `$SYS` request: its subject as the system account sees it, where the answer goes, the
+/// account the reply subject lives in, and the connection that asked.
+#[derive(Debug)]
+struct Request {
+    subject: String,
+    reply: String,
+    payload: bytes::Bytes,
+    answer_in: Arc<Router<SubscriberRef>>,
+    publisher: Option<u64>,
+}
+
+/// Queues the `$SYS` requests heard in one account (bounded: past the bound, no answer); an
+/// imported subject is mapped to the importing account's own.
+#[derive(Debug)]
+struct Requests {
+    queue: mpsc::Sender<Request>,
+    router: Arc<Router<SubscriberRef>>,
+    imported_by: Option<Arc<str>>,
+}
+
+impl InternalSink for Requests {
+    fn receive(&self, message: &Message<'_>) -> bool {
+        let Some(reply) = message.reply else { return true };
+        let subject = match &self.imported_by {
+            Some(account) if message.subject == USER_INFO => format!("$SYS.REQ.USER.{account}.INFO"),
+            Some(account) => {
+                let endpoint = message.subject.rsplit('.').next().unwrap_or_default();
+                format!("$SYS.REQ.ACCOUNT.{account}.{endpoint}")
+            }
+            None => message.subject.to_string(),
+        };
+        let request = Request {
+            subject,
+            reply: reply.to_string(),
+            payload: bytes::Bytes::copy_from_slice(message.payload),
+            answer_in: self.router.clone(),
+            publisher: message.publisher,
+        };
+        self.queue.try_send(request).is_ok()
+    }
+}
+
+/// Starts answering `$SYS` requests in the system account, when there is one, and the system
+/// imports of the other accounts; returns what publishes its client events.
 pub fn start(monitor: &Arc<Monitor>) -> Option<Arc<Events>> {
-    let account = monitor.options.auth.operator.as_ref().and_then(|o| o.system_account.clone())?;
-    let Some(router) = monitor.bus.account_router(&account).cloned() else {
+    let account = monitor.options.system_account()?;
+    let Some(router) = monitor.bus.account_router(account).cloned() else {
         tracing::warn!(%account, "system account is not a trusted account; no $SYS services");
         return None;
     };
     let (queue, requests) = mpsc::channel(limits::SYSTEM_REQUESTS_QUEUED_MAX);
-    let sink = Arc::new(RequestQueue { queue });
     let id = &monitor.identity.server_id;
-    for filter in
-        ["$SYS.REQ.SERVER.PING".to_string(), "$SYS.REQ.SERVER.PING.*".into(), format!("$SYS.REQ.SERVER.{id}.*")]
-    {
-        if let Err(error) = Bus::subscribe_internal_in(&router, &filter, None, sink.clone()) {
-            tracing::warn!(%error, %filter, "no $SYS subscription");
+    let own = Arc::new(Requests { queue: queue.clone(), router: router.clone(), imported_by: None });
+    let filters = [
+        "$SYS.REQ.SERVER.PING".to_string(),
+        "$SYS.REQ.SERVER.PING.*".into(),
+        format!("$SYS.REQ.SERVER.{id}.*"),
+        "$SYS.REQ.ACCOUNT.*.*".into(),
+    ];
+    for filter in filters {
+        subscribe(&router, &filter, own.clone());
+    }
+    for (name, other) in monitor.bus.account_routers() {
+        let imports =
+            Arc::new(Requests { queue: queue.clone(), router: other.clone(), imported_by: Some(name.into()) });
+        subscribe(other, USER_INFO, imports.clone());
+        if name != account {
+            for filter in SYSTEM_IMPORTS {
+                subscribe(other, filter, imports.clone());
+            }
         }
     }
-    tokio::spawn(serve(monitor.clone(), router.clone(), requests));
-    Some(Arc::new(Events::new(server(monitor), router)))
+    let sequence = Arc::new(AtomicU64::new(0));
+    tokio::spawn(serve(monitor.clone(), requests, sequence.clone()));
+    tokio::spawn(heartbeat(Arc::downgrade(monitor), router.clone(), sequence));
+    let events = Arc::new(Events::new(server(monitor), router, monitor.bus.clone()));
+    tokio::spawn(connections_heartbeat(Arc::downgrade(&events)));
+    Some(events)
 }
 
-async fn serve(monitor: Arc<Monitor>, router: Arc<Router<SubscriberRef>>, mut requests: mpsc::Receiver<QueuedRequest>) {
-    let sequence = AtomicU64::new(0);
+/// Every account's `SERVER.CONNS` heartbeat, until the server (which holds the events) is gone.
+async fn connections_heartbeat(events: std::sync::Weak<Events>) {
+    loop {
+        tokio::time::sleep(limits::ACCOUNT_CONNS_HEARTBEAT_INTERVAL).await;
+        let Some(events) = events.upgrade() else { return };
+        events.connections_heartbeat();
+    }
+}
+
+fn subscribe(router: &Router<SubscriberRef>, filter: &str, sink: Arc<Requests>) {
+    if let Err(error) = Bus::subscribe_internal_in(router, filter, None, sink) {
+        tracing::warn!(%error, %filter, "no $SYS subscription");
+    }
+}
+
+async fn serve(monitor: Arc<Monitor>, mut requests: mpsc::Receiver<Request>, sequence: Arc<AtomicU64>) {
     while let Some(request) = requests.recv().await {
-        let endpoint = match request.subject.rsplit('.').next() {
-            Some("PING") | None => "STATSZ",
-            Some(endpoint) => endpoint,
-        };
-        let server = server(&monitor).info(sequence.fetch_add(1, Ordering::Relaxed) + 1);
-        // As in nats-server: IDZ is the server's info alone, STATSZ a `ServerStatsMsg`.
-        let body = match endpoint {
-            "IDZ" => server,
-            "STATSZ" => json!({ "server": server, "statsz": statsz(&monitor) }),
-            _ => match endpoint_data(&monitor, endpoint).await {
-                Some(data) => json!({ "server": server, "data": data }),
-                None => continue,
-            },
-        }
-        .to_string();
+        let info = || server(&monitor).info(sequence.fetch_add(1, Ordering::Relaxed) + 1);
+        let Some(body) = answer(&monitor, &request, info).await else { continue };
+        let body = body.to_string();
         let reply =
             Message { subject: &request.reply, reply: None, headers: None, payload: body.as_bytes(), publisher: None };
+        let router = &request.answer_in;
         let mut flush = FlushSet::default();
-        delivery::fan_out(&router, &router.matches_uncached(&request.reply), &reply, None, &mut flush);
+        delivery::fan_out(router, &router.matches_uncached(&request.reply), &reply, None, &mut flush);
         flush.flush();
     }
 }
 
-/// The endpoint's JSON, or `None` for one SemaQ does not serve (no answer, as nats-server
-/// gives none to an unknown request).
-async fn endpoint_data(monitor: &Arc<Monitor>, endpoint: &str) -> Option<Value> {
-    let state = || State(monitor.clone());
-    Some(match endpoint {
-        "VARZ" => monitor::varz(state()).await.0,
-        "CONNZ" => monitor::connz(state(), Query(monitor::ConnzQuery::default())).await.0,
-        "SUBSZ" => monitor::subsz(state()).await.0,
-        "HEALTHZ" => monitor::healthz().await.0,
-        "JSZ" => monitor::jsz::jsz_json(monitor, &monitor::jsz::JszOptions::default()),
+/// Publishes nats-server's `ServerStatsMsg` on `$SYS.SERVER.<id>.STATSZ` in the system
+/// account on nats-server's schedule: soon after start, then at doubling intervals up to
+/// [`limits::STATSZ_HEARTBEAT_INTERVAL`]; stops once the server is gone.
+async fn heartbeat(monitor: std::sync::Weak<Monitor>, router: Arc<Router<SubscriberRef>>, sequence: Arc<AtomicU64>) {
+    let mut wait = limits::STATSZ_HEARTBEAT_FIRST;
+    loop {
+        tokio::time::sleep(wait).await;
+        wait = wait.saturating_mul(2).min(limits::STATSZ_HEARTBEAT_INTERVAL);
+        let Some(monitor) = monitor.upgrade() else { return };
+        let subject = format!("$SYS.SERVER.{}.STATSZ", monitor.identity.server_id);
+        let info = server(&monitor).info(sequence.fetch_add(1, Ordering::Relaxed) + 1);
+        let body = json!({ "server": info, "statsz": statsz(&monitor) }).to_string();
+        let message =
+            Message { subject: &subject, reply: None, headers: None, payload: body.as_bytes(), publisher: None };
+        let mut flush = FlushSet::default();
+        delivery::fan_out(&router, &router.matches(&subject), &message, None, &mut flush);
+        flush.flush();
+    }
+}
+
+/// The answer to `request`, or `None` where nats-server gives none (an endpoint it does not
+/// serve, a filter naming another server, an account with nothing to report).
+async fn answer(monitor: &Arc<Monitor>, request: &Request, server: impl Fn() -> Value) -> Option<Value> {
+    let tokens: Vec<&str> = request.subject.split('.').collect();
+    let (scope, endpoint) = match tokens.as_slice() {
+        ["$SYS", "REQ", "SERVER", "PING"] => (Scope::Server, "STATSZ"),
+        ["$SYS", "REQ", "SERVER", _, endpoint] => (Scope::Server, *endpoint),
+        ["$SYS", "REQ", "ACCOUNT", "PING", "STATZ"] => (Scope::AllAccounts, "STATZ"),
+        ["$SYS", "REQ", "USER", _, "INFO"] => {
+            let data = account::user_info(monitor, request.publisher?)?;
+            return Some(envelope(server(), Outcome::Data(data)));
+        }
+        ["$SYS", "REQ", "ACCOUNT", account, endpoint] => (Scope::Account(account), *endpoint),
         _ => return None,
-    })
+    };
+    if endpoint == "CONNS" {
+        if let Scope::Account(name) = scope {
+            return account::conns(monitor, name, server());
+        }
+    }
+    let options = match options::read(&request.payload) {
+        Ok(options) => options,
+        Err(error) => return Some(envelope(server(), Outcome::Error(400, error))),
+    };
+    if Filter::from(&options).excludes(monitor) {
+        return None;
+    }
+    let outcome = match scope {
+        Scope::Server => match endpoint {
+            "IDZ" => return Some(server()),
+            "STATSZ" => return Some(json!({ "server": server(), "statsz": statsz(monitor) })),
+            _ => server_endpoint(monitor, endpoint, &options).await?,
+        },
+        Scope::AllAccounts => account::statz_all(monitor, &options)?,
+        Scope::Account(name) => account::endpoint(monitor, name, endpoint, &options).await?,
+    };
+    Some(envelope(server(), outcome))
+}
+
+/// Whom a request is about.
+#[derive(Debug, Clone, Copy)]
+enum Scope<'a> {
+    /// The server as a whole.
+    Server,
+    /// Every account with connections (`$SYS.REQ.ACCOUNT.PING.STATZ`).
+    AllAccounts,
+    /// One account.
+    Account(&'a str),
+}
+
+/// nats-server's `ServerAPIResponse`: the data, or the error with its HTTP-like code.
+fn envelope(server: Value, outcome: Outcome) -> Value {
+    match outcome {
+        Outcome::Data(data) => json!({ "server": server, "data": data }),
+        Outcome::Error(code, description) => {
+            json!({ "server": server, "error": { "code": code, "description": description } })
+        }
+    }
+}
+
+/// The server endpoint's JSON, or `None` for one SemaQ does not serve (no answer, as nats-server
+/// gives none to an unknown request).
+async fn server_endpoint(monitor: &Arc<Monitor>, endpoint: &str, options: &Value) -> Option<Outcome> {
+    let state = || State(monitor.clone());
+    Some(Outcome::Data(match endpoint {
+        "VARZ" => monitor::varz(state()).await.0,
+        "CONNZ" => monitor::connz(state(), Query(options::connz(options, None))).await.0,
+        "SUBSZ" => {
+            return Some(match monitor::subsz::subsz_json(monitor, &SubszOptions::from_body(options)) {
+                Ok(data) => Outcome::Data(data),
+                Err(error) => Outcome::Error(500, error),
+            })
+        }
+        "HEALTHZ" => monitor::healthz().await.0,
+        "JSZ" => monitor::jsz::jsz_json(monitor, &options::jsz(options)),
+        "LEAFZ" => account::leafz(monitor),
+        "ROUTEZ" => account::routez(monitor),
+        "GATEWAYZ" => account::gatewayz(monitor),
+        "ACCOUNTZ" => {
+            let name = options.get("account").and_then(Value::as_str).filter(|name| !name.is_empty());
+            return Some(match monitor::jsz::accountz_json(monitor, name) {
+                Ok(data) => Outcome::Data(data),
+                Err(error) => Outcome::Error(500, error),
+            });
+        }
+        _ => return None,
+    }))
 }
 
 /// nats-server's `ServerStats`, from the same counters as `/varz`.

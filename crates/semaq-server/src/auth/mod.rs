@@ -78,6 +78,7 @@ pub struct Authenticator {
     users: HashMap<String, (String, Login)>,
     nkeys: HashMap<String, Login>,
     no_auth_user: Option<String>,
+    no_auth_global: bool,
     trust: Option<Trust>,
 }
 
@@ -109,6 +110,7 @@ impl Authenticator {
             users,
             nkeys,
             no_auth_user: options.auth.no_auth_user.clone(),
+            no_auth_global: options.auth.no_auth_global,
             trust,
         })
     }
@@ -152,6 +154,9 @@ impl Authenticator {
             return if constant_time_eq(expected, given) { Ok(Grant::default()) } else { Err(AuthError::Violation) };
         }
         let no_credentials = connect.user.is_none() && connect.auth_token.is_none();
+        if no_credentials && connect.nkey.is_none() && self.no_auth_global {
+            return Ok(Grant::default());
+        }
         if let (true, Some(default_user)) = (no_credentials, &self.no_auth_user) {
             let (_, login) = self.users.get(default_user).ok_or(AuthError::Violation)?;
             return Ok(login.grant(default_user));
@@ -205,6 +210,16 @@ impl ClientPermissions {
     /// Compiles configured permissions.
     pub fn new(permissions: &Permissions) -> Self {
         Self { publish: permissions.publish.clone(), subscribe: permissions.subscribe.clone() }
+    }
+
+    /// The publish rules, when publishing is restricted.
+    pub fn publish(&self) -> Option<&SubjectPermission> {
+        self.publish.as_ref()
+    }
+
+    /// The subscribe rules, when subscribing is restricted.
+    pub fn subscribe(&self) -> Option<&SubjectPermission> {
+        self.subscribe.as_ref()
     }
 
     /// Whether a message may be published to the literal `subject`.

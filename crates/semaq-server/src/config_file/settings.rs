@@ -43,8 +43,6 @@ const NATS_ONLY_KEYS: &[&str] = &[
     "resolver_preload",
     "trusted",
     "trusted_keys",
-    "system_account",
-    "no_system_account",
     "https",
     "https_port",
     "http_base_path",
@@ -94,12 +92,14 @@ pub(super) fn apply(tree: &Map, root: Option<Arc<Path>>, options: &mut Options) 
         lame_duck_at: None,
         trust: operator::Pending::default(),
         link_sites: Vec::new(),
+        authorization_given: false,
     };
     for entry in &tree.entries {
         mapper.top(entry)?;
     }
     mapper.finish_operator()?;
     mapper.check()?;
+    mapper.open_global_beside_system_account();
     Ok(mapper.report)
 }
 
@@ -119,6 +119,8 @@ struct Mapper<'o> {
     trust: operator::Pending,
     /// Where each account's exports and imports were written.
     link_sites: Vec<imports::LinkSite>,
+    /// Whether the file has an `authorization` block.
+    authorization_given: bool,
 }
 
 impl Mapper<'_> {
@@ -203,7 +205,8 @@ impl Mapper<'_> {
             "operator" | "operators" | "trusted_operators" => self.operator(key, value)?,
             "resolver" => self.resolver(value)?,
             "resolver_preload" => self.resolver_preload(value)?,
-            "system_account" => self.system_account(value)?,
+            "system_account" | "system" => self.system_account(value)?,
+            "no_system_account" | "no_system" | "no_sys_acc" => self.options.no_system_account = boolean(key, value)?,
             "websocket" | "ws" => self.websocket(value)?,
             _ => self.unknown(entry, ""),
         }
@@ -309,6 +312,7 @@ impl Mapper<'_> {
 
     fn authorization(&mut self, value: &Value) -> Result<(), ConfigError> {
         let map = block("authorization", value)?;
+        self.authorization_given = true;
         let mut single: Option<(String, Location)> = None;
         let mut password = None;
         let mut token = None;
@@ -696,6 +700,22 @@ impl Mapper<'_> {
             }
         }
         Ok(())
+    }
+}
+
+impl Mapper<'_> {
+    /// nats-server gives clients without credentials `$G` when the system account is the only
+    /// account configured (it is there to hold the system users), with no `authorization`
+    /// block nor `no_auth_user`: the file's accounts must not lock out everyone else.
+    fn open_global_beside_system_account(&mut self) {
+        let options = &mut *self.options;
+        let only_system = match options.accounts.as_slice() {
+            [account] => options.system_account() == Some(account.name.as_str()),
+            _ => false,
+        };
+        if only_system && options.auth.operator.is_none() && options.auth.no_auth_user.is_none() {
+            options.auth.no_auth_global = !self.authorization_given;
+        }
     }
 }
 

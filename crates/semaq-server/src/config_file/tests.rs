@@ -757,6 +757,32 @@ fn operator_mode_needs_a_resolver_and_allows_no_users_of_its_own() {
 }
 
 #[test]
+fn the_system_account_is_named_by_an_account_called_sys_or_is_implicit_as_in_nats_server() {
+    let app = "A { users [ {user: a, password: a} ] }";
+    let named = loaded(&format!("system: A\naccounts {{ {app} }}\n"));
+    assert_eq!(named.system_account(), Some("A"));
+    assert_eq!(loaded(&format!("accounts {{ {app}, $SYS {{ }} }}\n")).system_account(), Some("$SYS"));
+    assert_eq!(loaded("").system_account(), Some("$SYS"), "implicit");
+    let mut off = loaded("no_system_account: true\n");
+    assert!(off.jetstream, "JetStream is on by default");
+    assert_eq!(off.system_account(), Some("$SYS"), "JetStream makes one regardless");
+    off.jetstream = false;
+    assert_eq!(off.system_account(), None);
+    let missing = error("system_account: \"$SYS\"\n");
+    assert!(missing.contains("error resolving system account: account missing"), "{missing}");
+    assert_eq!(loaded("system_account: \"$G\"\n").system_account(), Some("$G"));
+}
+
+#[test]
+fn only_a_system_account_leaves_clients_without_credentials_in_the_global_account() {
+    let sys = "accounts { $SYS { users [ {user: s, password: s} ] } }\n";
+    assert!(loaded(sys).auth.no_auth_global);
+    assert!(!loaded(&format!("{sys}authorization {{ users [ {{user: g, password: g}} ] }}\n")).auth.no_auth_global);
+    assert!(!loaded("accounts { $SYS { }, A { } }\n").auth.no_auth_global);
+    assert!(!loaded("accounts { A { users [ {user: a, password: a} ] } }\n").auth.no_auth_global);
+}
+
+#[test]
 fn websocket_block_reads_nats_server_keys() {
     let options = loaded(
         r#"websocket {

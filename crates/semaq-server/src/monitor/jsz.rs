@@ -220,7 +220,7 @@ pub fn stats_json(jetstreams: &[Arc<JetStream>], accounts: usize) -> Value {
 }
 
 /// nats-server's `AccountDetail` of one account's JetStream.
-fn account_detail(monitor: &Monitor, jetstream: &Arc<JetStream>, options: &JszOptions) -> Value {
+pub(crate) fn account_detail(monitor: &Monitor, jetstream: &Arc<JetStream>, options: &JszOptions) -> Value {
     let name = &jetstream.account().name;
     let mut detail = json!({ "name": name, "id": name });
     merge(&mut detail, stats_json(std::slice::from_ref(jetstream), 0));
@@ -277,34 +277,55 @@ fn merge(body: &mut Value, extra: Value) {
 
 /// `GET /accountz`: the account list, or with `acc=$G` its detail (nats-server's `Accountz`).
 pub async fn accountz(State(monitor): State<Arc<Monitor>>, Query(params): Query<HashMap<String, String>>) -> Response {
+    let account = params.get("acc").map(String::as_str).filter(|name| !name.is_empty());
+    match accountz_json(&monitor, account) {
+        Ok(body) => Json(body).into_response(),
+        Err(error) => BadParameter(error).into_response(),
+    }
+}
+
+/// nats-server's `Accountz`: every account, or the detail of `account`; `Err` names an
+/// account that does not exist.
+pub fn accountz_json(monitor: &Monitor, account: Option<&str>) -> Result<Value, String> {
     let now = clock::rfc3339(SystemTime::now());
-    let server_id = &monitor.identity.server_id;
-    match params.get("acc").map(String::as_str) {
-        None | Some("") => {
+    let mut body = json!({ "server_id": monitor.identity.server_id, "now": now });
+    if let Some(system) = monitor.options.system_account() {
+        body["system_account"] = json!(system);
+    }
+    match account {
+        None => {
             let mut accounts: Vec<&str> = monitor.bus.account_routers().map(|(name, _)| name).collect();
             accounts.sort_unstable();
-            Json(json!({ "server_id": server_id, "now": now, "accounts": accounts })).into_response()
+            body["accounts"] = json!(accounts);
         }
-        Some(name) => match monitor.bus.account_router(name) {
-            Some(router) => {
-                let stats = router.stats();
-                let connections = monitor.bus.clients.open().iter().filter(|c| account_of(c) == name).count();
-                let detail = json!({
-                    "account_name": name,
-                    "update_time": clock::rfc3339(monitor.identity.started_at),
-                    "expired": false,
-                    "complete": true,
-                    "jetstream_enabled": monitor.jetstream.as_ref().is_some_and(|js| js.get(name).is_some()),
-                    "leafnode_connections": 0,
-                    "client_connections": connections,
-                    "subscriptions": stats.num_subscriptions,
-                    "sublist_stats": super::sublist_stats(&stats),
-                });
-                Json(json!({ "server_id": server_id, "now": now, "account_detail": detail })).into_response()
-            }
-            None => BadParameter(format!("Account {name} does not exist")).into_response(),
-        },
+        Some(name) => {
+            let detail = account_detail_json(monitor, name).ok_or_else(|| format!("Account {name} does not exist"))?;
+            body["account_detail"] = detail;
+        }
     }
+    Ok(body)
+}
+
+/// nats-server's `AccountInfo` of `name`, or `None` when there is no such account.
+pub fn account_detail_json(monitor: &Monitor, name: &str) -> Option<Value> {
+    let router = monitor.bus.account_router(name)?;
+    let stats = router.stats();
+    let connections = monitor.bus.clients.open().iter().filter(|c| account_of(c) == name).count();
+    let mut detail = json!({
+        "account_name": name,
+        "update_time": clock::rfc3339(monitor.identity.started_at),
+        "expired": false,
+        "complete": true,
+        "jetstream_enabled": monitor.jetstream.as_ref().is_some_and(|js| js.get(name).is_some()),
+        "leafnode_connections": 0,
+        "client_connections": connections,
+        "subscriptions": stats.num_subscriptions,
+        "sublist_stats": super::sublist_stats(&stats),
+    });
+    if monitor.options.system_account() == Some(name) {
+        detail["is_system"] = json!(true);
+    }
+    Some(detail)
 }
 
 /// The account a connection uses (`$G` until it has authenticated).

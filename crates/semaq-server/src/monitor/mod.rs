@@ -5,6 +5,7 @@
 
 pub mod jsz;
 pub mod metrics;
+pub mod subsz;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -68,7 +69,7 @@ pub async fn serve(monitor: Arc<Monitor>, listener: TcpListener) {
     let app = Router::new()
         .route("/varz", get(varz))
         .route("/connz", get(connz))
-        .route("/subsz", get(subsz))
+        .route("/subsz", get(subsz::subsz))
         .route("/healthz", get(healthz))
         .route("/jsz", get(jsz::jsz))
         .route("/accountz", get(jsz::accountz))
@@ -163,6 +164,9 @@ pub(crate) async fn varz(State(monitor): State<Arc<Monitor>>) -> Json<Value> {
     varz["semaq_lossy_shed"] = json!(stats.shed.total.snapshot().0);
     varz["websocket"] = websocket_varz(options, monitor.websocket_addr);
     varz["jetstream"] = jetstream_varz(&monitor);
+    if let Some(system) = monitor.options.system_account() {
+        varz["system_account"] = json!(system);
+    }
     Json(varz)
 }
 
@@ -207,11 +211,11 @@ fn filters_json(filters: &Filters) -> Value {
 /// `/connz` query: paging and which connections.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct ConnzQuery {
-    offset: Option<usize>,
-    limit: Option<usize>,
-    state: Option<String>,
+    pub(crate) offset: Option<usize>,
+    pub(crate) limit: Option<usize>,
+    pub(crate) state: Option<String>,
     /// Only the connections of this account (nats-server's `acc`).
-    acc: Option<String>,
+    pub(crate) acc: Option<String>,
 }
 
 fn connection_json(client: &Client, now: SystemTime, closed: Option<(&str, SystemTime)>) -> Value {
@@ -299,16 +303,8 @@ async fn shed(State(monitor): State<Arc<Monitor>>) -> Json<Value> {
     Json(json!({ "total_msgs": total_msgs, "total_bytes": total_bytes, "subjects": shed.subjects() }))
 }
 
-/// `/subsz`.
-pub(crate) async fn subsz(State(monitor): State<Arc<Monitor>>) -> Json<Value> {
-    let mut subsz = sublist_stats(&monitor.bus.router_stats());
-    subsz["server_id"] = json!(monitor.identity.server_id);
-    subsz["now"] = json!(clock::rfc3339(SystemTime::now()));
-    Json(subsz)
-}
-
 /// The subject router's figures with nats-server's `SublistStats` names (`/subsz`, `/accountz`).
-fn sublist_stats(stats: &crate::router::RouterStats) -> Value {
+pub(crate) fn sublist_stats(stats: &crate::router::RouterStats) -> Value {
     json!({
         "num_subscriptions": stats.num_subscriptions,
         "num_cache": stats.num_cache,

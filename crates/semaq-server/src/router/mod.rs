@@ -259,6 +259,13 @@ impl<T: Clone + Eq + Hash> Router<T> {
         read(&self.trie).count
     }
 
+    /// Up to `max` of the subscribers held, in no particular order (for listings such as `SUBSZ`).
+    pub fn subscribers(&self, max: usize) -> Vec<T> {
+        let mut found = Vec::new();
+        read(&self.trie).root.gather_all(max, &mut found);
+        found
+    }
+
     /// Bumps whenever the set of subscriptions changes, so callers can keep their own caches.
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
@@ -361,6 +368,23 @@ impl<T> Default for Node<T> {
 }
 
 impl<T: Clone + Eq + Hash> Node<T> {
+    /// Adds the subscribers of this node and those below it to `found`, until it holds `max`.
+    fn gather_all(&self, max: usize, found: &mut Vec<T>) {
+        // A stack rather than recursion: a filter may have as many tokens as the subject allows.
+        let mut pending = vec![self];
+        while let Some(node) = pending.pop() {
+            for subscriber in node.plain.iter().chain(node.queues.values().flatten()) {
+                if found.len() >= max {
+                    return;
+                }
+                found.push(subscriber.clone());
+            }
+            pending.extend(node.literal.values());
+            pending.extend(node.one.as_deref());
+            pending.extend(node.tail.as_deref());
+        }
+    }
+
     /// Adds the subscriber at the end of `tokens`, creating nodes; false if it was already there.
     fn insert_path<'a>(&mut self, tokens: impl Iterator<Item = &'a str>, queue: Option<&str>, subscriber: T) -> bool {
         let mut node = self;

@@ -44,6 +44,20 @@ fn the_router_is_shared_across_threads_when_its_subscribers_are() {
 }
 
 #[test]
+fn every_subscriber_is_listed_once_up_to_the_bound() {
+    let router = router();
+    for (filter, subscriber) in [("a.b", 1), ("a.*", 2), ("a.>", 3), ("x", 4)] {
+        add(&router, filter, subscriber);
+    }
+    router.insert("a.b", Some("q"), 5).unwrap();
+    let mut all = router.subscribers(100);
+    all.sort_unstable();
+    assert_eq!(all, [1, 2, 3, 4, 5]);
+    assert_eq!(router.subscribers(2).len(), 2);
+    assert!(router.subscribers(0).is_empty());
+}
+
+#[test]
 fn a_literal_filter_matches_only_the_same_subject() {
     let router = router();
     add(&router, "foo.bar", 1);

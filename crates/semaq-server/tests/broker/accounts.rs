@@ -301,7 +301,9 @@ async fn connz_names_each_connections_account_and_filters_by_it() {
     assert_eq!(only_b["connections"][0]["authorized_user"], "b2");
     assert_eq!(semaq.http_json("/connz?acc=$G")["total"], 1);
     let accountz = semaq.http_json("/accountz");
-    assert_eq!(accountz["accounts"], json!(["$G", "A", "B"]));
+    // nats-server lists its implicit system account too.
+    assert_eq!(accountz["accounts"], json!(["$G", "$SYS", "A", "B"]));
+    assert_eq!(accountz["system_account"], "$SYS");
     let detail = semaq.http_json("/accountz?acc=A");
     assert_eq!(detail["account_detail"]["jetstream_enabled"], true);
     assert_eq!(detail["account_detail"]["client_connections"], 1);

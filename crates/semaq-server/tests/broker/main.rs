@@ -44,6 +44,8 @@ mod slow_consumer;
 mod sources;
 mod sources_remote;
 mod system;
+mod system_accounts;
+mod system_config;
 mod tls;
 mod tokens;
 mod tracing;

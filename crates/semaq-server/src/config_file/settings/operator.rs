@@ -8,7 +8,7 @@ use super::{block, invalid, string, Mapper};
 use crate::config_file::syntax::{Kind, Value};
 use crate::config_file::{ConfigError, Location};
 use crate::limits;
-use crate::options::{NkeyUser, OperatorOptions};
+use crate::options::{NkeyUser, OperatorOptions, GLOBAL_ACCOUNT};
 
 /// What the top-level keys said, put together once the whole file is read.
 #[derive(Debug, Default)]
@@ -66,7 +66,7 @@ impl Mapper<'_> {
         Ok(())
     }
 
-    /// `system_account: <account public key>`.
+    /// `system_account: <account public key>` in operator mode, an account's name otherwise.
     pub(super) fn system_account(&mut self, value: &Value) -> Result<(), ConfigError> {
         self.trust.system_account = Some((string("system_account", value)?, value.at.clone()));
         Ok(())
@@ -108,13 +108,7 @@ impl Mapper<'_> {
             if let Some(at) = stray {
                 return Err(invalid(&at, "resolver and resolver_preload need an operator".to_string()));
             }
-            if let Some((_, at)) = pending.system_account {
-                let line = self.line_of(&at);
-                self.report.warnings.push(format!(
-                    "config key \"system_account\" at {line} without an operator is a nats-server feature SemaQ does not support, ignored"
-                ));
-            }
-            return Ok(());
+            return self.finish_system_account(pending.system_account);
         };
         if pending.resolver_at.is_none() {
             return Err(invalid(&operator_at, "operators require an account resolver to be configured".to_string()));
@@ -123,6 +117,18 @@ impl Mapper<'_> {
         let system_account = pending.system_account.map(|(key, _)| key);
         self.options.auth.operator =
             Some(OperatorOptions { jwts: pending.operators, preload: pending.preload, system_account });
+        Ok(())
+    }
+
+    /// Outside operator mode `system_account` names a config account (or `$G`), as nats-server
+    /// requires; nats-server refuses JetStream in the system account.
+    fn finish_system_account(&mut self, named: Option<(String, Location)>) -> Result<(), ConfigError> {
+        let Some((name, at)) = named else { return Ok(()) };
+        let account = self.options.accounts.iter().find(|account| account.name == name);
+        if account.is_none() && name != GLOBAL_ACCOUNT {
+            return Err(invalid(&at, "error resolving system account: account missing".to_string()));
+        }
+        self.options.system_account = Some(name);
         Ok(())
     }
 
