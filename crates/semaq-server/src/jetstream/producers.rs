@@ -561,7 +561,7 @@ impl Producers {
         let Some(file) = self.file.clone() else { return Ok(()) };
         // A slow disk in tests (the `sync-delay-ms` failpoint), here under the caller's locks.
         super::failpoint::sync_delay();
-        store.sync().map_err(std::io::Error::other)?;
+        store.sync_aside().map_err(std::io::Error::other)?;
         let covered_seq = self.batch.as_ref().map_or_else(|| store.state().last_seq, |batch| batch.start_seq);
         let snapshot = self.snapshot_body(covered_seq);
         let bytes = encode(&snapshot).map_err(std::io::Error::other)?;
@@ -597,7 +597,7 @@ impl Producers {
         }
         let covered_seq = store.state().last_seq;
         let bytes = encode(&self.snapshot_body(covered_seq)).map_err(std::io::Error::other)?;
-        let ticket = store.sync_begin().map_err(std::io::Error::other)?;
+        let ticket = store.sync_begin_aside().map_err(std::io::Error::other)?;
         self.generation += 1;
         let done = SnapshotDone {
             generation: self.generation,
