@@ -757,7 +757,7 @@ impl Stream {
         // Before this stream's store lock: the quota reads the other streams' usage.
         let quota = self.jetstream().and_then(|jetstream| Quota::for_stream(&jetstream, self, config.storage));
         // L3: a snapshot the batch's appends could need, before the lock is taken for it.
-        self.snapshot_before_batch(&config, batch);
+        self.snapshot_before_batch(&config, batch, batches);
         let mut store = self.store();
         if busy != Some(true) {
             self.take_drop_report(store.as_mut(), dedup);
@@ -1124,9 +1124,9 @@ impl Stream {
 
     /// L3: before an append that the store's limits could answer by removing a message the
     /// producer snapshot does not cover yet, brings the snapshot up to date, in place. Only
-    /// inside an atomic batch's appends, or after the unlocked snapshot failed: elsewhere the
-    /// batch was split before the message and the snapshot written without the lock
-    /// (`stream/split.rs`), so it is fresh here.
+    /// after the unlocked snapshot failed: elsewhere the batch was split before the message, or
+    /// (an atomic batch) the snapshot written before its commit, without the lock
+    /// (`stream/split.rs`, `snapshot_before_batch`), so it is fresh here.
     fn before_append(&self, ingest: &mut Ingest<'_, '_>, message: &Inbound) -> Result<(), ApiError> {
         let model = ingest.store.size_model();
         let stored = model.message_bytes(&message.subject, message.headers.as_deref(), &message.payload);
