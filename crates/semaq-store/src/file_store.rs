@@ -395,8 +395,9 @@ impl FileStore {
         }
     }
 
-    /// Runs the appender's `sync`, `sync_begin` or `flush`: reports an out-of-space failure not yet reported to them, or
-    /// runs the step; either way the failure has then been reported and changes resume.
+    /// Runs the appender's `sync`, `sync_begin` or `flush`: reports an out-of-space failure not
+    /// yet reported to them, or runs the step; either way the failure has then been reported
+    /// and changes resume.
     fn reporting(&mut self, step: impl FnOnce(&mut Self) -> StoreResult<()>) -> StoreResult<()> {
         if let Some(reason) = self.out_of_space.take() {
             if self.poisoned.is_none() {
@@ -737,12 +738,13 @@ impl StreamStore for FileStore {
         timestamp_ns: i64,
     ) -> StoreResult<(u64, i64)> {
         let unreported = std::mem::replace(&mut self.appends_unreported, true);
+        let refused_as_is = self.out_of_space.is_some() || self.poisoned.is_some();
         let mut taken = None;
         let result = self.guarded(|store| store.append_step((subject, headers, payload), timestamp_ns, &mut taken));
         if let (Err(error), None) = (&result, taken) {
-            if !matches!(error, StoreError::Io { .. } | StoreError::OutOfSpace(_)) {
-                // Refused before the buffer changed (a limit, a poisoned store): a full disk met
-                // later has no loss of this append to report.
+            if refused_as_is || !matches!(error, StoreError::Io { .. } | StoreError::OutOfSpace(_)) {
+                // Refused before the buffer changed (a limit, a pending report, a poisoned
+                // store): a full disk met later has no loss of this append to report.
                 self.appends_unreported = unreported;
             }
         }

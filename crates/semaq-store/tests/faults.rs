@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use semaq_store::storage::sim::{SimDisk, Tear};
-use semaq_store::{FileStore, FileStoreConfig, StoreError, StoreLimits, StreamStore};
+use semaq_store::{DiscardPolicy, FileStore, FileStoreConfig, StoreError, StoreLimits, StreamStore};
 
 const SEGMENT_BYTES: u64 = 4 * 1024;
 
@@ -404,4 +404,26 @@ fn a_commit_in_flight_when_an_aside_commit_meets_a_full_disk_stays_durable_and_t
     disk.crash(Tear::LoseUnsynced);
     drop(store);
     assert_eq!(held(&open(&disk, &dir())), vec![1, 2, 3]);
+}
+
+#[test]
+fn a_full_disk_met_aside_with_nothing_appended_unreported_leaves_no_report_and_changes_resume_with_space() {
+    let disk = SimDisk::new();
+    let limits = StoreLimits { max_msgs: Some(2), discard: DiscardPolicy::New, ..StoreLimits::default() };
+    let config = FileStoreConfig { dir: dir(), segment_size_bytes: SEGMENT_BYTES, limits };
+    let mut store = FileStore::open_on(config, disk.shared()).unwrap();
+    append(&mut store, 1).unwrap();
+    append(&mut store, 2).unwrap();
+    store.sync().unwrap();
+    assert!(matches!(append(&mut store, 3), Err(StoreError::MaxMsgs)), "refused without touching the buffer");
+
+    disk.set_free_bytes(Some(0));
+    assert!(store.remove(2).unwrap()); // its delete record finds no space
+    assert!(matches!(store.sync_begin_aside(), Err(StoreError::OutOfSpace(_))));
+    disk.set_free_bytes(None);
+    assert!(store.remove(2).unwrap(), "the reload undid the removal; no loss waits to be reported");
+    let ticket = store.sync_begin_aside().unwrap();
+    store.sync_finish(ticket.run()).unwrap();
+    assert!(store.report_dropped().is_ok());
+    assert_eq!(held(&store), vec![1]);
 }
