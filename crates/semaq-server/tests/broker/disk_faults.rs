@@ -293,3 +293,24 @@ async fn publishes_behind_a_commit_in_flight_dropped_by_an_l3_producer_snapshots
     let stream = js.get_stream("ONCE").await.unwrap();
     assert_eq!(payloads(&stream).await, expected, "and durable");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_whose_own_write_meets_the_full_disk_gets_10047_and_the_next_is_taken_once_space_returns() {
+    let store = tempfile::tempdir().unwrap();
+    let control = store.path().join("disk-faults");
+    let broker = broker_on_faulty_disk(&store.path().join("data"), &control);
+    let js = jetstream::new(broker.client().await);
+    let stream = file_stream(&js, "LARGE").await;
+    assert_eq!(publish(&js, "large.new", "small").await, Ok(1));
+
+    // Larger than the store's write buffer: written to the OS by the append itself, which
+    // meets the full disk with nothing waiting for a commit behind it.
+    std::fs::write(&control, "enospc-once").unwrap();
+    let large = "x".repeat(300 * 1024);
+    let refused = publish(&js, "large.new", &large).await.unwrap_err();
+    assert!(refused.contains("insufficient storage"), "refused with 10047: {refused}");
+    wait_for_control(&control, |text| !text.contains("enospc-once"), "the full disk to be met").await;
+
+    assert_eq!(publish(&js, "large.new", "after").await, Ok(2), "the report of the full disk does not stop the stream");
+    assert_eq!(payloads(&stream).await, ["small", "after"]);
+}
