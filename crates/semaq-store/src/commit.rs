@@ -21,6 +21,13 @@
 //! own (a lazy purge): marks only raise what is recorded as synced, so tickets finishing in
 //! any order are harmless. A file removed meanwhile is still fsynced through its open
 //! handle, which is harmless.
+//!
+//! Such work commits with [`StreamStore::sync_begin_aside`](crate::StreamStore::sync_begin_aside)
+//! (or `sync_aside`): its step 1 hands the appender's buffered appends to the OS too, and if
+//! that meets a full disk, the reload drops them. The failure is then the appender's to hear:
+//! the aside commit fails without taking the report, every change is refused until the
+//! appender's next commit (or `report_dropped`) fails with it, and a ticket the appender took
+//! before the reload still finishes `Ok`, since the reload kept what it covered.
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -94,8 +94,10 @@ pub struct FileStore {
     /// store refuses further changes rather than acknowledge on top of an unknown state.
     poisoned: Option<String>,
     /// Set when a write found the medium full and the reload dropped appends that `sync` or
-    /// `flush` had not yet reported on: their caller may be in the middle of a batch, so every
-    /// change is refused until `sync` or `flush` has reported the failure once.
+    /// `flush` had not yet reported on: their caller may be in the middle of a batch, or its
+    /// commit be pipelined behind the write, so every change is refused until the appender's
+    /// `sync`, `sync_begin`, `flush` or `report_dropped` has reported the failure once. A commit
+    /// taken aside (`sync_aside`, `sync_begin_aside`) fails with it but leaves it.
     out_of_space: Option<String>,
     /// Appends were accepted since the last `sync` or `flush` that succeeded.
     appends_unreported: bool,
@@ -393,8 +395,9 @@ impl FileStore {
         }
     }
 
-    /// Runs `sync` or `flush`: reports an out-of-space failure not yet reported to them, or
-    /// runs the step; either way the failure has then been reported and changes resume.
+    /// Runs the appender's `sync`, `sync_begin` or `flush`: reports an out-of-space failure not
+    /// yet reported to them, or runs the step; either way the failure has then been reported
+    /// and changes resume.
     fn reporting(&mut self, step: impl FnOnce(&mut Self) -> StoreResult<()>) -> StoreResult<()> {
         if let Some(reason) = self.out_of_space.take() {
             if self.poisoned.is_none() {
@@ -734,9 +737,17 @@ impl StreamStore for FileStore {
         payload: &[u8],
         timestamp_ns: i64,
     ) -> StoreResult<(u64, i64)> {
-        self.appends_unreported = true;
+        let unreported = std::mem::replace(&mut self.appends_unreported, true);
+        let refused_as_is = self.out_of_space.is_some() || self.poisoned.is_some();
         let mut taken = None;
         let result = self.guarded(|store| store.append_step((subject, headers, payload), timestamp_ns, &mut taken));
+        if let (Err(error), None) = (&result, taken) {
+            if refused_as_is || !matches!(error, StoreError::Io { .. } | StoreError::OutOfSpace(_)) {
+                // Refused before the buffer changed (a limit, a pending report, a poisoned
+                // store): a full disk met later has no loss of this append to report.
+                self.appends_unreported = unreported;
+            }
+        }
         match (result, taken) {
             (Ok(seq), _) => Ok((seq, timestamp_ns)),
             // The record took its sequence and the store keeps it (it may already be durable:
@@ -880,6 +891,12 @@ impl StreamStore for FileStore {
     }
 
     fn sync_finish(&mut self, synced: Synced) -> StoreResult<()> {
+        if synced.failure.is_none() && synced.epoch != self.epoch && self.poisoned.is_none() {
+            // A full disk met aside reloaded the store meanwhile. The reload kept what the ticket
+            // covers (with the OS before it), which the ticket's fsyncs made durable: its
+            // appends are acknowledged, and what the reload dropped is reported to the next commit.
+            return Ok(());
+        }
         // A store poisoned meanwhile (another change's write failed) refuses here too.
         self.guarded(|store| store.finish_step(synced))?;
         self.guarded(Self::settle_durable)?;
@@ -890,6 +907,27 @@ impl StreamStore for FileStore {
             self.write_checkpoint();
         }
         Ok(())
+    }
+
+    fn sync_aside(&mut self) -> StoreResult<()> {
+        // `guarded`, never `reporting`: a full disk's report stays for the appender.
+        self.guarded(Self::sync_step)?;
+        self.guarded(Self::settle_durable)?;
+        if self.checkpoint_due {
+            self.write_checkpoint();
+        }
+        Ok(())
+    }
+
+    fn sync_begin_aside(&mut self) -> StoreResult<SyncTicket> {
+        self.guarded(|store| store.prepare_step(true))
+    }
+
+    fn report_dropped(&mut self) -> StoreResult<()> {
+        match self.out_of_space.take() {
+            Some(reason) => Err(StoreError::OutOfSpace(reason)),
+            None => Ok(()),
+        }
     }
 
     fn compact(&mut self) -> StoreResult<()> {

@@ -125,6 +125,24 @@ pub trait StreamStore: Send {
             None => Ok(()),
         }
     }
+    /// [`sync`](Self::sync) for a change made aside from the appending task (a purge, a delete,
+    /// a producer snapshot, a timer's commit). A full disk met here whose reload dropped the
+    /// appender's buffered appends is not reported here but left for the appender's own next
+    /// `sync`, `sync_begin`, `flush` or [`report_dropped`](Self::report_dropped), which fails
+    /// with it; until then every change is refused, so nothing is acknowledged over the loss.
+    fn sync_aside(&mut self) -> StoreResult<()> {
+        self.sync()
+    }
+    /// [`sync_begin`](Self::sync_begin) aside from the appending task, reporting as
+    /// [`sync_aside`](Self::sync_aside) does; then `SyncTicket::run` and `sync_finish` as usual.
+    fn sync_begin_aside(&mut self) -> StoreResult<SyncTicket> {
+        self.sync_aside().map(|()| SyncTicket::done())
+    }
+    /// For the appending task, when nothing it appended waits for a commit: takes the report of
+    /// a full disk met aside (`Err(OutOfSpace)`), so changes resume; `Ok` when there is none.
+    fn report_dropped(&mut self) -> StoreResult<()> {
+        Ok(())
+    }
     /// Gives back disk space held by removed messages where that is cheap (whole segments).
     fn compact(&mut self) -> StoreResult<()>;
     /// Syncs and releases what can be released; the store should be dropped afterwards.

@@ -218,3 +218,9 @@ const _: () = assert!(INDEX_PAGE_BYTES.is_multiple_of(index_entry::SIZE_BYTES));
 /// Most sequences one skip marker covers behind stored messages (each costs a ledger slot and,
 /// once sealed, an index entry): a mirror's origin gap beyond it is not kept.
 pub const SKIP_COUNT_MAX: u64 = 1 << 20;
+
+/// Longest an fsync waits at the fault switch's `hold` (`storage::faults`) before it runs
+/// anyway: a test that never releases the hold slows the server down but does not hang it.
+pub const FAULT_HOLD_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(30);
+/// How often a held fsync reads the control file again.
+pub const FAULT_HOLD_POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(5);

@@ -278,6 +278,19 @@ for_both_stores! {
         assert!(store.stored_bytes() > 0);
         store.close().unwrap();
     }
+
+    fn commits_taken_aside_keep_what_they_cover_and_leave_no_report_on_a_healthy_disk(fresh: unlimited()) {
+        let store = &mut *fresh.store;
+        append_many(store, "c", 3, 1);
+        assert!(store.remove(2).unwrap());
+        let ticket = store.sync_begin_aside().unwrap();
+        store.sync_finish(ticket.run()).unwrap();
+        append_many(store, "c", 1, 4);
+        store.sync_aside().unwrap();
+        assert!(store.report_dropped().is_ok(), "nothing was dropped");
+        assert_eq!(seqs_of(store, None), vec![1, 3, 4]);
+        store.close().unwrap();
+    }
 }
 
 for_both_stores! {

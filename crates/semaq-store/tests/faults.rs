@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use semaq_store::storage::sim::{SimDisk, Tear};
-use semaq_store::{FileStore, FileStoreConfig, StoreError, StoreLimits, StreamStore};
+use semaq_store::{DiscardPolicy, FileStore, FileStoreConfig, StoreError, StoreLimits, StreamStore};
 
 const SEGMENT_BYTES: u64 = 4 * 1024;
 
@@ -346,4 +346,84 @@ fn an_append_that_pushes_a_whole_segment_out_is_never_refused_yet_kept_whatever_
         }
     }
     assert!(kept_after_a_failed_step > 0, "some crash struck after the new record was fsynced");
+}
+
+#[test]
+fn appends_dropped_by_a_full_disk_that_a_commit_taken_aside_met_are_refused_to_the_appenders_commit() {
+    let disk = SimDisk::new();
+    let mut store = open(&disk, &dir());
+    append(&mut store, 1).unwrap();
+    store.sync().unwrap();
+    for seq in 2..=4 {
+        append(&mut store, seq).unwrap(); // the appender's group, buffered, its commit not yet begun
+    }
+    // A delete commits aside (its own ticket, as `MSG.DELETE` does) and meets the full disk.
+    disk.set_free_bytes(Some(10));
+    assert!(store.remove(1).unwrap());
+    assert!(matches!(store.sync_begin_aside(), Err(StoreError::OutOfSpace(_))));
+    assert_eq!(held(&store), vec![1], "the reload undid the delete and dropped the buffered appends");
+    disk.set_free_bytes(None);
+    assert!(
+        matches!(store.sync_begin_aside(), Err(StoreError::OutOfSpace(_))),
+        "nothing is taken aside until the appender heard of its loss"
+    );
+    assert!(matches!(append(&mut store, 2), Err(StoreError::OutOfSpace(_))), "no append that could be acknowledged");
+    assert!(
+        matches!(store.sync_begin(), Err(StoreError::OutOfSpace(_))),
+        "the appender's commit of 2..=4 must hear they were dropped, not be told they are durable"
+    );
+    assert_eq!(append(&mut store, 2).unwrap(), 2, "then changes resume");
+    store.sync().unwrap();
+    disk.crash(Tear::LoseUnsynced);
+    drop(store);
+    assert_eq!(held(&open(&disk, &dir())), vec![1, 2]);
+}
+
+#[test]
+fn a_commit_in_flight_when_an_aside_commit_meets_a_full_disk_stays_durable_and_the_appends_behind_it_are_refused() {
+    let disk = SimDisk::new();
+    let mut store = open(&disk, &dir());
+    append(&mut store, 1).unwrap();
+    store.sync().unwrap();
+    append(&mut store, 2).unwrap();
+    let in_flight = store.sync_begin().unwrap(); // 2 is with the OS; its fsync runs without the lock
+    for seq in 3..=4 {
+        append(&mut store, seq).unwrap(); // pipelined behind it, buffered
+    }
+    disk.set_free_bytes(Some(10));
+    assert!(matches!(store.sync_begin_aside(), Err(StoreError::OutOfSpace(_))));
+    disk.set_free_bytes(None);
+    store.sync_finish(in_flight.run()).expect("the fsync in flight covered 2, which the reload kept");
+    assert!(
+        matches!(store.sync_begin(), Err(StoreError::OutOfSpace(_))),
+        "the group behind it, 3..=4, was dropped and must be refused"
+    );
+    assert_eq!(append(&mut store, 3).unwrap(), 3);
+    let ticket = store.sync_begin().unwrap();
+    store.sync_finish(ticket.run()).unwrap();
+    disk.crash(Tear::LoseUnsynced);
+    drop(store);
+    assert_eq!(held(&open(&disk, &dir())), vec![1, 2, 3]);
+}
+
+#[test]
+fn a_full_disk_met_aside_with_nothing_appended_unreported_leaves_no_report_and_changes_resume_with_space() {
+    let disk = SimDisk::new();
+    let limits = StoreLimits { max_msgs: Some(2), discard: DiscardPolicy::New, ..StoreLimits::default() };
+    let config = FileStoreConfig { dir: dir(), segment_size_bytes: SEGMENT_BYTES, limits };
+    let mut store = FileStore::open_on(config, disk.shared()).unwrap();
+    append(&mut store, 1).unwrap();
+    append(&mut store, 2).unwrap();
+    store.sync().unwrap();
+    assert!(matches!(append(&mut store, 3), Err(StoreError::MaxMsgs)), "refused without touching the buffer");
+
+    disk.set_free_bytes(Some(0));
+    assert!(store.remove(2).unwrap()); // its delete record finds no space
+    assert!(matches!(store.sync_begin_aside(), Err(StoreError::OutOfSpace(_))));
+    disk.set_free_bytes(None);
+    assert!(store.remove(2).unwrap(), "the reload undid the removal; no loss waits to be reported");
+    let ticket = store.sync_begin_aside().unwrap();
+    store.sync_finish(ticket.run()).unwrap();
+    assert!(store.report_dropped().is_ok());
+    assert_eq!(held(&store), vec![1]);
 }

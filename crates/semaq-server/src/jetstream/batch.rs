@@ -125,6 +125,26 @@ pub struct Batches {
 }
 
 impl Batches {
+    /// The messages of the atomic batches that `incoming` commits: those staged, then those
+    /// arriving with the commit (in `incoming`). For what must be decided before the store's
+    /// lock is taken (the L3 producer snapshot a commit may need, `Stream::snapshot_before_batch`).
+    pub fn committed_by<'a>(&'a self, incoming: &'a [Inbound]) -> (Vec<&'a Inbound>, Vec<&'a Inbound>) {
+        let id_of = |message: &'a Inbound| {
+            let block = message.headers.as_deref().unwrap_or_default();
+            Headers::new(block).get(header::BATCH_ID).filter(|id| !id.is_empty())
+        };
+        let committing: HashSet<&str> = (incoming.iter())
+            .filter(|message| {
+                let block = message.headers.as_deref().unwrap_or_default();
+                Headers::new(block).get(header::BATCH_COMMIT).is_some()
+            })
+            .filter_map(id_of)
+            .collect();
+        let staged = committing.iter().filter_map(|id| self.open.get(*id)).flat_map(|open| &open.messages);
+        let arriving = incoming.iter().filter(|message| id_of(message).is_some_and(|id| committing.contains(id)));
+        (staged.collect(), arriving.collect())
+    }
+
     /// Sorts a message: on its own, staged, refused, or the commit of its batch.
     pub fn route(&mut self, config: &StreamConfig, message: Inbound, now: Instant) -> Route {
         let id = match message.headers.as_deref().and_then(|block| Headers::new(block).get(header::BATCH_ID)) {
@@ -502,7 +522,8 @@ fn append_all(stream: &Stream, ingest: &mut Ingest<'_, '_>, messages: Vec<Inboun
     ingest.producers.begin_batch(ingest.store.state().last_seq);
     ingest.deferred_deletes = Some(Vec::new());
     // Nothing is held while the batch's messages go in (a rollup's purge, a limit's eviction
-    // snapshot in place): a rollback must leave nothing behind (`stream/split.rs`).
+    // find the snapshot written before the batch, or write it in place): a rollback must leave
+    // nothing behind (`stream/split.rs`).
     let held = ingest.held.take();
     let mut appended = Vec::with_capacity(messages.len());
     let mut failure = None;

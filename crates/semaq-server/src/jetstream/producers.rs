@@ -518,7 +518,7 @@ impl Producers {
     /// [`Producers::append_needs_snapshot`] for `count` appends of `stored_bytes` in all (an
     /// ingest batch about to be stored, so the snapshot can be written before it, without the lock).
     pub fn appends_need_snapshot(&self, limits: &StoreLimits, count: u64, stored_bytes: u64) -> bool {
-        if !self.dirty || self.file.is_none() {
+        if !self.unsaved() || self.file.is_none() {
             return false;
         }
         let since_msgs = self.since_msgs.saturating_add(count);
@@ -535,7 +535,14 @@ impl Producers {
     /// Whether removing stored message `seq` (delete, purge, workqueue or interest ack) could lose
     /// a producer's entry that the snapshot does not hold yet.
     pub fn removal_needs_snapshot(&self, seq: u64) -> bool {
-        self.dirty && self.file.is_some() && seq > self.covered_seq
+        self.unsaved() && self.file.is_some() && seq > self.covered_seq
+    }
+
+    /// Whether the table holds entries the durable snapshot lacks. While an atomic batch is
+    /// applied only those from before it count: a snapshot written then leaves the batch out,
+    /// so one written for the batch's own entries would save none of them.
+    fn unsaved(&self) -> bool {
+        self.batch.as_ref().map_or(self.dirty, |batch| batch.dirty)
     }
 
     /// Whether expiring messages older than `max_age_ns` at `now_ns` could reach one stored
@@ -561,7 +568,7 @@ impl Producers {
         let Some(file) = self.file.clone() else { return Ok(()) };
         // A slow disk in tests (the `sync-delay-ms` failpoint), here under the caller's locks.
         super::failpoint::sync_delay();
-        store.sync().map_err(std::io::Error::other)?;
+        store.sync_aside().map_err(std::io::Error::other)?;
         let covered_seq = self.batch.as_ref().map_or_else(|| store.state().last_seq, |batch| batch.start_seq);
         let snapshot = self.snapshot_body(covered_seq);
         let bytes = encode(&snapshot).map_err(std::io::Error::other)?;
@@ -597,7 +604,7 @@ impl Producers {
         }
         let covered_seq = store.state().last_seq;
         let bytes = encode(&self.snapshot_body(covered_seq)).map_err(std::io::Error::other)?;
-        let ticket = store.sync_begin().map_err(std::io::Error::other)?;
+        let ticket = store.sync_begin_aside().map_err(std::io::Error::other)?;
         self.generation += 1;
         let done = SnapshotDone {
             generation: self.generation,
@@ -955,6 +962,29 @@ mod tests {
         assert!(producers.removal_needs_snapshot(3), "q came after the snapshot: still dirty");
         assert!(!producers.removal_needs_snapshot(2), "the older job did not move covered_seq back");
         assert_eq!(producers.since_msgs, 1, "only q's message is counted after the snapshot");
+    }
+
+    #[test]
+    fn inside_an_atomic_batch_only_entries_from_before_it_make_a_removal_need_the_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = semaq_store::MemoryStore::new(semaq_store::StoreLimits::default());
+        let mut producers = Producers::new(Some(dir.path()));
+        producers.ensure_loaded(&mut store, 0);
+        store_claim(&mut producers, &mut store, "q", 1);
+        producers.write_snapshot(&mut store, 5).unwrap();
+        producers.begin_batch(1);
+        store_claim(&mut producers, &mut store, "p", 1);
+        assert!(
+            !producers.removal_needs_snapshot(u64::MAX),
+            "a snapshot now leaves the batch out: it would save none of p's entries"
+        );
+        producers.rollback_batch();
+        store_claim(&mut producers, &mut store, "r", 1);
+        producers.begin_batch(3);
+        assert!(producers.removal_needs_snapshot(u64::MAX), "r's entry, from before the batch, is not saved");
+        producers.write_snapshot(&mut store, 6).unwrap();
+        assert!(!producers.removal_needs_snapshot(u64::MAX));
+        producers.commit_batch();
     }
 
     #[test]

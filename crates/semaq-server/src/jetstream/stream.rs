@@ -498,7 +498,8 @@ impl Stream {
             consumer.save_state();
         }
         let mut store = self.store();
-        match store.sync() {
+        // Aside: the ingest task's commits in flight hear of a full disk this meets.
+        match store.sync_aside() {
             // Everything stored is durable: the final checkpoint may sign it all.
             Ok(()) => self.committed_seq.store(store.state().last_seq, std::sync::atomic::Ordering::Release),
             Err(error) => tracing::error!(stream = %self.name, %error, "sync at stop failed"),
@@ -658,7 +659,7 @@ impl Stream {
                 }
                 _ = self.stop.notified() => break,
                 _ = sync_timer.tick(), if matches!(self.sync_policy, SyncPolicy::Interval(_)) => {
-                    let (synced, store) = tokio::task::block_in_place(|| self.commit(self.store()));
+                    let (synced, store) = tokio::task::block_in_place(|| self.commit_aside(self.store()));
                     drop(store);
                     if let Err(error) = synced {
                         tracing::error!(stream = %self.name, %error, "sync failed");
@@ -710,7 +711,7 @@ impl Stream {
                 if self.sync_policy == SyncPolicy::Never {
                     // Nothing else commits such a stream before its close, and the segments
                     // expiry emptied are given back only at a commit.
-                    let committed = tokio::task::block_in_place(|| self.commit(self.store()).0);
+                    let committed = tokio::task::block_in_place(|| self.commit_aside(self.store()).0);
                     if let Err(error) = committed {
                         tracing::error!(stream = %self.name, %error, "cannot sync what expired");
                     }
@@ -728,7 +729,7 @@ impl Stream {
         let (snapshot, mut store) = self.before_removal(self.store(), seq);
         snapshot.map_err(ApiError::message_delete_failed)?;
         let removed = store.remove(seq).map_err(ApiError::message_delete_failed)?;
-        let (committed, _store) = tokio::task::block_in_place(|| self.commit(store));
+        let (committed, _store) = tokio::task::block_in_place(|| self.commit_aside(store));
         committed.map_err(ApiError::message_delete_failed)?;
         Ok(removed)
     }
@@ -756,8 +757,11 @@ impl Stream {
         // Before this stream's store lock: the quota reads the other streams' usage.
         let quota = self.jetstream().and_then(|jetstream| Quota::for_stream(&jetstream, self, config.storage));
         // L3: a snapshot the batch's appends could need, before the lock is taken for it.
-        self.snapshot_before_batch(&config, batch);
+        self.snapshot_before_batch(&config, batch, batches);
         let mut store = self.store();
+        if busy != Some(true) {
+            self.take_drop_report(store.as_mut(), dedup);
+        }
         let now = clock::unix_nanos_now();
         dedup.expire(now, window_ns);
         // Interest streams keep only what some consumer wants (nats-server's "no interest" skip).
@@ -951,10 +955,27 @@ impl Stream {
     /// of `semaq_store::commit`), so consumers, stream info and direct gets never wait for the
     /// disk; returns the outcome and the lock, taken again. Only the ingest task appends, so
     /// the ticket stays valid; whatever runs under the lock meanwhile syncs its own changes.
-    fn commit<'s>(&'s self, mut store: StoreGuard<'s>) -> (semaq_store::StoreResult<()>, StoreGuard<'s>) {
+    fn commit<'s>(&'s self, store: StoreGuard<'s>) -> (semaq_store::StoreResult<()>, StoreGuard<'s>) {
+        self.commit_as(store, false)
+    }
+
+    /// [`Stream::commit`] for work aside from ingest (a purge, a delete, retention's removals,
+    /// a timer's sync): a full disk it meets, whose reload dropped appends the ingest task's
+    /// commit still waits for, fails here and is reported to that commit, which refuses them
+    /// (`StreamStore::sync_begin_aside`).
+    pub(super) fn commit_aside<'s>(&'s self, store: StoreGuard<'s>) -> (semaq_store::StoreResult<()>, StoreGuard<'s>) {
+        self.commit_as(store, true)
+    }
+
+    fn commit_as<'s>(
+        &'s self,
+        mut store: StoreGuard<'s>,
+        aside: bool,
+    ) -> (semaq_store::StoreResult<()>, StoreGuard<'s>) {
         let started = Instant::now();
         let latency = &self.services.bus.stats.store_sync_latency;
-        let ticket = match store.sync_begin() {
+        let begun = if aside { store.sync_begin_aside() } else { store.sync_begin() };
+        let ticket = match begun {
             Ok(ticket) => ticket,
             Err(error) => return (Err(error), store),
         };
@@ -968,6 +989,17 @@ impl Stream {
         latency.observe(started.elapsed());
         let mut store = self.store();
         (store.sync_finish(synced), store)
+    }
+
+    /// Before a batch, when nothing this task appended waits for a commit: takes the report of a
+    /// full disk met aside (a delete's or a snapshot's commit) that no commit of its own took,
+    /// so that changes resume; what was derived from appends goes, as after any full disk.
+    fn take_drop_report(&self, store: &mut dyn StreamStore, dedup: &mut Dedup) {
+        if let Err(error) = store.report_dropped() {
+            *dedup = Dedup::default();
+            lock(&self.producers).unload();
+            tracing::error!(stream = %self.name, %error, "disk full; taking writes again");
+        }
     }
 
     /// Checks and stores one message: the L2 schema (unless the caller checked it), the L3
@@ -1092,9 +1124,9 @@ impl Stream {
 
     /// L3: before an append that the store's limits could answer by removing a message the
     /// producer snapshot does not cover yet, brings the snapshot up to date, in place. Only
-    /// inside an atomic batch's appends, or after the unlocked snapshot failed: elsewhere the
-    /// batch was split before the message and the snapshot written without the lock
-    /// (`stream/split.rs`), so it is fresh here.
+    /// after the unlocked snapshot failed: elsewhere the batch was split before the message, or
+    /// (an atomic batch) the snapshot written before its commit, without the lock
+    /// (`stream/split.rs`, `snapshot_before_batch`), so it is fresh here.
     fn before_append(&self, ingest: &mut Ingest<'_, '_>, message: &Inbound) -> Result<(), ApiError> {
         let model = ingest.store.size_model();
         let stored = model.message_bytes(&message.subject, message.headers.as_deref(), &message.payload);

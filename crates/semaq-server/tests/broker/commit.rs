@@ -622,3 +622,125 @@ async fn an_l3_batch_that_alone_exceeds_max_msgs_is_split_for_its_snapshots_with
     }
     assert_eq!(publish_seq(&client, "keep1.a", "p", 5, 5).await["seq"], 6);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_l3_atomic_batch_whose_rollup_purges_writes_its_producer_snapshot_before_the_lock_and_dedup_survives_a_kill()
+{
+    use super::exactly_once::{create_stream, l3_config, publish_seq, register_schema};
+    use serde_json::json;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let (mut broker, client) = slow_broker(&store).await;
+    register_schema(&client).await;
+    let config = l3_config("ATOM3", &["atom3.>"], json!({"allow_rollup_hdrs": true, "allow_direct": true}));
+    let created = create_stream(&client, config).await;
+    assert!(created["config"].is_object(), "{created}");
+    let js = jetstream::new(client.clone());
+    let mut stream = js.get_stream("ATOM3").await.unwrap();
+    assert_eq!(publish_seq(&client, "atom3.other", "q", 1, 1).await["seq"], 1);
+
+    // An atomic batch of p's sequences 1..=3 whose last message rolls the whole stream up: its
+    // purge takes q's message, so q's entry must be in the durable snapshot first. Nothing can
+    // be held inside an atomic batch's appends; the snapshot is written before the batch takes
+    // the lock, and readers are answered throughout (a snapshot written in place, under the
+    // lock, would hold them for an fsync of the slowed disk).
+    let committed = commit_p_batch(&client, &mut stream, ("atom3.key", "rollup", 3), &[("Nats-Rollup", "all")]).await;
+    assert_eq!(committed, json!({"stream": "ATOM3", "seq": 4, "batch": "rollup", "count": 3}));
+    let state = stream.info().await.unwrap().state.clone();
+    assert_eq!((state.messages, state.first_sequence), (1, 4), "the rollup left only itself");
+    broker.kill();
+    drop(broker);
+
+    // Every producer sequence, rolled up or not, is still a duplicate after the kill.
+    let broker = super::exactly_once::start_on(&store);
+    let client = broker.client().await;
+    assert_eq!(publish_seq(&client, "atom3.other", "q", 1, 1).await["duplicate"], true, "q's entry survived");
+    for seq in 1..=3 {
+        let repeat = publish_seq(&client, "atom3.key", "p", seq, seq).await;
+        assert_eq!(repeat["duplicate"], true, "sequence {seq} after the restart: {repeat}");
+    }
+    assert_eq!(publish_seq(&client, "atom3.key", "p", 4, 4).await["seq"], 5);
+}
+
+/// Stages producer p's sequences `1..count` as atomic batch `id` on `subject`, then commits it
+/// with sequence `count` (carrying `last_headers` too), reading stream info throughout: each
+/// read, which takes the store's lock, is answered well within an fsync of the slowed disk.
+/// Returns the commit's PubAck.
+async fn commit_p_batch(
+    client: &async_nats::Client,
+    stream: &mut stream::Stream,
+    (subject, id, count): (&'static str, &'static str, u64),
+    last_headers: &[(&'static str, &'static str)],
+) -> serde_json::Value {
+    let message = move |n: u64, last: bool| {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("Semaq-Producer", "p");
+        headers.insert("Semaq-Producer-Seq", n.to_string().as_str());
+        headers.insert("Nats-Batch-Id", id);
+        headers.insert("Nats-Batch-Sequence", n.to_string().as_str());
+        if last {
+            headers.insert("Nats-Batch-Commit", "1");
+        }
+        headers
+    };
+    for n in 1..count {
+        let event = super::exactly_once::event(n);
+        let staged = client.request_with_headers(subject, message(n, false), event).await.unwrap();
+        assert!(staged.payload.is_empty(), "a staged message gets an empty reply");
+    }
+    let mut last = message(count, true);
+    for (name, value) in last_headers {
+        last.insert(*name, *value);
+    }
+    let committed = tokio::spawn({
+        let client = client.clone();
+        async move {
+            let reply = client.request_with_headers(subject, last, super::exactly_once::event(count)).await.unwrap();
+            serde_json::from_slice::<serde_json::Value>(&reply.payload).unwrap()
+        }
+    });
+    // Not a message get: the batch may remove any message meanwhile.
+    while !committed.is_finished() {
+        let asked = Instant::now();
+        assert!(stream.info().await.unwrap().state.last_sequence >= 1);
+        assert!(asked.elapsed() < SYNC_DELAY / 3, "a read waited for an fsync: {:?}", asked.elapsed());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    committed.await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_l3_atomic_batch_that_evicts_by_max_msgs_writes_no_producer_snapshot_under_the_lock_and_dedup_survives_a_kill(
+) {
+    use super::exactly_once::{create_stream, l3_config, publish_seq, register_schema};
+    use serde_json::json;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let (mut broker, client) = slow_broker(&store).await;
+    register_schema(&client).await;
+    let config = l3_config("EVICT3", &["evict3.>"], json!({"max_msgs": 3}));
+    let created = create_stream(&client, config).await;
+    assert!(created["config"].is_object(), "{created}");
+    let js = jetstream::new(client.clone());
+    let mut stream = js.get_stream("EVICT3").await.unwrap();
+    assert_eq!(publish_seq(&client, "evict3.other", "q", 1, 1).await["seq"], 1);
+
+    // Four messages where three fit: q's message and p's first go. q's entry must be durable
+    // in the snapshot first (written before the batch takes the lock, if the periodic one has
+    // not taken it); p's entries are the batch's own, which a snapshot written during the batch
+    // would leave out anyway, so none is written in place.
+    let committed = commit_p_batch(&client, &mut stream, ("evict3.key", "evict", 4), &[]).await;
+    assert_eq!(committed, json!({"stream": "EVICT3", "seq": 5, "batch": "evict", "count": 4}));
+    let state = stream.info().await.unwrap().state.clone();
+    assert_eq!((state.messages, state.first_sequence), (3, 3), "max_msgs evicted q's and p's first");
+    broker.kill();
+    drop(broker);
+
+    let broker = super::exactly_once::start_on(&store);
+    let client = broker.client().await;
+    assert_eq!(publish_seq(&client, "evict3.other", "q", 1, 1).await["duplicate"], true, "q's entry survived");
+    for seq in 1..=4 {
+        let repeat = publish_seq(&client, "evict3.key", "p", seq, seq).await;
+        assert_eq!(repeat["duplicate"], true, "sequence {seq} after the restart: {repeat}");
+    }
+}

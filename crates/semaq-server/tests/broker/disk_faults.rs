@@ -7,9 +7,14 @@
 //!   disk is back, and keeps serving reads; after a restart every acknowledged message is there.
 //! - A full disk: publishes get nats-server's 10047, reads go on, and publishes are taken again
 //!   as soon as space returns; nothing acknowledged is lost.
+//! - A full disk met by a commit taken aside (a `MSG.DELETE`, an L3 producer snapshot) while
+//!   publishes wait behind the ingest's commit in flight: the reload drops them, and they get
+//!   10047, never a PubAck. The race is lined up with the control file's `hold-one` (the next
+//!   fsync, the ingest's commit, waits while the file says `holding`) and `enospc-once` (the
+//!   next write fails; the word is then gone).
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer, stream};
 use futures::StreamExt;
@@ -132,4 +137,180 @@ async fn a_full_disk_refuses_publishes_with_10047_and_service_resumes_when_space
     let js = jetstream::new(broker.client().await);
     let stream = js.get_stream("EVENTS").await.unwrap();
     assert_eq!(payloads(&stream).await, ["event-1", "event-2", "event-3", "event-6"]);
+}
+
+/// How the tests' publishes look: plain, or as an L3 producer's (headers, and a body the
+/// stream's JSON Schema takes).
+#[derive(Clone, Copy)]
+enum Shape {
+    Plain,
+    Producer,
+}
+
+impl Shape {
+    /// The body of publish `n`, named `name`, as `payloads` reads it back.
+    fn body(self, name: &str, n: u64) -> String {
+        match self {
+            Shape::Plain => name.to_string(),
+            Shape::Producer => serde_json::json!({"n": n, "note": name}).to_string(),
+        }
+    }
+
+    /// Publishes `name` as producer `producer`'s sequence `n`; the ack to wait for.
+    async fn publish(
+        self,
+        js: &jetstream::Context,
+        subject: &str,
+        (producer, n): (&str, u64),
+        name: &str,
+    ) -> async_nats::jetstream::context::PublishAckFuture {
+        let mut headers = async_nats::HeaderMap::new();
+        if let Shape::Producer = self {
+            headers.insert("Semaq-Producer", producer);
+            headers.insert("Semaq-Producer-Seq", n.to_string().as_str());
+        }
+        let body = self.body(name, n).into();
+        js.publish_with_headers(subject.to_string(), headers, body).await.unwrap()
+    }
+}
+
+/// Waits (bounded) until the control file's text passes `done`.
+async fn wait_for_control(control: &Path, done: impl Fn(&str) -> bool, what: &str) {
+    let deadline = Instant::now() + ACK_WAIT;
+    while !done(&std::fs::read_to_string(control).unwrap_or_default()) {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits (bounded) until stream info shows `seq` stored (appended, maybe not yet committed).
+async fn wait_for_last_seq(stream: &mut stream::Stream, seq: u64) {
+    let deadline = Instant::now() + ACK_WAIT;
+    while stream.info().await.unwrap().state.last_sequence < seq {
+        assert!(Instant::now() < deadline, "message {seq} was never appended");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// An ack that may still come: the sequence, or the JetStream error's text.
+async fn ack_of(ack: async_nats::jetstream::context::PublishAckFuture) -> Result<u64, String> {
+    match tokio::time::timeout(ACK_WAIT, ack).await {
+        Ok(Ok(ack)) => Ok(ack.sequence),
+        Ok(Err(error)) => Err(error.to_string()),
+        Err(_) => Err("no ack".to_string()),
+    }
+}
+
+/// After `kept` (sequence 1, acknowledged): publishes `in-flight` and holds its commit's
+/// fsync (`hold-one`), then `behind`, appended behind it meanwhile; returns their acks to come.
+async fn pipeline_two(
+    js: &jetstream::Context,
+    stream: &mut stream::Stream,
+    (control, subject): (&Path, &str),
+    shape: Shape,
+) -> (async_nats::jetstream::context::PublishAckFuture, async_nats::jetstream::context::PublishAckFuture) {
+    assert_eq!(ack_of(shape.publish(js, subject, ("p", 1), "kept").await).await, Ok(1));
+    std::fs::write(control, "hold-one").unwrap();
+    let in_flight = shape.publish(js, subject, ("p", 2), "in-flight").await;
+    wait_for_control(control, |text| text.trim() == "holding", "the commit's fsync to be held").await;
+    let behind = shape.publish(js, subject, ("p", 3), "behind").await;
+    wait_for_last_seq(stream, 3).await;
+    (in_flight, behind)
+}
+
+/// With the fsync in flight held, runs `aside` (which must meet the full disk: the next write
+/// fails), releases the fsync, and checks that every acknowledged publish is stored and every
+/// dropped one got 10047; then that service resumes. Returns the stream's payloads.
+async fn full_disk_aside<F: std::future::Future<Output = bool>>(
+    js: &jetstream::Context,
+    stream: &mut stream::Stream,
+    (control, subject): (&Path, &str),
+    shape: Shape,
+    aside: impl FnOnce() -> F,
+) -> (Vec<String>, Result<u64, String>) {
+    let (in_flight, behind) = pipeline_two(js, stream, (control, subject), shape).await;
+    std::fs::write(control, "holding enospc-once").unwrap();
+    assert!(!aside().await, "the work aside met the full disk");
+    wait_for_control(control, |text| !text.contains("enospc-once"), "the full disk to be met").await;
+    std::fs::remove_file(control).unwrap();
+
+    let (in_flight, behind) = (ack_of(in_flight).await, ack_of(behind).await);
+    assert_eq!(in_flight, Ok(2), "the commit in flight was durable before the full disk");
+    let mut expected = vec![shape.body("kept", 1), shape.body("in-flight", 2)];
+    match &behind {
+        Err(refused) => assert!(refused.contains("insufficient storage"), "refused with 10047: {refused}"),
+        Ok(_) => expected.push(shape.body("behind", 3)),
+    }
+    assert_eq!(payloads(stream).await, expected, "every acknowledged publish is stored, no refused one");
+    let after = shape.publish(js, subject, ("q", 1), "after").await;
+    assert_eq!(ack_of(after).await, Ok(expected.len() as u64 + 1), "service resumes when space returns");
+    expected.push(shape.body("after", 1));
+    assert_eq!(payloads(stream).await, expected);
+    (expected, behind)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishes_behind_a_commit_in_flight_dropped_by_a_message_deletes_full_disk_get_10047_never_an_ack() {
+    let store = tempfile::tempdir().unwrap();
+    let control = store.path().join("disk-faults");
+    let mut broker = broker_on_faulty_disk(&store.path().join("data"), &control);
+    let js = jetstream::new(broker.client().await);
+    let stream = file_stream(&js, "HOLES").await;
+    // The delete commits aside: its write hands `behind` to the OS and meets the full disk.
+    let delete = || async { tokio::time::timeout(ACK_WAIT, stream.delete_message(1)).await.expect("answered").is_ok() };
+    let (expected, behind) =
+        full_disk_aside(&js, &mut stream.clone(), (&control, "holes.new"), Shape::Plain, delete).await;
+    assert!(behind.is_err(), "the publish the reload dropped was acknowledged: {behind:?}");
+
+    broker.kill();
+    broker.restart();
+    let js = jetstream::new(broker.client().await);
+    let stream = js.get_stream("HOLES").await.unwrap();
+    assert_eq!(payloads(&stream).await, expected, "and durable");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishes_behind_a_commit_in_flight_dropped_by_an_l3_producer_snapshots_full_disk_get_10047_never_an_ack() {
+    use super::exactly_once::{create_stream, l3_config, register_schema};
+    let store = tempfile::tempdir().unwrap();
+    let control = store.path().join("disk-faults");
+    let mut broker = broker_on_faulty_disk(&store.path().join("data"), &control);
+    let client = broker.client().await;
+    register_schema(&client).await;
+    let created = create_stream(&client, l3_config("ONCE", &["once.>"], serde_json::json!({}))).await;
+    assert!(created["config"].is_object(), "{created}");
+    let js = jetstream::new(client);
+    let stream = js.get_stream("ONCE").await.unwrap();
+    // Deleting `in-flight` needs the producer snapshot first (its entry is newer than the last
+    // one), whose ticket, taken aside, hands `behind` to the OS and meets the full disk. (Should
+    // the periodic snapshot have covered `behind` just before, it is durable and acknowledged.)
+    let delete = || async { tokio::time::timeout(ACK_WAIT, stream.delete_message(2)).await.expect("answered").is_ok() };
+    let (expected, _) = full_disk_aside(&js, &mut stream.clone(), (&control, "once.a"), Shape::Producer, delete).await;
+
+    broker.kill();
+    broker.restart();
+    let js = jetstream::new(broker.client().await);
+    let stream = js.get_stream("ONCE").await.unwrap();
+    assert_eq!(payloads(&stream).await, expected, "and durable");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_whose_own_write_meets_the_full_disk_gets_10047_and_the_next_is_taken_once_space_returns() {
+    let store = tempfile::tempdir().unwrap();
+    let control = store.path().join("disk-faults");
+    let broker = broker_on_faulty_disk(&store.path().join("data"), &control);
+    let js = jetstream::new(broker.client().await);
+    let stream = file_stream(&js, "LARGE").await;
+    assert_eq!(publish(&js, "large.new", "small").await, Ok(1));
+
+    // Larger than the store's write buffer: written to the OS by the append itself, which
+    // meets the full disk with nothing waiting for a commit behind it.
+    std::fs::write(&control, "enospc-once").unwrap();
+    let large = "x".repeat(300 * 1024);
+    let refused = publish(&js, "large.new", &large).await.unwrap_err();
+    assert!(refused.contains("insufficient storage"), "refused with 10047: {refused}");
+    wait_for_control(&control, |text| !text.contains("enospc-once"), "the full disk to be met").await;
+
+    assert_eq!(publish(&js, "large.new", "after").await, Ok(2), "the report of the full disk does not stop the stream");
+    assert_eq!(payloads(&stream).await, ["small", "after"]);
 }

@@ -31,7 +31,7 @@ impl Stream {
             .and_then(|subject| store.get_next(state.first_seq, Some(subject)).ok().flatten())
             .map(|message| message.seq);
         // Blocks for the disk: let the runtime move other tasks off this worker meanwhile.
-        let (committed, store) = tokio::task::block_in_place(|| self.commit(store));
+        let (committed, store) = tokio::task::block_in_place(|| self.commit_aside(store));
         drop(store);
         committed.map_err(store_error)?;
         // Lock order: a consumer's state before the store (released above).

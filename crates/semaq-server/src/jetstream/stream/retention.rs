@@ -116,7 +116,7 @@ impl Stream {
         if !self.removals_unsynced.swap(false, Ordering::AcqRel) || self.sync_policy != SyncPolicy::Always {
             return;
         }
-        let result = tokio::task::block_in_place(|| self.commit(self.store()).0);
+        let result = tokio::task::block_in_place(|| self.commit_aside(self.store()).0);
         if let Err(error) = result {
             tracing::error!(stream = %self.name, %error, "cannot sync the removal of acknowledged messages");
         }

@@ -22,8 +22,11 @@
 //! Snapshots an ingest batch needs (that last case; an interest stream's unwanted message, a KV
 //! rollup's or a schedule's purge, which the batch's own entries make needed) split the batch
 //! around them (`split.rs`): the removal is held, the snapshot written this way, then the
-//! removal made and the batch continued. Only inside an atomic batch's appends is one still
-//! written in place. The periodic snapshot (every `PRODUCER_SNAPSHOT_INTERVAL`, without the
+//! removal made and the batch continued. An atomic batch's commit, inside whose appends nothing
+//! can be held, gets its snapshot before the batch too, when one of its messages may purge (a
+//! rollup, a one-shot schedule's copy) or its appends may evict; only if that failed (or a
+//! plain message of the same ingest batch recorded an entry first) is one still written in
+//! place. The periodic snapshot (every `PRODUCER_SNAPSHOT_INTERVAL`, without the
 //! lock) and the one before a batch keep splits rare.
 
 use super::{StoreGuard, Stream};
@@ -33,6 +36,16 @@ use semaq_wire::clock;
 
 /// Rounds of an unlocked snapshot before a removal's snapshot is written under the lock.
 const PRODUCER_SNAPSHOT_ROUNDS_MAX: usize = 3;
+
+/// Whether storing `message` may purge other messages: a KV rollup, or a one-shot schedule's
+/// copy (which removes its schedule).
+fn may_purge(message: &super::Inbound) -> bool {
+    let block = message.headers.as_deref().unwrap_or_default();
+    let headers = semaq_wire::Headers::new(block);
+    let [rollup, scheduler] =
+        headers.get_many(&[semaq_wire::headers::names::ROLLUP, crate::jetstream::schedules::SCHEDULER]);
+    rollup.is_some() || scheduler.is_some()
+}
 
 impl Stream {
     /// L3: before removing stored message `seq` (`u64::MAX`: any), makes the durable producer
@@ -60,20 +73,30 @@ impl Stream {
     /// L3: before storing `batch`, the snapshot its appends could need (limits removing the
     /// oldest messages past the snapshot), written with the store's lock let go. Sizes are the
     /// raw ones: the exact check stays in the batch (`before_append`), this only makes it rare.
+    /// An atomic batch `batch` commits counts whole (its staged messages too), and one whose
+    /// messages may purge (a rollup, a one-shot schedule's copy) needs the snapshot as any
+    /// removal does: inside its appends nothing can be held, so it is written here rather
+    /// than in place, under the lock.
     pub(super) fn snapshot_before_batch(
         &self,
         config: &crate::jetstream::config::StreamConfig,
         batch: &[super::Inbound],
+        batches: &crate::jetstream::batch::Batches,
     ) {
         if !config.exactly_once() || self.dir.is_none() {
             return;
         }
-        let count = batch.len() as u64;
-        let bytes: u64 = batch.iter().map(|m| m.size() as u64).sum();
+        let (staged, arriving) = batches.committed_by(batch);
+        let purges = staged.iter().chain(&arriving).any(|message| may_purge(message));
+        let count = (batch.len() + staged.len()) as u64;
+        let bytes: u64 = batch.iter().chain(staged.iter().copied()).map(|m| m.size() as u64).sum();
         let store = self.store();
         let limits = store.limits().clone();
-        let needed =
-            |producers: &Producers, _| producers.is_loaded() && producers.appends_need_snapshot(&limits, count, bytes);
+        let needed = |producers: &Producers, _| {
+            producers.is_loaded()
+                && (producers.appends_need_snapshot(&limits, count, bytes)
+                    || (purges && producers.removal_needs_snapshot(u64::MAX)))
+        };
         let (written, store) = self.snapshot_if(store, needed, false);
         drop(store);
         if let Err(error) = written {

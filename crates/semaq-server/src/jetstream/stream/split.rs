@@ -21,9 +21,12 @@
 //! commit too. Stream info and gets may show the first part, and a message whose removal is
 //! held, during the snapshot's fsync, as they show any append during its commit's fsync. Inside
 //! an atomic batch's appends nothing is held (a rolled-back batch must leave nothing behind,
-//! and its messages must not be read half-stored): a rollup or a limit eviction there still
-//! writes the snapshot in place; the drops of the batch's unwanted messages, made once all of
-//! it is in, are held as above.
+//! and its messages must not be read half-stored): the ingest task writes the snapshot a
+//! rollup or a limit eviction there may need before it takes the lock for the commit
+//! ([`Stream::snapshot_before_batch`]), and during the appends only entries from before the
+//! batch count (a snapshot then leaves the batch out), so none is written in place unless
+//! that failed; the drops of the batch's unwanted messages, made once all of it is in, are
+//! held as above.
 
 use semaq_store::PurgeRequest;
 
