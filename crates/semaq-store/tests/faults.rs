@@ -26,6 +26,18 @@ fn append(store: &mut FileStore, seq: u64) -> Result<u64, StoreError> {
     store.append("orders.new", None, &payload(seq), 7).map(|(seq, _)| seq)
 }
 
+/// A store holding message 1 synced and messages 2..=4 buffered: the appender's next group,
+/// not yet handed to the OS, its commit not yet begun.
+fn synced_one_buffered_three(disk: &SimDisk) -> FileStore {
+    let mut store = open(disk, &dir());
+    append(&mut store, 1).unwrap();
+    store.sync().unwrap();
+    for seq in 2..=4 {
+        append(&mut store, seq).unwrap();
+    }
+    store
+}
+
 /// Sequences of the live messages, each checked to hold its own payload.
 fn held(store: &FileStore) -> Vec<u64> {
     let mut seqs = Vec::new();
@@ -217,12 +229,7 @@ fn a_torn_tail_is_cut_at_the_last_whole_record_and_every_synced_message_survives
 #[test]
 fn appends_dropped_by_a_full_disk_during_a_delete_are_reported_by_the_next_sync_never_acknowledged() {
     let disk = SimDisk::new();
-    let mut store = open(&disk, &dir());
-    append(&mut store, 1).unwrap();
-    store.sync().unwrap();
-    for seq in 2..=4 {
-        append(&mut store, seq).unwrap(); // buffered, not yet handed to the OS
-    }
+    let mut store = synced_one_buffered_three(&disk);
     disk.set_free_bytes(Some(10));
     assert!(matches!(store.delete(1), Err(StoreError::OutOfSpace(_))), "the delete syncs the buffer first");
     assert_eq!(held(&store), vec![1], "the delete did not happen, the buffered appends are gone");
@@ -351,12 +358,7 @@ fn an_append_that_pushes_a_whole_segment_out_is_never_refused_yet_kept_whatever_
 #[test]
 fn appends_dropped_by_a_full_disk_that_a_commit_taken_aside_met_are_refused_to_the_appenders_commit() {
     let disk = SimDisk::new();
-    let mut store = open(&disk, &dir());
-    append(&mut store, 1).unwrap();
-    store.sync().unwrap();
-    for seq in 2..=4 {
-        append(&mut store, seq).unwrap(); // the appender's group, buffered, its commit not yet begun
-    }
+    let mut store = synced_one_buffered_three(&disk);
     // A delete commits aside (its own ticket, as `MSG.DELETE` does) and meets the full disk.
     disk.set_free_bytes(Some(10));
     assert!(store.remove(1).unwrap());

@@ -929,6 +929,15 @@ mod tests {
         assert!(never_stored.description.ends_with("(its last is at stream sequence 50)"), "a gap: {never_stored}");
     }
 
+    /// An empty producer table loaded from (and saving to) a fresh directory, with its store.
+    fn persisted_table() -> (tempfile::TempDir, semaq_store::MemoryStore, Producers) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = semaq_store::MemoryStore::new(semaq_store::StoreLimits::default());
+        let mut producers = Producers::new(Some(dir.path()));
+        producers.ensure_loaded(&mut store, 0);
+        (dir, store, producers)
+    }
+
     /// A message with `producer`'s sequence `seq`, appended to `store` and recorded.
     fn store_claim(producers: &mut Producers, store: &mut dyn StreamStore, producer: &str, seq: u64) {
         let headers = block(&[&format!("Semaq-Producer: {producer}"), &format!("Semaq-Producer-Seq: {seq}")]);
@@ -939,10 +948,7 @@ mod tests {
 
     #[test]
     fn a_snapshot_written_unlocked_applies_only_if_newer_and_never_replaces_a_newer_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = semaq_store::MemoryStore::new(semaq_store::StoreLimits::default());
-        let mut producers = Producers::new(Some(dir.path()));
-        producers.ensure_loaded(&mut store, 0);
+        let (dir, mut store, mut producers) = persisted_table();
         store_claim(&mut producers, &mut store, "p", 1);
         let older = producers.take_snapshot(&mut store, 5).unwrap().unwrap();
         store_claim(&mut producers, &mut store, "p", 2);
@@ -966,10 +972,7 @@ mod tests {
 
     #[test]
     fn inside_an_atomic_batch_only_entries_from_before_it_make_a_removal_need_the_snapshot() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = semaq_store::MemoryStore::new(semaq_store::StoreLimits::default());
-        let mut producers = Producers::new(Some(dir.path()));
-        producers.ensure_loaded(&mut store, 0);
+        let (_dir, mut store, mut producers) = persisted_table();
         store_claim(&mut producers, &mut store, "q", 1);
         producers.write_snapshot(&mut store, 5).unwrap();
         producers.begin_batch(1);
@@ -989,10 +992,7 @@ mod tests {
 
     #[test]
     fn an_unlocked_snapshot_taken_before_an_unload_is_void() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = semaq_store::MemoryStore::new(semaq_store::StoreLimits::default());
-        let mut producers = Producers::new(Some(dir.path()));
-        producers.ensure_loaded(&mut store, 0);
+        let (_dir, mut store, mut producers) = persisted_table();
         store_claim(&mut producers, &mut store, "p", 1);
         let job = producers.take_snapshot(&mut store, 5).unwrap().unwrap();
         producers.unload();

@@ -52,6 +52,14 @@ async fn publish(js: &jetstream::Context, subject: &str, payload: &str) -> Resul
     }
 }
 
+/// Every payload of stream `name` once the broker is killed and restarted on the same store.
+async fn payloads_after_kill(broker: &mut SemaqServer, name: &str) -> Vec<String> {
+    broker.kill();
+    broker.restart();
+    let js = jetstream::new(broker.client().await);
+    payloads(&js.get_stream(name).await.unwrap()).await
+}
+
 /// Every payload in the stream, in order, read with a fresh ordered consumer.
 async fn payloads(stream: &stream::Stream) -> Vec<String> {
     let expected = stream.get_info().await.unwrap().state.messages as usize;
@@ -132,11 +140,7 @@ async fn a_full_disk_refuses_publishes_with_10047_and_service_resumes_when_space
     std::fs::remove_file(&control).unwrap();
     assert_eq!(publish(&js, "events.new", "event-6").await, Ok(4), "service resumes when space returns");
 
-    broker.kill();
-    broker.restart();
-    let js = jetstream::new(broker.client().await);
-    let stream = js.get_stream("EVENTS").await.unwrap();
-    assert_eq!(payloads(&stream).await, ["event-1", "event-2", "event-3", "event-6"]);
+    assert_eq!(payloads_after_kill(&mut broker, "EVENTS").await, ["event-1", "event-2", "event-3", "event-6"]);
 }
 
 /// How the tests' publishes look: plain, or as an L3 producer's (headers, and a body the
@@ -262,11 +266,7 @@ async fn publishes_behind_a_commit_in_flight_dropped_by_a_message_deletes_full_d
         full_disk_aside(&js, &mut stream.clone(), (&control, "holes.new"), Shape::Plain, delete).await;
     assert!(behind.is_err(), "the publish the reload dropped was acknowledged: {behind:?}");
 
-    broker.kill();
-    broker.restart();
-    let js = jetstream::new(broker.client().await);
-    let stream = js.get_stream("HOLES").await.unwrap();
-    assert_eq!(payloads(&stream).await, expected, "and durable");
+    assert_eq!(payloads_after_kill(&mut broker, "HOLES").await, expected, "and durable");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -287,11 +287,7 @@ async fn publishes_behind_a_commit_in_flight_dropped_by_an_l3_producer_snapshots
     let delete = || async { tokio::time::timeout(ACK_WAIT, stream.delete_message(2)).await.expect("answered").is_ok() };
     let (expected, _) = full_disk_aside(&js, &mut stream.clone(), (&control, "once.a"), Shape::Producer, delete).await;
 
-    broker.kill();
-    broker.restart();
-    let js = jetstream::new(broker.client().await);
-    let stream = js.get_stream("ONCE").await.unwrap();
-    assert_eq!(payloads(&stream).await, expected, "and durable");
+    assert_eq!(payloads_after_kill(&mut broker, "ONCE").await, expected, "and durable");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -237,6 +237,11 @@ async fn run_case(client: &async_nats::Client, case: Case) -> Result<(), TestCas
                 .await
                 .map_err(|_| TestCaseError::fail("publish: no PubAck"))?
                 .ok_or_else(|| TestCaseError::fail("publish: subscription closed"))?;
+            // A random STREAM.UPDATE may have moved FZ off `fz.>`: then nothing listens on fz.a
+            // and the server answers as nats-server does, with a 503 no-responders status.
+            if reply.status == Some(async_nats::StatusCode::NO_RESPONDERS) {
+                return Ok(());
+            }
             let answer: Value = serde_json::from_slice(&reply.payload)
                 .map_err(|error| TestCaseError::fail(format!("PubAck is not JSON ({error}): {:?}", reply.payload)))?;
             check_answer("fz.a", &answer)

@@ -10,7 +10,7 @@ use futures::StreamExt;
 use semaq_testkit::SemaqServer;
 use serde_json::{json, Value};
 
-use crate::system_config::{ask, login, nats_with, SYS_CONFIG};
+use crate::system_config::{ask, both_servers_agree, login, nats_with, SYS_CONFIG};
 
 /// Bound on every wait for a reply or an event.
 const WAIT: Duration = Duration::from_secs(5);
@@ -22,9 +22,9 @@ fn servers() -> (semaq_testkit::NatsServer, tempfile::TempDir, SemaqServer) {
 }
 
 /// What the system user learns of account A while one client of A is connected.
-async fn account_requests(url: &str) -> Vec<String> {
-    let sys = login(url, "sys").await;
-    let _a = login(url, "a").await;
+async fn account_requests(url: String) -> Vec<String> {
+    let sys = login(&url, "sys").await;
+    let _a = login(&url, "a").await;
     // `auth` makes nats-server name each connection's account, as SemaQ always does.
     let connz = ask(&sys, "$SYS.REQ.ACCOUNT.A.CONNZ", r#"{"auth":true}"#).await;
     let info = ask(&sys, "$SYS.REQ.ACCOUNT.A.INFO", "").await;
@@ -48,7 +48,6 @@ async fn account_requests(url: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn the_system_user_asks_about_one_account_and_gets_nats_servers_answers() {
-    let (nats, _dir, semaq) = servers();
     let expected = [
         "envelope has the server: true",
         "connz: 1 of \"A\"",
@@ -59,14 +58,13 @@ async fn the_system_user_asks_about_one_account_and_gets_nats_servers_answers() 
         "jsz: 500 \"jetstream not enabled\"",
         "conns: \"io.nats.server.advisory.v1.account_connections\" \"A\" conns=1",
     ];
-    assert_eq!(account_requests(&nats.url()).await, expected, "nats-server");
-    assert_eq!(account_requests(&semaq.url()).await, expected, "SemaQ");
+    both_servers_agree(SYS_CONFIG, expected, account_requests).await;
 }
 
 /// Answers to bodies that are not JSON, and to the account ping.
-async fn bodies_and_pings(url: &str) -> Vec<String> {
-    let sys = login(url, "sys").await;
-    let _a = login(url, "a").await;
+async fn bodies_and_pings(url: String) -> Vec<String> {
+    let sys = login(&url, "sys").await;
+    let _a = login(&url, "a").await;
     let bad = ask(&sys, "$SYS.REQ.ACCOUNT.A.CONNZ", "hello").await;
     let bad_server = ask(&sys, "$SYS.REQ.SERVER.PING.VARZ", "{nope").await;
     let statz = ask(&sys, "$SYS.REQ.ACCOUNT.PING.STATZ", r#"{"accounts":["A","B"]}"#).await;
@@ -96,7 +94,6 @@ async fn bodies_and_pings(url: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn request_bodies_are_read_as_nats_server_reads_them() {
-    let (nats, _dir, semaq) = servers();
     let expected = [
         "not JSON: 400 \"invalid character 'h' looking for beginning of value\" data=null",
         "bad JSON: 400 has a description: true",
@@ -105,14 +102,13 @@ async fn request_bodies_are_read_as_nats_server_reads_them() {
         "accountz: \"A\" system=\"$SYS\"",
         "unknown account: 500 \"Account NOPE does not exist\"",
     ];
-    assert_eq!(bodies_and_pings(&nats.url()).await, expected, "nats-server");
-    assert_eq!(bodies_and_pings(&semaq.url()).await, expected, "SemaQ");
+    both_servers_agree(SYS_CONFIG, expected, bodies_and_pings).await;
 }
 
 /// Two requests answered on one subscription: the first names another server; only the second
 /// is answered, and requests are answered in the order they came.
-async fn first_answered(url: &str) -> String {
-    let sys = login(url, "sys").await;
+async fn first_answered(url: String) -> String {
+    let sys = login(&url, "sys").await;
     let mut replies = sys.subscribe("reply.>").await.expect("subscribe");
     for (reply, body) in [("reply.other", r#"{"server_name":"not-this-one","exact_match":true}"#), ("reply.any", "")] {
         sys.publish_with_reply("$SYS.REQ.SERVER.PING.HEALTHZ", reply, body.into()).await.expect("publish");
@@ -123,15 +119,13 @@ async fn first_answered(url: &str) -> String {
 
 #[tokio::test]
 async fn a_request_whose_filter_names_another_server_gets_no_answer() {
-    let (nats, _dir, semaq) = servers();
-    assert_eq!(first_answered(&nats.url()).await, "reply.any", "nats-server");
-    assert_eq!(first_answered(&semaq.url()).await, "reply.any", "SemaQ");
+    both_servers_agree(SYS_CONFIG, "reply.any", first_answered).await;
 }
 
 /// What a user of A, outside the system account, learns through the system imports.
-async fn imported(url: &str) -> Vec<String> {
-    let a = login(url, "a").await;
-    let _b = login(url, "b").await;
+async fn imported(url: String) -> Vec<String> {
+    let a = login(&url, "a").await;
+    let _b = login(&url, "b").await;
     let mut seen = Vec::new();
     for subject in ["$SYS.REQ.ACCOUNT.PING.CONNZ", "$SYS.REQ.SERVER.PING.CONNZ"] {
         let connz = ask(&a, subject, r#"{"auth":true}"#).await;
@@ -147,21 +141,19 @@ async fn imported(url: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn every_account_asks_its_own_connections_through_the_system_imports() {
-    let (nats, _dir, semaq) = servers();
     let expected =
         ["$SYS.REQ.ACCOUNT.PING.CONNZ: 1 [\"A\"]", "$SYS.REQ.SERVER.PING.CONNZ: 1 [\"A\"]", "statz: [String(\"A\")]"];
-    assert_eq!(imported(&nats.url()).await, expected, "nats-server");
-    assert_eq!(imported(&semaq.url()).await, expected, "SemaQ");
+    both_servers_agree(SYS_CONFIG, expected, imported).await;
 }
 
 /// The connection counts of A the system user hears on each subject while a client of A
 /// connects and closes.
-async fn connection_counts(url: &str) -> BTreeMap<String, Vec<Value>> {
-    let sys = login(url, "sys").await;
+async fn connection_counts(url: String) -> BTreeMap<String, Vec<Value>> {
+    let sys = login(&url, "sys").await;
     // One subscription: each subject's events keep the order the server sent them in.
     let mut events = sys.subscribe("$SYS.>").await.expect("subscribe");
     semaq_testkit::sync(&sys).await;
-    let a = login(url, "a").await;
+    let a = login(&url, "a").await;
     a.flush().await.expect("flush");
     drop(a);
     let subjects = ["$SYS.ACCOUNT.A.SERVER.CONNS", "$SYS.SERVER.ACCOUNT.A.CONNS"];
@@ -181,20 +173,18 @@ async fn connection_counts(url: &str) -> BTreeMap<String, Vec<Value>> {
 
 #[tokio::test]
 async fn the_system_account_hears_an_accounts_connection_count_change() {
-    let (nats, _dir, semaq) = servers();
     let expected: BTreeMap<String, Vec<Value>> = [
         ("$SYS.ACCOUNT.A.SERVER.CONNS".to_string(), vec![json!(1), json!(0)]),
         ("$SYS.SERVER.ACCOUNT.A.CONNS".to_string(), vec![json!(1), json!(0)]),
     ]
     .into();
-    assert_eq!(connection_counts(&nats.url()).await, expected, "nats-server");
-    assert_eq!(connection_counts(&semaq.url()).await, expected, "SemaQ");
+    both_servers_agree(SYS_CONFIG, expected, connection_counts).await;
 }
 
 /// The subscriptions of A the system user is listed, after a client of A subscribed in a queue group.
-async fn account_subscriptions(url: &str) -> Vec<String> {
-    let sys = login(url, "sys").await;
-    let a = login(url, "a").await;
+async fn account_subscriptions(url: String) -> Vec<String> {
+    let sys = login(&url, "sys").await;
+    let a = login(&url, "a").await;
     let _orders = a.queue_subscribe("orders.>", "workers".into()).await.expect("subscribe");
     semaq_testkit::sync(&a).await;
     let subsz = ask(&sys, "$SYS.REQ.ACCOUNT.A.SUBSZ", "").await;
@@ -214,7 +204,6 @@ async fn account_subscriptions(url: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn an_accounts_subscriptions_are_listed_with_the_system_imports() {
-    let (nats, _dir, semaq) = servers();
     let expected = [
         "\"A\" \"$SYS.REQ.ACCOUNT.PING.CONNZ\" queue=null",
         "\"A\" \"$SYS.REQ.ACCOUNT.PING.STATZ\" queue=null",
@@ -222,16 +211,15 @@ async fn an_accounts_subscriptions_are_listed_with_the_system_imports() {
         "\"A\" \"orders.>\" queue=\"workers\"",
         "total is the list: true",
     ];
-    assert_eq!(account_subscriptions(&nats.url()).await, expected, "nats-server");
-    assert_eq!(account_subscriptions(&semaq.url()).await, expected, "SemaQ");
+    both_servers_agree(SYS_CONFIG, expected, account_subscriptions).await;
 }
 
 /// A's traffic as the account's statz counts it once the client that made it has closed.
-async fn traffic_after_close(url: &str) -> Vec<String> {
-    let sys = login(url, "sys").await;
+async fn traffic_after_close(url: String) -> Vec<String> {
+    let sys = login(&url, "sys").await;
     let mut gone = sys.subscribe("$SYS.ACCOUNT.A.DISCONNECT").await.expect("subscribe");
     semaq_testkit::sync(&sys).await;
-    let a = login(url, "a").await;
+    let a = login(&url, "a").await;
     for _ in 0..3 {
         a.publish("nobody.listens", "xy".into()).await.expect("publish");
     }
@@ -249,10 +237,8 @@ async fn traffic_after_close(url: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn an_accounts_statz_counts_the_traffic_of_its_closed_connections() {
-    let (nats, _dir, semaq) = servers();
     let expected = ["conns: 0", "received: 3 msgs 6 bytes", "slow consumers: 0"];
-    assert_eq!(traffic_after_close(&nats.url()).await, expected, "nats-server");
-    assert_eq!(traffic_after_close(&semaq.url()).await, expected, "SemaQ");
+    both_servers_agree(SYS_CONFIG, expected, traffic_after_close).await;
 }
 
 /// The connection counts of A on the new subject while one client of A stays connected: the
@@ -284,9 +270,9 @@ async fn an_account_with_connections_has_a_connection_count_heartbeat() {
 
 /// What the server-wide `SUBSZ` request lists with nats-server's options, after a client of A
 /// subscribed to `orders.>` and a client of B to `orders.new`.
-async fn server_subscriptions(url: &str) -> Vec<String> {
-    let sys = login(url, "sys").await;
-    let (a, b) = (login(url, "a").await, login(url, "b").await);
+async fn server_subscriptions(url: String) -> Vec<String> {
+    let sys = login(&url, "sys").await;
+    let (a, b) = (login(&url, "a").await, login(&url, "b").await);
     let _a_orders = a.subscribe("orders.>").await.expect("subscribe");
     let _b_orders = b.subscribe("orders.new").await.expect("subscribe");
     semaq_testkit::sync(&a).await;
@@ -313,15 +299,13 @@ async fn server_subscriptions(url: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn the_server_subsz_request_lists_subscriptions_a_test_subject_reaches() {
-    let (nats, _dir, semaq) = servers();
     let expected = [
         "every account: [\"A:\\\"orders.>\\\"\", \"B:\\\"orders.new\\\"\"] total=2",
         "account A: [\"A:\\\"orders.>\\\"\"]",
         "figures only: list=null total=0",
         "wildcard test: 500 \"invalid test subject, must be valid publish subject: orders.*\"",
     ];
-    assert_eq!(server_subscriptions(&nats.url()).await, expected, "nats-server");
-    assert_eq!(server_subscriptions(&semaq.url()).await, expected, "SemaQ");
+    both_servers_agree(SYS_CONFIG, expected, server_subscriptions).await;
 }
 
 #[tokio::test]

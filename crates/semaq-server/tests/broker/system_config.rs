@@ -48,6 +48,21 @@ pub(crate) async fn ask(client: &Client, subject: &str, body: &str) -> Value {
     serde_json::from_slice(&reply.payload).expect("a JSON answer")
 }
 
+/// Runs `scenario` against nats-server and then SemaQ, both started with `config` and JetStream
+/// off, and checks that each comes out as `expected`.
+pub(crate) async fn both_servers_agree<T, E, F, Fut>(config: &str, expected: E, scenario: F)
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = T>,
+    T: PartialEq<E> + std::fmt::Debug,
+    E: std::fmt::Debug,
+{
+    let (nats, _http, _dir) = nats_with(config, false);
+    assert_eq!(scenario(nats.url()).await, expected, "nats-server");
+    let semaq = SemaqServer::with_config(&format!("{config}jetstream: false\n"), &[]);
+    assert_eq!(scenario(semaq.url()).await, expected, "SemaQ");
+}
+
 /// `/accountz` as both servers must agree on it: the system account and the set of accounts.
 fn accountz(body: &Value) -> (Value, BTreeSet<String>) {
     let accounts = body["accounts"].as_array().into_iter().flatten();
@@ -107,9 +122,9 @@ fn a_system_account_that_is_not_an_account_is_a_config_error() {
 }
 
 /// What a client without credentials, and the `$SYS` user, can do when `$SYS` is the only account.
-async fn only_system_account(url: &str) -> Vec<String> {
-    let anonymous = async_nats::connect(url).await.map(|_| "connects");
-    let sys = login(url, "sys").await;
+async fn only_system_account(url: String) -> Vec<String> {
+    let anonymous = async_nats::connect(&url).await.map(|_| "connects");
+    let sys = login(&url, "sys").await;
     let mut sub = sys.subscribe("$SYS.>").await.expect("the system user subscribes to $SYS.>");
     sys.publish("$SYS.custom", "x".into()).await.expect("publish");
     let heard = loop {
@@ -124,16 +139,13 @@ async fn only_system_account(url: &str) -> Vec<String> {
 #[tokio::test]
 async fn with_only_a_system_account_clients_without_credentials_join_the_global_account() {
     let config = "accounts { $SYS { users [ {user: sys, password: sys} ] } }\n";
-    let (nats, _http, _dir) = nats_with(config, false);
-    let semaq = SemaqServer::with_config(config, &[]);
     let expected = ["anonymous: Ok(\"connects\")", "sys hears: b\"x\""];
-    assert_eq!(only_system_account(&nats.url()).await, expected, "nats-server");
-    assert_eq!(only_system_account(&semaq.url()).await, expected, "SemaQ");
+    both_servers_agree(config, expected, only_system_account).await;
 }
 
 /// The `$SYS` user asks the server's services by ping and by id.
-async fn server_services(url: &str) -> Vec<String> {
-    let sys = login(url, "sys").await;
+async fn server_services(url: String) -> Vec<String> {
+    let sys = login(&url, "sys").await;
     let varz = ask(&sys, "$SYS.REQ.SERVER.PING.VARZ", "").await;
     let id = varz["server"]["id"].as_str().unwrap_or_default().to_string();
     let healthz = ask(&sys, &format!("$SYS.REQ.SERVER.{id}.HEALTHZ"), "").await;
@@ -153,8 +165,6 @@ async fn server_services(url: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn the_config_system_account_answers_server_requests() {
-    let (nats, _http, _dir) = nats_with(SYS_CONFIG, false);
-    let semaq = SemaqServer::with_config(SYS_CONFIG, &[]);
     let expected = [
         "varz of the server that answers: true",
         "healthz: \"ok\"",
@@ -163,17 +173,16 @@ async fn the_config_system_account_answers_server_requests() {
         "routez: 0 []",
         "gatewayz: {} {}",
     ];
-    assert_eq!(server_services(&nats.url()).await, expected, "nats-server");
-    assert_eq!(server_services(&semaq.url()).await, expected, "SemaQ");
+    both_servers_agree(SYS_CONFIG, expected, server_services).await;
 }
 
 /// A client of A connects then closes; what the `$SYS` user hears of account A.
-async fn connection_events(url: &str) -> Vec<String> {
-    let sys = login(url, "sys").await;
+async fn connection_events(url: String) -> Vec<String> {
+    let sys = login(&url, "sys").await;
     // One subscription, so the events keep the order the server sent them in.
     let mut events = sys.subscribe("$SYS.ACCOUNT.A.>").await.expect("subscribe");
     semaq_testkit::sync(&sys).await;
-    let client = login(url, "a").await;
+    let client = login(&url, "a").await;
     client.flush().await.expect("flush");
     drop(client);
     let mut seen = Vec::new();
@@ -192,19 +201,16 @@ async fn connection_events(url: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn the_config_system_account_hears_clients_of_other_accounts_connect_and_disconnect() {
-    let (nats, _http, _dir) = nats_with(SYS_CONFIG, false);
-    let semaq = SemaqServer::with_config(SYS_CONFIG, &[]);
     let expected = [
         "CONNECT \"io.nats.server.advisory.v1.client_connect\" acc=\"A\" user=\"a\"",
         "DISCONNECT \"io.nats.server.advisory.v1.client_disconnect\" acc=\"A\" user=\"a\"",
     ];
-    assert_eq!(connection_events(&nats.url()).await, expected, "nats-server");
-    assert_eq!(connection_events(&semaq.url()).await, expected, "SemaQ");
+    both_servers_agree(SYS_CONFIG, expected, connection_events).await;
 }
 
 /// The first statsz heartbeat the `$SYS` user hears: whether it names the server it comes from.
-async fn statsz_heartbeat(url: &str) -> Vec<String> {
-    let sys = login(url, "sys").await;
+async fn statsz_heartbeat(url: String) -> Vec<String> {
+    let sys = login(&url, "sys").await;
     let mut beats = sys.subscribe("$SYS.SERVER.*.STATSZ").await.expect("subscribe");
     // The interval grows to 10 s; a window longer than that holds a beat whenever it opens.
     let beat = tokio::time::timeout(Duration::from_secs(15), beats.next()).await.expect("a heartbeat").expect("open");
@@ -219,11 +225,8 @@ async fn statsz_heartbeat(url: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn the_system_account_hears_the_servers_statsz_heartbeat() {
-    let (nats, _http, _dir) = nats_with(SYS_CONFIG, false);
-    let semaq = SemaqServer::with_config(SYS_CONFIG, &[]);
     let expected = ["subject names the server: true", "connections: 1", "has traffic: true"];
-    assert_eq!(statsz_heartbeat(&nats.url()).await, expected, "nats-server");
-    assert_eq!(statsz_heartbeat(&semaq.url()).await, expected, "SemaQ");
+    both_servers_agree(SYS_CONFIG, expected, statsz_heartbeat).await;
 }
 
 /// `/subsz` as monitoring tools read it, after a client of A subscribed to `orders.>`.
