@@ -643,10 +643,12 @@ impl Stream {
                         self.drain(&mut pipeline, &mut dedup).await;
                     }
                     let busy = pipelined.then(|| pipeline.busy());
-                    // The fsync blocks: let the runtime move other tasks off this worker meanwhile.
-                    let deferred = tokio::task::block_in_place(|| {
-                        self.store_batch(&mut batch, (&mut dedup, &mut batches), &mut acks, busy)
-                    });
+                    let mut store_batch = || self.store_batch(&mut batch, (&mut dedup, &mut batches), &mut acks, busy);
+                    // Unpipelined, the batch's fsync runs in there: the runtime moves this worker's
+                    // other tasks off meanwhile. Pipelined, the batch is only appended and handed to
+                    // the OS (its fsync runs on a blocking thread), and moving the worker would cost
+                    // two thread switches per batch, more than the appends.
+                    let deferred = if pipelined { store_batch() } else { tokio::task::block_in_place(store_batch) };
                     if let Some(last_seq) = deferred {
                         pipeline.defer(&mut acks, &mut captured_at, last_seq);
                         self.start_commit(&mut pipeline, &mut dedup);

@@ -92,7 +92,8 @@ impl Stream {
         }
         let group = std::mem::take(&mut pipeline.waiting);
         let started = Instant::now();
-        let ticket = tokio::task::block_in_place(|| self.store().sync_begin());
+        // No `block_in_place`: taking a ticket hands the group to the OS and runs no fsync.
+        let ticket = self.store().sync_begin();
         match ticket {
             Ok(ticket) => {
                 let task = tokio::task::spawn_blocking(move || {
@@ -114,7 +115,8 @@ impl Stream {
         self.services.bus.stats.store_sync_latency.observe(started.elapsed());
         let mut store = self.store();
         let finished = match synced {
-            Some(synced) => tokio::task::block_in_place(|| store.sync_finish(synced)),
+            // Records what the ticket synced; no fsync (but at a seal's end, the checkpoint's).
+            Some(synced) => store.sync_finish(synced),
             None => Err(StoreError::Poisoned("the fsync task ended without an outcome".into())),
         };
         if let Err(error) = finished {
