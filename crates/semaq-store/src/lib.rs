@@ -145,6 +145,12 @@ pub trait StreamStore: Send {
     }
     /// Gives back disk space held by removed messages where that is cheap (whole segments).
     fn compact(&mut self) -> StoreResult<()>;
+    /// Whether whole segments emptied by lazy removals (limits applied at an append among them)
+    /// wait for a commit to be given back: a caller that does not commit after its appends
+    /// commits for them, or the disk holds them until it does.
+    fn release_waits(&self) -> bool {
+        false
+    }
     /// Syncs and releases what can be released; the store should be dropped afterwards.
     fn close(&mut self) -> StoreResult<()>;
     /// Bytes the store occupies on its medium (disk files, or live record sizes in memory).

@@ -623,6 +623,10 @@ impl Stream {
                         self.drain(&mut pipeline, &mut dedup).await;
                         self.commit_removals();
                     }
+                    if !pipeline.busy() {
+                        // A commit in flight gives them back itself.
+                        self.release_segments();
+                    }
                     if self.config().allow_msg_schedules {
                         // Scheduled copies commit unpipelined, behind the commits in flight.
                         self.drain(&mut pipeline, &mut dedup).await;
