@@ -820,8 +820,10 @@ impl StreamStore for FileStore {
         self.guarded(|store| {
             store.ledger.set_limits(limits);
             let removed = store.ledger.enforce_count_limits();
-            store.settle()?;
-            store.release_if_empty()?;
+            // As `enforce_limits`: no fsync under the caller's lock; the next commit makes the
+            // removals durable and gives back the segments they emptied.
+            store.settle_lazy();
+            store.note_release();
             Ok(removed)
         })
     }

@@ -102,6 +102,7 @@ pub trait StreamStore: Send {
     /// Durable at the next sync or commit, and runs no fsync itself (segments it empties go then).
     fn enforce_limits(&mut self, now_ns: i64) -> StoreResult<u64>;
     /// Replaces the limits and applies the count limits at once; returns how many went.
+    /// Durable at the next sync or commit, and runs no fsync itself (segments it empties go then).
     fn update_limits(&mut self, limits: StoreLimits) -> StoreResult<u64>;
     /// The limits in force.
     fn limits(&self) -> &StoreLimits;

@@ -193,3 +193,58 @@ fn power_loss_anywhere_through_an_append_that_drops_a_segment_and_its_commits_ke
         }
     }
 }
+
+#[test]
+fn a_lowered_limit_runs_no_fsync_and_the_next_commit_gives_the_segments_it_emptied_back() {
+    let disk = SimDisk::new();
+    let mut store = open_with(&disk, StoreLimits::default());
+    let next = append_past_a_roll(&mut store, 1, 0).unwrap();
+    let next = append_past_a_roll(&mut store, next, 3).unwrap();
+    commit(&mut store).unwrap();
+    let (segments, syncs) = (store.segment_count(), disk.counts().syncs);
+
+    assert_eq!(store.update_limits(bounded()).unwrap(), next - 1 - KEPT_MSGS);
+    assert_eq!(disk.counts().syncs, syncs, "lowering the limit fsyncs nothing");
+    assert_eq!(store.segment_count(), segments, "the emptied segments wait for a commit");
+    assert!(store.release_waits());
+    assert_eq!(held(&store), (next - KEPT_MSGS..next).collect::<Vec<_>>(), "readers see them gone at once");
+
+    commit(&mut store).unwrap();
+    assert!(store.segment_count() < segments, "the commit gave the emptied segments back");
+    assert!(!store.release_waits());
+    disk.crash(Tear::LoseUnsynced);
+    drop(store);
+    let reopened = open_with(&disk, StoreLimits::default());
+    assert_eq!(held(&reopened), (next - KEPT_MSGS..next).collect::<Vec<_>>(), "durable once committed");
+}
+
+#[test]
+fn power_loss_anywhere_through_a_lowered_limits_commit_keeps_the_newest_and_brings_nothing_back_after_it() {
+    for tear in [Tear::LoseUnsynced, Tear::Sectors { seed: 3 }] {
+        for changes in 0..CHANGES_MAX_COUNT {
+            let disk = SimDisk::new();
+            let mut store = open_with(&disk, StoreLimits::default());
+            let next = append_past_a_roll(&mut store, 1, 0).unwrap();
+            let next = append_past_a_roll(&mut store, next, 3).unwrap();
+            commit(&mut store).unwrap();
+            let last = next - 1;
+            disk.freeze_after(changes, tear);
+            let lowered = store.update_limits(bounded());
+            let committed = lowered.is_ok() && commit(&mut store).is_ok() && !disk.is_frozen();
+            disk.crash(tear);
+            drop(store);
+            let reopened = open_with(&disk, StoreLimits::default());
+            let survived = held(&reopened);
+            let context = format!("{tear:?}, power cut after {changes} changes");
+            assert_eq!(reopened.state().corruption, None, "{context}");
+            let lowest = survived.first().copied().unwrap_or(next);
+            assert_eq!(survived, (lowest..=last).collect::<Vec<_>>(), "{context}: the newest, no hole");
+            assert!(lowest <= next - KEPT_MSGS, "{context}: a message the limit keeps was lost");
+            if committed {
+                assert_eq!(lowest, next - KEPT_MSGS, "{context}: removed messages came back after the commit");
+                break;
+            }
+            assert!(changes + 1 < CHANGES_MAX_COUNT, "the lowered limit's commit never got through");
+        }
+    }
+}

@@ -419,6 +419,9 @@ impl Stream {
         let limits = super::store_limits(&config);
         let (snapshot, mut store) = self.before_removal(self.store(), u64::MAX);
         snapshot.map_err(ApiError::storage)?;
+        // No fsync under the lock: the next commit (the limits tick's, when nothing is
+        // published) makes the removals durable and gives back the segments they emptied, and
+        // an open before it applies the persisted limits again.
         store.update_limits(limits).map_err(ApiError::storage)?;
         drop(store);
         *sync::write(&self.config) = Arc::new(config);

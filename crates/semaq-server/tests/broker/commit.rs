@@ -847,3 +847,46 @@ async fn a_bounded_stream_that_never_syncs_still_gives_the_segments_its_limit_em
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lowered_limit_is_answered_at_once_and_readers_are_answered_while_its_segments_are_given_back() {
+    use super::disk_faults::{ack_of, broker_on_faulty_disk, wait_for_control};
+    let dir = tempfile::tempdir().unwrap();
+    let (store, control) = (dir.path().join("data"), dir.path().join("disk-faults"));
+    let broker = broker_on_faulty_disk(&store, &control);
+    let js = jetstream::new(broker.client().await);
+    let mut config = stream::Config {
+        name: "LOWERED".to_string(),
+        subjects: vec!["lowered.>".to_string()],
+        storage: stream::StorageType::File,
+        ..Default::default()
+    };
+    let mut stream = js.create_stream(config.clone()).await.unwrap();
+    let subject = "lowered.reading";
+    let record_bytes = RECORD_HEADER_BYTES + subject.len() as u64 + BIG_PAYLOAD_BYTES as u64;
+    // The first segment full, one message in the second.
+    let last = (semaq_store::SEGMENT_SIZE_DEFAULT_BYTES - SEGMENT_HEADER_BYTES) / record_bytes + 1;
+    for seq in 1..=last {
+        assert_eq!(ack_of(js.publish(subject, vec![b'.'; BIG_PAYLOAD_BYTES].into()).await.unwrap()).await, Ok(seq));
+    }
+    assert_eq!(segment_logs(&store, "LOWERED").len(), 2);
+
+    // The next fsync is the commit that makes the lowered limit's floor durable.
+    std::fs::write(&control, "hold-one").unwrap();
+    config.max_messages = 1;
+    let updated = tokio::time::timeout(READ_WAIT, js.update_stream(config)).await.expect("the update waited").unwrap();
+    assert_eq!(updated.state.messages, 1);
+    wait_for_control(&control, |text| text.trim() == "holding", "the limit's commit to be fsyncing").await;
+    let info = tokio::time::timeout(READ_WAIT, stream.info()).await.expect("stream info waited for the fsync").unwrap();
+    assert_eq!((info.state.messages, info.state.first_sequence), (1, last));
+    let got = tokio::time::timeout(READ_WAIT, stream.get_raw_message(last)).await.expect("MSG.GET waited").unwrap();
+    assert_eq!(got.payload.len(), BIG_PAYLOAD_BYTES);
+    assert_eq!(segment_logs(&store, "LOWERED").len(), 2, "given back only once the floor is durable");
+
+    std::fs::write(&control, "").unwrap();
+    let deadline = Instant::now() + READ_WAIT;
+    while segment_logs(&store, "LOWERED") != vec![format!("{last:020}.log")] {
+        assert!(Instant::now() < deadline, "the emptied segment stayed: {:?}", segment_logs(&store, "LOWERED"));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
