@@ -122,16 +122,6 @@ pub struct FileStore {
     skip_pending: bool,
 }
 
-/// Where an append's record went once it took its slot (see `FileStore::keeps`).
-#[derive(Debug, Clone, Copy)]
-struct TakenAppend {
-    seq: u64,
-    /// The active segment's first sequence then.
-    segment: u64,
-    /// Where the record ends in that segment's log.
-    end: u64,
-}
-
 impl FileStore {
     /// Opens the stream in `config.dir`, recovering from whatever a crash left (see `recovery_report`).
     pub fn open(config: FileStoreConfig) -> StoreResult<Self> {
@@ -542,20 +532,29 @@ impl FileStore {
     /// crash, its unlink not durable, is below the floor and removed again); a purge that left
     /// nothing live, or a skip, gets its fresh segment at the next sequence, created unsynced
     /// (the next commit makes its entry durable; recovery restarts at the floor without it).
-    /// Left for a later commit while a seal is pending: removing its segment would need it
-    /// completed first.
+    /// While a seal is pending, only the segments before it go: removing the sealing one, or
+    /// creating a segment, would need the seal completed first (left to a later commit). A
+    /// steady bounded stream rolls and drops in the same commits, so waiting for a commit with
+    /// no seal pending could let dead segments pile up.
     fn settle_durable(&mut self) -> StoreResult<()> {
-        if self.sealing.is_some() || self.poisoned.is_some() {
+        if self.poisoned.is_some() {
             return Ok(());
         }
         let Some(meta) = self.meta.as_ref() else { return Ok(()) };
         let durable = meta.floor_seq().min(self.ledger.first_seq());
+        let sealing = self.sealing.as_ref().map(|seal| {
+            self.segments.iter().position(|segment| seal.is_of(segment.log())).unwrap_or(self.segments.len())
+        });
         let dead = self.segments.windows(2).take_while(|pair| pair[1].first_seq <= durable).count();
+        let dead = dead.min(sealing.unwrap_or(usize::MAX));
         if dead > 0 {
             self.checkpoint_due = true;
             for segment in self.segments.drain(..dead) {
                 segment.remove_files(&*self.storage, &self.dir)?;
             }
+        }
+        if sealing.is_some() {
+            return Ok(());
         }
         let next_seq = self.ledger.next_seq();
         let restart = self.release_due || self.skip_pending;
@@ -671,33 +670,14 @@ impl FileStore {
         Ok(())
     }
 
-    /// Whether an append that failed after its record took a slot is still in the store, and
-    /// stays there across the next reload: a reload after a full disk keeps exactly what was
-    /// handed to the OS, while an I/O failure leaves the state as it was (poisoned, it keeps
-    /// serving reads, and a reopen finds the record or not, as for any unsynced append).
-    fn keeps(&self, taken: TakenAppend) -> bool {
-        if self.ledger.next_seq() <= taken.seq {
-            // Reloaded from disk without it: the write buffer holding it was dropped.
-            return false;
-        }
-        if self.reload_pending && self.poisoned.is_none() {
-            // The old state serves reads until a reload succeeds, which drops the buffer.
-            return self
-                .segments
-                .last()
-                .is_some_and(|active| active.first_seq == taken.segment && active.handed_to_os(taken.end));
-        }
-        true
-    }
-
-    /// Appends one record and applies the limits it triggers. Once the record has its slot,
-    /// `taken` says where it went: what fails after that (the limits' removals, which may
-    /// persist a floor and so hand the record to the OS and fsync it) does not undo it.
+    /// Appends one record and applies the limits it triggers. Nothing can fail once the record
+    /// has its slot: what the limits remove is queued for the next commit (`settle_lazy`), whose
+    /// ticket persists the floor after the records and whose `sync_finish` gives back the
+    /// segments it covers (`settle_durable`), so no fsync runs here, under the caller's lock.
     fn append_step(
         &mut self,
         (subject, headers, payload): (&str, Option<&[u8]>, &[u8]),
         timestamp_ns: i64,
-        taken: &mut Option<TakenAppend>,
     ) -> StoreResult<u64> {
         let message_size = headers.map_or(0, <[u8]>::len) + payload.len();
         let has_headers = headers.is_some_and(|block| !block.is_empty());
@@ -720,10 +700,8 @@ impl FileStore {
         // `check_append` has refused whatever `push` would, so the buffered record gets its slot.
         let pushed = self.ledger.push(subject, (size, has_headers), timestamp_ns, offset)?;
         debug_assert_eq!(pushed, seq);
-        let active = self.active();
-        *taken = Some(TakenAppend { seq, segment: active.first_seq, end: active.len() });
         if self.ledger.enforce_after_append(seq) > 0 {
-            self.settle()?;
+            self.settle_lazy();
         }
         Ok(seq)
     }
@@ -739,26 +717,15 @@ impl StreamStore for FileStore {
     ) -> StoreResult<(u64, i64)> {
         let unreported = std::mem::replace(&mut self.appends_unreported, true);
         let refused_as_is = self.out_of_space.is_some() || self.poisoned.is_some();
-        let mut taken = None;
-        let result = self.guarded(|store| store.append_step((subject, headers, payload), timestamp_ns, &mut taken));
-        if let (Err(error), None) = (&result, taken) {
+        let result = self.guarded(|store| store.append_step((subject, headers, payload), timestamp_ns));
+        if let Err(error) = &result {
             if refused_as_is || !matches!(error, StoreError::Io { .. } | StoreError::OutOfSpace(_)) {
                 // Refused before the buffer changed (a limit, a pending report, a poisoned
                 // store): a full disk met later has no loss of this append to report.
                 self.appends_unreported = unreported;
             }
         }
-        match (result, taken) {
-            (Ok(seq), _) => Ok((seq, timestamp_ns)),
-            // The record took its sequence and the store keeps it (it may already be durable:
-            // a floor raised by the append's limits is persisted only after the record is
-            // fsynced). Answering an error would tell the caller a message is not stored that
-            // a restart brings back, and a retry would store it twice. The failure is still
-            // in force: the next `sync` fails (a poisoned store refuses it; a full disk's
-            // reload is reported to it), so the append is never acknowledged.
-            (Err(_), Some(taken)) if self.keeps(taken) => Ok((taken.seq, timestamp_ns)),
-            (Err(error), _) => Err(error),
-        }
+        result.map(|seq| (seq, timestamp_ns))
     }
 
     fn get(&self, seq: u64) -> StoreResult<Option<StoredMessage>> {
@@ -791,7 +758,8 @@ impl StreamStore for FileStore {
     fn remove(&mut self, seq: u64) -> StoreResult<bool> {
         self.guarded(|store| {
             let removed = store.ledger.remove(seq);
-            store.settle()?;
+            // Segments it empties at the front go at the commit that makes the floor durable.
+            store.settle_lazy();
             Ok(removed)
         })
     }
@@ -852,8 +820,10 @@ impl StreamStore for FileStore {
         self.guarded(|store| {
             store.ledger.set_limits(limits);
             let removed = store.ledger.enforce_count_limits();
-            store.settle()?;
-            store.release_if_empty()?;
+            // As `enforce_limits`: no fsync under the caller's lock; the next commit makes the
+            // removals durable and gives back the segments they emptied.
+            store.settle_lazy();
+            store.note_release();
             Ok(removed)
         })
     }
@@ -951,6 +921,16 @@ impl StreamStore for FileStore {
 
     fn stored_bytes(&self) -> u64 {
         self.segments.iter().map(Segment::stored_bytes).sum()
+    }
+
+    fn release_waits(&self) -> bool {
+        if self.check_writable().is_err() || self.reload_pending {
+            // A commit would fail: the appender's next commit hears why, and gives them back.
+            return false;
+        }
+        let first_seq = self.ledger.first_seq();
+        let front_dead = self.segments.get(1).is_some_and(|next| next.first_seq <= first_seq);
+        front_dead || self.release_due || self.skip_pending
     }
 
     fn skip_to(&mut self, next_seq: u64) -> StoreResult<bool> {

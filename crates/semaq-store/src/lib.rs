@@ -102,6 +102,7 @@ pub trait StreamStore: Send {
     /// Durable at the next sync or commit, and runs no fsync itself (segments it empties go then).
     fn enforce_limits(&mut self, now_ns: i64) -> StoreResult<u64>;
     /// Replaces the limits and applies the count limits at once; returns how many went.
+    /// Durable at the next sync or commit, and runs no fsync itself (segments it empties go then).
     fn update_limits(&mut self, limits: StoreLimits) -> StoreResult<u64>;
     /// The limits in force.
     fn limits(&self) -> &StoreLimits;
@@ -145,6 +146,12 @@ pub trait StreamStore: Send {
     }
     /// Gives back disk space held by removed messages where that is cheap (whole segments).
     fn compact(&mut self) -> StoreResult<()>;
+    /// Whether whole segments emptied by lazy removals (limits applied at an append among them)
+    /// wait for a commit to be given back: a caller that does not commit after its appends
+    /// commits for them, or the disk holds them until it does.
+    fn release_waits(&self) -> bool {
+        false
+    }
     /// Syncs and releases what can be released; the store should be dropped afterwards.
     fn close(&mut self) -> StoreResult<()>;
     /// Bytes the store occupies on its medium (disk files, or live record sizes in memory).

@@ -203,11 +203,6 @@ impl Segment {
         Ok(())
     }
 
-    /// Whether the log's first `end` bytes were handed to the OS (so a reload finds them).
-    pub(crate) fn handed_to_os(&self, end: u64) -> bool {
-        self.written_bytes >= end
-    }
-
     /// Hands buffered appends to the OS (no fsync).
     pub(crate) fn flush(&mut self) -> StoreResult<()> {
         if !self.pending.is_empty() {

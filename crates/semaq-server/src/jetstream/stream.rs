@@ -419,6 +419,9 @@ impl Stream {
         let limits = super::store_limits(&config);
         let (snapshot, mut store) = self.before_removal(self.store(), u64::MAX);
         snapshot.map_err(ApiError::storage)?;
+        // No fsync under the lock: the next commit (the limits tick's, when nothing is
+        // published) makes the removals durable and gives back the segments they emptied, and
+        // an open before it applies the persisted limits again.
         store.update_limits(limits).map_err(ApiError::storage)?;
         drop(store);
         *sync::write(&self.config) = Arc::new(config);
@@ -622,6 +625,10 @@ impl Stream {
                         // Behind the commits in flight, which were taken before the removals.
                         self.drain(&mut pipeline, &mut dedup).await;
                         self.commit_removals();
+                    }
+                    if !pipeline.busy() {
+                        // A commit in flight gives them back itself.
+                        self.release_segments();
                     }
                     if self.config().allow_msg_schedules {
                         // Scheduled copies commit unpipelined, behind the commits in flight.

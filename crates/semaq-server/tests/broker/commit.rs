@@ -2,7 +2,7 @@
 //! message gets and consumers are answered; the batch's PubAck waits for the fsync; consumers
 //! deliver the batch only once it is durable. The disk is made slow with the
 //! `sync-delay-ms:<n>` failpoint, which starts each commit's fsyncs `n` ms late with the lock
-//! free, as a slow disk would.
+//! free, as a slow disk would, or one fsync is held with the disk fault switch's `hold-one`.
 
 use std::time::{Duration, Instant};
 
@@ -742,5 +742,151 @@ async fn an_l3_atomic_batch_that_evicts_by_max_msgs_writes_no_producer_snapshot_
     for seq in 1..=4 {
         let repeat = publish_seq(&client, "evict3.key", "p", seq, seq).await;
         assert_eq!(repeat["duplicate"], true, "sequence {seq} after the restart: {repeat}");
+    }
+}
+
+/// Payload of the messages that fill a segment: near the default `max_payload` (1 MiB).
+const BIG_PAYLOAD_BYTES: usize = 1_000_000;
+/// A record's header in a segment log and the log's own header (docs/design.md, "Segment log").
+const RECORD_HEADER_BYTES: u64 = 32;
+const SEGMENT_HEADER_BYTES: u64 = 24;
+/// Bound on a read answered while an fsync is held.
+const READ_WAIT: Duration = Duration::from_secs(5);
+
+/// The segment logs in a file stream's message directory, by name.
+fn segment_logs(store: &std::path::Path, stream: &str) -> Vec<String> {
+    let msgs = store.join("jetstream").join("streams").join(stream).join("msgs");
+    let mut logs: Vec<String> = std::fs::read_dir(&msgs)
+        .unwrap_or_else(|e| panic!("{}: {e}", msgs.display()))
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".log"))
+        .collect();
+    logs.sort();
+    logs
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_are_answered_while_a_publish_whose_limit_drops_a_segment_is_fsynced_and_its_ack_comes_after() {
+    use super::disk_faults::{ack_of, broker_on_faulty_disk, wait_for_control};
+    let dir = tempfile::tempdir().unwrap();
+    let (store, control) = (dir.path().join("data"), dir.path().join("disk-faults"));
+    let broker = broker_on_faulty_disk(&store, &control);
+    let js = jetstream::new(broker.client().await);
+    let config = stream::Config {
+        name: "BOUNDED".to_string(),
+        subjects: vec!["bounded.>".to_string()],
+        storage: stream::StorageType::File,
+        // One message at a time: each publish pushes the one before it out.
+        max_bytes: i64::try_from(BIG_PAYLOAD_BYTES * 3 / 2).unwrap(),
+        allow_direct: true,
+        ..Default::default()
+    };
+    let mut stream = js.create_stream(config).await.unwrap();
+    let subject = "bounded.reading";
+    let record_bytes = RECORD_HEADER_BYTES + subject.len() as u64 + BIG_PAYLOAD_BYTES as u64;
+    // The first segment fills with these; the next publish rolls, and empties it.
+    let fit = (semaq_store::SEGMENT_SIZE_DEFAULT_BYTES - SEGMENT_HEADER_BYTES) / record_bytes;
+    let body = |seq: u64| -> bytes::Bytes {
+        let mut body = vec![b'.'; BIG_PAYLOAD_BYTES];
+        body[..20].copy_from_slice(format!("{seq:020}").as_bytes());
+        body.into()
+    };
+    for seq in 1..=fit {
+        assert_eq!(ack_of(js.publish(subject, body(seq)).await.unwrap()).await, Ok(seq));
+    }
+    assert_eq!(segment_logs(&store, "BOUNDED"), vec![format!("{:020}.log", 1)], "one segment so far");
+
+    std::fs::write(&control, "hold-one").unwrap();
+    let dropping = fit + 1;
+    let ack = js.publish(subject, body(dropping)).await.unwrap();
+    wait_for_control(&control, |text| text.trim() == "holding", "the publish's commit to be fsyncing").await;
+    let acked = tokio::spawn(ack_of(ack));
+    // The roll, the drop and the append are done; the commit's fsync is held on the disk.
+    let info = tokio::time::timeout(READ_WAIT, stream.info()).await.expect("stream info waited for the fsync").unwrap();
+    let state = &info.state;
+    assert_eq!((state.messages, state.first_sequence, state.last_sequence), (1, dropping, dropping));
+    let got = tokio::time::timeout(READ_WAIT, stream.get_raw_message(dropping)).await.expect("MSG.GET waited").unwrap();
+    assert_eq!(got.payload, body(dropping));
+    let direct =
+        tokio::time::timeout(READ_WAIT, stream.direct_get(dropping)).await.expect("DIRECT.GET waited").unwrap();
+    assert_eq!(direct.payload, body(dropping));
+    assert!(!acked.is_finished(), "acknowledged before its commit's fsync ran");
+
+    std::fs::write(&control, "").unwrap();
+    assert_eq!(acked.await.unwrap(), Ok(dropping));
+    // The commit gave the emptied segment back before the ack.
+    assert_eq!(segment_logs(&store, "BOUNDED"), vec![format!("{dropping:020}.log")]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bounded_stream_that_never_syncs_still_gives_the_segments_its_limit_emptied_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("data");
+    let broker = SemaqServer::builder().store(&store).no_monitoring().arg("-js").start();
+    let js = jetstream::new(broker.client().await);
+    let config = stream::Config {
+        name: "LOOSE".to_string(),
+        subjects: vec!["loose.>".to_string()],
+        storage: stream::StorageType::File,
+        max_bytes: i64::try_from(BIG_PAYLOAD_BYTES * 3 / 2).unwrap(),
+        metadata: [("semaq.sync".to_string(), "never".to_string())].into(),
+        ..Default::default()
+    };
+    js.create_stream(config).await.unwrap();
+    let subject = "loose.reading";
+    let record_bytes = RECORD_HEADER_BYTES + subject.len() as u64 + BIG_PAYLOAD_BYTES as u64;
+    let dropping = (semaq_store::SEGMENT_SIZE_DEFAULT_BYTES - SEGMENT_HEADER_BYTES) / record_bytes + 1;
+    for seq in 1..=dropping {
+        let ack = js.publish(subject, vec![b'.'; BIG_PAYLOAD_BYTES].into()).await.unwrap();
+        assert_eq!(ack.await.unwrap().sequence, seq);
+    }
+    // No publish commits here: a commit of its own gives the emptied segment back.
+    let deadline = Instant::now() + READ_WAIT;
+    while segment_logs(&store, "LOOSE") != vec![format!("{dropping:020}.log")] {
+        assert!(Instant::now() < deadline, "the emptied segment stayed: {:?}", segment_logs(&store, "LOOSE"));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lowered_limit_is_answered_at_once_and_readers_are_answered_while_its_segments_are_given_back() {
+    use super::disk_faults::{ack_of, broker_on_faulty_disk, wait_for_control};
+    let dir = tempfile::tempdir().unwrap();
+    let (store, control) = (dir.path().join("data"), dir.path().join("disk-faults"));
+    let broker = broker_on_faulty_disk(&store, &control);
+    let js = jetstream::new(broker.client().await);
+    let mut config = stream::Config {
+        name: "LOWERED".to_string(),
+        subjects: vec!["lowered.>".to_string()],
+        storage: stream::StorageType::File,
+        ..Default::default()
+    };
+    let mut stream = js.create_stream(config.clone()).await.unwrap();
+    let subject = "lowered.reading";
+    let record_bytes = RECORD_HEADER_BYTES + subject.len() as u64 + BIG_PAYLOAD_BYTES as u64;
+    // The first segment full, one message in the second.
+    let last = (semaq_store::SEGMENT_SIZE_DEFAULT_BYTES - SEGMENT_HEADER_BYTES) / record_bytes + 1;
+    for seq in 1..=last {
+        assert_eq!(ack_of(js.publish(subject, vec![b'.'; BIG_PAYLOAD_BYTES].into()).await.unwrap()).await, Ok(seq));
+    }
+    assert_eq!(segment_logs(&store, "LOWERED").len(), 2);
+
+    // The next fsync is the commit that makes the lowered limit's floor durable.
+    std::fs::write(&control, "hold-one").unwrap();
+    config.max_messages = 1;
+    let updated = tokio::time::timeout(READ_WAIT, js.update_stream(config)).await.expect("the update waited").unwrap();
+    assert_eq!(updated.state.messages, 1);
+    wait_for_control(&control, |text| text.trim() == "holding", "the limit's commit to be fsyncing").await;
+    let info = tokio::time::timeout(READ_WAIT, stream.info()).await.expect("stream info waited for the fsync").unwrap();
+    assert_eq!((info.state.messages, info.state.first_sequence), (1, last));
+    let got = tokio::time::timeout(READ_WAIT, stream.get_raw_message(last)).await.expect("MSG.GET waited").unwrap();
+    assert_eq!(got.payload.len(), BIG_PAYLOAD_BYTES);
+    assert_eq!(segment_logs(&store, "LOWERED").len(), 2, "given back only once the floor is durable");
+
+    std::fs::write(&control, "").unwrap();
+    let deadline = Instant::now() + READ_WAIT;
+    while segment_logs(&store, "LOWERED") != vec![format!("{last:020}.log")] {
+        assert!(Instant::now() < deadline, "the emptied segment stayed: {:?}", segment_logs(&store, "LOWERED"));
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

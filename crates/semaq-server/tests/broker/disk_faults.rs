@@ -23,7 +23,7 @@ use semaq_testkit::SemaqServer;
 /// Bound on one publish's ack.
 const ACK_WAIT: Duration = Duration::from_secs(5);
 
-fn broker_on_faulty_disk(store: &Path, control: &Path) -> SemaqServer {
+pub(super) fn broker_on_faulty_disk(store: &Path, control: &Path) -> SemaqServer {
     SemaqServer::builder()
         .store(store)
         .no_monitoring()
@@ -179,7 +179,7 @@ impl Shape {
 }
 
 /// Waits (bounded) until the control file's text passes `done`.
-async fn wait_for_control(control: &Path, done: impl Fn(&str) -> bool, what: &str) {
+pub(super) async fn wait_for_control(control: &Path, done: impl Fn(&str) -> bool, what: &str) {
     let deadline = Instant::now() + ACK_WAIT;
     while !done(&std::fs::read_to_string(control).unwrap_or_default()) {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
@@ -197,7 +197,7 @@ async fn wait_for_last_seq(stream: &mut stream::Stream, seq: u64) {
 }
 
 /// An ack that may still come: the sequence, or the JetStream error's text.
-async fn ack_of(ack: async_nats::jetstream::context::PublishAckFuture) -> Result<u64, String> {
+pub(super) async fn ack_of(ack: async_nats::jetstream::context::PublishAckFuture) -> Result<u64, String> {
     match tokio::time::timeout(ACK_WAIT, ack).await {
         Ok(Ok(ack)) => Ok(ack.sequence),
         Ok(Err(error)) => Err(error.to_string()),

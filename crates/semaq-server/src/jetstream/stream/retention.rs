@@ -121,4 +121,21 @@ impl Stream {
             tracing::error!(stream = %self.name, %error, "cannot sync the removal of acknowledged messages");
         }
     }
+
+    /// Gives back the segments removals emptied (an append's limits among them) when no
+    /// commit has since: the store drops them only once a commit made the floor durable, and
+    /// under `sync: never`, between interval syncs or behind an object's chunks no batch
+    /// commits. Its fsyncs run without the lock, as every commit's; under `sync: always`
+    /// the batches' commits give them back first.
+    pub(super) fn release_segments(&self) {
+        let store = self.store();
+        if !store.release_waits() {
+            return;
+        }
+        let (result, store) = tokio::task::block_in_place(|| self.commit_aside(store));
+        drop(store);
+        if let Err(error) = result {
+            tracing::error!(stream = %self.name, %error, "cannot commit to give back emptied segments");
+        }
+    }
 }
