@@ -8,6 +8,7 @@
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use crate::limits::{index_entry as ie, index_header as ih, INDEX_CACHE_PAGES_MAX_COUNT, INDEX_PAGE_BYTES};
@@ -130,6 +131,8 @@ pub(crate) struct SealedTier {
     cache: Mutex<PageCache>,
     /// The first failure to read an index entry: the store reports it as damage.
     failure: Mutex<Option<String>>,
+    /// Whether `failure` holds one: asked after every read, so kept apart from its lock.
+    failed: AtomicBool,
     /// Timestamp of the last sequence sealed (of a removed message too).
     pub last_ts: i64,
 }
@@ -285,10 +288,14 @@ impl SealedTier {
     fn fail(&self, detail: String) {
         let mut failure = self.failure.lock().unwrap_or_else(PoisonError::into_inner);
         failure.get_or_insert(detail);
+        self.failed.store(true, Ordering::Release);
     }
 
     /// The first index read that failed, if any.
     pub(crate) fn failure(&self) -> Option<String> {
+        if !self.failed.load(Ordering::Acquire) {
+            return None;
+        }
         self.failure.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 }
