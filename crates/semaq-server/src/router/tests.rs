@@ -261,6 +261,37 @@ fn the_cache_never_exceeds_its_bound() {
 }
 
 #[test]
+fn a_full_cache_lets_a_subject_in_only_on_its_second_miss() {
+    let router = Router::new(4);
+    add(&router, ">", 1);
+    for i in 0..4 {
+        router.matches(&format!("filled.{i}"));
+    }
+    assert_eq!(router.cache_len(), 4);
+    let first = router.matches("hot.subject");
+    assert_eq!(router.cache_len(), 4, "a first miss leaves a full cache as it is");
+    let second = router.matches("hot.subject");
+    assert!(!Arc::ptr_eq(&first, &second), "the second lookup walked again");
+    assert_eq!(router.cache_len(), 3, "the second miss evicted half and took a place");
+    assert!(Arc::ptr_eq(&second, &router.matches("hot.subject")), "then it is a hit");
+}
+
+#[test]
+fn one_shot_subjects_never_evict_a_full_cache() {
+    let router = Router::new(64);
+    add(&router, "kv.>", 1);
+    for i in 0..64 {
+        router.matches(&format!("kv.warm.{i}"));
+    }
+    let warm = router.matches("kv.warm.7");
+    for i in 0..10_000 {
+        assert_eq!(plain(&router, &format!("kv.key.{i}")), [1]);
+    }
+    assert_eq!(router.cache_len(), 64);
+    assert!(Arc::ptr_eq(&warm, &router.matches("kv.warm.7")), "the warm subject stayed cached");
+}
+
+#[test]
 fn a_zero_bound_disables_the_cache() {
     let router = Router::new(0);
     add(&router, "a", 1);
