@@ -69,6 +69,11 @@ pub fn account_of(client: &Client) -> &str {
     client.details().and_then(|details| details.account.as_deref()).unwrap_or(GLOBAL_ACCOUNT)
 }
 
+/// Where an account's connection counts go: nats-server's subject and its older one.
+fn connections_subjects(account: &str) -> [String; 2] {
+    [format!("$SYS.ACCOUNT.{account}.SERVER.CONNS"), format!("$SYS.SERVER.ACCOUNT.{account}.CONNS")]
+}
+
 /// Who the server is, as `$SYS` messages name it.
 #[derive(Debug, Clone)]
 pub struct Server {
@@ -130,7 +135,7 @@ impl Events {
     pub fn connections_heartbeat(&self) {
         let accounts: Vec<&str> =
             self.bus.account_routers().map(|(name, _)| name).filter(|name| *name != GLOBAL_ACCOUNT).collect();
-        for account in accounts {
+        for account in accounts.into_iter().filter(|account| self.hears_connections(account)) {
             if let Some(stat) = stat(&self.bus, account, false) {
                 self.send_connections(account, stat);
             }
@@ -141,15 +146,24 @@ impl Events {
     /// (not `$G`, as nats-server leaves it out) gained or lost a connection.
     fn connections_changed(&self, client: &Client) {
         let Some(account) = client.details().and_then(|details| details.account.as_deref()) else { return };
+        // `stat` walks every open connection: on each connect that would make n connects cost
+        // n², for events nobody usually listens to.
+        if !self.hears_connections(account) {
+            return;
+        }
         if let Some(stat) = stat(&self.bus, account, true) {
             self.send_connections(account, stat);
         }
     }
 
+    /// Whether anyone in the system account listens to `account`'s connection counts.
+    fn hears_connections(&self, account: &str) -> bool {
+        connections_subjects(account).iter().any(|subject| !self.router.matches_uncached(subject).is_empty())
+    }
+
     fn send_connections(&self, account: &str, stat: Value) {
         let event = connections_event(stat, self.next_server_info()).to_string();
-        for subject in [format!("$SYS.ACCOUNT.{account}.SERVER.CONNS"), format!("$SYS.SERVER.ACCOUNT.{account}.CONNS")]
-        {
+        for subject in connections_subjects(account) {
             self.send(&subject, &event);
         }
     }
