@@ -7,10 +7,11 @@
 //!    entries changed, the floor to persist once the records it was computed from are down);
 //!    zeros written ahead of the appends (preallocation) are written here too.
 //! 2. [`SyncTicket::run`], without the lock: the fsyncs, in that order. A ticket taken after
-//!    the active segment filled also completes its seal (`SealWork`): the full log's fsync
-//!    first, then the write and fsync of its index from bytes built at the roll, then the
-//!    directory entry of the next segment, so the index is never durable before its records
-//!    and the next segment never before the full one.
+//!    the active segment filled also completes its seal (`SealWork`), or the seals of every
+//!    segment filled since the last commit, oldest first: the full logs' fsyncs first, then
+//!    the write and fsync of each index from bytes built at its roll, then the directory
+//!    entries of the next segments, so no index is durable before its records and no segment
+//!    before the full ones it follows.
 //! 3. [`StreamStore::sync_finish`](crate::StreamStore::sync_finish), under the lock again:
 //!    the store records what is now durable, or takes the failure (a failed fsync poisons it).
 //!
@@ -46,8 +47,8 @@ pub struct SyncTicket {
     /// Files whose written bytes must reach the disk, with their paths for errors; `true`
     /// asks for `fsync` (a length cut too), `false` for `fdatasync`.
     files: Vec<(Arc<dyn StorageFile>, PathBuf, bool)>,
-    /// The seal to complete, between the files and the directories.
-    seal: Option<SealWork>,
+    /// The seals to complete, oldest first, between the files and the directories.
+    seals: Vec<SealWork>,
     /// Directories whose entries (files created) must reach the disk, after the files.
     dirs: Vec<PathBuf>,
     /// The floor to persist after the files: never durable ahead of the records it counts.
@@ -99,7 +100,7 @@ impl SealWork {
     }
 
     /// Writes the index (its header last, so a torn write fails its checks) and fsyncs it.
-    fn write_index(&self) -> StoreResult<()> {
+    pub(crate) fn write_index(&self) -> StoreResult<()> {
         let header = crate::limits::index_header::SIZE_BYTES.min(self.bytes.len());
         let io = || io_error("write", &self.index_path);
         let mut offset = 0u64;
@@ -198,8 +199,8 @@ pub(crate) struct SyncMark {
 pub struct Synced {
     pub(crate) epoch: u64,
     pub(crate) marks: Vec<SyncMark>,
-    /// The log of the segment whose seal the ticket completed, if it completed one.
-    pub(crate) sealed: Option<Arc<dyn StorageFile>>,
+    /// The logs of the segments whose seals the ticket completed, oldest first.
+    pub(crate) sealed: Vec<Arc<dyn StorageFile>>,
     pub(crate) failure: Option<StoreError>,
 }
 
@@ -216,7 +217,7 @@ impl SyncTicket {
     /// Whether the ticket has no fsync to run.
     pub fn is_empty(&self) -> bool {
         self.files.is_empty()
-            && self.seal.is_none()
+            && self.seals.is_empty()
             && self.dirs.is_empty()
             && self.floor.is_none()
             && self.marks.is_empty()
@@ -224,23 +225,34 @@ impl SyncTicket {
 
     /// Whether the ticket completes a seal.
     pub fn completes_seal(&self) -> bool {
-        self.seal.is_some()
+        !self.seals.is_empty()
+    }
+
+    /// How many seals the ticket completes.
+    pub fn seals_count(&self) -> usize {
+        self.seals.len()
     }
 
     pub(crate) fn file(&mut self, file: Arc<dyn StorageFile>, path: PathBuf) {
-        // A sealing log is already first in the list, with a full fsync.
+        // A sealing log is already at the front of the list, with a full fsync.
         let known = self.files.iter().any(|(known, _, _)| std::ptr::addr_eq(Arc::as_ptr(known), Arc::as_ptr(&file)));
         if !known {
             self.files.push((file, path, false));
         }
     }
 
-    /// The seal to complete: its log's fsync goes before every other file (the records of the
-    /// full segment come before those of the next one), its index after them, before any directory.
-    pub(crate) fn seal(&mut self, seal: SealWork, dir: PathBuf) {
-        self.files.insert(0, (seal.log.clone(), seal.log_path.clone(), true));
-        self.dir(dir);
-        self.seal = Some(seal);
+    /// The seals to complete, oldest first: their logs' fsyncs go before every other file, in
+    /// that order (the records of a full segment come before those of the next one), their
+    /// indexes after them, before any directory. `dir` is `None` for a seal completed alone
+    /// while later ones stay pending: a directory fsync would make the entries of the
+    /// segments after it durable before their records.
+    pub(crate) fn seals(&mut self, seals: &[SealWork], dir: Option<PathBuf>) {
+        let logs = seals.iter().map(|seal| (seal.log.clone(), seal.log_path.clone(), true));
+        self.files.splice(0..0, logs);
+        if let Some(dir) = dir {
+            self.dir(dir);
+        }
+        self.seals.extend(seals.iter().cloned());
     }
 
     pub(crate) fn dir(&mut self, dir: PathBuf) {
@@ -253,20 +265,20 @@ impl SyncTicket {
         self.floor = Some((meta, floor_seq));
     }
 
-    /// Step 2: the fsyncs, files first, then a seal's index (written and fsynced), then
-    /// directories, then the floor. Blocks for the disk's time; call without holding the
-    /// store's lock. Stops at the first failure.
+    /// Step 2: the fsyncs, files first, then the seals' indexes (each written and fsynced,
+    /// oldest first), then directories, then the floor. Blocks for the disk's time; call
+    /// without holding the store's lock. Stops at the first failure.
     pub fn run(self) -> Synced {
-        let SyncTicket { epoch, storage, files, seal, dirs, floor, marks } = self;
-        let failure = Self::fsync(storage.as_deref(), &files, seal.as_ref(), &dirs, floor.as_ref()).err();
-        let sealed = seal.filter(|_| failure.is_none()).map(|seal| seal.log);
+        let SyncTicket { epoch, storage, files, seals, dirs, floor, marks } = self;
+        let failure = Self::fsync(storage.as_deref(), &files, &seals, &dirs, floor.as_ref()).err();
+        let sealed = if failure.is_none() { seals.into_iter().map(|seal| seal.log).collect() } else { Vec::new() };
         Synced { epoch, marks, sealed, failure }
     }
 
     fn fsync(
         storage: Option<&dyn crate::storage::Storage>,
         files: &[(Arc<dyn StorageFile>, PathBuf, bool)],
-        seal: Option<&SealWork>,
+        seals: &[SealWork],
         dirs: &[PathBuf],
         floor: Option<&(MetaHandle, u64)>,
     ) -> StoreResult<()> {
@@ -274,7 +286,7 @@ impl SyncTicket {
             let synced = if *whole { file.sync_all() } else { file.sync_data() };
             synced.map_err(io_error("fsync", path))?;
         }
-        if let Some(seal) = seal {
+        for seal in seals {
             seal.write_index()?;
         }
         if let Some(storage) = storage {
@@ -292,7 +304,7 @@ impl SyncTicket {
 impl Synced {
     /// The outcome of a ticket that had nothing to do, or of a store that synced in step 1.
     pub fn done() -> Self {
-        Synced { epoch: 0, marks: Vec::new(), sealed: None, failure: None }
+        Synced { epoch: 0, marks: Vec::new(), sealed: Vec::new(), failure: None }
     }
 
     /// Whether every fsync succeeded (the store may still refuse at `sync_finish`: poisoned meanwhile).

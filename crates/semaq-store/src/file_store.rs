@@ -4,7 +4,7 @@
 //! Reads use the in-memory ledger to find a record's segment, offset and length, then read and
 //! verify exactly that record. See `docs/design.md` for the format and the durability promise.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -13,8 +13,8 @@ use crate::commit::{SealWork, SyncTicket, Synced};
 use crate::error::{io_error, StoreError, StoreResult};
 use crate::ledger::{Ledger, SlotState};
 use crate::limits::{
-    segment_header, CORRUPTION_REPORTS_MAX_COUNT, RECORD_SIZE_MAX_BYTES, SEGMENT_SIZE_DEFAULT_BYTES,
-    SEGMENT_SIZE_MAX_BYTES, SEGMENT_SIZE_MIN_BYTES, SKIP_COUNT_MAX,
+    segment_header, CORRUPTION_REPORTS_MAX_COUNT, RECORD_SIZE_MAX_BYTES, SEALS_PENDING_MAX_COUNT,
+    SEGMENT_SIZE_DEFAULT_BYTES, SEGMENT_SIZE_MAX_BYTES, SEGMENT_SIZE_MIN_BYTES, SKIP_COUNT_MAX,
 };
 use crate::meta::MetaFile;
 use crate::record::{self, record_size};
@@ -110,9 +110,10 @@ pub struct FileStore {
     checkpoints_enabled: bool,
     /// Reloads so far: a sync ticket taken before a reload has nothing left to record.
     epoch: u64,
-    /// The seal begun at the last roll, until a commit's ticket completed it: the segment
-    /// before the active one, whose slots the ledger still holds (see `roll`).
-    sealing: Option<SealWork>,
+    /// The seals begun at rolls since the last commit's ticket completed them, oldest first:
+    /// the segments before the active one, whose slots the ledger still holds (see `roll`).
+    /// At most `SEALS_PENDING_MAX_COUNT`.
+    sealing: VecDeque<SealWork>,
     /// A lazy purge (`purge_unsynced`) left nothing live: once a commit has made its floor
     /// durable, the segments are replaced by an empty one (`settle_durable`), as `purge` does at once.
     release_due: bool,
@@ -177,8 +178,8 @@ impl FileStore {
         if !self.checkpoints_enabled || self.poisoned.is_some() {
             return;
         }
-        if self.sealing.is_some() {
-            // The segment being sealed has no index yet, and its successor's directory entry
+        if !self.sealing.is_empty() {
+            // A segment being sealed has no index yet, and its successor's directory entry
             // must not become durable (the checkpoint's rename syncs the directory) before
             // its records: the commit that completes the seal writes the checkpoint.
             self.checkpoint_due = true;
@@ -197,7 +198,7 @@ impl FileStore {
     /// the floor computed from them.
     fn all_durable(&self) -> bool {
         let floor_durable = self.meta.as_ref().is_some_and(|meta| meta.floor_seq() >= self.ledger.first_seq());
-        floor_durable && self.sealing.is_none() && self.segments.iter().all(Segment::is_durable)
+        floor_durable && self.sealing.is_empty() && self.segments.iter().all(Segment::is_durable)
     }
 
     /// The last steps of opening, on what recovery found.
@@ -214,8 +215,8 @@ impl FileStore {
         // Limits may have been lowered, or removals lost with unsynced writes: apply them again.
         self.ledger.enforce_count_limits();
         self.settle()?;
-        // An unfinished seal is left to the next commit: opening, or reloading after a full
-        // disk, must not need the space its index takes.
+        // Unfinished seals are left to the next commit: opening, or reloading after a full
+        // disk, must not need the space their indexes take.
         let ticket = self.prepare_step(false)?;
         self.finish_step(ticket.run())
     }
@@ -228,13 +229,13 @@ impl FileStore {
     }
 
     /// Step 1 of a commit: every change handed to the OS, and a ticket for what to fsync
-    /// (with a pending seal's work when `seal`).
+    /// (with the pending seals' work when `seal`).
     fn prepare_step(&mut self, seal: bool) -> StoreResult<SyncTicket> {
         let mut ticket = SyncTicket::new(self.epoch, self.storage.clone());
         // A seal begun at a roll goes in every ticket until one completed it (a ticket still
         // running writes the same bytes through the same handles, so doing it twice is harmless).
-        if let Some(seal) = self.sealing.as_ref().filter(|_| seal) {
-            ticket.seal(seal.clone(), self.dir.clone());
+        if seal && !self.sealing.is_empty() {
+            ticket.seals(self.sealing.make_contiguous(), Some(self.dir.clone()));
         }
         // The active segment first: the ticket fsyncs in order, and deletions of older messages
         // queued by its appends (limits) must not be durable before those appends.
@@ -266,7 +267,7 @@ impl FileStore {
                 segment.mark_synced(mark);
             }
         }
-        if let Some(log) = &synced.sealed {
+        for log in &synced.sealed {
             self.finish_seal(log)?;
         }
         Ok(())
@@ -274,12 +275,14 @@ impl FileStore {
 
     /// Step 3 of a seal (`roll` began it, a ticket wrote its index): the segment's slots move
     /// into the sealed tier, which reads the index from now on. Nothing when another commit
-    /// completed it first, or the segment is gone (a purge).
+    /// completed it first, or the segment is gone (a purge). Seals complete oldest first: the
+    /// ledger's slots move into the sealed tier from the front, and a ticket's seals, less
+    /// those completed since, are the front of the queue (it only grows at the back).
     fn finish_seal(&mut self, log: &std::sync::Arc<dyn crate::storage::StorageFile>) -> StoreResult<()> {
-        if !self.sealing.as_ref().is_some_and(|seal| seal.is_of(log)) {
+        if !self.sealing.front().is_some_and(|seal| seal.is_of(log)) {
             return Ok(());
         }
-        let Some(seal) = self.sealing.take() else { return Ok(()) };
+        let Some(seal) = self.sealing.pop_front() else { return Ok(()) };
         // The ticket fsynced the whole log before the index.
         if let Some(segment) = self.segments.iter_mut().find(|segment| seal.is_of(segment.log())) {
             segment.mark_log_synced();
@@ -291,15 +294,29 @@ impl FileStore {
         Ok(())
     }
 
-    /// Completes a seal begun at a roll, under the lock: a ticket with the seal's work alone,
-    /// run in place. For what must not happen before its records are durable (a floor, a new
-    /// segment, a second roll). Nothing else is handed to the OS: an append whose limits
-    /// brought this here is still in the buffer, so if the index finds no space, the reload
-    /// drops that append with the failure instead of keeping it.
+    /// Completes every seal begun at a roll, under the lock: a ticket with the seals' work
+    /// alone, run in place. For what must not happen before their records are durable (a
+    /// floor, a new segment, the checkpoint). Nothing else is handed to the OS: an append whose
+    /// limits brought this here is still in the buffer, so if an index finds no space, the
+    /// reload drops that append with the failure instead of keeping it.
     fn complete_seal(&mut self) -> StoreResult<()> {
-        let Some(seal) = self.sealing.clone() else { return Ok(()) };
+        if self.sealing.is_empty() {
+            return Ok(());
+        }
         let mut ticket = SyncTicket::new(self.epoch, self.storage.clone());
-        ticket.seal(seal, self.dir.clone());
+        ticket.seals(self.sealing.make_contiguous(), Some(self.dir.clone()));
+        self.finish_step(ticket.run())
+    }
+
+    /// Completes the oldest pending seal under the lock, for a roll that found the queue full:
+    /// its log fsynced, its index written and fsynced, but no directory fsync, which would make
+    /// the entries of the segments after it durable before their records (still pending). Its
+    /// index's entry becomes durable with the next commit's directory fsync; a crash before
+    /// that finds the seal unfinished, as if it had stayed pending.
+    fn complete_oldest_seal(&mut self) -> StoreResult<()> {
+        let Some(oldest) = self.sealing.front().cloned() else { return Ok(()) };
+        let mut ticket = SyncTicket::new(self.epoch, self.storage.clone());
+        ticket.seals(std::slice::from_ref(&oldest), None);
         self.finish_step(ticket.run())
     }
 
@@ -326,7 +343,7 @@ impl FileStore {
         self.epoch += 1;
         // What is on disk now decides: a skip or release whose floor was not durable is undone.
         (self.release_due, self.skip_pending) = (false, false);
-        // Recovery found it unfinished and prepared it again from what is on disk.
+        // Recovery found them unfinished and prepared them again from what is on disk.
         self.sealing = sealing;
         self.segments = segments;
         self.ledger = ledger;
@@ -532,17 +549,17 @@ impl FileStore {
     /// crash, its unlink not durable, is below the floor and removed again); a purge that left
     /// nothing live, or a skip, gets its fresh segment at the next sequence, created unsynced
     /// (the next commit makes its entry durable; recovery restarts at the floor without it).
-    /// While a seal is pending, only the segments before it go: removing the sealing one, or
-    /// creating a segment, would need the seal completed first (left to a later commit). A
-    /// steady bounded stream rolls and drops in the same commits, so waiting for a commit with
-    /// no seal pending could let dead segments pile up.
+    /// While seals are pending, only the segments before the oldest sealing one go: removing a
+    /// sealing one, or creating a segment, would need the seals completed first (left to a
+    /// later commit). A steady bounded stream rolls and drops in the same commits, so waiting
+    /// for a commit with no seal pending could let dead segments pile up.
     fn settle_durable(&mut self) -> StoreResult<()> {
         if self.poisoned.is_some() {
             return Ok(());
         }
         let Some(meta) = self.meta.as_ref() else { return Ok(()) };
         let durable = meta.floor_seq().min(self.ledger.first_seq());
-        let sealing = self.sealing.as_ref().map(|seal| {
+        let sealing = self.sealing.front().map(|seal| {
             self.segments.iter().position(|segment| seal.is_of(segment.log())).unwrap_or(self.segments.len())
         });
         let dead = self.segments.windows(2).take_while(|pair| pair[1].first_seq <= durable).count();
@@ -622,7 +639,7 @@ impl FileStore {
     /// that pushed older messages out (limits) must not be lost while the floor that dropped
     /// those messages stays.
     fn persist_floor(&mut self) -> StoreResult<()> {
-        // The floor may count the sealing segment's records, and syncs the active one only.
+        // The floor may count the sealing segments' records, and syncs the active one only.
         self.complete_seal()?;
         let floor_seq = self.ledger.first_seq();
         let persisted = self.meta.as_ref().ok_or_else(|| StoreError::Poisoned("the meta file is gone".into()))?;
@@ -657,17 +674,26 @@ impl FileStore {
 
     /// Begins the seal of the full active segment and starts the next one at the next
     /// sequence, without an fsync (readers wait on the caller's lock): the next commit's ticket
-    /// completes the seal (`commit.rs`). A seal still pending is completed first, here, under
-    /// the lock: rare, it takes a whole segment of appends during one commit.
+    /// completes it with any seals still pending (`commit.rs`), so segments filled between two
+    /// commits (a large object whose commit waits for its last chunk) cost no fsync here. Only
+    /// a roll that finds `SEALS_PENDING_MAX_COUNT` seals pending completes the oldest in place,
+    /// under the lock: each pending seal holds its index in memory.
     fn roll(&mut self) -> StoreResult<()> {
-        self.complete_seal()?;
+        if self.sealing.len() >= SEALS_PENDING_MAX_COUNT {
+            self.complete_oldest_seal()?;
+        }
         let end_seq = self.ledger.next_seq();
         let last = self.segments.len() - 1;
         let seal = self.segments[last].begin_seal(&*self.storage, &self.dir, &self.ledger, end_seq)?;
         let next = Segment::create_unsynced(&*self.storage, &self.dir, end_seq)?;
         self.segments.push(next);
-        self.sealing = Some(seal);
+        self.sealing.push_back(seal);
         Ok(())
+    }
+
+    /// Seals begun at rolls and not yet completed by a commit (at most `SEALS_PENDING_MAX_COUNT`).
+    pub fn seals_pending_count(&self) -> usize {
+        self.sealing.len()
     }
 
     /// Appends one record and applies the limits it triggers. Nothing can fail once the record

@@ -55,7 +55,9 @@ mod subjects;
 pub use commit::{SyncTicket, Synced};
 pub use error::{StoreError, StoreResult};
 pub use file_store::{FileStore, FileStoreConfig, RecoveryReport};
-pub use limits::{RECORD_SIZE_MAX_BYTES, SEGMENT_SIZE_DEFAULT_BYTES, SUBJECT_LENGTH_MAX_BYTES};
+pub use limits::{
+    RECORD_SIZE_MAX_BYTES, SEALS_PENDING_MAX_COUNT, SEGMENT_SIZE_DEFAULT_BYTES, SUBJECT_LENGTH_MAX_BYTES,
+};
 pub use memory_store::MemoryStore;
 pub use reader::{LogReader, ReadItem, ReadSummary};
 pub use storage::{SharedStorage, StdDisk, Storage, StorageFile};

@@ -37,6 +37,10 @@ pub const PREALLOCATE_CHUNK_BYTES: u64 = 8 * 1024 * 1024;
 pub const PREALLOCATE_WRITE_BYTES: usize = 256 * 1024;
 /// Bytes buffered while an index file is written (it is streamed, never held whole).
 pub const INDEX_WRITE_BUFFER_BYTES: usize = 64 * 1024;
+/// Seals begun at rolls and not yet completed by a commit: each holds its index built in
+/// memory (about 10 MB for a 64 MiB segment) and its segment's slots. A roll past it completes
+/// the oldest in place, under the caller's lock.
+pub const SEALS_PENDING_MAX_COUNT: usize = 4;
 /// Distinct corruption reports kept for `state()`; later ones are only counted.
 pub const CORRUPTION_REPORTS_MAX_COUNT: usize = 16;
 /// Bytes of one page of a sealed index's entries, the unit its entries are read and cached in

@@ -4,6 +4,7 @@
 //!
 //! Why this is correct is argued in `docs/design.md` ("Recovery").
 
+use std::collections::VecDeque;
 use std::path::Path;
 
 use crate::checkpoint::{self, Restored};
@@ -12,7 +13,10 @@ use crate::delete_log;
 use crate::error::{io_error, StoreError, StoreResult};
 use crate::index::IndexFile;
 use crate::ledger::{Ledger, SlotState};
-use crate::limits::{index_entry as ie, record_header as rh, segment_header as sh, GAP_FILL_MAX_COUNT, SKIP_COUNT_MAX};
+use crate::limits::{
+    index_entry as ie, record_header as rh, segment_header as sh, GAP_FILL_MAX_COUNT, SEALS_PENDING_MAX_COUNT,
+    SKIP_COUNT_MAX,
+};
 use crate::meta::MetaFile;
 use crate::record;
 use crate::segment::{
@@ -52,9 +56,10 @@ pub(crate) struct Recovered {
     /// The sequence the active segment's next record must carry for its records to stay
     /// contiguous; the persisted floor can move `ledger.next_seq()` past it.
     pub active_next_seq: u64,
-    /// A seal found unfinished (the newest sealed segment's index not valid): its segment is
-    /// loaded into slots, its index built in memory, for the next commit to write.
-    pub sealing: Option<SealWork>,
+    /// Seals found unfinished (the newest sealed segments' indexes not valid), oldest first:
+    /// their segments are loaded into slots, their indexes built in memory, for the next
+    /// commit to write.
+    pub sealing: VecDeque<SealWork>,
 }
 
 /// Opens (creating if needed) the stream in `dir`.
@@ -87,12 +92,12 @@ struct Found {
     ledger: Ledger<u32>,
     report: RecoveryReport,
     active_next_seq: u64,
-    sealing: Option<SealWork>,
+    sealing: VecDeque<SealWork>,
 }
 
 /// Recovery's work on everything but the meta file.
 fn recover_files(storage: &dyn Storage, dir: &Path, limits: StoreLimits, floor_seq: u64) -> StoreResult<Found> {
-    sync_newest_sealed_log(storage, dir)?;
+    sync_newest_sealed_logs(storage, dir)?;
     segment::sync_dir(storage, dir)?;
     let mut report = RecoveryReport::default();
     let mut firsts = list_segments(storage, dir)?;
@@ -116,7 +121,7 @@ fn recover_files(storage: &dyn Storage, dir: &Path, limits: StoreLimits, floor_s
             }
             None => (Ledger::new(start_seq, limits, SizeModel::File), Vec::with_capacity(firsts.len()), Vec::new()),
         };
-    let mut sealing = None;
+    let mut sealing = VecDeque::new();
     for (position, &first_seq) in firsts.iter().enumerate().skip(segments.len()) {
         let end_seq = firsts.get(position + 1).copied();
         if first_seq < ledger.next_seq() {
@@ -126,8 +131,8 @@ fn recover_files(storage: &dyn Storage, dir: &Path, limits: StoreLimits, floor_s
         fill_gap(&mut ledger, first_seq, &mut report)?;
         let segment = match end_seq {
             Some(end_seq) => {
-                // Only the newest sealed segment can be in the middle of its seal.
-                let unfinished = (position + 2 == firsts.len()).then_some(&mut sealing);
+                // Only the newest sealed segments can be in the middle of their seals.
+                let unfinished = (position + 1 + SEALS_PENDING_MAX_COUNT >= firsts.len()).then_some(&mut sealing);
                 load_sealed(storage, dir, (first_seq, end_seq), (&mut ledger, &mut report), unfinished)?
             }
             None => load_active(storage, dir, first_seq, &mut ledger, &mut report)?,
@@ -151,11 +156,12 @@ fn recover_files(storage: &dyn Storage, dir: &Path, limits: StoreLimits, floor_s
     Ok(Found { segments, ledger, report, active_next_seq, sealing })
 }
 
-/// Fsyncs the log before the newest (the newest sealed one) ahead of the directory's fsync: a
-/// seal completes in the commit after the roll that created the next log, so a process that
-/// crashed, or this store reloading, may have left its records in the page cache only, and the
-/// next log's directory entry must not become durable before them.
-fn sync_newest_sealed_log(storage: &dyn Storage, dir: &Path) -> StoreResult<()> {
+/// Fsyncs the logs before the newest (the newest sealed ones, as many as seals may be
+/// pending, oldest first) ahead of the directory's fsync: a seal completes in the commit after
+/// the roll that created the next log, so a process that crashed, or this store reloading, may
+/// have left their records in the page cache only, and the next logs' directory entries must
+/// not become durable before them.
+fn sync_newest_sealed_logs(storage: &dyn Storage, dir: &Path) -> StoreResult<()> {
     let mut logs: Vec<u64> = storage
         .list_dir(dir)
         .map_err(io_error("list", dir))?
@@ -163,11 +169,14 @@ fn sync_newest_sealed_log(storage: &dyn Storage, dir: &Path) -> StoreResult<()> 
         .filter_map(|name| parse_segment_name(name, LOG_EXTENSION))
         .collect();
     logs.sort_unstable();
-    let Some(&first_seq) = logs.len().checked_sub(2).and_then(|position| logs.get(position)) else { return Ok(()) };
-    let path = segment_path(dir, first_seq, LOG_EXTENSION);
-    let log = storage.open(&path, OpenMode::ReadWrite, 0).map_err(io_error("open", &path))?;
-    // A full fsync: the seal's cut of the zeros written ahead changed the length.
-    log.sync_all().map_err(io_error("fsync", &path))
+    let sealed = &logs[..logs.len().saturating_sub(1)];
+    for &first_seq in &sealed[sealed.len().saturating_sub(SEALS_PENDING_MAX_COUNT)..] {
+        let path = segment_path(dir, first_seq, LOG_EXTENSION);
+        let log = storage.open(&path, OpenMode::ReadWrite, 0).map_err(io_error("open", &path))?;
+        // A full fsync: the seal's cut of the zeros written ahead changed the length.
+        log.sync_all().map_err(io_error("fsync", &path))?;
+    }
+    Ok(())
 }
 
 /// Accounts for sequences between the last one loaded and a segment starting at `first_seq`.
@@ -256,16 +265,16 @@ fn remove_below_floor(storage: &dyn Storage, dir: &Path, firsts: &mut Vec<u64>, 
 }
 
 /// Loads a sealed segment holding `first_seq..end_seq`: from its index when that is valid,
-/// otherwise by scanning its log and writing a fresh index. The newest sealed one (`unfinished`
-/// given) is a seal whose commit never completed: its slots stay and its index is built in
-/// memory for the next commit to write, so that neither open nor a reload after a full disk
-/// needs space for it.
+/// otherwise by scanning its log and writing a fresh index. One of the newest sealed ones
+/// (`unfinished` given) is a seal whose commit never completed: its slots stay and its index
+/// is built in memory for the next commit to write, so that neither open nor a reload after a
+/// full disk needs space for it.
 fn load_sealed(
     storage: &dyn Storage,
     dir: &Path,
     (first_seq, end_seq): (u64, u64),
     (ledger, report): (&mut Ledger<u32>, &mut RecoveryReport),
-    unfinished: Option<&mut Option<SealWork>>,
+    unfinished: Option<&mut VecDeque<SealWork>>,
 ) -> StoreResult<Segment> {
     let mut segment = Segment::open(storage, dir, first_seq, true)?;
     let log_length = segment.len();
@@ -275,6 +284,9 @@ fn load_sealed(
     report.index_bytes_read += index_bytes.len() as u64;
     if let Ok(index) = IndexFile::parse(&index_bytes, first_seq, log_length) {
         if index_fits(&index, first_seq, end_seq, log_length) {
+            if let Some(pending) = unfinished {
+                complete_found_seals(storage, pending, ledger)?;
+            }
             let file = storage.open(&index_path, OpenMode::Read, 0).map_err(io_error("open", &index_path))?;
             let lost_count = ledger.load_sealed(&index, first_seq, file, index_path)?;
             if lost_count > 0 {
@@ -289,7 +301,7 @@ fn load_sealed(
     scan_into(storage, dir, &segment, ledger, report, Some(end_seq))?;
     report.indexes_rebuilt_count += 1;
     if let Some(sealing) = unfinished {
-        *sealing = Some(segment.seal_work(storage, dir, ledger, ledger.next_seq())?);
+        sealing.push_back(segment.seal_work(storage, dir, ledger, ledger.next_seq())?);
         return Ok(segment);
     }
     // Written as a new file: a seal's commit still running (this store reloading after a full
@@ -300,6 +312,23 @@ fn load_sealed(
     ledger.seal_tail((first_seq, ledger.next_seq()), None, (file, index_path));
     segment.set_index_bytes(rebuilt_bytes);
     Ok(segment)
+}
+
+/// Writes the indexes of seals found unfinished before a segment whose index is valid, and
+/// moves them into the sealed tier, which must hold them before that segment. A commit writes
+/// indexes oldest first, each fsynced before the next, so this takes a directory that lost an
+/// older index's entry but kept a newer one's: damage, not a crash the store leaves.
+fn complete_found_seals(
+    storage: &dyn Storage,
+    pending: &mut VecDeque<SealWork>,
+    ledger: &mut Ledger<u32>,
+) -> StoreResult<()> {
+    while let Some(seal) = pending.pop_front() {
+        seal.write_index()?;
+        let file = storage.open(&seal.index_path, OpenMode::Read, 0).map_err(io_error("open", &seal.index_path))?;
+        ledger.seal_tail((seal.first_seq, seal.end_seq), Some(&seal.subjects), (file, seal.index_path.clone()));
+    }
+    Ok(())
 }
 
 /// Whether every entry is where it claims to be (checked before any is loaded).

@@ -1,15 +1,17 @@
 //! The seal of a full segment without an fsync under the store's lock: the roll hands the full
 //! log to the OS, builds its index in memory and starts the next segment; the next commit's
 //! ticket fsyncs the log, writes and fsyncs the index and the directory, without the lock;
-//! `sync_finish` moves the segment into the sealed tier. Readers never wait for it, and a power
-//! loss anywhere in between gives back exactly what was acknowledged.
+//! `sync_finish` moves the segment into the sealed tier. Segments filled between two commits
+//! (a large object whose commit waits for its last chunk) each begin a seal, and the next
+//! commit completes them all, oldest first. Readers never wait for it, and a power loss
+//! anywhere in between gives back exactly what was acknowledged.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use semaq_store::storage::sim::{SimDisk, Tear};
-use semaq_store::{FileStore, FileStoreConfig, StoreError, StreamStore};
+use semaq_store::{FileStore, FileStoreConfig, Storage, StoreError, StreamStore, SEALS_PENDING_MAX_COUNT};
 
 const SEGMENT_BYTES: u64 = 4 * 1024;
 const WAIT: Duration = Duration::from_secs(10);
@@ -241,7 +243,7 @@ fn power_loss_around_a_delete_in_the_segment_being_sealed_keeps_the_delete_and_t
 }
 
 #[test]
-fn a_second_roll_while_a_seal_is_pending_completes_the_first_under_the_lock() {
+fn rolls_while_a_ticket_is_in_flight_queue_their_seals_behind_its_own_without_an_fsync() {
     let disk = SimDisk::new();
     let mut store = open(&disk);
     let mut next = 1;
@@ -250,13 +252,18 @@ fn a_second_roll_while_a_seal_is_pending_completes_the_first_under_the_lock() {
         store.sync_begin().unwrap()
     };
     assert!(ticket.completes_seal());
-    // A whole segment of appends while the ticket has not run: the next roll completes the
-    // first seal itself (the ticket's later run writes the same bytes again, harmlessly).
+    // Whole segments of appends while the ticket has not run (a pipelined caller): each roll
+    // queues one more seal, none fsyncs; the ticket completes its own, the next commit the rest.
+    let syncs = disk.counts().syncs;
     for _ in 0..3 {
         next = append_past_a_roll(&mut store, next, 0).unwrap();
     }
+    assert_eq!(disk.counts().syncs, syncs, "no roll completes a pending seal under the lock");
+    assert_eq!(store.seals_pending_count(), 4);
     store.sync_finish(ticket.run()).unwrap();
+    assert_eq!(store.seals_pending_count(), 3, "the ticket completed the seal it carried, the oldest");
     commit(&mut store).unwrap();
+    assert_eq!(store.seals_pending_count(), 0);
     let all: Vec<u64> = (1..next).collect();
     assert_eq!(held(&store), all);
     disk.crash(Tear::LoseUnsynced);
@@ -355,6 +362,257 @@ fn a_roll_whose_new_segment_holds_nothing_is_undone_when_its_seal_never_complete
     assert_eq!(reopened.segment_count(), 1, "the full segment is the active one again");
     // It seals again at the next append that does not fit, and that seal completes as usual.
     let next = append_past_a_roll(&mut reopened, last, 1).unwrap();
+    commit(&mut reopened).unwrap();
+    disk.crash(Tear::LoseUnsynced);
+    drop(reopened);
+    let again = open(&disk);
+    assert_eq!(held(&again), (1..next).collect::<Vec<_>>());
+    assert_eq!(again.state().corruption, None);
+}
+
+const CHECKPOINT: &str = "stream.ckpt";
+
+/// Rolls `count` segments with no commit in between, from `next`; returns the next sequence.
+fn roll_segments(store: &mut FileStore, mut next: u64, count: usize) -> Result<u64, StoreError> {
+    for _ in 0..count {
+        next = append_past_a_roll(store, next, 1)?;
+    }
+    Ok(next)
+}
+
+/// A store with one committed segment and `count` more rolled since, none of them committed.
+fn store_with_rolls_since_the_last_commit(disk: &SimDisk, count: usize) -> (FileStore, u64) {
+    let mut store = open(disk);
+    let next = append_past_a_roll(&mut store, 1, 1).unwrap();
+    commit(&mut store).unwrap();
+    let next = roll_segments(&mut store, next, count).unwrap();
+    (store, next)
+}
+
+fn index_path(first_seq: u64) -> PathBuf {
+    dir().join(format!("{first_seq:020}.idx"))
+}
+
+/// First sequences of the segments on the disk, from their log files' names.
+fn log_firsts(disk: &SimDisk) -> Vec<u64> {
+    let mut firsts: Vec<u64> =
+        disk.list_dir(&dir()).unwrap().iter().filter_map(|name| name.strip_suffix(".log")?.parse().ok()).collect();
+    firsts.sort_unstable();
+    firsts
+}
+
+#[test]
+fn appends_that_roll_three_segments_run_no_fsync_and_the_next_commit_completes_every_seal() {
+    let disk = SimDisk::new();
+    let mut store = open(&disk);
+    let next = append_past_a_roll(&mut store, 1, 1).unwrap();
+    commit(&mut store).unwrap();
+    let syncs = disk.counts().syncs;
+    let next = roll_segments(&mut store, next, 3).unwrap();
+    assert_eq!(disk.counts().syncs, syncs, "three rolls, three seals begun, no fsync");
+    assert_eq!(store.seals_pending_count(), 3);
+    assert_eq!(held(&store), (1..next).collect::<Vec<_>>(), "sealing segments are read from memory");
+
+    let ticket = store.sync_begin().unwrap();
+    assert_eq!(ticket.seals_count(), 3, "the commit carries every pending seal");
+    store.sync_finish(ticket.run()).unwrap();
+    assert_eq!(store.seals_pending_count(), 0);
+    assert_eq!(store.segment_count(), 5);
+    assert_eq!(held(&store), (1..next).collect::<Vec<_>>(), "read from the sealed tier now");
+    assert!(disk.contents(&dir().join(CHECKPOINT)).is_some(), "the checkpoint is written once no seal is pending");
+
+    disk.crash(Tear::LoseUnsynced);
+    drop(store);
+    let reopened = open(&disk);
+    assert_eq!(held(&reopened), (1..next).collect::<Vec<_>>());
+    assert_eq!(reopened.recovery_report().checkpointed_segments_count, 4, "the checkpoint covers every seal");
+    assert_eq!(reopened.state().corruption, None);
+    drop(reopened);
+    // Without the checkpoint, open reads the four indexes: each is valid, none is rebuilt.
+    disk.remove_file(&dir().join(CHECKPOINT)).unwrap();
+    let reread = open(&disk);
+    assert_eq!(held(&reread), (1..next).collect::<Vec<_>>());
+    assert_eq!(reread.recovery_report().indexes_rebuilt_count, 0);
+    assert!(reread.recovery_report().index_bytes_read > 0);
+    assert_eq!(reread.state().corruption, None);
+}
+
+#[test]
+fn power_loss_anywhere_from_the_first_of_several_rolls_through_their_commit_gives_back_the_synced_prefix() {
+    let changes_max_count = 4 * CHANGES_MAX_COUNT;
+    let rolls = [2, 3, SEALS_PENDING_MAX_COUNT + 2];
+    for (tear, rolls) in [Tear::LoseUnsynced, Tear::Sectors { seed: 5 }, Tear::Sectors { seed: 4_242_424 }]
+        .into_iter()
+        .flat_map(|tear| rolls.map(|rolls| (tear, rolls)))
+    {
+        for changes in 0..changes_max_count {
+            let disk = SimDisk::new();
+            let mut store = open(&disk);
+            let synced_next = append_past_a_roll(&mut store, 1, 2).unwrap();
+            commit(&mut store).unwrap();
+            let mut acknowledged = synced_next - 1;
+            disk.freeze_after(changes, tear);
+            // Several rolls with no commit between them, the commit that completes their
+            // seals, then one more append and its commit.
+            let result = roll_segments(&mut store, synced_next, rolls).and_then(|next| {
+                commit(&mut store)?;
+                acknowledged = next - 1;
+                append(&mut store, next)?;
+                commit(&mut store)?;
+                acknowledged = next;
+                Ok(())
+            });
+            let sent = store.state().last_seq;
+            let completed = result.is_ok() && !disk.is_frozen();
+            disk.crash(tear);
+            drop(store);
+            let reopened = open(&disk);
+            let survived = held(&reopened);
+            let context = format!("{tear:?}, {rolls} rolls, power cut after {changes} changes");
+            assert_eq!(reopened.recovery_report().corruption, Vec::<String>::new(), "{context}");
+            assert_eq!(reopened.state().corruption, None, "{context}");
+            assert!(survived.len() as u64 >= acknowledged, "{context}: acknowledged seqs lost: {survived:?}");
+            assert_eq!(survived, (1..=survived.len() as u64).collect::<Vec<_>>(), "{context}: a prefix, no hole");
+            assert!(survived.len() as u64 <= sent, "{context}: nothing invented");
+            if completed {
+                assert_eq!(survived.len() as u64, sent, "{context}");
+                break;
+            }
+            assert!(changes + 1 < changes_max_count, "{context}: the rolls and their commits never got through");
+        }
+    }
+}
+
+#[test]
+fn several_seals_a_crashed_process_left_unfinished_are_completed_by_the_next_commit_after_reopening() {
+    let disk = SimDisk::new();
+    let (store, next) = store_with_rolls_since_the_last_commit(&disk, 3);
+    // The process dies before the commit: its files stay as the OS holds them, three indexes empty.
+    drop(store);
+    let mut reopened = open(&disk);
+    assert_eq!(held(&reopened), (1..next).collect::<Vec<_>>());
+    assert_eq!(reopened.segment_count(), 5);
+    assert_eq!(reopened.seals_pending_count(), 3, "open left the three seals to the next commit");
+    let ticket = reopened.sync_begin().unwrap();
+    assert_eq!(ticket.seals_count(), 3);
+    reopened.sync_finish(ticket.run()).unwrap();
+    assert_eq!(reopened.seals_pending_count(), 0);
+    disk.crash(Tear::LoseUnsynced);
+    drop(reopened);
+    disk.remove_file(&dir().join(CHECKPOINT)).unwrap();
+    let again = open(&disk);
+    assert_eq!(held(&again), (1..next).collect::<Vec<_>>());
+    assert_eq!(again.recovery_report().indexes_rebuilt_count, 0, "the commit wrote valid indexes");
+    assert_eq!(again.state().corruption, None);
+}
+
+#[test]
+fn a_failed_fsync_of_the_second_seals_index_poisons_and_reopens_to_the_synced_prefix() {
+    let disk = SimDisk::new();
+    let (mut store, next) = store_with_rolls_since_the_last_commit(&disk, 2);
+    // The last commit acknowledged the record that rolled into the second segment and one more.
+    let committed = log_firsts(&disk)[1] + 1;
+    let second_sealing = log_firsts(&disk)[2];
+    let ticket = store.sync_begin().unwrap();
+    assert_eq!(ticket.seals_count(), 2);
+    disk.fail_syncs_of(Some(&index_path(second_sealing)));
+    let synced = ticket.run();
+    disk.fail_syncs_of(None);
+    assert!(matches!(store.sync_finish(synced), Err(StoreError::Io { operation: "fsync", .. })));
+    assert!(store.poisoned().is_some());
+    assert!(matches!(append(&mut store, next), Err(StoreError::Poisoned(_))));
+    assert_eq!(held(&store), (1..next).collect::<Vec<_>>(), "reads go on");
+    disk.crash(Tear::LoseUnsynced);
+    drop(store);
+    // Nothing after the last commit was acknowledged; what the failed commit made durable
+    // before its failure may stay, as a prefix.
+    let reopened = open(&disk);
+    let survived = held(&reopened);
+    assert!(survived.len() as u64 >= committed, "acknowledged seqs lost: {survived:?}");
+    assert_eq!(survived, (1..=survived.len() as u64).collect::<Vec<_>>(), "a prefix, no hole");
+    assert!((survived.len() as u64) < next, "nothing invented");
+    assert_eq!(reopened.state().corruption, None);
+}
+
+#[test]
+fn a_full_disk_while_the_ticket_writes_the_second_seals_index_is_out_of_space_and_loses_nothing() {
+    // The same appends on a twin disk tell how long the first index is.
+    let twin = SimDisk::new();
+    let (mut twin_store, _) = store_with_rolls_since_the_last_commit(&twin, 2);
+    commit(&mut twin_store).unwrap();
+    let first_sealing = log_firsts(&twin)[1];
+    let first_index_bytes = twin.contents(&index_path(first_sealing)).unwrap().len() as u64;
+
+    let disk = SimDisk::new();
+    let (mut store, next) = store_with_rolls_since_the_last_commit(&disk, 2);
+    let ticket = store.sync_begin().unwrap();
+    assert_eq!(ticket.seals_count(), 2);
+    // Room for the first index and a little of the second: its write fails with ENOSPC.
+    disk.set_free_bytes(Some(first_index_bytes + 16));
+    let synced = ticket.run();
+    assert!(!synced.succeeded());
+    let refused = store.sync_finish(synced).unwrap_err();
+    assert!(matches!(refused, StoreError::OutOfSpace(_)), "{refused}");
+    assert_eq!(store.poisoned(), None, "a full disk does not poison");
+    disk.set_free_bytes(None);
+    // The appends were with the OS before the ticket ran: the reload kept them.
+    let all: Vec<u64> = (1..next).collect();
+    assert_eq!(held(&store), all);
+    append(&mut store, next).unwrap();
+    commit(&mut store).unwrap();
+    assert_eq!(store.seals_pending_count(), 0);
+    disk.crash(Tear::LoseUnsynced);
+    drop(store);
+    let reopened = open(&disk);
+    assert_eq!(held(&reopened), (1..=next).collect::<Vec<_>>());
+    assert_eq!(reopened.state().corruption, None);
+}
+
+#[test]
+fn rolls_past_the_pending_bound_complete_the_oldest_seal_in_place_and_keep_the_queue_bounded() {
+    let disk = SimDisk::new();
+    let mut store = open(&disk);
+    let mut next = append_past_a_roll(&mut store, 1, 1).unwrap();
+    commit(&mut store).unwrap();
+    for roll in 1..=SEALS_PENDING_MAX_COUNT + 3 {
+        let syncs = disk.counts().syncs;
+        next = append_past_a_roll(&mut store, next, 1).unwrap();
+        let pending = store.seals_pending_count();
+        assert_eq!(pending, roll.min(SEALS_PENDING_MAX_COUNT), "roll {roll}: the queue is bounded");
+        let fsynced = disk.counts().syncs > syncs;
+        assert_eq!(fsynced, roll > SEALS_PENDING_MAX_COUNT, "roll {roll}: only a roll past the bound fsyncs");
+    }
+    assert_eq!(held(&store), (1..next).collect::<Vec<_>>());
+    let ticket = store.sync_begin().unwrap();
+    assert_eq!(ticket.seals_count(), SEALS_PENDING_MAX_COUNT);
+    store.sync_finish(ticket.run()).unwrap();
+    assert_eq!(store.seals_pending_count(), 0);
+    disk.crash(Tear::LoseUnsynced);
+    drop(store);
+    disk.remove_file(&dir().join(CHECKPOINT)).unwrap();
+    let reopened = open(&disk);
+    assert_eq!(held(&reopened), (1..next).collect::<Vec<_>>());
+    assert_eq!(reopened.recovery_report().indexes_rebuilt_count, 0, "the seals completed in place wrote valid indexes");
+    assert_eq!(reopened.state().corruption, None);
+}
+
+#[test]
+fn unfinished_seals_before_a_valid_index_are_completed_at_open_and_nothing_is_reported() {
+    // A directory that kept a newer index but lost the older ones' (damage a crash of this
+    // store does not leave: indexes are written oldest first): the same appends on a twin
+    // disk give the newest sealed segment's valid index.
+    let twin = SimDisk::new();
+    let (mut twin_store, _) = store_with_rolls_since_the_last_commit(&twin, 3);
+    commit(&mut twin_store).unwrap();
+    let disk = SimDisk::new();
+    let (store, next) = store_with_rolls_since_the_last_commit(&disk, 3);
+    drop(store);
+    let newest_sealed = log_firsts(&disk)[3];
+    disk.put(&index_path(newest_sealed), &twin.contents(&index_path(newest_sealed)).unwrap());
+    let mut reopened = open(&disk);
+    assert_eq!(held(&reopened), (1..next).collect::<Vec<_>>());
+    assert_eq!(reopened.seals_pending_count(), 0, "the older seals were completed before the valid index was loaded");
+    assert_eq!(reopened.state().corruption, None);
     commit(&mut reopened).unwrap();
     disk.crash(Tear::LoseUnsynced);
     drop(reopened);

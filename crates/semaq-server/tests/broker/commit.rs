@@ -890,3 +890,134 @@ async fn a_lowered_limit_is_answered_at_once_and_readers_are_answered_while_its_
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// An object's bytes made on demand (xorshift), so a large object is never held in memory:
+/// the put reads one instance, the check after it another with the same seed.
+struct GeneratedObject {
+    state: u64,
+    left_bytes: usize,
+}
+
+impl GeneratedObject {
+    fn new(length_bytes: usize, seed: u64) -> Self {
+        GeneratedObject { state: seed | 1, left_bytes: length_bytes }
+    }
+
+    /// The next `out.len()` bytes of the object (fewer at its end); how many.
+    fn fill(&mut self, out: &mut [u8]) -> usize {
+        let count = out.len().min(self.left_bytes);
+        for byte in &mut out[..count] {
+            self.state ^= self.state << 13;
+            self.state ^= self.state >> 7;
+            self.state ^= self.state << 17;
+            *byte = self.state as u8;
+        }
+        self.left_bytes -= count;
+        count
+    }
+}
+
+impl tokio::io::AsyncRead for GeneratedObject {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let mut bytes = vec![0; buf.remaining().min(self.left_bytes)];
+        let count = self.fill(&mut bytes);
+        buf.put_slice(&bytes[..count]);
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_of_a_bucket_are_answered_while_an_object_of_three_segments_is_put_and_fsynced() {
+    use super::disk_faults::broker_on_faulty_disk;
+    use async_nats::jetstream::object_store;
+    use tokio::io::AsyncReadExt;
+
+    /// Larger than two 64 MiB segments: its chunks roll the stream's segment twice with no
+    /// commit in between (they wait for the meta message's).
+    const OBJECT_BYTES: usize = 160 * 1024 * 1024;
+    /// async-nats's chunk size for an object put with default options.
+    const CHUNK_BYTES: usize = 128 * 1024;
+    /// Bound on the whole put (debug builds, 2 cores shared).
+    const PUT_WAIT: Duration = Duration::from_secs(300);
+    const SEED: u64 = 0x5eed;
+
+    let dir = tempfile::tempdir().unwrap();
+    let (store, control) = (dir.path().join("data"), dir.path().join("disk-faults"));
+    let broker = broker_on_faulty_disk(&store, &control);
+    let js = jetstream::new(broker.client().await);
+    let bucket = object_store::Config { bucket: "BIG".to_string(), ..Default::default() };
+    let bucket = js.create_object_store(bucket).await.unwrap();
+
+    // Another client reads the bucket's stream in a loop for as long as the put runs; every
+    // read is bounded, so one stuck behind an fsync under the stream's lock fails the test.
+    let reading = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let reader = tokio::spawn({
+        let (js, reading) = (jetstream::new(broker.client().await), reading.clone());
+        async move {
+            let mut stream = js.get_stream("OBJ_BIG").await.unwrap();
+            let mut reads_count = 0u64;
+            while reading.load(std::sync::atomic::Ordering::Relaxed) {
+                let info = tokio::time::timeout(READ_WAIT, stream.info()).await.expect("stream info waited").unwrap();
+                let (messages, first_seq) = (info.state.messages, info.state.first_sequence);
+                if messages > 0 {
+                    let first = tokio::time::timeout(READ_WAIT, stream.direct_get(first_seq))
+                        .await
+                        .expect("DIRECT.GET waited")
+                        .unwrap();
+                    assert_eq!(first.payload.len(), CHUNK_BYTES);
+                }
+                reads_count += 1;
+            }
+            reads_count
+        }
+    });
+
+    // The first fsync on the stream's disk is held: with the rolls' seals queued, it is the
+    // meta message's commit, run without the stream's lock.
+    std::fs::write(&control, "hold-one").unwrap();
+    let put = tokio::spawn({
+        let bucket = bucket.clone();
+        async move { bucket.put("video.mp4", &mut GeneratedObject::new(OBJECT_BYTES, SEED)).await }
+    });
+    let deadline = Instant::now() + PUT_WAIT;
+    while std::fs::read_to_string(&control).unwrap_or_default().trim() != "holding" {
+        assert!(Instant::now() < deadline, "no fsync was ever held");
+        assert!(!put.is_finished(), "the put finished with no fsync held: {:?}", put.await);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let chunks = OBJECT_BYTES.div_ceil(CHUNK_BYTES) as u64;
+    let mut stream = js.get_stream("OBJ_BIG").await.unwrap();
+    let info = tokio::time::timeout(READ_WAIT, stream.info()).await.expect("stream info waited for the fsync").unwrap();
+    assert_eq!(info.state.messages, chunks + 1, "every chunk and the meta message are stored");
+    let last =
+        tokio::time::timeout(READ_WAIT, stream.direct_get(chunks + 1)).await.expect("DIRECT.GET waited").unwrap();
+    assert!(last.subject.starts_with("$O.BIG.M."), "the meta message is last: {}", last.subject);
+    assert_eq!(segment_logs(&store, "OBJ_BIG").len(), 3, "the chunks filled two segments and started a third");
+    assert!(!put.is_finished(), "the object was acknowledged before its fsync");
+
+    std::fs::write(&control, "").unwrap();
+    let put = tokio::time::timeout(PUT_WAIT, put).await.expect("the put never finished").unwrap().expect("put");
+    reading.store(false, std::sync::atomic::Ordering::Relaxed);
+    assert!(tokio::time::timeout(READ_WAIT, reader).await.expect("the reader hung").unwrap() > 0);
+    assert_eq!(put.size, OBJECT_BYTES);
+
+    // Read back whole, compared with the generator; async-nats fails the read on a wrong digest.
+    let mut object = bucket.get("video.mp4").await.unwrap();
+    let (mut expected, mut read_bytes) = (GeneratedObject::new(OBJECT_BYTES, SEED), 0);
+    let (mut got, mut want) = (vec![0; CHUNK_BYTES], vec![0; CHUNK_BYTES]);
+    loop {
+        let count = tokio::time::timeout(PUT_WAIT, object.read(&mut got)).await.expect("the read hung").unwrap();
+        if count == 0 {
+            break;
+        }
+        assert_eq!(expected.fill(&mut want[..count]), count);
+        assert!(got[..count] == want[..count], "bytes {read_bytes}.. differ");
+        read_bytes += count;
+    }
+    assert_eq!(read_bytes, OBJECT_BYTES);
+    assert_eq!(object.info.digest, put.digest);
+}

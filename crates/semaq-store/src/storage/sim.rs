@@ -10,6 +10,7 @@
 //! - [`Tear::Sectors`]: on a crash, a prefix (in offset order, 512-byte sectors) of each file's
 //!   unsynced changes survives, as when a drive completed some of the writes in flight.
 //! - [`SimDisk::fail_syncs`]: fsyncs fail with `EIO`; the unsynced data is then not durable
+//!   (`fail_syncs_of`: only those of one file, to fail a step in the middle of a commit)
 //!   (Linux marks the pages clean anyway, so a later fsync does not bring it back).
 //! - [`SimDisk::set_free_bytes`]: writes that would grow the files past the free space write
 //!   what fits and fail with `ENOSPC`; raising it again is "space returns".
@@ -128,6 +129,8 @@ struct State {
     epoch: u64,
     locks: HashMap<u64, Locks>,
     fail_syncs: bool,
+    /// The one file whose fsyncs fail with EIO (`fail_syncs_of`).
+    fail_syncs_inode: Option<u64>,
     free_bytes: Option<u64>,
     /// Changes left before the power fails, and what the failure tears.
     freeze_in: Option<(u64, Tear)>,
@@ -198,6 +201,12 @@ impl SimDisk {
         self.state().fail_syncs = failing;
     }
 
+    /// Makes the fsyncs of the file now at `path` (none: of no file) fail with EIO.
+    pub fn fail_syncs_of(&self, path: Option<&Path>) {
+        let mut state = self.state();
+        state.fail_syncs_inode = path.and_then(|path| state.names.get(path).copied());
+    }
+
     /// Bytes that may still be added to the files (`None`: unlimited).
     pub fn set_free_bytes(&self, free: Option<u64>) {
         let mut state = self.state();
@@ -233,6 +242,7 @@ impl SimDisk {
         state.epoch += 1;
         state.locks.clear();
         state.fail_syncs = false;
+        state.fail_syncs_inode = None;
         state.free_bytes = None;
         state.freeze_in = None;
     }
@@ -311,7 +321,7 @@ impl State {
 
     fn sync_file(&mut self, inode: u64) -> io::Result<()> {
         self.change()?;
-        if self.fail_syncs {
+        if self.fail_syncs || self.fail_syncs_inode == Some(inode) {
             self.counts.syncs_failed += 1;
             return Err(error(EIO));
         }
