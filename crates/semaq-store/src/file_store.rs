@@ -956,7 +956,10 @@ impl StreamStore for FileStore {
         }
         let first_seq = self.ledger.first_seq();
         let front_dead = self.segments.get(1).is_some_and(|next| next.first_seq <= first_seq);
-        front_dead || self.release_due || self.skip_pending
+        // One roll short of the bound, so that a commit aside completes them first (appends
+        // that defer their commit, an object's chunks, would otherwise reach it).
+        let seals_near_bound = self.sealing.len() + 1 >= SEALS_PENDING_MAX_COUNT;
+        front_dead || self.release_due || self.skip_pending || seals_near_bound
     }
 
     fn skip_to(&mut self, next_seq: u64) -> StoreResult<bool> {

@@ -148,9 +148,10 @@ pub trait StreamStore: Send {
     }
     /// Gives back disk space held by removed messages where that is cheap (whole segments).
     fn compact(&mut self) -> StoreResult<()>;
-    /// Whether whole segments emptied by lazy removals (limits applied at an append among them)
-    /// wait for a commit to be given back: a caller that does not commit after its appends
-    /// commits for them, or the disk holds them until it does.
+    /// Whether a commit is waited for by whole segments emptied by lazy removals (limits applied
+    /// at an append among them), to be given back, or by seals about to reach their bound, which
+    /// the next roll would complete under the caller's lock: a caller that does not commit after
+    /// its appends commits for them.
     fn release_waits(&self) -> bool {
         false
     }

@@ -597,6 +597,30 @@ fn rolls_past_the_pending_bound_complete_the_oldest_seal_in_place_and_keep_the_q
 }
 
 #[test]
+fn seals_one_roll_short_of_the_bound_ask_for_a_commit_aside_which_completes_them_without_the_lock() {
+    let disk = SimDisk::new();
+    let mut store = open(&disk);
+    let mut next = append_past_a_roll(&mut store, 1, 1).unwrap();
+    commit(&mut store).unwrap();
+    assert!(!store.release_waits(), "nothing pending after a commit");
+    for roll in 1..SEALS_PENDING_MAX_COUNT {
+        assert!(!store.release_waits(), "roll {roll}: {} pending, far from the bound", roll - 1);
+        next = append_past_a_roll(&mut store, next, 1).unwrap();
+    }
+    assert!(store.release_waits(), "the next roll would complete a seal under the caller's lock");
+    // The commit aside a caller then makes: its ticket completes every seal.
+    let ticket = store.sync_begin_aside().unwrap();
+    assert_eq!(ticket.seals_count(), SEALS_PENDING_MAX_COUNT - 1);
+    store.sync_finish(ticket.run()).unwrap();
+    assert_eq!(store.seals_pending_count(), 0);
+    assert!(!store.release_waits());
+    let syncs = disk.counts().syncs;
+    next = append_past_a_roll(&mut store, next, 1).unwrap();
+    assert_eq!(disk.counts().syncs, syncs, "the next roll runs no fsync");
+    assert_eq!(held(&store), (1..next).collect::<Vec<_>>());
+}
+
+#[test]
 fn unfinished_seals_before_a_valid_index_are_completed_at_open_and_nothing_is_reported() {
     // A directory that kept a newer index but lost the older ones' (damage a crash of this
     // store does not leave: indexes are written oldest first): the same appends on a twin

@@ -122,11 +122,12 @@ impl Stream {
         }
     }
 
-    /// Gives back the segments removals emptied (an append's limits among them) when no
-    /// commit has since: the store drops them only once a commit made the floor durable, and
-    /// under `sync: never`, between interval syncs or behind an object's chunks no batch
-    /// commits. Its fsyncs run without the lock, as every commit's; under `sync: always`
-    /// the batches' commits give them back first.
+    /// Commits aside for what waits for a commit when no batch has made one: segments removals
+    /// emptied (an append's limits among them), which the store drops only once a commit made
+    /// the floor durable, and seals near their bound, which the next roll would complete under
+    /// the lock. Under `sync: never`, between interval syncs or behind an object's chunks no
+    /// batch commits. Its fsyncs run without the lock, as every commit's; under `sync: always`
+    /// the batches' commits come first.
     pub(super) fn release_segments(&self) {
         let store = self.store();
         if !store.release_waits() {
@@ -135,7 +136,7 @@ impl Stream {
         let (result, store) = tokio::task::block_in_place(|| self.commit_aside(store));
         drop(store);
         if let Err(error) = result {
-            tracing::error!(stream = %self.name, %error, "cannot commit to give back emptied segments");
+            tracing::error!(stream = %self.name, %error, "cannot commit aside for emptied segments or pending seals");
         }
     }
 }
