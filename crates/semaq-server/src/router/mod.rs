@@ -8,7 +8,7 @@
 //!   nats-server's `addNodeToResults`: with `foo.*` and `foo.bar` both in queue `q`, a message
 //!   on `foo.bar` sees ONE group `q` holding both members, so it is delivered to only one of them.
 //! - Results are cached per subject, at most `cache_entries_max` of them; a full cache drops a
-//!   random half, but only for a subject missed twice in a while ([`Doorkeeper`]): one-shot
+//!   random half, but only for a subject missed twice in a while (a doorkeeper of hashed tags): one-shot
 //!   subjects (each key of a KV bucket, each direct get) would otherwise evict half the cache
 //!   every `cache_entries_max / 2` publishes, which cost 8% of the server's CPU on KV puts. An insert or remove drops only the cached subjects its filter matches (one hash
 //!   removal for a literal filter), so `_INBOX.*` reply churn does not flush unrelated entries.
