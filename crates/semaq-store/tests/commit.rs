@@ -2,10 +2,13 @@
 //! without it, recorded under it again. Readers never wait for the fsync; a crash between the
 //! steps loses nothing acknowledged; a failed fsync poisons and acknowledges nothing.
 
+mod common;
+
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::commit;
 use semaq_store::storage::sim::{SimDisk, Tear};
 use semaq_store::{FileStore, FileStoreConfig, PurgeRequest, StoreError, StoreLimits, StreamStore};
 
@@ -33,22 +36,9 @@ fn append(store: &mut FileStore, subject: &str, seq: u64) -> u64 {
     store.append(subject, None, &payload(seq), 7).unwrap().0
 }
 
-/// The three steps in a row: what the ingest task does, with its lock released for `run`.
-fn commit(store: &mut FileStore) -> Result<(), StoreError> {
-    let ticket = store.sync_begin()?;
-    store.sync_finish(ticket.run())
-}
-
 /// Sequences of the live messages, each checked to hold its own payload.
 fn held(store: &FileStore) -> Vec<u64> {
-    let mut seqs = Vec::new();
-    let mut from = 1;
-    while let Some(message) = store.get_next(from, None).unwrap() {
-        assert_eq!(message.payload, payload(message.seq), "seq {} holds another message", message.seq);
-        seqs.push(message.seq);
-        from = message.seq + 1;
-    }
-    seqs
+    common::held_with(store, payload)
 }
 
 fn reopened_after_power_loss(disk: &SimDisk, store: FileStore, tear: Tear) -> FileStore {

@@ -1,6 +1,8 @@
 //! The file store on a failing disk (the simulated one, `storage::sim`): what a failed fsync,
 //! a full disk, a lost directory entry and a torn write do to a stream, and what it promises.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use semaq_store::storage::sim::{SimDisk, Tear};
@@ -40,14 +42,7 @@ fn synced_one_buffered_three(disk: &SimDisk) -> FileStore {
 
 /// Sequences of the live messages, each checked to hold its own payload.
 fn held(store: &FileStore) -> Vec<u64> {
-    let mut seqs = Vec::new();
-    let mut from = 1;
-    while let Some(message) = store.get_next(from, None).unwrap() {
-        assert_eq!(message.payload, payload(message.seq), "seq {} holds another message", message.seq);
-        seqs.push(message.seq);
-        from = message.seq + 1;
-    }
-    seqs
+    common::held_with(store, payload)
 }
 
 #[test]

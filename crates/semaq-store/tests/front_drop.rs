@@ -4,8 +4,11 @@
 //! `sync_finish` removes the segments wholly below that durable floor. A power loss anywhere
 //! in between keeps every acknowledged message and brings back none a commit covered.
 
+mod common;
+
 use std::path::PathBuf;
 
+use common::commit;
 use semaq_store::storage::sim::{SimDisk, Tear};
 use semaq_store::{FileStore, FileStoreConfig, StoreError, StoreLimits, StreamStore};
 
@@ -49,37 +52,15 @@ fn append(store: &mut FileStore, seq: u64) -> Result<u64, StoreError> {
     store.append("sensor.1", None, &payload(seq), i64::try_from(seq).unwrap()).map(|(seq, _)| seq)
 }
 
-/// The three steps in a row, as the ingest task runs them (its lock released for `run`).
-fn commit(store: &mut FileStore) -> Result<(), StoreError> {
-    let ticket = store.sync_begin()?;
-    store.sync_finish(ticket.run())
-}
-
 /// Sequences of the live messages, each checked to hold its own payload.
 fn held(store: &FileStore) -> Vec<u64> {
-    let mut seqs = Vec::new();
-    let mut from = 1;
-    while let Some(message) = store.get_next(from, None).unwrap() {
-        assert_eq!(message.payload, payload(message.seq), "seq {} holds another message", message.seq);
-        seqs.push(message.seq);
-        from = message.seq + 1;
-    }
-    seqs
+    common::held_with(store, payload)
 }
 
 /// Appends from `next` until a roll has started a new segment, then `extra` more; returns the
 /// next sequence to append.
-fn append_past_a_roll(store: &mut FileStore, mut next: u64, extra: u64) -> Result<u64, StoreError> {
-    let segments = store.segment_count();
-    while store.segment_count() == segments {
-        append(store, next)?;
-        next += 1;
-    }
-    for _ in 0..extra {
-        append(store, next)?;
-        next += 1;
-    }
-    Ok(next)
+fn append_past_a_roll(store: &mut FileStore, next: u64, extra: u64) -> Result<u64, StoreError> {
+    common::append_past_a_roll_with(store, (next, extra), append)
 }
 
 /// Segment logs in the stream's directory.

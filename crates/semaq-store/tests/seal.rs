@@ -6,10 +6,13 @@
 //! commit completes them all, oldest first. Readers never wait for it, and a power loss
 //! anywhere in between gives back exactly what was acknowledged.
 
+mod common;
+
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::commit;
 use semaq_store::storage::sim::{SimDisk, Tear};
 use semaq_store::{FileStore, FileStoreConfig, Storage, StoreError, StreamStore, SEALS_PENDING_MAX_COUNT};
 
@@ -46,12 +49,6 @@ fn append(store: &mut FileStore, seq: u64) -> Result<u64, StoreError> {
     store.append(subject(seq), None, &payload(seq), i64::try_from(seq).unwrap()).map(|(seq, _)| seq)
 }
 
-/// The three steps in a row, as the ingest task runs them (its lock released for `run`).
-fn commit(store: &mut FileStore) -> Result<(), StoreError> {
-    let ticket = store.sync_begin()?;
-    store.sync_finish(ticket.run())
-}
-
 /// Sequences of the live messages, each checked to hold its own subject and payload.
 fn held(store: &FileStore) -> Vec<u64> {
     let mut seqs = Vec::new();
@@ -65,19 +62,10 @@ fn held(store: &FileStore) -> Vec<u64> {
     seqs
 }
 
-/// Appends from `next` until the active segment is full and a roll has started the next one,
-/// then `extra` more; returns the next sequence to append.
-fn append_past_a_roll(store: &mut FileStore, mut next: u64, extra: u64) -> Result<u64, StoreError> {
-    let segments = store.segment_count();
-    while store.segment_count() == segments {
-        append(store, next)?;
-        next += 1;
-    }
-    for _ in 0..extra {
-        append(store, next)?;
-        next += 1;
-    }
-    Ok(next)
+/// Appends from `next` until a roll has started a new segment, then `extra` more; returns the
+/// next sequence to append.
+fn append_past_a_roll(store: &mut FileStore, next: u64, extra: u64) -> Result<u64, StoreError> {
+    common::append_past_a_roll_with(store, (next, extra), append)
 }
 
 #[test]
@@ -144,43 +132,79 @@ fn a_roll_runs_no_fsync_and_readers_are_answered_while_the_seal_completes() {
     assert_eq!(reopened.state().corruption, None);
 }
 
+/// What a store holds after a power cut, reopened.
+struct AfterCut {
+    /// The live sequences.
+    survived: Vec<u64>,
+    /// The last sequence the reopened store has.
+    end: u64,
+    /// The last sequence the store had taken before the cut.
+    sent: u64,
+    /// The last sequence the scenario had seen committed.
+    acknowledged: u64,
+    /// Whether the scenario got through before the cut.
+    completed: bool,
+}
+
+impl AfterCut {
+    /// Checks the store holds a prefix with every acknowledged sequence and none it never took,
+    /// all of them once the scenario got through; returns whether it did.
+    fn kept_the_acknowledged_prefix(&self, context: &str) -> bool {
+        let survived = &self.survived;
+        assert!(survived.len() as u64 >= self.acknowledged, "{context}: acknowledged seqs lost: {survived:?}");
+        assert_eq!(*survived, (1..=survived.len() as u64).collect::<Vec<_>>(), "{context}: a prefix, no hole");
+        assert!(survived.len() as u64 <= self.sent, "{context}: nothing invented");
+        if self.completed {
+            assert_eq!(survived.len() as u64, self.sent, "{context}");
+        }
+        self.completed
+    }
+}
+
+/// Runs `scenario` on a store whose first segment is sealed and committed, with the power cut
+/// after `changes` changes (torn as `tear`), and reopens it: nothing may be reported damaged.
+/// The scenario gets the next sequence and raises what is acknowledged as its commits return.
+fn cut_power(
+    tear: Tear,
+    changes: u64,
+    scenario: impl FnOnce(&mut FileStore, u64, &mut u64) -> Result<(), StoreError>,
+) -> AfterCut {
+    let disk = SimDisk::new();
+    let mut store = open(&disk);
+    let synced_next = append_past_a_roll(&mut store, 1, 2).unwrap();
+    commit(&mut store).unwrap();
+    let mut acknowledged = synced_next - 1;
+    disk.freeze_after(changes, tear);
+    let result = scenario(&mut store, synced_next, &mut acknowledged);
+    let sent = store.state().last_seq;
+    let completed = result.is_ok() && !disk.is_frozen();
+    disk.crash(tear);
+    drop(store);
+    let reopened = open(&disk);
+    let context = format!("{tear:?}, power cut after {changes} changes");
+    assert_eq!(reopened.recovery_report().corruption, Vec::<String>::new(), "{context}");
+    assert_eq!(reopened.state().corruption, None, "{context}");
+    AfterCut { survived: held(&reopened), end: reopened.state().last_seq, sent, acknowledged, completed }
+}
+
 #[test]
 fn power_loss_anywhere_between_a_roll_and_its_commit_gives_back_the_synced_prefix() {
     for tear in [Tear::LoseUnsynced, Tear::Sectors { seed: 7 }, Tear::Sectors { seed: 1_234_567 }] {
         for changes in 0..CHANGES_MAX_COUNT {
-            let disk = SimDisk::new();
-            let mut store = open(&disk);
-            let synced_next = append_past_a_roll(&mut store, 1, 2).unwrap();
-            commit(&mut store).unwrap();
-            let mut acknowledged = synced_next - 1;
-            disk.freeze_after(changes, tear);
             // A roll, appends to the next segment, then a pipelined commit: one more append
             // while the first commit's fsyncs run, and a second commit for it.
-            let result = append_past_a_roll(&mut store, synced_next, 3).and_then(|next| {
+            let cut = cut_power(tear, changes, |store, synced_next, acknowledged| {
+                let next = append_past_a_roll(store, synced_next, 3)?;
                 let ticket = store.sync_begin()?;
-                let during = append(&mut store, next);
+                let during = append(store, next);
                 store.sync_finish(ticket.run())?;
-                acknowledged = next - 1;
+                *acknowledged = next - 1;
                 during?;
-                commit(&mut store)?;
-                acknowledged = next;
+                commit(store)?;
+                *acknowledged = next;
                 Ok(())
             });
-            // Whatever was accepted; nothing past it may come back.
-            let sent = store.state().last_seq;
-            let completed = result.is_ok() && !disk.is_frozen();
-            disk.crash(tear);
-            drop(store);
-            let reopened = open(&disk);
-            let survived = held(&reopened);
-            let context = format!("{tear:?}, power cut after {changes} changes");
-            assert_eq!(reopened.recovery_report().corruption, Vec::<String>::new(), "{context}");
-            assert_eq!(reopened.state().corruption, None, "{context}");
-            assert!(survived.len() as u64 >= acknowledged, "{context}: acknowledged seqs lost: {survived:?}");
-            assert_eq!(survived, (1..=survived.len() as u64).collect::<Vec<_>>(), "{context}: a prefix, no hole");
-            assert!(survived.len() as u64 <= sent, "{context}: nothing invented");
-            if completed {
-                assert_eq!(survived.len() as u64, sent, "{context}");
+            if cut.kept_the_acknowledged_prefix(&format!("{tear:?}, power cut after {changes} changes")) {
                 break;
             }
             assert!(changes + 1 < CHANGES_MAX_COUNT, "the roll and its commits never got through");
@@ -192,49 +216,36 @@ fn power_loss_anywhere_between_a_roll_and_its_commit_gives_back_the_synced_prefi
 fn power_loss_around_a_delete_in_the_segment_being_sealed_keeps_the_delete_and_the_synced_prefix() {
     for tear in [Tear::LoseUnsynced, Tear::Sectors { seed: 11 }, Tear::Sectors { seed: 98_765 }] {
         for changes in 0..CHANGES_MAX_COUNT {
-            let disk = SimDisk::new();
-            let mut store = open(&disk);
-            let synced_next = append_past_a_roll(&mut store, 1, 2).unwrap();
-            commit(&mut store).unwrap();
-            let mut acknowledged = synced_next - 1;
-            let doomed = synced_next;
-            let mut deleted = None;
-            disk.freeze_after(changes, tear);
+            let (mut doomed, mut deleted) = (0, None);
             // The segment holding `doomed` fills and rolls; the delete (which syncs, and so
             // completes the seal under the lock) comes before any commit; then a commit.
-            let result = append_past_a_roll(&mut store, synced_next, 2).and_then(|next| {
+            let cut = cut_power(tear, changes, |store, synced_next, acknowledged| {
+                doomed = synced_next;
+                let next = append_past_a_roll(store, synced_next, 2)?;
                 let removed = store.delete(doomed);
                 if removed.is_ok() {
                     deleted = Some(doomed);
-                    acknowledged = next - 1;
+                    *acknowledged = next - 1;
                 }
                 removed?;
-                append(&mut store, next)?;
-                commit(&mut store)?;
-                acknowledged = next;
+                append(store, next)?;
+                commit(store)?;
+                *acknowledged = next;
                 Ok(())
             });
-            let sent = store.state().last_seq;
-            let completed = result.is_ok() && !disk.is_frozen();
-            disk.crash(tear);
-            drop(store);
-            let reopened = open(&disk);
-            let survived = held(&reopened);
             let context = format!("{tear:?}, power cut after {changes} changes");
-            assert_eq!(reopened.recovery_report().corruption, Vec::<String>::new(), "{context}");
-            assert_eq!(reopened.state().corruption, None, "{context}");
-            let end = reopened.state().last_seq;
-            assert!(end <= sent, "{context}: nothing invented");
+            let end = cut.end;
+            assert!(end <= cut.sent, "{context}: nothing invented");
             if let Some(seq) = deleted {
-                assert!(!survived.contains(&seq), "{context}: the deleted seq {seq} came back");
+                assert!(!cut.survived.contains(&seq), "{context}: the deleted seq {seq} came back");
             }
             // A delete that failed may or may not have reached the disk.
-            let doomed_kept = survived.contains(&doomed);
+            let doomed_kept = cut.survived.contains(&doomed);
             let expected: Vec<u64> = (1..=end).filter(|&seq| seq != doomed || doomed_kept).collect();
-            assert_eq!(survived, expected, "{context}: a prefix, no hole");
-            assert!(end >= acknowledged, "{context}: acknowledged seqs lost: {survived:?}");
-            if completed {
-                assert_eq!(end, sent, "{context}");
+            assert_eq!(cut.survived, expected, "{context}: a prefix, no hole");
+            assert!(end >= cut.acknowledged, "{context}: acknowledged seqs lost: {:?}", cut.survived);
+            if cut.completed {
+                assert_eq!(end, cut.sent, "{context}");
                 break;
             }
             assert!(changes + 1 < CHANGES_MAX_COUNT, "the roll, the delete and the commit never got through");
@@ -401,6 +412,22 @@ fn log_firsts(disk: &SimDisk) -> Vec<u64> {
     firsts
 }
 
+/// Commits, completing the `seals` pending, then cuts the power and removes the checkpoint, so
+/// that open reads every index: the store reopens holding `1..next` from valid indexes.
+fn complete_seals_then_reopen_from_their_indexes(disk: &SimDisk, mut store: FileStore, seals: usize, next: u64) {
+    let ticket = store.sync_begin().unwrap();
+    assert_eq!(ticket.seals_count(), seals, "the commit carries every pending seal");
+    store.sync_finish(ticket.run()).unwrap();
+    assert_eq!(store.seals_pending_count(), 0);
+    disk.crash(Tear::LoseUnsynced);
+    drop(store);
+    disk.remove_file(&dir().join(CHECKPOINT)).unwrap();
+    let reopened = open(disk);
+    assert_eq!(held(&reopened), (1..next).collect::<Vec<_>>());
+    assert_eq!(reopened.recovery_report().indexes_rebuilt_count, 0, "the seals wrote valid indexes");
+    assert_eq!(reopened.state().corruption, None);
+}
+
 #[test]
 fn appends_that_roll_three_segments_run_no_fsync_and_the_next_commit_completes_every_seal() {
     let disk = SimDisk::new();
@@ -446,36 +473,19 @@ fn power_loss_anywhere_from_the_first_of_several_rolls_through_their_commit_give
         .flat_map(|tear| rolls.map(|rolls| (tear, rolls)))
     {
         for changes in 0..changes_max_count {
-            let disk = SimDisk::new();
-            let mut store = open(&disk);
-            let synced_next = append_past_a_roll(&mut store, 1, 2).unwrap();
-            commit(&mut store).unwrap();
-            let mut acknowledged = synced_next - 1;
-            disk.freeze_after(changes, tear);
             // Several rolls with no commit between them, the commit that completes their
             // seals, then one more append and its commit.
-            let result = roll_segments(&mut store, synced_next, rolls).and_then(|next| {
-                commit(&mut store)?;
-                acknowledged = next - 1;
-                append(&mut store, next)?;
-                commit(&mut store)?;
-                acknowledged = next;
+            let cut = cut_power(tear, changes, |store, synced_next, acknowledged| {
+                let next = roll_segments(store, synced_next, rolls)?;
+                commit(store)?;
+                *acknowledged = next - 1;
+                append(store, next)?;
+                commit(store)?;
+                *acknowledged = next;
                 Ok(())
             });
-            let sent = store.state().last_seq;
-            let completed = result.is_ok() && !disk.is_frozen();
-            disk.crash(tear);
-            drop(store);
-            let reopened = open(&disk);
-            let survived = held(&reopened);
             let context = format!("{tear:?}, {rolls} rolls, power cut after {changes} changes");
-            assert_eq!(reopened.recovery_report().corruption, Vec::<String>::new(), "{context}");
-            assert_eq!(reopened.state().corruption, None, "{context}");
-            assert!(survived.len() as u64 >= acknowledged, "{context}: acknowledged seqs lost: {survived:?}");
-            assert_eq!(survived, (1..=survived.len() as u64).collect::<Vec<_>>(), "{context}: a prefix, no hole");
-            assert!(survived.len() as u64 <= sent, "{context}: nothing invented");
-            if completed {
-                assert_eq!(survived.len() as u64, sent, "{context}");
+            if cut.kept_the_acknowledged_prefix(&context) {
                 break;
             }
             assert!(changes + 1 < changes_max_count, "{context}: the rolls and their commits never got through");
@@ -489,21 +499,11 @@ fn several_seals_a_crashed_process_left_unfinished_are_completed_by_the_next_com
     let (store, next) = store_with_rolls_since_the_last_commit(&disk, 3);
     // The process dies before the commit: its files stay as the OS holds them, three indexes empty.
     drop(store);
-    let mut reopened = open(&disk);
+    let reopened = open(&disk);
     assert_eq!(held(&reopened), (1..next).collect::<Vec<_>>());
     assert_eq!(reopened.segment_count(), 5);
     assert_eq!(reopened.seals_pending_count(), 3, "open left the three seals to the next commit");
-    let ticket = reopened.sync_begin().unwrap();
-    assert_eq!(ticket.seals_count(), 3);
-    reopened.sync_finish(ticket.run()).unwrap();
-    assert_eq!(reopened.seals_pending_count(), 0);
-    disk.crash(Tear::LoseUnsynced);
-    drop(reopened);
-    disk.remove_file(&dir().join(CHECKPOINT)).unwrap();
-    let again = open(&disk);
-    assert_eq!(held(&again), (1..next).collect::<Vec<_>>());
-    assert_eq!(again.recovery_report().indexes_rebuilt_count, 0, "the commit wrote valid indexes");
-    assert_eq!(again.state().corruption, None);
+    complete_seals_then_reopen_from_their_indexes(&disk, reopened, 3, next);
 }
 
 #[test]
@@ -583,17 +583,7 @@ fn rolls_past_the_pending_bound_complete_the_oldest_seal_in_place_and_keep_the_q
         assert_eq!(fsynced, roll > SEALS_PENDING_MAX_COUNT, "roll {roll}: only a roll past the bound fsyncs");
     }
     assert_eq!(held(&store), (1..next).collect::<Vec<_>>());
-    let ticket = store.sync_begin().unwrap();
-    assert_eq!(ticket.seals_count(), SEALS_PENDING_MAX_COUNT);
-    store.sync_finish(ticket.run()).unwrap();
-    assert_eq!(store.seals_pending_count(), 0);
-    disk.crash(Tear::LoseUnsynced);
-    drop(store);
-    disk.remove_file(&dir().join(CHECKPOINT)).unwrap();
-    let reopened = open(&disk);
-    assert_eq!(held(&reopened), (1..next).collect::<Vec<_>>());
-    assert_eq!(reopened.recovery_report().indexes_rebuilt_count, 0, "the seals completed in place wrote valid indexes");
-    assert_eq!(reopened.state().corruption, None);
+    complete_seals_then_reopen_from_their_indexes(&disk, store, SEALS_PENDING_MAX_COUNT, next);
 }
 
 #[test]

@@ -8,12 +8,14 @@
 //!   nats-server's `addNodeToResults`: with `foo.*` and `foo.bar` both in queue `q`, a message
 //!   on `foo.bar` sees ONE group `q` holding both members, so it is delivered to only one of them.
 //! - Results are cached per subject, at most `cache_entries_max` of them; a full cache drops a
-//!   random half, but only for a subject missed twice in a while (a doorkeeper of hashed tags): one-shot
-//!   subjects (each key of a KV bucket, each direct get) would otherwise evict half the cache
-//!   every `cache_entries_max / 2` publishes, which cost 8% of the server's CPU on KV puts. An insert or remove drops only the cached subjects its filter matches (one hash
-//!   removal for a literal filter), so `_INBOX.*` reply churn does not flush unrelated entries.
-//!   Measured with 4096 cached subjects: a literal change costs ~0.2 µs, a wildcard change ~60 µs
-//!   (a scan), while clearing everything would cost publishers ~1 ms of re-walks per change.
+//!   random half, but only for a subject missed twice in a while (a doorkeeper of hashed
+//!   tags): one-shot subjects (each key of a KV bucket, each direct get) would otherwise evict
+//!   half the cache every `cache_entries_max / 2` publishes, which cost 8% of the server's CPU
+//!   on KV puts. An insert or remove drops only the cached subjects its filter matches (one
+//!   hash removal for a literal filter), so `_INBOX.*` reply churn does not flush unrelated
+//!   entries. Measured with 4096 cached subjects: a literal change costs ~0.2 µs, a wildcard
+//!   change ~60 µs (a scan), while clearing everything would cost publishers ~1 ms of re-walks
+//!   per change.
 //! - Publishers take the cache read lock and, on a miss, the trie read lock; no call holds two
 //!   locks at once. A miss caches its result only if no write happened since it read the trie
 //!   (the generation check), so a stale result is never cached.

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use semaq_store::{FileStore, FileStoreConfig, MemoryStore, StoreLimits, StreamStore};
+use semaq_store::{FileStore, FileStoreConfig, MemoryStore, StoreError, StoreLimits, StreamStore};
 use tempfile::TempDir;
 
 /// Small enough that a few dozen messages span several segments.
@@ -103,4 +103,42 @@ pub fn flip_byte(path: &Path, offset: u64) {
     let mut bytes = fs::read(path).unwrap();
     bytes[usize::try_from(offset).unwrap()] ^= 0xff;
     fs::write(path, bytes).unwrap();
+}
+
+/// The three steps of a commit in a row, as the ingest task runs them (its lock released for
+/// `run`).
+pub fn commit(store: &mut FileStore) -> Result<(), StoreError> {
+    let ticket = store.sync_begin()?;
+    store.sync_finish(ticket.run())
+}
+
+/// Sequences of the live messages, each checked to hold `payload(seq)`.
+pub fn held_with(store: &FileStore, payload: impl Fn(u64) -> Vec<u8>) -> Vec<u64> {
+    let mut seqs = Vec::new();
+    let mut from = 1;
+    while let Some(message) = store.get_next(from, None).unwrap() {
+        assert_eq!(message.payload, payload(message.seq), "seq {} holds another message", message.seq);
+        seqs.push(message.seq);
+        from = message.seq + 1;
+    }
+    seqs
+}
+
+/// Appends with `append` from `next` until a roll has started a new segment, then `extra`
+/// more; returns the next sequence to append.
+pub fn append_past_a_roll_with(
+    store: &mut FileStore,
+    (mut next, extra): (u64, u64),
+    mut append: impl FnMut(&mut FileStore, u64) -> Result<u64, StoreError>,
+) -> Result<u64, StoreError> {
+    let segments = store.segment_count();
+    while store.segment_count() == segments {
+        append(store, next)?;
+        next += 1;
+    }
+    for _ in 0..extra {
+        append(store, next)?;
+        next += 1;
+    }
+    Ok(next)
 }
