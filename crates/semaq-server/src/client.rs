@@ -28,6 +28,8 @@ pub struct ClientDetails {
     pub permissions: Option<Arc<ClientPermissions>>,
     /// The account whose subjects it uses; `None` for the global account `$G`.
     pub account: Option<String>,
+    /// When the user's credentials expire (a user JWT's `exp`), seconds since the epoch.
+    pub expires: Option<i64>,
 }
 
 /// The shared half of a connection: what publishers and monitoring need to reach.

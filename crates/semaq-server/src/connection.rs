@@ -371,7 +371,8 @@ impl Connection {
             return Err(CloseReason::ProtocolViolation);
         }
         let verbose = options.verbose;
-        self.client.accept_details(ClientDetails { options, user, permissions, account });
+        let expires = self.limits.expires;
+        self.client.accept_details(ClientDetails { options, user, permissions, account, expires });
         self.connected = true;
         if let Some(events) = &self.context.events {
             events.connected(&self.client);

@@ -88,7 +88,19 @@ pub fn user_info(monitor: &Monitor, client_id: u64) -> Option<Value> {
         info["permissions"] =
             json!({ "publish": rules(permissions.publish()), "subscribe": rules(permissions.subscribe()) });
     }
+    if let Some(left) = details.expires.and_then(|at| expires_in_ns(at, clock::unix_nanos_now())) {
+        info["expires"] = json!(left);
+    }
     Some(info)
+}
+
+/// nats-server's `claimExpiration`: the time left until `expires_s` (seconds since the epoch),
+/// truncated to whole seconds, as a Go duration (nanoseconds); `None` once it has passed.
+fn expires_in_ns(expires_s: i64, now_ns: i64) -> Option<i64> {
+    const NS_PER_S: i64 = 1_000_000_000;
+    let left_ns = expires_s.checked_mul(NS_PER_S)?.checked_sub(now_ns)?;
+    let whole_ns = left_ns / NS_PER_S * NS_PER_S;
+    (whole_ns > 0).then_some(whole_ns)
 }
 
 /// nats-server's `SubjectPermission`, its empty lists left out.
@@ -160,4 +172,19 @@ fn jsz(monitor: &Monitor, account: &str, options: &Value) -> Outcome {
         return Outcome::Error(500, format!("account {account:?} not jetstream enabled"));
     };
     Outcome::Data(monitor::jsz::account_detail(monitor, &jetstream, &options::jsz(options)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::expires_in_ns;
+
+    #[test]
+    fn the_time_left_is_truncated_to_whole_seconds_and_gone_once_passed() {
+        let second = 1_000_000_000;
+        assert_eq!(expires_in_ns(100, 40 * second + 250_000_000), Some(59 * second));
+        assert_eq!(expires_in_ns(100, 40 * second), Some(60 * second));
+        assert_eq!(expires_in_ns(100, 99 * second + 1), None, "less than a second left");
+        assert_eq!(expires_in_ns(100, 101 * second), None);
+        assert_eq!(expires_in_ns(i64::MAX, 0), None, "no overflow");
+    }
 }

@@ -256,6 +256,41 @@ async fn jwt_users_connect_with_creds_files_and_keep_their_permissions() {
     raw.0.expect("-ERR 'Permissions Violation for Publish to \"payments.x\"'");
 }
 
+#[tokio::test]
+async fn a_jwt_user_asks_who_it_is_and_hears_when_its_credentials_expire() {
+    let dir = tempfile::tempdir().unwrap();
+    let operator = Operator::new(dir.path(), json!({}), json!({}));
+    let server = semaq_server(&operator.config);
+    let (lasting, expiring) = (KeyPair::new_user(), KeyPair::new_user());
+    let lasting_jwt = operator.user_jwt(&lasting, json!({}), json!({}));
+    let expiring_jwt = operator.user_jwt(&expiring, json!({}), json!({ "exp": now() + 3600 }));
+    let ask = |jwt: String, seed: String| {
+        let url = server.url();
+        async move {
+            let creds = format!(
+                "-----BEGIN NATS USER JWT-----\n{jwt}\n------END NATS USER JWT------\n\n\
+                 -----BEGIN USER NKEY SEED-----\n{seed}\n------END USER NKEY SEED------\n"
+            );
+            let client = async_nats::ConnectOptions::with_credentials(&creds).unwrap().connect(url).await.unwrap();
+            let reply = tokio::time::timeout(Duration::from_secs(5), client.request("$SYS.REQ.USER.INFO", "".into()))
+                .await
+                .expect("an answer")
+                .unwrap();
+            serde_json::from_slice::<Value>(&reply.payload).unwrap()["data"].clone()
+        }
+    };
+    // nats-server's UserInfo: the user's public key, its account, and (a Go duration, whole
+    // seconds) the time its JWT has left.
+    let lasting_info = ask(lasting_jwt, lasting.seed().unwrap()).await;
+    assert_eq!(lasting_info["user"], json!(lasting.public_key()));
+    assert_eq!(lasting_info["account"], json!(operator.account.public_key()));
+    assert!(lasting_info.get("expires").is_none(), "a JWT without exp never expires: {lasting_info}");
+    let expiring_info = ask(expiring_jwt, expiring.seed().unwrap()).await;
+    let left_ns = expiring_info["expires"].as_i64().expect("expires, in nanoseconds");
+    assert_eq!(left_ns % 1_000_000_000, 0, "truncated to whole seconds");
+    assert!((3_590_000_000_000..=3_600_000_000_000).contains(&left_ns), "an hour left: {left_ns}");
+}
+
 #[test]
 fn bad_user_jwts_are_refused_as_nats_server_refuses_them() {
     let dir = tempfile::tempdir().unwrap();
