@@ -544,6 +544,16 @@ impl FileStore {
         }
     }
 
+    /// After a whole `sync` (everything is durable): what lazy removals left for the floor, and
+    /// the checkpoint when due.
+    fn after_sync(&mut self) -> StoreResult<()> {
+        self.guarded(Self::settle_durable)?;
+        if self.checkpoint_due {
+            self.write_checkpoint();
+        }
+        Ok(())
+    }
+
     /// After a commit: what lazy removals left for a durable floor, done without an fsync.
     /// Segments wholly below the durable floor are removed (a file that reappears after a
     /// crash, its unlink not durable, is below the floor and removed again); a purge that left
@@ -870,11 +880,7 @@ impl StreamStore for FileStore {
 
     fn sync(&mut self) -> StoreResult<()> {
         self.reporting(Self::sync_step)?;
-        self.guarded(Self::settle_durable)?;
-        if self.checkpoint_due {
-            self.write_checkpoint();
-        }
-        Ok(())
+        self.after_sync()
     }
 
     fn sync_begin(&mut self) -> StoreResult<SyncTicket> {
@@ -908,11 +914,7 @@ impl StreamStore for FileStore {
     fn sync_aside(&mut self) -> StoreResult<()> {
         // `guarded`, never `reporting`: a full disk's report stays for the appender.
         self.guarded(Self::sync_step)?;
-        self.guarded(Self::settle_durable)?;
-        if self.checkpoint_due {
-            self.write_checkpoint();
-        }
-        Ok(())
+        self.after_sync()
     }
 
     fn sync_begin_aside(&mut self) -> StoreResult<SyncTicket> {

@@ -265,13 +265,10 @@ async fn a_jwt_user_asks_who_it_is_and_hears_when_its_credentials_expire() {
     let lasting_jwt = operator.user_jwt(&lasting, json!({}), json!({}));
     let expiring_jwt = operator.user_jwt(&expiring, json!({}), json!({ "exp": now() + 3600 }));
     let ask = |jwt: String, seed: String| {
-        let url = server.url();
+        let (url, creds) = (server.url(), creds(dir.path(), "user", &jwt, &seed));
         async move {
-            let creds = format!(
-                "-----BEGIN NATS USER JWT-----\n{jwt}\n------END NATS USER JWT------\n\n\
-                 -----BEGIN USER NKEY SEED-----\n{seed}\n------END USER NKEY SEED------\n"
-            );
-            let client = async_nats::ConnectOptions::with_credentials(&creds).unwrap().connect(url).await.unwrap();
+            let options = async_nats::ConnectOptions::with_credentials_file(creds).await.unwrap();
+            let client = options.connect(url).await.unwrap();
             let reply = tokio::time::timeout(Duration::from_secs(5), client.request("$SYS.REQ.USER.INFO", "".into()))
                 .await
                 .expect("an answer")

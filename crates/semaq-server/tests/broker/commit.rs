@@ -632,18 +632,12 @@ async fn an_l3_batch_that_alone_exceeds_max_msgs_is_split_for_its_snapshots_with
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_l3_atomic_batch_whose_rollup_purges_writes_its_producer_snapshot_before_the_lock_and_dedup_survives_a_kill()
 {
-    use super::exactly_once::{create_stream, l3_config, publish_seq, register_schema};
+    use super::exactly_once::publish_seq;
     use serde_json::json;
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
-    let (mut broker, client) = slow_broker(&store).await;
-    register_schema(&client).await;
-    let config = l3_config("ATOM3", &["atom3.>"], json!({"allow_rollup_hdrs": true, "allow_direct": true}));
-    let created = create_stream(&client, config).await;
-    assert!(created["config"].is_object(), "{created}");
-    let js = jetstream::new(client.clone());
-    let mut stream = js.get_stream("ATOM3").await.unwrap();
-    assert_eq!(publish_seq(&client, "atom3.other", "q", 1, 1).await["seq"], 1);
+    let limits = json!({"allow_rollup_hdrs": true, "allow_direct": true});
+    let (mut broker, client, mut stream) = slow_l3_stream_with_q(&store, ("ATOM3", "atom3"), limits).await;
 
     // An atomic batch of p's sequences 1..=3 whose last message rolls the whole stream up: its
     // purge takes q's message, so q's entry must be in the durable snapshot first. Nothing can
@@ -666,6 +660,23 @@ async fn an_l3_atomic_batch_whose_rollup_purges_writes_its_producer_snapshot_bef
         assert_eq!(repeat["duplicate"], true, "sequence {seq} after the restart: {repeat}");
     }
     assert_eq!(publish_seq(&client, "atom3.key", "p", 4, 4).await["seq"], 5);
+}
+
+/// A slowed broker on `store` with the L3 stream `name` on `<prefix>.>` (and `extra` config),
+/// its schema registered, and producer q's sequence 1 stored on `<prefix>.other`.
+async fn slow_l3_stream_with_q(
+    store: &std::path::Path,
+    (name, prefix): (&str, &str),
+    extra: serde_json::Value,
+) -> (SemaqServer, async_nats::Client, stream::Stream) {
+    use super::exactly_once::{create_stream, l3_config, publish_seq, register_schema};
+    let (broker, client) = slow_broker(store).await;
+    register_schema(&client).await;
+    let created = create_stream(&client, l3_config(name, &[&format!("{prefix}.>")], extra)).await;
+    assert!(created["config"].is_object(), "{created}");
+    let stream = jetstream::new(client.clone()).get_stream(name).await.unwrap();
+    assert_eq!(publish_seq(&client, &format!("{prefix}.other"), "q", 1, 1).await["seq"], 1);
+    (broker, client, stream)
 }
 
 /// Stages producer p's sequences `1..count` as atomic batch `id` on `subject`, then commits it
@@ -718,18 +729,12 @@ async fn commit_p_batch(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_l3_atomic_batch_that_evicts_by_max_msgs_writes_no_producer_snapshot_under_the_lock_and_dedup_survives_a_kill(
 ) {
-    use super::exactly_once::{create_stream, l3_config, publish_seq, register_schema};
+    use super::exactly_once::publish_seq;
     use serde_json::json;
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
-    let (mut broker, client) = slow_broker(&store).await;
-    register_schema(&client).await;
-    let config = l3_config("EVICT3", &["evict3.>"], json!({"max_msgs": 3}));
-    let created = create_stream(&client, config).await;
-    assert!(created["config"].is_object(), "{created}");
-    let js = jetstream::new(client.clone());
-    let mut stream = js.get_stream("EVICT3").await.unwrap();
-    assert_eq!(publish_seq(&client, "evict3.other", "q", 1, 1).await["seq"], 1);
+    let (mut broker, client, mut stream) =
+        slow_l3_stream_with_q(&store, ("EVICT3", "evict3"), json!({"max_msgs": 3})).await;
 
     // Four messages where three fit: q's message and p's first go. q's entry must be durable
     // in the snapshot first (written before the batch takes the lock, if the periodic one has
