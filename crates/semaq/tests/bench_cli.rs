@@ -49,14 +49,17 @@ fn provenance_compares_l4_with_l1_and_verifies_a_filled_stream_online_and_offlin
 }
 
 #[test]
-fn ws_runs_four_arrangements_on_both_servers_with_cpu_figures_and_a_verdict() {
+fn ws_runs_four_arrangements_on_both_servers_with_both_clients_cpu_figures_and_a_verdict() {
     let nats = nats_server_path();
     let args = ["ws", "--rounds", "1", "--msgs", "3000", "--nats-server", nats.to_str().unwrap_or("nats-server")];
     let output = bench(&args);
-    for arrangement in ["tcp → tcp", "tcp → ws", "ws → tcp", "ws → ws"] {
-        let row = output.lines().find(|line| line.trim_start().starts_with(arrangement));
-        let figures = row.map(|line| line.split_whitespace().filter(|word| word.ends_with('×')).count());
-        assert_eq!(figures, Some(2), "no {arrangement} row with both servers' ratios: {output}");
+    for client in ["with the lean wire client", "with async-nats clients"] {
+        let table = output.split(client).nth(1).unwrap_or_default();
+        for arrangement in ["tcp → tcp", "tcp → ws", "ws → tcp", "ws → ws"] {
+            let row = table.lines().find(|line| line.trim_start().starts_with(arrangement));
+            let figures = row.map(|line| line.split_whitespace().filter(|word| word.ends_with('×')).count());
+            assert_eq!(figures, Some(2), "{client}: no {arrangement} row with both servers' ratios: {output}");
+        }
     }
     let verdict = output.lines().find(|line| line.contains("pubsub over WebSocket / TCP"));
     assert!(verdict.is_some_and(|line| line.contains("PASS") || line.contains("FAIL")), "{output}");

@@ -38,9 +38,14 @@ const WINDOW_MSGS_MAX: u64 = 8_192;
 /// How often (in messages) the publisher looks at the window, the clock and the progress bar.
 const CHECK_EVERY_MSGS: u64 = 256;
 /// A run gives up when no subscriber receives anything for this long.
-const STALL_TIMEOUT: Duration = Duration::from_secs(5);
+pub(super) const STALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// Commands async-nats may queue between the publisher and its connection task.
 const PUBLISH_QUEUE_COMMANDS: usize = 65_536;
+
+/// Messages of `size` bytes the publisher may run ahead of its slowest subscriber.
+pub(super) fn window_msgs(size: usize) -> u64 {
+    (WINDOW_BYTES / size.max(1) as u64).clamp(WINDOW_MSGS_MIN, WINDOW_MSGS_MAX)
+}
 
 /// How the subscribers of a run are arranged.
 #[derive(Debug, Clone, Copy)]
@@ -103,7 +108,7 @@ pub async fn run_between(
         shape,
         epoch: Instant::now(),
         counters: (0..shape.subscribers).map(|_| AtomicU64::new(0)).collect(),
-        window: (WINDOW_BYTES / load.size as u64).clamp(WINDOW_MSGS_MIN, WINDOW_MSGS_MAX),
+        window: window_msgs(load.size),
     });
     let (stop_sender, stop) = watch::channel(false);
     // A JoinSet aborts the receivers when dropped, so an early error return leaves no task behind.

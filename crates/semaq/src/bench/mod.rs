@@ -9,7 +9,7 @@
 //! cost of level 4 and `semaq verify`'s speed. The agent network's benches: `intent_rr.rs` (intent
 //! routing against a queue group, the server and the clients on CPUs of their own by `cpus.rs`) and `adapt.rs` (traffic shifting off a failing or slow agent and
 //! back, plotted by `plot.rs`), on a server and SDK agents from `agent_net.rs`. `ws.rs` compares pubsub over
-//! WebSocket with pubsub over TCP on one server. `scale.rs` draws cost curves (subscriptions, stored
+//! WebSocket with pubsub over TCP on one server, with async-nats and with the lean client of `wire_client.rs`. `scale.rs` draws cost curves (subscriptions, stored
 //! messages, idle connections, filters) of both servers.
 
 mod adapt;
@@ -34,6 +34,7 @@ mod provenance;
 mod scale;
 pub(crate) mod server;
 mod stats;
+mod wire_client;
 mod ws;
 
 pub(crate) use compare::default_semaq_server;
