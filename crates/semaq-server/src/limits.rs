@@ -68,6 +68,8 @@ pub const CLOSED_CLIENTS_MAX: usize = 1000;
 pub const SUBSZ_PAGE_ENTRIES_MAX: usize = 1024;
 /// Subscriptions of one account read to list a `SUBSZ` page, sorted by connection and sid.
 pub const SUBSZ_SCAN_SUBSCRIPTIONS_MAX: usize = 100_000;
+/// Subscriptions of one account read to answer `$SYS.REQ.ACCOUNT.NSUBS` or `$SYS.DEBUG.SUBSCRIBERS`.
+pub const SUBSCRIBER_COUNT_SCAN_SUBSCRIPTIONS_MAX: usize = 100_000;
 /// Connections listed by one `/connz` page.
 pub const CONNZ_PAGE_ENTRIES_MAX: usize = 1024;
 /// Time allowed to deliver the `-ERR 'Slow Consumer'` line to a client that is not reading.

@@ -2,7 +2,8 @@
 //! account info` and friends ask: `$SYS.REQ.SERVER.PING` (statsz),
 //! `$SYS.REQ.SERVER.PING.<ENDPOINT>` and `$SYS.REQ.SERVER.<server id>.<ENDPOINT>` for `VARZ`,
 //! `CONNZ`, `SUBSZ`, `JSZ`, `HEALTHZ`, `ACCOUNTZ`, `LEAFZ`, `ROUTEZ`, `GATEWAYZ`, `STATSZ` and
-//! `IDZ`; and the account-scoped `$SYS.REQ.ACCOUNT.<account>.<ENDPOINT>` ([`account`]). Answers
+//! `IDZ`; the account-scoped `$SYS.REQ.ACCOUNT.<account>.<ENDPOINT>` ([`account`]); the
+//! subscriber counts `$SYS.REQ.ACCOUNT.NSUBS` and `$SYS.DEBUG.SUBSCRIBERS` ([`subscribers`]). Answers
 //! carry nats-server's `ServerAPIResponse` envelope `{server, data}` (or `{server, error}`), a
 //! request body is read as nats-server's endpoint options with its event filter (a server it does
 //! not name stays silent); `STATSZ` has its `{server, statsz}`, `IDZ` the server's info alone. The
@@ -16,6 +17,7 @@
 
 pub mod account;
 mod options;
+mod subscribers;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -101,6 +103,8 @@ pub fn start(monitor: &Arc<Monitor>) -> Option<Arc<Events>> {
         "$SYS.REQ.SERVER.PING.*".into(),
         format!("$SYS.REQ.SERVER.{id}.*"),
         "$SYS.REQ.ACCOUNT.*.*".into(),
+        "$SYS.REQ.ACCOUNT.NSUBS".into(),
+        "$SYS.DEBUG.SUBSCRIBERS".into(),
     ];
     for filter in filters {
         subscribe(&router, &filter, own.clone());
@@ -185,6 +189,11 @@ async fn answer(monitor: &Arc<Monitor>, request: &Request, server: impl Fn() -> 
             return Some(envelope(server(), Outcome::Data(data)));
         }
         ["$SYS", "REQ", "ACCOUNT", account, endpoint] => (Scope::Account(account), *endpoint),
+        ["$SYS", "REQ", "ACCOUNT", "NSUBS"] => return subscribers::nsubs(monitor, &request.payload),
+        ["$SYS", "DEBUG", "SUBSCRIBERS"] => {
+            let system = monitor.options.system_account().unwrap_or_default();
+            return Some(subscribers::debug_subscribers(monitor, system, request.publisher, &request.payload));
+        }
         _ => return None,
     };
     if endpoint == "CONNS" {
