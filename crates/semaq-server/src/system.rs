@@ -1,12 +1,13 @@
 //! The system account's `$SYS` services, which `nats server ping`, `nats server info`, `nats
 //! account info` and friends ask: `$SYS.REQ.SERVER.PING` (statsz),
 //! `$SYS.REQ.SERVER.PING.<ENDPOINT>` and `$SYS.REQ.SERVER.<server id>.<ENDPOINT>` for `VARZ`,
-//! `CONNZ`, `SUBSZ`, `JSZ`, `HEALTHZ`, `ACCOUNTZ`, `LEAFZ`, `ROUTEZ`, `GATEWAYZ`, `STATSZ` and
-//! `IDZ`; the account-scoped `$SYS.REQ.ACCOUNT.<account>.<ENDPOINT>` ([`account`]); the
-//! subscriber counts `$SYS.REQ.ACCOUNT.NSUBS` and `$SYS.DEBUG.SUBSCRIBERS` ([`subscribers`]). Answers
-//! carry nats-server's `ServerAPIResponse` envelope `{server, data}` (or `{server, error}`), a
-//! request body is read as nats-server's endpoint options with its event filter (a server it does
-//! not name stays silent); `STATSZ` has its `{server, statsz}`, `IDZ` the server's info alone. The
+//! `CONNZ`, `SUBSZ`, `JSZ`, `HEALTHZ`, `ACCOUNTZ`, `LEAFZ`, `ROUTEZ`, `GATEWAYZ`, `STATSZ`,
+//! `IDZ` and the server's insides ([`runtime`]: `PROFILEZ`, `EXPVARZ`, `IPQUEUESZ`, `RAFTZ`);
+//! the account-scoped `$SYS.REQ.ACCOUNT.<account>.<ENDPOINT>` ([`account`]); the subscriber
+//! counts `$SYS.REQ.ACCOUNT.NSUBS` and `$SYS.DEBUG.SUBSCRIBERS` ([`subscribers`]). Answers carry
+//! nats-server's `ServerAPIResponse` envelope `{server, data}` (or `{server, error}`), a request
+//! body is read as nats-server's endpoint options with its event filter (a server it does not
+//! name stays silent); `STATSZ` has its `{server, statsz}`, `IDZ` the server's info alone. The
 //! same statsz goes out as the `$SYS.SERVER.<id>.STATSZ` heartbeat, on nats-server's schedule.
 //!
 //! All of it lives in the system account ([`crate::options::Options::system_account`]): the
@@ -17,6 +18,7 @@
 
 pub mod account;
 mod options;
+mod runtime;
 mod subscribers;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -145,7 +147,7 @@ fn subscribe(router: &Router<SubscriberRef>, filter: &str, sink: Arc<Requests>) 
 async fn serve(monitor: Arc<Monitor>, mut requests: mpsc::Receiver<Request>, sequence: Arc<AtomicU64>) {
     while let Some(request) = requests.recv().await {
         let info = || server(&monitor).info(sequence.fetch_add(1, Ordering::Relaxed) + 1);
-        let Some(body) = answer(&monitor, &request, info).await else { continue };
+        let Some(body) = answer(&monitor, &request, requests.len(), info).await else { continue };
         let body = body.to_string();
         let reply =
             Message { subject: &request.reply, reply: None, headers: None, payload: body.as_bytes(), publisher: None };
@@ -176,9 +178,15 @@ async fn heartbeat(monitor: std::sync::Weak<Monitor>, router: Arc<Router<Subscri
     }
 }
 
-/// The answer to `request`, or `None` where nats-server gives none (an endpoint it does not
-/// serve, a filter naming another server, an account with nothing to report).
-async fn answer(monitor: &Arc<Monitor>, request: &Request, server: impl Fn() -> Value) -> Option<Value> {
+/// The answer to `request`, with `pending` more waiting, or `None` where nats-server gives none
+/// (an endpoint it does not serve, a filter naming another server, an account with nothing to
+/// report).
+async fn answer(
+    monitor: &Arc<Monitor>,
+    request: &Request,
+    pending: usize,
+    server: impl Fn() -> Value,
+) -> Option<Value> {
     let tokens: Vec<&str> = request.subject.split('.').collect();
     let (scope, endpoint) = match tokens.as_slice() {
         ["$SYS", "REQ", "SERVER", "PING"] => (Scope::Server, "STATSZ"),
@@ -212,6 +220,7 @@ async fn answer(monitor: &Arc<Monitor>, request: &Request, server: impl Fn() -> 
         Scope::Server => match endpoint {
             "IDZ" => return Some(server()),
             "STATSZ" => return Some(json!({ "server": server(), "statsz": statsz(monitor) })),
+            "IPQUEUESZ" => Outcome::Data(runtime::ipqueuesz(&options, pending)),
             _ => server_endpoint(monitor, endpoint, &options).await?,
         },
         Scope::AllAccounts => account::statz_all(monitor, &options)?,
@@ -259,6 +268,9 @@ async fn server_endpoint(monitor: &Arc<Monitor>, endpoint: &str, options: &Value
         "LEAFZ" => account::leafz(monitor),
         "ROUTEZ" => account::routez(monitor),
         "GATEWAYZ" => account::gatewayz(monitor),
+        "PROFILEZ" => runtime::profilez(options),
+        "EXPVARZ" => runtime::expvarz(),
+        "RAFTZ" => runtime::raftz(),
         "ACCOUNTZ" => {
             let name = options.get("account").and_then(Value::as_str).filter(|name| !name.is_empty());
             return Some(match monitor::jsz::accountz_json(monitor, name) {

@@ -46,6 +46,7 @@ mod sources_remote;
 mod system;
 mod system_accounts;
 mod system_config;
+mod system_runtime;
 mod system_subscribers;
 mod tls;
 mod tokens;

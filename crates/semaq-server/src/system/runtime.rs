@@ -1,0 +1,70 @@
+//! The `$SYS.REQ.SERVER` services about the server's insides, `PROFILEZ`, `EXPVARZ`, `IPQUEUESZ`
+//! and `RAFTZ`, answered as nats-server answers them where the thing does not exist here: SemaQ
+//! is neither a Go program (no pprof profiles, no Go `memstats`) nor clustered (no Raft groups).
+
+use serde_json::{json, Value};
+
+use crate::monitor;
+
+/// The one internal queue SemaQ reports: the `$SYS` requests waiting for the task that answers
+/// them (nats-server reports its system receive queue among its own).
+pub const SYSTEM_REQUESTS_QUEUE: &str = "$SYS requests";
+
+/// nats-server's `ProfilezStatus` for the body's profile `name`: none is named, or none of that
+/// name exists (SemaQ has no Go profiles, CPU or other); `profile` is then Go's nil bytes.
+pub fn profilez(options: &Value) -> Value {
+    let error = match options.get("name").and_then(Value::as_str).unwrap_or_default() {
+        "" => "Profile name not specified".to_string(),
+        name => format!("Profile {name:?} not found"),
+    };
+    json!({ "profile": null, "error": error })
+}
+
+/// nats-server's `ExpvarzStatus`: `cmdline` is the command line, as Go's expvar gives it;
+/// `memstats` holds the one memory figure SemaQ has, its resident set size, instead of Go's
+/// runtime statistics.
+pub fn expvarz() -> Value {
+    let cmdline: Vec<String> = std::env::args_os().map(|arg| arg.to_string_lossy().into_owned()).collect();
+    json!({ "memstats": { "rss_bytes": monitor::resident_memory_bytes() }, "cmdline": cmdline })
+}
+
+/// nats-server's `IpqueueszStatus` of the `$SYS` request queue, which holds `pending` requests
+/// besides the one in progress, this one: busy, so listed with or without the body's `all`,
+/// unless its name does not contain the body's `filter`.
+pub fn ipqueuesz(options: &Value, pending: usize) -> Value {
+    let filter = options.get("filter").and_then(Value::as_str).unwrap_or_default();
+    let mut queues = json!({});
+    if SYSTEM_REQUESTS_QUEUE.contains(filter) {
+        queues[SYSTEM_REQUESTS_QUEUE] = json!({ "pending": pending, "in_progress": 1 });
+    }
+    queues
+}
+
+/// nats-server's `RaftzStatus` (account → group → detail) of a server without Raft groups.
+pub fn raftz() -> Value {
+    json!({})
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn profilez_names_the_missing_profile_as_nats_server_words_it() {
+        assert_eq!(profilez(&json!({}))["error"], "Profile name not specified");
+        assert_eq!(
+            profilez(&json!({ "name": "heap" })),
+            json!({ "profile": null, "error": "Profile \"heap\" not found" })
+        );
+    }
+
+    #[test]
+    fn ipqueuesz_lists_the_request_queue_unless_the_filter_leaves_it_out() {
+        let listed = json!({ SYSTEM_REQUESTS_QUEUE: { "pending": 2, "in_progress": 1 } });
+        assert_eq!(ipqueuesz(&json!({}), 2), listed);
+        assert_eq!(ipqueuesz(&json!({ "filter": "requests" }), 2), listed);
+        assert_eq!(ipqueuesz(&json!({ "all": true, "filter": "recvQ" }), 0), json!({}));
+    }
+}
