@@ -199,8 +199,7 @@ async fn answer(
         ["$SYS", "REQ", "ACCOUNT", account, endpoint] => (Scope::Account(account), *endpoint),
         ["$SYS", "REQ", "ACCOUNT", "NSUBS"] => return subscribers::nsubs(monitor, &request.payload),
         ["$SYS", "DEBUG", "SUBSCRIBERS"] => {
-            let system = monitor.options.system_account().unwrap_or_default();
-            return Some(subscribers::debug_subscribers(monitor, system, request.publisher, &request.payload));
+            return subscribers::debug_subscribers(monitor, request.publisher, &request.payload)
         }
         _ => return None,
     };

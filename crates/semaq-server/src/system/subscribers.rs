@@ -38,18 +38,19 @@ pub fn nsubs(monitor: &Monitor, payload: &[u8]) -> Option<Value> {
     connected.then(|| json!(count(monitor, &request.account, &request.subject, queue.as_deref())))
 }
 
-/// The answer to `$SYS.DEBUG.SUBSCRIBERS` asked by the connection `publisher` (the system account
-/// for the server itself): the subscriptions of the asker's account that `<subject> [<queue>]`
-/// reaches.
-pub fn debug_subscribers(monitor: &Monitor, system_account: &str, publisher: Option<u64>, payload: &[u8]) -> Value {
-    let asker = publisher.and_then(|id| monitor.bus.clients.get(id));
-    let account = asker.as_deref().map_or(system_account, account_of);
+/// The answer to `$SYS.DEBUG.SUBSCRIBERS` asked by the connection `publisher` of the system
+/// account: the subscriptions of that account that `<subject> [<queue>]` reaches. A request that
+/// came through an import (no publisher: SemaQ's imports do not carry nats-server's
+/// `Nats-Request-Info`, which names the importer to count for) gets no answer rather than the
+/// system account's count.
+pub fn debug_subscribers(monitor: &Monitor, publisher: Option<u64>, payload: &[u8]) -> Option<Value> {
+    let asker = monitor.bus.clients.get(publisher?)?;
     let text = String::from_utf8_lossy(payload);
     // Split on each single space, as nats-server does: two spaces make an empty queue name.
     let mut args = text.trim().split(' ');
     let wanted = args.next().unwrap_or_default();
     let queue = args.next().map(str::as_bytes);
-    json!(count(monitor, account, wanted, queue))
+    Some(json!(count(monitor, account_of(&asker), wanted, queue)))
 }
 
 /// Client subscriptions of `account` counted as nats-server's `totalSubs` does: for a literal
