@@ -211,3 +211,24 @@ async fn operator_mode_naming_no_system_account_has_no_implicit_one_and_no_sys_s
         assert_eq!(sys_services(dir.path(), &url, &system, &app).await, expected, "{url}");
     }
 }
+
+#[test]
+fn an_operator_naming_a_system_account_it_did_not_preload_is_refused_as_in_nats_server() {
+    let (config, system, _) = config_where(SystemNamed::InOperator);
+    let preloaded = format!("  {}:", system.public_key());
+    let config: String =
+        config.lines().filter(|line| !line.starts_with(&preloaded)).map(|line| format!("{line}\n")).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("server.conf");
+    std::fs::write(&path, &config).unwrap();
+    let mut nats = std::process::Command::new(semaq_testkit::nats_server_path());
+    nats.args(["-a", "127.0.0.1", "-p", "-1", "-c", path.to_str().expect("utf-8 path")]);
+    let theirs = semaq_testkit::output_within(nats, Duration::from_secs(10));
+    let theirs = String::from_utf8_lossy(&theirs.stderr).into_owned() + &String::from_utf8_lossy(&theirs.stdout);
+    let refusal = "error resolving system account: account missing";
+    assert!(theirs.contains(refusal), "nats-server: {theirs}");
+    let ours = SemaqServer::builder().config(&config).output();
+    let stderr = String::from_utf8_lossy(&ours.stderr);
+    assert!(!ours.status.success(), "SemaQ started: {stderr}");
+    assert!(stderr.contains(refusal), "{stderr}");
+}

@@ -114,12 +114,18 @@ impl Mapper<'_> {
         if pending.resolver_at.is_none() {
             return Err(invalid(&operator_at, "operators require an account resolver to be configured".to_string()));
         }
+        let named = pending.system_account.or_else(|| match pending.operators.as_slice() {
+            [operator] => operator_system_account(operator).map(|key| (key, operator_at.clone())),
+            _ => None,
+        });
+        if let Some((key, at)) = &named {
+            // nats-server looks the system account up when it starts and stops without it.
+            if !pending.preload.iter().any(|(preloaded, _)| preloaded == key) {
+                return Err(invalid(at, "error resolving system account: account missing".to_string()));
+            }
+        }
         self.trust.operator_at = Some(operator_at);
-        let system_account =
-            pending.system_account.map(|(key, _)| key).or_else(|| match pending.operators.as_slice() {
-                [operator] => operator_system_account(operator),
-                _ => None,
-            });
+        let system_account = named.map(|(key, _)| key);
         self.options.auth.operator =
             Some(OperatorOptions { jwts: pending.operators, preload: pending.preload, system_account });
         Ok(())
