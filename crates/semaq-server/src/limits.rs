@@ -426,6 +426,9 @@ pub const SERVICE_RESPONSE_TIMEOUT: std::time::Duration = std::time::Duration::f
 /// `$SYS` server requests (`nats server ping`, ...) queued for the task that answers them;
 /// past it further requests get no answer.
 pub const SYSTEM_REQUESTS_QUEUED_MAX: usize = 256;
+/// Longest CPU profile a `PROFILEZ` request may ask for (nats-server's bound, which SemaQ checks
+/// before saying it has no CPU profile).
+pub const PROFILEZ_CPU_DURATION_MAX: Duration = Duration::from_secs(15);
 /// Wait before the first `$SYS.SERVER.<id>.STATSZ` heartbeat; each next wait doubles up to
 /// [`STATSZ_HEARTBEAT_INTERVAL`] (nats-server's schedule).
 pub const STATSZ_HEARTBEAT_FIRST: Duration = Duration::from_millis(250);

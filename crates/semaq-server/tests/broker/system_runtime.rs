@@ -31,6 +31,8 @@ async fn profilez_answers_as_nats_server_does_for_a_profile_it_does_not_have() {
     assert_eq!(unnamed, json!({ "profile": null, "error": "Profile name not specified" }));
     let heap = data(&sys, "PROFILEZ", r#"{"name":"heap","debug":1}"#).await;
     assert_eq!(heap, json!({ "profile": null, "error": "Profile \"heap\" not found" }));
+    let too_long = data(&sys, "PROFILEZ", r#"{"name":"cpu","duration":20000000000}"#).await;
+    assert_eq!(too_long["error"], "Duration 20s should be between 0s and 15s");
 }
 
 #[tokio::test]
