@@ -29,13 +29,14 @@ use semaq_wire::clock;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
+use crate::account_links::responses::Responses;
 use crate::bus::Bus;
 use crate::delivery::{self, FlushSet, InternalSink, Message, SubscriberRef};
 use crate::limits;
 use crate::monitor::subsz::SubszOptions;
 use crate::monitor::{self, Monitor};
 use crate::router::Router;
-use crate::sys_events::{Events, Server};
+use crate::sys_events::{account_of, Events, Server};
 use options::{Filter, Outcome};
 
 /// The subjects every other account imports from the system account, as nats-server's
@@ -56,6 +57,9 @@ struct Request {
     payload: bytes::Bytes,
     answer_in: Arc<Router<SubscriberRef>>,
     publisher: Option<u64>,
+    /// The importing account, for a request that came through a service import and is answered
+    /// for its importer.
+    importer: Option<String>,
 }
 
 /// Queues the `$SYS` requests heard in one account (bounded: past the bound, no answer); an
@@ -84,14 +88,16 @@ impl InternalSink for Requests {
             payload: bytes::Bytes::copy_from_slice(message.payload),
             answer_in: self.router.clone(),
             publisher: message.publisher,
+            importer: None,
         };
         self.queue.try_send(request).is_ok()
     }
 }
 
 /// Starts answering `$SYS` requests in the system account, when there is one, and the system
-/// imports of the other accounts; returns what publishes its client events.
-pub fn start(monitor: &Arc<Monitor>) -> Option<Arc<Events>> {
+/// imports of the other accounts; `responses` maps the replies of requests that came through
+/// service imports to their importers. Returns what publishes its client events.
+pub fn start(monitor: &Arc<Monitor>, responses: Option<Arc<Responses>>) -> Option<Arc<Events>> {
     let account = monitor.options.system_account()?;
     let Some(router) = monitor.bus.account_router(account).cloned() else {
         tracing::warn!(%account, "system account is not a trusted account; no $SYS services");
@@ -106,7 +112,7 @@ pub fn start(monitor: &Arc<Monitor>) -> Option<Arc<Events>> {
         format!("$SYS.REQ.SERVER.{id}.*"),
         "$SYS.REQ.ACCOUNT.*.*".into(),
         "$SYS.REQ.ACCOUNT.NSUBS".into(),
-        "$SYS.DEBUG.SUBSCRIBERS".into(),
+        subscribers::DEBUG_SUBSCRIBERS.into(),
     ];
     for filter in filters {
         subscribe(&router, &filter, own.clone());
@@ -122,7 +128,7 @@ pub fn start(monitor: &Arc<Monitor>) -> Option<Arc<Events>> {
         }
     }
     let sequence = Arc::new(AtomicU64::new(0));
-    tokio::spawn(serve(monitor.clone(), requests, sequence.clone()));
+    tokio::spawn(serve(monitor.clone(), requests, responses, sequence.clone()));
     tokio::spawn(heartbeat(Arc::downgrade(monitor), router.clone(), sequence));
     let events = Arc::new(Events::new(server(monitor), router, monitor.bus.clone()));
     tokio::spawn(connections_heartbeat(Arc::downgrade(&events)));
@@ -144,8 +150,16 @@ fn subscribe(router: &Router<SubscriberRef>, filter: &str, sink: Arc<Requests>) 
     }
 }
 
-async fn serve(monitor: Arc<Monitor>, mut requests: mpsc::Receiver<Request>, sequence: Arc<AtomicU64>) {
-    while let Some(request) = requests.recv().await {
+async fn serve(
+    monitor: Arc<Monitor>,
+    mut requests: mpsc::Receiver<Request>,
+    responses: Option<Arc<Responses>>,
+    sequence: Arc<AtomicU64>,
+) {
+    while let Some(mut request) = requests.recv().await {
+        if request.publisher.is_none() && request.subject == subscribers::DEBUG_SUBSCRIBERS {
+            request.importer = responses.as_deref().and_then(|responses| importer(&monitor.bus, responses, &request));
+        }
         let info = || server(&monitor).info(sequence.fetch_add(1, Ordering::Relaxed) + 1);
         let Some(body) = answer(&monitor, &request, requests.len(), info).await else { continue };
         let body = body.to_string();
@@ -156,6 +170,13 @@ async fn serve(monitor: Arc<Monitor>, mut requests: mpsc::Receiver<Request>, seq
         delivery::fan_out(router, &router.matches_uncached(&request.reply), &reply, None, &mut flush);
         flush.flush();
     }
+}
+
+/// The account whose service import brought `request` here, from its reply's mapping.
+fn importer(bus: &Bus, responses: &Responses, request: &Request) -> Option<String> {
+    let router = responses.requester(&request.reply)?.upgrade()?;
+    let mut accounts = bus.account_routers();
+    accounts.find(|(_, account)| Arc::ptr_eq(account, &router)).map(|(name, _)| name.to_string())
 }
 
 /// Publishes nats-server's `ServerStatsMsg` on `$SYS.SERVER.<id>.STATSZ` in the system
@@ -199,7 +220,9 @@ async fn answer(
         ["$SYS", "REQ", "ACCOUNT", account, endpoint] => (Scope::Account(account), *endpoint),
         ["$SYS", "REQ", "ACCOUNT", "NSUBS"] => return subscribers::nsubs(monitor, &request.payload),
         ["$SYS", "DEBUG", "SUBSCRIBERS"] => {
-            return subscribers::debug_subscribers(monitor, request.publisher, &request.payload)
+            let asker = request.publisher.and_then(|id| monitor.bus.clients.get(id));
+            let account = asker.as_deref().map(account_of).or(request.importer.as_deref())?;
+            return Some(subscribers::debug_subscribers(monitor, account, &request.payload));
         }
         _ => return None,
     };

@@ -38,19 +38,20 @@ pub fn nsubs(monitor: &Monitor, payload: &[u8]) -> Option<Value> {
     connected.then(|| json!(count(monitor, &request.account, &request.subject, queue.as_deref())))
 }
 
-/// The answer to `$SYS.DEBUG.SUBSCRIBERS` asked by the connection `publisher` of the system
-/// account: the subscriptions of that account that `<subject> [<queue>]` reaches. A request that
-/// came through an import (no publisher: SemaQ's imports do not carry nats-server's
-/// `Nats-Request-Info`, which names the importer to count for) gets no answer rather than the
-/// system account's count.
-pub fn debug_subscribers(monitor: &Monitor, publisher: Option<u64>, payload: &[u8]) -> Option<Value> {
-    let asker = monitor.bus.clients.get(publisher?)?;
+/// Where a client asks how many subscriptions a subject reaches in its account.
+pub const DEBUG_SUBSCRIBERS: &str = "$SYS.DEBUG.SUBSCRIBERS";
+
+/// The answer to `$SYS.DEBUG.SUBSCRIBERS` about `account`, the asker's (the system account for
+/// a client of its own, the importer for a request that came through a service import, as
+/// nats-server reads the importer from `Nats-Request-Info`): the subscriptions of that account
+/// that `<subject> [<queue>]` reaches.
+pub fn debug_subscribers(monitor: &Monitor, account: &str, payload: &[u8]) -> Value {
     let text = String::from_utf8_lossy(payload);
     // Split on each single space, as nats-server does: two spaces make an empty queue name.
     let mut args = text.trim().split(' ');
     let wanted = args.next().unwrap_or_default();
     let queue = args.next().map(str::as_bytes);
-    Some(json!(count(monitor, account_of(&asker), wanted, queue)))
+    json!(count(monitor, account, wanted, queue))
 }
 
 /// Client subscriptions of `account` counted as nats-server's `totalSubs` does: for a literal

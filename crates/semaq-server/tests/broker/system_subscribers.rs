@@ -76,3 +76,27 @@ async fn the_debug_subscribers_request_counts_the_askers_own_accounts_subscripti
     let expected = ["orders: 2", "orders q: 1", "orders nobody: 0", "orders.*: 0", "nothing: 0", ">: 3"];
     both_servers_agree(SYS_CONFIG, expected, debug_counts).await;
 }
+
+/// `$SYS` exporting the debug service and A importing it.
+const IMPORT_CONFIG: &str = "accounts {\n  $SYS { users [ {user: sys, password: sys} ], \
+     exports [ {service: \"$SYS.DEBUG.SUBSCRIBERS\"} ] }\n  A { users [ {user: a, password: a} ], \
+     imports [ {service: {account: \"$SYS\", subject: \"$SYS.DEBUG.SUBSCRIBERS\"}} ] }\n}\n";
+
+/// What a client of A learns through the import, having subscribed to `orders` twice, while the
+/// system user subscribed to `orders` once.
+async fn imported_debug_counts(url: String) -> Vec<String> {
+    let sys = login(&url, "sys").await;
+    let a = login(&url, "a").await;
+    let _own = subscribe_all(&sys, &[("orders", None)]).await;
+    let _theirs = subscribe_all(&a, &[("orders", None), ("orders", Some("q"))]).await;
+    let mut seen = Vec::new();
+    for body in ["orders", "orders q"] {
+        seen.push(format!("{body}: {}", ask(&a, "$SYS.DEBUG.SUBSCRIBERS", body).await));
+    }
+    seen
+}
+
+#[tokio::test]
+async fn an_account_importing_the_debug_subscribers_service_counts_its_own_subscriptions() {
+    both_servers_agree(IMPORT_CONFIG, ["orders: 2", "orders q: 1"], imported_debug_counts).await;
+}
