@@ -77,7 +77,8 @@ async fn the_debug_subscribers_request_counts_the_askers_own_accounts_subscripti
     both_servers_agree(SYS_CONFIG, expected, debug_counts).await;
 }
 
-/// `$SYS` exporting the debug service and A importing it.
+/// `$SYS` exporting the debug service (nats-server 2.9 refuses the import otherwise, though it
+/// adds the export itself later) and A importing it.
 const IMPORT_CONFIG: &str = "accounts {\n  $SYS { users [ {user: sys, password: sys} ], \
      exports [ {service: \"$SYS.DEBUG.SUBSCRIBERS\"} ] }\n  A { users [ {user: a, password: a} ], \
      imports [ {service: {account: \"$SYS\", subject: \"$SYS.DEBUG.SUBSCRIBERS\"}} ] }\n}\n";
