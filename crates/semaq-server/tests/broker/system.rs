@@ -120,7 +120,7 @@ async fn events(dir: &std::path::Path, url: &str, system: &KeyPair, app: &KeyPai
     let watcher = system_user(dir, url, system).await;
     // One subscription, so the two events keep the order the server sent them in. Only the
     // application account's: nats-server may announce the watcher's own connection after its
-    // subscription is in place. Besides these it sends `SERVER.CONNS`, which SemaQ does not.
+    // subscription is in place. Besides these both send the account's `SERVER.CONNS`.
     let mut events = watcher.subscribe(format!("$SYS.ACCOUNT.{}.>", app.public_key())).await.unwrap();
     semaq_testkit::sync(&watcher).await;
     let client = user_of(dir, url, app, "app").await;
