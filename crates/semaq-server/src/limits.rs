@@ -68,6 +68,8 @@ pub const CLOSED_CLIENTS_MAX: usize = 1000;
 pub const SUBSZ_PAGE_ENTRIES_MAX: usize = 1024;
 /// Subscriptions of one account read to list a `SUBSZ` page, sorted by connection and sid.
 pub const SUBSZ_SCAN_SUBSCRIPTIONS_MAX: usize = 100_000;
+/// Subscriptions of one account read to answer `$SYS.REQ.ACCOUNT.NSUBS` or `$SYS.DEBUG.SUBSCRIBERS`.
+pub const SUBSCRIBER_COUNT_SCAN_SUBSCRIPTIONS_MAX: usize = 100_000;
 /// Connections listed by one `/connz` page.
 pub const CONNZ_PAGE_ENTRIES_MAX: usize = 1024;
 /// Time allowed to deliver the `-ERR 'Slow Consumer'` line to a client that is not reading.
@@ -424,6 +426,9 @@ pub const SERVICE_RESPONSE_TIMEOUT: std::time::Duration = std::time::Duration::f
 /// `$SYS` server requests (`nats server ping`, ...) queued for the task that answers them;
 /// past it further requests get no answer.
 pub const SYSTEM_REQUESTS_QUEUED_MAX: usize = 256;
+/// Longest CPU profile a `PROFILEZ` request may ask for (nats-server's bound, which SemaQ checks
+/// before saying it has no CPU profile).
+pub const PROFILEZ_CPU_DURATION_MAX: Duration = Duration::from_secs(15);
 /// Wait before the first `$SYS.SERVER.<id>.STATSZ` heartbeat; each next wait doubles up to
 /// [`STATSZ_HEARTBEAT_INTERVAL`] (nats-server's schedule).
 pub const STATSZ_HEARTBEAT_FIRST: Duration = Duration::from_millis(250);

@@ -497,9 +497,11 @@ impl Options {
     }
 
     /// The system account, as nats-server picks it: in operator mode the one `system_account`
-    /// names, if any; otherwise the one `system_account` names, else an account named `$SYS`,
-    /// else an implicit `$SYS`, which `no_system_account` turns off unless JetStream is on
-    /// (nats-server's JetStream makes one regardless).
+    /// names, else the one a lone operator's JWT names, else none (nats-server's implicit `$SYS`
+    /// is no account a trusted operator signed, so it refuses it); otherwise the one
+    /// `system_account` names, else an account named `$SYS`, else an implicit `$SYS`, which
+    /// `no_system_account` turns off unless JetStream is on (nats-server's JetStream makes one
+    /// regardless).
     pub fn system_account(&self) -> Option<&str> {
         if let Some(operator) = &self.auth.operator {
             return operator.system_account.as_deref();

@@ -109,7 +109,7 @@ impl Server {
         let http_addr = http_listener.as_ref().and_then(|http| http.local_addr().ok());
         let identity = Identity::new(options.server_name.clone());
         let bus = Arc::new(account_bus(&options, &auth));
-        crate::account_links::start(&bus, &options, auth.trust())?;
+        let service_responses = crate::account_links::start(&bus, &options, auth.trust())?;
         if options.metrics.detail {
             bus.stats.subjects.enable(options.metrics.subject_depth);
         }
@@ -142,7 +142,7 @@ impl Server {
             jetstream,
             websocket_addr: websocket.as_ref().map(websocket::Listener::local_addr),
         });
-        let events = crate::system::start(&monitor);
+        let events = crate::system::start(&monitor, service_responses);
         let context = Arc::new(Context { bus, options, auth, tls, info, filters, agents, tokens, events });
         Ok(Self { context, monitor, listener, http_listener, websocket })
     }

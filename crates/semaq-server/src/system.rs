@@ -1,11 +1,13 @@
 //! The system account's `$SYS` services, which `nats server ping`, `nats server info`, `nats
 //! account info` and friends ask: `$SYS.REQ.SERVER.PING` (statsz),
 //! `$SYS.REQ.SERVER.PING.<ENDPOINT>` and `$SYS.REQ.SERVER.<server id>.<ENDPOINT>` for `VARZ`,
-//! `CONNZ`, `SUBSZ`, `JSZ`, `HEALTHZ`, `ACCOUNTZ`, `LEAFZ`, `ROUTEZ`, `GATEWAYZ`, `STATSZ` and
-//! `IDZ`; and the account-scoped `$SYS.REQ.ACCOUNT.<account>.<ENDPOINT>` ([`account`]). Answers
-//! carry nats-server's `ServerAPIResponse` envelope `{server, data}` (or `{server, error}`), a
-//! request body is read as nats-server's endpoint options with its event filter (a server it does
-//! not name stays silent); `STATSZ` has its `{server, statsz}`, `IDZ` the server's info alone. The
+//! `CONNZ`, `SUBSZ`, `JSZ`, `HEALTHZ`, `ACCOUNTZ`, `LEAFZ`, `ROUTEZ`, `GATEWAYZ`, `STATSZ`,
+//! `IDZ` and the server's insides ([`runtime`]: `PROFILEZ`, `EXPVARZ`, `IPQUEUESZ`, `RAFTZ`);
+//! the account-scoped `$SYS.REQ.ACCOUNT.<account>.<ENDPOINT>` ([`account`]); the subscriber
+//! counts `$SYS.REQ.ACCOUNT.NSUBS` and `$SYS.DEBUG.SUBSCRIBERS` ([`subscribers`]). Answers carry
+//! nats-server's `ServerAPIResponse` envelope `{server, data}` (or `{server, error}`), a request
+//! body is read as nats-server's endpoint options with its event filter (a server it does not
+//! name stays silent); `STATSZ` has its `{server, statsz}`, `IDZ` the server's info alone. The
 //! same statsz goes out as the `$SYS.SERVER.<id>.STATSZ` heartbeat, on nats-server's schedule.
 //!
 //! All of it lives in the system account ([`crate::options::Options::system_account`]): the
@@ -16,6 +18,8 @@
 
 pub mod account;
 mod options;
+mod runtime;
+mod subscribers;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -25,13 +29,14 @@ use semaq_wire::clock;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
+use crate::account_links::responses::Responses;
 use crate::bus::Bus;
 use crate::delivery::{self, FlushSet, InternalSink, Message, SubscriberRef};
 use crate::limits;
 use crate::monitor::subsz::SubszOptions;
 use crate::monitor::{self, Monitor};
 use crate::router::Router;
-use crate::sys_events::{Events, Server};
+use crate::sys_events::{account_of, Events, Server};
 use options::{Filter, Outcome};
 
 /// The subjects every other account imports from the system account, as nats-server's
@@ -52,6 +57,9 @@ struct Request {
     payload: bytes::Bytes,
     answer_in: Arc<Router<SubscriberRef>>,
     publisher: Option<u64>,
+    /// The importing account, for a request that came through a service import and is answered
+    /// for its importer.
+    importer: Option<String>,
 }
 
 /// Queues the `$SYS` requests heard in one account (bounded: past the bound, no answer); an
@@ -80,14 +88,16 @@ impl InternalSink for Requests {
             payload: bytes::Bytes::copy_from_slice(message.payload),
             answer_in: self.router.clone(),
             publisher: message.publisher,
+            importer: None,
         };
         self.queue.try_send(request).is_ok()
     }
 }
 
 /// Starts answering `$SYS` requests in the system account, when there is one, and the system
-/// imports of the other accounts; returns what publishes its client events.
-pub fn start(monitor: &Arc<Monitor>) -> Option<Arc<Events>> {
+/// imports of the other accounts; `responses` maps the replies of requests that came through
+/// service imports to their importers. Returns what publishes its client events.
+pub fn start(monitor: &Arc<Monitor>, responses: Option<Arc<Responses>>) -> Option<Arc<Events>> {
     let account = monitor.options.system_account()?;
     let Some(router) = monitor.bus.account_router(account).cloned() else {
         tracing::warn!(%account, "system account is not a trusted account; no $SYS services");
@@ -101,6 +111,8 @@ pub fn start(monitor: &Arc<Monitor>) -> Option<Arc<Events>> {
         "$SYS.REQ.SERVER.PING.*".into(),
         format!("$SYS.REQ.SERVER.{id}.*"),
         "$SYS.REQ.ACCOUNT.*.*".into(),
+        "$SYS.REQ.ACCOUNT.NSUBS".into(),
+        subscribers::DEBUG_SUBSCRIBERS.into(),
     ];
     for filter in filters {
         subscribe(&router, &filter, own.clone());
@@ -116,7 +128,7 @@ pub fn start(monitor: &Arc<Monitor>) -> Option<Arc<Events>> {
         }
     }
     let sequence = Arc::new(AtomicU64::new(0));
-    tokio::spawn(serve(monitor.clone(), requests, sequence.clone()));
+    tokio::spawn(serve(monitor.clone(), requests, responses, sequence.clone()));
     tokio::spawn(heartbeat(Arc::downgrade(monitor), router.clone(), sequence));
     let events = Arc::new(Events::new(server(monitor), router, monitor.bus.clone()));
     tokio::spawn(connections_heartbeat(Arc::downgrade(&events)));
@@ -138,10 +150,18 @@ fn subscribe(router: &Router<SubscriberRef>, filter: &str, sink: Arc<Requests>) 
     }
 }
 
-async fn serve(monitor: Arc<Monitor>, mut requests: mpsc::Receiver<Request>, sequence: Arc<AtomicU64>) {
-    while let Some(request) = requests.recv().await {
+async fn serve(
+    monitor: Arc<Monitor>,
+    mut requests: mpsc::Receiver<Request>,
+    responses: Option<Arc<Responses>>,
+    sequence: Arc<AtomicU64>,
+) {
+    while let Some(mut request) = requests.recv().await {
+        if request.publisher.is_none() && request.subject == subscribers::DEBUG_SUBSCRIBERS {
+            request.importer = responses.as_deref().and_then(|responses| importer(&monitor.bus, responses, &request));
+        }
         let info = || server(&monitor).info(sequence.fetch_add(1, Ordering::Relaxed) + 1);
-        let Some(body) = answer(&monitor, &request, info).await else { continue };
+        let Some(body) = answer(&monitor, &request, requests.len(), info).await else { continue };
         let body = body.to_string();
         let reply =
             Message { subject: &request.reply, reply: None, headers: None, payload: body.as_bytes(), publisher: None };
@@ -150,6 +170,13 @@ async fn serve(monitor: Arc<Monitor>, mut requests: mpsc::Receiver<Request>, seq
         delivery::fan_out(router, &router.matches_uncached(&request.reply), &reply, None, &mut flush);
         flush.flush();
     }
+}
+
+/// The account whose service import brought `request` here, from its reply's mapping.
+fn importer(bus: &Bus, responses: &Responses, request: &Request) -> Option<String> {
+    let router = responses.requester(&request.reply)?.upgrade()?;
+    let mut accounts = bus.account_routers();
+    accounts.find(|(_, account)| Arc::ptr_eq(account, &router)).map(|(name, _)| name.to_string())
 }
 
 /// Publishes nats-server's `ServerStatsMsg` on `$SYS.SERVER.<id>.STATSZ` in the system
@@ -172,9 +199,15 @@ async fn heartbeat(monitor: std::sync::Weak<Monitor>, router: Arc<Router<Subscri
     }
 }
 
-/// The answer to `request`, or `None` where nats-server gives none (an endpoint it does not
-/// serve, a filter naming another server, an account with nothing to report).
-async fn answer(monitor: &Arc<Monitor>, request: &Request, server: impl Fn() -> Value) -> Option<Value> {
+/// The answer to `request`, with `pending` more waiting, or `None` where nats-server gives none
+/// (an endpoint it does not serve, a filter naming another server, an account with nothing to
+/// report).
+async fn answer(
+    monitor: &Arc<Monitor>,
+    request: &Request,
+    pending: usize,
+    server: impl Fn() -> Value,
+) -> Option<Value> {
     let tokens: Vec<&str> = request.subject.split('.').collect();
     let (scope, endpoint) = match tokens.as_slice() {
         ["$SYS", "REQ", "SERVER", "PING"] => (Scope::Server, "STATSZ"),
@@ -185,6 +218,12 @@ async fn answer(monitor: &Arc<Monitor>, request: &Request, server: impl Fn() -> 
             return Some(envelope(server(), Outcome::Data(data)));
         }
         ["$SYS", "REQ", "ACCOUNT", account, endpoint] => (Scope::Account(account), *endpoint),
+        ["$SYS", "REQ", "ACCOUNT", "NSUBS"] => return subscribers::nsubs(monitor, &request.payload),
+        ["$SYS", "DEBUG", "SUBSCRIBERS"] => {
+            let asker = request.publisher.and_then(|id| monitor.bus.clients.get(id));
+            let account = asker.as_deref().map(account_of).or(request.importer.as_deref())?;
+            return Some(subscribers::debug_subscribers(monitor, account, &request.payload));
+        }
         _ => return None,
     };
     if endpoint == "CONNS" {
@@ -203,6 +242,7 @@ async fn answer(monitor: &Arc<Monitor>, request: &Request, server: impl Fn() -> 
         Scope::Server => match endpoint {
             "IDZ" => return Some(server()),
             "STATSZ" => return Some(json!({ "server": server(), "statsz": statsz(monitor) })),
+            "IPQUEUESZ" => Outcome::Data(runtime::ipqueuesz(&options, pending)),
             _ => server_endpoint(monitor, endpoint, &options).await?,
         },
         Scope::AllAccounts => account::statz_all(monitor, &options)?,
@@ -250,6 +290,9 @@ async fn server_endpoint(monitor: &Arc<Monitor>, endpoint: &str, options: &Value
         "LEAFZ" => account::leafz(monitor),
         "ROUTEZ" => account::routez(monitor),
         "GATEWAYZ" => account::gatewayz(monitor),
+        "PROFILEZ" => runtime::profilez(options),
+        "EXPVARZ" => runtime::expvarz(),
+        "RAFTZ" => runtime::raftz(),
         "ACCOUNTZ" => {
             let name = options.get("account").and_then(Value::as_str).filter(|name| !name.is_empty());
             return Some(match monitor::jsz::accountz_json(monitor, name) {

@@ -96,6 +96,15 @@ impl Responses {
         }
     }
 
+    /// The importing account's router a response on `subject` would go to, leaving the mapping
+    /// in place (for a responder that answers for the importer, as nats-server's system services
+    /// read its `Nats-Request-Info`).
+    pub fn requester(&self, subject: &str) -> Option<Weak<Router<SubscriberRef>>> {
+        let table = lock(&self.table);
+        let pending = table.current.get(subject).or_else(|| table.previous.get(subject))?;
+        (pending.created.elapsed() <= self.timeout).then(|| pending.target.clone())
+    }
+
     /// Forgets the mapping of `subject` (its request reached no responder).
     pub fn forget(&self, subject: &str) {
         let mut table = lock(&self.table);
@@ -130,7 +139,20 @@ impl Table {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
+
+    #[test]
+    fn the_requester_of_a_mapping_is_known_until_its_response_is_taken() {
+        let responses = Responses::new(10, Duration::from_secs(60));
+        let router = Arc::new(Router::<SubscriberRef>::default());
+        let subject = responses.register("_INBOX.a", Arc::downgrade(&router), true);
+        let requester = responses.requester(&subject).and_then(|target| target.upgrade());
+        assert!(requester.is_some_and(|target| Arc::ptr_eq(&target, &router)));
+        assert!(responses.take(&subject).is_some(), "peeking left the mapping in place");
+        assert!(responses.requester(&subject).is_none());
+    }
 
     #[test]
     fn a_singleton_mapping_serves_one_response_and_a_stream_mapping_serves_many() {

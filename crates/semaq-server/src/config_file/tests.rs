@@ -743,10 +743,14 @@ fn nkey_users_in_authorization_and_accounts_with_default_permissions() {
 #[test]
 fn operator_mode_needs_a_resolver_and_allows_no_users_of_its_own() {
     let operator = "operator: \"eyJhbGciOiJlZDI1NTE5LW5rZXkifQ.e30.x\"\n";
-    let options = loaded(&format!("{operator}resolver: MEMORY\nsystem_account: ASYS\n"));
+    let system = nkeys::KeyPair::new_account().public_key();
+    let preload = format!("resolver_preload {{ {system}: \"eyJ.e30.x\" }}\n");
+    let options = loaded(&format!("{operator}resolver: MEMORY\n{preload}system_account: {system}\n"));
     let trust = options.auth.operator.expect("operator mode");
     assert_eq!(trust.jwts.len(), 1);
-    assert_eq!(trust.system_account.as_deref(), Some("ASYS"));
+    assert_eq!(trust.system_account.as_deref(), Some(system.as_str()));
+    let unloaded = error(&format!("{operator}resolver: MEMORY\nsystem_account: {system}\n"));
+    assert!(unloaded.contains("error resolving system account: account missing"), "{unloaded}");
     assert!(error(operator).contains("require an account resolver"));
     assert!(error(&format!("{operator}resolver: MEMORY\nauthorization {{ token: t }}\n")).contains("users"));
     assert!(error(&format!("{operator}resolver: MEMORY\naccounts {{ A {{ }} }}\n")).contains("Accounts"));

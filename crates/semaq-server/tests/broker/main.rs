@@ -46,6 +46,8 @@ mod sources_remote;
 mod system;
 mod system_accounts;
 mod system_config;
+mod system_runtime;
+mod system_subscribers;
 mod tls;
 mod tokens;
 mod tracing;

@@ -1,10 +1,11 @@
 //! Decentralized auth settings (`operator`, `resolver`, `resolver_preload`, `system_account`) and
 //! nkey users, as nats-server reads them. The JWTs are kept as text; the server decodes and
-//! verifies them when it starts.
+//! verifies them when it starts (a lone operator's is read here for the system account it names).
 
 use nkeys::{KeyPair, KeyPairType};
 
 use super::{block, invalid, string, Mapper};
+use crate::auth::jwt::{self, Claims, OperatorNats};
 use crate::config_file::syntax::{Kind, Value};
 use crate::config_file::{ConfigError, Location};
 use crate::limits;
@@ -113,8 +114,18 @@ impl Mapper<'_> {
         if pending.resolver_at.is_none() {
             return Err(invalid(&operator_at, "operators require an account resolver to be configured".to_string()));
         }
+        let named = pending.system_account.or_else(|| match pending.operators.as_slice() {
+            [operator] => operator_system_account(operator).map(|key| (key, operator_at.clone())),
+            _ => None,
+        });
+        if let Some((key, at)) = &named {
+            // nats-server looks the system account up when it starts and stops without it.
+            if !pending.preload.iter().any(|(preloaded, _)| preloaded == key) {
+                return Err(invalid(at, "error resolving system account: account missing".to_string()));
+            }
+        }
         self.trust.operator_at = Some(operator_at);
-        let system_account = pending.system_account.map(|(key, _)| key);
+        let system_account = named.map(|(key, _)| key);
         self.options.auth.operator =
             Some(OperatorOptions { jwts: pending.operators, preload: pending.preload, system_account });
         Ok(())
@@ -149,6 +160,13 @@ impl Mapper<'_> {
 
 fn is_key(text: &str, kind: KeyPairType) -> bool {
     KeyPair::from_public_key(text).is_ok_and(|pair| pair.key_pair_type() == kind)
+}
+
+/// The system account a lone operator's JWT names, which nats-server takes when the config names
+/// none; a JWT that does not decode names none here (the server refuses it when it starts).
+fn operator_system_account(text: &str) -> Option<String> {
+    let claims: Claims<OperatorNats> = jwt::decode(jwt::undecorate(text), limits::ACCOUNT_JWT_BYTES_MAX).ok()?;
+    Some(claims.nats.system_account).filter(|key| !key.is_empty())
 }
 
 /// The JWT in an operator file: the bare JWT, or nsc's decorated form.
