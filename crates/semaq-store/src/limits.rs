@@ -61,6 +61,11 @@ pub mod segment_header {
     pub const VERSION_OFFSET: usize = 4;
     /// Offset of the first sequence (pairs with the file name).
     pub const FIRST_SEQ_OFFSET: usize = 8;
+    /// Offset of the flags (`u32`, once reserved and zero).
+    pub const FLAGS_OFFSET: usize = 16;
+    /// Flag: the segment was started by an append behind a skip not yet committed; nothing
+    /// below its first sequence was live then, so open takes the floor up to it.
+    pub const FLAG_AFTER_SKIP: u32 = 1;
     /// Offset of the CRC32 over bytes `0..CRC_OFFSET`.
     pub const CRC_OFFSET: usize = 20;
     /// Total header size; the first record starts here.

@@ -76,14 +76,47 @@ pub(crate) fn recover_locked(
     storage: &dyn Storage,
     dir: &Path,
     limits: StoreLimits,
-    meta: MetaFile,
+    mut meta: MetaFile,
 ) -> Result<Recovered, (StoreError, MetaFile)> {
+    if let Err(error) = raise_floor_after_skip(storage, dir, &mut meta) {
+        return Err((error, meta));
+    }
     match recover_files(storage, dir, limits, meta.floor_seq()) {
         Ok(Found { segments, ledger, report, active_next_seq, sealing }) => {
             Ok(Recovered { segments, ledger, meta, report, active_next_seq, sealing })
         }
         Err(error) => Err((error, meta)),
     }
+}
+
+/// Takes the persisted floor up to the newest segment whose header says it was started behind
+/// a skip (`FLAG_AFTER_SKIP`: nothing below it was live then), before anything is removed: its
+/// commit makes the directory entry durable before the floor, and the older segments, kept
+/// until that floor is durable, hold only sequences below it.
+fn raise_floor_after_skip(storage: &dyn Storage, dir: &Path, meta: &mut MetaFile) -> StoreResult<()> {
+    let mut logs: Vec<u64> = storage
+        .list_dir(dir)
+        .map_err(io_error("list", dir))?
+        .iter()
+        .filter_map(|name| parse_segment_name(name, LOG_EXTENSION))
+        .collect();
+    logs.sort_unstable();
+    for &first_seq in logs.iter().rev() {
+        if first_seq <= meta.floor_seq() {
+            return Ok(());
+        }
+        let path = segment_path(dir, first_seq, LOG_EXTENSION);
+        let log = storage.open(&path, OpenMode::Read, 0).map_err(io_error("open", &path))?;
+        let mut header = [0u8; sh::SIZE_BYTES];
+        // A log shorter than a header has none (a segment never created).
+        if log.read_at(&mut header, 0).is_err() {
+            continue;
+        }
+        if record::segment_header_flags(&header, first_seq) & sh::FLAG_AFTER_SKIP != 0 {
+            return meta.write_floor(first_seq);
+        }
+    }
+    Ok(())
 }
 
 /// What recovery found in the segment files.
