@@ -979,6 +979,15 @@ impl StreamStore for FileStore {
         front_dead || self.release_due || self.skip_pending || seals_near_bound
     }
 
+    fn commit_before_append(&self, subject: &str, headers: Option<&[u8]>, payload: &[u8]) -> bool {
+        if self.sealing.len() < SEALS_PENDING_MAX_COUNT || self.check_writable().is_err() || self.reload_pending {
+            return false;
+        }
+        let active_length = self.segments.last().map_or(0, Segment::len);
+        let size = record_size(subject, headers, payload) as u64;
+        active_length > segment_header::SIZE_BYTES as u64 && active_length + size > self.segment_size_bytes
+    }
+
     fn skip_to(&mut self, next_seq: u64) -> StoreResult<bool> {
         if self.ledger.state().msgs > 0 || next_seq <= self.ledger.next_seq() {
             return Ok(false);

@@ -652,6 +652,38 @@ fn rolls_past_the_pending_bound_complete_the_oldest_seal_in_place_and_keep_the_q
 }
 
 #[test]
+fn an_append_that_would_roll_past_the_pending_bound_asks_for_a_commit_aside_first_and_then_runs_no_fsync() {
+    let disk = SimDisk::new();
+    let mut store = open(&disk);
+    let mut next = append_past_a_roll(&mut store, 1, 1).unwrap();
+    commit(&mut store).unwrap();
+    next = roll_segments(&mut store, next, SEALS_PENDING_MAX_COUNT).unwrap();
+    assert_eq!(store.seals_pending_count(), SEALS_PENDING_MAX_COUNT);
+    // Appends that fit ask for nothing; the one that would roll asks, once.
+    let mut asked = 0;
+    let segments = store.segment_count();
+    while store.segment_count() == segments {
+        let message = payload(next);
+        if store.commit_before_append(subject(next), None, &message) {
+            asked += 1;
+            // As the server's ingest does: a commit aside, its fsyncs with the lock let go.
+            let ticket = store.sync_begin_aside().unwrap();
+            assert_eq!(ticket.seals_count(), SEALS_PENDING_MAX_COUNT, "the commit completes every pending seal");
+            store.sync_finish(ticket.run()).unwrap();
+            assert!(!store.commit_before_append(subject(next), None, &message), "asked again after the commit");
+        }
+        let syncs = disk.counts().syncs;
+        append(&mut store, next).unwrap();
+        assert_eq!(disk.counts().syncs, syncs, "seq {next}: an append fsyncs nothing");
+        next += 1;
+    }
+    assert_eq!(asked, 1);
+    assert_eq!(store.seals_pending_count(), 1, "the roll began its own seal only");
+    assert_eq!(held(&store), (1..next).collect::<Vec<_>>());
+    complete_seals_then_reopen_from_their_indexes(&disk, store, 1, next);
+}
+
+#[test]
 fn seals_one_roll_short_of_the_bound_ask_for_a_commit_aside_which_completes_them_without_the_lock() {
     let disk = SimDisk::new();
     let mut store = open(&disk);
