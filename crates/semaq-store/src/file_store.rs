@@ -705,7 +705,8 @@ impl FileStore {
     /// completes it with any seals still pending (`commit.rs`), so segments filled between two
     /// commits (a large object whose commit waits for its last chunk) cost no fsync here. Only
     /// a roll that finds `SEALS_PENDING_MAX_COUNT` seals pending completes the oldest in place,
-    /// under the lock: each pending seal holds its index in memory.
+    /// under the lock: each pending seal holds its index in memory. A caller that asks
+    /// `commit_before_append` first commits aside before such a roll and never gets there.
     fn roll(&mut self) -> StoreResult<()> {
         if self.sealing.len() >= SEALS_PENDING_MAX_COUNT {
             self.complete_oldest_seal()?;
