@@ -682,12 +682,31 @@ impl FileStore {
         Ok(())
     }
 
+    /// Starts the segment an append behind a skip not yet committed needs (a publish racing a
+    /// purge to a later sequence), without an fsync: its header says nothing below it was live
+    /// (`FLAG_AFTER_SKIP`), so a crash that makes it durable before the floor has open take
+    /// the floor up to it rather than find a gap. The older segments hold only sequences below
+    /// the skip and stay until a commit has made the floor durable (`settle_durable`): removed
+    /// now, a crash could keep their removal and lose the floor, and reuse their sequences.
+    /// Their pending seals are dropped (the ledger forgot their slots at the skip); a ticket in
+    /// flight still writes those indexes, which the next open ignores below the floor.
+    fn start_after_skip(&mut self) -> StoreResult<()> {
+        let after_skip = segment_header::FLAG_AFTER_SKIP;
+        let fresh = Segment::create_unsynced_with(&*self.storage, &self.dir, self.ledger.next_seq(), after_skip)?;
+        self.segments.push(fresh);
+        self.sealing.clear();
+        self.checkpoint_due = true;
+        (self.release_due, self.skip_pending) = (false, false);
+        Ok(())
+    }
+
     /// Begins the seal of the full active segment and starts the next one at the next
     /// sequence, without an fsync (readers wait on the caller's lock): the next commit's ticket
     /// completes it with any seals still pending (`commit.rs`), so segments filled between two
     /// commits (a large object whose commit waits for its last chunk) cost no fsync here. Only
     /// a roll that finds `SEALS_PENDING_MAX_COUNT` seals pending completes the oldest in place,
-    /// under the lock: each pending seal holds its index in memory.
+    /// under the lock: each pending seal holds its index in memory. A caller that asks
+    /// `commit_before_append` first commits aside before such a roll and never gets there.
     fn roll(&mut self) -> StoreResult<()> {
         if self.sealing.len() >= SEALS_PENDING_MAX_COUNT {
             self.complete_oldest_seal()?;
@@ -720,10 +739,7 @@ impl FileStore {
         let sizes = (record_size(subject, headers, payload), has_headers);
         let size = self.ledger.check_append(subject, message_size, sizes)?;
         if self.skip_pending {
-            // A skip not yet committed: its segment must exist before the append, and its floor
-            // be durable before that segment (rare: a publish racing a purge to a later sequence).
-            self.persist_floor()?;
-            self.restart_at_floor()?;
+            self.start_after_skip()?;
         }
         let active_length = self.active().len();
         if active_length > segment_header::SIZE_BYTES as u64
@@ -962,6 +978,15 @@ impl StreamStore for FileStore {
         // that defer their commit, an object's chunks, would otherwise reach it).
         let seals_near_bound = self.sealing.len() + 1 >= SEALS_PENDING_MAX_COUNT;
         front_dead || self.release_due || self.skip_pending || seals_near_bound
+    }
+
+    fn commit_before_append(&self, subject: &str, headers: Option<&[u8]>, payload: &[u8]) -> bool {
+        if self.sealing.len() < SEALS_PENDING_MAX_COUNT || self.check_writable().is_err() || self.reload_pending {
+            return false;
+        }
+        let active_length = self.segments.last().map_or(0, Segment::len);
+        let size = record_size(subject, headers, payload) as u64;
+        active_length > segment_header::SIZE_BYTES as u64 && active_length + size > self.segment_size_bytes
     }
 
     fn skip_to(&mut self, next_seq: u64) -> StoreResult<bool> {

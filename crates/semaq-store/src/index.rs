@@ -126,18 +126,7 @@ impl<'a> IndexFile<'a> {
     /// Validates `bytes` as the index of the segment starting at `first_seq` whose log is now
     /// `log_length` long; any mismatch means the index must be rebuilt from the log.
     pub(crate) fn parse(bytes: &'a [u8], first_seq: u64, log_length: u64) -> Result<Self, &'static str> {
-        if bytes.len() < ih::SIZE_BYTES {
-            return Err("index shorter than its header");
-        }
-        let header_intact = read_u32(bytes, ih::MAGIC_OFFSET) == ih::MAGIC
-            && read_u32(bytes, ih::VERSION_OFFSET) == ih::VERSION
-            && crc32fast::hash(&bytes[..ih::HEADER_CRC_OFFSET]) == read_u32(bytes, ih::HEADER_CRC_OFFSET);
-        if !header_intact {
-            return Err("index header damaged");
-        }
-        if read_u64(bytes, ih::FIRST_SEQ_OFFSET) != first_seq || read_u64(bytes, ih::LOG_LENGTH_OFFSET) != log_length {
-            return Err("index describes another log");
-        }
+        check_header(bytes, first_seq, log_length)?;
         let entries_length = read_u32(bytes, ih::ENTRY_COUNT_OFFSET) as usize * ie::SIZE_BYTES;
         let subjects_length = read_u32(bytes, ih::SUBJECTS_LENGTH_OFFSET) as usize;
         if bytes.len() != ih::SIZE_BYTES + entries_length + subjects_length {
@@ -168,6 +157,24 @@ impl<'a> IndexFile<'a> {
             flags: read_u32(raw, ie::FLAGS_OFFSET),
         })
     }
+}
+
+/// Checks an index's header (the front of `bytes`): intact, and naming the segment starting at
+/// `first_seq` whose log is now `log_length` long. A seal writes it last, after the log's fsync.
+pub(crate) fn check_header(bytes: &[u8], first_seq: u64, log_length: u64) -> Result<(), &'static str> {
+    if bytes.len() < ih::SIZE_BYTES {
+        return Err("index shorter than its header");
+    }
+    let header_intact = read_u32(bytes, ih::MAGIC_OFFSET) == ih::MAGIC
+        && read_u32(bytes, ih::VERSION_OFFSET) == ih::VERSION
+        && crc32fast::hash(&bytes[..ih::HEADER_CRC_OFFSET]) == read_u32(bytes, ih::HEADER_CRC_OFFSET);
+    if !header_intact {
+        return Err("index header damaged");
+    }
+    if read_u64(bytes, ih::FIRST_SEQ_OFFSET) != first_seq || read_u64(bytes, ih::LOG_LENGTH_OFFSET) != log_length {
+        return Err("index describes another log");
+    }
+    Ok(())
 }
 
 /// The subject table of an index: `count` length-prefixed UTF-8 names filling `table` exactly.

@@ -56,7 +56,8 @@ pub use commit::{SyncTicket, Synced};
 pub use error::{StoreError, StoreResult};
 pub use file_store::{FileStore, FileStoreConfig, RecoveryReport};
 pub use limits::{
-    RECORD_SIZE_MAX_BYTES, SEALS_PENDING_MAX_COUNT, SEGMENT_SIZE_DEFAULT_BYTES, SUBJECT_LENGTH_MAX_BYTES,
+    FAULT_HOLD_WAIT_MAX, RECORD_SIZE_MAX_BYTES, SEALS_PENDING_MAX_COUNT, SEGMENT_SIZE_DEFAULT_BYTES,
+    SUBJECT_LENGTH_MAX_BYTES,
 };
 pub use memory_store::MemoryStore;
 pub use reader::{LogReader, ReadItem, ReadSummary};
@@ -153,6 +154,12 @@ pub trait StreamStore: Send {
     /// the next roll would complete under the caller's lock: a caller that does not commit after
     /// its appends commits for them.
     fn release_waits(&self) -> bool {
+        false
+    }
+    /// Whether appending this message would roll into `SEALS_PENDING_MAX_COUNT` pending seals,
+    /// and so complete the oldest in place, its fsyncs under the caller's lock: a caller that
+    /// can commits aside first (`sync_begin_aside`, its lock let go for the run), then appends.
+    fn commit_before_append(&self, _subject: &str, _headers: Option<&[u8]>, _payload: &[u8]) -> bool {
         false
     }
     /// Syncs and releases what can be released; the store should be dropped afterwards.

@@ -61,6 +61,11 @@ pub mod segment_header {
     pub const VERSION_OFFSET: usize = 4;
     /// Offset of the first sequence (pairs with the file name).
     pub const FIRST_SEQ_OFFSET: usize = 8;
+    /// Offset of the flags (`u32`, once reserved and zero).
+    pub const FLAGS_OFFSET: usize = 16;
+    /// Flag: the segment was started by an append behind a skip not yet committed; nothing
+    /// below its first sequence was live then, so open takes the floor up to it.
+    pub const FLAG_AFTER_SKIP: u32 = 1;
     /// Offset of the CRC32 over bytes `0..CRC_OFFSET`.
     pub const CRC_OFFSET: usize = 20;
     /// Total header size; the first record starts here.
@@ -225,6 +230,8 @@ pub const SKIP_COUNT_MAX: u64 = 1 << 20;
 
 /// Longest an fsync waits at the fault switch's `hold` (`storage::faults`) before it runs
 /// anyway: a test that never releases the hold slows the server down but does not hang it.
-pub const FAULT_HOLD_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(30);
+/// Longer than a test's bound on what it does meanwhile (five 64 MiB segments appended behind
+/// a held commit by a debug build on a busy machine), so that the test fails, not the hold.
+pub const FAULT_HOLD_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(300);
 /// How often a held fsync reads the control file again.
 pub const FAULT_HOLD_POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(5);

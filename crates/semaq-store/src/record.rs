@@ -174,10 +174,16 @@ pub(crate) fn decode(record: Bytes, expected_seq: u64) -> Result<StoredMessage, 
 
 /// The header every segment file starts with.
 pub(crate) fn encode_segment_header(first_seq: u64) -> [u8; sh::SIZE_BYTES] {
+    encode_segment_header_with(first_seq, 0)
+}
+
+/// [`encode_segment_header`] with `flags` (`segment_header::FLAG_*`).
+pub(crate) fn encode_segment_header_with(first_seq: u64, flags: u32) -> [u8; sh::SIZE_BYTES] {
     let mut out = [0u8; sh::SIZE_BYTES];
     out[sh::MAGIC_OFFSET..sh::MAGIC_OFFSET + 4].copy_from_slice(&sh::MAGIC.to_le_bytes());
     out[sh::VERSION_OFFSET..sh::VERSION_OFFSET + 4].copy_from_slice(&sh::VERSION.to_le_bytes());
     out[sh::FIRST_SEQ_OFFSET..sh::FIRST_SEQ_OFFSET + 8].copy_from_slice(&first_seq.to_le_bytes());
+    out[sh::FLAGS_OFFSET..sh::FLAGS_OFFSET + 4].copy_from_slice(&flags.to_le_bytes());
     let crc = crc32fast::hash(&out[..sh::CRC_OFFSET]);
     out[sh::CRC_OFFSET..sh::CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
     out
@@ -192,6 +198,15 @@ pub(crate) fn decode_segment_header(bytes: &[u8]) -> Option<u64> {
         && read_u32(bytes, sh::VERSION_OFFSET) == sh::VERSION
         && crc32fast::hash(&bytes[..sh::CRC_OFFSET]) == read_u32(bytes, sh::CRC_OFFSET);
     intact.then(|| read_u64(bytes, sh::FIRST_SEQ_OFFSET))
+}
+
+/// The flags of an intact segment header naming `first_seq` (0 for any other).
+pub(crate) fn segment_header_flags(bytes: &[u8], first_seq: u64) -> u32 {
+    if decode_segment_header(bytes) == Some(first_seq) {
+        read_u32(bytes, sh::FLAGS_OFFSET)
+    } else {
+        0
+    }
 }
 
 /// Little-endian `u16` at `offset`; the caller has checked the bounds.

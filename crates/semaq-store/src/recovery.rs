@@ -76,14 +76,47 @@ pub(crate) fn recover_locked(
     storage: &dyn Storage,
     dir: &Path,
     limits: StoreLimits,
-    meta: MetaFile,
+    mut meta: MetaFile,
 ) -> Result<Recovered, (StoreError, MetaFile)> {
+    if let Err(error) = raise_floor_after_skip(storage, dir, &mut meta) {
+        return Err((error, meta));
+    }
     match recover_files(storage, dir, limits, meta.floor_seq()) {
         Ok(Found { segments, ledger, report, active_next_seq, sealing }) => {
             Ok(Recovered { segments, ledger, meta, report, active_next_seq, sealing })
         }
         Err(error) => Err((error, meta)),
     }
+}
+
+/// Takes the persisted floor up to the newest segment whose header says it was started behind
+/// a skip (`FLAG_AFTER_SKIP`: nothing below it was live then), before anything is removed: its
+/// commit makes the directory entry durable before the floor, and the older segments, kept
+/// until that floor is durable, hold only sequences below it.
+fn raise_floor_after_skip(storage: &dyn Storage, dir: &Path, meta: &mut MetaFile) -> StoreResult<()> {
+    let mut logs: Vec<u64> = storage
+        .list_dir(dir)
+        .map_err(io_error("list", dir))?
+        .iter()
+        .filter_map(|name| parse_segment_name(name, LOG_EXTENSION))
+        .collect();
+    logs.sort_unstable();
+    for &first_seq in logs.iter().rev() {
+        if first_seq <= meta.floor_seq() {
+            return Ok(());
+        }
+        let path = segment_path(dir, first_seq, LOG_EXTENSION);
+        let log = storage.open(&path, OpenMode::Read, 0).map_err(io_error("open", &path))?;
+        let mut header = [0u8; sh::SIZE_BYTES];
+        // A log shorter than a header has none (a segment never created).
+        if log.read_at(&mut header, 0).is_err() {
+            continue;
+        }
+        if record::segment_header_flags(&header, first_seq) & sh::FLAG_AFTER_SKIP != 0 {
+            return meta.write_floor(first_seq);
+        }
+    }
+    Ok(())
 }
 
 /// What recovery found in the segment files.
@@ -103,6 +136,7 @@ fn recover_files(storage: &dyn Storage, dir: &Path, limits: StoreLimits, floor_s
     let mut firsts = list_segments(storage, dir)?;
     report.segments_removed_count = remove_below_floor(storage, dir, &mut firsts, floor_seq)?;
     undo_unfinished_roll(storage, dir, &mut firsts)?;
+    undo_rolls_after_a_torn_log(storage, dir, &mut firsts)?;
     let start_seq = firsts.first().copied().unwrap_or(floor_seq).max(1);
     if floor_seq > 0 && start_seq > floor_seq {
         // Front segments are removed only after the floor passed them.
@@ -248,6 +282,55 @@ fn undo_unfinished_roll(storage: &dyn Storage, dir: &Path, firsts: &mut Vec<u64>
     segment::sync_dir(storage, dir)?;
     firsts.pop();
     Ok(())
+}
+
+/// A sealed log among the newest (those whose seals may be pending) that ends short of the
+/// next segment (torn or cut): no fsync ever covered it whole since its roll, so no record
+/// after it was ever acknowledged (every commit fsyncs the pending seals' logs, oldest first,
+/// before anything else). The newer segments exist only because a commit in flight at those
+/// rolls fsynced the directory: they go, durably, and the torn log is the active one again,
+/// its tail cut as a torn write (`load_active`). Reported as damage, that was a crash the
+/// store made (design.md, "Recovery").
+fn undo_rolls_after_a_torn_log(storage: &dyn Storage, dir: &Path, firsts: &mut Vec<u64>) -> StoreResult<()> {
+    let sealed_count = firsts.len().saturating_sub(1);
+    for position in sealed_count.saturating_sub(SEALS_PENDING_MAX_COUNT)..sealed_count {
+        if !sealed_log_torn(storage, dir, (firsts[position], firsts[position + 1]))? {
+            continue;
+        }
+        for &newer in &firsts[position + 1..] {
+            // The log first, as `Segment::remove_files`: orphans are removed at the next open.
+            for extension in [LOG_EXTENSION, INDEX_EXTENSION, DELETE_EXTENSION] {
+                remove_if_present(storage, &segment_path(dir, newer, extension))?;
+            }
+        }
+        // Before the torn log takes appends again: the removed ones must not come back.
+        segment::sync_dir(storage, dir)?;
+        firsts.truncate(position + 1);
+        return Ok(());
+    }
+    Ok(())
+}
+
+/// Whether the sealed log holding `first_seq..end_seq` lacks records at its end (a torn or
+/// cut tail), its seal never having written an index header: a seal writes it after the log's
+/// fsync, so a log whose index header names it is whole (damage in it is reported as such).
+fn sealed_log_torn(storage: &dyn Storage, dir: &Path, (first_seq, end_seq): (u64, u64)) -> StoreResult<bool> {
+    let log_path = segment_path(dir, first_seq, LOG_EXTENSION);
+    let log_length = storage.file_length(&log_path).map_err(io_error("stat", &log_path))?;
+    let index_path = segment_path(dir, first_seq, INDEX_EXTENSION);
+    if storage::exists(storage, &index_path) {
+        let index = storage.open(&index_path, OpenMode::Read, 0).map_err(io_error("open", &index_path))?;
+        let mut header = [0u8; crate::limits::index_header::SIZE_BYTES];
+        // A file shorter than a header has none.
+        let read = index.read_at(&mut header, 0);
+        if read.is_ok() && crate::index::check_header(&header, first_seq, log_length).is_ok() {
+            return Ok(false);
+        }
+    }
+    let bytes = storage.read(&log_path).map_err(io_error("read", &log_path))?;
+    let mut scanned_count = 0u64;
+    let scan = scan_log(&bytes, first_seq, |_| scanned_count += 1);
+    Ok(scan.bad_tail.is_some() || first_seq.saturating_add(scanned_count) < end_seq)
 }
 
 /// Deletes segments that end below the floor (a purge or segment drop that crashed midway).

@@ -104,9 +104,19 @@ impl Segment {
     /// commit, after the full segment's records and index (recovery takes a missing or short
     /// newest log as a segment never created, and restarts at a floor past every log).
     pub(crate) fn create_unsynced(storage: &dyn Storage, dir: &Path, first_seq: u64) -> StoreResult<Self> {
+        Self::create_unsynced_with(storage, dir, first_seq, 0)
+    }
+
+    /// [`Segment::create_unsynced`] with header flags (`segment_header::FLAG_*`).
+    pub(crate) fn create_unsynced_with(
+        storage: &dyn Storage,
+        dir: &Path,
+        first_seq: u64,
+        flags: u32,
+    ) -> StoreResult<Self> {
         let log_path = segment_path(dir, first_seq, LOG_EXTENSION);
         let log = storage.open(&log_path, OpenMode::Truncate, 0).map_err(io_error("create", &log_path))?;
-        let header = record::encode_segment_header(first_seq);
+        let header = record::encode_segment_header_with(first_seq, flags);
         log.write_at(&header, 0).map_err(io_error("write", &log_path))?;
         let mut segment = Segment::from_parts(first_seq, log_path, Arc::from(log), header.len() as u64, false);
         segment.synced_bytes = 0;

@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use common::commit;
 use semaq_store::storage::sim::{SimDisk, Tear};
-use semaq_store::{FileStore, FileStoreConfig, Storage, StoreError, StreamStore, SEALS_PENDING_MAX_COUNT};
+use semaq_store::{
+    FileStore, FileStoreConfig, Storage, StoreError, StreamStore, SyncTicket, Synced, SEALS_PENDING_MAX_COUNT,
+};
 
 const SEGMENT_BYTES: u64 = 4 * 1024;
 const WAIT: Duration = Duration::from_secs(10);
@@ -169,13 +171,22 @@ fn cut_power(
     changes: u64,
     scenario: impl FnOnce(&mut FileStore, u64, &mut u64) -> Result<(), StoreError>,
 ) -> AfterCut {
+    cut_power_on_disk(tear, changes, |_, store, next, acknowledged| scenario(store, next, acknowledged))
+}
+
+/// [`cut_power`], the scenario also given the disk (to hold its fsyncs).
+fn cut_power_on_disk(
+    tear: Tear,
+    changes: u64,
+    scenario: impl FnOnce(&SimDisk, &mut FileStore, u64, &mut u64) -> Result<(), StoreError>,
+) -> AfterCut {
     let disk = SimDisk::new();
     let mut store = open(&disk);
     let synced_next = append_past_a_roll(&mut store, 1, 2).unwrap();
     commit(&mut store).unwrap();
     let mut acknowledged = synced_next - 1;
     disk.freeze_after(changes, tear);
-    let result = scenario(&mut store, synced_next, &mut acknowledged);
+    let result = scenario(&disk, &mut store, synced_next, &mut acknowledged);
     let sent = store.state().last_seq;
     let completed = result.is_ok() && !disk.is_frozen();
     disk.crash(tear);
@@ -208,6 +219,60 @@ fn power_loss_anywhere_between_a_roll_and_its_commit_gives_back_the_synced_prefi
                 break;
             }
             assert!(changes + 1 < CHANGES_MAX_COUNT, "the roll and its commits never got through");
+        }
+    }
+}
+
+/// Runs `ticket` on another thread, held before its directory fsync (its files' fsyncs done),
+/// runs `meanwhile` (the pipelined appender), then lets the directory fsync go; returns what
+/// the ticket reports. A power cut before the hold is reached ends the ticket early.
+fn run_with_dir_sync_held<T>(disk: &SimDisk, ticket: SyncTicket, meanwhile: impl FnOnce() -> T) -> (Synced, Option<T>) {
+    let hold = disk.hold_dir_syncs();
+    std::thread::scope(|scope| {
+        let running = scope.spawn(move || ticket.run());
+        let started = Instant::now();
+        let held = loop {
+            if hold.wait_for_waiting(1, Duration::from_millis(5)) {
+                break true;
+            }
+            assert!(started.elapsed() < WAIT, "the ticket neither reached its directory fsync nor ended");
+            if running.is_finished() {
+                break false;
+            }
+        };
+        let during = held.then(meanwhile);
+        hold.release();
+        (running.join().unwrap(), during)
+    })
+}
+
+#[test]
+fn power_loss_after_a_ticket_synced_the_directory_of_segments_rolled_while_it_ran_gives_back_the_synced_prefix() {
+    for tear in [Tear::LoseUnsynced, Tear::Sectors { seed: 5 }, Tear::Sectors { seed: 424_242 }] {
+        for changes in 0..CHANGES_MAX_COUNT {
+            // The ticket after a roll syncs the full log, the new one's records, then the
+            // directory; two more rolls land between its files and its directory fsync, so that
+            // fsync makes the entries of two segments durable whose predecessor's last records
+            // (appended after the ticket synced them) are not.
+            let cut = cut_power_on_disk(tear, changes, |disk, store, synced_next, acknowledged| {
+                let next = append_past_a_roll(store, synced_next, 3)?;
+                let ticket = store.sync_begin()?;
+                assert!(ticket.completes_seal());
+                let (synced, during) = run_with_dir_sync_held(disk, ticket, || {
+                    let rolled = append_past_a_roll(store, next, 2)?;
+                    append_past_a_roll(store, rolled, 2)
+                });
+                store.sync_finish(synced)?;
+                *acknowledged = next - 1;
+                let next = during.ok_or(StoreError::Poisoned("the power failed".into()))??;
+                commit(store)?;
+                *acknowledged = next - 1;
+                Ok(())
+            });
+            if cut.kept_the_acknowledged_prefix(&format!("{tear:?}, power cut after {changes} changes")) {
+                break;
+            }
+            assert!(changes + 1 < CHANGES_MAX_COUNT, "the rolls and their commits never got through");
         }
     }
 }
@@ -584,6 +649,38 @@ fn rolls_past_the_pending_bound_complete_the_oldest_seal_in_place_and_keep_the_q
     }
     assert_eq!(held(&store), (1..next).collect::<Vec<_>>());
     complete_seals_then_reopen_from_their_indexes(&disk, store, SEALS_PENDING_MAX_COUNT, next);
+}
+
+#[test]
+fn an_append_that_would_roll_past_the_pending_bound_asks_for_a_commit_aside_first_and_then_runs_no_fsync() {
+    let disk = SimDisk::new();
+    let mut store = open(&disk);
+    let mut next = append_past_a_roll(&mut store, 1, 1).unwrap();
+    commit(&mut store).unwrap();
+    next = roll_segments(&mut store, next, SEALS_PENDING_MAX_COUNT).unwrap();
+    assert_eq!(store.seals_pending_count(), SEALS_PENDING_MAX_COUNT);
+    // Appends that fit ask for nothing; the one that would roll asks, once.
+    let mut asked = 0;
+    let segments = store.segment_count();
+    while store.segment_count() == segments {
+        let message = payload(next);
+        if store.commit_before_append(subject(next), None, &message) {
+            asked += 1;
+            // As the server's ingest does: a commit aside, its fsyncs with the lock let go.
+            let ticket = store.sync_begin_aside().unwrap();
+            assert_eq!(ticket.seals_count(), SEALS_PENDING_MAX_COUNT, "the commit completes every pending seal");
+            store.sync_finish(ticket.run()).unwrap();
+            assert!(!store.commit_before_append(subject(next), None, &message), "asked again after the commit");
+        }
+        let syncs = disk.counts().syncs;
+        append(&mut store, next).unwrap();
+        assert_eq!(disk.counts().syncs, syncs, "seq {next}: an append fsyncs nothing");
+        next += 1;
+    }
+    assert_eq!(asked, 1);
+    assert_eq!(store.seals_pending_count(), 1, "the roll began its own seal only");
+    assert_eq!(held(&store), (1..next).collect::<Vec<_>>());
+    complete_seals_then_reopen_from_their_indexes(&disk, store, 1, next);
 }
 
 #[test]

@@ -815,6 +815,14 @@ impl Stream {
             }
             // The chain goes with the store (lock order); taken again for the next part.
             drop(chain);
+            if std::mem::take(&mut part.commit_first) {
+                store = self.commit_before_roll(store);
+                part.committed = true;
+                // Split before an append, nothing was removed since the last part.
+                if held.is_empty() {
+                    continue;
+                }
+            }
             store = self.make_held(store, held, acks);
         }
         let Part { stored_any, must_sync, traced, .. } = part;
@@ -937,9 +945,16 @@ impl Stream {
                     }
                 }
             };
-            if !resumed && append_needs_snapshot(ingest, &message) {
-                part.resume = Some(message);
-                return true;
+            let committed = std::mem::take(&mut part.committed);
+            if !resumed || committed {
+                if !committed && commit_before_append(ingest, &message) {
+                    (part.resume, part.commit_first) = (Some(message), true);
+                    return true;
+                }
+                if append_needs_snapshot(ingest, &message) {
+                    part.resume = Some(message);
+                    return true;
+                }
             }
             let outcome = self.ingest_one(ingest, &mut message, false);
             if let Some(carried) = message.trace.take() {
@@ -998,6 +1013,19 @@ impl Stream {
         latency.observe(started.elapsed());
         let mut store = self.store();
         (store.sync_finish(synced), store)
+    }
+
+    /// Inside a batch, before an append that would roll into a full queue of pending seals: a
+    /// commit aside completes them with the store's lock let go for its fsyncs, so the roll
+    /// begins one more and fsyncs nothing (readers never wait for the disk). Aside, so that a
+    /// full disk it meets is reported to the batch's own commit, which refuses what the reload
+    /// dropped. A failure leaves the roll to complete the oldest seal in place, as before.
+    fn commit_before_roll<'s>(&'s self, store: StoreGuard<'s>) -> StoreGuard<'s> {
+        let (committed, store) = tokio::task::block_in_place(|| self.commit_aside(store));
+        if let Err(error) = committed {
+            tracing::error!(stream = %self.name, %error, "cannot complete the pending seals before a roll");
+        }
+        store
     }
 
     /// Before a batch, when nothing this task appended waits for a commit: takes the report of a
@@ -1193,10 +1221,21 @@ struct Part {
     quota: Option<Quota>,
     /// The message to go on with: the split came before its append.
     resume: Option<Inbound>,
+    /// The split is for a commit aside before `resume`'s append (its roll would otherwise
+    /// complete a pending seal under the lock; `StreamStore::commit_before_append`).
+    commit_first: bool,
+    /// That commit was made: `resume` is appended without asking again.
+    committed: bool,
     stored_any: bool,
     /// Whether something stored needs its own fsync before its ack (see `defers_sync`).
     must_sync: bool,
     traced: crate::trace::Stores,
+}
+
+/// Whether `message`'s append would roll into a full queue of pending seals, whose oldest the
+/// store would then complete in place, its fsyncs under the lock (`Stream::commit_before_roll`).
+fn commit_before_append(ingest: &Ingest<'_, '_>, message: &Inbound) -> bool {
+    ingest.store.commit_before_append(&message.subject, message.headers.as_deref(), &message.payload)
 }
 
 /// L3: whether the store's limits could answer `message`'s append by removing a message the

@@ -1032,3 +1032,75 @@ async fn readers_of_a_bucket_are_answered_while_an_object_of_three_segments_is_p
     assert_eq!(read_bytes, OBJECT_BYTES);
     assert_eq!(object.info.digest, put.digest);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_are_answered_while_appends_that_roll_past_the_pending_seals_bound_commit_them_aside() {
+    use super::disk_faults::{ack_of, broker_on_faulty_disk, wait_for_control};
+    /// Messages published before waiting for them to be appended: the ingest queue's bytes
+    /// stay far below its bound while every ack waits behind the held commit.
+    const PUBLISHED_AHEAD_COUNT: u64 = 8;
+    /// Bound on the appends of the whole run (debug builds, 2 cores shared); below the fault
+    /// switch's bound on a hold (`FAULT_HOLD_WAIT_MAX`), past which the held commit would run.
+    const APPEND_WAIT: Duration = Duration::from_secs(240);
+    let dir = tempfile::tempdir().unwrap();
+    let (store, control) = (dir.path().join("data"), dir.path().join("disk-faults"));
+    let broker = broker_on_faulty_disk(&store, &control);
+    let js = jetstream::new(broker.client().await);
+    let config = stream::Config {
+        name: "ROLLING".to_string(),
+        subjects: vec!["rolling.>".to_string()],
+        storage: stream::StorageType::File,
+        allow_direct: true,
+        ..Default::default()
+    };
+    let mut stream = js.create_stream(config).await.unwrap();
+    let subject = "rolling.frame";
+    let record_bytes = RECORD_HEADER_BYTES + subject.len() as u64 + BIG_PAYLOAD_BYTES as u64;
+    let fit = (semaq_store::SEGMENT_SIZE_DEFAULT_BYTES - SEGMENT_HEADER_BYTES) / record_bytes;
+    let body = |seq: u64| -> bytes::Bytes {
+        let mut body = vec![b'.'; BIG_PAYLOAD_BYTES];
+        body[..20].copy_from_slice(format!("{seq:020}").as_bytes());
+        body.into()
+    };
+    assert_eq!(ack_of(js.publish(subject, body(1)).await.unwrap()).await, Ok(1));
+
+    // The next commit's fsync is held: every later append is pipelined behind it, and each
+    // roll begins a seal that no commit completes meanwhile.
+    std::fs::write(&control, "hold-one").unwrap();
+    let mut acks = vec![js.publish(subject, body(2)).await.unwrap()];
+    wait_for_control(&control, |text| text.trim() == "holding", "the commit's fsync to be held").await;
+    let started = Instant::now();
+    // The next fsync is held too: the one that completes the pending seals.
+    std::fs::write(&control, "holding hold-one").unwrap();
+    // Four rolls fill the queue of pending seals; the fifth would complete the oldest.
+    let last = fit * (semaq_store::SEALS_PENDING_MAX_COUNT as u64 + 1) + 1;
+    let deadline = Instant::now() + APPEND_WAIT;
+    for seq in 3..=last {
+        acks.push(js.publish(subject, body(seq)).await.unwrap());
+        // The last one waits for the seals' commit before its append.
+        if seq < last && (seq % PUBLISHED_AHEAD_COUNT == 0 || seq == last - 1) {
+            while stream.info().await.unwrap().state.last_sequence < seq {
+                assert!(Instant::now() < deadline, "message {seq} was never appended");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+    assert!(deadline < started + semaq_store::FAULT_HOLD_WAIT_MAX, "the first hold outlasts the appends");
+    while std::fs::read_to_string(&control).unwrap_or_default().trim() != "holding holding" {
+        assert!(Instant::now() < deadline, "the seals' commit never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The seals' fsyncs are held: the lock is free, so readers are answered.
+    let info = tokio::time::timeout(READ_WAIT, stream.info()).await.expect("stream info waited for the fsync").unwrap();
+    assert_eq!(info.state.last_sequence, last - 1, "the roll waits for the seals' commit");
+    let got = tokio::time::timeout(READ_WAIT, stream.direct_get(last - 1)).await.expect("DIRECT.GET waited").unwrap();
+    assert_eq!(got.payload, body(last - 1));
+    assert_eq!(segment_logs(&store, "ROLLING").len(), semaq_store::SEALS_PENDING_MAX_COUNT + 1);
+
+    std::fs::write(&control, "").unwrap();
+    for (seq, ack) in (1..).zip(acks) {
+        assert_eq!(ack_of(ack).await, Ok(seq + 1));
+    }
+    assert_eq!(stream.info().await.unwrap().state.messages, last);
+    assert_eq!(segment_logs(&store, "ROLLING").len(), semaq_store::SEALS_PENDING_MAX_COUNT + 2);
+}

@@ -63,6 +63,8 @@ pub struct SimDisk {
 #[derive(Debug, Default)]
 struct Gate {
     held: bool,
+    /// Only directory fsyncs are held (`hold_dir_syncs`).
+    dirs_only: bool,
     waiting: u64,
 }
 
@@ -179,15 +181,27 @@ impl SimDisk {
 
     /// Holds every fsync (files and directories) until the returned hold is released.
     pub fn hold_syncs(&self) -> SyncHold {
-        self.gate.0.lock().unwrap_or_else(PoisonError::into_inner).held = true;
+        self.hold(false)
+    }
+
+    /// Holds every directory fsync until the returned hold is released; files' fsyncs run: a
+    /// commit stopped between its files and its directory, to line a race up there.
+    pub fn hold_dir_syncs(&self) -> SyncHold {
+        self.hold(true)
+    }
+
+    fn hold(&self, dirs_only: bool) -> SyncHold {
+        let mut gate = self.gate.0.lock().unwrap_or_else(PoisonError::into_inner);
+        (gate.held, gate.dirs_only) = (true, dirs_only);
         SyncHold { disk: self.clone() }
     }
 
-    /// Waits while fsyncs are held; called before an fsync takes the disk's lock.
-    fn pass_gate(&self) {
+    /// Waits while fsyncs (of a directory when `dir`) are held; called before an fsync takes
+    /// the disk's lock.
+    fn pass_gate(&self, dir: bool) {
         let (gate, changed) = &*self.gate;
         let mut guard = gate.lock().unwrap_or_else(PoisonError::into_inner);
-        if !guard.held {
+        if !guard.held || (guard.dirs_only && !dir) {
             return;
         }
         guard.waiting += 1;
@@ -449,7 +463,7 @@ impl Storage for SimDisk {
     }
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        self.pass_gate();
+        self.pass_gate(true);
         let mut state = self.state();
         state.change()?;
         if state.fail_syncs {
@@ -561,7 +575,7 @@ impl StorageFile for SimFile {
     }
 
     fn sync_data(&self) -> io::Result<()> {
-        self.disk.pass_gate();
+        self.disk.pass_gate(false);
         let mut state = self.state()?;
         state.sync_file(self.inode)
     }
