@@ -2,9 +2,9 @@
 //! account info` and friends ask: `$SYS.REQ.SERVER.PING` (statsz),
 //! `$SYS.REQ.SERVER.PING.<ENDPOINT>` and `$SYS.REQ.SERVER.<server id>.<ENDPOINT>` for `VARZ`,
 //! `CONNZ`, `SUBSZ`, `JSZ`, `HEALTHZ`, `ACCOUNTZ`, `LEAFZ`, `ROUTEZ`, `GATEWAYZ`, `STATSZ`,
-//! `IDZ` and the server's insides ([`runtime`]: `PROFILEZ`, `EXPVARZ`, `IPQUEUESZ`, `RAFTZ`);
+//! `IDZ` and the server's insides (`system/runtime.rs`: `PROFILEZ`, `EXPVARZ`, `IPQUEUESZ`, `RAFTZ`);
 //! the account-scoped `$SYS.REQ.ACCOUNT.<account>.<ENDPOINT>` ([`account`]); the subscriber
-//! counts `$SYS.REQ.ACCOUNT.NSUBS` and `$SYS.DEBUG.SUBSCRIBERS` ([`subscribers`]). Answers carry
+//! counts `$SYS.REQ.ACCOUNT.NSUBS` and `$SYS.DEBUG.SUBSCRIBERS` (`system/subscribers.rs`). Answers carry
 //! nats-server's `ServerAPIResponse` envelope `{server, data}` (or `{server, error}`), a request
 //! body is read as nats-server's endpoint options with its event filter (a server it does not
 //! name stays silent); `STATSZ` has its `{server, statsz}`, `IDZ` the server's info alone. The
