@@ -10,8 +10,9 @@
 //! it in its own layer), so no import cycle spans two modules. `architecture.rs` tests this.
 //!
 //! 1. **Basics:** [`limits`] (every default bound), [`sync`] (lock helpers, byte
-//!    budgets), [`imports`] (accounts' exports and imports, checked), [`stats`], [`identity`], [`options`] filled by [`config_file`] (nats-server's
-//!    format) and [`flags`] (its command line), [`auth`], [`tls`], [`priority`]
+//!    budgets), [`imports`] (accounts' exports and imports, checked), [`stats`], [`identity`], [`options`], [`auth`]
+//!    (credentials and permissions), [`config_file`] (nats-server's format, filling the options;
+//!    it reads an operator's JWT with [`auth`]) and [`flags`] (its command line), [`tls`], [`priority`]
 //!    (`Semaq-Priority`'s shares), [`latency`] (publish-to-delivery histograms), [`trace`]
 //!    (OpenTelemetry spans and `Nats-Trace-Dest`).
 //! 2. **Routing:** [`router`] (the subject trie), [`outbound`] (each client's bounded buffer and
