@@ -89,11 +89,8 @@ pub(crate) fn recover_locked(
     }
 }
 
-/// Takes the persisted floor up to the newest segment whose header says it was started behind
-/// a skip (`FLAG_AFTER_SKIP`: nothing below it was live then), before anything is removed: its
-/// commit makes the directory entry durable before the floor, and the older segments, kept
-/// until that floor is durable, hold only sequences below it.
-fn raise_floor_after_skip(storage: &dyn Storage, dir: &Path, meta: &mut MetaFile) -> StoreResult<()> {
+/// The first sequences of the segment logs in `dir`, oldest first.
+fn log_firsts(storage: &dyn Storage, dir: &Path) -> StoreResult<Vec<u64>> {
     let mut logs: Vec<u64> = storage
         .list_dir(dir)
         .map_err(io_error("list", dir))?
@@ -101,6 +98,15 @@ fn raise_floor_after_skip(storage: &dyn Storage, dir: &Path, meta: &mut MetaFile
         .filter_map(|name| parse_segment_name(name, LOG_EXTENSION))
         .collect();
     logs.sort_unstable();
+    Ok(logs)
+}
+
+/// Takes the persisted floor up to the newest segment whose header says it was started behind
+/// a skip (`FLAG_AFTER_SKIP`: nothing below it was live then), before anything is removed: its
+/// commit makes the directory entry durable before the floor, and the older segments, kept
+/// until that floor is durable, hold only sequences below it.
+fn raise_floor_after_skip(storage: &dyn Storage, dir: &Path, meta: &mut MetaFile) -> StoreResult<()> {
+    let logs = log_firsts(storage, dir)?;
     for &first_seq in logs.iter().rev() {
         if first_seq <= meta.floor_seq() {
             return Ok(());
@@ -196,13 +202,7 @@ fn recover_files(storage: &dyn Storage, dir: &Path, limits: StoreLimits, floor_s
 /// have left their records in the page cache only, and the next logs' directory entries must
 /// not become durable before them.
 fn sync_newest_sealed_logs(storage: &dyn Storage, dir: &Path) -> StoreResult<()> {
-    let mut logs: Vec<u64> = storage
-        .list_dir(dir)
-        .map_err(io_error("list", dir))?
-        .iter()
-        .filter_map(|name| parse_segment_name(name, LOG_EXTENSION))
-        .collect();
-    logs.sort_unstable();
+    let logs = log_firsts(storage, dir)?;
     let sealed = &logs[..logs.len().saturating_sub(1)];
     for &first_seq in &sealed[sealed.len().saturating_sub(SEALS_PENDING_MAX_COUNT)..] {
         let path = segment_path(dir, first_seq, LOG_EXTENSION);

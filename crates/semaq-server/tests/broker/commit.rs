@@ -794,14 +794,8 @@ async fn readers_are_answered_while_a_publish_whose_limit_drops_a_segment_is_fsy
     };
     let mut stream = js.create_stream(config).await.unwrap();
     let subject = "bounded.reading";
-    let record_bytes = RECORD_HEADER_BYTES + subject.len() as u64 + BIG_PAYLOAD_BYTES as u64;
     // The first segment fills with these; the next publish rolls, and empties it.
-    let fit = (semaq_store::SEGMENT_SIZE_DEFAULT_BYTES - SEGMENT_HEADER_BYTES) / record_bytes;
-    let body = |seq: u64| -> bytes::Bytes {
-        let mut body = vec![b'.'; BIG_PAYLOAD_BYTES];
-        body[..20].copy_from_slice(format!("{seq:020}").as_bytes());
-        body.into()
-    };
+    let fit = big_payloads_per_segment(subject);
     for seq in 1..=fit {
         assert_eq!(ack_of(js.publish(subject, body(seq)).await.unwrap()).await, Ok(seq));
     }
@@ -845,8 +839,7 @@ async fn a_bounded_stream_that_never_syncs_still_gives_the_segments_its_limit_em
     };
     js.create_stream(config).await.unwrap();
     let subject = "loose.reading";
-    let record_bytes = RECORD_HEADER_BYTES + subject.len() as u64 + BIG_PAYLOAD_BYTES as u64;
-    let dropping = (semaq_store::SEGMENT_SIZE_DEFAULT_BYTES - SEGMENT_HEADER_BYTES) / record_bytes + 1;
+    let dropping = big_payloads_per_segment(subject) + 1;
     for seq in 1..=dropping {
         let ack = js.publish(subject, vec![b'.'; BIG_PAYLOAD_BYTES].into()).await.unwrap();
         assert_eq!(ack.await.unwrap().sequence, seq);
@@ -874,9 +867,8 @@ async fn a_lowered_limit_is_answered_at_once_and_readers_are_answered_while_its_
     };
     let mut stream = js.create_stream(config.clone()).await.unwrap();
     let subject = "lowered.reading";
-    let record_bytes = RECORD_HEADER_BYTES + subject.len() as u64 + BIG_PAYLOAD_BYTES as u64;
     // The first segment full, one message in the second.
-    let last = (semaq_store::SEGMENT_SIZE_DEFAULT_BYTES - SEGMENT_HEADER_BYTES) / record_bytes + 1;
+    let last = big_payloads_per_segment(subject) + 1;
     for seq in 1..=last {
         assert_eq!(ack_of(js.publish(subject, vec![b'.'; BIG_PAYLOAD_BYTES].into()).await.unwrap()).await, Ok(seq));
     }
@@ -1055,13 +1047,7 @@ async fn readers_are_answered_while_appends_that_roll_past_the_pending_seals_bou
     };
     let mut stream = js.create_stream(config).await.unwrap();
     let subject = "rolling.frame";
-    let record_bytes = RECORD_HEADER_BYTES + subject.len() as u64 + BIG_PAYLOAD_BYTES as u64;
-    let fit = (semaq_store::SEGMENT_SIZE_DEFAULT_BYTES - SEGMENT_HEADER_BYTES) / record_bytes;
-    let body = |seq: u64| -> bytes::Bytes {
-        let mut body = vec![b'.'; BIG_PAYLOAD_BYTES];
-        body[..20].copy_from_slice(format!("{seq:020}").as_bytes());
-        body.into()
-    };
+    let fit = big_payloads_per_segment(subject);
     assert_eq!(ack_of(js.publish(subject, body(1)).await.unwrap()).await, Ok(1));
 
     // The next commit's fsync is held: every later append is pipelined behind it, and each
@@ -1103,4 +1089,17 @@ async fn readers_are_answered_while_appends_that_roll_past_the_pending_seals_bou
     }
     assert_eq!(stream.info().await.unwrap().state.messages, last);
     assert_eq!(segment_logs(&store, "ROLLING").len(), semaq_store::SEALS_PENDING_MAX_COUNT + 2);
+}
+
+/// How many big payloads published to `subject` fill a segment of the default size.
+fn big_payloads_per_segment(subject: &str) -> u64 {
+    let record_bytes = RECORD_HEADER_BYTES + subject.len() as u64 + BIG_PAYLOAD_BYTES as u64;
+    (semaq_store::SEGMENT_SIZE_DEFAULT_BYTES - SEGMENT_HEADER_BYTES) / record_bytes
+}
+
+/// A big payload numbered `seq` in its first 20 bytes.
+fn body(seq: u64) -> bytes::Bytes {
+    let mut body = vec![b'.'; BIG_PAYLOAD_BYTES];
+    body[..20].copy_from_slice(format!("{seq:020}").as_bytes());
+    body.into()
 }
