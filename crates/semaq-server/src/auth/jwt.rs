@@ -240,6 +240,8 @@ pub struct DefaultPermissions {
     /// Subscribe.
     #[serde(rename = "sub")]
     pub subscribe: SubjectList,
+    /// Replies to received requests.
+    pub resp: Option<ResponsePermission>,
 }
 
 /// An account JWT's `nats` claims.

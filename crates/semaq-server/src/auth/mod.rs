@@ -3,6 +3,7 @@
 
 pub mod jwt;
 pub mod nkey;
+pub mod responses;
 pub mod trust;
 
 use std::collections::HashMap;
@@ -11,7 +12,7 @@ use std::sync::Arc;
 use semaq_wire::info::ConnectOptions;
 use semaq_wire::subject;
 
-use crate::options::{Options, Permissions, SubjectPermission};
+use crate::options::{Options, Permissions, ResponsePermission, SubjectPermission};
 pub use trust::{AccountSlot, Trust, TrustError};
 
 /// Why a client was refused.
@@ -204,12 +205,24 @@ fn constant_time_eq(a: &str, b: &str) -> bool {
 pub struct ClientPermissions {
     publish: Option<SubjectPermission>,
     subscribe: Option<SubjectPermission>,
+    responses: Option<ResponsePermission>,
 }
 
 impl ClientPermissions {
-    /// Compiles configured permissions.
+    /// Compiles configured permissions. Response permissions restrict publishing as
+    /// nats-server's `validateResponsePermissions` does: without an allow list, the user may
+    /// publish nothing but its replies.
     pub fn new(permissions: &Permissions) -> Self {
-        Self { publish: permissions.publish.clone(), subscribe: permissions.subscribe.clone() }
+        let mut publish = permissions.publish.clone();
+        if permissions.responses.is_some() {
+            publish.get_or_insert_with(SubjectPermission::default);
+        }
+        Self { publish, subscribe: permissions.subscribe.clone(), responses: permissions.responses }
+    }
+
+    /// How many replies to each delivered request the user may send, when it may.
+    pub fn responses(&self) -> Option<ResponsePermission> {
+        self.responses
     }
 
     /// The publish rules, when publishing is restricted.
@@ -222,10 +235,12 @@ impl ClientPermissions {
         self.subscribe.as_ref()
     }
 
-    /// Whether a message may be published to the literal `subject`.
+    /// Whether a message may be published to the literal `subject`, replies allowed by response
+    /// permissions aside (the connection tracks those).
     pub fn may_publish(&self, subject: &str) -> bool {
         let Some(rules) = &self.publish else { return true };
-        let allowed = rules.allow.is_empty() || rules.allow.iter().any(|filter| subject::matches(filter, subject));
+        let allow_all = rules.allow.is_empty() && self.responses.is_none();
+        let allowed = allow_all || rules.allow.iter().any(|filter| subject::matches(filter, subject));
         allowed && !rules.deny.iter().any(|filter| subject::matches(filter, subject))
     }
 
@@ -311,6 +326,7 @@ mod tests {
         let permissions = ClientPermissions::new(&Permissions {
             publish: Some(rules(&["orders.>"], &["orders.secret"])),
             subscribe: Some(rules(&["events.>", "_INBOX.>"], &["events.private.>"])),
+            responses: None,
         });
         assert!(permissions.may_publish("orders.new"));
         assert!(!permissions.may_publish("orders.secret"));
@@ -321,5 +337,18 @@ mod tests {
         assert!(!permissions.may_subscribe(">"));
         assert!(!permissions.may_receive("events.private.x"));
         assert!(permissions.may_receive("events.public"));
+    }
+
+    #[test]
+    fn response_permissions_without_a_publish_allow_list_allow_no_publish() {
+        let responses = Some(ResponsePermission::default());
+        let only_responses = ClientPermissions::new(&Permissions { responses, ..Permissions::default() });
+        assert!(!only_responses.may_publish("_INBOX.abc"));
+        let deny_only = SubjectPermission { allow: Vec::new(), deny: vec!["secret".into()] };
+        let with_deny = ClientPermissions::new(&Permissions { publish: Some(deny_only), responses, subscribe: None });
+        assert!(!with_deny.may_publish("orders"), "a deny list alone is no allow list");
+        let allow = SubjectPermission { allow: vec!["orders.>".into()], deny: Vec::new() };
+        let with_allow = ClientPermissions::new(&Permissions { publish: Some(allow), responses, subscribe: None });
+        assert!(with_allow.may_publish("orders.new") && !with_allow.may_publish("payments"));
     }
 }

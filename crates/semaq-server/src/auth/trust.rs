@@ -4,16 +4,17 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use semaq_wire::info::ConnectOptions;
 
-use super::jwt::UserPermissionLimits;
 use super::jwt::{self, AccountLimits, AccountNats, Claims, JwtError, OperatorNats, SubjectList, UserNats};
 use super::jwt::{ExportClaim, ImportClaim};
+use super::jwt::{ResponsePermission as JwtResponses, UserPermissionLimits};
 use super::{nkey, AuthError, ClientPermissions};
 use crate::imports::{AccountLinks, Export, Import, Kind as LinkKind, ResponseType};
 use crate::limits;
-use crate::options::{AccountJetStream, OperatorOptions, Permissions, SubjectPermission};
+use crate::options::{AccountJetStream, OperatorOptions, Permissions, ResponsePermission, SubjectPermission};
 
 /// Why the operator configuration cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -137,7 +138,7 @@ impl Trust {
         let default_permissions = claims
             .nats
             .default_permissions
-            .map(|defaults| permissions(&defaults.publish, &defaults.subscribe))
+            .map(|defaults| permissions(&defaults.publish, &defaults.subscribe, defaults.resp.as_ref()))
             .filter(|p| p.publish.is_some() || p.subscribe.is_some())
             .map(|p| Arc::new(ClientPermissions::new(&p)));
         Ok(JwtAccount {
@@ -309,27 +310,32 @@ fn is_template(limits: &UserPermissionLimits) -> bool {
     lists.iter().flat_map(|list| list.allow.iter().chain(list.deny.iter()).flatten()).any(|s| s.contains("{{"))
 }
 
-fn permissions(publish: &SubjectList, subscribe: &SubjectList) -> Permissions {
+fn permissions(publish: &SubjectList, subscribe: &SubjectList, resp: Option<&JwtResponses>) -> Permissions {
     let rules = |list: &SubjectList| {
         (!list.is_empty()).then(|| SubjectPermission {
             allow: list.allow.clone().unwrap_or_default(),
             deny: list.deny.clone().unwrap_or_default(),
         })
     };
-    Permissions { publish: rules(publish), subscribe: rules(subscribe) }
+    Permissions { publish: rules(publish), subscribe: rules(subscribe), responses: resp.map(responses) }
 }
 
-/// The user's own permissions. With `resp` and no publish allow list nats-server lets the user
-/// publish only replies to requests it received; SemaQ does not track those replies yet, so such
-/// a user may publish nothing rather than everything.
+/// The user's own permissions.
 fn user_permissions(limits: &UserPermissionLimits) -> Permissions {
-    let mut granted = permissions(&limits.publish, &limits.subscribe);
-    let no_allow_list = limits.publish.allow.as_ref().is_none_or(Vec::is_empty);
-    if limits.resp.is_some() && no_allow_list {
-        let publish = granted.publish.get_or_insert_with(SubjectPermission::default);
-        publish.deny.push(">".to_string());
+    permissions(&limits.publish, &limits.subscribe, limits.resp.as_ref())
+}
+
+/// A JWT's `resp` as nats-server reads it: `max` and `ttl` (nanoseconds) of 0 take the defaults,
+/// negative ones mean no bound.
+fn responses(resp: &JwtResponses) -> ResponsePermission {
+    let mut responses = ResponsePermission::default();
+    if resp.max != 0 {
+        responses.msgs_max = u64::try_from(resp.max).ok();
     }
-    granted
+    if resp.ttl != 0 {
+        responses.expires = u64::try_from(resp.ttl).ok().map(Duration::from_nanos);
+    }
+    responses
 }
 
 /// Copies the JWT's JetStream limits onto the type the config's account `jetstream {}` blocks
@@ -385,14 +391,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn responses_without_a_publish_allow_list_grant_no_publish() {
-        let limits = UserPermissionLimits { resp: Some(Default::default()), ..Default::default() };
+    fn responses_without_a_publish_allow_list_allow_only_replies() {
+        let limits = UserPermissionLimits { resp: Some(JwtResponses::default()), ..Default::default() };
         let granted = ClientPermissions::new(&user_permissions(&limits));
-        assert!(!granted.may_publish("_INBOX.abc"), "replies are not tracked: nothing rather than everything");
+        assert!(!granted.may_publish("_INBOX.abc"), "only as a reply the connection tracks");
+        assert_eq!(granted.responses(), Some(ResponsePermission::default()));
         let allowed = SubjectList { allow: Some(vec!["orders.>".into()]), deny: None };
         let limits = UserPermissionLimits { publish: allowed, ..limits };
         let granted = ClientPermissions::new(&user_permissions(&limits));
         assert!(granted.may_publish("orders.new") && !granted.may_publish("payments"));
+    }
+
+    #[test]
+    fn jwt_responses_of_zero_take_the_defaults_and_negative_ones_no_bound() {
+        let given = responses(&JwtResponses { max: 3, ttl: 5_000_000_000 });
+        assert_eq!(given, ResponsePermission { msgs_max: Some(3), expires: Some(Duration::from_secs(5)) });
+        assert_eq!(responses(&JwtResponses { max: 0, ttl: 0 }), ResponsePermission::default());
+        assert_eq!(responses(&JwtResponses { max: -1, ttl: -1 }), ResponsePermission { msgs_max: None, expires: None });
     }
 
     #[test]
