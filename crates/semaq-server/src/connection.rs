@@ -350,7 +350,7 @@ impl Connection {
             return Ok(());
         }
         let Grant { user, permissions, limits, slot, account } =
-            match self.context.auth.authenticate(&options, self.nonce.as_deref()) {
+            match self.context.auth.authenticate(&options, self.nonce.as_deref(), Some(self.client.addr.ip())) {
                 Ok(grant) => grant,
                 Err(error) => return self.refuse(error),
             };

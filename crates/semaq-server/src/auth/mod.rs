@@ -4,9 +4,11 @@
 pub mod jwt;
 pub mod nkey;
 pub mod responses;
+pub mod restrictions;
 pub mod trust;
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use semaq_wire::info::ConnectOptions;
@@ -127,14 +129,19 @@ impl Authenticator {
     }
 
     /// Grants access for the credentials in `connect`, whose nkey signature must be of `nonce`
-    /// (the one sent in this connection's INFO), or refuses.
-    pub fn authenticate(&self, connect: &ConnectOptions, nonce: Option<&str>) -> Result<Grant, AuthError> {
+    /// (the one sent in this connection's INFO), from a client at `peer`, or refuses.
+    pub fn authenticate(
+        &self,
+        connect: &ConnectOptions,
+        nonce: Option<&str>,
+        peer: Option<IpAddr>,
+    ) -> Result<Grant, AuthError> {
         if !self.is_required() {
             return Ok(Grant::default());
         }
         if let Some(trust) = &self.trust {
             // Operator mode has no other kind of user (the config refuses them).
-            let granted = trust.authenticate(connect, nonce)?;
+            let granted = trust.authenticate(connect, nonce, peer)?;
             let limits = ConnectionLimits {
                 subscriptions_max: granted.subscriptions_max,
                 payload_bytes_max: granted.payload_bytes_max,
@@ -285,7 +292,7 @@ mod tests {
     fn without_auth_everyone_is_granted() {
         let auth = Authenticator::from_options(&Options::default()).unwrap();
         assert!(!auth.is_required());
-        assert!(auth.authenticate(&connect(None, None, None), None).is_ok());
+        assert!(auth.authenticate(&connect(None, None, None), None, None).is_ok());
     }
 
     #[test]
@@ -293,9 +300,9 @@ mod tests {
         let mut options = Options::default();
         options.auth.token = Some("s3cret".into());
         let auth = Authenticator::from_options(&options).unwrap();
-        assert!(auth.authenticate(&connect(None, None, Some("s3cret")), None).is_ok());
-        assert_eq!(auth.authenticate(&connect(None, None, Some("nope")), None).err(), Some(AuthError::Violation));
-        assert_eq!(auth.authenticate(&connect(None, None, None), None).err(), Some(AuthError::Violation));
+        assert!(auth.authenticate(&connect(None, None, Some("s3cret")), None, None).is_ok());
+        assert_eq!(auth.authenticate(&connect(None, None, Some("nope")), None, None).err(), Some(AuthError::Violation));
+        assert_eq!(auth.authenticate(&connect(None, None, None), None, None).err(), Some(AuthError::Violation));
     }
 
     #[test]
@@ -306,15 +313,18 @@ mod tests {
         }
         let auth = Authenticator::from_options(&options).unwrap();
         assert_eq!(
-            auth.authenticate(&connect(Some("alice"), Some("a"), None), None).ok().and_then(|g| g.user),
+            auth.authenticate(&connect(Some("alice"), Some("a"), None), None, None).ok().and_then(|g| g.user),
             Some("alice".into())
         );
-        assert!(auth.authenticate(&connect(Some("alice"), Some("b"), None), None).is_err());
-        assert!(auth.authenticate(&connect(Some("carol"), Some("a"), None), None).is_err());
-        assert!(auth.authenticate(&connect(None, None, None), None).is_err());
+        assert!(auth.authenticate(&connect(Some("alice"), Some("b"), None), None, None).is_err());
+        assert!(auth.authenticate(&connect(Some("carol"), Some("a"), None), None, None).is_err());
+        assert!(auth.authenticate(&connect(None, None, None), None, None).is_err());
         options.auth.no_auth_user = Some("bob".into());
         let auth = Authenticator::from_options(&options).unwrap();
-        assert_eq!(auth.authenticate(&connect(None, None, None), None).ok().and_then(|g| g.user), Some("bob".into()));
+        assert_eq!(
+            auth.authenticate(&connect(None, None, None), None, None).ok().and_then(|g| g.user),
+            Some("bob".into())
+        );
     }
 
     #[test]

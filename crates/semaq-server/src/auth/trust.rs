@@ -2,6 +2,7 @@
 //! `resolver_preload`), and the users those accounts, or their signing keys, sign.
 
 use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +12,7 @@ use semaq_wire::info::ConnectOptions;
 use super::jwt::{self, AccountLimits, AccountNats, Claims, JwtError, OperatorNats, SubjectList, UserNats};
 use super::jwt::{ExportClaim, ImportClaim};
 use super::jwt::{ResponsePermission as JwtResponses, UserPermissionLimits};
+use super::restrictions::{self, Window};
 use super::{nkey, AuthError, ClientPermissions};
 use crate::imports::{AccountLinks, Export, Import, Kind as LinkKind, ResponseType};
 use crate::limits;
@@ -133,13 +135,13 @@ impl Trust {
         }
         let signing_keys = claims.nats.signing_keys.unwrap_or_default().into_iter().map(|key| match key {
             jwt::SigningKey::Plain(key) => (key, None),
-            jwt::SigningKey::Scoped { key, template } => (key, Some(template)),
+            jwt::SigningKey::Scoped { key, template } => (key, Some(*template)),
         });
         let default_permissions = claims
             .nats
             .default_permissions
             .map(|defaults| permissions(&defaults.publish, &defaults.subscribe, defaults.resp.as_ref()))
-            .filter(|p| p.publish.is_some() || p.subscribe.is_some())
+            .filter(|p| p.publish.is_some() || p.subscribe.is_some() || p.responses.is_some())
             .map(|p| Arc::new(ClientPermissions::new(&p)));
         Ok(JwtAccount {
             public_key: claims.sub,
@@ -189,8 +191,14 @@ impl Trust {
         })
     }
 
-    /// Checks the user JWT in `connect` and the chain above it, then the signature of `nonce`.
-    pub fn authenticate(&self, connect: &ConnectOptions, nonce: Option<&str>) -> Result<JwtGrant, AuthError> {
+    /// Checks the user JWT in `connect` and the chain above it, then the signature of `nonce`,
+    /// then that the client at `peer` connects from where and when the JWT allows.
+    pub fn authenticate(
+        &self,
+        connect: &ConnectOptions,
+        nonce: Option<&str>,
+        peer: Option<IpAddr>,
+    ) -> Result<JwtGrant, AuthError> {
         let token = connect.jwt.as_deref().ok_or(AuthError::Violation)?;
         let user: Claims<UserNats> = jwt::decode(token, limits::USER_JWT_BYTES_MAX).map_err(refused("user JWT"))?;
         let now = now();
@@ -212,6 +220,13 @@ impl Trust {
         if account.revoked(&user.sub, user.iat) {
             return Err(refusal("user authentication revoked"));
         }
+        if !restrictions::source_allowed(&limits.src, peer) {
+            return Err(refusal("bad src IP"));
+        }
+        let times = limits.times.as_deref().unwrap_or_default();
+        let checked_at = jiff::Timestamp::now();
+        let window = restrictions::connect_window(times, &limits.times_location, checked_at)
+            .ok_or_else(|| refusal("outside connect times"))?;
         let permissions = match limits.has_permissions() {
             true => Some(Arc::new(ClientPermissions::new(&user_permissions(&limits)))),
             false => account.default_permissions.clone(),
@@ -220,7 +235,7 @@ impl Trust {
             subscriptions_max: least(limits.subs, account.limits.subs),
             payload_bytes_max: least(limits.payload, account.limits.payload),
             permissions,
-            expires: (user.exp > 0).then_some(user.exp),
+            expires: expiry(user.exp, window, checked_at),
             slot: account.take_slot()?,
             user: user.sub,
             account: account.public_key.clone(),
@@ -359,6 +374,25 @@ fn count_limit(value: i64) -> Option<u64> {
 /// A JWT limit as a bound: -1 (or any negative) is none.
 fn limit(value: i64) -> Option<u64> {
     u64::try_from(value).ok()
+}
+
+/// When the connection must close, seconds since the epoch: at the JWT's `exp`, or when its
+/// time range ends (rounded up, so never before), whichever is first (nats-server's
+/// `setExpiration`).
+fn expiry(exp: i64, window: Window, checked_at: jiff::Timestamp) -> Option<i64> {
+    let exp = (exp > 0).then_some(exp);
+    let range_end = match window {
+        Window::Always => None,
+        Window::For(left) => {
+            let end = checked_at.as_nanosecond().saturating_add(i128::try_from(left.as_nanos()).unwrap_or(i128::MAX));
+            let seconds = end.div_euclid(1_000_000_000) + i128::from(end.rem_euclid(1_000_000_000) > 0);
+            Some(i64::try_from(seconds).unwrap_or(i64::MAX))
+        }
+    };
+    match (exp, range_end) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 fn least(a: i64, b: i64) -> Option<usize> {
