@@ -159,3 +159,31 @@ async fn request_once_subscribed(client: &async_nats::Client) -> Result<async_na
         }
     }
 }
+
+#[tokio::test]
+async fn user_info_shows_the_response_permissions() {
+    let config = r#"
+accounts {
+  $SYS { users [ { user: sys, password: sys } ] }
+  A { users [ { user: asker, password: a, permissions: {
+      publish: "$SYS.REQ.USER.INFO", subscribe: "_INBOX.>", allow_responses: { max: 3, expires: "1m" } } } ] }
+}
+"#;
+    let semaq = SemaqServer::with_config(config, &[]);
+    let client = async_nats::ConnectOptions::with_user_and_password("asker".into(), "a".into())
+        .connect(semaq.url())
+        .await
+        .expect("asker connects");
+    let reply = tokio::time::timeout(Duration::from_secs(5), client.request("$SYS.REQ.USER.INFO", "".into()))
+        .await
+        .expect("answered in time")
+        .expect("answered");
+    let info: serde_json::Value = serde_json::from_slice(&reply.payload).expect("JSON");
+    // As nats-server's source answers it (nats-server 2.9 has no user info import to compare with).
+    let expected = serde_json::json!({
+        "publish": { "allow": ["$SYS.REQ.USER.INFO"] },
+        "subscribe": { "allow": ["_INBOX.>"] },
+        "responses": { "max": 3, "ttl": 60_000_000_000_i64 },
+    });
+    assert_eq!(info["data"]["permissions"], expected);
+}
