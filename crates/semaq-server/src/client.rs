@@ -7,10 +7,11 @@ use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use semaq_wire::info::ConnectOptions;
 
+use crate::auth::responses::ReplyPermits;
 use crate::auth::{AccountSlot, ClientPermissions};
 use crate::limits;
 use crate::outbound::{CloseReason, Outbound};
@@ -61,6 +62,10 @@ pub struct Client {
     echo: AtomicBool,
     headers: AtomicBool,
     filters_deliveries: AtomicBool,
+    /// Whether the user has response permissions, so deliveries record their reply subjects.
+    tracks_replies: AtomicBool,
+    /// The reply subjects it may publish to under its response permissions; set at CONNECT.
+    replies: Mutex<Option<ReplyPermits>>,
     /// Whether the connection runs over TLS.
     pub tls: bool,
     /// The connection's place in its account's connection limit, freed before the socket closes.
@@ -92,6 +97,8 @@ impl Client {
             echo: AtomicBool::new(true),
             headers: AtomicBool::new(false),
             filters_deliveries: AtomicBool::new(false),
+            tracks_replies: AtomicBool::new(false),
+            replies: Mutex::new(None),
             account_slot: Mutex::new(None),
             tls,
         }
@@ -130,6 +137,30 @@ impl Client {
         self.details().and_then(|d| d.permissions.as_ref()).is_none_or(|p| p.may_receive(subject))
     }
 
+    /// Records that a request with `reply` was delivered, when the user's response permissions
+    /// are what would let it answer.
+    pub fn record_reply(&self, reply: &str) {
+        if !self.tracks_replies.load(Ordering::Relaxed) {
+            return;
+        }
+        let permissions = self.details().and_then(|d| d.permissions.as_ref());
+        if permissions.is_none_or(|p| p.may_publish(reply)) {
+            return;
+        }
+        if let Some(replies) = lock(&self.replies).as_mut() {
+            replies.record(reply, Instant::now());
+        }
+    }
+
+    /// Whether the response permissions let the client publish to `subject`, spending one of the
+    /// replies allowed to the request delivered with it.
+    pub fn may_reply(&self, subject: &str) -> bool {
+        if !self.tracks_replies.load(Ordering::Relaxed) {
+            return false;
+        }
+        lock(&self.replies).as_mut().is_some_and(|replies| replies.allow(subject, Instant::now()))
+    }
+
     /// Holds the connection's place in its account's connection limit until
     /// [`Client::release_account_slot`].
     pub fn hold_account_slot(&self, slot: Option<Arc<AccountSlot>>) {
@@ -149,6 +180,10 @@ impl Client {
         self.headers.store(details.options.headers, Ordering::Relaxed);
         let filters = details.permissions.as_ref().is_some_and(|p| p.filters_deliveries());
         self.filters_deliveries.store(filters, Ordering::Relaxed);
+        if let Some(rule) = details.permissions.as_ref().and_then(|p| p.responses()) {
+            *lock(&self.replies) = Some(ReplyPermits::new(rule, Instant::now()));
+            self.tracks_replies.store(true, Ordering::Relaxed);
+        }
         let _ = self.details.set(details);
     }
 }

@@ -350,7 +350,7 @@ impl Connection {
             return Ok(());
         }
         let Grant { user, permissions, limits, slot, account } =
-            match self.context.auth.authenticate(&options, self.nonce.as_deref()) {
+            match self.context.auth.authenticate(&options, self.nonce.as_deref(), Some(self.client.addr.ip())) {
                 Ok(grant) => grant,
                 Err(error) => return self.refuse(error),
             };
@@ -403,7 +403,15 @@ impl Connection {
         self.client.details().and_then(|details| details.permissions.as_ref())
     }
 
+    /// Whether the permissions let the client publish to `subject`, or its response permissions
+    /// a reply there (which spends one).
     fn may_publish(&mut self, subject: &ByteString) -> bool {
+        self.may_publish_statically(subject) || self.client.may_reply(subject)
+    }
+
+    /// Whether the permissions alone let the client publish to `subject`; cached, since replies
+    /// allowed by response permissions are not part of it.
+    fn may_publish_statically(&mut self, subject: &ByteString) -> bool {
         let Some(permissions) = self.permissions().cloned() else { return true };
         if let Some(allowed) = self.publish_allowed.get(subject) {
             return *allowed;
@@ -472,7 +480,8 @@ impl Connection {
         if delivered == 0 {
             self.no_responders(&message);
         }
-        if let Some((dest, event)) = trace_event.filter(|(dest, _)| self.may_publish(&ByteString::from(dest.as_str())))
+        if let Some((dest, event)) =
+            trace_event.filter(|(dest, _)| self.may_publish_statically(&ByteString::from(dest.as_str())))
         {
             // The trace event stays in the publisher's account, as in nats-server.
             let event = Message { subject: &dest, reply: None, headers: None, payload: &event, publisher: None };

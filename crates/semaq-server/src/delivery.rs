@@ -240,6 +240,9 @@ pub fn deliver(
             let bytes = headers.map_or(0, <[u8]>::len) + message.payload.len();
             client.outbound.traffic.record(bytes);
             client.server_subjects.record_out(message.subject, bytes);
+            if let Some(reply) = message.reply {
+                client.record_reply(reply);
+            }
             flush.add(client);
             true
         }

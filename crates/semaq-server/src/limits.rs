@@ -450,3 +450,18 @@ pub const STREAM_COMMIT_WAITING_MESSAGES_MAX: usize = 4 * STREAM_INGEST_BATCH_ME
 /// Sequences from a work queue's or interest stream's first that a start looks at for messages
 /// its consumers had acknowledged but a crash kept (their removal was not yet synced).
 pub const RETENTION_RECHECK_MESSAGES_MAX: u64 = 100_000;
+/// Replies a user with response permissions may send to one request delivered to it
+/// (configurable: `allow_responses.max`, a user JWT's `resp.max`; nats-server's default).
+pub const RESPONSE_MSGS_MAX: u64 = 1;
+/// How long after a request's delivery its reply is allowed (configurable:
+/// `allow_responses.expires`, a user JWT's `resp.ttl`; nats-server's default).
+pub const RESPONSE_EXPIRES: Duration = Duration::from_secs(120);
+/// Reply subjects recorded for one connection's response permissions since the last prune
+/// before the record is pruned of spent and expired entries (nats-server's `replyPermLimit`).
+pub const REPLY_PERMITS_PRUNE_ADDED_MAX: usize = 4096;
+/// Time after which the next recorded reply prunes the record (nats-server's `replyPruneTime`).
+pub const REPLY_PERMITS_PRUNE_INTERVAL: Duration = Duration::from_secs(1);
+/// Reply subjects one connection's record holds at most, pruned or not: nats-server has no such
+/// bound, so a service that never answers long-lived requests grows it without end there. Past
+/// it a delivered request's reply is not recorded, and answering it is refused.
+pub const REPLY_PERMITS_MAX: usize = 64 * 1024;

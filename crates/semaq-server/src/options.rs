@@ -249,6 +249,24 @@ pub struct Permissions {
     pub publish: Option<SubjectPermission>,
     /// Subjects the user may subscribe to.
     pub subscribe: Option<SubjectPermission>,
+    /// Replies the user may send to the requests delivered to it (`allow_responses`, a user
+    /// JWT's `resp`). With it, publishing without an allow list allows nothing but those replies.
+    pub responses: Option<ResponsePermission>,
+}
+
+/// How many replies a user may send to each request delivered to it, and for how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResponsePermission {
+    /// Replies per request; `None` unlimited.
+    pub msgs_max: Option<u64>,
+    /// How long after delivery a reply is allowed; `None` for ever.
+    pub expires: Option<Duration>,
+}
+
+impl Default for ResponsePermission {
+    fn default() -> Self {
+        Self { msgs_max: Some(limits::RESPONSE_MSGS_MAX), expires: Some(limits::RESPONSE_EXPIRES) }
+    }
 }
 
 /// Allow and deny lists of subject filters (wildcards allowed). Deny wins over allow.

@@ -12,6 +12,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 use super::nkey::{self, Role};
+use super::restrictions::TimeRange;
 
 /// Why a JWT was not accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -145,6 +146,13 @@ pub struct UserPermissionLimits {
     pub bearer_token: bool,
     /// Which kinds of connection may use it (`STANDARD`, `WEBSOCKET`...); empty means all.
     pub allowed_connection_types: Option<Vec<String>>,
+    /// Networks it may connect from (CIDRs); empty means any.
+    #[serde(deserialize_with = "super::restrictions::cidr_list")]
+    pub src: Vec<String>,
+    /// Daily time ranges it may connect in; none means any time.
+    pub times: Option<Vec<TimeRange>>,
+    /// The zone of `times` (an IANA name); empty is the server's own.
+    pub times_location: String,
 }
 
 impl UserPermissionLimits {
@@ -154,6 +162,9 @@ impl UserPermissionLimits {
             && [self.subs, self.payload, self.data] == [0, 0, 0]
             && !self.bearer_token
             && self.allowed_connection_types.as_ref().is_none_or(Vec::is_empty)
+            && self.src.is_empty()
+            && self.times.as_ref().is_none_or(Vec::is_empty)
+            && self.times_location.is_empty()
     }
 
     /// Whether the claims restrict subjects at all (else the account's default permissions apply).
@@ -226,7 +237,7 @@ pub enum SigningKey {
         key: String,
         /// What users signed with it may do.
         #[serde(default)]
-        template: UserPermissionLimits,
+        template: Box<UserPermissionLimits>,
     },
 }
 
@@ -240,6 +251,8 @@ pub struct DefaultPermissions {
     /// Subscribe.
     #[serde(rename = "sub")]
     pub subscribe: SubjectList,
+    /// Replies to received requests.
+    pub resp: Option<ResponsePermission>,
 }
 
 /// An account JWT's `nats` claims.

@@ -3,15 +3,18 @@
 
 pub mod jwt;
 pub mod nkey;
+pub mod responses;
+pub mod restrictions;
 pub mod trust;
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use semaq_wire::info::ConnectOptions;
 use semaq_wire::subject;
 
-use crate::options::{Options, Permissions, SubjectPermission};
+use crate::options::{Options, Permissions, ResponsePermission, SubjectPermission};
 pub use trust::{AccountSlot, Trust, TrustError};
 
 /// Why a client was refused.
@@ -126,14 +129,19 @@ impl Authenticator {
     }
 
     /// Grants access for the credentials in `connect`, whose nkey signature must be of `nonce`
-    /// (the one sent in this connection's INFO), or refuses.
-    pub fn authenticate(&self, connect: &ConnectOptions, nonce: Option<&str>) -> Result<Grant, AuthError> {
+    /// (the one sent in this connection's INFO), from a client at `peer`, or refuses.
+    pub fn authenticate(
+        &self,
+        connect: &ConnectOptions,
+        nonce: Option<&str>,
+        peer: Option<IpAddr>,
+    ) -> Result<Grant, AuthError> {
         if !self.is_required() {
             return Ok(Grant::default());
         }
         if let Some(trust) = &self.trust {
             // Operator mode has no other kind of user (the config refuses them).
-            let granted = trust.authenticate(connect, nonce)?;
+            let granted = trust.authenticate(connect, nonce, peer)?;
             let limits = ConnectionLimits {
                 subscriptions_max: granted.subscriptions_max,
                 payload_bytes_max: granted.payload_bytes_max,
@@ -204,12 +212,24 @@ fn constant_time_eq(a: &str, b: &str) -> bool {
 pub struct ClientPermissions {
     publish: Option<SubjectPermission>,
     subscribe: Option<SubjectPermission>,
+    responses: Option<ResponsePermission>,
 }
 
 impl ClientPermissions {
-    /// Compiles configured permissions.
+    /// Compiles configured permissions. Response permissions restrict publishing as
+    /// nats-server's `validateResponsePermissions` does: without an allow list, the user may
+    /// publish nothing but its replies.
     pub fn new(permissions: &Permissions) -> Self {
-        Self { publish: permissions.publish.clone(), subscribe: permissions.subscribe.clone() }
+        let mut publish = permissions.publish.clone();
+        if permissions.responses.is_some() {
+            publish.get_or_insert_with(SubjectPermission::default);
+        }
+        Self { publish, subscribe: permissions.subscribe.clone(), responses: permissions.responses }
+    }
+
+    /// How many replies to each delivered request the user may send, when it may.
+    pub fn responses(&self) -> Option<ResponsePermission> {
+        self.responses
     }
 
     /// The publish rules, when publishing is restricted.
@@ -222,10 +242,12 @@ impl ClientPermissions {
         self.subscribe.as_ref()
     }
 
-    /// Whether a message may be published to the literal `subject`.
+    /// Whether a message may be published to the literal `subject`, replies allowed by response
+    /// permissions aside (the connection tracks those).
     pub fn may_publish(&self, subject: &str) -> bool {
         let Some(rules) = &self.publish else { return true };
-        let allowed = rules.allow.is_empty() || rules.allow.iter().any(|filter| subject::matches(filter, subject));
+        let allow_all = rules.allow.is_empty() && self.responses.is_none();
+        let allowed = allow_all || rules.allow.iter().any(|filter| subject::matches(filter, subject));
         allowed && !rules.deny.iter().any(|filter| subject::matches(filter, subject))
     }
 
@@ -270,7 +292,7 @@ mod tests {
     fn without_auth_everyone_is_granted() {
         let auth = Authenticator::from_options(&Options::default()).unwrap();
         assert!(!auth.is_required());
-        assert!(auth.authenticate(&connect(None, None, None), None).is_ok());
+        assert!(auth.authenticate(&connect(None, None, None), None, None).is_ok());
     }
 
     #[test]
@@ -278,9 +300,9 @@ mod tests {
         let mut options = Options::default();
         options.auth.token = Some("s3cret".into());
         let auth = Authenticator::from_options(&options).unwrap();
-        assert!(auth.authenticate(&connect(None, None, Some("s3cret")), None).is_ok());
-        assert_eq!(auth.authenticate(&connect(None, None, Some("nope")), None).err(), Some(AuthError::Violation));
-        assert_eq!(auth.authenticate(&connect(None, None, None), None).err(), Some(AuthError::Violation));
+        assert!(auth.authenticate(&connect(None, None, Some("s3cret")), None, None).is_ok());
+        assert_eq!(auth.authenticate(&connect(None, None, Some("nope")), None, None).err(), Some(AuthError::Violation));
+        assert_eq!(auth.authenticate(&connect(None, None, None), None, None).err(), Some(AuthError::Violation));
     }
 
     #[test]
@@ -291,15 +313,18 @@ mod tests {
         }
         let auth = Authenticator::from_options(&options).unwrap();
         assert_eq!(
-            auth.authenticate(&connect(Some("alice"), Some("a"), None), None).ok().and_then(|g| g.user),
+            auth.authenticate(&connect(Some("alice"), Some("a"), None), None, None).ok().and_then(|g| g.user),
             Some("alice".into())
         );
-        assert!(auth.authenticate(&connect(Some("alice"), Some("b"), None), None).is_err());
-        assert!(auth.authenticate(&connect(Some("carol"), Some("a"), None), None).is_err());
-        assert!(auth.authenticate(&connect(None, None, None), None).is_err());
+        assert!(auth.authenticate(&connect(Some("alice"), Some("b"), None), None, None).is_err());
+        assert!(auth.authenticate(&connect(Some("carol"), Some("a"), None), None, None).is_err());
+        assert!(auth.authenticate(&connect(None, None, None), None, None).is_err());
         options.auth.no_auth_user = Some("bob".into());
         let auth = Authenticator::from_options(&options).unwrap();
-        assert_eq!(auth.authenticate(&connect(None, None, None), None).ok().and_then(|g| g.user), Some("bob".into()));
+        assert_eq!(
+            auth.authenticate(&connect(None, None, None), None, None).ok().and_then(|g| g.user),
+            Some("bob".into())
+        );
     }
 
     #[test]
@@ -311,6 +336,7 @@ mod tests {
         let permissions = ClientPermissions::new(&Permissions {
             publish: Some(rules(&["orders.>"], &["orders.secret"])),
             subscribe: Some(rules(&["events.>", "_INBOX.>"], &["events.private.>"])),
+            responses: None,
         });
         assert!(permissions.may_publish("orders.new"));
         assert!(!permissions.may_publish("orders.secret"));
@@ -321,5 +347,18 @@ mod tests {
         assert!(!permissions.may_subscribe(">"));
         assert!(!permissions.may_receive("events.private.x"));
         assert!(permissions.may_receive("events.public"));
+    }
+
+    #[test]
+    fn response_permissions_without_a_publish_allow_list_allow_no_publish() {
+        let responses = Some(ResponsePermission::default());
+        let only_responses = ClientPermissions::new(&Permissions { responses, ..Permissions::default() });
+        assert!(!only_responses.may_publish("_INBOX.abc"));
+        let deny_only = SubjectPermission { allow: Vec::new(), deny: vec!["secret".into()] };
+        let with_deny = ClientPermissions::new(&Permissions { publish: Some(deny_only), responses, subscribe: None });
+        assert!(!with_deny.may_publish("orders"), "a deny list alone is no allow list");
+        let allow = SubjectPermission { allow: vec!["orders.>".into()], deny: Vec::new() };
+        let with_allow = ClientPermissions::new(&Permissions { publish: Some(allow), responses, subscribe: None });
+        assert!(with_allow.may_publish("orders.new") && !with_allow.may_publish("payments"));
     }
 }

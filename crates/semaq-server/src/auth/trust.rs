@@ -2,18 +2,21 @@
 //! `resolver_preload`), and the users those accounts, or their signing keys, sign.
 
 use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use semaq_wire::info::ConnectOptions;
 
-use super::jwt::UserPermissionLimits;
 use super::jwt::{self, AccountLimits, AccountNats, Claims, JwtError, OperatorNats, SubjectList, UserNats};
 use super::jwt::{ExportClaim, ImportClaim};
+use super::jwt::{ResponsePermission as JwtResponses, UserPermissionLimits};
+use super::restrictions::{self, Window};
 use super::{nkey, AuthError, ClientPermissions};
 use crate::imports::{AccountLinks, Export, Import, Kind as LinkKind, ResponseType};
 use crate::limits;
-use crate::options::{AccountJetStream, OperatorOptions, Permissions, SubjectPermission};
+use crate::options::{AccountJetStream, OperatorOptions, Permissions, ResponsePermission, SubjectPermission};
 
 /// Why the operator configuration cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -132,13 +135,13 @@ impl Trust {
         }
         let signing_keys = claims.nats.signing_keys.unwrap_or_default().into_iter().map(|key| match key {
             jwt::SigningKey::Plain(key) => (key, None),
-            jwt::SigningKey::Scoped { key, template } => (key, Some(template)),
+            jwt::SigningKey::Scoped { key, template } => (key, Some(*template)),
         });
         let default_permissions = claims
             .nats
             .default_permissions
-            .map(|defaults| permissions(&defaults.publish, &defaults.subscribe))
-            .filter(|p| p.publish.is_some() || p.subscribe.is_some())
+            .map(|defaults| permissions(&defaults.publish, &defaults.subscribe, defaults.resp.as_ref()))
+            .filter(|p| p.publish.is_some() || p.subscribe.is_some() || p.responses.is_some())
             .map(|p| Arc::new(ClientPermissions::new(&p)));
         Ok(JwtAccount {
             public_key: claims.sub,
@@ -188,8 +191,14 @@ impl Trust {
         })
     }
 
-    /// Checks the user JWT in `connect` and the chain above it, then the signature of `nonce`.
-    pub fn authenticate(&self, connect: &ConnectOptions, nonce: Option<&str>) -> Result<JwtGrant, AuthError> {
+    /// Checks the user JWT in `connect` and the chain above it, then the signature of `nonce`,
+    /// then that the client at `peer` connects from where and when the JWT allows.
+    pub fn authenticate(
+        &self,
+        connect: &ConnectOptions,
+        nonce: Option<&str>,
+        peer: Option<IpAddr>,
+    ) -> Result<JwtGrant, AuthError> {
         let token = connect.jwt.as_deref().ok_or(AuthError::Violation)?;
         let user: Claims<UserNats> = jwt::decode(token, limits::USER_JWT_BYTES_MAX).map_err(refused("user JWT"))?;
         let now = now();
@@ -211,6 +220,13 @@ impl Trust {
         if account.revoked(&user.sub, user.iat) {
             return Err(refusal("user authentication revoked"));
         }
+        if !restrictions::source_allowed(&limits.src, peer) {
+            return Err(refusal("bad src IP"));
+        }
+        let times = limits.times.as_deref().unwrap_or_default();
+        let checked_at = jiff::Timestamp::now();
+        let window = restrictions::connect_window(times, &limits.times_location, checked_at)
+            .ok_or_else(|| refusal("outside connect times"))?;
         let permissions = match limits.has_permissions() {
             true => Some(Arc::new(ClientPermissions::new(&user_permissions(&limits)))),
             false => account.default_permissions.clone(),
@@ -219,7 +235,7 @@ impl Trust {
             subscriptions_max: least(limits.subs, account.limits.subs),
             payload_bytes_max: least(limits.payload, account.limits.payload),
             permissions,
-            expires: (user.exp > 0).then_some(user.exp),
+            expires: expiry(user.exp, window, checked_at),
             slot: account.take_slot()?,
             user: user.sub,
             account: account.public_key.clone(),
@@ -309,27 +325,32 @@ fn is_template(limits: &UserPermissionLimits) -> bool {
     lists.iter().flat_map(|list| list.allow.iter().chain(list.deny.iter()).flatten()).any(|s| s.contains("{{"))
 }
 
-fn permissions(publish: &SubjectList, subscribe: &SubjectList) -> Permissions {
+fn permissions(publish: &SubjectList, subscribe: &SubjectList, resp: Option<&JwtResponses>) -> Permissions {
     let rules = |list: &SubjectList| {
         (!list.is_empty()).then(|| SubjectPermission {
             allow: list.allow.clone().unwrap_or_default(),
             deny: list.deny.clone().unwrap_or_default(),
         })
     };
-    Permissions { publish: rules(publish), subscribe: rules(subscribe) }
+    Permissions { publish: rules(publish), subscribe: rules(subscribe), responses: resp.map(responses) }
 }
 
-/// The user's own permissions. With `resp` and no publish allow list nats-server lets the user
-/// publish only replies to requests it received; SemaQ does not track those replies yet, so such
-/// a user may publish nothing rather than everything.
+/// The user's own permissions.
 fn user_permissions(limits: &UserPermissionLimits) -> Permissions {
-    let mut granted = permissions(&limits.publish, &limits.subscribe);
-    let no_allow_list = limits.publish.allow.as_ref().is_none_or(Vec::is_empty);
-    if limits.resp.is_some() && no_allow_list {
-        let publish = granted.publish.get_or_insert_with(SubjectPermission::default);
-        publish.deny.push(">".to_string());
+    permissions(&limits.publish, &limits.subscribe, limits.resp.as_ref())
+}
+
+/// A JWT's `resp` as nats-server reads it: `max` and `ttl` (nanoseconds) of 0 take the defaults,
+/// negative ones mean no bound.
+fn responses(resp: &JwtResponses) -> ResponsePermission {
+    let mut responses = ResponsePermission::default();
+    if resp.max != 0 {
+        responses.msgs_max = u64::try_from(resp.max).ok();
     }
-    granted
+    if resp.ttl != 0 {
+        responses.expires = u64::try_from(resp.ttl).ok().map(Duration::from_nanos);
+    }
+    responses
 }
 
 /// Copies the JWT's JetStream limits onto the type the config's account `jetstream {}` blocks
@@ -353,6 +374,25 @@ fn count_limit(value: i64) -> Option<u64> {
 /// A JWT limit as a bound: -1 (or any negative) is none.
 fn limit(value: i64) -> Option<u64> {
     u64::try_from(value).ok()
+}
+
+/// When the connection must close, seconds since the epoch: at the JWT's `exp`, or when its
+/// time range ends (rounded up, so never before), whichever is first (nats-server's
+/// `setExpiration`).
+fn expiry(exp: i64, window: Window, checked_at: jiff::Timestamp) -> Option<i64> {
+    let exp = (exp > 0).then_some(exp);
+    let range_end = match window {
+        Window::Always => None,
+        Window::For(left) => {
+            let end = checked_at.as_nanosecond().saturating_add(i128::try_from(left.as_nanos()).unwrap_or(i128::MAX));
+            let seconds = end.div_euclid(1_000_000_000) + i128::from(end.rem_euclid(1_000_000_000) > 0);
+            Some(i64::try_from(seconds).unwrap_or(i64::MAX))
+        }
+    };
+    match (exp, range_end) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 fn least(a: i64, b: i64) -> Option<usize> {
@@ -385,14 +425,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn responses_without_a_publish_allow_list_grant_no_publish() {
-        let limits = UserPermissionLimits { resp: Some(Default::default()), ..Default::default() };
+    fn responses_without_a_publish_allow_list_allow_only_replies() {
+        let limits = UserPermissionLimits { resp: Some(JwtResponses::default()), ..Default::default() };
         let granted = ClientPermissions::new(&user_permissions(&limits));
-        assert!(!granted.may_publish("_INBOX.abc"), "replies are not tracked: nothing rather than everything");
+        assert!(!granted.may_publish("_INBOX.abc"), "only as a reply the connection tracks");
+        assert_eq!(granted.responses(), Some(ResponsePermission::default()));
         let allowed = SubjectList { allow: Some(vec!["orders.>".into()]), deny: None };
         let limits = UserPermissionLimits { publish: allowed, ..limits };
         let granted = ClientPermissions::new(&user_permissions(&limits));
         assert!(granted.may_publish("orders.new") && !granted.may_publish("payments"));
+    }
+
+    #[test]
+    fn jwt_responses_of_zero_take_the_defaults_and_negative_ones_no_bound() {
+        let given = responses(&JwtResponses { max: 3, ttl: 5_000_000_000 });
+        assert_eq!(given, ResponsePermission { msgs_max: Some(3), expires: Some(Duration::from_secs(5)) });
+        assert_eq!(responses(&JwtResponses { max: 0, ttl: 0 }), ResponsePermission::default());
+        assert_eq!(responses(&JwtResponses { max: -1, ttl: -1 }), ResponsePermission { msgs_max: None, expires: None });
     }
 
     #[test]

@@ -23,7 +23,8 @@ use super::syntax::{size_multiplier, Entry, Kind, Map, Value};
 use super::{ConfigError, LoadReport, Location};
 use crate::limits;
 use crate::options::{
-    self, Account, AccountJetStream, NkeyUser, Options, Permissions, SubjectPermission, TlsOptions, User,
+    self, Account, AccountJetStream, NkeyUser, Options, Permissions, ResponsePermission, SubjectPermission, TlsOptions,
+    User,
 };
 
 mod imports;
@@ -416,11 +417,7 @@ impl Mapper<'_> {
                     permissions.subscribe = subject_permission(&format!("{path}.subscribe"), v, true)?
                 }
                 "allow_responses" | "publish_allow_responses" => {
-                    let line = self.line_of(&entry.at);
-                    self.report.warnings.push(format!(
-                        "\"{path}.{}\" at {line} is not supported by SemaQ, ignored: replies need an explicit publish permission",
-                        entry.key
-                    ));
+                    permissions.responses = self.allow_responses(&format!("{path}.{}", entry.key), v)?
                 }
                 _ if entry.referenced => {}
                 _ => {
@@ -431,6 +428,40 @@ impl Mapper<'_> {
             }
         }
         Ok(permissions)
+    }
+
+    /// `allow_responses`: `true`, or `{ max, expires }` where 0 keeps nats-server's default and a
+    /// negative value means no bound.
+    fn allow_responses(&mut self, path: &str, value: &Value) -> Result<Option<ResponsePermission>, ConfigError> {
+        let map = match &value.kind {
+            Kind::Bool(on) => return Ok(on.then(ResponsePermission::default)),
+            Kind::Map(map) => map,
+            _ => return Err(wrong_type(path, "true, false or a block { max, expires }", value)),
+        };
+        let mut responses = ResponsePermission::default();
+        for entry in &map.entries {
+            let v = &entry.value;
+            match entry.key.to_ascii_lowercase().as_str() {
+                "max" | "max_msgs" | "max_messages" | "max_responses" => {
+                    let max = integer(&format!("{path}.max"), v)?;
+                    if max != 0 {
+                        responses.msgs_max = u64::try_from(max).ok();
+                    }
+                }
+                "expires" | "expiration" | "ttl" => {
+                    let expires = response_expiry(&format!("{path}.expires"), v)?;
+                    if expires != Some(Duration::ZERO) {
+                        responses.expires = expires;
+                    }
+                }
+                _ if entry.referenced => {}
+                _ => {
+                    let message = format!("unknown key \"{}\" in \"{path}\"; it takes max and expires", entry.key);
+                    return Err(invalid(&entry.at, message));
+                }
+            }
+        }
+        Ok(Some(responses))
     }
 
     fn tls(&mut self, value: &Value) -> Result<(), ConfigError> {
@@ -987,6 +1018,24 @@ fn scaled(number: &str, unit: u128) -> Option<u128> {
         nanos = nanos.checked_add(parsed * unit / 10_u128.pow(digits.len() as u32))?;
     }
     Some(nanos)
+}
+
+/// A response permission's `expires`: a Go duration string as nats-server requires (no plain
+/// number of seconds); a negative one is `None`, no expiry.
+fn response_expiry(key: &str, value: &Value) -> Result<Option<Duration>, ConfigError> {
+    let Kind::String(text) = &value.kind else {
+        return Err(wrong_type(key, "a duration string such as \"1m\"", value));
+    };
+    let (negative, magnitude) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text.as_str()),
+    };
+    let Some(parsed) = parse_go_duration(magnitude) else {
+        let message =
+            format!("expected a duration such as \"2s\", \"300ms\" or \"1m30s\" for \"{key}\", found {text:?}");
+        return Err(invalid(&value.at, message));
+    };
+    Ok((!negative || parsed.is_zero()).then_some(parsed))
 }
 
 /// A subject permission: a subject, an array of them (both an allow list), or `{ allow, deny }`.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::limits;
-use crate::options::{Account, AccountJetStream, Permissions, SubjectPermission, TlsOptions, User};
+use crate::options::{Account, AccountJetStream, Permissions, ResponsePermission, SubjectPermission, TlsOptions, User};
 
 fn env(name: &str) -> Option<String> {
     match name {
@@ -150,11 +150,12 @@ fn a_realistic_nats_server_config() {
                         allow: vec!["orders.*".to_string(), "_INBOX.>".to_string()],
                         deny: vec!["orders.secret".to_string()],
                     }),
+                    responses: None,
                 }),
                 ..user("client", "c-pass")
             },
             User {
-                permissions: Some(Permissions { publish: None, subscribe: allow(&["public.>"]) }),
+                permissions: Some(Permissions { publish: None, subscribe: allow(&["public.>"]), responses: None }),
                 ..user("reader", "r")
             },
         ]
@@ -485,13 +486,14 @@ fn permission_forms() {
     };
     assert_eq!(
         permissions("{publish: \"a.b\", subscribe: [\"c.*\", \"d.> workers\"]}"),
-        Some(Permissions { publish: allow(&["a.b"]), subscribe: allow(&["c.*", "d.> workers"]) })
+        Some(Permissions { publish: allow(&["a.b"]), subscribe: allow(&["c.*", "d.> workers"]), responses: None })
     );
     assert_eq!(
         permissions("{pub: {deny: [\"x.>\"]}, sub: {}}"),
         Some(Permissions {
             publish: Some(SubjectPermission { allow: Vec::new(), deny: vec!["x.>".to_string()] }),
             subscribe: None,
+            responses: None,
         })
     );
 }
@@ -506,12 +508,36 @@ fn permission_mistakes_are_errors_not_warnings() {
     assert!(error(&with("{publish: 5}")).contains("expected a subject or an array of subjects"));
 }
 
+fn responses_of(permissions: &str) -> Option<ResponsePermission> {
+    let text = format!("authorization {{ users: [ {{user: u, password: p, permissions: {permissions}}} ] }}");
+    let (options, warnings) = load_text(&text);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    options.auth.users[0].permissions.as_ref().and_then(|p| p.responses)
+}
+
 #[test]
-fn allow_responses_is_a_warning() {
-    let (_, warnings) =
-        load_text("authorization { users: [ {user: u, password: p, permissions: {allow_responses: true}} ] }");
-    assert_eq!(warnings.len(), 1);
-    assert!(warnings[0].contains("allow_responses"), "{warnings:?}");
+fn allow_responses_true_takes_one_reply_within_two_minutes() {
+    let default = ResponsePermission { msgs_max: Some(1), expires: Some(Duration::from_secs(120)) };
+    assert_eq!(responses_of("{allow_responses: true}"), Some(default));
+    assert_eq!(responses_of("{allow_responses: false}"), None);
+    assert_eq!(responses_of("{allow_responses: {max: 0, expires: \"0s\"}}"), Some(default), "0 keeps the default");
+}
+
+#[test]
+fn allow_responses_block_sets_max_and_expires_and_negative_means_unbounded() {
+    let given = responses_of("{allow_responses: {max: 5, expires: \"1m30s\"}}");
+    assert_eq!(given, Some(ResponsePermission { msgs_max: Some(5), expires: Some(Duration::from_secs(90)) }));
+    let unbounded = responses_of("{publish_allow_responses: {max_msgs: -1, ttl: \"-1s\"}}");
+    assert_eq!(unbounded, Some(ResponsePermission { msgs_max: None, expires: None }));
+}
+
+#[test]
+fn allow_responses_mistakes_are_errors() {
+    let with = |text: &str| format!("authorization {{ users: [ {{user: u, password: p, permissions: {text}}} ] }}");
+    assert!(error(&with("{allow_responses: 5}")).contains("true, false or a block"));
+    assert!(error(&with("{allow_responses: {expires: 60}}")).contains("duration string"));
+    assert!(error(&with("{allow_responses: {expires: \"soon\"}}")).contains("expected a duration"));
+    assert!(error(&with("{allow_responses: {maxx: 2}}")).contains("unknown key \"maxx\""));
 }
 
 #[test]

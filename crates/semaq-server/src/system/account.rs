@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use super::options::{self, Outcome};
 use crate::monitor::subsz::{subsz_json, SubszOptions};
 use crate::monitor::{self, Monitor};
-use crate::options::{SubjectPermission, GLOBAL_ACCOUNT};
+use crate::options::{ResponsePermission, SubjectPermission, GLOBAL_ACCOUNT};
 use crate::sys_events::{connections_event, stat};
 
 /// The answer to `$SYS.REQ.ACCOUNT.<account>.<endpoint>`, or `None` where nats-server gives none.
@@ -87,6 +87,9 @@ pub fn user_info(monitor: &Monitor, client_id: u64) -> Option<Value> {
     if let Some(permissions) = &details.permissions {
         info["permissions"] =
             json!({ "publish": rules(permissions.publish()), "subscribe": rules(permissions.subscribe()) });
+        if let Some(responses) = permissions.responses() {
+            info["permissions"]["responses"] = responses_json(responses);
+        }
     }
     if let Some(left) = details.expires.and_then(|at| expires_in_ns(at, clock::unix_nanos_now())) {
         info["expires"] = json!(left);
@@ -101,6 +104,14 @@ fn expires_in_ns(expires_s: i64, now_ns: i64) -> Option<i64> {
     let left_ns = expires_s.checked_mul(NS_PER_S)?.checked_sub(now_ns)?;
     let whole_ns = left_ns / NS_PER_S * NS_PER_S;
     (whole_ns > 0).then_some(whole_ns)
+}
+
+/// nats-server's `ResponsePermission`: `max` replies and their `ttl` (a Go duration), -1 for no
+/// bound (nats-server shows the negative number it was given).
+fn responses_json(responses: ResponsePermission) -> Value {
+    let max = responses.msgs_max.map_or(-1, |most| i64::try_from(most).unwrap_or(i64::MAX));
+    let ttl = responses.expires.map_or(-1, |ttl| i64::try_from(ttl.as_nanos()).unwrap_or(i64::MAX));
+    json!({ "max": max, "ttl": ttl })
 }
 
 /// nats-server's `SubjectPermission`, its empty lists left out.

@@ -427,3 +427,94 @@ fn a_user_whose_jwt_expires_while_connected_is_closed_as_by_nats_server() {
         assert!(raw.is_closed());
     }
 }
+
+/// Logs a JWT user in over a raw connection, past its first PONG.
+fn jwt_login(addr: std::net::SocketAddr, jwt: &str, user: &KeyPair) -> Raw {
+    let (mut raw, info) = Raw::connect_with_info(addr);
+    let nonce = info["nonce"].as_str().expect("a nonce").to_string();
+    let connect = json!({ "jwt": jwt, "sig": sign(user, &nonce), "verbose": false, "pedantic": false });
+    raw.send(format!("CONNECT {connect}\r\nPING\r\n").as_bytes());
+    raw.expect("PONG\r\n");
+    raw
+}
+
+/// Sends `commands` and a PING; returns what came back before the PONG.
+fn round(raw: &mut Raw, commands: &str) -> String {
+    raw.send(format!("{commands}PING\r\n").as_bytes());
+    raw.read_until("PONG\r\n").trim_end_matches("PONG\r\n").to_string()
+}
+
+#[test]
+fn a_jwt_user_with_resp_answers_one_delivered_request_as_in_nats_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let operator = Operator::new(dir.path(), json!({}), json!({}));
+    let (semaq, nats) = (semaq_server(&operator.config), nats_server(dir.path(), &operator.config));
+    let (asker, service) = (KeyPair::new_user(), KeyPair::new_user());
+    let asker_jwt = operator.user_jwt(&asker, json!({}), json!({}));
+    let service_claims = json!({ "sub": { "allow": ["help"] }, "resp": { "max": 0, "ttl": 0 } });
+    let service_jwt = operator.user_jwt(&service, service_claims, json!({}));
+    let violation = |subject: &str| format!("-ERR 'Permissions Violation for Publish to \"{subject}\"'\r\n");
+    for addr in [semaq.addr(), nats.addr()] {
+        let mut asking = jwt_login(addr, &asker_jwt, &asker);
+        let mut serving = jwt_login(addr, &service_jwt, &service);
+        assert_eq!(round(&mut asking, "SUB _INBOX.> 7\r\n"), "", "{addr}");
+        assert_eq!(round(&mut serving, "SUB help 1\r\nPUB _INBOX.a 1\r\nx\r\n"), violation("_INBOX.a"), "{addr}");
+        assert_eq!(round(&mut asking, "PUB help _INBOX.a 1\r\n?\r\n"), "", "{addr}");
+        assert_eq!(round(&mut serving, ""), "MSG help 1 _INBOX.a 1\r\n?\r\n", "{addr}");
+        let answers = round(&mut serving, "PUB _INBOX.a 2\r\nok\r\nPUB _INBOX.a 2\r\nno\r\nPUB help 1\r\nx\r\n");
+        let refused = format!("{}{}", violation("_INBOX.a"), violation("help"));
+        assert_eq!(answers, refused, "{addr}: one reply (max 0 is the default, 1), and nothing else");
+        assert_eq!(round(&mut asking, ""), "MSG _INBOX.a 7 2\r\nok\r\n", "{addr}");
+    }
+}
+
+/// The UTC time of day `offset` seconds from now, as a user JWT's `times` write it.
+fn clock_in(offset: i64) -> String {
+    let seconds = (now() + offset).rem_euclid(86_400);
+    format!("{:02}:{:02}:{:02}", seconds / 3600, seconds / 60 % 60, seconds % 60)
+}
+
+#[test]
+fn jwt_src_and_times_refuse_clients_from_elsewhere_or_at_other_times_as_nats_server_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let operator = Operator::new(dir.path(), json!({}), json!({}));
+    let (semaq, nats) = (semaq_server(&operator.config), nats_server(dir.path(), &operator.config));
+    let user = KeyPair::new_user();
+    let hour = 3600;
+    let utc = |start: i64, end: i64| json!({ "times": [{ "start": clock_in(start), "end": clock_in(end) }], "times_location": "UTC" });
+    let cases = [
+        ("src string with loopback", json!({ "src": "10.0.0.0/8, 127.0.0.0/8" }), true),
+        ("src list with loopback", json!({ "src": ["127.0.0.1/32"] }), true),
+        ("src without loopback", json!({ "src": ["10.0.0.0/8", "192.168.0.0/16"] }), false),
+        ("times around now", utc(-hour, hour), true),
+        ("times after now", utc(hour, 2 * hour), false),
+        ("times before now", utc(-2 * hour, -hour), false),
+        ("src allowed, times not", json!({ "src": "127.0.0.0/8", "times": utc(hour, 2 * hour)["times"] }), false),
+    ];
+    for (case, claims, admitted) in cases {
+        let jwt = operator.user_jwt(&user, claims, json!({}));
+        let make = |nonce: &str| json!({ "jwt": jwt, "sig": sign(&user, nonce) });
+        let ours = raw_connect(semaq.addr(), &make);
+        let theirs = raw_connect(nats.addr(), &make);
+        assert_eq!(ours, theirs, "{case}: SemaQ {ours:?}, nats-server {theirs:?}");
+        let expected =
+            if admitted { ("PONG".to_string(), false) } else { ("-ERR 'Authorization Violation'".to_string(), true) };
+        assert_eq!(ours, expected, "{case}");
+    }
+}
+
+#[test]
+fn a_jwt_user_is_closed_when_its_time_range_ends_as_by_nats_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let operator = Operator::new(dir.path(), json!({}), json!({}));
+    let (semaq, nats) = (semaq_server(&operator.config), nats_server(dir.path(), &operator.config));
+    let user = KeyPair::new_user();
+    let range = json!({ "times": [{ "start": clock_in(-3600), "end": clock_in(4) }], "times_location": "UTC" });
+    let jwt = operator.user_jwt(&user, range, json!({}));
+    let mut connections: Vec<Raw> =
+        [semaq.addr(), nats.addr()].into_iter().map(|addr| jwt_login(addr, &jwt, &user)).collect();
+    for raw in &mut connections {
+        raw.expect("-ERR 'User Authentication Expired'\r\n");
+        assert!(raw.is_closed(), "closed when the range ended");
+    }
+}

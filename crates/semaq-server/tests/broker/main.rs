@@ -9,6 +9,7 @@ mod agents_durable;
 mod agents_services;
 mod auth;
 mod auth_nkeys;
+mod auth_responses;
 mod command_line;
 mod commit;
 mod conformance;
