@@ -192,9 +192,6 @@ struct Connection {
     sweep_at: usize,
 }
 
-/// Cached publish-permission verdicts per connection before the cache is reset.
-const PUBLISH_PERMISSION_CACHE_ENTRIES_MAX: usize = 1024;
-
 impl Connection {
     fn new(context: Arc<Context>, client: Arc<Client>, nonce: Option<String>) -> Self {
         let limits = ParserLimits {
@@ -417,7 +414,7 @@ impl Connection {
             return *allowed;
         }
         let allowed = permissions.may_publish(subject);
-        if self.publish_allowed.len() >= PUBLISH_PERMISSION_CACHE_ENTRIES_MAX {
+        if self.publish_allowed.len() >= limits::PUBLISH_PERMISSION_CACHE_ENTRIES_MAX {
             self.publish_allowed.clear();
         }
         self.publish_allowed.insert(subject.clone(), allowed);

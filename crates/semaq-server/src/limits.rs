@@ -42,6 +42,8 @@ pub const METRICS_CONSUMERS_MAX: usize = 4096;
 pub const JSZ_PAGE_ENTRIES_MAX: usize = 1024;
 /// Concurrent client connections (configurable: `max_connections`).
 pub const CONNECTIONS_MAX: usize = 64 * 1024;
+/// Cached publish-permission verdicts per connection before the cache is reset.
+pub const PUBLISH_PERMISSION_CACHE_ENTRIES_MAX: usize = 1024;
 /// Subscriptions one connection may hold (configurable: `max_subscriptions`, 0 = this default).
 pub const SUBSCRIPTIONS_PER_CONNECTION_MAX: usize = 1024 * 1024;
 /// How often an idle client is pinged (configurable: `ping_interval`).
