@@ -191,7 +191,8 @@ pub fn info(jetstream: &JetStream) -> Value {
     info
 }
 
-/// nats-server's `JetStreamTier`: the usage of `streams` and the limits they are held to.
+/// nats-server's `JetStreamTier`: the usage of `streams` (with the bytes their `max_bytes`
+/// reserve) and the limits they are held to.
 fn tier_json(streams: &[Arc<Stream>], limits: &AccountLimits) -> Value {
     let (mut memory, mut storage) = (0, 0);
     for stream in streams {
@@ -205,8 +206,8 @@ fn tier_json(streams: &[Arc<Stream>], limits: &AccountLimits) -> Value {
     json!({
         "memory": memory,
         "storage": storage,
-        "reserved_memory": 0,
-        "reserved_storage": 0,
+        "reserved_memory": reserved(streams, Storage::Memory),
+        "reserved_storage": reserved(streams, Storage::File),
         "streams": streams.len(),
         "consumers": consumers,
         "limits": limits.to_json(),

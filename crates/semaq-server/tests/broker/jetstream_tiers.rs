@@ -242,6 +242,10 @@ async fn a_stream_without_num_replicas_is_in_the_r1_tier_and_more_replicas_are_r
     assert_eq!(refused["error"]["err_code"], 10074, "{refused}");
     let info = api(&client, "$JS.API.INFO", "").await;
     assert_eq!((&info["tiers"]["R1"]["streams"], &info["tiers"]["R3"]["streams"]), (&json!(1), &json!(0)), "{info}");
+    let reserved_memory = |tier: &Value| tier["reserved_memory"].clone();
+    assert_eq!(reserved_memory(&info), 1000, "the stream's max_bytes is reserved: {info}");
+    assert_eq!(reserved_memory(&info["tiers"]["R1"]), 1000, "{info}");
+    assert_eq!(reserved_memory(&info["tiers"]["R3"]), 0, "{info}");
 }
 
 #[tokio::test]
