@@ -1,8 +1,9 @@
 //! JetStream tiered limits from account JWTs (`nats.limits.tiered_limits`, as modern nsc writes
 //! them), side by side with nats-server 2.9: the same operator config and JWTs to both, the same
 //! requests, the JSON compared. One server has only R1 streams, so the `R1` tier's limits are
-//! held exactly as plain limits are, with nats-server's codes; an account whose tiers lack `R1`
-//! has JetStream but may create no stream (10120); account info reports each tier.
+//! held exactly as plain limits are, with nats-server's codes (more replicas are refused before
+//! any tier is looked at, 10074); an account whose tiers lack `R1` has JetStream but may create
+//! no stream (10120); account info reports each tier.
 //!
 //! Streams name `num_replicas: 1` in the side-by-side steps: nats-server 2.9 picks the tier
 //! before it defaults replicas to 1, so a stream without it is in tier `R0` there (10120);
@@ -97,6 +98,11 @@ fn memory(name: &str, max_bytes: Option<i64>) -> Value {
     config
 }
 
+fn replicas(mut config: Value, replicas: u64) -> Value {
+    config["num_replicas"] = json!(replicas);
+    config
+}
+
 fn file(name: &str, max_bytes: i64) -> Value {
     json!({ "name": name, "subjects": [name], "storage": "file", "max_bytes": max_bytes, "num_replicas": 1 })
 }
@@ -158,6 +164,7 @@ async fn side_by_side(operator: Operator, steps: &[Step]) -> Vec<Value> {
 async fn the_r1_tier_limits_a_tiered_account_as_plain_limits_do_in_nats_server() {
     let steps = [
         step("$JS.API.INFO", json!(null), None),
+        step("$JS.API.STREAM.CREATE.r3", replicas(memory("r3", Some(100)), 3), Some(10074)),
         step("$JS.API.STREAM.CREATE.m", memory("m", None), Some(10113)),
         step("$JS.API.STREAM.CREATE.m", memory("m", Some(600_000)), Some(10122)),
         step("$JS.API.STREAM.CREATE.m", memory("m", Some(400_000)), None),
@@ -236,8 +243,7 @@ async fn a_stream_without_num_replicas_is_in_the_r1_tier_and_more_replicas_are_r
     unset.as_object_mut().expect("a stream config is an object").remove("num_replicas");
     let created = api(&client, "$JS.API.STREAM.CREATE.m", &unset.to_string()).await;
     assert!(created.get("error").is_none(), "{created}");
-    let mut three = memory("r3", Some(1000));
-    three["num_replicas"] = json!(3);
+    let three = replicas(memory("r3", Some(1000)), 3);
     let refused = api(&client, "$JS.API.STREAM.CREATE.r3", &three.to_string()).await;
     assert_eq!(refused["error"]["err_code"], 10074, "{refused}");
     let info = api(&client, "$JS.API.INFO", "").await;
