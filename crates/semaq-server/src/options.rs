@@ -1,5 +1,6 @@
 //! The broker's settings: defaults, then the config file, then command-line flags on top.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -329,6 +330,9 @@ pub struct AccountJetStream {
     pub file_stream_bytes_max: Option<u64>,
     /// Every stream must set `max_bytes` (`max_bytes_required`).
     pub max_bytes_required: bool,
+    /// Tier name (`R1`, `R3`...) → its limits, when an account JWT has tiered limits; the
+    /// fields above are then unused.
+    pub tiers: BTreeMap<String, AccountJetStream>,
 }
 
 /// When appended messages are fsynced.

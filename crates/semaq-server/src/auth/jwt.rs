@@ -4,7 +4,7 @@
 //! Only what authentication needs is read; unknown claims are ignored, as nats-server ignores
 //! claims newer than it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -197,7 +197,7 @@ impl Kind for UserNats {
 }
 
 /// An account's limits (`nats.limits`); -1 unlimited, missing 0 (Go's zero value, as nats-server
-/// reads it); JetStream is on when a storage limit is not 0.
+/// reads it).
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 #[serde(default)]
 pub struct AccountLimits {
@@ -207,6 +207,44 @@ pub struct AccountLimits {
     pub payload: i64,
     /// Client connections at once.
     pub conn: i64,
+    /// The account's JetStream limits, when not tiered.
+    #[serde(flatten)]
+    pub jetstream: JetStreamLimits,
+    /// JetStream limits per tier (`R1`, `R3`...), as modern nsc writes them.
+    pub tiered_limits: Option<BTreeMap<String, JetStreamLimits>>,
+}
+
+impl AccountLimits {
+    /// The JetStream limits in force, nats-server's way: when tiers are listed JetStream is on
+    /// if one of them has storage, else if the plain limits have it; the plain limits win over
+    /// the tiers when they have storage. `None`: no JetStream.
+    pub fn jetstream(&self) -> Option<AccountJetStreamLimits<'_>> {
+        let tiers = self.tiered_limits.as_ref().filter(|tiers| !tiers.is_empty());
+        let enabled = match tiers {
+            Some(tiers) => tiers.values().any(JetStreamLimits::has_storage),
+            None => self.jetstream.has_storage(),
+        };
+        match (enabled, tiers) {
+            (false, _) => None,
+            (true, Some(tiers)) if !self.jetstream.has_storage() => Some(AccountJetStreamLimits::Tiered(tiers)),
+            (true, _) => Some(AccountJetStreamLimits::Plain(&self.jetstream)),
+        }
+    }
+}
+
+/// Which JetStream limits an account JWT gives: one set, or one per tier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AccountJetStreamLimits<'a> {
+    /// The same limits whatever a stream's replicas.
+    Plain(&'a JetStreamLimits),
+    /// Tier name (`R<replicas>`) → its limits.
+    Tiered(&'a BTreeMap<String, JetStreamLimits>),
+}
+
+/// JetStream limits of an account, or of one of its tiers.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct JetStreamLimits {
     /// JetStream memory storage, bytes.
     pub mem_storage: i64,
     /// JetStream file storage, bytes.
@@ -223,6 +261,13 @@ pub struct AccountLimits {
     pub disk_max_stream_bytes: i64,
     /// Streams must set max_bytes.
     pub max_bytes_required: bool,
+}
+
+impl JetStreamLimits {
+    /// Whether either storage limit is other than 0, which is what turns JetStream on.
+    pub fn has_storage(&self) -> bool {
+        self.mem_storage != 0 || self.disk_storage != 0
+    }
 }
 
 /// A signing key of an account: plain, or scoped with the permissions its users get.
@@ -451,6 +496,21 @@ mod tests {
         for broken in ["", "a.b", "a.b.c.d", "!!.!!.!!", &token[..token.len() / 2]] {
             assert!(decode::<UserNats>(broken, 4096).is_err(), "{broken:?}");
         }
+    }
+
+    #[test]
+    fn tiered_limits_give_jetstream_when_a_tier_has_storage_and_plain_storage_wins() {
+        let limits = |json: &str| serde_json::from_str::<AccountLimits>(json).expect("limits");
+        let tiered = limits(r#"{"tiered_limits":{"R1":{"disk_storage":-1,"streams":2}}}"#);
+        let Some(AccountJetStreamLimits::Tiered(tiers)) = tiered.jetstream() else { panic!("tiered: {tiered:?}") };
+        assert_eq!(tiers.get("R1").map(|tier| tier.streams), Some(2));
+        assert_eq!(limits(r#"{"tiered_limits":{"R1":{"streams":2}}}"#).jetstream(), None, "no tier has storage");
+        let both = limits(r#"{"mem_storage":5,"tiered_limits":{"R1":{"disk_storage":-1}}}"#);
+        assert!(matches!(both.jetstream(), Some(AccountJetStreamLimits::Plain(plain)) if plain.mem_storage == 5));
+        let plain_ignored = limits(r#"{"mem_storage":5,"tiered_limits":{"R1":{"streams":1}}}"#);
+        assert_eq!(plain_ignored.jetstream(), None, "tiers listed: only they can turn JetStream on");
+        assert_eq!(limits(r#"{"tiered_limits":{}}"#).jetstream(), None, "no tiers: the plain limits decide");
+        assert!(matches!(limits(r#"{"disk_storage":-1}"#).jetstream(), Some(AccountJetStreamLimits::Plain(_))));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::time::Duration;
 use semaq_wire::info::ConnectOptions;
 
 use super::jwt::{self, AccountLimits, AccountNats, Claims, JwtError, OperatorNats, SubjectList, UserNats};
-use super::jwt::{ExportClaim, ImportClaim};
+use super::jwt::{AccountJetStreamLimits, ExportClaim, ImportClaim, JetStreamLimits};
 use super::jwt::{ResponsePermission as JwtResponses, UserPermissionLimits};
 use super::restrictions::{self, Window};
 use super::{nkey, AuthError, ClientPermissions};
@@ -182,12 +182,18 @@ impl Trust {
         self.accounts.values().map(|a| AccountLinks { name: &a.public_key, exports: &a.exports, imports: &a.imports })
     }
 
-    /// The accounts that have JetStream (a storage limit other than 0), with their limits.
+    /// The accounts that have JetStream (a storage limit other than 0, plain or in a tier), with
+    /// their limits.
     pub fn jetstream_accounts(&self) -> impl Iterator<Item = (&str, AccountJetStream)> + '_ {
-        self.accounts.values().filter(|a| a.limits.mem_storage != 0 || a.limits.disk_storage != 0).map(|account| {
-            let mut jetstream = AccountJetStream::default();
-            set_jetstream_limits(&account.limits, &mut jetstream);
-            (account.public_key.as_str(), jetstream)
+        self.accounts.values().filter_map(|account| {
+            let jetstream = match account.limits.jetstream()? {
+                AccountJetStreamLimits::Plain(limits) => jetstream_limits(limits),
+                AccountJetStreamLimits::Tiered(tiers) => AccountJetStream {
+                    tiers: tiers.iter().map(|(tier, limits)| (tier.clone(), jetstream_limits(limits))).collect(),
+                    ..AccountJetStream::default()
+                },
+            };
+            Some((account.public_key.as_str(), jetstream))
         })
     }
 
@@ -353,20 +359,24 @@ fn responses(resp: &JwtResponses) -> ResponsePermission {
     responses
 }
 
-/// Copies the JWT's JetStream limits onto the type the config's account `jetstream {}` blocks
-/// fill, field by field, so limits the type gains stay at their defaults until mapped here.
-fn set_jetstream_limits(limits: &AccountLimits, jetstream: &mut AccountJetStream) {
-    jetstream.memory_bytes_max = limit(limits.mem_storage);
-    jetstream.file_bytes_max = limit(limits.disk_storage);
-    jetstream.streams_max = count_limit(limits.streams);
-    jetstream.consumers_max = count_limit(limits.consumer);
-    jetstream.ack_pending_max = count_limit(limits.max_ack_pending);
-    jetstream.memory_stream_bytes_max = limit(limits.mem_max_stream_bytes);
-    jetstream.file_stream_bytes_max = limit(limits.disk_max_stream_bytes);
-    jetstream.max_bytes_required = limits.max_bytes_required;
+/// The JWT's JetStream limits as the type the config's account `jetstream {}` blocks fill,
+/// field by field, so limits the type gains stay at their defaults until mapped here.
+fn jetstream_limits(limits: &JetStreamLimits) -> AccountJetStream {
+    AccountJetStream {
+        memory_bytes_max: limit(limits.mem_storage),
+        file_bytes_max: limit(limits.disk_storage),
+        streams_max: count_limit(limits.streams),
+        consumers_max: count_limit(limits.consumer),
+        ack_pending_max: count_limit(limits.max_ack_pending),
+        memory_stream_bytes_max: count_limit(limits.mem_max_stream_bytes),
+        file_stream_bytes_max: count_limit(limits.disk_max_stream_bytes),
+        max_bytes_required: limits.max_bytes_required,
+        ..AccountJetStream::default()
+    }
 }
 
-/// A JetStream count from a JWT as a bound: nats-server treats 0, like -1, as no bound.
+/// A JetStream count or per-stream bytes from a JWT as a bound: nats-server treats 0, like -1,
+/// as no bound.
 fn count_limit(value: i64) -> Option<u64> {
     u64::try_from(value).ok().filter(|count| *count > 0)
 }

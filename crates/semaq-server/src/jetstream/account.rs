@@ -3,12 +3,14 @@
 //!
 //! Every account that enables JetStream (a `jetstream` block in the config file, or limits in
 //! its JWT mapped into the same [`AccountJetStream`]) has a JetStream of its own, with that
-//! account's limits ([`enabled`]); when none does, `$G` has it, unlimited (nats-server gives
+//! account's limits ([`enabled`]; a JWT's tiered limits are kept per tier, its streams held to
+//! the `R1` tier's); when none does, `$G` has it, unlimited (nats-server gives
 //! `$G` one only when there is no other account; SemaQ did so before and keeps doing it, so a
 //! store written then opens).
 //! The server's own `jetstream { max_memory_store, max_file_store }` bound the bytes all
 //! accounts' streams reserve and store together, on top of each account's limits.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
@@ -24,9 +26,34 @@ use crate::options::{AccountJetStream, Options, GLOBAL_ACCOUNT};
 pub struct JetStreamAccount {
     /// The account's name.
     pub name: String,
-    /// Its limits.
+    /// The limits its streams are held to: one server has only R1 streams, so a tiered
+    /// account's `R1` tier (none but storage 0 when it has no such tier).
     pub limits: AccountLimits,
+    /// Tier name → limits, when the account's JWT has tiered limits; empty for plain limits.
+    pub tiers: BTreeMap<String, AccountLimits>,
 }
+
+impl JetStreamAccount {
+    fn new(name: &str, limits: &AccountJetStream) -> Self {
+        let tiers: BTreeMap<_, _> =
+            limits.tiers.iter().map(|(tier, limits)| (tier.clone(), AccountLimits::from_account(limits))).collect();
+        let limits = match tiers.is_empty() {
+            true => AccountLimits::from_account(limits),
+            false => tiers.get(SINGLE_SERVER_TIER).copied().unwrap_or(AccountLimits::NO_TIER),
+        };
+        Self { name: name.to_string(), limits, tiers }
+    }
+
+    /// Whether its streams have limits to be held to, plain or a tier's; nats-server refuses to
+    /// create streams and consumers without (`no JetStream default or applicable tiered limit`).
+    pub fn has_stream_limits(&self) -> bool {
+        self.tiers.is_empty() || self.tiers.contains_key(SINGLE_SERVER_TIER)
+    }
+}
+
+/// The tier of every stream on one server: nats-server names tiers `R<replicas>`, and refuses
+/// more than one replica when not clustered.
+pub const SINGLE_SERVER_TIER: &str = "R1";
 
 /// The accounts that get a JetStream, in the order listed (config accounts, then JWT accounts
 /// by key): each with a `jetstream` block or JWT JetStream limits; when none has one, `$G`
@@ -36,11 +63,12 @@ pub fn enabled(options: &Options) -> Vec<JetStreamAccount> {
     for account in &options.accounts {
         let Some(limits) = &account.jetstream else { continue };
         if accounts.iter().all(|known| known.name != account.name) {
-            accounts.push(JetStreamAccount { name: account.name.clone(), limits: AccountLimits::from_account(limits) });
+            accounts.push(JetStreamAccount::new(&account.name, limits));
         }
     }
     if accounts.is_empty() {
-        accounts.push(JetStreamAccount { name: GLOBAL_ACCOUNT.to_string(), limits: AccountLimits::UNLIMITED });
+        let name = GLOBAL_ACCOUNT.to_string();
+        accounts.push(JetStreamAccount { name, limits: AccountLimits::UNLIMITED, tiers: BTreeMap::new() });
     }
     accounts
 }
@@ -76,6 +104,22 @@ impl AccountLimits {
         ack_pending_max: -1,
         memory_stream_bytes_max: -1,
         file_stream_bytes_max: -1,
+        max_bytes_required: false,
+    };
+
+    /// The limits of a tiered account without the tier its streams would be in: nothing may be
+    /// stored (nats-server refuses such streams before any of these limits is looked at).
+    pub const NO_TIER: Self = Self { memory_bytes_max: 0, file_bytes_max: 0, ..Self::UNLIMITED };
+
+    /// Zero everywhere: the top-level `limits` nats-server reports for a tiered account.
+    const ZERO: Self = Self {
+        memory_bytes_max: 0,
+        file_bytes_max: 0,
+        streams_max: 0,
+        consumers_max: 0,
+        ack_pending_max: 0,
+        memory_stream_bytes_max: 0,
+        file_stream_bytes_max: 0,
         max_bytes_required: false,
     };
 
@@ -115,28 +159,59 @@ impl AccountLimits {
     }
 }
 
-/// The body of `$JS.API.INFO`, as nats-server 2.10 (2.9 has no `reserved_*`).
+/// The body of `$JS.API.INFO`, as nats-server 2.10 (2.9 has no `reserved_*`). A tiered
+/// account's top-level figures are its totals, its top-level limits zero, and `tiers` has each
+/// tier's usage and limits (every tier it has limits for, and the one its streams are in).
 pub fn info(jetstream: &JetStream) -> Value {
     let options = &jetstream.services().options;
-    let (streams, memory, storage) = jetstream.usage();
-    let consumers: usize = jetstream.streams().iter().map(|s| s.consumer_count()).sum();
-    let mut info = json!({
-        "memory": memory,
-        "storage": storage,
-        "reserved_memory": 0,
-        "reserved_storage": 0,
-        "streams": streams,
-        "consumers": consumers,
-        "limits": jetstream.account().limits.to_json(),
-        "api": {
-            "total": jetstream.api_requests.load(std::sync::atomic::Ordering::Relaxed),
-            "errors": jetstream.api_errors.load(std::sync::atomic::Ordering::Relaxed),
-        },
+    let account = jetstream.account();
+    let streams = jetstream.streams();
+    let mut info = match account.tiers.is_empty() {
+        true => tier_json(&streams, &account.limits),
+        false => tier_json(&streams, &AccountLimits::ZERO),
+    };
+    if !account.tiers.is_empty() {
+        let mut tiers = serde_json::Map::new();
+        for (name, limits) in &account.tiers {
+            let in_tier = if name == SINGLE_SERVER_TIER { streams.as_slice() } else { &[] };
+            tiers.insert(name.clone(), tier_json(in_tier, limits));
+        }
+        if !streams.is_empty() && !account.tiers.contains_key(SINGLE_SERVER_TIER) {
+            tiers.insert(SINGLE_SERVER_TIER.to_string(), tier_json(&streams, &AccountLimits::ZERO));
+        }
+        info["tiers"] = Value::Object(tiers);
+    }
+    info["api"] = json!({
+        "total": jetstream.api_requests.load(std::sync::atomic::Ordering::Relaxed),
+        "errors": jetstream.api_errors.load(std::sync::atomic::Ordering::Relaxed),
     });
     if let Some(domain) = &options.jetstream_domain {
         info["domain"] = json!(domain);
     }
     info
+}
+
+/// nats-server's `JetStreamTier`: the usage of `streams` (with the bytes their `max_bytes`
+/// reserve) and the limits they are held to.
+fn tier_json(streams: &[Arc<Stream>], limits: &AccountLimits) -> Value {
+    let (mut memory, mut storage) = (0, 0);
+    for stream in streams {
+        let bytes = stream.state().bytes;
+        match stream.config().storage {
+            Storage::Memory => memory += bytes,
+            Storage::File => storage += bytes,
+        }
+    }
+    let consumers: usize = streams.iter().map(|stream| stream.consumer_count()).sum();
+    json!({
+        "memory": memory,
+        "storage": storage,
+        "reserved_memory": reserved(streams, Storage::Memory),
+        "reserved_storage": reserved(streams, Storage::File),
+        "streams": streams.len(),
+        "consumers": consumers,
+        "limits": limits.to_json(),
+    })
 }
 
 /// The stream config against the account's `max_bytes` rules (create and update), after the
@@ -156,6 +231,9 @@ pub fn check_stream_config(limits: &AccountLimits, config: &StreamConfig) -> Res
 /// `max_consumers`, and the bytes its `max_bytes` would reserve beside the other streams' (the
 /// account's for the account's limit, every account's for the server's).
 pub fn check_stream_create(jetstream: &JetStream, config: &StreamConfig) -> Result<(), ApiError> {
+    if !jetstream.account().has_stream_limits() {
+        return Err(ApiError::no_limits());
+    }
     let (options, limits) = (&jetstream.services().options, &jetstream.account().limits);
     let streams = jetstream.streams();
     if limits.streams_max > 0 && streams.len() as i64 >= limits.streams_max {
@@ -313,6 +391,25 @@ mod tests {
         let none = Options { accounts: vec![account("B", None)], ..Options::default() };
         assert_eq!(names_and_streams_max(&none), [("$G".to_string(), -1)], "no account has JetStream: $G, unlimited");
         assert_eq!(enabled(&none)[0].limits, AccountLimits::UNLIMITED);
+    }
+
+    #[test]
+    fn a_tiered_account_holds_its_streams_to_the_r1_tier_and_without_one_has_no_stream_limits() {
+        let tier = |streams| AccountJetStream { streams_max: Some(streams), ..AccountJetStream::default() };
+        let tiered = |tiers: &[(&str, u64)]| AccountJetStream {
+            tiers: tiers.iter().map(|(name, streams)| (name.to_string(), tier(*streams))).collect(),
+            ..AccountJetStream::default()
+        };
+        let with_r1 = JetStreamAccount::new("T", &tiered(&[("R1", 2), ("R3", 7)]));
+        assert_eq!(with_r1.limits.streams_max, 2);
+        assert_eq!(with_r1.tiers.get("R3").map(|limits| limits.streams_max), Some(7));
+        assert!(with_r1.has_stream_limits());
+        let without_r1 = JetStreamAccount::new("T", &tiered(&[("R3", 7)]));
+        assert_eq!(without_r1.limits, AccountLimits::NO_TIER);
+        assert!(!without_r1.has_stream_limits());
+        let plain = JetStreamAccount::new("P", &tier(4));
+        assert!(plain.has_stream_limits() && plain.tiers.is_empty());
+        assert_eq!(plain.limits.streams_max, 4);
     }
 
     #[test]

@@ -523,6 +523,9 @@ fn create_consumer(
         return Err(ApiError::invalid_json("unexpected end of JSON input"));
     }
     let request: CreateRequest = serde_json::from_slice(payload).map_err(ApiError::invalid_json)?;
+    if !jetstream.account().has_stream_limits() {
+        return Err(ApiError::no_limits());
+    }
     consumers::create(&stream, request, subject, &jetstream.account().limits)
 }
 

@@ -165,6 +165,11 @@ impl ApiError {
     pub fn replicas_not_supported() -> Self {
         Self::new(500, 10074, "replicas > 1 not supported in non-clustered mode")
     }
+    /// `no JetStream default or applicable tiered limit present`: a tiered account without the
+    /// tier a stream or consumer would be in.
+    pub fn no_limits() -> Self {
+        Self::new(400, 10120, "no JetStream default or applicable tiered limit present")
+    }
     /// `expected stream does not match`.
     pub fn expected_stream_mismatch() -> Self {
         Self::new(400, 10060, "expected stream does not match")

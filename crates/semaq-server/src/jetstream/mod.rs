@@ -361,6 +361,9 @@ impl JetStream {
         account::check_stream_config(&self.account.limits, &config)?;
         self::schema::check_stream(&self.services.registry, &config.metadata)?;
         let stream = self.stream(&config.name).ok_or_else(ApiError::stream_not_found)?;
+        if !self.account.has_stream_limits() {
+            return Err(ApiError::no_limits());
+        }
         check_update(&stream.config(), &config)?;
         sources::check_update(&stream.config(), &config)?;
         sources::check_against(self, &config)?;

@@ -26,6 +26,7 @@ mod jetstream_accounts;
 mod jetstream_api;
 mod jetstream_api_210;
 mod jetstream_consumers;
+mod jetstream_tiers;
 mod kv;
 mod l4_batch;
 mod lame_duck;
