@@ -52,3 +52,4 @@ mod tls;
 mod tokens;
 mod tracing;
 mod websocket;
+mod websocket_auth;
