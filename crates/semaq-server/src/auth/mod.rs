@@ -251,8 +251,9 @@ impl Authenticator {
             return Err(AuthError::Violation);
         };
         if let Some((name, password)) = &simple.user {
-            // nats-server forbids a single WebSocket user beside `users`, so it is the only one.
-            let matches = constant_time_eq(name, user) && constant_time_eq(password, pass);
+            // nats-server forbids a single WebSocket user beside `users`, so it is the only one;
+            // and a token, when set too, is the only credential it checks.
+            let matches = simple.token.is_none() && constant_time_eq(name, user) && constant_time_eq(password, pass);
             return if matches {
                 Ok(Grant { user: Some(user.clone()), ..Grant::default() })
             } else {
@@ -417,6 +418,39 @@ mod tests {
         options.auth.no_auth_user = Some("bob".into());
         let auth = Authenticator::from_options(&options).unwrap();
         assert_eq!(auth.authenticate(&connect(None, None, None), None).ok().and_then(|g| g.user), Some("bob".into()));
+    }
+
+    #[test]
+    fn websocket_override_applies_to_websocket_clients_only_and_its_token_wins_over_its_user() {
+        let mut options = Options::default();
+        options.auth.users.push(User { username: "tcp".into(), password: "t".into(), permissions: None });
+        options.auth.single_user = Some("tcp".into());
+        let mut ws = crate::options::WebsocketOptions::default();
+        ws.auth.username = Some("web".into());
+        ws.auth.password = Some("w".into());
+        options.websocket = Some(ws.clone());
+        let auth = Authenticator::from_options(&options).unwrap();
+        let web = connect(Some("web"), Some("w"), None);
+        let tcp = connect(Some("tcp"), Some("t"), None);
+        assert!(auth.authenticate_on(&web, None, Transport::Websocket).is_ok());
+        assert!(auth.authenticate_on(&tcp, None, Transport::Websocket).is_err());
+        assert!(auth.authenticate_on(&tcp, None, Transport::Tcp).is_ok());
+        assert!(auth.authenticate_on(&web, None, Transport::Tcp).is_err());
+        ws.auth.token = Some("tok".into());
+        options.websocket = Some(ws);
+        let auth = Authenticator::from_options(&options).unwrap();
+        assert!(auth.authenticate_on(&web, None, Transport::Websocket).is_err());
+        assert!(auth.authenticate_on(&connect(None, None, Some("tok")), None, Transport::Websocket).is_ok());
+    }
+
+    #[test]
+    fn cookies_fill_only_what_connect_leaves_empty() {
+        let cookies =
+            Cookies { user: Some("cookie-user".into()), pass: Some("cookie-pass".into()), ..Cookies::default() };
+        let mut given = connect(Some("mine"), Some(""), None);
+        cookies.fill(&mut given);
+        assert_eq!((given.user.as_deref(), given.pass.as_deref()), (Some("mine"), Some("cookie-pass")));
+        assert_eq!((given.auth_token, given.jwt), (None, None));
     }
 
     #[test]
