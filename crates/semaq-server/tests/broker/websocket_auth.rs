@@ -207,3 +207,20 @@ fn a_token_cookie_stands_in_for_the_websocket_token() {
     let mut other = raw_with_cookie(&server, "token=s3cret");
     assert!(answer_to(&mut other, "{}").contains("-ERR 'Authorization Violation'"));
 }
+
+#[test]
+fn a_jwt_cookie_logs_in_a_bearer_jwt_user_in_operator_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let operator = super::auth_nkeys::Operator::new(dir.path(), serde_json::json!({}), serde_json::json!({}));
+    let config = format!("{}\n{}", operator.config, ws_block("jwt_cookie: session"));
+    let server = SemaqServer::with_config(&config, &[]);
+    let user = nkeys::KeyPair::new_user();
+    let jwt = operator.user_jwt(&user, serde_json::json!({ "bearer_token": true }), serde_json::json!({}));
+    let mut ws = raw_with_cookie(&server, &format!("session={jwt}"));
+    let answer = answer_to(&mut ws, "{}");
+    assert!(answer.contains("PONG"), "{answer}");
+    let connz = server.http_json("/connz");
+    assert_eq!(connz["connections"][0]["account"], operator.account.public_key(), "{connz}");
+    let mut without = raw_with_cookie(&server, "other=1");
+    assert!(answer_to(&mut without, "{}").contains("-ERR 'Authorization Violation'"));
+}
