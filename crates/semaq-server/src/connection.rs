@@ -21,7 +21,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 
 use crate::agents::Agents;
-use crate::auth::{AuthError, Authenticator, ClientPermissions, ConnectionLimits, Grant};
+use crate::auth::{AuthError, Authenticator, ClientPermissions, ConnectionLimits, Cookies, Grant, Transport};
 use crate::bus::Bus;
 use crate::client::{Client, ClientDetails};
 use crate::delivery::{self, FlushSet, Message, Sink, SubscriberRef, Subscription};
@@ -87,7 +87,7 @@ pub async fn serve(context: Arc<Context>, socket: TcpStream, addr: SocketAddr) {
     let nonce = info.nonce;
     let Some(acceptor) = tls else {
         let (reader, writer) = socket.into_split();
-        return run(context, client, reader, writer, (hello, nonce)).await;
+        return run(context, client, reader, writer, (hello, nonce), Entry::default()).await;
     };
     // INFO goes out in plain text first; the client then starts the TLS handshake.
     let mut socket = socket;
@@ -98,7 +98,7 @@ pub async fn serve(context: Arc<Context>, socket: TcpStream, addr: SocketAddr) {
     match tokio::time::timeout(timeout, acceptor.accept(socket)).await {
         Ok(Ok(stream)) => {
             let (reader, writer) = tokio::io::split(stream);
-            run(context, client, reader, writer, (BytesMut::new(), nonce)).await;
+            run(context, client, reader, writer, (BytesMut::new(), nonce), Entry::default()).await;
         }
         Ok(Err(error)) => tracing::debug!(%addr, %error, "TLS handshake failed"),
         Err(_) => tracing::debug!(%addr, "TLS handshake timed out"),
@@ -117,6 +117,18 @@ pub struct Via {
     pub host: String,
     /// The listener's port (INFO `port`).
     pub port: u16,
+    /// Credentials the upgrade request's cookies carried.
+    pub cookies: Cookies,
+    /// The listener's own time to authenticate, instead of the server's.
+    pub auth_timeout: Option<std::time::Duration>,
+}
+
+/// How a connection came in, as far as logging in goes.
+#[derive(Debug, Default)]
+struct Entry {
+    transport: Transport,
+    cookies: Cookies,
+    auth_timeout: Option<std::time::Duration>,
 }
 
 /// Serves a connection whose transport (TLS included) another listener already set up, such
@@ -130,22 +142,33 @@ where
     let (shed, subjects) = (context.bus.stats.shed.clone(), context.bus.stats.subjects.clone());
     let pending = context.options.pending_bytes_max;
     let client = Arc::new(Client::new(id, addr, pending, via.tls_required, shed, subjects));
+    let mut info = context.client_info(id, addr);
+    let auth_required = context.auth.is_required_on(Transport::Websocket);
+    // The WebSocket override may ask for credentials the client port does not.
+    info.auth_required |= auth_required;
     let info = ServerInfo {
         tls_required: via.tls_required,
         tls_verify: via.tls_verify,
         host: via.host,
         port: via.port,
-        ..context.client_info(id, addr)
+        ..info
     };
     let mut hello = BytesMut::new();
     encode::info(&mut hello, &info);
     let nonce = info.nonce;
-    run(context, client, reader, writer, (hello, nonce)).await;
+    let entry = Entry { transport: Transport::Websocket, cookies: via.cookies, auth_timeout: via.auth_timeout };
+    run(context, client, reader, writer, (hello, nonce), entry).await;
 }
 
 /// `hello` is what to send first, with the nonce it carries (which the client must sign).
-async fn run<R, W>(context: Arc<Context>, client: Arc<Client>, reader: R, writer: W, hello: (BytesMut, Option<String>))
-where
+async fn run<R, W>(
+    context: Arc<Context>,
+    client: Arc<Client>,
+    reader: R,
+    writer: W,
+    hello: (BytesMut, Option<String>),
+    entry: Entry,
+) where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
@@ -156,7 +179,7 @@ where
     let writer = SlotReleasingWriter { inner: writer, client: client.clone() };
     let writer_client = client.clone();
     let writer_task = tokio::spawn(async move { writer_client.outbound.run_writer(writer, write_deadline).await });
-    let mut connection = Connection::new(context.clone(), client.clone(), nonce);
+    let mut connection = Connection::new(context.clone(), client.clone(), nonce, entry);
     let reason = connection.read_loop(reader).await;
     client.release_account_slot();
     client.outbound.close(reason);
@@ -185,6 +208,8 @@ struct Connection {
     connected: bool,
     /// The nonce sent in INFO, which nkey and JWT users sign.
     nonce: Option<String>,
+    /// The listener the client came through, with its cookies and time to authenticate.
+    entry: Entry,
     /// Bounds the user's credentials set, beyond the server's.
     limits: ConnectionLimits,
     /// Subscriptions held when exhausted ones (auto-unsubscribed by a delivery, which leaves
@@ -193,7 +218,7 @@ struct Connection {
 }
 
 impl Connection {
-    fn new(context: Arc<Context>, client: Arc<Client>, nonce: Option<String>) -> Self {
+    fn new(context: Arc<Context>, client: Arc<Client>, nonce: Option<String>, entry: Entry) -> Self {
         let limits = ParserLimits {
             control_line_bytes_max: context.options.control_line_bytes_max,
             payload_bytes_max: context.options.payload_bytes_max,
@@ -211,6 +236,7 @@ impl Connection {
             pings_outstanding: 0,
             connected: false,
             nonce,
+            entry,
             sweep_at: crate::limits::SUBSCRIPTION_SWEEP_MIN,
             limits: ConnectionLimits::default(),
         }
@@ -220,8 +246,8 @@ impl Connection {
         let mut buffer = BytesMut::with_capacity(limits::READ_BUFFER_BYTES);
         let ping_interval = self.context.options.ping_interval;
         let mut ping_timer = tokio::time::interval_at(tokio::time::Instant::now() + ping_interval, ping_interval);
-        let auth_timer = tokio::time::sleep(self.context.options.auth_timeout);
-        let auth_required = self.context.auth.is_required();
+        let auth_timer = tokio::time::sleep(self.entry.auth_timeout.unwrap_or(self.context.options.auth_timeout));
+        let auth_required = self.context.auth.is_required_on(self.entry.transport);
         let client = self.client.clone();
         let closed = client.outbound.closed();
         // Armed once CONNECT brings credentials that expire (a user JWT's `exp`).
@@ -297,7 +323,10 @@ impl Connection {
     }
 
     fn handle(&mut self, op: ClientOp) -> Result<(), CloseReason> {
-        if !self.connected && !matches!(op, ClientOp::Connect(_)) && self.context.auth.is_required() {
+        if !self.connected
+            && !matches!(op, ClientOp::Connect(_))
+            && self.context.auth.is_required_on(self.entry.transport)
+        {
             return self.refuse_auth();
         }
         match op {
@@ -337,7 +366,7 @@ impl Connection {
     }
 
     fn connect(&mut self, json: &[u8]) -> Result<(), CloseReason> {
-        let Ok(options) = serde_json::from_slice::<ConnectOptions>(json) else {
+        let Ok(mut options) = serde_json::from_slice::<ConnectOptions>(json) else {
             self.client.outbound.close_with_error(CloseReason::ProtocolViolation, "Invalid CONNECT JSON");
             return Err(CloseReason::ProtocolViolation);
         };
@@ -346,11 +375,16 @@ impl Connection {
             self.ok();
             return Ok(());
         }
-        let Grant { user, permissions, limits, slot, account } =
-            match self.context.auth.authenticate(&options, self.nonce.as_deref(), Some(self.client.addr.ip())) {
-                Ok(grant) => grant,
-                Err(error) => return self.refuse(error),
-            };
+        self.entry.cookies.fill(&mut options);
+        let Grant { user, permissions, limits, slot, account } = match self.context.auth.authenticate_on(
+            &options,
+            self.nonce.as_deref(),
+            self.entry.transport,
+            Some(self.client.addr.ip()),
+        ) {
+            Ok(grant) => grant,
+            Err(error) => return self.refuse(error),
+        };
         let Some(router) = self.context.bus.account_router(account.as_deref().unwrap_or(GLOBAL_ACCOUNT)) else {
             // Every account a user can log into has a subject space from the start.
             tracing::error!(?account, "no subject space for the account");

@@ -558,11 +558,13 @@ impl Flags {
         if let (Some(username), Some(password)) = (&self.user, &self.password) {
             options.auth.users =
                 vec![User { username: username.clone(), password: password.clone(), permissions: None }];
+            options.auth.single_user = Some(username.clone());
             options.auth.token = None;
         }
         if let Some(token) = &self.token {
             options.auth.token = Some(token.clone());
             options.auth.users.clear();
+            options.auth.single_user = None;
         }
     }
 

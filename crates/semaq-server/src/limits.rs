@@ -380,6 +380,9 @@ pub const WEBSOCKET_MESSAGE_BYTES_MAX: usize = 64 * 1024 * 1024;
 pub const WEBSOCKET_FRAME_BYTES_MAX: usize = 1024 * 1024;
 /// Bytes read and dropped after refusing an upgrade, before the socket is closed regardless.
 pub const WEBSOCKET_LINGER_BYTES_MAX: usize = 64 * 1024;
+/// `name=value` pairs read from an upgrade request's `Cookie` headers; later pairs are ignored
+/// (the request size bounds them too, but a browser may send many unrelated cookies).
+pub const WEBSOCKET_COOKIES_MAX: usize = 256;
 
 /// Subscriptions one connection holds before it first sweeps out the auto-unsubscribed ones
 /// (then again each time the count doubles).

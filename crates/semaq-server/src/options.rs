@@ -191,6 +191,9 @@ pub struct AuthOptions {
     pub users: Vec<User>,
     /// Clients that send no credentials are treated as this user.
     pub no_auth_user: Option<String>,
+    /// Which of `users` is the single `authorization { user, password }` (or `--user`), which
+    /// nats-server keeps apart from the `users` array: a WebSocket override replaces it.
+    pub single_user: Option<String>,
     /// Clients that send no credentials at all join `$G` (nats-server's rule when the only
     /// account configured is the system account and there is no `authorization` block).
     pub no_auth_global: bool,
@@ -443,6 +446,55 @@ pub struct WebsocketOptions {
     pub handshake_timeout: Duration,
     /// `compression: true`: permessage-deflate is negotiated with clients that offer it.
     pub compression: bool,
+    /// The block's own `authorization { }` and `no_auth_user`, for WebSocket clients only.
+    pub auth: WebsocketAuth,
+    /// Cookies of the upgrade request that stand in for credentials a CONNECT leaves out.
+    pub cookies: CookieNames,
+}
+
+/// `websocket { authorization { user, password | token, timeout }, no_auth_user }`: when a
+/// user, token or `no_auth_user` is set, WebSocket clients log in with these instead of the
+/// server's single user, token and `no_auth_user` (nats-server's auth override).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WebsocketAuth {
+    /// The single user's name.
+    pub username: Option<String>,
+    /// The single user's password.
+    pub password: Option<String>,
+    /// A shared token; checked before the single user when both are set, as nats-server does.
+    pub token: Option<String>,
+    /// Time a WebSocket client has to authenticate, instead of the server's `auth_timeout`.
+    pub timeout: Option<Duration>,
+    /// WebSocket clients without credentials are this user (of `authorization { users }` or an account).
+    pub no_auth_user: Option<String>,
+}
+
+impl WebsocketAuth {
+    /// Whether WebSocket clients log in with these settings rather than the server's.
+    pub fn overrides(&self) -> bool {
+        self.username.is_some() || self.token.is_some() || self.no_auth_user.is_some()
+    }
+}
+
+/// Names of the cookies (`jwt_cookie`, `user_cookie`, `pass_cookie`, `token_cookie`) read from
+/// a WebSocket upgrade request.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CookieNames {
+    /// The cookie holding a user JWT.
+    pub jwt: Option<String>,
+    /// The cookie holding a user name.
+    pub user: Option<String>,
+    /// The cookie holding a password.
+    pub pass: Option<String>,
+    /// The cookie holding a token.
+    pub token: Option<String>,
+}
+
+impl CookieNames {
+    /// Whether any cookie is configured, so the `Cookie` header is worth reading.
+    pub fn any(&self) -> bool {
+        self.jwt.is_some() || self.user.is_some() || self.pass.is_some() || self.token.is_some()
+    }
 }
 
 impl Default for WebsocketOptions {
@@ -455,6 +507,8 @@ impl Default for WebsocketOptions {
             allowed_origins: Vec::new(),
             handshake_timeout: limits::WEBSOCKET_HANDSHAKE_TIMEOUT,
             compression: false,
+            auth: WebsocketAuth::default(),
+            cookies: CookieNames::default(),
         }
     }
 }

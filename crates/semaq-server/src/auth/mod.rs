@@ -14,7 +14,7 @@ use std::sync::Arc;
 use semaq_wire::info::ConnectOptions;
 use semaq_wire::subject;
 
-use crate::options::{Options, Permissions, ResponsePermission, SubjectPermission};
+use crate::options::{Options, Permissions, ResponsePermission, SubjectPermission, WebsocketAuth};
 pub use trust::{AccountSlot, Trust, TrustError};
 
 /// Why a client was refused.
@@ -74,14 +74,74 @@ impl Login {
     }
 }
 
+/// The listener a client came through, which decides whose single user, token and
+/// `no_auth_user` apply.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Transport {
+    /// The client port: the server's own settings.
+    #[default]
+    Tcp,
+    /// The WebSocket listener: its `websocket { authorization, no_auth_user }` when set.
+    Websocket,
+}
+
+/// Credentials read from a WebSocket upgrade's cookies, which fill what a CONNECT leaves empty.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Cookies {
+    /// A user JWT (`jwt_cookie`).
+    pub jwt: Option<String>,
+    /// A user name (`user_cookie`).
+    pub user: Option<String>,
+    /// A password (`pass_cookie`).
+    pub pass: Option<String>,
+    /// A token (`token_cookie`).
+    pub token: Option<String>,
+}
+
+impl Cookies {
+    /// Fills each of `connect`'s JWT, user, password and token that is missing or empty from
+    /// its cookie, field by field, as nats-server does.
+    pub fn fill(&self, connect: &mut ConnectOptions) {
+        let pairs = [
+            (&mut connect.jwt, &self.jwt),
+            (&mut connect.user, &self.user),
+            (&mut connect.pass, &self.pass),
+            (&mut connect.auth_token, &self.token),
+        ];
+        for (field, cookie) in pairs {
+            if field.as_deref().is_none_or(str::is_empty) {
+                if let Some(value) = cookie.as_ref().filter(|value| !value.is_empty()) {
+                    *field = Some(value.clone());
+                }
+            }
+        }
+    }
+}
+
+/// The single user, token and `no_auth_user` one listener checks (nats-server's `username`,
+/// `password`, `token`, `noAuthUser` in `processClientOrLeafAuthentication`).
+#[derive(Debug, Default)]
+struct Simple {
+    token: Option<String>,
+    /// A user checked by name and password alone; only the WebSocket override has one, the
+    /// server's single user is among `users`.
+    user: Option<(String, String)>,
+    no_auth_user: Option<String>,
+    /// A user of `users` this listener may not log in as: the server's single user, which
+    /// the WebSocket override replaces.
+    hidden_user: Option<String>,
+    no_auth_global: bool,
+}
+
 /// Checks credentials from `CONNECT` against the configured token, users, nkeys and operators.
 #[derive(Debug, Default)]
 pub struct Authenticator {
-    token: Option<String>,
     users: HashMap<String, (String, Login)>,
     nkeys: HashMap<String, Login>,
-    no_auth_user: Option<String>,
-    no_auth_global: bool,
+    /// The server's own single user, token and `no_auth_user`.
+    server: Simple,
+    /// `websocket { authorization, no_auth_user }`, when it overrides the server's.
+    websocket: Option<Simple>,
     trust: Option<Trust>,
 }
 
@@ -108,14 +168,22 @@ impl Authenticator {
             }
         }
         let trust = options.auth.operator.as_ref().map(Trust::load).transpose()?;
-        Ok(Self {
+        let server = Simple {
             token: options.auth.token.clone(),
-            users,
-            nkeys,
             no_auth_user: options.auth.no_auth_user.clone(),
             no_auth_global: options.auth.no_auth_global,
-            trust,
-        })
+            ..Simple::default()
+        };
+        let websocket = options.websocket.as_ref().map(|ws| &ws.auth).filter(|auth| auth.overrides());
+        let websocket = websocket.map(|auth| websocket_simple(auth, options.auth.single_user.clone()));
+        Ok(Self { users, nkeys, server, websocket, trust })
+    }
+
+    fn simple(&self, transport: Transport) -> &Simple {
+        match (transport, &self.websocket) {
+            (Transport::Websocket, Some(simple)) => simple,
+            _ => &self.server,
+        }
     }
 
     /// The operators and accounts of decentralized auth, when configured.
@@ -123,22 +191,41 @@ impl Authenticator {
         self.trust.as_ref()
     }
 
-    /// Whether clients must present credentials.
+    /// Whether clients of the client port must present credentials.
     pub fn is_required(&self) -> bool {
-        self.token.is_some() || !self.users.is_empty() || !self.nkeys.is_empty() || self.trust.is_some()
+        self.server.token.is_some() || !self.users.is_empty() || !self.nkeys.is_empty() || self.trust.is_some()
     }
 
-    /// Grants access for the credentials in `connect`, whose nkey signature must be of `nonce`
-    /// (the one sent in this connection's INFO), from a client at `peer`, or refuses.
+    /// Whether clients coming through `transport` must present credentials: a WebSocket
+    /// override requires them even on a server that does not.
+    pub fn is_required_on(&self, transport: Transport) -> bool {
+        self.is_required() || (transport == Transport::Websocket && self.websocket.is_some())
+    }
+
+    /// [`Authenticator::authenticate_on`] for a client of the client port.
     pub fn authenticate(
         &self,
         connect: &ConnectOptions,
         nonce: Option<&str>,
         peer: Option<IpAddr>,
     ) -> Result<Grant, AuthError> {
-        if !self.is_required() {
+        self.authenticate_on(connect, nonce, Transport::Tcp, peer)
+    }
+
+    /// Grants access for the credentials in `connect`, whose nkey signature must be of `nonce`
+    /// (the one sent in this connection's INFO), to a client at `peer` that came through
+    /// `transport`, or refuses.
+    pub fn authenticate_on(
+        &self,
+        connect: &ConnectOptions,
+        nonce: Option<&str>,
+        transport: Transport,
+        peer: Option<IpAddr>,
+    ) -> Result<Grant, AuthError> {
+        if !self.is_required_on(transport) {
             return Ok(Grant::default());
         }
+        let simple = self.simple(transport);
         if let Some(trust) = &self.trust {
             // Operator mode has no other kind of user (the config refuses them).
             let granted = trust.authenticate(connect, nonce, peer)?;
@@ -155,38 +242,58 @@ impl Authenticator {
                 slot: Some(Arc::new(granted.slot)),
             });
         }
-        if let Some(grant) = self.nkey_user(connect, nonce) {
+        if let Some(grant) = self.nkey_user(connect, nonce, simple) {
             return grant;
         }
-        if let (Some(expected), Some(given)) = (&self.token, &connect.auth_token) {
+        if let (Some(expected), Some(given)) = (&simple.token, &connect.auth_token) {
             return if constant_time_eq(expected, given) { Ok(Grant::default()) } else { Err(AuthError::Violation) };
         }
         let no_credentials = connect.user.is_none() && connect.auth_token.is_none();
-        if no_credentials && connect.nkey.is_none() && self.no_auth_global {
+        if no_credentials && connect.nkey.is_none() && simple.no_auth_global {
             return Ok(Grant::default());
         }
-        if let (true, Some(default_user)) = (no_credentials, &self.no_auth_user) {
-            let (_, login) = self.users.get(default_user).ok_or(AuthError::Violation)?;
+        if let (true, Some(default_user)) = (no_credentials, &simple.no_auth_user) {
+            let (_, login) = self.user(default_user, simple).ok_or(AuthError::Violation)?;
             return Ok(login.grant(default_user));
         }
         let (Some(user), Some(pass)) = (&connect.user, &connect.pass) else {
             return Err(AuthError::Violation);
         };
-        match self.users.get(user) {
+        if let Some((name, password)) = &simple.user {
+            // nats-server forbids a single WebSocket user beside `users`, so it is the only one;
+            // and a token, when set too, is the only credential it checks.
+            let matches = simple.token.is_none() && constant_time_eq(name, user) && constant_time_eq(password, pass);
+            return if matches {
+                Ok(Grant { user: Some(user.clone()), ..Grant::default() })
+            } else {
+                Err(AuthError::Violation)
+            };
+        }
+        match self.user(user, simple) {
             Some((password, login)) if constant_time_eq(password, pass) => Ok(login.grant(user)),
             _ => Err(AuthError::Violation),
         }
     }
 
+    /// The configured user `name` with its password, unless this listener hides it.
+    fn user(&self, name: &str, simple: &Simple) -> Option<&(String, Login)> {
+        self.users.get(name).filter(|_| simple.hidden_user.as_deref() != Some(name))
+    }
+
     /// The verdict for a client that names an nkey (or, sending nothing, falls to an nkey
     /// `no_auth_user`); `None` when nkeys do not apply and the other kinds of user are tried.
-    fn nkey_user(&self, connect: &ConnectOptions, nonce: Option<&str>) -> Option<Result<Grant, AuthError>> {
+    fn nkey_user(
+        &self,
+        connect: &ConnectOptions,
+        nonce: Option<&str>,
+        simple: &Simple,
+    ) -> Option<Result<Grant, AuthError>> {
         if self.nkeys.is_empty() {
             return None;
         }
         let sent_nothing =
             connect.user.is_none() && connect.pass.is_none() && connect.auth_token.is_none() && connect.nkey.is_none();
-        let default_nkey = self.no_auth_user.as_ref().filter(|_| sent_nothing);
+        let default_nkey = simple.no_auth_user.as_ref().filter(|_| sent_nothing);
         if let Some((user, login)) = default_nkey.and_then(|user| self.nkeys.get(user).map(|login| (user, login))) {
             return Some(Ok(login.grant(user)));
         }
@@ -196,6 +303,18 @@ impl Authenticator {
             return Some(Err(AuthError::Violation));
         }
         Some(Ok(login.grant(key)))
+    }
+}
+
+/// The WebSocket override: its own single user, token and `no_auth_user`, with the server's
+/// single user (`single_user`) hidden from WebSocket clients.
+fn websocket_simple(auth: &WebsocketAuth, single_user: Option<String>) -> Simple {
+    Simple {
+        token: auth.token.clone(),
+        user: auth.username.clone().map(|name| (name, auth.password.clone().unwrap_or_default())),
+        no_auth_user: auth.no_auth_user.clone(),
+        hidden_user: single_user,
+        no_auth_global: false,
     }
 }
 
@@ -325,6 +444,39 @@ mod tests {
             auth.authenticate(&connect(None, None, None), None, None).ok().and_then(|g| g.user),
             Some("bob".into())
         );
+    }
+
+    #[test]
+    fn websocket_override_applies_to_websocket_clients_only_and_its_token_wins_over_its_user() {
+        let mut options = Options::default();
+        options.auth.users.push(User { username: "tcp".into(), password: "t".into(), permissions: None });
+        options.auth.single_user = Some("tcp".into());
+        let mut ws = crate::options::WebsocketOptions::default();
+        ws.auth.username = Some("web".into());
+        ws.auth.password = Some("w".into());
+        options.websocket = Some(ws.clone());
+        let auth = Authenticator::from_options(&options).unwrap();
+        let web = connect(Some("web"), Some("w"), None);
+        let tcp = connect(Some("tcp"), Some("t"), None);
+        assert!(auth.authenticate_on(&web, None, Transport::Websocket, None).is_ok());
+        assert!(auth.authenticate_on(&tcp, None, Transport::Websocket, None).is_err());
+        assert!(auth.authenticate_on(&tcp, None, Transport::Tcp, None).is_ok());
+        assert!(auth.authenticate_on(&web, None, Transport::Tcp, None).is_err());
+        ws.auth.token = Some("tok".into());
+        options.websocket = Some(ws);
+        let auth = Authenticator::from_options(&options).unwrap();
+        assert!(auth.authenticate_on(&web, None, Transport::Websocket, None).is_err());
+        assert!(auth.authenticate_on(&connect(None, None, Some("tok")), None, Transport::Websocket, None).is_ok());
+    }
+
+    #[test]
+    fn cookies_fill_only_what_connect_leaves_empty() {
+        let cookies =
+            Cookies { user: Some("cookie-user".into()), pass: Some("cookie-pass".into()), ..Cookies::default() };
+        let mut given = connect(Some("mine"), Some(""), None);
+        cookies.fill(&mut given);
+        assert_eq!((given.user.as_deref(), given.pass.as_deref()), (Some("mine"), Some("cookie-pass")));
+        assert_eq!((given.auth_token, given.jwt), (None, None));
     }
 
     #[test]

@@ -94,6 +94,7 @@ pub(super) fn apply(tree: &Map, root: Option<Arc<Path>>, options: &mut Options) 
         trust: operator::Pending::default(),
         link_sites: Vec::new(),
         authorization_given: false,
+        websocket_at: None,
     };
     for entry in &tree.entries {
         mapper.top(entry)?;
@@ -122,6 +123,8 @@ struct Mapper<'o> {
     link_sites: Vec<imports::LinkSite>,
     /// Whether the file has an `authorization` block.
     authorization_given: bool,
+    /// Where the listening `websocket` block is, for the checks that need every user.
+    websocket_at: Option<Location>,
 }
 
 impl Mapper<'_> {
@@ -351,6 +354,7 @@ impl Mapper<'_> {
             return Err(invalid(&value.at, message.to_string()));
         }
         let mut list = users.unwrap_or_default();
+        self.options.auth.single_user = single.as_ref().map(|(username, _)| username.clone());
         if let Some((username, at)) = single {
             self.user_sites.push((username.clone(), at));
             let password = password.map(|(password, _)| password).unwrap_or_default();
@@ -702,6 +706,7 @@ impl Mapper<'_> {
     fn check(&self) -> Result<(), ConfigError> {
         self.check_operator()?;
         self.check_imports()?;
+        self.check_websocket()?;
         for (index, (name, at)) in self.user_sites.iter().enumerate() {
             if let Some((_, first)) = self.user_sites[..index].iter().find(|(other, _)| other == name) {
                 let message = format!("user \"{name}\" is defined twice (first at {})", self.line_of(first));

@@ -842,10 +842,43 @@ fn websocket_block_refusals_and_defaults_follow_nats_server() {
     assert_eq!(loaded("websocket { port: 0 }").websocket, None);
     let ws = loaded("ws { port: -1, no_tls: true }").websocket.expect("ws alias");
     assert_eq!((ws.host.as_str(), ws.port, ws.handshake_timeout), ("0.0.0.0", 0, limits::WEBSOCKET_HANDSHAKE_TIMEOUT));
-    let (options, warnings) = load_text("websocket { port: -1, no_tls: true, compression: true, jwt_cookie: \"jwt\" }");
+    let (options, warnings) = load_text("websocket { port: -1, no_tls: true, compression: true, advertise: \"x:1\" }");
     assert!(options.websocket.expect("listener").compression);
     assert!(!warnings.iter().any(|w| w.contains("compression")), "{warnings:?}");
-    assert!(warnings.iter().any(|w| w.contains("websocket.jwt_cookie")), "{warnings:?}");
+    assert!(warnings.iter().any(|w| w.contains("websocket.advertise")), "{warnings:?}");
+}
+
+#[test]
+fn websocket_block_reads_its_own_authorization_no_auth_user_and_cookies() {
+    let (options, warnings) = load_text(
+        r#"authorization { user: tcp, password: p, timeout: 3 }
+        websocket {
+            port: -1, no_tls: true
+            authorization { user: web, password: "w", timeout: 0.5 }
+            user_cookie: u, pass_cookie: p, token_cookie: t
+        }"#,
+    );
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(options.auth.single_user.as_deref(), Some("tcp"));
+    let ws = options.websocket.expect("listener");
+    let auth = &ws.auth;
+    assert_eq!((auth.username.as_deref(), auth.password.as_deref()), (Some("web"), Some("w")));
+    assert_eq!(auth.timeout, Some(Duration::from_millis(500)));
+    assert!(auth.overrides());
+    assert_eq!((ws.cookies.user.as_deref(), ws.cookies.pass.as_deref()), (Some("u"), Some("p")));
+    assert_eq!((ws.cookies.token.as_deref(), ws.cookies.jwt.as_deref()), (Some("t"), None));
+    // A password alone overrides nothing, as in nats-server.
+    let ws = loaded("websocket { port: -1, no_tls: true, authorization { password: x } }").websocket.expect("on");
+    assert!(!ws.auth.overrides());
+    // The checks that need every user run once the file is read: users may come after the block.
+    let later_users = "websocket { port: -1, no_tls: true, no_auth_user: a }
+authorization { users: [{user: a, password: b}] }";
+    assert_eq!(loaded(later_users).websocket.expect("on").auth.no_auth_user.as_deref(), Some("a"));
+    assert!(error(
+        "websocket { port: -1, no_tls: true, no_auth_user: a }
+authorization { user: a, password: b }"
+    )
+    .contains("no_auth_user: \"a\" present, but users/nkeys are not defined"));
 }
 
 #[test]

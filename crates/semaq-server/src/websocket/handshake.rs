@@ -4,8 +4,9 @@
 use base64::Engine;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use crate::auth::Cookies;
 use crate::limits;
-use crate::options::{Origin, WebsocketOptions};
+use crate::options::{CookieNames, Origin, WebsocketOptions};
 
 /// RFC 6455's GUID, appended to the client's key before hashing it into the accept value.
 const ACCEPT_GUID: &str = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
@@ -58,6 +59,8 @@ pub struct Upgrade {
     pub forwarded_for: Option<std::net::IpAddr>,
     /// permessage-deflate was configured, offered and accepted.
     pub compression: bool,
+    /// The configured cookies the request carried.
+    pub cookies: Cookies,
 }
 
 /// Why the request could not be read at all.
@@ -140,7 +143,52 @@ fn check(request: &httparse::Request, options: &WebsocketOptions, tls: bool) -> 
         accept_key(key.trim()),
         if compression { DEFLATE_RESPONSE } else { "" },
     );
-    Ok(Upgrade { response: response.into_bytes(), forwarded_for, compression })
+    let cookies = if options.cookies.any() { cookies(request, &options.cookies) } else { Cookies::default() };
+    Ok(Upgrade { response: response.into_bytes(), forwarded_for, compression, cookies })
+}
+
+/// The configured cookies among the request's `Cookie` headers (RFC 6265 §5.4: `name=value`
+/// pairs split by `;`), read as Go's `Request.Cookies` reads them: a quoted value loses its
+/// quotes, a pair with an invalid name or value is skipped, and the last of a name wins.
+/// At most [`limits::WEBSOCKET_COOKIES_MAX`] pairs are read.
+fn cookies(request: &httparse::Request, names: &CookieNames) -> Cookies {
+    let mut found = Cookies::default();
+    let pairs = request
+        .headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("Cookie"))
+        .filter_map(|h| std::str::from_utf8(h.value).ok())
+        .flat_map(|line| line.split(';'))
+        .map(str::trim)
+        .filter(|pair| !pair.is_empty())
+        .take(limits::WEBSOCKET_COOKIES_MAX);
+    for pair in pairs {
+        let Some((name, value)) = cookie_pair(pair) else { continue };
+        let slot = [
+            (&names.jwt, &mut found.jwt),
+            (&names.user, &mut found.user),
+            (&names.pass, &mut found.pass),
+            (&names.token, &mut found.token),
+        ]
+        .into_iter()
+        .find(|(wanted, _)| wanted.as_deref() == Some(name));
+        if let Some((_, slot)) = slot {
+            *slot = Some(value.to_string());
+        }
+    }
+    found
+}
+
+/// One `name=value` pair (a bare `name` has an empty value), or `None` when either part is
+/// not valid for a cookie.
+fn cookie_pair(pair: &str) -> Option<(&str, &str)> {
+    let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+    let name = name.trim();
+    let value = value.strip_prefix('"').and_then(|v| v.strip_suffix('"')).unwrap_or(value);
+    let token_byte = |b: u8| b.is_ascii_graphic() && !b"()<>@,;:\\\"/[]?={}".contains(&b);
+    let value_byte = |b: u8| (0x20..0x7f).contains(&b) && b != b'"' && b != b';' && b != b'\\';
+    let valid = !name.is_empty() && name.bytes().all(token_byte) && value.bytes().all(value_byte);
+    valid.then_some((name, value))
 }
 
 /// nats-server's answer to any permessage-deflate offer, whatever its parameters: no context
@@ -233,6 +281,16 @@ mod tests {
     #[test]
     fn accept_key_matches_rfc_6455_example() {
         assert_eq!(accept_key("dGhlIHNhbXBsZSBub25jZQ=="), "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
+    }
+
+    #[test]
+    fn cookie_pairs_are_read_as_go_reads_them() {
+        assert_eq!(cookie_pair("jwt=abc"), Some(("jwt", "abc")));
+        assert_eq!(cookie_pair("user=\"bob\""), Some(("user", "bob")));
+        assert_eq!(cookie_pair("empty="), Some(("empty", "")));
+        assert_eq!(cookie_pair("bare"), Some(("bare", "")));
+        assert_eq!(cookie_pair("bad name=x"), None);
+        assert_eq!(cookie_pair("x=a\\b"), None);
     }
 
     #[test]

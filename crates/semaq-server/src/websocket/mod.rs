@@ -177,6 +177,8 @@ impl Shared {
             tls_verify: self.options.tls.as_ref().is_some_and(|tls| tls.verify),
             host: self.options.host.clone(),
             port: self.addr.port(),
+            cookies: upgrade.cookies,
+            auth_timeout: self.options.auth.timeout,
         };
         connection::serve_via(context, addr, via, reader, writer).await;
     }

@@ -62,14 +62,14 @@ pub(crate) fn account_claims(limits: Value, extra: Value) -> Value {
 }
 
 /// An operator with a system account and an application account, and the config trusting them.
-struct Operator {
+pub(crate) struct Operator {
     operator: KeyPair,
-    account: KeyPair,
-    config: String,
+    pub(crate) account: KeyPair,
+    pub(crate) config: String,
 }
 
 impl Operator {
-    fn new(dir: &Path, account_limits: Value, account_extra: Value) -> Self {
+    pub(crate) fn new(dir: &Path, account_limits: Value, account_extra: Value) -> Self {
         let operator = KeyPair::new_operator();
         let system = KeyPair::new_account();
         let account = KeyPair::new_account();
@@ -97,7 +97,7 @@ impl Operator {
     }
 
     /// A user JWT of the application account.
-    fn user_jwt(&self, user: &KeyPair, extra: Value, times: Value) -> String {
+    pub(crate) fn user_jwt(&self, user: &KeyPair, extra: Value, times: Value) -> String {
         mint(&self.account, &user.public_key(), unlimited_user(extra), times)
     }
 }

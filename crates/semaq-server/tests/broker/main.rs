@@ -54,3 +54,4 @@ mod tls;
 mod tokens;
 mod tracing;
 mod websocket;
+mod websocket_auth;

@@ -10,17 +10,17 @@ use async_nats::HeaderMap;
 use futures::StreamExt;
 use semaq_testkit::{sync, SemaqServer};
 
-const RECEIVE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(super) const RECEIVE_TIMEOUT: Duration = Duration::from_secs(5);
 const PLAIN: &str = r#"websocket { host: "127.0.0.1", port: -1, no_tls: true }"#;
 
 /// The WebSocket URL the server logged (`Listening for websocket clients on ws://...`).
-fn ws_url(server: &SemaqServer) -> String {
+pub(super) fn ws_url(server: &SemaqServer) -> String {
     let log = server.log_text();
     let line = log.lines().find_map(|line| line.split("Listening for websocket clients on ").nth(1));
     line.expect("websocket listener logged").trim().to_string()
 }
 
-fn ws_addr(server: &SemaqServer) -> SocketAddr {
+pub(super) fn ws_addr(server: &SemaqServer) -> SocketAddr {
     let url = ws_url(server);
     url.split("://").nth(1).unwrap().parse().unwrap()
 }
@@ -168,7 +168,7 @@ async fn wss_clients_connect_with_tls_and_exchange_messages() {
 
 const KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
 
-fn upgrade_request(path: &str, extra: &[&str]) -> String {
+pub(super) fn upgrade_request(path: &str, extra: &[&str]) -> String {
     let mut request = format!(
         "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
          Sec-WebSocket-Key: {KEY}\r\nSec-WebSocket-Version: 13\r\n"
@@ -182,7 +182,7 @@ fn upgrade_request(path: &str, extra: &[&str]) -> String {
 }
 
 /// One frame as a client writes it: FIN and opcode, the length, the mask key, masked payload.
-fn frame(opcode: u8, fin: bool, masked: bool, payload: &[u8]) -> Vec<u8> {
+pub(super) fn frame(opcode: u8, fin: bool, masked: bool, payload: &[u8]) -> Vec<u8> {
     let mut out = vec![(u8::from(fin) << 7) | opcode];
     let mask_bit = u8::from(masked) << 7;
     match payload.len() {
@@ -207,15 +207,15 @@ fn frame(opcode: u8, fin: bool, masked: bool, payload: &[u8]) -> Vec<u8> {
 }
 
 const TEXT: u8 = 1;
-const BINARY: u8 = 2;
+pub(super) const BINARY: u8 = 2;
 const CONTINUATION: u8 = 0;
 const CLOSE: u8 = 8;
 const PING: u8 = 9;
 const PONG: u8 = 10;
 
 /// A raw WebSocket connection after a successful upgrade.
-struct RawWs {
-    stream: TcpStream,
+pub(super) struct RawWs {
+    pub(super) stream: TcpStream,
 }
 
 impl RawWs {
@@ -229,7 +229,7 @@ impl RawWs {
         ws
     }
 
-    fn send(&mut self, bytes: &[u8]) {
+    pub(super) fn send(&mut self, bytes: &[u8]) {
         self.stream.write_all(bytes).unwrap();
     }
 
@@ -240,7 +240,7 @@ impl RawWs {
     }
 
     /// The next frame from the server: opcode and payload (servers never mask).
-    fn read_frame(&mut self) -> (u8, Vec<u8>) {
+    pub(super) fn read_frame(&mut self) -> (u8, Vec<u8>) {
         let (head, payload) = self.read_frame_head();
         assert_eq!(head & 0x40, 0, "compressed without negotiation");
         (head & 0x0f, payload)
@@ -267,7 +267,7 @@ impl RawWs {
     }
 
     /// Reads frames until a data frame holds `text`, skipping server PINGs.
-    fn read_text_until(&mut self, text: &str) -> String {
+    pub(super) fn read_text_until(&mut self, text: &str) -> String {
         let mut seen = String::new();
         while !seen.contains(text) {
             let (opcode, payload) = self.read_frame();
@@ -293,7 +293,7 @@ impl RawWs {
 }
 
 /// Sends `request` and reads the response head: (status line and headers, the stream).
-fn upgrade(addr: SocketAddr, request: &str) -> (String, TcpStream) {
+pub(super) fn upgrade(addr: SocketAddr, request: &str) -> (String, TcpStream) {
     let mut stream = TcpStream::connect(addr).unwrap();
     stream.set_read_timeout(Some(RECEIVE_TIMEOUT)).unwrap();
     stream.write_all(request.as_bytes()).unwrap();

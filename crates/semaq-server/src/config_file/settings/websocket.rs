@@ -4,26 +4,17 @@ use super::{block, boolean, duration, host_port, integer, invalid, or_default, s
 use crate::config_file::syntax::{Kind, Value};
 use crate::config_file::ConfigError;
 use crate::limits;
-use crate::options::{Origin, WebsocketOptions};
+use crate::options::{Options, Origin, WebsocketAuth, WebsocketOptions};
 
 /// nats-server keys SemaQ reads but does not act on: accepted with a warning.
-const UNSUPPORTED_KEYS: &[&str] = &[
-    "advertise",
-    "authorization",
-    "authentication",
-    "jwt_cookie",
-    "user_cookie",
-    "pass_cookie",
-    "token_cookie",
-    "no_auth_user",
-    "headers",
-    "ping_interval",
-];
+const UNSUPPORTED_KEYS: &[&str] = &["advertise", "headers", "ping_interval"];
 
 impl Mapper<'_> {
     /// `websocket { host, port, listen, no_tls, tls, same_origin, allowed_origins,
-    /// handshake_timeout, compression }`. Refused as nats-server refuses it: a port with neither
-    /// `tls` nor `no_tls: true`, an allowed origin that is not an absolute http(s) URL.
+    /// handshake_timeout, compression, authorization, no_auth_user, *_cookie }`. Refused as
+    /// nats-server refuses it: a port with neither `tls` nor `no_tls: true`, an allowed origin
+    /// that is not an absolute http(s) URL (and, once the whole file is read, the auth
+    /// settings [`Mapper::check_websocket`] checks).
     pub(super) fn websocket(&mut self, value: &Value) -> Result<(), ConfigError> {
         let map = block("websocket", value)?;
         let mut ws = WebsocketOptions::default();
@@ -53,6 +44,12 @@ impl Mapper<'_> {
                     ws.handshake_timeout = or_default(timeout, limits::WEBSOCKET_HANDSHAKE_TIMEOUT);
                 }
                 "compress" | "compression" => ws.compression = boolean("websocket.compression", v)?,
+                "authorization" | "authentication" => ws.auth = self.websocket_authorization(v, ws.auth)?,
+                "no_auth_user" => ws.auth.no_auth_user = Some(string("websocket.no_auth_user", v)?),
+                "jwt_cookie" => ws.cookies.jwt = Some(string("websocket.jwt_cookie", v)?),
+                "user_cookie" => ws.cookies.user = Some(string("websocket.user_cookie", v)?),
+                "pass_cookie" => ws.cookies.pass = Some(string("websocket.pass_cookie", v)?),
+                "token_cookie" => ws.cookies.token = Some(string("websocket.token_cookie", v)?),
                 key if UNSUPPORTED_KEYS.contains(&key) && !entry.referenced => {
                     let line = self.line_of(&entry.at);
                     self.report.warnings.push(format!(
@@ -72,7 +69,85 @@ impl Mapper<'_> {
             return Err(invalid(&value.at, "websocket requires TLS configuration".to_string()));
         }
         self.options.websocket = Some(ws);
+        self.websocket_at = Some(value.at.clone());
         Ok(())
+    }
+
+    /// `websocket { authorization { user, password, token, timeout } }` (nats-server's
+    /// `parseSimpleAuth`: no users array here).
+    fn websocket_authorization(
+        &mut self,
+        value: &Value,
+        mut auth: WebsocketAuth,
+    ) -> Result<WebsocketAuth, ConfigError> {
+        let map = block("websocket.authorization", value)?;
+        for entry in &map.entries {
+            let v = &entry.value;
+            match entry.key.to_ascii_lowercase().as_str() {
+                "user" | "username" => auth.username = Some(string("websocket.authorization.user", v)?),
+                "pass" | "password" => auth.password = Some(string("websocket.authorization.password", v)?),
+                "token" => auth.token = Some(string("websocket.authorization.token", v)?),
+                "timeout" => {
+                    let timeout = duration("websocket.authorization.timeout", v)?;
+                    // nats-server: zero keeps the server's `authorization { timeout }`.
+                    auth.timeout = Some(timeout).filter(|t| !t.is_zero());
+                }
+                _ => self.unknown(entry, "websocket.authorization"),
+            }
+        }
+        Ok(auth)
+    }
+
+    /// nats-server's `validateWebsocketOptions` auth rules, which need every user of the file:
+    /// `no_auth_user` must name a user or nkey (not in operator mode), a user or token cannot
+    /// stand beside `users` or nkeys, and `jwt_cookie` needs an operator.
+    pub(super) fn check_websocket(&self) -> Result<(), ConfigError> {
+        let (Some(at), Some(ws)) = (&self.websocket_at, &self.options.websocket) else { return Ok(()) };
+        websocket_auth_refusal(self.options, ws).map_or(Ok(()), |message| Err(invalid(at, message)))
+    }
+}
+
+/// What nats-server says about `ws`'s auth settings in a server configured as `options`, if
+/// it refuses them.
+fn websocket_auth_refusal(options: &Options, ws: &WebsocketOptions) -> Option<String> {
+    let auth = &options.auth;
+    let single = auth.single_user.as_deref();
+    let account_users = options.accounts.iter().flat_map(|account| account.users.iter());
+    let users: Vec<&str> = auth
+        .users
+        .iter()
+        .chain(account_users)
+        .map(|user| user.username.as_str())
+        .filter(|name| Some(*name) != single)
+        .collect();
+    let account_nkeys = options.accounts.iter().flat_map(|account| account.nkeys.iter());
+    let nkeys: Vec<&str> = auth.nkeys.iter().chain(account_nkeys).map(|user| user.nkey.as_str()).collect();
+    if let Some(name) = &ws.auth.no_auth_user {
+        if auth.operator.is_some() {
+            return Some("no_auth_user not compatible with Trusted Operator".to_string());
+        }
+        if users.is_empty() && nkeys.is_empty() {
+            return Some(format!("no_auth_user: \"{name}\" present, but users/nkeys are not defined"));
+        }
+        if !users.contains(&name.as_str()) && !nkeys.contains(&name.as_str()) {
+            return Some(format!(
+                "no_auth_user: \"{name}\" not present as user or nkey in authorization block or account configuration"
+            ));
+        }
+    }
+    if !users.is_empty() || !nkeys.is_empty() {
+        if ws.auth.username.is_some() {
+            return Some("websocket authentication username not compatible with presence of users/nkeys".to_string());
+        }
+        if ws.auth.token.is_some() {
+            return Some("websocket authentication token not compatible with presence of users/nkeys".to_string());
+        }
+    }
+    match (&ws.cookies.jwt, &auth.operator) {
+        (Some(cookie), None) => Some(format!(
+            "trusted operators or trusted keys configuration is required for JWT authentication via cookie \"{cookie}\""
+        )),
+        _ => None,
     }
 }
 
