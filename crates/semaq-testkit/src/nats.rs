@@ -11,6 +11,8 @@ pub struct NatsServer {
     child: Child,
     addr: SocketAddr,
     log: Log,
+    /// Holds the config file of [`NatsServer::with_config`] while the server runs.
+    _config_dir: Option<tempfile::TempDir>,
 }
 
 impl NatsServer {
@@ -24,7 +26,17 @@ impl NatsServer {
         let mut command = Command::new(nats_server_path());
         command.args(["-a", "127.0.0.1", "-p", "-1"]).args(extra);
         let Started { child, addr, log, .. } = start_logged("nats-server", command, READY_TIMEOUT);
-        Self { child, addr, log }
+        Self { child, addr, log, _config_dir: None }
+    }
+
+    /// Starts with `config` as its config file (`-c`).
+    pub fn with_config(config: &str) -> Self {
+        let dir = tempfile::tempdir().expect("a temp dir for nats-server's config");
+        let path = dir.path().join("nats-server.conf");
+        std::fs::write(&path, config).expect("write nats-server's config");
+        let mut server = Self::with_args(&["-c", path.to_str().expect("a UTF-8 temp path")]);
+        server._config_dir = Some(dir);
+        server
     }
 
     /// Client address.

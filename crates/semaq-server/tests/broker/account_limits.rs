@@ -51,11 +51,11 @@ fn with_max_consumers(mut config: Value, max_consumers: i64) -> Value {
     config
 }
 
-fn file(name: &str, max_bytes: i64) -> Value {
+pub(crate) fn file(name: &str, max_bytes: i64) -> Value {
     json!({ "name": name, "subjects": [name], "storage": "file", "max_bytes": max_bytes })
 }
 
-fn consumer(stream: &str, max_ack_pending: Option<i64>) -> Value {
+pub(crate) fn consumer(stream: &str, max_ack_pending: Option<i64>) -> Value {
     let mut config = json!({ "ack_policy": "explicit" });
     if let Some(max) = max_ack_pending {
         config["max_ack_pending"] = json!(max);

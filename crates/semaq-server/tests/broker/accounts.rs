@@ -15,7 +15,7 @@ use semaq_testkit::{sync, SemaqServer};
 use serde_json::{json, Value};
 
 use crate::account_limits::nats_server_with;
-use crate::auth_nkeys::{account_claims, creds, mint, unlimited_user};
+use crate::auth_nkeys::{account_claims, creds, mint, operator_jwt_naming, unlimited_user};
 
 /// Two accounts (JetStream in A only), `$G` users, and anonymous clients in B.
 const CONFIG: &str = r#"
@@ -321,12 +321,7 @@ impl JwtAccounts {
     fn new() -> Self {
         let operator = KeyPair::new_operator();
         let (system, x, y) = (KeyPair::new_account(), KeyPair::new_account(), KeyPair::new_account());
-        let operator_jwt = mint(
-            &operator,
-            &operator.public_key(),
-            json!({ "type": "operator", "version": 2, "system_account": system.public_key() }),
-            json!({}),
-        );
+        let operator_jwt = operator_jwt_naming(&operator, &system);
         let account = |key: &KeyPair, limits: Value| {
             format!(
                 "  {}: {}\n",

@@ -47,6 +47,18 @@ pub(crate) fn unlimited_user(extra: Value) -> Value {
     nats
 }
 
+/// An operator JWT, self-signed, naming `system` its system account.
+pub(crate) fn operator_jwt_naming(operator: &KeyPair, system: &KeyPair) -> String {
+    let claims = json!({ "type": "operator", "version": 2, "system_account": system.public_key() });
+    mint(operator, &operator.public_key(), claims, json!({}))
+}
+
+/// A `resolver_preload` line: `key`'s account JWT with `limits`, signed by `operator`.
+pub(crate) fn preload_line(operator: &KeyPair, key: &KeyPair, limits: Value) -> String {
+    let jwt = mint(operator, &key.public_key(), account_claims(limits, json!({})), json!({}));
+    format!("  {}: {jwt}\n", key.public_key())
+}
+
 pub(crate) fn account_claims(limits: Value, extra: Value) -> Value {
     let mut all = json!({
         "subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1, "wildcards": true, "conn": -1, "leaf": -1,
@@ -73,12 +85,7 @@ impl Operator {
         let operator = KeyPair::new_operator();
         let system = KeyPair::new_account();
         let account = KeyPair::new_account();
-        let operator_jwt = mint(
-            &operator,
-            &operator.public_key(),
-            json!({ "type": "operator", "version": 2, "system_account": system.public_key() }),
-            json!({}),
-        );
+        let operator_jwt = operator_jwt_naming(&operator, &system);
         let operator_file = dir.join("operator.jwt");
         std::fs::write(&operator_file, &operator_jwt).expect("write operator JWT");
         let system_jwt = mint(&operator, &system.public_key(), account_claims(json!({}), json!({})), json!({}));

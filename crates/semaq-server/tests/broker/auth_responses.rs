@@ -92,10 +92,7 @@ fn expected_reply_transcript() -> Vec<String> {
 fn a_user_with_allow_responses_answers_each_delivered_request_up_to_max_as_nats_server_does() {
     let config = responses_config();
     let semaq = SemaqServer::with_config(&config, &[]);
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("nats.conf");
-    std::fs::write(&path, &config).unwrap();
-    let nats = NatsServer::with_args(&["-c", &path.display().to_string()]);
+    let nats = NatsServer::with_config(&config);
     let ours = reply_transcript(semaq.addr());
     assert_eq!(ours, expected_reply_transcript());
     assert_eq!(ours, reply_transcript(nats.addr()), "semaq and nats-server answer alike");
@@ -116,10 +113,7 @@ fn late_reply(addr: SocketAddr) -> String {
 fn a_reply_after_expires_is_refused_as_by_nats_server() {
     let config = responses_config();
     let semaq = SemaqServer::with_config(&config, &[]);
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("nats.conf");
-    std::fs::write(&path, &config).unwrap();
-    let nats = NatsServer::with_args(&["-c", &path.display().to_string()]);
+    let nats = NatsServer::with_config(&config);
     assert_eq!(late_reply(semaq.addr()), violation("_INBOX.r4"));
     assert_eq!(late_reply(nats.addr()), violation("_INBOX.r4"));
 }

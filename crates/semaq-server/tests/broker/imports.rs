@@ -15,7 +15,7 @@ use semaq_testkit::{sync, SemaqServer};
 use serde_json::{json, Value};
 
 use crate::account_limits::nats_server_with;
-use crate::auth_nkeys::{account_claims, creds, mint, unlimited_user};
+use crate::auth_nkeys::{account_claims, creds, mint, operator_jwt_naming, unlimited_user};
 
 /// A exports orders, requests and a streamed feed; B imports them under its own subjects.
 const CONFIG: &str = r#"
@@ -296,12 +296,7 @@ async fn unanswered_requests_through_a_service_import_do_not_grow_the_reply_tabl
 fn jwt_config(dir: &Path) -> (String, KeyPair, KeyPair) {
     let operator = KeyPair::new_operator();
     let (system, x, y) = (KeyPair::new_account(), KeyPair::new_account(), KeyPair::new_account());
-    let operator_jwt = mint(
-        &operator,
-        &operator.public_key(),
-        json!({ "type": "operator", "version": 2, "system_account": system.public_key() }),
-        json!({}),
-    );
+    let operator_jwt = operator_jwt_naming(&operator, &system);
     let exports = json!({ "exports": [
         { "name": "orders", "subject": "orders.>", "type": "stream" },
         { "name": "req", "subject": "req.>", "type": "service" },

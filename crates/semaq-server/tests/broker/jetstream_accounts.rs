@@ -18,7 +18,7 @@ use semaq_testkit::{sync, wait_until_async, SemaqServer};
 use serde_json::{json, Value};
 
 use crate::account_limits::nats_server_with;
-use crate::auth_nkeys::{account_claims, creds, mint, unlimited_user};
+use crate::auth_nkeys::{creds, mint, operator_jwt_naming, preload_line, unlimited_user};
 use crate::jetstream_api::{api, WAIT};
 
 /// Accounts A and B with JetStream, C without; users named as their account.
@@ -422,16 +422,8 @@ impl Operator {
         let operator = KeyPair::new_operator();
         let system = KeyPair::new_account();
         let accounts = [KeyPair::new_account(), KeyPair::new_account(), KeyPair::new_account()];
-        let operator_jwt = mint(
-            &operator,
-            &operator.public_key(),
-            json!({ "type": "operator", "version": 2, "system_account": system.public_key() }),
-            json!({}),
-        );
-        let preload = |key: &KeyPair, limits: Value| {
-            let jwt = mint(&operator, &key.public_key(), account_claims(limits, json!({})), json!({}));
-            format!("  {}: {jwt}\n", key.public_key())
-        };
+        let operator_jwt = operator_jwt_naming(&operator, &system);
+        let preload = |key: &KeyPair, limits: Value| preload_line(&operator, key, limits);
         let jetstream =
             |streams: i64| json!({ "mem_storage": -1, "disk_storage": -1, "streams": streams, "consumer": -1 });
         let config = format!(

@@ -16,8 +16,8 @@ use nkeys::KeyPair;
 use semaq_testkit::SemaqServer;
 use serde_json::{json, Value};
 
-use crate::account_limits::nats_server_with;
-use crate::auth_nkeys::{account_claims, creds, mint, unlimited_user};
+use crate::account_limits::{self, consumer, nats_server_with};
+use crate::auth_nkeys::{creds, mint, operator_jwt_naming, preload_line, unlimited_user};
 use crate::jetstream_api::api;
 
 /// Every R1 limit set (as `ACCOUNT_CONFIG` of `account_limits` sets plain ones), and an R3 tier
@@ -49,16 +49,8 @@ impl Operator {
         let operator = KeyPair::new_operator();
         let system = KeyPair::new_account();
         let account = KeyPair::new_account();
-        let operator_jwt = mint(
-            &operator,
-            &operator.public_key(),
-            json!({ "type": "operator", "version": 2, "system_account": system.public_key() }),
-            json!({}),
-        );
-        let preload = |key: &KeyPair, limits: Value| {
-            let jwt = mint(&operator, &key.public_key(), account_claims(limits, json!({})), json!({}));
-            format!("  {}: {jwt}\n", key.public_key())
-        };
+        let operator_jwt = operator_jwt_naming(&operator, &system);
+        let preload = |key: &KeyPair, limits: Value| preload_line(&operator, key, limits);
         let config = format!(
             "operator: {operator_jwt}\nsystem_account: {}\nresolver: MEMORY\nresolver_preload {{\n{}{}}}\n",
             system.public_key(),
@@ -103,16 +95,10 @@ fn replicas(mut config: Value, replicas: u64) -> Value {
     config
 }
 
+/// A file stream in the R1 tier by its `num_replicas` (nats-server 2.9 puts a stream without
+/// one in no tier).
 fn file(name: &str, max_bytes: i64) -> Value {
-    json!({ "name": name, "subjects": [name], "storage": "file", "max_bytes": max_bytes, "num_replicas": 1 })
-}
-
-fn consumer(stream: &str, max_ack_pending: Option<i64>) -> Value {
-    let mut config = json!({ "ack_policy": "explicit" });
-    if let Some(max) = max_ack_pending {
-        config["max_ack_pending"] = json!(max);
-    }
-    json!({ "stream_name": stream, "config": config })
+    replicas(account_limits::file(name, max_bytes), 1)
 }
 
 /// What two servers must agree on: errors whole, account info whole (less the 2.10 fields

@@ -202,10 +202,7 @@ async fn operator_mode_naming_no_system_account_has_no_implicit_one_and_no_sys_s
     let (config, system, app) = config_where(SystemNamed::Nowhere);
     let semaq = SemaqServer::with_config(&config, &[]);
     // Without JetStream: nats-server's needs a system account, and refuses to start without one.
-    let nats_dir = tempfile::tempdir().unwrap();
-    let path = nats_dir.path().join("server.conf");
-    std::fs::write(&path, &config).unwrap();
-    let nats = NatsServer::with_args(&["-c", path.to_str().expect("utf-8 path")]);
+    let nats = NatsServer::with_config(&config);
     let expected = ["ping answered, connections: None", "imported connz, connections: None"];
     for url in [nats.url(), semaq.url()] {
         assert_eq!(sys_services(dir.path(), &url, &system, &app).await, expected, "{url}");
