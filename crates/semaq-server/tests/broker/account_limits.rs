@@ -28,17 +28,17 @@ accounts {
 const SERVER_BOUNDS_CONFIG: &str = "jetstream { max_memory_store: 1MB, max_file_store: 10MB }\n";
 
 /// A request, and the `err_code` nats-server answers it with (`None`: success).
-struct Step {
-    subject: &'static str,
-    body: Value,
-    err_code: Option<u64>,
+pub(crate) struct Step {
+    pub(crate) subject: &'static str,
+    pub(crate) body: Value,
+    pub(crate) err_code: Option<u64>,
 }
 
-fn step(subject: &'static str, body: Value, err_code: Option<u64>) -> Step {
+pub(crate) fn step(subject: &'static str, body: Value, err_code: Option<u64>) -> Step {
     Step { subject, body, err_code }
 }
 
-fn memory(name: &str, max_bytes: Option<i64>) -> Value {
+pub(crate) fn memory(name: &str, max_bytes: Option<i64>) -> Value {
     let mut config = json!({ "name": name, "subjects": [name], "storage": "memory" });
     if let Some(max_bytes) = max_bytes {
         config["max_bytes"] = json!(max_bytes);

@@ -16,7 +16,7 @@ use nkeys::KeyPair;
 use semaq_testkit::SemaqServer;
 use serde_json::{json, Value};
 
-use crate::account_limits::{self, consumer, nats_server_with};
+use crate::account_limits::{self, consumer, nats_server_with, step, Step};
 use crate::auth_nkeys::{creds, mint, operator_jwt_naming, preload_line, unlimited_user};
 use crate::jetstream_api::api;
 
@@ -71,23 +71,9 @@ impl Operator {
     }
 }
 
-/// A request, and the `err_code` nats-server answers it with (`None`: success).
-struct Step {
-    subject: &'static str,
-    body: Value,
-    err_code: Option<u64>,
-}
-
-fn step(subject: &'static str, body: Value, err_code: Option<u64>) -> Step {
-    Step { subject, body, err_code }
-}
-
+/// A memory stream in the R1 tier.
 fn memory(name: &str, max_bytes: Option<i64>) -> Value {
-    let mut config = json!({ "name": name, "subjects": [name], "storage": "memory", "num_replicas": 1 });
-    if let Some(max_bytes) = max_bytes {
-        config["max_bytes"] = json!(max_bytes);
-    }
-    config
+    replicas(account_limits::memory(name, max_bytes), 1)
 }
 
 fn replicas(mut config: Value, replicas: u64) -> Value {
@@ -96,7 +82,7 @@ fn replicas(mut config: Value, replicas: u64) -> Value {
 }
 
 /// A file stream in the R1 tier by its `num_replicas` (nats-server 2.9 puts a stream without
-/// one in no tier).
+/// one in no tier, so every stream here names it).
 fn file(name: &str, max_bytes: i64) -> Value {
     replicas(account_limits::file(name, max_bytes), 1)
 }
