@@ -260,7 +260,7 @@ pub fn check_stream_create(jetstream: &JetStream, config: &StreamConfig) -> Resu
 }
 
 /// The bytes `streams` of `storage` reserve with their `max_bytes`.
-fn reserved(streams: &[Arc<Stream>], storage: Storage) -> i64 {
+pub fn reserved(streams: &[Arc<Stream>], storage: Storage) -> i64 {
     (streams.iter().map(|stream| stream.config()))
         .filter(|other| other.storage == storage && other.max_bytes > 0)
         .map(|other| other.max_bytes)

@@ -21,7 +21,9 @@ use semaq_wire::clock;
 use serde_json::{json, Value};
 
 use super::Monitor;
+use crate::jetstream::account::reserved;
 use crate::jetstream::api::stream_info;
+use crate::jetstream::config::Storage;
 use crate::jetstream::JetStream;
 use crate::limits;
 use crate::options::SyncPolicy;
@@ -201,18 +203,23 @@ pub fn config_json(monitor: &Monitor) -> Value {
 /// server counts them, an account's own detail says 0).
 pub fn stats_json(jetstreams: &[Arc<JetStream>], accounts: usize) -> Value {
     let (mut memory, mut storage, mut total, mut errors) = (0u64, 0u64, 0u64, 0u64);
+    let (mut reserved_memory, mut reserved_storage) = (0i64, 0i64);
     for jetstream in jetstreams {
         let (_, account_memory, account_storage) = jetstream.usage();
         memory += account_memory;
         storage += account_storage;
+        // As nats-server's `memReserved`/`storeReserved`: the streams' `max_bytes`.
+        let streams = jetstream.streams();
+        reserved_memory = reserved_memory.saturating_add(reserved(&streams, Storage::Memory));
+        reserved_storage = reserved_storage.saturating_add(reserved(&streams, Storage::File));
         total += jetstream.api_requests.load(Ordering::Relaxed);
         errors += jetstream.api_errors.load(Ordering::Relaxed);
     }
     json!({
         "memory": memory,
         "storage": storage,
-        "reserved_memory": 0,
-        "reserved_storage": 0,
+        "reserved_memory": reserved_memory,
+        "reserved_storage": reserved_storage,
         "accounts": accounts,
         "ha_assets": 0,
         "api": { "total": total, "errors": errors },

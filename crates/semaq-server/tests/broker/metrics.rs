@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_nats::jetstream::{self, consumer::pull, stream};
 use futures::StreamExt;
 use semaq_testkit::{http_get, http_get_json, sync, wait_until_async, NatsServer, SemaqServer};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 const CONFIG: &str = "metrics { detail: true, subject_depth: 1 }\n";
 const ALPHA_MESSAGES: u64 = 5;
@@ -221,6 +221,36 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// Reserved bytes in `/jsz` on a server whose streams set `max_bytes` (1 KiB in memory, 8 KiB
+/// and 2 KiB on file) and one does not.
+async fn reserved_in_jsz(url: String, http: impl Fn(&str) -> Value) -> (Value, Value) {
+    let js = jetstream::new(async_nats::connect(url).await.unwrap());
+    let streams = [("MEM", stream::StorageType::Memory, 1024), ("FILE", stream::StorageType::File, 8192)];
+    for (name, storage, max_bytes) in streams.into_iter().chain([("SMALL", stream::StorageType::File, 2048)]) {
+        let subjects = vec![format!("{name}.>")];
+        js.create_stream(stream::Config { name: name.into(), subjects, storage, max_bytes, ..Default::default() })
+            .await
+            .unwrap();
+    }
+    let subjects = vec!["free.>".to_string()];
+    js.create_stream(stream::Config { name: "FREE".into(), subjects, ..Default::default() }).await.unwrap();
+    let jsz = http("/jsz");
+    (jsz["reserved_memory"].clone(), jsz["reserved_storage"].clone())
+}
+
+#[tokio::test]
+async fn jsz_reserves_the_max_bytes_of_streams_as_nats_server_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let http_port = free_port();
+    let store = dir.path().display().to_string();
+    let nats = NatsServer::with_args(&["-js", "-sd", &store, "-m", &http_port.to_string()]);
+    let nats_http: std::net::SocketAddr = format!("127.0.0.1:{http_port}").parse().unwrap();
+    let server = SemaqServer::start();
+    let ours = reserved_in_jsz(server.url(), |path| server.http_json(path)).await;
+    assert_eq!(ours, (json!(1024), json!(8192 + 2048)));
+    assert_eq!(reserved_in_jsz(nats.url(), |path| http_get_json(nats_http, path)).await, ours);
+}
+
 #[tokio::test]
 async fn jsz_has_nats_servers_field_names() {
     let dir = tempfile::tempdir().unwrap();
@@ -275,7 +305,7 @@ async fn jsz_has_nats_servers_field_names() {
     missing.retain(|path| !path.starts_with(".account_detail.imports"));
     assert!(missing.is_empty(), "/accountz?acc=$G lacks {missing:?}\n{ours:#}");
     let accountz = server.http_json("/accountz");
-    assert_eq!(accountz["accounts"], serde_json::json!(["$G", "$SYS"]), "the global and the implicit system account");
+    assert_eq!(accountz["accounts"], json!(["$G", "$SYS"]), "the global and the implicit system account");
     assert_eq!(accountz["system_account"], http_get_json(nats_http, "/accountz")["system_account"]);
 }
 
