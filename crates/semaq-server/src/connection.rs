@@ -143,9 +143,8 @@ where
     let pending = context.options.pending_bytes_max;
     let client = Arc::new(Client::new(id, addr, pending, via.tls_required, shed, subjects));
     let mut info = context.client_info(id, addr);
-    let auth_required = context.auth.is_required_on(Transport::Websocket);
     // The WebSocket override may ask for credentials the client port does not.
-    info.auth_required |= auth_required;
+    info.auth_required = context.auth.is_required_on(Transport::Websocket);
     let info = ServerInfo {
         tls_required: via.tls_required,
         tls_verify: via.tls_verify,

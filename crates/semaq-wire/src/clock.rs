@@ -168,6 +168,39 @@ pub fn go_duration(duration: Duration) -> String {
     out
 }
 
+/// Go's `time.Duration.String` of `ns` nanoseconds: `0s`, `1.5µs`, `100ms`, `1m30s`, `-1ns`.
+pub fn go_duration_text(ns: i64) -> String {
+    let sign = if ns < 0 { "-" } else { "" };
+    let u = ns.unsigned_abs();
+    let body = match u {
+        0 => "0s".to_string(),
+        1..1_000 => format!("{u}ns"),
+        1_000..1_000_000 => format!("{}µs", fraction(u, 3)),
+        1_000_000..1_000_000_000 => format!("{}ms", fraction(u, 6)),
+        _ => {
+            let (seconds, minutes) = (u / 1_000_000_000, u / 60_000_000_000);
+            let seconds = format!("{}s", fraction(seconds % 60 * 1_000_000_000 + u % 1_000_000_000, 9));
+            match (minutes / 60, minutes % 60) {
+                (0, 0) => seconds,
+                (0, minutes) => format!("{minutes}m{seconds}"),
+                (hours, minutes) => format!("{hours}h{minutes}m{seconds}"),
+            }
+        }
+    };
+    format!("{sign}{body}")
+}
+
+/// `value` with its last `digits` digits as a decimal fraction, trailing zeros dropped.
+fn fraction(value: u64, digits: u32) -> String {
+    let scale = 10u64.pow(digits);
+    let (whole, part) = (value / scale, value % scale);
+    if part == 0 {
+        return whole.to_string();
+    }
+    let part = format!("{part:0width$}", width = digits as usize);
+    format!("{whole}.{}", part.trim_end_matches('0'))
+}
+
 fn is_leap(year: i64) -> bool {
     year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
 }
@@ -222,6 +255,16 @@ mod tests {
         assert_eq!(go_duration(Duration::from_secs(5)), "5s");
         assert_eq!(go_duration(Duration::from_secs(3_725)), "1h2m5s");
         assert_eq!(go_duration(Duration::from_secs(90_061)), "1d1h1m1s");
+    }
+
+    #[test]
+    fn go_duration_text_is_gos_duration_string() {
+        const NS_PER_S: i64 = 1_000_000_000;
+        let go = [(0, "0s"), (-1, "-1ns"), (1_500, "1.5µs"), (100_000_000, "100ms"), (1_500_000_000, "1.5s")];
+        let go = go.into_iter().chain([(90 * NS_PER_S, "1m30s"), (3_600 * NS_PER_S + 1, "1h0m0.000000001s")]);
+        for (ns, words) in go {
+            assert_eq!(go_duration_text(ns), words);
+        }
     }
 
     #[test]

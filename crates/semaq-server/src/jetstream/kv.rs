@@ -223,12 +223,7 @@ pub(super) fn parse_go_duration(text: &str) -> Option<i128> {
 
 /// Go's `time.Duration` text for whole seconds (`30s`, `5m0s`, `1h0m0s`), as markers carry it.
 fn go_duration_secs(secs: i64) -> String {
-    let (hours, minutes, seconds) = (secs / 3600, secs / 60 % 60, secs % 60);
-    match (hours, minutes) {
-        (0, 0) => format!("{seconds}s"),
-        (0, _) => format!("{minutes}m{seconds}s"),
-        _ => format!("{hours}h{minutes}m{seconds}s"),
-    }
+    clock::go_duration_text(secs.saturating_mul(NANOS_PER_SECOND))
 }
 
 /// Go's `time.RFC3339Nano` in UTC: nanoseconds with trailing zeros dropped (`…:05.5Z`, `…:05Z`),

@@ -4,6 +4,8 @@
 
 use serde_json::{json, Value};
 
+use semaq_wire::clock::go_duration_text;
+
 use crate::{limits, monitor};
 
 /// The one internal queue SemaQ reports: the `$SYS` requests waiting for the task that answers
@@ -19,44 +21,11 @@ pub fn profilez(options: &Value) -> Value {
     let error = match options.get("name").and_then(Value::as_str).unwrap_or_default() {
         "" => "Profile name not specified".to_string(),
         "cpu" if duration_ns <= 0 || duration_ns > max_ns => {
-            format!("Duration {} should be between 0s and {}", go_duration(duration_ns), go_duration(max_ns))
+            format!("Duration {} should be between 0s and {}", go_duration_text(duration_ns), go_duration_text(max_ns))
         }
         name => format!("Profile {name:?} not found"),
     };
     json!({ "profile": null, "error": error })
-}
-
-/// Go's `time.Duration.String` of `ns` nanoseconds: `0s`, `1.5µs`, `100ms`, `1m30s`, `-1ns`.
-fn go_duration(ns: i64) -> String {
-    let sign = if ns < 0 { "-" } else { "" };
-    let u = ns.unsigned_abs();
-    let body = match u {
-        0 => "0s".to_string(),
-        1..1_000 => format!("{u}ns"),
-        1_000..1_000_000 => format!("{}µs", fraction(u, 3)),
-        1_000_000..1_000_000_000 => format!("{}ms", fraction(u, 6)),
-        _ => {
-            let (seconds, minutes) = (u / 1_000_000_000, u / 60_000_000_000);
-            let seconds = format!("{}s", fraction(seconds % 60 * 1_000_000_000 + u % 1_000_000_000, 9));
-            match (minutes / 60, minutes % 60) {
-                (0, 0) => seconds,
-                (0, minutes) => format!("{minutes}m{seconds}"),
-                (hours, minutes) => format!("{hours}h{minutes}m{seconds}"),
-            }
-        }
-    };
-    format!("{sign}{body}")
-}
-
-/// `value` with its last `digits` digits as a decimal fraction, trailing zeros dropped.
-fn fraction(value: u64, digits: u32) -> String {
-    let scale = 10u64.pow(digits);
-    let (whole, part) = (value / scale, value % scale);
-    if part == 0 {
-        return whole.to_string();
-    }
-    let part = format!("{part:0width$}", width = digits as usize);
-    format!("{whole}.{}", part.trim_end_matches('0'))
 }
 
 /// nats-server's `ExpvarzStatus`: `cmdline` is the command line, as Go's expvar gives it;
@@ -107,11 +76,6 @@ mod tests {
         let long = json!({ "name": "cpu", "duration": 20 * NS_PER_S });
         assert_eq!(profilez(&long)["error"], "Duration 20s should be between 0s and 15s");
         assert_eq!(profilez(&json!({ "name": "cpu", "duration": NS_PER_S }))["error"], "Profile \"cpu\" not found");
-        let go = [(-1, "-1ns"), (1_500, "1.5µs"), (100_000_000, "100ms"), (1_500_000_000, "1.5s")];
-        let go = go.into_iter().chain([(90 * NS_PER_S, "1m30s"), (3_600 * NS_PER_S + 1, "1h0m0.000000001s")]);
-        for (ns, words) in go {
-            assert_eq!(go_duration(ns), words);
-        }
     }
 
     #[test]

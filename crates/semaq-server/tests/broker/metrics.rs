@@ -221,6 +221,15 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// nats-server with JetStream in a temp dir (kept while it runs) and its monitoring address.
+fn nats_with_jetstream_and_monitoring() -> (NatsServer, std::net::SocketAddr, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let http_port = free_port();
+    let store = dir.path().display().to_string();
+    let nats = NatsServer::with_args(&["-js", "-sd", &store, "-m", &http_port.to_string()]);
+    (nats, format!("127.0.0.1:{http_port}").parse().unwrap(), dir)
+}
+
 /// Reserved bytes in `/jsz` on a server whose streams set `max_bytes` (1 KiB in memory, 8 KiB
 /// and 2 KiB on file) and one does not.
 async fn reserved_in_jsz(url: String, http: impl Fn(&str) -> Value) -> (Value, Value) {
@@ -240,11 +249,7 @@ async fn reserved_in_jsz(url: String, http: impl Fn(&str) -> Value) -> (Value, V
 
 #[tokio::test]
 async fn jsz_reserves_the_max_bytes_of_streams_as_nats_server_does() {
-    let dir = tempfile::tempdir().unwrap();
-    let http_port = free_port();
-    let store = dir.path().display().to_string();
-    let nats = NatsServer::with_args(&["-js", "-sd", &store, "-m", &http_port.to_string()]);
-    let nats_http: std::net::SocketAddr = format!("127.0.0.1:{http_port}").parse().unwrap();
+    let (nats, nats_http, _dir) = nats_with_jetstream_and_monitoring();
     let server = SemaqServer::start();
     let ours = reserved_in_jsz(server.url(), |path| server.http_json(path)).await;
     assert_eq!(ours, (json!(1024), json!(8192 + 2048)));
@@ -253,11 +258,7 @@ async fn jsz_reserves_the_max_bytes_of_streams_as_nats_server_does() {
 
 #[tokio::test]
 async fn jsz_has_nats_servers_field_names() {
-    let dir = tempfile::tempdir().unwrap();
-    let http_port = free_port();
-    let store = dir.path().display().to_string();
-    let nats = NatsServer::with_args(&["-js", "-sd", &store, "-m", &http_port.to_string()]);
-    let nats_http: std::net::SocketAddr = format!("127.0.0.1:{http_port}").parse().unwrap();
+    let (nats, nats_http, _dir) = nats_with_jetstream_and_monitoring();
     let server = SemaqServer::start();
     jsz_workload(nats.url()).await;
     jsz_workload(server.url()).await;
