@@ -166,11 +166,11 @@ pub fn info(jetstream: &JetStream) -> Value {
     let options = &jetstream.services().options;
     let account = jetstream.account();
     let streams = jetstream.streams();
-    let mut info = match account.tiers.is_empty() {
-        true => tier_json(&streams, &account.limits),
-        false => tier_json(&streams, &AccountLimits::ZERO),
-    };
-    if !account.tiers.is_empty() {
+    let mut info;
+    if account.tiers.is_empty() {
+        info = tier_json(&streams, &account.limits);
+    } else {
+        info = tier_json(&streams, &AccountLimits::ZERO);
         let mut tiers = serde_json::Map::new();
         for (name, limits) in &account.tiers {
             let in_tier = if name == SINGLE_SERVER_TIER { streams.as_slice() } else { &[] };
