@@ -714,7 +714,8 @@ impl FileStore {
         let end_seq = self.ledger.next_seq();
         let last = self.segments.len() - 1;
         let seal = self.segments[last].begin_seal(&*self.storage, &self.dir, &self.ledger, end_seq)?;
-        let next = Segment::create_unsynced(&*self.storage, &self.dir, end_seq)?;
+        let mut next = Segment::create_unsynced(&*self.storage, &self.dir, end_seq)?;
+        next.reuse_write_buffer(self.segments[last].take_write_buffer());
         self.segments.push(next);
         self.sealing.push_back(seal);
         Ok(())
@@ -1060,12 +1061,52 @@ impl Drop for FileStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limits::WRITE_BUFFER_KEPT_MAX_BYTES;
     use crate::segment::INDEX_EXTENSION;
     use crate::StreamStore;
 
     fn open(dir: &Path) -> FileStore {
         let config = FileStoreConfig { segment_size_bytes: SEGMENT_SIZE_MIN_BYTES, ..FileStoreConfig::new(dir) };
         FileStore::open(config).unwrap()
+    }
+
+    #[test]
+    fn every_segment_appends_through_the_first_ones_write_buffer() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = open(dir.path());
+        let append_until_roll = |store: &mut FileStore| {
+            let segments = store.segment_count();
+            while store.segment_count() == segments {
+                store.append("orders", None, &[7; 100], 0).unwrap();
+            }
+            // One append into the new segment: the buffer holds it until the next flush.
+            store.append("orders", None, &[7; 100], 0).unwrap();
+        };
+        // The first segments grow the buffer to what a segment of these records needs.
+        for _ in 0..2 {
+            append_until_roll(&mut store);
+        }
+        let first = store.segments.last().unwrap().write_buffer_allocation();
+        for _ in 0..20 {
+            append_until_roll(&mut store);
+            store.sync().unwrap();
+        }
+        assert_eq!(store.segments.last().unwrap().write_buffer_allocation(), first, "allocated once, not per segment");
+    }
+
+    #[test]
+    fn a_large_records_growth_of_the_write_buffer_is_given_back_at_the_roll() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = open(dir.path());
+        store.append("orders", None, &[7; 100], 0).unwrap();
+        let large = vec![7; 4 * WRITE_BUFFER_KEPT_MAX_BYTES];
+        store.append("orders", None, &large, 0).unwrap();
+        store.append("orders", None, &[7; 100], 0).unwrap();
+        assert!(store.segment_count() >= 2, "the large record filled its segment");
+        let (_, capacity) = store.segments.last().unwrap().write_buffer_allocation();
+        assert!(capacity <= WRITE_BUFFER_KEPT_MAX_BYTES, "kept {capacity} bytes");
+        assert_eq!(store.get(3).unwrap().unwrap().payload.len(), 100);
+        assert_eq!(store.get(2).unwrap().unwrap().payload.len(), large.len());
     }
 
     #[test]

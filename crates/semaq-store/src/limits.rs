@@ -24,6 +24,9 @@ pub const GAP_FILL_MAX_COUNT: u64 = 1 << 24;
 
 /// Bytes buffered in memory for the active segment before they are handed to the OS.
 pub const WRITE_BUFFER_BYTES: usize = 256 * 1024;
+/// Capacity of the write buffer kept from one segment to the next (the record that crosses
+/// `WRITE_BUFFER_BYTES` doubles it once); a larger record's growth is given back at the roll.
+pub const WRITE_BUFFER_KEPT_MAX_BYTES: usize = 2 * WRITE_BUFFER_BYTES;
 /// Unsynced appends handed to the OS past which the device is asked to start writing them
 /// (`StorageFile::start_writeback`): a large object's chunks, which wait for the object's one
 /// fsync, are then mostly on the device by the time it runs.
@@ -35,8 +38,13 @@ pub const WRITEBACK_START_BYTES: u64 = 4 * 1024 * 1024;
 pub const PREALLOCATE_CHUNK_BYTES: u64 = 8 * 1024 * 1024;
 /// Zeros written per `write` while preallocating.
 pub const PREALLOCATE_WRITE_BYTES: usize = 256 * 1024;
-/// Bytes buffered while an index file is written (it is streamed, never held whole).
+/// Bytes buffered while an index file is written (it is streamed, never held whole), and the
+/// size of the chunks an index built at a roll is held in.
 pub const INDEX_WRITE_BUFFER_BYTES: usize = 64 * 1024;
+/// Index chunks (`INDEX_WRITE_BUFFER_BYTES` each) kept for the next seals once theirs completed,
+/// for the whole process: 16 MiB, more than the index of a default segment of 128 B messages
+/// (about 12.5 MiB).
+pub const INDEX_CHUNKS_SPARE_MAX_COUNT: usize = 256;
 /// Seals begun at rolls and not yet completed by a commit: each holds its index built in
 /// memory (about 10 MB for a 64 MiB segment) and its segment's slots. A roll past it completes
 /// the oldest in place, under the caller's lock.

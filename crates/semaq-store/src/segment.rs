@@ -15,7 +15,7 @@ use crate::index;
 use crate::ledger::Ledger;
 use crate::limits::{
     INDEX_WRITE_BUFFER_BYTES, PREALLOCATE_CHUNK_BYTES, PREALLOCATE_WRITE_BYTES, WRITEBACK_START_BYTES,
-    WRITE_BUFFER_BYTES,
+    WRITE_BUFFER_BYTES, WRITE_BUFFER_KEPT_MAX_BYTES,
 };
 use crate::record;
 use crate::storage::{OpenMode, Storage, StorageFile};
@@ -467,7 +467,6 @@ impl Segment {
         let index = storage.open(&index_path, OpenMode::Truncate, 0).map_err(io_error("create", &index_path))?;
         self.index_bytes = bytes.len() as u64;
         self.sealed = true;
-        self.pending = Vec::new();
         Ok(SealWork {
             first_seq: self.first_seq,
             end_seq,
@@ -478,6 +477,32 @@ impl Segment {
             bytes: Arc::new(bytes),
             subjects: Arc::from(ledger.index_subjects(self.first_seq, end_seq)),
         })
+    }
+
+    /// The write buffer of a segment just sealed, emptied, for the next active segment: one
+    /// buffer serves every segment, where one allocated per segment and freed at its seal was
+    /// a block past glibc's mmap threshold freed at every roll, which raised the threshold and
+    /// left the next ones in its heaps (see `IndexBytes`). A buffer a large record grew past
+    /// `WRITE_BUFFER_KEPT_MAX_BYTES` is shrunk back first.
+    pub(crate) fn take_write_buffer(&mut self) -> Vec<u8> {
+        debug_assert!(self.pending.is_empty(), "taken after the seal's flush");
+        let mut buffer = std::mem::take(&mut self.pending);
+        buffer.clear();
+        buffer.shrink_to(WRITE_BUFFER_KEPT_MAX_BYTES);
+        buffer
+    }
+
+    /// Where the write buffer lives and how much it holds (tests follow it across rolls).
+    #[cfg(test)]
+    pub(crate) fn write_buffer_allocation(&self) -> (*const u8, usize) {
+        (self.pending.as_ptr(), self.pending.capacity())
+    }
+
+    /// Installs `buffer` (empty) as the write buffer of this new active segment.
+    pub(crate) fn reuse_write_buffer(&mut self, mut buffer: Vec<u8>) {
+        debug_assert!(self.pending.is_empty() && !self.sealed);
+        buffer.clear();
+        self.pending = buffer;
     }
 
     /// Cuts whatever a failed write left past the bytes handed to the OS before it (a partial
