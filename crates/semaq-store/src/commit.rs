@@ -124,8 +124,8 @@ impl SealWork {
 /// go back to `SPARE_CHUNKS`, so every seal builds its index in the same memory: chunks freed
 /// to glibc were kept in the heap of whichever thread had rolled (tokio's workers change
 /// threads at every `block_in_place`), and once a freed block had raised glibc's trim threshold
-/// (twice its mmap threshold, up to 64 MiB) each such heap kept an index or more of them (RSS
-/// 206.8 MiB at 50M stored instead of 38.3).
+/// (twice its mmap threshold, up to 64 MiB) each such heap could keep an index or more of
+/// them (taken for most of the 206.8 MiB of RSS one run read at 50M stored, against 38.3).
 #[derive(Debug, Default)]
 pub(crate) struct IndexBytes {
     chunks: Vec<Vec<u8>>,
