@@ -440,6 +440,8 @@ pub const STATSZ_HEARTBEAT_FIRST: Duration = Duration::from_millis(250);
 /// Interval of the `SERVER.CONNS` heartbeat of each account with connections (nats-server's
 /// `eventsHBInterval`).
 pub const ACCOUNT_CONNS_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(30);
+/// How often the accounts' `SERVER.CONNS` heartbeats are checked for being due: their precision.
+pub const ACCOUNT_CONNS_HEARTBEAT_TICK: Duration = Duration::from_millis(500);
 /// Longest wait between two `$SYS.SERVER.<id>.STATSZ` heartbeats (nats-server's `statsHBInterval`).
 pub const STATSZ_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(10);
 /// Steps of one cron pattern's search for its next time (cron.go's walk, field by field): five

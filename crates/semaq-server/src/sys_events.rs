@@ -5,9 +5,10 @@
 //! published by each connection through the context every connection shares, when the server
 //! has a system account.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::SystemTime;
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime};
 
 use semaq_wire::clock;
 use serde_json::{json, Value};
@@ -16,9 +17,11 @@ use crate::bus::Bus;
 use crate::client::Client;
 use crate::delivery::{self, FlushSet, Message, SubscriberRef};
 use crate::identity::NATS_COMPATIBLE_VERSION;
+use crate::limits::ACCOUNT_CONNS_HEARTBEAT_INTERVAL;
 use crate::options::GLOBAL_ACCOUNT;
 use crate::outbound::CloseReason;
 use crate::router::Router;
+use crate::sync::lock;
 
 /// nats-server's event type of `SERVER.CONNS` events and `CONNS` answers.
 pub const ACCOUNT_CONNECTIONS_TYPE: &str = "io.nats.server.advisory.v1.account_connections";
@@ -110,12 +113,15 @@ pub struct Events {
     router: Arc<Router<SubscriberRef>>,
     bus: Arc<Bus>,
     sequence: AtomicU64,
+    /// When each account's next `SERVER.CONNS` heartbeat is due: an interval after its last
+    /// count, as nats-server restarts an account's timer with each (one entry per account).
+    connections_due: Mutex<HashMap<String, Instant>>,
 }
 
 impl Events {
     /// Events of `server` about the connections of `bus`, published in the system account of `router`.
     pub fn new(server: Server, router: Arc<Router<SubscriberRef>>, bus: Arc<Bus>) -> Self {
-        Self { server, router, bus, sequence: AtomicU64::new(0) }
+        Self { server, router, bus, sequence: AtomicU64::new(0), connections_due: Mutex::default() }
     }
 
     /// `client` has authenticated.
@@ -130,14 +136,26 @@ impl Events {
         self.connections_changed(client);
     }
 
-    /// The periodic `SERVER.CONNS` of every account (but `$G`) that has connections, which
-    /// nats-server sends so that counts lost on the way heal.
+    /// The periodic `SERVER.CONNS` of each account (but `$G`) that still has connections an
+    /// interval after its last count, which nats-server sends so that counts lost on the way heal.
     pub fn connections_heartbeat(&self) {
-        let accounts: Vec<&str> =
-            self.bus.account_routers().map(|(name, _)| name).filter(|name| *name != GLOBAL_ACCOUNT).collect();
-        for account in accounts.into_iter().filter(|account| self.hears_connections(account)) {
-            if let Some(stat) = stat(&self.bus, account, false) {
-                self.send_connections(account, stat);
+        let now = Instant::now();
+        let due: Vec<String> = {
+            let mut accounts = lock(&self.connections_due);
+            let due: Vec<String> =
+                accounts.iter().filter(|(_, at)| **at <= now).map(|(name, _)| name.clone()).collect();
+            for account in &due {
+                accounts.remove(account);
+            }
+            due
+        };
+        for account in due {
+            // The timer stops when the account has no connections left, as nats-server's does.
+            if let Some(stat) = stat(&self.bus, &account, false) {
+                self.rearm(&account);
+                if self.hears_connections(&account) {
+                    self.send_connections(&account, stat);
+                }
             }
         }
     }
@@ -146,6 +164,7 @@ impl Events {
     /// (not `$G`, as nats-server leaves it out) gained or lost a connection.
     fn connections_changed(&self, client: &Client) {
         let Some(account) = client.details().and_then(|details| details.account.as_deref()) else { return };
+        self.rearm(account);
         // `stat` walks every open connection: on each connect that would make n connects cost
         // n², for events nobody usually listens to.
         if !self.hears_connections(account) {
@@ -154,6 +173,16 @@ impl Events {
         if let Some(stat) = stat(&self.bus, account, true) {
             self.send_connections(account, stat);
         }
+    }
+
+    /// Restarts `account`'s heartbeat timer.
+    fn rearm(&self, account: &str) {
+        if account == GLOBAL_ACCOUNT {
+            return;
+        }
+        let due = Instant::now() + ACCOUNT_CONNS_HEARTBEAT_INTERVAL;
+        let mut accounts = lock(&self.connections_due);
+        accounts.insert(account.to_string(), due);
     }
 
     /// Whether anyone in the system account listens to `account`'s connection counts.

@@ -17,6 +17,7 @@
 //! `$SYS.REQ.USER.INFO`, answered with who asked, as nats-server's system imports do. Connection events are [`crate::sys_events`].
 
 pub mod account;
+mod encoding;
 mod options;
 mod runtime;
 mod subscribers;
@@ -37,6 +38,7 @@ use crate::monitor::subsz::SubszOptions;
 use crate::monitor::{self, Monitor};
 use crate::router::Router;
 use crate::sys_events::{account_of, Events, Server};
+use encoding::Encoding;
 use options::{Filter, Outcome};
 
 /// The subjects every other account imports from the system account, as nats-server's
@@ -55,6 +57,8 @@ struct Request {
     subject: String,
     reply: String,
     payload: bytes::Bytes,
+    /// How the asker would have the answer's data encoded.
+    encoding: Encoding,
     answer_in: Arc<Router<SubscriberRef>>,
     publisher: Option<u64>,
     /// The importing account, for a request that came through a service import and is answered
@@ -86,6 +90,7 @@ impl InternalSink for Requests {
             subject,
             reply: reply.to_string(),
             payload: bytes::Bytes::copy_from_slice(message.payload),
+            encoding: Encoding::accepted(message.headers),
             answer_in: self.router.clone(),
             publisher: message.publisher,
             importer: None,
@@ -135,10 +140,11 @@ pub fn start(monitor: &Arc<Monitor>, responses: Option<Arc<Responses>>) -> Optio
     Some(events)
 }
 
-/// Every account's `SERVER.CONNS` heartbeat, until the server (which holds the events) is gone.
+/// The accounts' `SERVER.CONNS` heartbeats as they fall due, until the server (which holds the
+/// events) is gone.
 async fn connections_heartbeat(events: std::sync::Weak<Events>) {
     loop {
-        tokio::time::sleep(limits::ACCOUNT_CONNS_HEARTBEAT_INTERVAL).await;
+        tokio::time::sleep(limits::ACCOUNT_CONNS_HEARTBEAT_TICK).await;
         let Some(events) = events.upgrade() else { return };
         events.connections_heartbeat();
     }
@@ -161,10 +167,15 @@ async fn serve(
             request.importer = responses.as_deref().and_then(|responses| importer(&monitor.bus, responses, &request));
         }
         let info = || server(&monitor).info(sequence.fetch_add(1, Ordering::Relaxed) + 1);
-        let Some(body) = answer(&monitor, &request, requests.len(), info).await else { continue };
-        let body = body.to_string();
-        let reply =
-            Message { subject: &request.reply, reply: None, headers: None, payload: body.as_bytes(), publisher: None };
+        let Some(answer) = answer(&monitor, &request, requests.len(), info).await else { continue };
+        let (headers, body) = answer.encoded(request.encoding);
+        let reply = Message {
+            subject: &request.reply,
+            reply: None,
+            headers: headers.as_deref(),
+            payload: &body,
+            publisher: None,
+        };
         let router = &request.answer_in;
         let mut flush = FlushSet::default();
         delivery::fan_out(router, &router.matches_uncached(&request.reply), &reply, None, &mut flush);
@@ -207,7 +218,7 @@ async fn answer(
     request: &Request,
     pending: usize,
     server: impl Fn() -> Value,
-) -> Option<Value> {
+) -> Option<Answer> {
     let tokens: Vec<&str> = request.subject.split('.').collect();
     let (scope, endpoint) = match tokens.as_slice() {
         ["$SYS", "REQ", "SERVER", "PING"] => (Scope::Server, "STATSZ"),
@@ -215,40 +226,70 @@ async fn answer(
         ["$SYS", "REQ", "ACCOUNT", "PING", "STATZ"] => (Scope::AllAccounts, "STATZ"),
         ["$SYS", "REQ", "USER", _, "INFO"] => {
             let data = account::user_info(monitor, request.publisher?)?;
-            return Some(envelope(server(), Outcome::Data(data)));
+            return Some(Answer::plain(envelope(server(), Outcome::Data(data))));
         }
         ["$SYS", "REQ", "ACCOUNT", account, endpoint] => (Scope::Account(account), *endpoint),
-        ["$SYS", "REQ", "ACCOUNT", "NSUBS"] => return subscribers::nsubs(monitor, &request.payload),
+        ["$SYS", "REQ", "ACCOUNT", "NSUBS"] => return subscribers::nsubs(monitor, &request.payload).map(Answer::plain),
         ["$SYS", "DEBUG", "SUBSCRIBERS"] => {
             let asker = request.publisher.and_then(|id| monitor.bus.clients.get(id));
             let account = asker.as_deref().map(account_of).or(request.importer.as_deref())?;
-            return Some(subscribers::debug_subscribers(monitor, account, &request.payload));
+            return Some(Answer::plain(subscribers::debug_subscribers(monitor, account, &request.payload)));
         }
         _ => return None,
     };
     if endpoint == "CONNS" {
         if let Scope::Account(name) = scope {
-            return account::conns(monitor, name, server());
+            return account::conns(monitor, name, server()).map(Answer::plain);
         }
     }
     let options = match options::read(&request.payload) {
         Ok(options) => options,
-        Err(error) => return Some(envelope(server(), Outcome::Error(400, error))),
+        Err(error) => return Some(Answer::endpoint(server(), Outcome::Error(400, error))),
     };
     if Filter::from(&options).excludes(monitor) {
         return None;
     }
     let outcome = match scope {
         Scope::Server => match endpoint {
-            "IDZ" => return Some(server()),
-            "STATSZ" => return Some(json!({ "server": server(), "statsz": statsz(monitor) })),
+            "IDZ" => return Some(Answer::plain(server())),
+            "STATSZ" => return Some(Answer::plain(json!({ "server": server(), "statsz": statsz(monitor) }))),
             "IPQUEUESZ" => Outcome::Data(runtime::ipqueuesz(&options, pending)),
             _ => server_endpoint(monitor, endpoint, &options).await?,
         },
         Scope::AllAccounts => account::statz_all(monitor, &options)?,
         Scope::Account(name) => account::endpoint(monitor, name, endpoint, &options).await?,
     };
-    Some(envelope(server(), outcome))
+    Some(Answer::endpoint(server(), outcome))
+}
+
+/// An answer's JSON, and whether the asker's `Accept-Encoding` applies to it: it does to the
+/// data of the endpoints nats-server serves through its `zReq` (every `{server, data}` answer
+/// but `USER.INFO`), never to errors, statsz, `IDZ`, `CONNS` or the subscriber counts.
+#[derive(Debug)]
+struct Answer {
+    body: Value,
+    compressible: bool,
+}
+
+impl Answer {
+    fn plain(body: Value) -> Self {
+        Self { body, compressible: false }
+    }
+
+    fn endpoint(server: Value, outcome: Outcome) -> Self {
+        let compressible = matches!(outcome, Outcome::Data(_));
+        Self { body: envelope(server, outcome), compressible }
+    }
+
+    /// The header block (if any) and payload of the answer, as `encoding` asks.
+    fn encoded(&self, encoding: Encoding) -> (Option<bytes::Bytes>, Vec<u8>) {
+        let body = self.body.to_string().into_bytes();
+        if self.compressible {
+            encoding.encode(body)
+        } else {
+            (None, body)
+        }
+    }
 }
 
 /// Whom a request is about.

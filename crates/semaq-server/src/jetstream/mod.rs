@@ -227,6 +227,13 @@ impl JetStream {
                 tracing::warn!("skipping {}: no readable stream.json", entry.path().display());
                 continue;
             };
+            if !self.account.has_stream_limits() {
+                // nats-server restores no stream of an account whose tiers lack the stream's:
+                // its files stay, for when the account's JWT has the tier again.
+                let error = ApiError::no_limits();
+                tracing::error!("Error recreating stream {:?}: {}", meta.config.name, error.description);
+                continue;
+            }
             let created = clock::system_time(meta.created_unix_ns);
             match self.open_stream(meta.config, created) {
                 Ok(stream) => tracing::info!("  Restored stream {:?}: {} messages", stream.name, stream.state().msgs),

@@ -98,17 +98,23 @@ async fn run(url: &str, user: Option<&str>, steps: &[Step]) -> Vec<Value> {
 
 pub(crate) fn nats_server_with(config: &str) -> (NatsServer, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("server.conf");
+    let server = nats_server_in(dir.path(), config);
+    (server, dir)
+}
+
+/// nats-server with JetStream and `config`, both kept in `dir` (so a second start there finds
+/// the first one's store).
+pub(crate) fn nats_server_in(dir: &std::path::Path, config: &str) -> NatsServer {
+    let path = dir.join("server.conf");
     std::fs::write(&path, config).expect("write config");
-    let store = dir.path().join("store");
-    let server = NatsServer::with_args(&[
+    let store = dir.join("store");
+    NatsServer::with_args(&[
         "-c",
         path.to_str().expect("utf-8 path"),
         "-js",
         "-sd",
         store.to_str().expect("utf-8 path"),
-    ]);
-    (server, dir)
+    ])
 }
 
 async fn side_by_side(config: &str, user: Option<&str>, steps: &[Step]) {

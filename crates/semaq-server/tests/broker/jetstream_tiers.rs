@@ -3,7 +3,8 @@
 //! requests, the JSON compared. One server has only R1 streams, so the `R1` tier's limits are
 //! held exactly as plain limits are, with nats-server's codes (more replicas are refused before
 //! any tier is looked at, 10074); an account whose tiers lack `R1` has JetStream but may create
-//! no stream (10120); account info reports each tier.
+//! no stream (10120) and gets none of its old ones back at a restart; account info reports each
+//! tier.
 //!
 //! Streams name `num_replicas: 1` in the side-by-side steps: nats-server 2.9 picks the tier
 //! before it defaults replicas to 1, so a stream without it is in tier `R0` there (10120);
@@ -16,7 +17,7 @@ use nkeys::KeyPair;
 use semaq_testkit::SemaqServer;
 use serde_json::{json, Value};
 
-use crate::account_limits::{self, consumer, nats_server_with, step, Step};
+use crate::account_limits::{self, consumer, nats_server_in, nats_server_with, step, Step};
 use crate::auth_nkeys::{creds, mint, operator_jwt_naming, preload_line, unlimited_user};
 use crate::jetstream_api::api;
 
@@ -35,6 +36,8 @@ fn r1_and_r3_tiers() -> Value {
 
 /// An operator trusting a system account and one application account with `tiers`.
 struct Operator {
+    operator: KeyPair,
+    system: KeyPair,
     account: KeyPair,
     config: String,
 }
@@ -46,18 +49,22 @@ impl Operator {
 
     /// `limits` are the account JWT's `nats.limits` (besides the unlimited non-JetStream ones).
     fn with_limits(limits: Value) -> Self {
-        let operator = KeyPair::new_operator();
-        let system = KeyPair::new_account();
-        let account = KeyPair::new_account();
-        let operator_jwt = operator_jwt_naming(&operator, &system);
-        let preload = |key: &KeyPair, limits: Value| preload_line(&operator, key, limits);
-        let config = format!(
+        let (operator, system, account) = (KeyPair::new_operator(), KeyPair::new_account(), KeyPair::new_account());
+        let mut made = Self { operator, system, account, config: String::new() };
+        made.config = made.config_with(limits);
+        made
+    }
+
+    /// The config of the same operator and accounts, the application account's JWT now with `limits`.
+    fn config_with(&self, limits: Value) -> String {
+        let operator_jwt = operator_jwt_naming(&self.operator, &self.system);
+        let preload = |key: &KeyPair, limits: Value| preload_line(&self.operator, key, limits);
+        format!(
             "operator: {operator_jwt}\nsystem_account: {}\nresolver: MEMORY\nresolver_preload {{\n{}{}}}\n",
-            system.public_key(),
-            preload(&system, json!({})),
-            preload(&account, limits),
-        );
-        Self { account, config }
+            self.system.public_key(),
+            preload(&self.system, json!({})),
+            preload(&self.account, limits),
+        )
     }
 
     async fn user(&self, dir: &Path, url: &str) -> Client {
@@ -236,4 +243,49 @@ async fn plain_jwt_limits_report_zero_stream_bytes_as_unlimited_as_nats_server_d
     let replies = side_by_side(Operator::with_limits(plain), &steps).await;
     assert_eq!(replies[0]["limits"]["memory_max_stream_bytes"], -1, "{}", replies[0]);
     assert!(replies[0].get("tiers").is_none(), "plain limits have no tiers: {}", replies[0]);
+}
+
+/// What a publish to file stream `s`, created under an `R1` tier, gets once the server restarts
+/// with the account's tiers lacking `R1`, and what `STREAM.INFO` says of `s`.
+async fn publish_after_r1_is_gone(
+    operator: &Operator,
+    dir: &Path,
+    start: impl Fn(&str) -> (String, Box<dyn std::any::Any>),
+) -> (String, Value) {
+    let (url, server) = start(&operator.config);
+    let client = operator.user(dir, &url).await;
+    let created = api(&client, "$JS.API.STREAM.CREATE.s", &file("s", 10_000).to_string()).await;
+    assert!(created.get("error").is_none(), "{url}: {created}");
+    drop((client, server));
+    let without_r1 =
+        json!({ "tiered_limits": { "R3": { "mem_storage": -1, "disk_storage": -1, "streams": -1, "consumer": -1 } } });
+    let (url, _server) = start(&operator.config_with(without_r1));
+    let client = operator.user(dir, &url).await;
+    let published = match client.request("s", "x".into()).await {
+        Ok(reply) => format!("answered {}", String::from_utf8_lossy(&reply.payload)),
+        Err(error) => format!("{:?}", error.kind()),
+    };
+    (published, api(&client, "$JS.API.STREAM.INFO.s", "").await)
+}
+
+#[tokio::test]
+async fn a_stream_of_an_account_whose_tiers_lost_r1_is_not_restored_as_in_nats_server() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let operator =
+        Operator::with_tiers(json!({ "R1": { "mem_storage": -1, "disk_storage": -1, "streams": -1, "consumer": -1 } }));
+    let nats_dir = tempfile::tempdir().expect("temp dir");
+    let theirs = publish_after_r1_is_gone(&operator, dir.path(), |config| {
+        let server = nats_server_in(nats_dir.path(), config);
+        (server.url(), Box::new(server))
+    })
+    .await;
+    let store = tempfile::tempdir().expect("temp dir");
+    let ours = publish_after_r1_is_gone(&operator, dir.path(), |config| {
+        let server = SemaqServer::builder().store(store.path()).config(config).start();
+        (server.url(), Box::new(server))
+    })
+    .await;
+    assert_eq!(theirs.0, "NoResponders", "nats-server 2.9");
+    assert_eq!(theirs.1["error"]["err_code"], 10059, "nats-server 2.9: {}", theirs.1);
+    assert_eq!(ours, theirs);
 }

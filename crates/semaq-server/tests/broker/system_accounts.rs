@@ -242,30 +242,35 @@ async fn an_accounts_statz_counts_the_traffic_of_its_closed_connections() {
 }
 
 /// The connection counts of A on the new subject while one client of A stays connected: the
-/// update its connect causes, then the heartbeat that follows it.
-async fn connections_heartbeat(url: String) -> Vec<Value> {
+/// update its connect causes, then the heartbeat that follows it, and whether that heartbeat
+/// came a whole interval after the update (the account's timer restarts with each update, so a
+/// connect seconds after the server started moves the heartbeat).
+async fn connections_heartbeat(url: String) -> (Vec<Value>, bool) {
     let sys = login(&url, "sys").await;
     let mut counts = sys.subscribe("$SYS.ACCOUNT.A.SERVER.CONNS").await.expect("subscribe");
     semaq_testkit::sync(&sys).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
     let _a = login(&url, "a").await;
     let mut seen = Vec::new();
+    let mut arrivals = Vec::new();
     while seen.len() < 2 {
         // nats-server's heartbeat interval is 30 s.
         let event =
             tokio::time::timeout(Duration::from_secs(45), counts.next()).await.expect("an event").expect("open");
+        arrivals.push(std::time::Instant::now());
         let body: Value = serde_json::from_slice(&event.payload).expect("JSON");
         seen.push(body["conns"].clone());
     }
-    seen
+    (seen, arrivals[1] - arrivals[0] >= Duration::from_secs(28))
 }
 
 #[tokio::test]
-async fn an_account_with_connections_has_a_connection_count_heartbeat() {
+async fn an_account_with_connections_has_a_connection_count_heartbeat_an_interval_after_its_last_update() {
     let (nats, _dir, semaq) = servers();
     // Side by side at once: each waits for a heartbeat 30 s apart.
     let (theirs, ours) = tokio::join!(connections_heartbeat(nats.url()), connections_heartbeat(semaq.url()));
-    assert_eq!(theirs, [json!(1), json!(1)], "nats-server");
-    assert_eq!(ours, [json!(1), json!(1)], "SemaQ");
+    assert_eq!(theirs, (vec![json!(1), json!(1)], true), "nats-server");
+    assert_eq!(ours, (vec![json!(1), json!(1)], true), "SemaQ");
 }
 
 /// What the server-wide `SUBSZ` request lists with nats-server's options, after a client of A

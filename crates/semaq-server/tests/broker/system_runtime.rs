@@ -2,7 +2,7 @@
 //! does not, so they are checked against its source): `PROFILEZ` names the profile it lacks,
 //! `EXPVARZ` gives the command line and the resident memory, `IPQUEUESZ` the `$SYS` request
 //! queue, `RAFTZ` no Raft groups; each in nats-server's `{server, data}` envelope, by ping and by
-//! server id.
+//! server id; and the compressed answers nats-server 2.10+ gives to an `Accept-Encoding`.
 
 use serde_json::{json, Value};
 
@@ -67,4 +67,45 @@ async fn raftz_lists_no_raft_groups_on_a_server_without_a_cluster() {
     let sys = login(&server.url(), "sys").await;
     assert_eq!(data(&sys, "RAFTZ", "").await, json!({}));
     assert_eq!(data(&sys, "RAFTZ", r#"{"account":"A"}"#).await, json!({}));
+}
+
+/// The answer to `subject` asked with `Accept-Encoding: accept`: its `Content-Encoding` and
+/// its payload decoded as that header says.
+async fn ask_encoded(client: &async_nats::Client, subject: &str, accept: &str, body: &str) -> (Option<String>, Value) {
+    use std::io::Read;
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Accept-Encoding", accept);
+    let request = client.request_with_headers(subject.to_string(), headers, body.to_string().into());
+    let reply = tokio::time::timeout(std::time::Duration::from_secs(5), request)
+        .await
+        .expect("an answer in time")
+        .expect("an answer");
+    let encoding = reply.headers.as_ref().and_then(|h| h.get("Content-Encoding")).map(|v| v.to_string());
+    let mut plain = Vec::new();
+    match encoding.as_deref() {
+        Some("gzip") => flate2::read::GzDecoder::new(&reply.payload[..]).read_to_end(&mut plain).map(drop),
+        Some("snappy") => snap::read::FrameDecoder::new(&reply.payload[..]).read_to_end(&mut plain).map(drop),
+        _ => Ok(plain.extend_from_slice(&reply.payload)),
+    }
+    .expect("a payload that decodes as its Content-Encoding says");
+    (encoding, serde_json::from_slice(&plain).expect("a JSON answer"))
+}
+
+#[tokio::test]
+async fn endpoint_answers_are_compressed_as_the_request_accepts_and_errors_never_are() {
+    let server = semaq();
+    let sys = login(&server.url(), "sys").await;
+    for (accept, expected) in [("gzip", "gzip"), ("snappy", "snappy"), ("deflate, S2", "snappy"), ("br", "identity")] {
+        for subject in ["$SYS.REQ.SERVER.PING.VARZ", "$SYS.REQ.ACCOUNT.$SYS.CONNZ"] {
+            let (encoding, answer) = ask_encoded(&sys, subject, accept, "").await;
+            assert_eq!(encoding.as_deref(), Some(expected), "{subject} accepting {accept}");
+            assert!(answer["data"].is_object() && answer["server"]["id"].is_string(), "{subject}: {answer}");
+        }
+    }
+    let (encoding, answer) = ask_encoded(&sys, "$SYS.REQ.SERVER.PING.VARZ", "gzip", "not json").await;
+    assert_eq!(encoding, None, "an error is sent as it is");
+    assert_eq!(answer["error"]["code"], json!(400));
+    let (encoding, answer) = ask_encoded(&sys, "$SYS.REQ.SERVER.PING", "gzip", "").await;
+    assert_eq!(encoding, None, "statsz is not one of nats-server's zReq answers");
+    assert!(answer["statsz"].is_object());
 }
