@@ -14,11 +14,6 @@ use crate::auth_nkeys::{account_claims, jwt_login, mint, operator_jwt_naming, ra
 /// How long a client that must not get a message waits for it.
 const SILENCE: Duration = Duration::from_millis(400);
 
-fn now() -> i64 {
-    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock");
-    i64::try_from(since.as_secs()).expect("seconds")
-}
-
 /// An operator, its system account, and the config trusting the accounts added to it.
 struct Trusted {
     operator: KeyPair,
@@ -217,49 +212,6 @@ fn delivered(
     let mut publisher = login(addr, exporter, exporter, unlimited(), json!({}));
     assert_eq!(publishes(&mut publisher, &[subject]), "", "{addr}");
     listeners.iter_mut().map(|raw| raw.drain(SILENCE).contains(&format!("MSG {subject} 1 1\r\nx\r\n"))).collect()
-}
-
-#[test]
-fn a_token_required_stream_export_admits_only_imports_with_a_valid_activation_as_nats_server_does() {
-    let (exporter, scope) = (KeyPair::new_account(), KeyPair::new_account());
-    let importers: [KeyPair; 9] = std::array::from_fn(|_| KeyPair::new_account());
-    let [valid, by_key, missing, forged, expired, other_importer, narrower, service_kind, revoked] = &importers;
-    let soon = json!({ "exp": now() - 1 });
-    let none = || json!({});
-    let mut trusted = Trusted::new();
-    trusted.add(
-        &exporter,
-        json!({
-            "signing_keys": [scope.public_key()],
-            "exports": [{ "name": "o", "subject": "orders.>", "type": "stream", "token_req": true,
-                          "revocations": { (revoked.public_key()): now() + 3600 } }],
-        }),
-        json!({}),
-    );
-    let token = |signer: &KeyPair, to: &KeyPair, subject: &str, kind: &str, nats: Value, top: Value| {
-        Some(activation(signer, to, subject, kind, nats, top))
-    };
-    let on_behalf = json!({ "issuer_account": exporter.public_key() });
-    let tokens = [
-        (valid, token(&exporter, valid, "orders.>", "stream", none(), none())),
-        (by_key, token(&scope, by_key, "orders.>", "stream", on_behalf, none())),
-        (missing, None),
-        (forged, token(&KeyPair::new_account(), forged, "orders.>", "stream", none(), none())),
-        (expired, token(&exporter, expired, "orders.>", "stream", none(), soon)),
-        (other_importer, token(&exporter, valid, "orders.>", "stream", none(), none())),
-        (narrower, token(&exporter, narrower, "orders.eu.>", "stream", none(), none())),
-        (service_kind, token(&exporter, service_kind, "orders.>", "service", none(), none())),
-        (revoked, token(&exporter, revoked, "orders.>", "stream", none(), none())),
-    ];
-    for (importer, token) in tokens {
-        trusted.add(importer, stream_import(&exporter, "orders.>", token), json!({}));
-    }
-    let (semaq, (nats, _dir)) = trusted.servers();
-    let expected = [true, true, false, false, false, false, false, false, false];
-    for addr in [semaq.addr(), nats.addr()] {
-        let refs: Vec<&KeyPair> = importers.iter().collect();
-        assert_eq!(delivered(addr, &exporter, &refs, "orders.>", "orders.new"), expected, "{addr}");
-    }
 }
 
 #[test]
