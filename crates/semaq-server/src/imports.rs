@@ -62,6 +62,33 @@ pub struct Export {
     pub response: ResponseType,
     /// Only importers presenting an activation token may import it (JWT exports).
     pub token_required: bool,
+    /// The subject token (from 1) that must be the importer's account key; 0 for none.
+    pub account_token_position: usize,
+    /// Importer (or `*`) → activation tokens issued to it at or before this time are revoked.
+    pub revocations: HashMap<String, i64>,
+}
+
+impl Export {
+    /// A public export of `subject` (or one to `accounts`), with no token or subject-token checks.
+    pub fn new(kind: Kind, subject: String, accounts: Vec<String>, response: ResponseType) -> Self {
+        Export {
+            kind,
+            subject,
+            accounts,
+            response,
+            token_required: false,
+            account_token_position: 0,
+            revocations: HashMap::new(),
+        }
+    }
+}
+
+/// An activation token's grant, its signature, issuer, importer, kind, subject and times
+/// already checked by whoever read it (`auth::trust`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Activation {
+    /// When it was issued, seconds since the epoch (what the export's `revocations` compare).
+    pub issued_at: i64,
 }
 
 /// A subject an account takes from another account's exports.
@@ -78,6 +105,8 @@ pub struct Import {
     pub to: Option<String>,
     /// For streams, a literal prefix put before the subject (`prefix`, exclusive with `to`).
     pub prefix: Option<String>,
+    /// A valid activation token for it, for exports that require one.
+    pub activation: Option<Activation>,
 }
 
 /// One account's name and its exports and imports.
@@ -175,6 +204,9 @@ fn check_export(export: &Export) -> Result<(), ImportError> {
     if !subject::is_valid_filter(&export.subject) {
         return Err(bad("invalid subject"));
     }
+    if !names_importer_at_a_wildcard(export) {
+        return Err(bad("sublist: invalid subject"));
+    }
     Ok(())
 }
 
@@ -245,14 +277,41 @@ fn local_subject(import: &Import) -> Result<String, String> {
 }
 
 /// The export of the same kind that lets `importer` import the subject: one whose subject is
-/// the import's or contains it, public or naming the importer. Token-required exports need an
-/// activation token, which SemaQ does not check yet, so they refuse.
+/// the import's or contains it, and that approves the importer.
 fn approving_export<'e>(exporter: &'e AccountLinks<'_>, importer: &str, import: &Import) -> Option<&'e Export> {
     exporter.exports.iter().filter(|e| e.kind == import.kind).find(|export| {
-        let covers = export.subject == import.subject || subject::is_subset(&import.subject, &export.subject);
-        let approved = export.accounts.is_empty() || export.accounts.iter().any(|name| name == importer);
-        covers && approved && !export.token_required
+        let exact = export.subject == import.subject;
+        (exact || subject::is_subset(&import.subject, &export.subject)) && approves(export, importer, import, exact)
     })
+}
+
+/// Whether the export admits `importer`, nats-server's `checkAuth`: an export naming the
+/// importer by subject token wants its key there (never on an import of the export's own
+/// subject, which holds the wildcard), one requiring a token wants an activation not revoked,
+/// others a public export or one listing the importer.
+fn approves(export: &Export, importer: &str, import: &Import, exact: bool) -> bool {
+    if export.account_token_position > 0 {
+        let position = export.account_token_position - 1;
+        let named = import.subject.split('.').nth(position) == Some(importer);
+        return names_importer_at_a_wildcard(export) && !exact && named;
+    }
+    if export.token_required {
+        return import.activation.is_some_and(|activation| !revoked(&export.revocations, importer, activation));
+    }
+    export.accounts.is_empty() || export.accounts.iter().any(|name| name == importer)
+}
+
+/// Whether an export naming the importer by subject token has a `*` at that token, which
+/// nats-server requires of it (else the export is not valid and admits no one).
+fn names_importer_at_a_wildcard(export: &Export) -> bool {
+    let position = export.account_token_position;
+    position == 0 || export.subject.split('.').nth(position - 1) == Some("*")
+}
+
+/// Whether the export's `revocations` revoke an activation issued to `importer` (by key, or `*`
+/// for every importer), as nats-server's `isRevoked`.
+fn revoked(revocations: &HashMap<String, i64>, importer: &str, activation: Activation) -> bool {
+    [importer, "*"].iter().any(|key| revocations.get(*key).is_some_and(|at| *at >= activation.issued_at))
 }
 
 /// Whether `link` closes a loop with the links added before it: starting where it delivers,

@@ -352,6 +352,11 @@ pub const USER_JWT_BYTES_MAX: usize = 16 * 1024;
 pub const ACCOUNT_JWT_BYTES_MAX: usize = 1024 * 1024;
 /// Auth: longest nonce signature, as text (an Ed25519 signature is 86 base64url characters).
 pub const NKEY_SIGNATURE_TEXT_BYTES_MAX: usize = 256;
+/// Auth: subjects a scoped signing key's template may expand to, per permission list
+/// (nats-server's `maxPermTemplateSubjectExpansions`); a user whose tags expand to more is refused.
+pub const TEMPLATE_SUBJECTS_MAX: usize = 4096;
+/// Auth: longest activation token an account JWT's import may carry.
+pub const ACTIVATION_JWT_BYTES_MAX: usize = 16 * 1024;
 /// Auth: accounts in `resolver_preload`.
 pub const PRELOADED_ACCOUNTS_MAX: usize = 10_000;
 /// Key-Value (`jetstream/kv.rs`): stored headers read per limits check while the per-message

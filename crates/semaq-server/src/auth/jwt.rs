@@ -185,6 +185,9 @@ pub struct UserNats {
     /// The account, when a signing key of it signed.
     #[serde(default)]
     pub issuer_account: String,
+    /// `name:value` tags, which scope templates' `{{tag(name)}}` read.
+    #[serde(default)]
+    pub tags: Option<Vec<String>>,
 }
 
 impl Kind for UserNats {
@@ -324,6 +327,9 @@ pub struct AccountNats {
     /// Streams and services the account takes from other accounts.
     #[serde(default)]
     pub imports: Option<Vec<ImportClaim>>,
+    /// `name:value` tags, which scope templates' `{{account-tag(name)}}` read.
+    #[serde(default)]
+    pub tags: Option<Vec<String>>,
 }
 
 /// One of an account JWT's `exports`.
@@ -344,6 +350,9 @@ pub struct ExportClaim {
     /// The subject token that must be the importer's account key; 0 for none.
     #[serde(default)]
     pub account_token_position: u32,
+    /// Importer key (or `*`) → activations issued to it at or before this time are revoked.
+    #[serde(default)]
+    pub revocations: Option<HashMap<String, i64>>,
 }
 
 /// One of an account JWT's `imports`.
@@ -372,6 +381,33 @@ pub struct ImportClaim {
 impl Kind for AccountNats {
     const TYPE: &'static str = "account";
     const ISSUER: Role = Role::Operator;
+    const SUBJECT: Role = Role::Account;
+    fn kind(&self) -> &str {
+        &self.kind
+    }
+}
+
+/// An activation JWT's `nats` claims: the exporter's leave for one account (the JWT's `sub`)
+/// to import a subject of an export that requires a token.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ActivationNats {
+    /// `activation`.
+    #[serde(rename = "type", default)]
+    pub kind: String,
+    /// The subject the importer may import (wildcards allowed for streams).
+    #[serde(default)]
+    pub subject: String,
+    /// `stream` or `service`.
+    #[serde(rename = "kind", default)]
+    pub import_kind: String,
+    /// The exporting account, when one of its signing keys signed.
+    #[serde(default)]
+    pub issuer_account: String,
+}
+
+impl Kind for ActivationNats {
+    const TYPE: &'static str = "activation";
+    const ISSUER: Role = Role::Account;
     const SUBJECT: Role = Role::Account;
     fn kind(&self) -> &str {
         &self.kind

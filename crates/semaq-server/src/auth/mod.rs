@@ -5,6 +5,7 @@ pub mod jwt;
 pub mod nkey;
 pub mod responses;
 pub mod restrictions;
+pub mod templates;
 pub mod trust;
 
 use std::collections::HashMap;

@@ -8,13 +8,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use semaq_wire::info::ConnectOptions;
+use semaq_wire::subject;
 
 use super::jwt::{self, AccountLimits, AccountNats, Claims, JwtError, OperatorNats, SubjectList, UserNats};
-use super::jwt::{AccountJetStreamLimits, ExportClaim, ImportClaim, JetStreamLimits};
+use super::jwt::{AccountJetStreamLimits, ActivationNats, ExportClaim, ImportClaim, JetStreamLimits};
 use super::jwt::{ResponsePermission as JwtResponses, UserPermissionLimits};
 use super::restrictions::{self, Window};
+use super::templates::{self, TemplateValues};
 use super::{nkey, AuthError, ClientPermissions};
-use crate::imports::{AccountLinks, Export, Import, Kind as LinkKind, ResponseType};
+use crate::imports::{AccountLinks, Activation, Export, Import, Kind as LinkKind, ResponseType};
 use crate::limits;
 use crate::options::{AccountJetStream, OperatorOptions, Permissions, ResponsePermission, SubjectPermission};
 
@@ -46,6 +48,8 @@ pub struct JwtAccount {
     pub public_key: String,
     /// The name in its claims.
     pub name: String,
+    /// The tags in its claims.
+    tags: Vec<String>,
     expires: i64,
     not_before: i64,
     /// Signing key → the scope's template, `None` for a plain key.
@@ -111,18 +115,22 @@ impl Trust {
         if options.preload.len() > limits::PRELOADED_ACCOUNTS_MAX {
             return Err(TrustError::TooManyAccounts(limits::PRELOADED_ACCOUNTS_MAX));
         }
+        let mut loaded = Vec::new();
         for (key, text) in &options.preload {
             match trust.account(key, text) {
-                Ok(account) => {
-                    trust.accounts.insert(key.clone(), Arc::new(account));
-                }
+                Ok(account) => loaded.push(account),
                 Err(error) => tracing::error!(account = %key, %error, "Preloaded account not valid"),
             }
+        }
+        activate_imports(&mut loaded, now());
+        for (account, _) in loaded {
+            trust.accounts.insert(account.public_key.clone(), Arc::new(account));
         }
         Ok(trust)
     }
 
-    fn account(&self, key: &str, text: &str) -> Result<JwtAccount, JwtError> {
+    /// The account in `text`, with the activation token of each of its imports (empty for none).
+    fn account(&self, key: &str, text: &str) -> Result<(JwtAccount, Vec<String>), JwtError> {
         let claims: Claims<AccountNats> = jwt::decode(jwt::undecorate(text), limits::ACCOUNT_JWT_BYTES_MAX)?;
         if claims.sub != key {
             return Err(JwtError::Key("subject (not the preload's key)"));
@@ -143,9 +151,18 @@ impl Trust {
             .map(|defaults| permissions(&defaults.publish, &defaults.subscribe, defaults.resp.as_ref()))
             .filter(|p| p.publish.is_some() || p.subscribe.is_some() || p.responses.is_some())
             .map(|p| Arc::new(ClientPermissions::new(&p)));
-        Ok(JwtAccount {
+        let (imports, tokens): (Vec<Import>, Vec<String>) = claims
+            .nats
+            .imports
+            .unwrap_or_default()
+            .into_iter()
+            .take(limits::ACCOUNT_IMPORTS_MAX)
+            .filter_map(|claim| Some((import(&claim)?, claim.token)))
+            .unzip();
+        let account = JwtAccount {
             public_key: claims.sub,
             name: claims.name,
+            tags: claims.nats.tags.unwrap_or_default(),
             expires: claims.exp,
             not_before: claims.nbf,
             signing_keys: signing_keys.collect(),
@@ -160,16 +177,10 @@ impl Trust {
                 .take(limits::ACCOUNT_IMPORTS_MAX)
                 .filter_map(export)
                 .collect(),
-            imports: claims
-                .nats
-                .imports
-                .unwrap_or_default()
-                .iter()
-                .take(limits::ACCOUNT_IMPORTS_MAX)
-                .filter_map(import)
-                .collect(),
+            imports,
             connections: AtomicI64::new(0),
-        })
+        };
+        Ok((account, tokens))
     }
 
     /// The public keys of the trusted accounts, each its own subject space.
@@ -261,8 +272,22 @@ impl JwtAccount {
             Some(Some(_)) if !user.nats.limits.is_empty() => {
                 Err(refusal("user JWT signed by a scoped key may not carry permissions or limits"))
             }
-            Some(Some(template)) if is_template(template) => Err(refusal("scope templates are not supported")),
-            Some(Some(template)) => Ok(template.clone()),
+            Some(Some(template)) if !templates::has_placeholders(template) => Ok(template.clone()),
+            Some(Some(template)) => templates::fill(template, &self.template_values(user)).map_err(|error| {
+                tracing::debug!(%error, "User JWT generated invalid permissions");
+                AuthError::Violation
+            }),
+        }
+    }
+
+    fn template_values<'a>(&'a self, user: &'a Claims<UserNats>) -> TemplateValues<'a> {
+        TemplateValues {
+            user_name: &user.name,
+            user_key: &user.sub,
+            user_tags: user.nats.tags.as_deref().unwrap_or_default(),
+            account_name: &self.name,
+            account_key: &self.public_key,
+            account_tags: &self.tags,
         }
     }
 
@@ -282,9 +307,90 @@ impl JwtAccount {
     }
 }
 
-/// A JWT export claim as an export; `None` for an unknown type. An export bound to the
-/// importer's key by a subject token, like one that requires an activation token, is one SemaQ
-/// does not check yet, so it is made to refuse every importer rather than admit all.
+/// Checks the activation token of each import that has one against its exporter, as
+/// nats-server's `checkActivation` does; a token that does not hold is logged and left out, so
+/// an export requiring one refuses the import.
+fn activate_imports(accounts: &mut [(JwtAccount, Vec<String>)], now: i64) {
+    let signing_keys: HashMap<String, HashSet<String>> = accounts
+        .iter()
+        .map(|(account, _)| (account.public_key.clone(), account.signing_keys.keys().cloned().collect()))
+        .collect();
+    for (account, tokens) in accounts.iter_mut() {
+        for (import, token) in account.imports.iter_mut().zip(tokens.iter()).filter(|(_, t)| !t.is_empty()) {
+            let exporter_keys = signing_keys.get(&import.account);
+            match activation(token, &account.public_key, import, exporter_keys, now) {
+                Ok(activation) => import.activation = Some(activation),
+                Err(error) => tracing::warn!(
+                    account = %account.public_key,
+                    subject = %import.subject,
+                    %error,
+                    "Import activation token not valid"
+                ),
+            }
+        }
+    }
+}
+
+/// Why an activation token does not activate an import; the texts are nats-server's (nats-io/jwt).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ActivationError {
+    /// The token does not decode or verify, or is outside its times.
+    #[error("import contains an invalid activation token: {0}")]
+    Token(#[from] JwtError),
+    /// Signed neither by the exporter nor by one of its signing keys on its behalf.
+    #[error("activation token doesn't match account for import")]
+    Issuer,
+    /// Issued to another account than the importer.
+    #[error("activation token doesn't match account it is being included in")]
+    Importer,
+    /// For a stream where the import is of a service, or the reverse.
+    #[error("mismatch between token import type and type of import")]
+    Kind,
+    /// For a subject that does not contain the imported one.
+    #[error("activation token import subject {0:?} doesn't match import")]
+    Subject(String),
+}
+
+/// The grant of `token` for `importer`'s `import`, checked as nats-server checks it: signed by
+/// the exporter (or, naming it in `issuer_account`, one of its `exporter_keys`), issued to the
+/// importer, of the import's kind, for a subject containing the import's, within its times.
+pub fn activation(
+    token: &str,
+    importer: &str,
+    import: &Import,
+    exporter_keys: Option<&HashSet<String>>,
+    now: i64,
+) -> Result<Activation, ActivationError> {
+    let claims: Claims<ActivationNats> = jwt::decode(token.trim(), limits::ACTIVATION_JWT_BYTES_MAX)?;
+    let issued_by_exporter = match claims.nats.issuer_account.as_str() {
+        "" => claims.iss == import.account,
+        on_behalf => on_behalf == import.account && exporter_keys.is_some_and(|keys| keys.contains(&claims.iss)),
+    };
+    if !issued_by_exporter {
+        return Err(ActivationError::Issuer);
+    }
+    if claims.sub != importer {
+        return Err(ActivationError::Importer);
+    }
+    if link_kind(&claims.nats.import_kind) != Some(import.kind) {
+        return Err(ActivationError::Kind);
+    }
+    let granted = &claims.nats.subject;
+    let service_wildcard = import.kind == LinkKind::Service && subject::has_wildcard(granted);
+    let contains = *granted == import.subject || subject::is_subset(&import.subject, granted);
+    if service_wildcard || !subject::is_valid_filter(granted) || !contains {
+        return Err(ActivationError::Subject(granted.clone()));
+    }
+    if claims.exp > 0 && claims.exp <= now {
+        return Err(JwtError::Expired.into());
+    }
+    if claims.nbf > 0 && now < claims.nbf {
+        return Err(JwtError::NotYetValid.into());
+    }
+    Ok(Activation { issued_at: claims.iat })
+}
+
+/// A JWT export claim as an export; `None` for an unknown type.
 fn export(claim: &ExportClaim) -> Option<Export> {
     let response = match claim.response_type.to_ascii_lowercase().as_str() {
         "stream" => ResponseType::Stream,
@@ -292,11 +398,10 @@ fn export(claim: &ExportClaim) -> Option<Export> {
         _ => ResponseType::Singleton,
     };
     Some(Export {
-        kind: link_kind(&claim.kind)?,
-        subject: claim.subject.clone(),
-        accounts: Vec::new(),
-        response,
-        token_required: claim.token_req || claim.account_token_position > 0,
+        token_required: claim.token_req,
+        account_token_position: usize::try_from(claim.account_token_position).unwrap_or(usize::MAX),
+        revocations: claim.revocations.clone().unwrap_or_default(),
+        ..Export::new(link_kind(&claim.kind)?, claim.subject.clone(), Vec::new(), response)
     })
 }
 
@@ -314,7 +419,7 @@ fn import(claim: &ImportClaim) -> Option<Import> {
             None => (claim.subject.clone(), None, None),
         },
     };
-    Some(Import { kind, account: claim.account.clone(), subject, to, prefix })
+    Some(Import { kind, account: claim.account.clone(), subject, to, prefix, activation: None })
 }
 
 fn link_kind(text: &str) -> Option<LinkKind> {
@@ -323,12 +428,6 @@ fn link_kind(text: &str) -> Option<LinkKind> {
         "service" => Some(LinkKind::Service),
         _ => None,
     }
-}
-
-/// Whether a scope's subjects use `{{...}}` placeholders, which SemaQ does not expand.
-fn is_template(limits: &UserPermissionLimits) -> bool {
-    let lists = [&limits.publish, &limits.subscribe];
-    lists.iter().flat_map(|list| list.allow.iter().chain(list.deny.iter()).flatten()).any(|s| s.contains("{{"))
 }
 
 fn permissions(publish: &SubjectList, subscribe: &SubjectList, resp: Option<&JwtResponses>) -> Permissions {
@@ -432,7 +531,58 @@ fn now() -> i64 {
 
 #[cfg(test)]
 mod tests {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine;
+    use nkeys::KeyPair;
+
     use super::*;
+
+    fn token(signer: &KeyPair, importer: &str, times: &str, nats: &str) -> String {
+        let header = URL_SAFE_NO_PAD.encode(r#"{"typ":"JWT","alg":"ed25519-nkey"}"#);
+        let claims = format!(
+            r#"{{"iss":"{}","sub":"{importer}",{times}"nats":{{"type":"activation","version":2,{nats}}}}}"#,
+            signer.public_key()
+        );
+        let input = format!("{header}.{}", URL_SAFE_NO_PAD.encode(claims));
+        let signature = URL_SAFE_NO_PAD.encode(signer.sign(input.as_bytes()).expect("sign"));
+        format!("{input}.{signature}")
+    }
+
+    #[test]
+    fn an_activation_holds_only_from_the_exporter_for_the_importer_its_kind_and_subject_in_time() {
+        let (exporter, scope, importer) = (KeyPair::new_account(), KeyPair::new_account(), KeyPair::new_account());
+        let import = Import {
+            kind: LinkKind::Stream,
+            account: exporter.public_key(),
+            subject: "orders.eu.>".into(),
+            to: None,
+            prefix: None,
+            activation: None,
+        };
+        let keys = HashSet::from([scope.public_key()]);
+        let me = importer.public_key();
+        let check = |token: &str| activation(token, &me, &import, Some(&keys), 1_000);
+        let stream = r#""subject":"orders.>","kind":"stream""#;
+        assert_eq!(check(&token(&exporter, &me, r#""iat":7,"#, stream)), Ok(Activation { issued_at: 7 }));
+        let on_behalf = format!(r#"{stream},"issuer_account":"{}""#, exporter.public_key());
+        assert!(check(&token(&scope, &me, "", &on_behalf)).is_ok(), "a signing key on the exporter's behalf");
+        assert_eq!(check(&token(&scope, &me, "", stream)), Err(ActivationError::Issuer));
+        let stranger = KeyPair::new_account();
+        let claimed = format!(r#"{stream},"issuer_account":"{}""#, exporter.public_key());
+        assert_eq!(check(&token(&stranger, &me, "", &claimed)), Err(ActivationError::Issuer), "not its signing key");
+        assert_eq!(check(&token(&exporter, &stranger.public_key(), "", stream)), Err(ActivationError::Importer));
+        let service = r#""subject":"orders.>","kind":"service""#;
+        assert_eq!(check(&token(&exporter, &me, "", service)), Err(ActivationError::Kind));
+        let narrower = r#""subject":"orders.us.>","kind":"stream""#;
+        assert!(matches!(check(&token(&exporter, &me, "", narrower)), Err(ActivationError::Subject(_))));
+        let expired = check(&token(&exporter, &me, r#""exp":1000,"#, stream));
+        assert_eq!(expired, Err(ActivationError::Token(JwtError::Expired)), "expired at its exp");
+        let early = check(&token(&exporter, &me, r#""nbf":1001,"#, stream));
+        assert_eq!(early, Err(ActivationError::Token(JwtError::NotYetValid)));
+        let mut forged = token(&exporter, &me, "", stream);
+        forged.push('A');
+        assert!(matches!(check(&forged), Err(ActivationError::Token(_))));
+    }
 
     #[test]
     fn responses_without_a_publish_allow_list_allow_only_replies() {

@@ -894,12 +894,8 @@ fn exports_and_imports_are_read_in_nats_server_syntax() {
                           {service: {account: A, subject: x}} ] }\n\
          }\n",
     );
-    let export = |kind, subject: &str, accounts: &[&str], response| Export {
-        kind,
-        subject: subject.into(),
-        accounts: accounts.iter().map(|a| a.to_string()).collect(),
-        response,
-        token_required: false,
+    let export = |kind, subject: &str, accounts: &[&str], response| {
+        Export::new(kind, subject.into(), accounts.iter().map(|a| a.to_string()).collect(), response)
     };
     assert_eq!(
         options.accounts[0].exports,
@@ -916,6 +912,7 @@ fn exports_and_imports_are_read_in_nats_server_syntax() {
         subject: subject.into(),
         to: to.map(Into::into),
         prefix: prefix.map(Into::into),
+        activation: None,
     };
     assert_eq!(
         options.accounts[1].imports,

@@ -1,13 +1,7 @@
 use super::*;
 
 fn export(kind: Kind, subject: &str, accounts: &[&str]) -> Export {
-    Export {
-        kind,
-        subject: subject.into(),
-        accounts: accounts.iter().map(|a| a.to_string()).collect(),
-        response: ResponseType::Singleton,
-        token_required: false,
-    }
+    Export::new(kind, subject.into(), accounts.iter().map(|a| a.to_string()).collect(), ResponseType::Singleton)
 }
 
 fn import(kind: Kind, account: &str, subject: &str, to: Option<&str>, prefix: Option<&str>) -> Import {
@@ -17,6 +11,7 @@ fn import(kind: Kind, account: &str, subject: &str, to: Option<&str>, prefix: Op
         subject: subject.into(),
         to: to.map(Into::into),
         prefix: prefix.map(Into::into),
+        activation: None,
     }
 }
 
@@ -100,4 +95,46 @@ fn the_same_import_twice_is_refused() {
     let a = AccountLinks { name: "A", exports: &exports, imports: &[] };
     let b = AccountLinks { name: "B", exports: &[], imports: &imports };
     assert_eq!(errors(&[a, b]), ["Error adding stream import \"foo\": stream import already exists"]);
+}
+
+#[test]
+fn a_token_required_export_admits_only_imports_with_an_activation_not_revoked() {
+    let exports = [Export {
+        token_required: true,
+        revocations: HashMap::from([("C".to_string(), 100)]),
+        ..export(Kind::Stream, "orders.>", &[])
+    }];
+    let activated = |issued_at| Import {
+        activation: Some(Activation { issued_at }),
+        ..import(Kind::Stream, "A", "orders.>", None, None)
+    };
+    let a = AccountLinks { name: "A", exports: &exports, imports: &[] };
+    let (with, without) = ([activated(50)], [import(Kind::Stream, "A", "orders.>", None, None)]);
+    let (revoked, newer) = ([activated(100)], [activated(101)]);
+    let importers = [
+        AccountLinks { name: "B", exports: &[], imports: &with },
+        AccountLinks { name: "D", exports: &[], imports: &without },
+        AccountLinks { name: "C", exports: &[], imports: &revoked },
+        AccountLinks { name: "C", exports: &[], imports: &newer },
+    ];
+    let admitted: Vec<bool> = importers.iter().map(|b| errors(&[a, *b]).is_empty()).collect();
+    assert_eq!(admitted, [true, false, false, true], "revoked when issued at or before the revocation");
+}
+
+#[test]
+fn an_export_naming_the_importer_by_subject_token_wants_its_name_there() {
+    let exports = [Export { account_token_position: 2, ..export(Kind::Stream, "to.*.>", &[]) }];
+    let a = AccountLinks { name: "A", exports: &exports, imports: &[] };
+    let own = [import(Kind::Stream, "A", "to.B.>", None, None)];
+    let whole = [import(Kind::Stream, "A", "to.*.>", None, None)];
+    assert!(errors(&[a, AccountLinks { name: "B", exports: &[], imports: &own }]).is_empty());
+    let refused = ["Error adding stream import \"to.B.>\": stream import not authorized"];
+    assert_eq!(errors(&[a, AccountLinks { name: "C", exports: &[], imports: &own }]), refused);
+    let refused = ["Error adding stream import \"to.*.>\": stream import not authorized"];
+    assert_eq!(errors(&[a, AccountLinks { name: "B", exports: &[], imports: &whole }]), refused);
+    let literal = [Export { account_token_position: 2, ..export(Kind::Stream, "to.B.>", &[]) }];
+    let a = AccountLinks { name: "A", exports: &literal, imports: &[] };
+    let bad_export = "Error adding stream export \"to.B.>\": sublist: invalid subject";
+    let refused = "Error adding stream import \"to.B.>\": stream import not authorized";
+    assert_eq!(errors(&[a, AccountLinks { name: "B", exports: &[], imports: &own }]), [bad_export, refused]);
 }

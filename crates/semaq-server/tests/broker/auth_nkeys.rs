@@ -139,7 +139,7 @@ fn semaq_server(config: &str) -> SemaqServer {
 
 /// Connects raw, sends the CONNECT `make` builds from the server's nonce, and returns the first
 /// line the server answers, and whether it then closed the connection.
-fn raw_connect(addr: std::net::SocketAddr, make: &dyn Fn(&str) -> Value) -> (String, bool) {
+pub(crate) fn raw_connect(addr: std::net::SocketAddr, make: &dyn Fn(&str) -> Value) -> (String, bool) {
     let (mut raw, info) = Raw::connect_with_info(addr);
     let nonce = info["nonce"].as_str().expect("a nonce in INFO").to_string();
     let mut connect = make(&nonce);
@@ -154,7 +154,7 @@ fn raw_connect(addr: std::net::SocketAddr, make: &dyn Fn(&str) -> Value) -> (Str
 /// Builds a CONNECT body from the server's nonce.
 type MakeConnect<'a> = Box<dyn Fn(&str) -> Value + 'a>;
 
-fn sign(user: &KeyPair, nonce: &str) -> String {
+pub(crate) fn sign(user: &KeyPair, nonce: &str) -> String {
     URL_SAFE_NO_PAD.encode(user.sign(nonce.as_bytes()).expect("sign"))
 }
 
@@ -436,7 +436,7 @@ fn a_user_whose_jwt_expires_while_connected_is_closed_as_by_nats_server() {
 }
 
 /// Logs a JWT user in over a raw connection, past its first PONG.
-fn jwt_login(addr: std::net::SocketAddr, jwt: &str, user: &KeyPair) -> Raw {
+pub(crate) fn jwt_login(addr: std::net::SocketAddr, jwt: &str, user: &KeyPair) -> Raw {
     let (mut raw, info) = Raw::connect_with_info(addr);
     let nonce = info["nonce"].as_str().expect("a nonce").to_string();
     let connect = json!({ "jwt": jwt, "sig": sign(user, &nonce), "verbose": false, "pedantic": false });
@@ -446,7 +446,7 @@ fn jwt_login(addr: std::net::SocketAddr, jwt: &str, user: &KeyPair) -> Raw {
 }
 
 /// Sends `commands` and a PING; returns what came back before the PONG.
-fn round(raw: &mut Raw, commands: &str) -> String {
+pub(crate) fn round(raw: &mut Raw, commands: &str) -> String {
     raw.send(format!("{commands}PING\r\n").as_bytes());
     raw.read_until("PONG\r\n").trim_end_matches("PONG\r\n").to_string()
 }

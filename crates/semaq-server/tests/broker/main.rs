@@ -27,6 +27,7 @@ mod jetstream_api;
 mod jetstream_api_210;
 mod jetstream_consumers;
 mod jetstream_tiers;
+mod jwt_scopes;
 mod kv;
 mod l4_batch;
 mod lame_duck;

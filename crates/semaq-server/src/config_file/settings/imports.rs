@@ -1,7 +1,8 @@
 //! An account's `exports` and `imports`, in nats-server's syntax:
 //!
 //! ```text
-//! exports: [ {stream: "foo.>"}, {service: "req.>", accounts: [B], response_type: stream} ]
+//! exports: [ {stream: "foo.>"}, {service: "req.>", accounts: [B], response_type: stream},
+//!            {stream: "to.*.>", account_token_position: 2} ]
 //! imports: [ {stream: {account: A, subject: "foo.>"}, prefix: "a"},
 //!            {service: {account: A, subject: "req.>"}, to: "areq.>"} ]
 //! ```
@@ -9,7 +10,7 @@
 //! Each entry is checked against the others once the whole file is read, as nats-server does
 //! when it adds them to its accounts.
 
-use super::{block, invalid, string, wrong_type, Mapper};
+use super::{block, integer, invalid, string, wrong_type, Mapper};
 use crate::config_file::syntax::{Kind as ValueKind, Map, Value};
 use crate::config_file::{ConfigError, Location};
 use crate::imports::{self, AccountLinks, Export, Import, Kind, ResponseType};
@@ -48,6 +49,7 @@ impl Mapper<'_> {
     fn export(&mut self, path: &str, item: &Value) -> Result<Export, ConfigError> {
         let map = entry_block(path, "Export", item)?;
         let (mut kind, mut subject, mut accounts, mut response) = (None, None, Vec::new(), None);
+        let mut position = 0;
         for entry in &map.entries {
             let v = &entry.value;
             match entry.key.to_ascii_lowercase().as_str() {
@@ -62,6 +64,13 @@ impl Mapper<'_> {
                 }
                 "accounts" => accounts = names(&format!("{path}.accounts"), v)?,
                 "response" | "response_type" => response = Some((response_type(v)?, entry.at.clone())),
+                // nats-server's config has no activation tokens, so it refuses the key; ignoring
+                // it would make public an export meant to need one.
+                "token_req" => return Err(invalid(&entry.at, "unknown field \"token_req\"".to_string())),
+                "account_token_position" => {
+                    let at = integer(&format!("{path}.account_token_position"), v)?;
+                    position = usize::try_from(at).unwrap_or(usize::MAX);
+                }
                 _ => self.unknown(entry, path),
             }
         }
@@ -72,7 +81,7 @@ impl Mapper<'_> {
             return Err(invalid(at, "Detected response directive on non-service".to_string()));
         }
         let response = response.map(|(response, _)| response).unwrap_or_default();
-        Ok(Export { kind, subject, accounts, response, token_required: false })
+        Ok(Export { account_token_position: position, ..Export::new(kind, subject, accounts, response) })
     }
 
     fn import(&mut self, path: &str, item: &Value) -> Result<Import, ConfigError> {
@@ -102,7 +111,7 @@ impl Mapper<'_> {
             return Err(invalid(at, "Detected prefix on a service import; use 'to'".to_string()));
         }
         let prefix = prefix.map(|(prefix, _)| prefix);
-        Ok(Import { kind, account, subject, to, prefix })
+        Ok(Import { kind, account, subject, to, prefix, activation: None })
     }
 
     /// Checks every account's exports and imports against each other; the first that does not

@@ -1,0 +1,314 @@
+//! Scope templates, activation tokens and exports naming the importer by subject token, side by
+//! side with nats-server 2.9 given the same operator config: raw clients see the same
+//! permission errors and refusals, and the same imports deliver.
+
+use std::time::Duration;
+
+use nkeys::KeyPair;
+use semaq_testkit::{NatsServer, Raw, SemaqServer};
+use serde_json::{json, Value};
+
+use crate::account_limits::nats_server_with;
+use crate::auth_nkeys::{account_claims, jwt_login, mint, operator_jwt_naming, raw_connect, round, sign};
+
+/// How long a client that must not get a message waits for it.
+const SILENCE: Duration = Duration::from_millis(400);
+
+/// An operator, its system account, and the config trusting the accounts added to it.
+struct Trusted {
+    operator: KeyPair,
+    system: KeyPair,
+    preload: String,
+}
+
+impl Trusted {
+    fn new() -> Self {
+        let (operator, system) = (KeyPair::new_operator(), KeyPair::new_account());
+        let jwt = mint(&operator, &system.public_key(), account_claims(json!({}), json!({})), json!({}));
+        let preload = format!("  {}: {jwt}\n", system.public_key());
+        Self { operator, system, preload }
+    }
+
+    /// Adds `account` with the `nats` claims in `extra` and the top-level claims in `top`.
+    fn add(&mut self, account: &KeyPair, extra: Value, top: Value) {
+        let jwt = mint(&self.operator, &account.public_key(), account_claims(json!({}), extra), top);
+        self.preload.push_str(&format!("  {}: {jwt}\n", account.public_key()));
+    }
+
+    fn config(&self) -> String {
+        format!(
+            "operator: {}\nsystem_account: {}\nresolver: MEMORY\nresolver_preload {{\n{}}}\n",
+            operator_jwt_naming(&self.operator, &self.system),
+            self.system.public_key(),
+            self.preload
+        )
+    }
+
+    /// SemaQ and nats-server 2.9, each given the config.
+    fn servers(&self) -> (SemaqServer, (NatsServer, tempfile::TempDir)) {
+        let config = self.config();
+        (SemaqServer::with_config(&config, &[]), nats_server_with(&config))
+    }
+}
+
+/// A user of `account` signed by `signer` (the account or one of its keys), logged in raw.
+fn login(addr: std::net::SocketAddr, account: &KeyPair, signer: &KeyPair, nats: Value, top: Value) -> Raw {
+    let user = KeyPair::new_user();
+    let mut claims = json!({ "type": "user", "version": 2 });
+    if signer.public_key() != account.public_key() {
+        claims["issuer_account"] = json!(account.public_key());
+    }
+    if let (Some(claims), Some(nats)) = (claims.as_object_mut(), nats.as_object()) {
+        claims.extend(nats.clone());
+    }
+    jwt_login(addr, &mint(signer, &user.public_key(), claims, top), &user)
+}
+
+/// A user with no limits of its own, as plain account keys sign them.
+fn unlimited() -> Value {
+    json!({ "subs": -1, "data": -1, "payload": -1 })
+}
+
+fn scoped_account(signing_key: &KeyPair, template: Value) -> Value {
+    let mut template_claims = unlimited();
+    if let (Some(all), Some(template)) = (template_claims.as_object_mut(), template.as_object()) {
+        all.extend(template.clone());
+    }
+    json!({
+        "tags": ["region:eu", "region:us"],
+        "signing_keys": [{ "kind": "user_scope", "key": signing_key.public_key(), "role": "r", "template": template_claims }],
+    })
+}
+
+fn publish_violation(subject: &str) -> String {
+    format!("-ERR 'Permissions Violation for Publish to \"{subject}\"'\r\n")
+}
+
+/// Publishes to each subject and returns what the server answered, one line per refusal.
+fn publishes(raw: &mut Raw, subjects: &[&str]) -> String {
+    let commands: String = subjects.iter().map(|subject| format!("PUB {subject} 1\r\nx\r\n")).collect();
+    round(raw, &commands)
+}
+
+#[test]
+fn scope_templates_fill_in_the_users_name_key_and_tags_as_nats_server_does() {
+    let (account, scope) = (KeyPair::new_account(), KeyPair::new_account());
+    let template = json!({ "pub": { "allow": [
+        "n.{{name()}}.>", "t.{{tag(dept)}}", "a.{{account-name()}}.{{account-tag(region)}}",
+        "k.{{account-subject()}}",
+    ], "deny": ["n.{{name()}}.secret"] } });
+    let mut trusted = Trusted::new();
+    trusted.add(&account, scoped_account(&scope, template), json!({ "name": "sales" }));
+    let (semaq, (nats, _dir)) = trusted.servers();
+    let key_subject = format!("k.{}", account.public_key());
+    let tried = [
+        "n.alice.x",
+        "n.bob.x",
+        "n.alice.secret",
+        "t.eng",
+        "t.ops",
+        "t.hr",
+        "a.sales.eu",
+        "a.sales.us",
+        "a.sales.as",
+        key_subject.as_str(),
+        "k.other",
+    ];
+    let refused: String =
+        ["n.bob.x", "n.alice.secret", "t.hr", "a.sales.as", "k.other"].map(publish_violation).concat();
+    for addr in [semaq.addr(), nats.addr()] {
+        let user = json!({ "tags": ["dept:eng", "dept:ops"] });
+        let mut raw = login(addr, &account, &scope, user, json!({ "name": "alice" }));
+        assert_eq!(publishes(&mut raw, &tried), refused, "{addr}");
+    }
+}
+
+#[test]
+fn a_scope_templates_user_subject_fills_in_per_user() {
+    let (account, scope) = (KeyPair::new_account(), KeyPair::new_account());
+    let template = json!({ "sub": { "allow": ["inbox.{{subject()}}.>"] } });
+    let mut trusted = Trusted::new();
+    trusted.add(&account, scoped_account(&scope, template), json!({}));
+    let (semaq, (nats, _dir)) = trusted.servers();
+    for addr in [semaq.addr(), nats.addr()] {
+        let user = KeyPair::new_user();
+        let claims = json!({ "type": "user", "version": 2, "issuer_account": account.public_key() });
+        let mut raw = jwt_login(addr, &mint(&scope, &user.public_key(), claims, json!({})), &user);
+        let own = format!("SUB inbox.{}.> 1\r\n", user.public_key());
+        assert_eq!(round(&mut raw, &own), "", "{addr}");
+        let refused = "-ERR 'Permissions Violation for Subscription to \"inbox.UOTHER.>\"'\r\n";
+        assert_eq!(round(&mut raw, "SUB inbox.UOTHER.> 2\r\n"), refused, "{addr}");
+    }
+}
+
+#[test]
+fn a_missing_tag_allows_nothing_in_an_allow_list_and_refuses_the_user_in_a_deny_list() {
+    let (account, allowing, denying) = (KeyPair::new_account(), KeyPair::new_account(), KeyPair::new_account());
+    let mut claims = scoped_account(&allowing, json!({ "pub": { "allow": ["t.{{tag(team)}}"] } }));
+    let deny_scope = json!({ "kind": "user_scope", "key": denying.public_key(), "role": "d",
+        "template": { "subs": -1, "data": -1, "payload": -1, "pub": { "deny": ["t.{{tag(team)}}"] } } });
+    claims["signing_keys"].as_array_mut().expect("keys").push(deny_scope);
+    let mut trusted = Trusted::new();
+    trusted.add(&account, claims, json!({}));
+    let (semaq, (nats, _dir)) = trusted.servers();
+    for addr in [semaq.addr(), nats.addr()] {
+        let mut raw = login(addr, &account, &allowing, json!({}), json!({}));
+        assert_eq!(publishes(&mut raw, &["t.x", "other"]), ["t.x", "other"].map(publish_violation).concat(), "{addr}");
+        let user = KeyPair::new_user();
+        let user_claims = json!({ "type": "user", "version": 2, "issuer_account": account.public_key() });
+        let jwt = mint(&denying, &user.public_key(), user_claims, json!({}));
+        let (line, closed) = raw_connect(addr, &|nonce: &str| json!({ "jwt": jwt, "sig": sign(&user, nonce) }));
+        assert_eq!((line.as_str(), closed), ("-ERR 'Authorization Violation'", true), "{addr}");
+    }
+}
+
+#[test]
+fn placeholders_in_a_users_own_permissions_are_plain_subjects_as_in_nats_server() {
+    let account = KeyPair::new_account();
+    let mut trusted = Trusted::new();
+    trusted.add(&account, json!({}), json!({}));
+    let (semaq, (nats, _dir)) = trusted.servers();
+    for addr in [semaq.addr(), nats.addr()] {
+        let own = json!({ "subs": -1, "data": -1, "payload": -1, "pub": { "allow": ["n.{{name()}}"] } });
+        let mut raw = login(addr, &account, &account, own, json!({ "name": "alice" }));
+        assert_eq!(publishes(&mut raw, &["n.{{name()}}", "n.alice"]), publish_violation("n.alice"), "{addr}");
+    }
+}
+
+/// An activation token from `signer` granting `importer` the `kind` import of `subject`.
+fn activation(signer: &KeyPair, importer: &KeyPair, subject: &str, kind: &str, nats: Value, top: Value) -> String {
+    let mut claims = json!({ "type": "activation", "version": 2, "subject": subject, "kind": kind });
+    if let (Some(claims), Some(nats)) = (claims.as_object_mut(), nats.as_object()) {
+        claims.extend(nats.clone());
+    }
+    mint(signer, &importer.public_key(), claims, top)
+}
+
+fn stream_import(exporter: &KeyPair, subject: &str, token: Option<String>) -> Value {
+    let mut import = json!({ "name": "i", "subject": subject, "account": exporter.public_key(), "type": "stream" });
+    if let Some(token) = token {
+        import["token"] = json!(token);
+    }
+    json!({ "imports": [import] })
+}
+
+/// Which of `importers` (in order) receive what `exporter`'s user publishes on `subject`, each
+/// subscribed to `listen`.
+fn delivered(
+    addr: std::net::SocketAddr,
+    exporter: &KeyPair,
+    importers: &[&KeyPair],
+    listen: &str,
+    subject: &str,
+) -> Vec<bool> {
+    let mut listeners: Vec<Raw> = importers
+        .iter()
+        .map(|importer| {
+            let mut raw = login(addr, importer, importer, unlimited(), json!({}));
+            assert_eq!(round(&mut raw, &format!("SUB {listen} 1\r\n")), "", "{addr}");
+            raw
+        })
+        .collect();
+    let mut publisher = login(addr, exporter, exporter, unlimited(), json!({}));
+    assert_eq!(publishes(&mut publisher, &[subject]), "", "{addr}");
+    listeners.iter_mut().map(|raw| raw.drain(SILENCE).contains(&format!("MSG {subject} 1 1\r\nx\r\n"))).collect()
+}
+
+#[test]
+fn a_token_required_service_export_answers_only_importers_with_an_activation() {
+    let (exporter, valid, missing) = (KeyPair::new_account(), KeyPair::new_account(), KeyPair::new_account());
+    let mut trusted = Trusted::new();
+    let export = json!({ "exports": [{ "name": "s", "subject": "help", "type": "service", "token_req": true }] });
+    trusted.add(&exporter, export, json!({}));
+    for (importer, token) in
+        [(&valid, Some(activation(&exporter, &valid, "help", "service", json!({}), json!({})))), (&missing, None)]
+    {
+        let mut import = json!({ "name": "s", "subject": "help", "account": exporter.public_key(), "type": "service" });
+        if let Some(token) = token {
+            import["token"] = json!(token);
+        }
+        trusted.add(importer, json!({ "imports": [import] }), json!({}));
+    }
+    let (semaq, (nats, _dir)) = trusted.servers();
+    for addr in [semaq.addr(), nats.addr()] {
+        let mut service = login(addr, &exporter, &exporter, unlimited(), json!({}));
+        assert_eq!(round(&mut service, "SUB help 1\r\n"), "", "{addr}");
+        let mut asking = login(addr, &valid, &valid, unlimited(), json!({}));
+        assert_eq!(round(&mut asking, "PUB help r 1\r\n?\r\n"), "", "{addr}");
+        let request = service.read_until("\r\n?\r\n");
+        assert!(request.starts_with("MSG help 1 _R_."), "{addr}: {request:?}");
+        let mut refused = login(addr, &missing, &missing, unlimited(), json!({}));
+        assert_eq!(round(&mut refused, "PUB help r 1\r\n!\r\n"), "", "{addr}");
+        assert_eq!(service.drain(SILENCE), "", "{addr}: the import without an activation is not there");
+    }
+}
+
+#[test]
+fn an_export_naming_the_importer_by_subject_token_admits_only_that_importer_as_nats_server_does() {
+    let exporter = KeyPair::new_account();
+    let (named, impostor, whole) = (KeyPair::new_account(), KeyPair::new_account(), KeyPair::new_account());
+    let mut trusted = Trusted::new();
+    let export = json!({ "exports": [
+        { "name": "d", "subject": "deliver.*.>", "type": "stream", "account_token_position": 2 },
+    ] });
+    trusted.add(&exporter, export, json!({}));
+    let own = format!("deliver.{}.>", named.public_key());
+    trusted.add(&named, stream_import(&exporter, &own, None), json!({}));
+    trusted.add(&impostor, stream_import(&exporter, &own, None), json!({}));
+    trusted.add(&whole, stream_import(&exporter, "deliver.*.>", None), json!({}));
+    let (semaq, (nats, _dir)) = trusted.servers();
+    let subject = format!("deliver.{}.parcel", named.public_key());
+    for addr in [semaq.addr(), nats.addr()] {
+        let seen = delivered(addr, &exporter, &[&named, &impostor, &whole], "deliver.>", &subject);
+        assert_eq!(seen, [true, false, false], "{addr}");
+    }
+}
+
+/// Config accounts A (exporting `to.*.>` by account name at token 2) and B importing `to.B.>`;
+/// `more` adds to the accounts block.
+fn named_by_token_config(export: &str, more: &str) -> String {
+    format!(
+        "accounts {{\n  A {{ users: [{{user: a, password: a}}], exports: [ {export} ] }}\n  \
+         B {{ users: [{{user: b, password: b}}], imports: [ {{stream: {{account: A, subject: \"to.B.>\"}}}} ] }}\n{more}}}\n"
+    )
+}
+
+/// The first line of what the server printed when `config` stopped it (nats-server's, or
+/// SemaQ's stderr), past its position in the file.
+fn stopped_by(config: &str, nats: bool) -> String {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("bad.conf");
+    std::fs::write(&path, config).expect("write config");
+    let output = if nats {
+        std::process::Command::new("nats-server").arg("-c").arg(&path).output().expect("run nats-server")
+    } else {
+        SemaqServer::builder().bare().arg("-c").arg(&path).output()
+    };
+    assert!(!output.status.success(), "the server should not start with {config}");
+    let text = String::from_utf8_lossy(&output.stderr).to_string();
+    let start = ["Error adding", "unknown field"].iter().find_map(|words| text.find(words));
+    let from = &text[start.unwrap_or_else(|| panic!("no error in {text:?}"))..];
+    from.lines().next().unwrap_or_default().to_string()
+}
+
+#[test]
+fn config_exports_name_the_importer_by_token_and_refuse_token_req_as_nats_server_does() {
+    let export = "{stream: \"to.*.>\", account_token_position: 2}";
+    let config = named_by_token_config(export, "");
+    let (semaq, (nats, _dir)) = (SemaqServer::with_config(&config, &[]), nats_server_with(&config));
+    for addr in [semaq.addr(), nats.addr()] {
+        let mut raw = Raw::connect(addr);
+        raw.send(b"CONNECT {\"user\":\"b\",\"pass\":\"b\",\"verbose\":false}\r\nPING\r\n");
+        raw.expect("PONG\r\n");
+    }
+    let impostor =
+        "  C { users: [{user: c, password: c}], imports: [ {stream: {account: A, subject: \"to.B.>\"}} ] }\n";
+    let cases = [
+        named_by_token_config(export, impostor),
+        named_by_token_config("{stream: \"to.x.>\", account_token_position: 2}", ""),
+        named_by_token_config("{stream: \"to.*.>\", token_req: true}", ""),
+    ];
+    for config in cases {
+        assert_eq!(stopped_by(&config, false), stopped_by(&config, true), "{config}");
+    }
+}
