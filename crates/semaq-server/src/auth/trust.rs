@@ -14,7 +14,7 @@ use super::jwt::{AccountJetStreamLimits, ExportClaim, ImportClaim, JetStreamLimi
 use super::jwt::{ResponsePermission as JwtResponses, UserPermissionLimits};
 use super::restrictions::{self, Window};
 use super::{nkey, AuthError, ClientPermissions};
-use crate::imports::{AccountLinks, Export, Import, Kind as LinkKind, ResponseType};
+use crate::imports::{AccountLinks, Export, Import, Kind as LinkKind, Latency, ResponseType, Sampling};
 use crate::limits;
 use crate::options::{AccountJetStream, OperatorOptions, Permissions, ResponsePermission, SubjectPermission};
 
@@ -297,7 +297,20 @@ fn export(claim: &ExportClaim) -> Option<Export> {
         accounts: Vec::new(),
         response,
         token_required: claim.token_req || claim.account_token_position > 0,
+        latency: claim.latency.as_ref().map(latency),
     })
+}
+
+/// A JWT `latency` claim, read as the jwt library reads it: `"headers"` or 0 is header-triggered
+/// sampling, a number a percentage (one out of range fails the export's check, as in nats-server).
+fn latency(claim: &jwt::LatencyClaim) -> Latency {
+    let sampling = match &claim.sampling {
+        serde_json::Value::String(text) if text.eq_ignore_ascii_case("headers") => Sampling::Headers,
+        serde_json::Value::Number(n) if n.as_i64() == Some(0) => Sampling::Headers,
+        serde_json::Value::Number(n) => Sampling::Percent(n.as_i64().and_then(|n| u8::try_from(n).ok()).unwrap_or(0)),
+        _ => Sampling::Percent(0),
+    };
+    Latency { sampling, subject: claim.results.clone() }
 }
 
 /// A JWT import claim as an import, read as nats-server reads it: `local_subject` is the local
@@ -314,7 +327,7 @@ fn import(claim: &ImportClaim) -> Option<Import> {
             None => (claim.subject.clone(), None, None),
         },
     };
-    Some(Import { kind, account: claim.account.clone(), subject, to, prefix })
+    Some(Import { kind, account: claim.account.clone(), subject, to, prefix, share: claim.share })
 }
 
 fn link_kind(text: &str) -> Option<LinkKind> {

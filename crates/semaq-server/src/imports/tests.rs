@@ -7,6 +7,7 @@ fn export(kind: Kind, subject: &str, accounts: &[&str]) -> Export {
         accounts: accounts.iter().map(|a| a.to_string()).collect(),
         response: ResponseType::Singleton,
         token_required: false,
+        latency: None,
     }
 }
 
@@ -17,6 +18,7 @@ fn import(kind: Kind, account: &str, subject: &str, to: Option<&str>, prefix: Op
         subject: subject.into(),
         to: to.map(Into::into),
         prefix: prefix.map(Into::into),
+        share: false,
     }
 }
 
