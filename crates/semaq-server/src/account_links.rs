@@ -1,9 +1,10 @@
 //! Imports at work: the checked [`crate::imports`] of every account put in place on the bus as
 //! internal subscriptions ([`forward`]), with the reply mappings of service imports
-//! ([`responses`]).
+//! ([`responses`]) and their latency tracking ([`tracking`]).
 
 pub mod forward;
 pub mod responses;
+pub mod tracking;
 
 use std::sync::Arc;
 
@@ -29,12 +30,13 @@ pub enum StartError {
 
 /// Checks the imports of the config's accounts (an error stops the server, as in nats-server)
 /// and of the JWT accounts (an error leaves that import out, logged, as nats-server does with a
-/// JWT), then puts them in place on `bus`. Returns the response table of service imports, or
+/// JWT), then puts them in place on `bus`, naming the server `server` in client details. Returns the response table of service imports, or
 /// `None` when no account imports anything (nothing is put in place).
 pub fn start(
     bus: &Bus,
     options: &crate::options::Options,
     trust: Option<&crate::auth::Trust>,
+    server: &str,
 ) -> Result<Option<Arc<Responses>>, StartError> {
     let config =
         options.accounts.iter().map(|a| AccountLinks { name: &a.name, exports: &a.exports, imports: &a.imports });
@@ -50,5 +52,5 @@ pub fn start(
         }
         tracing::warn!(%account, %error, "Account import not added");
     }
-    forward::install(bus, &links).map(Some).map_err(StartError::from)
+    forward::install(bus, &links, server).map(Some).map_err(StartError::from)
 }

@@ -49,6 +49,24 @@ pub enum ResponseType {
     Chunked,
 }
 
+/// Which requests through a service import are measured (nats-server `sampling`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sampling {
+    /// This percentage of requests, 1 to 100, then those whose tracing headers ask for it.
+    Percent(u8),
+    /// Only requests whose tracing headers (`traceparent`, B3, `Uber-Trace-Id`) say sampled.
+    Headers,
+}
+
+/// Service latency tracking of an export: which requests, and where their results go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Latency {
+    /// Which requests are measured.
+    pub sampling: Sampling,
+    /// The subject, in the exporting account, results are published to.
+    pub subject: String,
+}
+
 /// A subject an account offers to other accounts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Export {
@@ -66,6 +84,8 @@ pub struct Export {
     pub account_token_position: usize,
     /// Importer (or `*`) → activation tokens issued to it at or before this time are revoked.
     pub revocations: HashMap<String, i64>,
+    /// For services, latency tracking of requests through imports.
+    pub latency: Option<Latency>,
 }
 
 impl Export {
@@ -79,6 +99,7 @@ impl Export {
             token_required: false,
             account_token_position: 0,
             revocations: HashMap::new(),
+            latency: None,
         }
     }
 }
@@ -107,6 +128,8 @@ pub struct Import {
     pub prefix: Option<String>,
     /// A valid activation token for it, for exports that require one.
     pub activation: Option<Activation>,
+    /// For services, whether the requester's details go to the exporter (`share`).
+    pub share: bool,
 }
 
 /// One account's name and its exports and imports.
@@ -133,6 +156,10 @@ pub struct Link {
     pub mapping: Mapping,
     /// For services, the export's response type.
     pub response: ResponseType,
+    /// For services, the export's latency tracking.
+    pub latency: Option<Latency>,
+    /// For services, whether the import shares the requester's details.
+    pub share: bool,
 }
 
 /// Why an import cannot be put in place; the texts are nats-server's.
@@ -153,6 +180,16 @@ pub enum ImportError {
         kind: Kind,
         /// The imported subject.
         subject: String,
+        /// Why, in nats-server's words.
+        reason: String,
+    },
+    /// A service export's latency tracking that is not valid.
+    #[error("Error adding service latency sampling for {subject:?} on subject {results:?}: {reason}")]
+    BadLatency {
+        /// The exported subject.
+        subject: String,
+        /// The results subject.
+        results: String,
         /// Why, in nats-server's words.
         reason: String,
     },
@@ -178,7 +215,7 @@ pub fn resolve(accounts: &[AccountLinks<'_>]) -> (Vec<Link>, Vec<(Site, ImportEr
     let mut errors = Vec::new();
     for account in accounts {
         for (index, export) in account.exports.iter().enumerate() {
-            if let Err(error) = check_export(export) {
+            if let Err(error) = check_export(export).and_then(|()| check_latency(account, export)) {
                 errors.push(((account.name.to_string(), index), error));
             }
         }
@@ -206,6 +243,34 @@ fn check_export(export: &Export) -> Result<(), ImportError> {
     }
     if !names_importer_at_a_wildcard(export) {
         return Err(bad("sublist: invalid subject"));
+    }
+    Ok(())
+}
+
+/// nats-server's checks of a service export's latency tracking (`TrackServiceExportWithSampling`):
+/// a sampling of 1 to 100, a literal results subject that is none of the account's services (a
+/// result would be a request), and a singleton export.
+fn check_latency(account: &AccountLinks<'_>, export: &Export) -> Result<(), ImportError> {
+    let Some(latency) = &export.latency else { return Ok(()) };
+    let bad = |reason: &str| ImportError::BadLatency {
+        subject: export.subject.clone(),
+        results: latency.subject.clone(),
+        reason: reason.to_string(),
+    };
+    if let Sampling::Percent(percent) = latency.sampling {
+        if !(1..=100).contains(&percent) {
+            return Err(bad("bad sampling percentage, should be 1-100"));
+        }
+    }
+    let is_service = |service: &Export| {
+        service.kind == Kind::Service
+            && (service.subject == latency.subject || subject::is_subset(&latency.subject, &service.subject))
+    };
+    if !subject::is_valid_literal(&latency.subject) || account.exports.iter().any(is_service) {
+        return Err(bad("invalid publish subject"));
+    }
+    if export.response != ResponseType::Singleton {
+        return Err(bad("bad service response type"));
     }
     Ok(())
 }
@@ -254,6 +319,9 @@ fn check_import(
         importer: importer.to_string(),
         mapping,
         response: export.response,
+        // An export whose tracking does not hold was reported and serves untracked.
+        latency: export.latency.clone().filter(|_| check_latency(exporter, export).is_ok()),
+        share: import.share && import.kind == Kind::Service,
     };
     if forms_cycle(&link, added) {
         return Err(refused("import forms a cycle"));

@@ -109,7 +109,7 @@ impl Server {
         let http_addr = http_listener.as_ref().and_then(|http| http.local_addr().ok());
         let identity = Identity::new(options.server_name.clone());
         let bus = Arc::new(account_bus(&options, &auth));
-        let service_responses = crate::account_links::start(&bus, &options, auth.trust())?;
+        let service_responses = crate::account_links::start(&bus, &options, auth.trust(), &identity.server_name)?;
         if options.metrics.detail {
             bus.stats.subjects.enable(options.metrics.subject_depth);
         }

@@ -10,15 +10,21 @@
 //!
 //! Forwarding runs on the publisher's thread, inside its fan-out; a thread-local hop count
 //! bounds how far one publish may travel from account to account.
+//!
+//! A service request carries its requester's details to the responder in `Nats-Request-Info`
+//! (detailed when the import shares them), and is measured when its export tracks latency
+//! ([`super::tracking`]).
 
 use std::cell::Cell;
 use std::collections::HashSet;
 use std::sync::{Arc, Weak};
 
 use super::responses::Responses;
+use super::tracking::{self, ClientInfo, Request, ServiceLatency, Tracked, REQUEST_INFO};
 use crate::bus::Bus;
+use crate::client::Clients;
 use crate::delivery::{self, FlushSet, InternalSink, Message, SubscriberRef};
-use crate::imports::{Kind, Link, Mapping, ResponseType, REPLY_PREFIX};
+use crate::imports::{Kind, Latency, Link, Mapping, ResponseType, REPLY_PREFIX};
 use crate::limits;
 use crate::router::{Router, RouterError};
 
@@ -40,9 +46,47 @@ pub enum InstallError {
     Subscribe(#[from] RouterError),
 }
 
-/// Puts `links` in place on `bus`; returns the response table of its service imports.
-pub fn install(bus: &Bus, links: &[Link]) -> Result<Arc<Responses>, InstallError> {
+/// What every service import of a server shares: who its clients are, the server's name (in
+/// client details) and the requests being measured.
+#[derive(Debug)]
+struct Services {
+    clients: Arc<Clients>,
+    server: String,
+    tracked: Tracked,
+}
+
+impl Services {
+    /// The details of client `id`, detailed or not; `None` for the server's own messages.
+    fn client_info(&self, id: Option<u64>, detailed: bool) -> Option<ClientInfo> {
+        self.clients.get(id?).map(|client| ClientInfo::of(&client, &self.server, detailed))
+    }
+
+    /// Publishes `result` of `request` on its results subject in the exporting account.
+    fn report(&self, request: &Request, result: &ServiceLatency, flush: &mut FlushSet) {
+        let Some(exporter) = request.exporter.upgrade() else { return };
+        let payload = result.to_json();
+        let message =
+            Message { subject: &request.results, reply: None, headers: None, payload: &payload, publisher: None };
+        publish_hop(&exporter, &message, flush);
+    }
+
+    /// Reports requests whose response did not come in time.
+    fn report_timeouts(&self, expired: Vec<Request>, flush: &mut FlushSet) {
+        for request in expired {
+            self.report(&request, &ServiceLatency::timed_out(&request), flush);
+        }
+    }
+}
+
+/// Puts `links` in place on `bus`, naming the server `server` in client details; returns the
+/// response table of its service imports.
+pub fn install(bus: &Bus, links: &[Link], server: &str) -> Result<Arc<Responses>, InstallError> {
     let responses = Arc::new(Responses::new(limits::SERVICE_RESPONSES_PENDING_MAX, limits::SERVICE_RESPONSE_TIMEOUT));
+    let services = Arc::new(Services {
+        clients: bus.clients.clone(),
+        server: server.to_string(),
+        tracked: Tracked::new(limits::TRACKED_REQUESTS_MAX, limits::SERVICE_RESPONSE_TIMEOUT),
+    });
     let router = |name: &str| bus.account_router(name).ok_or_else(|| InstallError::NoAccount(name.to_string()));
     let mut answering: HashSet<&str> = HashSet::new();
     for link in links {
@@ -59,10 +103,13 @@ pub fn install(bus: &Bus, links: &[Link]) -> Result<Arc<Responses>, InstallError
                     mapping: link.mapping.clone(),
                     singleton: link.response == ResponseType::Singleton,
                     responses: responses.clone(),
+                    latency: link.latency.clone(),
+                    share: link.share,
+                    services: services.clone(),
                 });
                 Bus::subscribe_internal_in(importer, link.mapping.from(), None, sink)?;
                 if answering.insert(&link.exporter) {
-                    let sink = Arc::new(ServiceResponses { responses: responses.clone() });
+                    let sink = Arc::new(ServiceResponses { responses: responses.clone(), services: services.clone() });
                     Bus::subscribe_internal_in(exporter, &format!("{REPLY_PREFIX}>"), None, sink)?;
                 }
             }
@@ -117,6 +164,20 @@ struct ServiceImport {
     mapping: Mapping,
     singleton: bool,
     responses: Arc<Responses>,
+    latency: Option<Latency>,
+    share: bool,
+    services: Arc<Services>,
+}
+
+impl ServiceImport {
+    /// The measurement `message` gets, if sampled and there is room for it.
+    fn measure(&self, message: &Message<'_>, requestor: Option<&ClientInfo>, flush: &mut FlushSet) -> Option<Request> {
+        let (latency, requestor) = (self.latency.as_ref()?, requestor?);
+        let header = tracking::sample(latency.sampling, message.headers)?;
+        let (room, expired) = self.services.tracked.room();
+        self.services.report_timeouts(expired, flush);
+        room.then(|| Request::new(requestor.clone(), header, &latency.subject, self.target.clone()))
+    }
 }
 
 impl InternalSink for ServiceImport {
@@ -127,20 +188,39 @@ impl InternalSink for ServiceImport {
     fn receive_batched(&self, message: &Message<'_>, flush: &mut FlushSet) -> bool {
         let Some(target) = self.target.upgrade() else { return false };
         let subject = self.mapping.apply(message.subject);
-        let reply = message.reply.map(|reply| self.responses.register(reply, self.source.clone(), self.singleton));
-        let request = Message { subject: &subject, reply: reply.as_deref(), publisher: None, ..*message };
+        // A client's own request gets its details; one forwarded by another import keeps those
+        // it carries, as nats-server does not let a client speak for another.
+        let requestor = self.services.client_info(message.publisher, self.share);
+        let headers =
+            requestor.as_ref().map(|info| tracking::with_header(message.headers, REQUEST_INFO, &info.to_json()));
+        let measured = self.measure(message, requestor.as_ref(), flush);
+        let reply = message
+            .reply
+            .map(|reply| self.responses.register(reply, self.source.clone(), self.singleton, measured.is_some()));
+        match (&reply, measured) {
+            (Some(reply), Some(request)) => self.services.tracked.insert(reply, request),
+            (None, Some(request)) => self.services.report(&request, &ServiceLatency::bad_request(&request), flush),
+            _ => {}
+        }
+        let headers = headers.as_deref().or(message.headers);
+        let request = Message { subject: &subject, reply: reply.as_deref(), headers, publisher: None, ..*message };
         let delivered = publish_hop(&target, &request, flush);
         if let (0, Some(reply)) = (delivered, &reply) {
             self.responses.forget(reply);
+            if let (Some(request), _) = self.services.tracked.take(reply) {
+                self.services.report(&request, &ServiceLatency::unavailable(&request), flush);
+            }
         }
         delivered > 0
     }
 }
 
-/// Sends responders' answers on `_R_.` subjects back to the requesters.
+/// Sends responders' answers on `_R_.` subjects back to the requesters, reporting the latency
+/// of measured requests first, as nats-server does.
 #[derive(Debug)]
 struct ServiceResponses {
     responses: Arc<Responses>,
+    services: Arc<Services>,
 }
 
 impl InternalSink for ServiceResponses {
@@ -150,6 +230,14 @@ impl InternalSink for ServiceResponses {
 
     fn receive_batched(&self, message: &Message<'_>, flush: &mut FlushSet) -> bool {
         let Some(pending) = self.responses.take(message.subject) else { return false };
+        if message.subject.ends_with(".T") {
+            let (measured, expired) = self.services.tracked.take(message.subject);
+            self.services.report_timeouts(expired, flush);
+            if let Some(request) = measured {
+                let responder = self.services.client_info(message.publisher, true);
+                self.services.report(&request, &ServiceLatency::answered(&request, responder), flush);
+            }
+        }
         let Some(target) = pending.target.upgrade() else { return false };
         let response = Message { subject: &pending.reply, publisher: None, ..*message };
         publish_hop(&target, &response, flush) > 0
@@ -180,6 +268,8 @@ mod tests {
             importer: importer.into(),
             mapping: Mapping::new("foo.>", "foo.>").unwrap(),
             response: ResponseType::Singleton,
+            latency: None,
+            share: false,
         }
     }
 
@@ -187,7 +277,7 @@ mod tests {
     fn a_loop_the_load_time_check_did_not_catch_ends_at_the_hop_bound() {
         let bus = Bus::with_accounts("A", ["A", "B"]);
         // A → B and B → A on the same subjects: the loop `resolve` refuses.
-        install(&bus, &[stream("A", "B"), stream("B", "A")]).unwrap();
+        install(&bus, &[stream("A", "B"), stream("B", "A")], "test").unwrap();
         let (in_a, in_b) = (Arc::new(Count::default()), Arc::new(Count::default()));
         Bus::subscribe_internal_in(bus.account_router("A").unwrap(), "foo.>", None, in_a.clone()).unwrap();
         Bus::subscribe_internal_in(bus.account_router("B").unwrap(), "foo.>", None, in_b.clone()).unwrap();

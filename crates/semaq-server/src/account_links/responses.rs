@@ -59,8 +59,9 @@ impl Responses {
     }
 
     /// Records where the responses to a request replying to `reply` go; returns the `_R_.`
-    /// subject the request carries instead.
-    pub fn register(&self, reply: &str, target: Weak<Router<SubscriberRef>>, singleton: bool) -> String {
+    /// subject the request carries instead (ending `.T` when its latency is measured, as in
+    /// nats-server).
+    pub fn register(&self, reply: &str, target: Weak<Router<SubscriberRef>>, singleton: bool, tracked: bool) -> String {
         let now = Instant::now();
         let mut table = lock(&self.table);
         table.rotate(now, self.timeout);
@@ -69,7 +70,8 @@ impl Responses {
             table.rotated_at = now;
         }
         let sequence = self.next.fetch_add(1, Ordering::Relaxed);
-        let subject = format!("{REPLY_PREFIX}{}.{sequence:x}", self.prefix);
+        let tail = if tracked { ".T" } else { "" };
+        let subject = format!("{REPLY_PREFIX}{}.{sequence:x}{tail}", self.prefix);
         let pending = Pending { reply: reply.into(), target, singleton, created: now };
         table.current.insert(subject.as_str().into(), pending);
         subject
@@ -147,7 +149,7 @@ mod tests {
     fn the_requester_of_a_mapping_is_known_until_its_response_is_taken() {
         let responses = Responses::new(10, Duration::from_secs(60));
         let router = Arc::new(Router::<SubscriberRef>::default());
-        let subject = responses.register("_INBOX.a", Arc::downgrade(&router), true);
+        let subject = responses.register("_INBOX.a", Arc::downgrade(&router), true, false);
         let requester = responses.requester(&subject).and_then(|target| target.upgrade());
         assert!(requester.is_some_and(|target| Arc::ptr_eq(&target, &router)));
         assert!(responses.take(&subject).is_some(), "peeking left the mapping in place");
@@ -157,8 +159,8 @@ mod tests {
     #[test]
     fn a_singleton_mapping_serves_one_response_and_a_stream_mapping_serves_many() {
         let responses = Responses::new(10, Duration::from_secs(60));
-        let once = responses.register("_INBOX.a", Weak::new(), true);
-        let many = responses.register("_INBOX.b", Weak::new(), false);
+        let once = responses.register("_INBOX.a", Weak::new(), true, false);
+        let many = responses.register("_INBOX.b", Weak::new(), false, false);
         assert!(once.starts_with(REPLY_PREFIX) && once != many);
         assert_eq!(responses.take(&once).map(|p| p.reply), Some("_INBOX.a".into()));
         assert!(responses.take(&once).is_none());
@@ -171,7 +173,7 @@ mod tests {
     #[test]
     fn the_table_stays_within_its_bound_dropping_the_oldest_and_mappings_expire() {
         let responses = Responses::new(4, Duration::from_millis(200));
-        let subjects: Vec<_> = (0..100).map(|_| responses.register("_INBOX.x", Weak::new(), true)).collect();
+        let subjects: Vec<_> = (0..100).map(|_| responses.register("_INBOX.x", Weak::new(), true, false)).collect();
         assert!(responses.len() <= 4);
         assert!(responses.take(&subjects[0]).is_none(), "dropped for newer ones");
         assert!(responses.take(&subjects[98]).is_some(), "the newest stay");

@@ -353,6 +353,20 @@ pub struct ExportClaim {
     /// Importer key (or `*`) → activations issued to it at or before this time are revoked.
     #[serde(default)]
     pub revocations: Option<HashMap<String, i64>>,
+    /// Service latency tracking, for services.
+    #[serde(default)]
+    pub latency: Option<LatencyClaim>,
+}
+
+/// An export's `latency`: `sampling` a percentage or `"headers"`, `results` the subject.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct LatencyClaim {
+    /// 1 to 100, or `"headers"` (or 0) for header-triggered sampling.
+    #[serde(default)]
+    pub sampling: serde_json::Value,
+    /// Where results are published.
+    #[serde(default)]
+    pub results: String,
 }
 
 /// One of an account JWT's `imports`.
@@ -376,6 +390,9 @@ pub struct ImportClaim {
     /// An activation token, for exports that require one.
     #[serde(default)]
     pub token: String,
+    /// Whether the requester's details go to the exporter.
+    #[serde(default)]
+    pub share: bool,
 }
 
 impl Kind for AccountNats {

@@ -16,7 +16,7 @@ use super::jwt::{ResponsePermission as JwtResponses, UserPermissionLimits};
 use super::restrictions::{self, Window};
 use super::templates::{self, TemplateValues};
 use super::{nkey, AuthError, ClientPermissions};
-use crate::imports::{AccountLinks, Activation, Export, Import, Kind as LinkKind, ResponseType};
+use crate::imports::{AccountLinks, Activation, Export, Import, Kind as LinkKind, Latency, ResponseType, Sampling};
 use crate::limits;
 use crate::options::{AccountJetStream, OperatorOptions, Permissions, ResponsePermission, SubjectPermission};
 
@@ -401,8 +401,21 @@ fn export(claim: &ExportClaim) -> Option<Export> {
         token_required: claim.token_req,
         account_token_position: usize::try_from(claim.account_token_position).unwrap_or(usize::MAX),
         revocations: claim.revocations.clone().unwrap_or_default(),
+        latency: claim.latency.as_ref().map(latency),
         ..Export::new(link_kind(&claim.kind)?, claim.subject.clone(), Vec::new(), response)
     })
+}
+
+/// A JWT `latency` claim, read as the jwt library reads it: `"headers"` or 0 is header-triggered
+/// sampling, a number a percentage (one out of range fails the export's check, as in nats-server).
+fn latency(claim: &jwt::LatencyClaim) -> Latency {
+    let sampling = match &claim.sampling {
+        serde_json::Value::String(text) if text.eq_ignore_ascii_case("headers") => Sampling::Headers,
+        serde_json::Value::Number(n) if n.as_i64() == Some(0) => Sampling::Headers,
+        serde_json::Value::Number(n) => Sampling::Percent(n.as_i64().and_then(|n| u8::try_from(n).ok()).unwrap_or(0)),
+        _ => Sampling::Percent(0),
+    };
+    Latency { sampling, subject: claim.results.clone() }
 }
 
 /// A JWT import claim as an import, read as nats-server reads it: `local_subject` is the local
@@ -419,7 +432,7 @@ fn import(claim: &ImportClaim) -> Option<Import> {
             None => (claim.subject.clone(), None, None),
         },
     };
-    Some(Import { kind, account: claim.account.clone(), subject, to, prefix, activation: None })
+    Some(Import { kind, account: claim.account.clone(), subject, to, prefix, activation: None, share: claim.share })
 }
 
 fn link_kind(text: &str) -> Option<LinkKind> {
@@ -558,6 +571,7 @@ mod tests {
             to: None,
             prefix: None,
             activation: None,
+            share: false,
         };
         let keys = HashSet::from([scope.public_key()]);
         let me = importer.public_key();

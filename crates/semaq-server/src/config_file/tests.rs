@@ -913,6 +913,7 @@ fn exports_and_imports_are_read_in_nats_server_syntax() {
         to: to.map(Into::into),
         prefix: prefix.map(Into::into),
         activation: None,
+        share: false,
     };
     assert_eq!(
         options.accounts[1].imports,
@@ -951,4 +952,35 @@ fn an_import_that_does_not_hold_is_an_error_at_its_line() {
         .contains("Detected response directive on non-service"));
     assert!(error("accounts { A { exports: [ {service: a, response_type: many} ] } }")
         .contains("Unknown response type: \"many\""));
+}
+
+#[test]
+fn service_latency_and_share_are_read_as_nats_server_reads_them() {
+    use crate::imports::{Latency, Sampling};
+    let options = loaded(
+        "accounts {\n\
+           A { exports: [ {service: a, latency: {sampling: 50, subject: la}}, {service: b, latency: lb},\n\
+                          {service: c, latency: {sampling: \"25%\", subject: lc}},\n\
+                          {service: d, latency: {sampling: headers, subject: ld}} ] }\n\
+           B { imports: [ {service: {account: A, subject: a}, share: true}, {service: {account: A, subject: b}} ] }\n\
+         }\n",
+    );
+    let latency = |sampling, subject: &str| Some(Latency { sampling, subject: subject.into() });
+    let read: Vec<_> = options.accounts[0].exports.iter().map(|e| e.latency.clone()).collect();
+    assert_eq!(
+        read,
+        [
+            latency(Sampling::Percent(50), "la"),
+            latency(Sampling::Percent(100), "lb"),
+            latency(Sampling::Percent(25), "lc"),
+            latency(Sampling::Headers, "ld"),
+        ]
+    );
+    let shares: Vec<bool> = options.accounts[1].imports.iter().map(|i| i.share).collect();
+    assert_eq!(shares, [true, false]);
+    let bad = |latency: &str| error(&format!("accounts {{ A {{ exports: [ {{service: a, latency: {latency}}} ] }} }}"));
+    assert!(bad("{sampling: 0, subject: l}").contains("bad sampling percentage, should be 1-100"));
+    assert!(bad("{sampling: \"x%\", subject: l}").contains("Failed to parse latency sample"));
+    assert!(bad("{sampling: 10}").contains("Latency subject required, but missing"));
+    assert!(bad("[l]").contains("Expected latency entry to be a map/struct or string"));
 }

@@ -12,6 +12,7 @@ fn import(kind: Kind, account: &str, subject: &str, to: Option<&str>, prefix: Op
         to: to.map(Into::into),
         prefix: prefix.map(Into::into),
         activation: None,
+        share: false,
     }
 }
 

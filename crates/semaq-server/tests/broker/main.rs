@@ -32,6 +32,7 @@ mod kv;
 mod l4_batch;
 mod lame_duck;
 mod latency;
+mod latency_tracking;
 mod lineage;
 mod lossy;
 mod metrics;

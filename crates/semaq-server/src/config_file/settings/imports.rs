@@ -10,10 +10,10 @@
 //! Each entry is checked against the others once the whole file is read, as nats-server does
 //! when it adds them to its accounts.
 
-use super::{block, integer, invalid, string, wrong_type, Mapper};
+use super::{block, boolean, integer, invalid, string, wrong_type, Mapper};
 use crate::config_file::syntax::{Kind as ValueKind, Map, Value};
 use crate::config_file::{ConfigError, Location};
-use crate::imports::{self, AccountLinks, Export, Import, Kind, ResponseType};
+use crate::imports::{self, AccountLinks, Export, Import, Kind, Latency, ResponseType, Sampling};
 use crate::limits;
 
 /// Where one export or import was written, to point an error at it.
@@ -50,6 +50,7 @@ impl Mapper<'_> {
         let map = entry_block(path, "Export", item)?;
         let (mut kind, mut subject, mut accounts, mut response) = (None, None, Vec::new(), None);
         let mut position = 0;
+        let mut latency = None;
         for entry in &map.entries {
             let v = &entry.value;
             match entry.key.to_ascii_lowercase().as_str() {
@@ -71,6 +72,7 @@ impl Mapper<'_> {
                     let at = integer(&format!("{path}.account_token_position"), v)?;
                     position = usize::try_from(at).unwrap_or(usize::MAX);
                 }
+                "latency" => latency = Some((service_latency(v)?, entry.at.clone())),
                 _ => self.unknown(entry, path),
             }
         }
@@ -80,13 +82,17 @@ impl Mapper<'_> {
         if let (Kind::Stream, Some((_, at))) = (kind, &response) {
             return Err(invalid(at, "Detected response directive on non-service".to_string()));
         }
+        if let (Kind::Stream, Some((_, at))) = (kind, &latency) {
+            return Err(invalid(at, "Detected latency directive on non-service".to_string()));
+        }
         let response = response.map(|(response, _)| response).unwrap_or_default();
-        Ok(Export { account_token_position: position, ..Export::new(kind, subject, accounts, response) })
+        let latency = latency.map(|(latency, _)| latency);
+        Ok(Export { account_token_position: position, latency, ..Export::new(kind, subject, accounts, response) })
     }
 
     fn import(&mut self, path: &str, item: &Value) -> Result<Import, ConfigError> {
         let map = entry_block(path, "Import", item)?;
-        let (mut source, mut prefix, mut to) = (None, None, None);
+        let (mut source, mut prefix, mut to, mut share) = (None, None, None, false);
         for entry in &map.entries {
             let v = &entry.value;
             match entry.key.to_ascii_lowercase().as_str() {
@@ -101,6 +107,7 @@ impl Mapper<'_> {
                 }
                 "prefix" => prefix = Some((string(&format!("{path}.prefix"), v)?, entry.at.clone())),
                 "to" => to = Some(string(&format!("{path}.to"), v)?),
+                "share" => share = boolean(&format!("{path}.share"), v)?,
                 _ => self.unknown(entry, path),
             }
         }
@@ -111,7 +118,7 @@ impl Mapper<'_> {
             return Err(invalid(at, "Detected prefix on a service import; use 'to'".to_string()));
         }
         let prefix = prefix.map(|(prefix, _)| prefix);
-        Ok(Import { kind, account, subject, to, prefix, activation: None })
+        Ok(Import { kind, account, subject, to, prefix, activation: None, share })
     }
 
     /// Checks every account's exports and imports against each other; the first that does not
@@ -166,6 +173,75 @@ fn response_type(value: &Value) -> Result<ResponseType, ConfigError> {
         "stream" => Ok(ResponseType::Stream),
         "chunk" | "chunked" => Ok(ResponseType::Chunked),
         _ => Err(invalid(&value.at, format!("Unknown response type: {text:?}"))),
+    }
+}
+
+/// A service export's `latency`: its results subject alone (every request measured), or
+/// `{sampling: 50 | "50%" | headers, subject: "..."}`, read as nats-server's `parseServiceLatency`.
+fn service_latency(value: &Value) -> Result<Latency, ConfigError> {
+    let map = match &value.kind {
+        ValueKind::String(subject) => {
+            return Ok(Latency { sampling: Sampling::Percent(100), subject: subject.clone() })
+        }
+        ValueKind::Map(map) => map,
+        _ => {
+            return Err(invalid(
+                &value.at,
+                format!("Expected latency entry to be a map/struct or string, got {}", go_type(value)),
+            ))
+        }
+    };
+    let (mut sampling, mut subject) = (Sampling::Percent(100), None);
+    for entry in &map.entries {
+        let v = &entry.value;
+        match entry.key.to_ascii_lowercase().as_str() {
+            "sampling" => sampling = latency_sampling(v)?,
+            "subject" => match &v.kind {
+                ValueKind::String(text) => subject = Some(text.clone()),
+                _ => {
+                    return Err(invalid(&v.at, format!("Expected latency subject to be a string, got {}", go_type(v))))
+                }
+            },
+            _ => {}
+        }
+    }
+    let Some(subject) = subject else {
+        return Err(invalid(&value.at, "Latency subject required, but missing".to_string()));
+    };
+    Ok(Latency { sampling, subject })
+}
+
+/// `sampling`: a percentage (`50` or `"50%"`) from 1 to 100, or `headers`.
+fn latency_sampling(value: &Value) -> Result<Sampling, ConfigError> {
+    let percent = match &value.kind {
+        ValueKind::Integer(number) => *number,
+        ValueKind::String(text) if text.trim().eq_ignore_ascii_case("headers") => return Ok(Sampling::Headers),
+        ValueKind::String(text) => text.strip_suffix('%').unwrap_or(text).parse::<i64>().map_err(|_| {
+            invalid(
+                &value.at,
+                format!("Failed to parse latency sample: strconv.Atoi: parsing {text:?}: invalid syntax"),
+            )
+        })?,
+        _ => {
+            let text = format!("Expected latency sample to be a string or map/struct, got {}", go_type(value));
+            return Err(invalid(&value.at, text));
+        }
+    };
+    match u8::try_from(percent) {
+        Ok(percent @ 1..=100) => Ok(Sampling::Percent(percent)),
+        _ => Err(invalid(&value.at, "bad sampling percentage, should be 1-100".to_string())),
+    }
+}
+
+/// The Go type nats-server names in its messages for a value of this kind.
+fn go_type(value: &Value) -> &'static str {
+    match value.kind {
+        ValueKind::String(_) => "string",
+        ValueKind::Integer(_) => "int64",
+        ValueKind::Float(_) => "float64",
+        ValueKind::Bool(_) => "bool",
+        ValueKind::Array(_) => "[]interface {}",
+        ValueKind::Map(_) => "map[string]interface {}",
     }
 }
 

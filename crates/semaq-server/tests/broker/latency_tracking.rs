@@ -1,0 +1,231 @@
+//! Service latency tracking and `share`, side by side with nats-server 2.9: a request through
+//! an import of a service export with `latency` publishes nats-server's `ServiceLatency` result
+//! in the exporting account (its fields, the requester's details only when the import shares
+//! them, `503` when no responder answers, `400` without a reply subject); the responder sees
+//! the requester in `Nats-Request-Info`; `sampling: headers` measures only requests whose
+//! `traceparent` says sampled; a bad `latency` stops startup with nats-server's message.
+
+use std::time::Duration;
+
+use async_nats::{Client, HeaderMap};
+use futures::StreamExt;
+use semaq_testkit::{sync, SemaqServer};
+use serde_json::Value;
+
+use crate::account_limits::nats_server_with;
+
+const CONFIG: &str = r#"
+accounts {
+  A {
+    users: [{ user: a, password: a }]
+    exports: [
+      { service: "svc", latency: { sampling: 100, subject: "latency.svc" } }
+      { service: "plain", latency: "latency.plain" }
+      { service: "hdr", latency: { sampling: headers, subject: "latency.hdr" } }
+    ]
+  }
+  B {
+    users: [{ user: b, password: b }]
+    imports: [
+      { service: { account: A, subject: "svc" }, share: true }
+      { service: { account: A, subject: "plain" } }
+      { service: { account: A, subject: "hdr" } }
+    ]
+  }
+}
+"#;
+
+/// Longest wait for a message that should come.
+const ARRIVAL: Duration = Duration::from_secs(5);
+const SAMPLED: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+const UNSAMPLED: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";
+
+async fn login(url: &str, user: &str) -> Client {
+    let options = async_nats::ConnectOptions::with_user_and_password(user.into(), user.into()).name(user);
+    options.connect(url).await.unwrap_or_else(|error| panic!("{user} connects to {url}: {error}"))
+}
+
+async fn next(subscriber: &mut async_nats::Subscriber) -> async_nats::Message {
+    tokio::time::timeout(ARRIVAL, subscriber.next()).await.expect("in time").expect("a message")
+}
+
+/// A's responder on `subject`: answers each request, after sending its `Nats-Request-Info` to `seen`.
+async fn serve(a: &Client, subject: &str) -> tokio::sync::mpsc::UnboundedReceiver<String> {
+    let (seen, info) = tokio::sync::mpsc::unbounded_channel();
+    let mut requests = a.subscribe(subject.to_string()).await.unwrap();
+    sync(a).await;
+    let a = a.clone();
+    tokio::spawn(async move {
+        while let Some(request) = requests.next().await {
+            let header = request.headers.as_ref().and_then(|h| h.get("Nats-Request-Info")).map(|v| v.to_string());
+            let _ = seen.send(header.unwrap_or_default());
+            if let Some(reply) = request.reply {
+                a.publish(reply, "answer".into()).await.unwrap();
+            }
+        }
+    });
+    info
+}
+
+/// The object's keys, sorted, without `rtt` (SemaQ does not measure client RTTs).
+fn keys(value: &Value) -> Vec<String> {
+    let mut keys: Vec<String> =
+        value.as_object().map(|o| o.keys().filter(|k| *k != "rtt").cloned().collect()).unwrap_or_default();
+    keys.sort_unstable();
+    keys
+}
+
+/// What a result shows, values normalised: its keys, its requestor's and responder's keys, the
+/// status and description, the requestor's account and name.
+fn shape(result: &Value) -> Value {
+    serde_json::json!({
+        "keys": keys(result),
+        "requestor": keys(&result["requestor"]),
+        "responder": keys(&result["responder"]),
+        "type": result["type"],
+        "status": result["status"],
+        "description": result["description"],
+        "requestor_acc": result["requestor"]["acc"],
+        "requestor_name": result["requestor"]["name"],
+        "responder_name": result["responder"]["name"],
+        "header": result["header"],
+    })
+}
+
+/// B's request on `subject` (with `headers`) answered through the import: the result on
+/// `latency.<subject>`, checked against the clock, and the `Nats-Request-Info` A saw.
+async fn measured(url: &str, subject: &str, headers: HeaderMap) -> (Value, Value) {
+    let (a, b) = (login(url, "a").await, login(url, "b").await);
+    let mut results = a.subscribe(format!("latency.{subject}")).await.unwrap();
+    let mut info = serve(&a, subject).await;
+    let started = std::time::Instant::now();
+    let answer = tokio::time::timeout(ARRIVAL, b.request_with_headers(subject.to_string(), headers, "q".into()))
+        .await
+        .expect("in time")
+        .expect("answered");
+    assert_eq!(&answer.payload[..], b"answer");
+    let result: Value = serde_json::from_slice(&next(&mut results).await.payload).expect("JSON");
+    let elapsed = i64::try_from(started.elapsed().as_nanos()).unwrap();
+    let total = result["total"].as_i64().expect("total in nanoseconds");
+    // nats-server adds the requester's RTT, measured at connect; allow it a little slack.
+    let bound = elapsed + 10_000_000;
+    assert!((0..=bound).contains(&total), "{url}: total {total} ns within the {elapsed} ns round trip");
+    let seen = tokio::time::timeout(ARRIVAL, info.recv()).await.unwrap().unwrap();
+    (result, serde_json::from_str(&seen).unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn a_request_through_a_shared_import_reports_nats_servers_latency_result_with_the_requester() {
+    let semaq = SemaqServer::with_config(CONFIG, &[]);
+    let (nats, _dir) = nats_server_with(CONFIG);
+    let (semaq_result, semaq_info) = measured(&semaq.url(), "svc", HeaderMap::new()).await;
+    let (nats_result, nats_info) = measured(&nats.url(), "svc", HeaderMap::new()).await;
+    assert_eq!(shape(&semaq_result), shape(&nats_result));
+    assert_eq!(semaq_result["status"], 200);
+    assert_eq!(semaq_result["requestor"]["name"], "b", "the import shares the requester's details");
+    assert_eq!(
+        keys(&semaq_result),
+        ["id", "requestor", "responder", "service", "start", "status", "system", "timestamp", "total", "type"]
+    );
+    assert_eq!(keys(&semaq_info), keys(&nats_info), "Nats-Request-Info holds the same details");
+    assert_eq!((&semaq_info["acc"], &semaq_info["name"]), (&Value::from("B"), &Value::from("b")));
+}
+
+#[tokio::test]
+async fn an_import_that_does_not_share_reports_only_the_requesters_account() {
+    let semaq = SemaqServer::with_config(CONFIG, &[]);
+    let (nats, _dir) = nats_server_with(CONFIG);
+    let (semaq_result, semaq_info) = measured(&semaq.url(), "plain", HeaderMap::new()).await;
+    let (nats_result, nats_info) = measured(&nats.url(), "plain", HeaderMap::new()).await;
+    assert_eq!(shape(&semaq_result), shape(&nats_result));
+    assert_eq!(keys(&semaq_result["requestor"]), ["acc"]);
+    assert_eq!(semaq_result["requestor"]["acc"], "B");
+    assert_eq!(semaq_result["responder"]["name"], "a", "the responder's details are the exporter's own");
+    assert_eq!((keys(&semaq_info), keys(&nats_info)), (vec!["acc".to_string()], vec!["acc".to_string()]));
+}
+
+fn traced(parent: &str) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert("traceparent", parent);
+    headers
+}
+
+#[tokio::test]
+async fn header_sampling_measures_only_requests_whose_traceparent_says_sampled() {
+    let semaq = SemaqServer::with_config(CONFIG, &[]);
+    let (nats, _dir) = nats_server_with(CONFIG);
+    for url in [semaq.url(), nats.url()] {
+        let (a, b) = (login(&url, "a").await, login(&url, "b").await);
+        let mut results = a.subscribe("latency.hdr").await.unwrap();
+        let _info = serve(&a, "hdr").await;
+        for parent in [UNSAMPLED, SAMPLED] {
+            let request = b.request_with_headers("hdr", traced(parent), "q".into());
+            tokio::time::timeout(ARRIVAL, request).await.expect("in time").expect("answered");
+        }
+        // The unsampled request went first: had it been measured, its result would come first.
+        let result: Value = serde_json::from_slice(&next(&mut results).await.payload).unwrap();
+        assert_eq!(result["header"], serde_json::json!({ "Traceparent": [SAMPLED] }), "{url}");
+        assert_eq!(result["status"], 200, "{url}");
+    }
+}
+
+/// The first result on `latency.svc` after B's `publish`.
+async fn error_result(url: &str, respond: bool, with_reply: bool) -> Value {
+    let (a, b) = (login(url, "a").await, login(url, "b").await);
+    let mut results = a.subscribe("latency.svc").await.unwrap();
+    let _info = if respond { Some(serve(&a, "svc").await) } else { None };
+    sync(&a).await;
+    // nats-server 2.9 sends the requester nothing when nobody answers, so no request waits here.
+    match with_reply {
+        true => b.publish_with_reply("svc", "inbox.b", "q".into()).await.unwrap(),
+        false => b.publish("svc", "q".into()).await.unwrap(),
+    }
+    serde_json::from_slice(&next(&mut results).await.payload).unwrap()
+}
+
+#[tokio::test]
+async fn a_request_no_responder_takes_is_reported_503_and_one_without_a_reply_400() {
+    let semaq = SemaqServer::with_config(CONFIG, &[]);
+    let (nats, _dir) = nats_server_with(CONFIG);
+    let unavailable = error_result(&semaq.url(), false, true).await;
+    assert_eq!(shape(&unavailable), shape(&error_result(&nats.url(), false, true).await));
+    assert_eq!((&unavailable["status"], &unavailable["description"]), (&503.into(), &"Service Unavailable".into()));
+    let bad = error_result(&semaq.url(), true, false).await;
+    assert_eq!(shape(&bad), shape(&error_result(&nats.url(), true, false).await));
+    assert_eq!((&bad["status"], &bad["description"]), (&400.into(), &"Bad Request".into()));
+}
+
+fn refusal(config: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.conf");
+    std::fs::write(&path, config).unwrap();
+    let output = SemaqServer::builder().bare().arg("-c").arg(&path).output();
+    assert!(!output.status.success(), "the server should not start");
+    String::from_utf8_lossy(&output.stderr).to_string()
+}
+
+#[test]
+fn a_bad_latency_stops_startup_with_nats_servers_message() {
+    let cases = [
+        (
+            "sampling: 100, subject: \"latency.svc\"",
+            "sampling: 101, subject: \"latency.svc\"",
+            "bad sampling percentage, should be 1-100",
+        ),
+        ("sampling: 100, subject: \"latency.svc\"", "sampling: 100", "Latency subject required, but missing"),
+        (
+            "sampling: 100, subject: \"latency.svc\"",
+            "sampling: 100, subject: \"latency.*\"",
+            "Error adding service latency sampling for \"svc\" on subject \"latency.*\": invalid publish subject",
+        ),
+        (
+            "{ service: \"plain\", latency: \"latency.plain\" }",
+            "{ stream: \"plain\", latency: \"latency.plain\" }",
+            "Detected latency directive on non-service",
+        ),
+    ];
+    for (from, to, message) in cases {
+        let stderr = refusal(&CONFIG.replace(from, to));
+        assert!(stderr.contains(message), "{to}: {stderr}");
+    }
+}
