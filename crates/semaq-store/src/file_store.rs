@@ -13,7 +13,7 @@ use crate::commit::{SealWork, SyncTicket, Synced};
 use crate::error::{io_error, StoreError, StoreResult};
 use crate::ledger::{Ledger, SlotState};
 use crate::limits::{
-    segment_header, CORRUPTION_REPORTS_MAX_COUNT, RECORD_SIZE_MAX_BYTES, SEALS_PENDING_MAX_COUNT,
+    record_header, segment_header, CORRUPTION_REPORTS_MAX_COUNT, RECORD_SIZE_MAX_BYTES, SEALS_PENDING_MAX_COUNT,
     SEGMENT_SIZE_DEFAULT_BYTES, SEGMENT_SIZE_MAX_BYTES, SEGMENT_SIZE_MIN_BYTES, SKIP_COUNT_MAX,
 };
 use crate::meta::MetaFile;
@@ -721,6 +721,25 @@ impl FileStore {
         Ok(())
     }
 
+    /// `skip_msgs` behind stored messages, without its sync: one marker in the log covers the
+    /// gap (recovery reads it back as deleted slots, and a crash that keeps a later record keeps
+    /// the marker before it); the slots make the gap count as deleted now, and sealing indexes
+    /// them as such.
+    fn skip_behind_messages(&mut self, next_seq: u64) -> StoreResult<bool> {
+        let from = self.ledger.next_seq();
+        if next_seq <= from || next_seq - from > SKIP_COUNT_MAX {
+            return Ok(false);
+        }
+        let last_ts = self.ledger.state().last_ts;
+        self.guarded(|store| {
+            store.active().append_skip(next_seq - 1, last_ts)?;
+            for _ in from..next_seq {
+                store.ledger.push_dead(SlotState::Deleted, last_ts);
+            }
+            Ok(true)
+        })
+    }
+
     /// Seals begun at rolls and not yet completed by a commit (at most `SEALS_PENDING_MAX_COUNT`).
     pub fn seals_pending_count(&self) -> usize {
         self.sealing.len()
@@ -990,6 +1009,25 @@ impl StreamStore for FileStore {
         active_length > segment_header::SIZE_BYTES as u64 && active_length + size > self.segment_size_bytes
     }
 
+    fn commit_before_appends(&self, count: u64, message_bytes: u64) -> bool {
+        if self.sealing.is_empty() || self.check_writable().is_err() || self.reload_pending {
+            return false;
+        }
+        let header_bytes = segment_header::SIZE_BYTES as u64;
+        let active_content = self.segments.last().map_or(0, Segment::len).saturating_sub(header_bytes);
+        let records = message_bytes.saturating_add(count.saturating_mul(record_header::SIZE_BYTES as u64));
+        let content = active_content.saturating_add(records);
+        let capacity = self.segment_size_bytes.saturating_sub(header_bytes).max(1);
+        if content <= capacity {
+            return false;
+        }
+        // A segment rolls when its content and the next record exceed its capacity, so any two
+        // neighbours hold more than one capacity: the rolls are fewer than twice the capacities
+        // the content fills, and never more than one per record.
+        let rolls = count.min(content.saturating_mul(2) / capacity);
+        self.sealing.len() as u64 + rolls > SEALS_PENDING_MAX_COUNT as u64
+    }
+
     fn skip_to(&mut self, next_seq: u64) -> StoreResult<bool> {
         if self.ledger.state().msgs > 0 || next_seq <= self.ledger.next_seq() {
             return Ok(false);
@@ -1013,24 +1051,21 @@ impl StreamStore for FileStore {
     }
 
     fn skip_msgs(&mut self, next_seq: u64) -> StoreResult<bool> {
-        let from = self.ledger.next_seq();
-        let state = self.ledger.state();
-        if state.msgs == 0 {
+        if self.ledger.state().msgs == 0 {
             return self.skip_to(next_seq);
         }
-        if next_seq <= from || next_seq - from > SKIP_COUNT_MAX {
-            return Ok(false);
+        let skipped = self.skip_behind_messages(next_seq)?;
+        if skipped {
+            self.guarded(Self::sync_step)?;
         }
-        self.guarded(|store| {
-            // One marker in the log covers the gap (recovery reads it back as deleted slots);
-            // the slots make the gap count as deleted now, and sealing indexes them as such.
-            store.active().append_skip(next_seq - 1, state.last_ts)?;
-            for _ in from..next_seq {
-                store.ledger.push_dead(SlotState::Deleted, state.last_ts);
-            }
-            store.sync_step()?;
-            Ok(true)
-        })
+        Ok(skipped)
+    }
+
+    fn skip_msgs_unsynced(&mut self, next_seq: u64) -> StoreResult<bool> {
+        if self.ledger.state().msgs == 0 {
+            return self.skip_to_unsynced(next_seq);
+        }
+        self.skip_behind_messages(next_seq)
     }
 
     fn size_model(&self) -> SizeModel {

@@ -162,6 +162,13 @@ pub trait StreamStore: Send {
     fn commit_before_append(&self, _subject: &str, _headers: Option<&[u8]>, _payload: &[u8]) -> bool {
         false
     }
+    /// [`commit_before_append`](Self::commit_before_append) for appends that cannot be split
+    /// (an atomic batch): whether `count` messages of `message_bytes` in all (subjects, header
+    /// blocks and payloads) could roll into `SEALS_PENDING_MAX_COUNT` pending seals while seals
+    /// are pending, which a commit aside before the first append would complete instead.
+    fn commit_before_appends(&self, _count: u64, _message_bytes: u64) -> bool {
+        false
+    }
     /// Syncs and releases what can be released; the store should be dropped afterwards.
     fn close(&mut self) -> StoreResult<()>;
     /// Bytes the store occupies on its medium (disk files, or live record sizes in memory).
@@ -181,6 +188,11 @@ pub trait StreamStore: Send {
     /// `next_seq` or the gap behind stored messages is over `SKIP_COUNT_MAX`. Durable when it
     /// returns.
     fn skip_msgs(&mut self, next_seq: u64) -> StoreResult<bool>;
+    /// [`skip_msgs`](Self::skip_msgs), durable only at the next sync or commit (with the
+    /// message appended behind it, whose commit it rides on): no fsync under the caller's lock.
+    fn skip_msgs_unsynced(&mut self, next_seq: u64) -> StoreResult<bool> {
+        self.skip_msgs(next_seq)
+    }
     /// How messages count in `StreamState::bytes` and against `max_bytes` (as nats-server's
     /// store of the same kind counts them).
     fn size_model(&self) -> SizeModel;

@@ -5,7 +5,7 @@
 //! store's exclusive lock excludes, so a reader never sees files a server is changing, and a
 //! server cannot start on them while they are read. Messages come out in sequence order
 //! straight from the segment logs (one segment in memory at a time); sequences below the floor
-//! or in a delete log are left out, and records that cannot be read are reported as such.
+//! (raised, as open raises it, to a segment started behind a skip) or in a delete log are left out, and records that cannot be read are reported as such.
 
 use std::collections::HashSet;
 use std::ops::ControlFlow;
@@ -16,7 +16,7 @@ use crate::error::{io_error, StoreResult};
 use crate::limits::record_header as rh;
 use crate::meta;
 use crate::record;
-use crate::recovery::{scan_log, Scanned};
+use crate::recovery::{floor_after_skip, scan_log, Scanned};
 use crate::segment::{parse_segment_name, segment_path, DELETE_EXTENSION, LOG_EXTENSION};
 use crate::storage::{self, SharedStorage, StdDisk, StorageFile};
 use crate::types::MessageRef;
@@ -64,6 +64,9 @@ impl LogReader {
     /// [`LogReader::open`] on the given storage.
     pub fn open_on(storage: SharedStorage, dir: &Path) -> StoreResult<Self> {
         let (lock, floor_seq) = meta::read_floor_shared(&*storage, dir)?;
+        // As recovery does: a segment started behind a skip made durable before its floor
+        // (a crash in between) says nothing below it was live, whatever the meta file says.
+        let floor_seq = floor_after_skip(&*storage, dir, floor_seq)?.unwrap_or(floor_seq);
         let names = storage.list_dir(dir).map_err(io_error("list", dir))?;
         let mut segments: Vec<u64> = names.iter().filter_map(|name| parse_segment_name(name, LOG_EXTENSION)).collect();
         segments.sort_unstable();
@@ -279,5 +282,29 @@ mod tests {
         let seqs: Vec<Result<u64, u64>> =
             items.iter().map(|item| item.as_ref().map(|m| m.0).map_err(|seq| *seq)).collect();
         assert_eq!(seqs, vec![Ok(1), Ok(2), Err(3), Ok(4), Ok(5)]);
+    }
+
+    #[test]
+    fn a_segment_started_behind_an_uncommitted_skip_hides_the_older_ones_as_open_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = FileStore::open(FileStoreConfig::new(dir.path())).unwrap();
+        for n in 0..10u8 {
+            store.append("s", None, &[n; 8], 0).unwrap();
+        }
+        store.sync().unwrap();
+        store.purge_unsynced(&PurgeRequest::default()).unwrap();
+        assert!(store.skip_to_unsynced(500).unwrap());
+        // Stopped before a commit made the floor durable: the purged segment is still there.
+        store.append("s", None, b"after", 0).unwrap();
+        drop(store);
+        assert!(segment_path(dir.path(), 1, LOG_EXTENSION).exists(), "the purged segment stays until a commit");
+
+        let reader = LogReader::open(dir.path()).unwrap();
+        assert_eq!(reader.first_seq(), 500);
+        let items = collect(&reader, 0);
+        assert_eq!(items, vec![Ok((500, "s".to_string(), None, b"after".to_vec()))]);
+        drop(reader);
+        let reopened = FileStore::open(FileStoreConfig::new(dir.path())).unwrap();
+        assert_eq!((reopened.state().first_seq, reopened.state().msgs), (500, 1), "open agrees");
     }
 }

@@ -106,10 +106,19 @@ fn log_firsts(storage: &dyn Storage, dir: &Path) -> StoreResult<Vec<u64>> {
 /// commit makes the directory entry durable before the floor, and the older segments, kept
 /// until that floor is durable, hold only sequences below it.
 fn raise_floor_after_skip(storage: &dyn Storage, dir: &Path, meta: &mut MetaFile) -> StoreResult<()> {
+    match floor_after_skip(storage, dir, meta.floor_seq())? {
+        Some(first_seq) => meta.write_floor(first_seq),
+        None => Ok(()),
+    }
+}
+
+/// The first sequence of the newest segment above `floor_seq` started behind a skip
+/// (`FLAG_AFTER_SKIP`), the floor the stream really has; `None` when there is none.
+pub(crate) fn floor_after_skip(storage: &dyn Storage, dir: &Path, floor_seq: u64) -> StoreResult<Option<u64>> {
     let logs = log_firsts(storage, dir)?;
     for &first_seq in logs.iter().rev() {
-        if first_seq <= meta.floor_seq() {
-            return Ok(());
+        if first_seq <= floor_seq {
+            return Ok(None);
         }
         let path = segment_path(dir, first_seq, LOG_EXTENSION);
         let log = storage.open(&path, OpenMode::Read, 0).map_err(io_error("open", &path))?;
@@ -119,10 +128,10 @@ fn raise_floor_after_skip(storage: &dyn Storage, dir: &Path, meta: &mut MetaFile
             continue;
         }
         if record::segment_header_flags(&header, first_seq) & sh::FLAG_AFTER_SKIP != 0 {
-            return meta.write_floor(first_seq);
+            return Ok(Some(first_seq));
         }
     }
-    Ok(())
+    Ok(None)
 }
 
 /// What recovery found in the segment files.

@@ -675,6 +675,68 @@ fn a_power_cut_anywhere_around_an_append_behind_an_uncommitted_skip_loses_nothin
     }
 }
 
+#[test]
+fn a_power_cut_anywhere_around_a_lazy_skip_over_a_gap_keeps_it_with_the_copy_behind_it() {
+    for tear in [Tear::LoseUnsynced, Tear::Sectors { seed: 7 }, Tear::Sectors { seed: 90_210 }] {
+        for changes in 0..PURGE_CHANGES_MAX_COUNT {
+            let disk = SimDisk::new();
+            let mut store = open(&disk);
+            append_keys(&mut store, 1..=10).unwrap();
+            commit(&mut store).unwrap();
+            let mut answered = false;
+            disk.freeze_after(changes, tear);
+            // A mirror's skip over the origin's gap and the copy behind it, under the lock with
+            // no fsync; the copy's commit makes both durable.
+            let result = (|| {
+                assert!(store.skip_msgs_unsynced(20)?);
+                append_keys(&mut store, 20..=20)?;
+                commit(&mut store)?;
+                answered = true;
+                Ok::<(), StoreError>(())
+            })();
+            let completed = result.is_ok() && !disk.is_frozen();
+            disk.crash(tear);
+            drop(store);
+            let mut reopened = open(&disk);
+            let survived = held(&reopened);
+            let context = format!("{tear:?}, power cut after {changes} changes");
+            assert_eq!(reopened.recovery_report().corruption, Vec::<String>::new(), "{context}");
+            assert_eq!(survived[..10], (1..=10).collect::<Vec<_>>(), "{context}: committed messages lost");
+            let tail = &survived[10..];
+            assert!(tail.is_empty() || tail == [20], "{context}: {survived:?}");
+            let next = reopened.append("kv.a", None, &payload(0), 7).unwrap().0;
+            assert!(next > survived.last().copied().unwrap_or(0), "{context}: sequence {next} reused");
+            if answered {
+                assert_eq!((tail, next), (&[20][..], 21), "{context}");
+            }
+            if completed {
+                break;
+            }
+            assert!(changes + 1 < PURGE_CHANGES_MAX_COUNT, "{context}: never got through");
+        }
+    }
+}
+
+#[test]
+fn appends_that_cannot_be_split_ask_for_a_commit_when_their_rolls_could_fill_the_pending_seals() {
+    const RECORD_PAYLOAD_BYTES: usize = 1000;
+    let disk = SimDisk::new();
+    let mut store = open(&disk);
+    let mut seq = 0;
+    while store.seals_pending_count() < 1 {
+        seq += 1;
+        append_big(&mut store, seq, RECORD_PAYLOAD_BYTES);
+    }
+    let message_bytes = |count: u64| count * ("orders.big".len() + RECORD_PAYLOAD_BYTES) as u64;
+    assert!(!store.commit_before_appends(1, message_bytes(1)), "one record fits the active segment");
+    let rolls_to_the_bound = semaq_store::SEALS_PENDING_MAX_COUNT as u64;
+    assert!(!store.commit_before_appends(rolls_to_the_bound - 1, message_bytes(rolls_to_the_bound - 1) * 4));
+    assert!(store.commit_before_appends(16, message_bytes(16)), "16 records could roll past the bound");
+    commit(&mut store).unwrap();
+    assert_eq!(store.seals_pending_count(), 0);
+    assert!(!store.commit_before_appends(16, message_bytes(16)), "no seal pending: a commit would not help");
+}
+
 /// A change made to a store, as a test step.
 type Operation = fn(&mut FileStore) -> Result<(), StoreError>;
 
