@@ -99,8 +99,8 @@ pub async fn serve(context: Arc<Context>, socket: TcpStream, addr: SocketAddr) {
     match tokio::time::timeout(timeout, acceptor.accept(socket)).await {
         Ok(Ok(stream)) => {
             let maps = context.options.tls.as_ref().is_some_and(|tls| tls.map);
-            let entry =
-                Entry { certificate: maps.then(|| peer_names(stream.get_ref().1)).flatten(), ..Entry::default() };
+            let certificate = if maps { peer_names(stream.get_ref().1) } else { None };
+            let entry = Entry { certificate, ..Entry::default() };
             let (reader, writer) = tokio::io::split(stream);
             run(context, client, reader, writer, (BytesMut::new(), nonce), entry).await;
         }

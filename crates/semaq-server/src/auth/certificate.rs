@@ -172,8 +172,11 @@ impl Dn {
         }
         let mut matched = vec![false; other.rdns.len()];
         self.rdns.iter().all(|mine| {
-            let found = other.rdns.iter().enumerate().find(|(at, theirs)| !matched[*at] && rdn_equal(mine, theirs));
-            found.map(|(at, _)| matched[at] = true).is_some()
+            let found = (0..other.rdns.len()).find(|&at| !matched[at] && rdn_equal(mine, &other.rdns[at]));
+            if let Some(at) = found {
+                matched[at] = true;
+            }
+            found.is_some()
         })
     }
 }

@@ -135,7 +135,7 @@ impl Shared {
         match timeout_at(deadline, acceptor.accept(socket)).await {
             Ok(Ok(stream)) => {
                 let maps = self.options.tls.as_ref().is_some_and(|tls| tls.map);
-                let certificate = maps.then(|| connection::peer_names(stream.get_ref().1)).flatten();
+                let certificate = if maps { connection::peer_names(stream.get_ref().1) } else { None };
                 self.upgrade(context, stream, addr, deadline, (admission, certificate)).await
             }
             Ok(Err(error)) => tracing::debug!(%addr, %error, "websocket TLS handshake failed"),
