@@ -306,7 +306,8 @@ mod tests {
     #[test]
     fn values_are_escaped_as_go_escapes_them() {
         assert_eq!(go_escape("a,b+c"), "a\\,b\\+c");
-        assert_eq!(go_escape(" #x y "), "\\ \\#x y\\ ");
+        assert_eq!(go_escape(" #x y "), "\\ #x y\\ ");
+        assert_eq!(go_escape("#x"), "\\#x");
         assert_eq!(go_escape("x#"), "x#");
     }
 }
