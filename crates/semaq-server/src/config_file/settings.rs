@@ -477,7 +477,7 @@ impl Mapper<'_> {
     fn tls_options(&mut self, name: &str, value: &Value) -> Result<TlsOptions, ConfigError> {
         let map = block(name, value)?;
         let (mut cert_file, mut key_file, mut ca_file) = (None, None, None);
-        let (mut verify, mut map) = (false, false);
+        let (mut verify, mut map_users) = (false, false);
         let mut timeout = limits::TLS_HANDSHAKE_TIMEOUT;
         for entry in &map.entries {
             let v = &entry.value;
@@ -488,8 +488,8 @@ impl Mapper<'_> {
                 "verify" => verify = boolean("tls.verify", v)?,
                 "verify_and_map" => {
                     // As nats-server: mapping needs a verified certificate, so it sets verify too.
-                    map = boolean("tls.verify_and_map", v)?;
-                    verify = map;
+                    map_users = boolean("tls.verify_and_map", v)?;
+                    verify = map_users;
                 }
                 "timeout" => timeout = or_default(duration("tls.timeout", v)?, limits::TLS_HANDSHAKE_TIMEOUT),
                 _ => self.unknown(entry, name),
@@ -498,7 +498,7 @@ impl Mapper<'_> {
         let (Some(cert_file), Some(key_file)) = (cert_file, key_file) else {
             return Err(invalid(&value.at, format!("{name} needs both cert_file and key_file")));
         };
-        Ok(TlsOptions { cert_file, key_file, ca_file, verify, map, timeout })
+        Ok(TlsOptions { cert_file, key_file, ca_file, verify, map: map_users, timeout })
     }
 
     fn jetstream(&mut self, value: &Value) -> Result<(), ConfigError> {
