@@ -21,6 +21,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 
 use crate::agents::Agents;
+use crate::auth::certificate::CertificateNames;
 use crate::auth::{AuthError, Authenticator, ClientPermissions, ConnectionLimits, Cookies, Grant, Transport};
 use crate::bus::Bus;
 use crate::client::{Client, ClientDetails};
@@ -97,12 +98,20 @@ pub async fn serve(context: Arc<Context>, socket: TcpStream, addr: SocketAddr) {
     let timeout = context.options.tls.as_ref().map_or(limits::TLS_HANDSHAKE_TIMEOUT, |tls| tls.timeout);
     match tokio::time::timeout(timeout, acceptor.accept(socket)).await {
         Ok(Ok(stream)) => {
+            let maps = context.options.tls.as_ref().is_some_and(|tls| tls.map);
+            let certificate = if maps { peer_names(stream.get_ref().1) } else { None };
+            let entry = Entry { certificate, ..Entry::default() };
             let (reader, writer) = tokio::io::split(stream);
-            run(context, client, reader, writer, (BytesMut::new(), nonce), Entry::default()).await;
+            run(context, client, reader, writer, (BytesMut::new(), nonce), entry).await;
         }
         Ok(Err(error)) => tracing::debug!(%addr, %error, "TLS handshake failed"),
         Err(_) => tracing::debug!(%addr, "TLS handshake timed out"),
     }
+}
+
+/// The names of the client certificate `connection` was given, for `verify_and_map`.
+pub fn peer_names(connection: &tokio_rustls::rustls::ServerConnection) -> Option<CertificateNames> {
+    CertificateNames::from_der(connection.peer_certificates()?.first()?)
 }
 
 /// The listener a connection came through when it is not the client port (a WebSocket):
@@ -121,6 +130,10 @@ pub struct Via {
     pub cookies: Cookies,
     /// The listener's own time to authenticate, instead of the server's.
     pub auth_timeout: Option<std::time::Duration>,
+    /// The client certificate's names, when the listener maps certificates to users.
+    pub certificate: Option<CertificateNames>,
+    /// The listener's own ping interval, instead of the server's.
+    pub ping_interval: Option<std::time::Duration>,
 }
 
 /// How a connection came in, as far as logging in goes.
@@ -129,6 +142,8 @@ struct Entry {
     transport: Transport,
     cookies: Cookies,
     auth_timeout: Option<std::time::Duration>,
+    certificate: Option<CertificateNames>,
+    ping_interval: Option<std::time::Duration>,
 }
 
 /// Serves a connection whose transport (TLS included) another listener already set up, such
@@ -155,7 +170,13 @@ where
     let mut hello = BytesMut::new();
     encode::info(&mut hello, &info);
     let nonce = info.nonce;
-    let entry = Entry { transport: Transport::Websocket, cookies: via.cookies, auth_timeout: via.auth_timeout };
+    let entry = Entry {
+        transport: Transport::Websocket,
+        cookies: via.cookies,
+        auth_timeout: via.auth_timeout,
+        certificate: via.certificate,
+        ping_interval: via.ping_interval,
+    };
     run(context, client, reader, writer, (hello, nonce), entry).await;
 }
 
@@ -243,7 +264,7 @@ impl Connection {
 
     async fn read_loop<R: AsyncRead + Unpin>(&mut self, mut reader: R) -> CloseReason {
         let mut buffer = BytesMut::with_capacity(limits::READ_BUFFER_BYTES);
-        let ping_interval = self.context.options.ping_interval;
+        let ping_interval = self.entry.ping_interval.unwrap_or(self.context.options.ping_interval);
         let mut ping_timer = tokio::time::interval_at(tokio::time::Instant::now() + ping_interval, ping_interval);
         let auth_timer = tokio::time::sleep(self.entry.auth_timeout.unwrap_or(self.context.options.auth_timeout));
         let auth_required = self.context.auth.is_required_on(self.entry.transport);
@@ -380,6 +401,7 @@ impl Connection {
             self.nonce.as_deref(),
             self.entry.transport,
             Some(self.client.addr.ip()),
+            self.entry.certificate.as_ref(),
         ) {
             Ok(grant) => grant,
             Err(error) => return self.refuse(error),

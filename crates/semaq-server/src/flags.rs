@@ -581,11 +581,14 @@ impl Flags {
             return;
         };
         let timeout = options.tls.as_ref().map_or(limits::TLS_HANDSHAKE_TIMEOUT, |tls| tls.timeout);
+        // As nats-server's `TLSMap`, `verify_and_map` is the file's alone: the flags keep it.
+        let map = options.tls.as_ref().is_some_and(|tls| tls.map);
         options.tls = Some(TlsOptions {
             cert_file: cert_file.clone(),
             key_file: key_file.clone(),
             ca_file: self.tls_ca_cert.clone(),
-            verify: self.tls_verify.unwrap_or(false),
+            verify: self.tls_verify.unwrap_or(false) || map,
+            map,
             timeout,
         });
     }
@@ -841,6 +844,7 @@ mod tests {
             key_file: "k".into(),
             ca_file: None,
             verify: false,
+            map: false,
             timeout: Duration::from_secs(5),
         });
         flags("--tls=false --tlscert x").apply(&mut options);
@@ -854,6 +858,7 @@ mod tests {
             key_file: "old".into(),
             ca_file: Some("old-ca".into()),
             verify: true,
+            map: false,
             timeout: Duration::from_secs(5),
         });
         flags("--tls --tlscert c --tlskey k").apply(&mut options);

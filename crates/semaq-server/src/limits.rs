@@ -54,6 +54,13 @@ pub const PINGS_OUTSTANDING_MAX: u32 = 2;
 pub const AUTH_TIMEOUT: Duration = Duration::from_secs(2);
 /// Time a TLS handshake may take.
 pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Names (alternative names, subject attributes) read from one client certificate for
+/// `verify_and_map`: bounds the work a certificate with a huge subject can cause per connection.
+pub const CERTIFICATE_NAMES_MAX: usize = 256;
+
+/// Extra headers `websocket { headers { } }` may add to every upgrade response.
+pub const WEBSOCKET_HEADERS_MAX: usize = 64;
 /// Time a single socket write may block before the client counts as slow (configurable: `write_deadline`).
 pub const WRITE_DEADLINE: Duration = Duration::from_secs(10);
 /// Time shutdown waits for connections to flush what they have queued.

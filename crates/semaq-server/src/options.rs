@@ -293,6 +293,8 @@ pub struct TlsOptions {
     pub ca_file: Option<PathBuf>,
     /// Require and verify client certificates (mutual TLS).
     pub verify: bool,
+    /// `verify_and_map`: the client certificate names the user (implies `verify`).
+    pub map: bool,
     /// Handshake timeout.
     pub timeout: Duration,
 }
@@ -450,6 +452,10 @@ pub struct WebsocketOptions {
     pub auth: WebsocketAuth,
     /// Cookies of the upgrade request that stand in for credentials a CONNECT leaves out.
     pub cookies: CookieNames,
+    /// Extra `name: value` lines of the `101 Switching Protocols` response (`headers { }`).
+    pub headers: Vec<(String, String)>,
+    /// How often an idle WebSocket client is pinged, instead of the server's `ping_interval`.
+    pub ping_interval: Option<Duration>,
 }
 
 /// `websocket { authorization { user, password | token, timeout }, no_auth_user }`: when a
@@ -509,6 +515,8 @@ impl Default for WebsocketOptions {
             compression: false,
             auth: WebsocketAuth::default(),
             cookies: CookieNames::default(),
+            headers: Vec::new(),
+            ping_interval: None,
         }
     }
 }

@@ -1,6 +1,8 @@
 //! Who may connect (token, users with passwords, nkey users, user JWTs of trusted accounts) and
 //! what each user may publish and subscribe to.
 
+pub mod certificate;
+mod der;
 pub mod jwt;
 pub mod nkey;
 pub mod responses;
@@ -16,6 +18,7 @@ use semaq_wire::info::ConnectOptions;
 use semaq_wire::subject;
 
 use crate::options::{Options, Permissions, ResponsePermission, SubjectPermission, WebsocketAuth};
+use certificate::{CertificateNames, Dn};
 pub use trust::{AccountSlot, Trust, TrustError};
 
 /// Why a client was refused.
@@ -144,6 +147,54 @@ pub struct Authenticator {
     /// `websocket { authorization, no_auth_user }`, when it overrides the server's.
     websocket: Option<Simple>,
     trust: Option<Trust>,
+    /// `verify_and_map` on the client port's and the WebSocket listener's `tls { }`.
+    maps: TlsMaps,
+}
+
+/// Where client certificates name the user (`verify_and_map`), and who they can name.
+#[derive(Debug, Default)]
+struct TlsMaps {
+    tcp: bool,
+    websocket: bool,
+    /// The server's single user (`authorization { user, password }`), which nats-server keeps
+    /// out of its users table and so never maps.
+    single_user: Option<String>,
+    /// The users whose names parse as distinguished names, in configuration order.
+    dn_users: Vec<(String, Dn)>,
+}
+
+impl TlsMaps {
+    fn from_options(options: &Options) -> Self {
+        let maps = |tls: Option<&crate::options::TlsOptions>| tls.is_some_and(|tls| tls.map);
+        let single_user = options.auth.single_user.clone();
+        let account_users = options.accounts.iter().flat_map(|account| account.users.iter());
+        let dn_users = options
+            .auth
+            .users
+            .iter()
+            .chain(account_users)
+            .filter(|user| Some(&user.username) != single_user.as_ref())
+            .filter_map(|user| Some((user.username.clone(), Dn::parse(&user.username)?)))
+            .collect();
+        Self {
+            tcp: maps(options.tls.as_ref()),
+            websocket: maps(options.websocket.as_ref().and_then(|ws| ws.tls.as_ref())),
+            single_user,
+            dn_users,
+        }
+    }
+
+    fn on(&self, transport: Transport) -> bool {
+        match transport {
+            Transport::Tcp => self.tcp,
+            Transport::Websocket => self.websocket,
+        }
+    }
+
+    /// Whether a certificate could name `user` on some listener (nats-server's `canTLSMap`).
+    fn can_map(&self, user: &str) -> bool {
+        (self.tcp || self.websocket) && self.single_user.as_deref() != Some(user)
+    }
 }
 
 impl Authenticator {
@@ -177,7 +228,8 @@ impl Authenticator {
         };
         let websocket = options.websocket.as_ref().map(|ws| &ws.auth).filter(|auth| auth.overrides());
         let websocket = websocket.map(|auth| websocket_simple(auth, options.auth.single_user.clone()));
-        Ok(Self { users, nkeys, server, websocket, trust })
+        let maps = TlsMaps::from_options(options);
+        Ok(Self { users, nkeys, server, websocket, trust, maps })
     }
 
     fn simple(&self, transport: Transport) -> &Simple {
@@ -210,18 +262,19 @@ impl Authenticator {
         nonce: Option<&str>,
         peer: Option<IpAddr>,
     ) -> Result<Grant, AuthError> {
-        self.authenticate_on(connect, nonce, Transport::Tcp, peer)
+        self.authenticate_on(connect, nonce, Transport::Tcp, peer, None)
     }
 
     /// Grants access for the credentials in `connect`, whose nkey signature must be of `nonce`
     /// (the one sent in this connection's INFO), to a client at `peer` that came through
-    /// `transport`, or refuses.
+    /// `transport` presenting the client `certificate` (when TLS asked for one), or refuses.
     pub fn authenticate_on(
         &self,
         connect: &ConnectOptions,
         nonce: Option<&str>,
         transport: Transport,
         peer: Option<IpAddr>,
+        certificate: Option<&CertificateNames>,
     ) -> Result<Grant, AuthError> {
         if !self.is_required_on(transport) {
             return Ok(Grant::default());
@@ -244,6 +297,9 @@ impl Authenticator {
             });
         }
         if let Some(grant) = self.nkey_user(connect, nonce, simple) {
+            return grant;
+        }
+        if let Some(grant) = self.mapped_user(connect, transport, certificate) {
             return grant;
         }
         if let (Some(expected), Some(given)) = (&simple.token, &connect.auth_token) {
@@ -271,9 +327,35 @@ impl Authenticator {
             };
         }
         match self.user(user, simple) {
+            // nats-server's `canTLSMap`: a user without a password whom a certificate can name
+            // is a certificate identity, not a login without password on a listener that does
+            // not map.
+            Some((password, _)) if password.is_empty() && self.maps.can_map(user) => Err(AuthError::Violation),
             Some((password, login)) if constant_time_eq(password, pass) => Ok(login.grant(user)),
             _ => Err(AuthError::Violation),
         }
+    }
+
+    /// The verdict of `verify_and_map` on `transport` (nats-server's `checkClientTLSCertSubject`
+    /// over its users table); `None` when this listener does not map or there are no users to
+    /// map to. The user's password, if it has one, must be sent too.
+    fn mapped_user(
+        &self,
+        connect: &ConnectOptions,
+        transport: Transport,
+        certificate: Option<&CertificateNames>,
+    ) -> Option<Result<Grant, AuthError>> {
+        let mappable = |name: &str| self.maps.single_user.as_deref() != Some(name) && self.users.contains_key(name);
+        if !self.maps.on(transport) || !self.users.keys().any(|name| mappable(name)) {
+            return None;
+        }
+        let Some(certificate) = certificate else { return Some(Err(AuthError::Violation)) };
+        let Some(name) = certificate.find_user(mappable, &self.maps.dn_users) else {
+            return Some(Err(AuthError::Violation));
+        };
+        let (password, login) = self.users.get(&name)?;
+        let sent = connect.pass.as_deref().unwrap_or_default();
+        Some(if constant_time_eq(password, sent) { Ok(login.grant(&name)) } else { Err(AuthError::Violation) })
     }
 
     /// The configured user `name` with its password, unless this listener hides it.
@@ -459,15 +541,17 @@ mod tests {
         let auth = Authenticator::from_options(&options).unwrap();
         let web = connect(Some("web"), Some("w"), None);
         let tcp = connect(Some("tcp"), Some("t"), None);
-        assert!(auth.authenticate_on(&web, None, Transport::Websocket, None).is_ok());
-        assert!(auth.authenticate_on(&tcp, None, Transport::Websocket, None).is_err());
-        assert!(auth.authenticate_on(&tcp, None, Transport::Tcp, None).is_ok());
-        assert!(auth.authenticate_on(&web, None, Transport::Tcp, None).is_err());
+        assert!(auth.authenticate_on(&web, None, Transport::Websocket, None, None).is_ok());
+        assert!(auth.authenticate_on(&tcp, None, Transport::Websocket, None, None).is_err());
+        assert!(auth.authenticate_on(&tcp, None, Transport::Tcp, None, None).is_ok());
+        assert!(auth.authenticate_on(&web, None, Transport::Tcp, None, None).is_err());
         ws.auth.token = Some("tok".into());
         options.websocket = Some(ws);
         let auth = Authenticator::from_options(&options).unwrap();
-        assert!(auth.authenticate_on(&web, None, Transport::Websocket, None).is_err());
-        assert!(auth.authenticate_on(&connect(None, None, Some("tok")), None, Transport::Websocket, None).is_ok());
+        assert!(auth.authenticate_on(&web, None, Transport::Websocket, None, None).is_err());
+        assert!(auth
+            .authenticate_on(&connect(None, None, Some("tok")), None, Transport::Websocket, None, None)
+            .is_ok());
     }
 
     #[test]

@@ -477,7 +477,7 @@ impl Mapper<'_> {
     fn tls_options(&mut self, name: &str, value: &Value) -> Result<TlsOptions, ConfigError> {
         let map = block(name, value)?;
         let (mut cert_file, mut key_file, mut ca_file) = (None, None, None);
-        let mut verify = false;
+        let (mut verify, mut map_users) = (false, false);
         let mut timeout = limits::TLS_HANDSHAKE_TIMEOUT;
         for entry in &map.entries {
             let v = &entry.value;
@@ -487,13 +487,9 @@ impl Mapper<'_> {
                 "ca_file" => ca_file = Some(path("tls.ca_file", v)?),
                 "verify" => verify = boolean("tls.verify", v)?,
                 "verify_and_map" => {
-                    if boolean("tls.verify_and_map", v)? {
-                        verify = true;
-                        let line = self.line_of(&entry.at);
-                        self.report.warnings.push(format!(
-                            "tls.verify_and_map at {line}: client certificates are verified but not mapped to users (not supported by SemaQ)"
-                        ));
-                    }
+                    // As nats-server: mapping needs a verified certificate, so it sets verify too.
+                    map_users = boolean("tls.verify_and_map", v)?;
+                    verify = map_users;
                 }
                 "timeout" => timeout = or_default(duration("tls.timeout", v)?, limits::TLS_HANDSHAKE_TIMEOUT),
                 _ => self.unknown(entry, name),
@@ -502,7 +498,7 @@ impl Mapper<'_> {
         let (Some(cert_file), Some(key_file)) = (cert_file, key_file) else {
             return Err(invalid(&value.at, format!("{name} needs both cert_file and key_file")));
         };
-        Ok(TlsOptions { cert_file, key_file, ca_file, verify, timeout })
+        Ok(TlsOptions { cert_file, key_file, ca_file, verify, map: map_users, timeout })
     }
 
     fn jetstream(&mut self, value: &Value) -> Result<(), ConfigError> {

@@ -167,6 +167,7 @@ fn a_realistic_nats_server_config() {
             key_file: PathBuf::from("./certs/server-key.pem"),
             ca_file: Some(PathBuf::from("./certs/ca.pem")),
             verify: true,
+            map: false,
             timeout: Duration::from_secs(5),
         })
     );
@@ -565,6 +566,7 @@ fn tls_block() {
             key_file: PathBuf::from("k.pem"),
             ca_file: None,
             verify: false,
+            map: false,
             timeout: limits::TLS_HANDSHAKE_TIMEOUT,
         })
     );
@@ -574,10 +576,13 @@ fn tls_block() {
 }
 
 #[test]
-fn tls_verify_and_map_verifies_with_a_warning() {
+fn tls_verify_and_map_verifies_and_maps_without_a_warning() {
     let (options, warnings) = load_text("tls { cert_file: c, key_file: k, verify_and_map: true }");
-    assert_eq!(options.tls.map(|tls| tls.verify), Some(true));
-    assert_eq!(warnings.len(), 1);
+    assert_eq!(options.tls.map(|tls| (tls.verify, tls.map)), Some((true, true)));
+    assert_eq!(warnings, Vec::<String>::new());
+    let (options, _) = load_text("websocket { port: -1, tls { cert_file: c, key_file: k, verify_and_map: true } }");
+    let ws_tls = options.websocket.and_then(|ws| ws.tls);
+    assert_eq!(ws_tls.map(|tls| (tls.verify, tls.map)), Some((true, true)));
 }
 
 #[test]
@@ -844,8 +849,33 @@ fn websocket_block_refusals_and_defaults_follow_nats_server() {
     assert_eq!((ws.host.as_str(), ws.port, ws.handshake_timeout), ("0.0.0.0", 0, limits::WEBSOCKET_HANDSHAKE_TIMEOUT));
     let (options, warnings) = load_text("websocket { port: -1, no_tls: true, compression: true, advertise: \"x:1\" }");
     assert!(options.websocket.expect("listener").compression);
-    assert!(!warnings.iter().any(|w| w.contains("compression")), "{warnings:?}");
-    assert!(warnings.iter().any(|w| w.contains("websocket.advertise")), "{warnings:?}");
+    assert_eq!(warnings, Vec::<String>::new());
+}
+
+#[test]
+fn websocket_advertise_headers_and_ping_interval_are_read_and_checked_as_nats_server_does() {
+    let block = |extra: &str| format!("websocket {{ port: -1, no_tls: true, {extra} }}");
+    let ws =
+        loaded(&block("headers { X-Frame-Options: DENY, \"Cache-Control\": \"no-store\" }, ping_interval: \"5s\""))
+            .websocket
+            .expect("listener");
+    let headers =
+        [("X-Frame-Options", "DENY"), ("Cache-Control", "no-store")].map(|(n, v)| (n.to_string(), v.to_string()));
+    assert_eq!(ws.headers, headers);
+    assert_eq!(ws.ping_interval, Some(Duration::from_secs(5)));
+    assert_eq!(loaded(&block("ping_interval: \"0s\"")).websocket.and_then(|ws| ws.ping_interval), None);
+    for advertise in ["\"ws.example.com\"", "\"ws.example.com:443\"", "\"[::1]:443\""] {
+        assert!(loaded(&block(&format!("advertise: {advertise}"))).websocket.is_some(), "{advertise}");
+    }
+    assert!(error(&block("advertise: \"host:port\"")).contains("unable to get websocket connect URLs"));
+    assert!(
+        error(&block("headers { Connection: close }")).contains("websocket: invalid header \"Connection\" not allowed")
+    );
+    assert!(error(&block("headers { sec-websocket-protocol: x }"))
+        .contains("websocket: invalid header \"sec-websocket-protocol\", \"Sec-WebSocket-\" prefix not allowed"));
+    assert!(error(&block("headers { X-Count: 3 }")).contains("websocket.headers.X-Count"));
+    assert!(error(&block("headers { \"X-Bad\": \"a\\r\\nInjected: yes\" }")).contains("invalid header \"X-Bad\""));
+    assert!(error(&block("headers: \"x\"")).contains("websocket.headers"));
 }
 
 #[test]

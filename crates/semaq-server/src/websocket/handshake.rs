@@ -138,8 +138,9 @@ fn check(request: &httparse::Request, options: &WebsocketOptions, tls: bool) -> 
     check_origin(request, options, host, tls).map_err(|why| Refusal::new(403, format!("origin not allowed: {why}")))?;
     let forwarded_for = header(request, "X-Forwarded-For").and_then(|ip| ip.trim().parse().ok());
     let compression = options.compression && offers_deflate(request);
+    let extra: String = options.headers.iter().map(|(name, value)| format!("{name}: {value}\r\n")).collect();
     let response = format!(
-        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n{}\r\n",
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n{}{extra}\r\n",
         accept_key(key.trim()),
         if compression { DEFLATE_RESPONSE } else { "" },
     );

@@ -21,6 +21,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::time::{timeout_at, Instant};
 use tokio_rustls::TlsAcceptor;
 
+use crate::auth::certificate::CertificateNames;
 use crate::connection::{self, Context, Via};
 use crate::limits;
 use crate::options::WebsocketOptions;
@@ -129,10 +130,14 @@ impl Shared {
         let _ = socket.set_nodelay(true);
         let deadline = Instant::now() + self.options.handshake_timeout;
         let Some(acceptor) = self.tls.clone() else {
-            return self.upgrade(context, socket, addr, deadline, admission).await;
+            return self.upgrade(context, socket, addr, deadline, (admission, None)).await;
         };
         match timeout_at(deadline, acceptor.accept(socket)).await {
-            Ok(Ok(stream)) => self.upgrade(context, stream, addr, deadline, admission).await,
+            Ok(Ok(stream)) => {
+                let maps = self.options.tls.as_ref().is_some_and(|tls| tls.map);
+                let certificate = if maps { connection::peer_names(stream.get_ref().1) } else { None };
+                self.upgrade(context, stream, addr, deadline, (admission, certificate)).await
+            }
             Ok(Err(error)) => tracing::debug!(%addr, %error, "websocket TLS handshake failed"),
             Err(_) => tracing::debug!(%addr, "websocket TLS handshake timed out"),
         }
@@ -144,7 +149,7 @@ impl Shared {
         mut stream: S,
         addr: SocketAddr,
         deadline: Instant,
-        admission: Admission,
+        (admission, certificate): (Admission, Option<CertificateNames>),
     ) where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -179,6 +184,8 @@ impl Shared {
             port: self.addr.port(),
             cookies: upgrade.cookies,
             auth_timeout: self.options.auth.timeout,
+            certificate,
+            ping_interval: self.options.ping_interval,
         };
         connection::serve_via(context, addr, via, reader, writer).await;
     }

@@ -53,6 +53,7 @@ mod system_config;
 mod system_runtime;
 mod system_subscribers;
 mod tls;
+mod tls_map;
 mod tokens;
 mod tracing;
 mod websocket;

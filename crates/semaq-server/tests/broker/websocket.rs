@@ -601,3 +601,25 @@ fn bad_compressed_input_closes_only_its_connection() {
     ws.read_inflated_until("PONG\r\n");
     assert!(server.raw_info().starts_with("INFO "));
 }
+
+// --- headers and ping_interval -------------------------------------------------------------
+
+#[test]
+fn configured_headers_are_added_to_the_upgrade_response() {
+    let config = r#"websocket { host: "127.0.0.1", port: -1, no_tls: true, headers { X-Frame-Options: DENY, "Cache-Control": "no-store" } }"#;
+    let server = SemaqServer::with_config(config, &[]);
+    let (head, _) = upgrade(ws_addr(&server), &upgrade_request("/", &[]));
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    assert!(head.contains("\r\nX-Frame-Options: DENY\r\nCache-Control: no-store\r\n\r\n"), "{head}");
+}
+
+#[test]
+fn websocket_ping_interval_replaces_the_servers_for_websocket_clients() {
+    let config = r#"ping_interval: "2m"
+        websocket { host: "127.0.0.1", port: -1, no_tls: true, ping_interval: "200ms" }"#;
+    let server = SemaqServer::with_config(config, &[]);
+    let mut ws = RawWs::connect(&server);
+    ws.send(&frame(BINARY, true, true, b"CONNECT {}\r\n"));
+    // The stream's read timeout (RECEIVE_TIMEOUT) bounds the wait, far below the server's 2m.
+    assert!(ws.read_text_until("PING\r\n").contains("PING\r\n"));
+}

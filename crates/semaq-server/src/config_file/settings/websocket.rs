@@ -6,12 +6,10 @@ use crate::config_file::ConfigError;
 use crate::limits;
 use crate::options::{Options, Origin, WebsocketAuth, WebsocketOptions};
 
-/// nats-server keys SemaQ reads but does not act on: accepted with a warning.
-const UNSUPPORTED_KEYS: &[&str] = &["advertise", "headers", "ping_interval"];
-
 impl Mapper<'_> {
-    /// `websocket { host, port, listen, no_tls, tls, same_origin, allowed_origins,
-    /// handshake_timeout, compression, authorization, no_auth_user, *_cookie }`. Refused as
+    /// `websocket { host, port, listen, advertise, no_tls, tls, same_origin, allowed_origins,
+    /// handshake_timeout, compression, authorization, no_auth_user, *_cookie, headers,
+    /// ping_interval }`. Refused as
     /// nats-server refuses it: a port with neither `tls` nor `no_tls: true`, an allowed origin
     /// that is not an absolute http(s) URL (and, once the whole file is read, the auth
     /// settings [`Mapper::check_websocket`] checks).
@@ -50,12 +48,15 @@ impl Mapper<'_> {
                 "user_cookie" => ws.cookies.user = Some(string("websocket.user_cookie", v)?),
                 "pass_cookie" => ws.cookies.pass = Some(string("websocket.pass_cookie", v)?),
                 "token_cookie" => ws.cookies.token = Some(string("websocket.token_cookie", v)?),
-                key if UNSUPPORTED_KEYS.contains(&key) && !entry.referenced => {
-                    let line = self.line_of(&entry.at);
-                    self.report.warnings.push(format!(
-                        "config key \"websocket.{}\" at {line} is a nats-server feature SemaQ does not support, ignored",
-                        entry.key
-                    ));
+                // nats-server gives the advertised address only to clients of a cluster
+                // (`ws_connect_urls` learnt over routes); a lone server, as SemaQ always is,
+                // checks it and sends it to nobody.
+                "advertise" => advertise(v)?,
+                "headers" => ws.headers = headers(v)?,
+                "ping_interval" => {
+                    let interval = duration("websocket.ping_interval", v)?;
+                    // nats-server: zero keeps the server's `ping_interval`.
+                    ws.ping_interval = Some(interval).filter(|interval| !interval.is_zero());
                 }
                 _ => self.unknown(entry, "websocket"),
             }
@@ -149,6 +150,60 @@ fn websocket_auth_refusal(options: &Options, ws: &WebsocketOptions) -> Option<St
         )),
         _ => None,
     }
+}
+
+/// `advertise: "host[:port]"`, checked as nats-server's `parseHostPort` does when it starts.
+fn advertise(value: &Value) -> Result<(), ConfigError> {
+    let text = string("websocket.advertise", value)?;
+    let port = match text.rsplit_once(':') {
+        Some((host, port)) if !host.contains(':') || host.ends_with(']') => Some(port),
+        _ => None,
+    };
+    match port.map(|port| port.trim().parse::<i32>()) {
+        None | Some(Ok(_)) => Ok(()),
+        Some(Err(_)) => {
+            let message = format!("unable to get websocket connect URLs: invalid port in advertise address {text:?}");
+            Err(invalid(&value.at, message))
+        }
+    }
+}
+
+/// The upgrade response headers nats-server keeps for itself (`validateWebsocketOptions`).
+const RESERVED_HEADERS: &[&str] = &["host", "content-length", "connection", "upgrade", "nats-no-masking"];
+
+/// `headers { name: value }`: extra lines of the upgrade response, refused as nats-server
+/// refuses them (a reserved header, a `Sec-WebSocket-` one, a value that is not a string) and
+/// when a name or value could break the response (a line break, a name that is no HTTP token).
+fn headers(value: &Value) -> Result<Vec<(String, String)>, ConfigError> {
+    let Kind::Map(map) = &value.kind else {
+        return Err(wrong_type("websocket.headers", "a block of name: value", value));
+    };
+    let mut headers = Vec::new();
+    for entry in map.entries.iter().take(limits::WEBSOCKET_HEADERS_MAX + 1) {
+        if headers.len() == limits::WEBSOCKET_HEADERS_MAX {
+            let message = format!("websocket.headers: more than {} headers", limits::WEBSOCKET_HEADERS_MAX);
+            return Err(invalid(&entry.at, message));
+        }
+        let name = entry.key.as_str();
+        let Kind::String(text) = &entry.value.kind else {
+            return Err(wrong_type(&format!("websocket.headers.{name}"), "a string", &entry.value));
+        };
+        let lower = name.to_ascii_lowercase();
+        if RESERVED_HEADERS.contains(&lower.as_str()) {
+            return Err(invalid(&entry.at, format!("websocket: invalid header {name:?} not allowed")));
+        }
+        if lower.starts_with("sec-websocket-") {
+            let message = format!("websocket: invalid header {name:?}, \"Sec-WebSocket-\" prefix not allowed");
+            return Err(invalid(&entry.at, message));
+        }
+        let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+        if name.is_empty() || !name.chars().all(token) || text.contains(['\r', '\n']) {
+            let message = format!("websocket: invalid header {name:?}: not an HTTP header name and one-line value");
+            return Err(invalid(&entry.at, message));
+        }
+        headers.push((name.to_string(), text.clone()));
+    }
+    Ok(headers)
 }
 
 /// nats-server's WebSocket port: -1 picks a free port (`Some(0)`), 0 means no listener (`None`).
