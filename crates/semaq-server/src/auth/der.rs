@@ -130,7 +130,7 @@ fn string(tag: u8, value: &[u8]) -> Option<String> {
     match tag {
         0x0c | 0x12 | 0x13 | 0x16 => String::from_utf8(value.to_vec()).ok(),
         0x14 => Some(value.iter().map(|byte| char::from(*byte)).collect()),
-        0x1e if value.len() % 2 == 0 => {
+        0x1e if value.len().is_multiple_of(2) => {
             let units: Vec<u16> = value.chunks_exact(2).map(|pair| u16::from_be_bytes([pair[0], pair[1]])).collect();
             String::from_utf16(&units).ok()
         }

@@ -82,12 +82,12 @@ async fn ask_encoded(client: &async_nats::Client, subject: &str, accept: &str, b
         .expect("an answer");
     let encoding = reply.headers.as_ref().and_then(|h| h.get("Content-Encoding")).map(|v| v.to_string());
     let mut plain = Vec::new();
-    match encoding.as_deref() {
-        Some("gzip") => flate2::read::GzDecoder::new(&reply.payload[..]).read_to_end(&mut plain).map(drop),
-        Some("snappy") => snap::read::FrameDecoder::new(&reply.payload[..]).read_to_end(&mut plain).map(drop),
-        _ => Ok(plain.extend_from_slice(&reply.payload)),
-    }
-    .expect("a payload that decodes as its Content-Encoding says");
+    let decoded = match encoding.as_deref() {
+        Some("gzip") => flate2::read::GzDecoder::new(&reply.payload[..]).read_to_end(&mut plain),
+        Some("snappy") => snap::read::FrameDecoder::new(&reply.payload[..]).read_to_end(&mut plain),
+        _ => std::io::Read::read_to_end(&mut &reply.payload[..], &mut plain),
+    };
+    decoded.expect("a payload that decodes as its Content-Encoding says");
     (encoding, serde_json::from_slice(&plain).expect("a JSON answer"))
 }
 
