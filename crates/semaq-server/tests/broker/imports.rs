@@ -180,7 +180,7 @@ async fn a_service_import_carries_requests_to_the_exporter_and_singleton_or_stre
 }
 
 /// The server's stderr when started with `config`, which must stop it.
-fn refusal(config: &str) -> String {
+pub(crate) fn refusal(config: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.conf");
     std::fs::write(&path, config).unwrap();

@@ -13,6 +13,7 @@ use semaq_testkit::{sync, SemaqServer};
 use serde_json::Value;
 
 use crate::account_limits::nats_server_with;
+use crate::imports::refusal;
 
 const CONFIG: &str = r#"
 accounts {
@@ -193,15 +194,6 @@ async fn a_request_no_responder_takes_is_reported_503_and_one_without_a_reply_40
     let bad = error_result(&semaq.url(), true, false).await;
     assert_eq!(shape(&bad), shape(&error_result(&nats.url(), true, false).await));
     assert_eq!((&bad["status"], &bad["description"]), (&400.into(), &"Bad Request".into()));
-}
-
-fn refusal(config: &str) -> String {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("bad.conf");
-    std::fs::write(&path, config).unwrap();
-    let output = SemaqServer::builder().bare().arg("-c").arg(&path).output();
-    assert!(!output.status.success(), "the server should not start");
-    String::from_utf8_lossy(&output.stderr).to_string()
 }
 
 #[test]

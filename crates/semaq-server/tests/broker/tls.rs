@@ -16,27 +16,39 @@ struct Pki {
     client_key: PathBuf,
 }
 
-fn write(dir: &Path, name: &str, pem: &str) -> PathBuf {
+/// Writes `pem` to `name` in `dir`; returns its path.
+pub(crate) fn write(dir: &Path, name: &str, pem: &str) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, pem).unwrap();
     path
 }
 
-fn pki(dir: &Path) -> Pki {
+/// A new self-signed CA.
+pub(crate) fn certificate_authority() -> CertifiedIssuer<'static, KeyPair> {
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-    let leaf = |names: Vec<String>, usage: ExtendedKeyUsagePurpose| {
-        let mut params = CertificateParams::new(names).unwrap();
-        params.extended_key_usages = vec![usage];
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &ca).unwrap();
-        (cert.pem(), key.serialize_pem())
-    };
+    CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap()
+}
+
+/// A certificate `ca` signs for `names` and `usage`: its PEM and its key's.
+pub(crate) fn leaf(
+    ca: &CertifiedIssuer<'static, KeyPair>,
+    names: Vec<String>,
+    usage: ExtendedKeyUsagePurpose,
+) -> (String, String) {
+    let mut params = CertificateParams::new(names).unwrap();
+    params.extended_key_usages = vec![usage];
+    let key = KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, ca).unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
+fn pki(dir: &Path) -> Pki {
+    let ca = certificate_authority();
     let (server_cert, server_key) =
-        leaf(vec!["127.0.0.1".into(), "localhost".into()], ExtendedKeyUsagePurpose::ServerAuth);
-    let (client_cert, client_key) = leaf(vec!["client".into()], ExtendedKeyUsagePurpose::ClientAuth);
+        leaf(&ca, vec!["127.0.0.1".into(), "localhost".into()], ExtendedKeyUsagePurpose::ServerAuth);
+    let (client_cert, client_key) = leaf(&ca, vec!["client".into()], ExtendedKeyUsagePurpose::ClientAuth);
     Pki {
         ca: write(dir, "ca.pem", &ca.pem()),
         server_cert: write(dir, "server.pem", &server_cert),

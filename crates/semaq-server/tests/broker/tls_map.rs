@@ -8,10 +8,11 @@ use async_nats::{ConnectErrorKind, ConnectOptions};
 use futures::StreamExt;
 use rcgen::string::Ia5String;
 use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType, DnValue, ExtendedKeyUsagePurpose,
-    IsCa, KeyPair, KeyUsagePurpose, SanType,
+    CertificateParams, CertifiedIssuer, DistinguishedName, DnType, DnValue, ExtendedKeyUsagePurpose, KeyPair, SanType,
 };
 use semaq_testkit::{NatsServer, SemaqServer};
+
+use crate::tls::{certificate_authority, leaf, write};
 
 const RECEIVE_TIMEOUT: Duration = Duration::from_secs(5);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -36,26 +37,15 @@ struct Pki {
     server_key: PathBuf,
 }
 
-fn write(dir: &Path, name: &str, pem: &str) -> PathBuf {
-    let path = dir.join(name);
-    std::fs::write(&path, pem).unwrap();
-    path
-}
-
 fn pki(dir: &Path) -> Pki {
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-    let mut params = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    let key = KeyPair::generate().unwrap();
-    let cert = params.signed_by(&key, &ca).unwrap();
+    let ca = certificate_authority();
+    let names = vec!["127.0.0.1".to_string(), "localhost".to_string()];
+    let (server_cert, server_key) = leaf(&ca, names, ExtendedKeyUsagePurpose::ServerAuth);
     Pki {
         dir: dir.to_path_buf(),
         ca_file: write(dir, "ca.pem", &ca.pem()),
-        server_cert: write(dir, "server.pem", &cert.pem()),
-        server_key: write(dir, "server-key.pem", &key.serialize_pem()),
+        server_cert: write(dir, "server.pem", &server_cert),
+        server_key: write(dir, "server-key.pem", &server_key),
         ca,
     }
 }
