@@ -531,9 +531,7 @@ fn a_power_cut_anywhere_around_a_lazy_purge_loses_nothing_acknowledged_and_bring
                 })();
                 let sent = store.state().last_seq;
                 let completed = result.is_ok() && !disk.is_frozen();
-                disk.crash(tear);
-                drop(store);
-                let reopened = open(&disk);
+                let reopened = reopened_after_power_loss(&disk, store, tear);
                 let survived = held(&reopened);
                 let context = format!("{name}, {tear:?}, power cut after {changes} changes");
                 assert_eq!(reopened.recovery_report().corruption, Vec::<String>::new(), "{context}");
@@ -643,9 +641,7 @@ fn a_power_cut_anywhere_around_an_append_behind_an_uncommitted_skip_loses_nothin
                 Ok::<(), StoreError>(())
             })();
             let completed = result.is_ok() && !disk.is_frozen();
-            disk.crash(tear);
-            drop(store);
-            let mut reopened = open(&disk);
+            let mut reopened = reopened_after_power_loss(&disk, store, tear);
             let survived = held(&reopened);
             let context = format!("{tear:?}, power cut after {changes} changes");
             assert_eq!(reopened.recovery_report().corruption, Vec::<String>::new(), "{context}");
@@ -695,9 +691,7 @@ fn a_power_cut_anywhere_around_a_lazy_skip_over_a_gap_keeps_it_with_the_copy_beh
                 Ok::<(), StoreError>(())
             })();
             let completed = result.is_ok() && !disk.is_frozen();
-            disk.crash(tear);
-            drop(store);
-            let mut reopened = open(&disk);
+            let mut reopened = reopened_after_power_loss(&disk, store, tear);
             let survived = held(&reopened);
             let context = format!("{tear:?}, power cut after {changes} changes");
             assert_eq!(reopened.recovery_report().corruption, Vec::<String>::new(), "{context}");
@@ -765,9 +759,7 @@ fn a_power_cut_anywhere_around_a_synced_purge_or_skip_that_creates_a_segment_los
                 commit(&mut store).unwrap();
                 disk.freeze_after(changes, tear);
                 let answered = operation(&mut store).is_ok() && !disk.is_frozen();
-                disk.crash(tear);
-                drop(store);
-                let mut reopened = open(&disk);
+                let mut reopened = reopened_after_power_loss(&disk, store, tear);
                 let context = format!("{name}, {tear:?}, power cut after {changes} changes");
                 assert_eq!(reopened.recovery_report().corruption, Vec::<String>::new(), "{context}");
                 let survived = held(&reopened);
