@@ -1064,50 +1064,69 @@ async fn readers_are_answered_while_appends_that_roll_past_the_pending_seals_bou
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_are_answered_while_an_atomic_batch_that_would_roll_into_full_pending_seals_commits_them_aside() {
-    use super::disk_faults::{ack_of, broker_on_faulty_disk};
+    use super::disk_faults::{ack_of, wait_for_control};
+    /// Small segments: the batch rolls four times with little data.
+    const SEGMENT_BYTES: u64 = 64 * 1024;
+    /// Payloads several of which fill a segment, with room for a batch message's headers.
+    const PAYLOAD_BYTES: usize = 9_000;
     let dir = tempfile::tempdir().unwrap();
     let (store, control) = (dir.path().join("data"), dir.path().join("disk-faults"));
-    let broker = broker_on_faulty_disk(&store, &control);
+    let failpoint = format!("disk-faults-segment-bytes:{SEGMENT_BYTES}:{}", control.display());
+    let broker = super::exactly_once::start_with_env(&store, &[("SEMAQ_FAILPOINT", &failpoint)]);
     let client = broker.client().await;
     let js = jetstream::new(client.clone());
+    // Not pipelined (an atomic batch would first wait for the commit in flight, which completes
+    // every seal): no commit per publish, so the seals that rolls begin stay pending.
     let config = serde_json::json!({"name": "ATOMROLL", "subjects": ["atomroll.>"], "allow_atomic": true,
-        "allow_direct": true});
+        "allow_direct": true, "metadata": {"semaq.sync": "never"}});
     let created = super::exactly_once::create_stream(&client, config).await;
     assert!(created["config"].is_object(), "{created}");
     let mut stream = js.get_stream("ATOMROLL").await.unwrap();
     let subject = "atomroll.frame";
-    // The batch's first message would make the fifth roll, which would complete the oldest seal.
-    let first = big_payloads_per_segment(subject) * (semaq_store::SEALS_PENDING_MAX_COUNT as u64 + 1) + 1;
-    let mut replies = client.subscribe("batch.replies").await.unwrap();
-    let acks = fill_the_pending_seals(&js, &mut stream, &control, subject, first).await;
-    for (n, seq) in [(1, first), (2, first + 1)] {
+    let payload = |seq: u64| {
+        let mut payload = vec![b'.'; PAYLOAD_BYTES];
+        payload[..20].copy_from_slice(format!("{seq:020}").as_bytes());
+        bytes::Bytes::from(payload)
+    };
+    let fit =
+        (SEGMENT_BYTES - SEGMENT_HEADER_BYTES) / (RECORD_HEADER_BYTES + subject.len() as u64 + PAYLOAD_BYTES as u64);
+    // One roll: one seal pending (a tick commits them aside only from three on).
+    for seq in 1..=fit + 1 {
+        assert_eq!(ack_of(js.publish(subject, payload(seq)).await.unwrap()).await, Ok(seq));
+    }
+    assert_eq!(segment_logs(&store, "ATOMROLL").len(), 2);
+
+    // A batch filling four more segments: its fourth roll would find the bound of pending seals
+    // and complete the oldest in place, its fsyncs under the lock. The next fsync is held.
+    std::fs::write(&control, "hold-one").unwrap();
+    let mut committed = client.subscribe("batch.committed").await.unwrap();
+    let count = 4 * fit;
+    for n in 1..=count {
         let mut headers = async_nats::HeaderMap::new();
         headers.insert("Nats-Batch-Id", "rolls");
         headers.insert("Nats-Batch-Sequence", n.to_string().as_str());
-        if n == 2 {
+        let reply = if n == count { "batch.committed" } else { "batch.staged" };
+        if n == count {
             headers.insert("Nats-Batch-Commit", "1");
         }
-        client.publish_with_reply_and_headers(subject, "batch.replies", headers, body(seq)).await.unwrap();
+        client.publish_with_reply_and_headers(subject, reply, headers, payload(fit + 1 + n)).await.unwrap();
     }
     client.flush().await.unwrap();
-    wait_for_seals_commit(&control, Instant::now() + SEALS_COMMIT_START_WAIT).await;
+    wait_for_control(&control, |text| text.trim() == "holding", "the seals' commit to be held").await;
 
-    // The seals' fsyncs are held before the batch's appends: the lock is free, readers are answered.
+    // The seals' fsync is held before the batch's appends: the lock is free, readers are answered.
     let info = tokio::time::timeout(READ_WAIT, stream.info()).await.expect("stream info waited for the fsync").unwrap();
-    assert_eq!(info.state.last_sequence, first - 1, "the batch waits for the seals' commit");
-    let got = tokio::time::timeout(READ_WAIT, stream.direct_get(first - 1)).await.expect("DIRECT.GET waited").unwrap();
-    assert_eq!(got.payload, body(first - 1));
+    assert_eq!(info.state.last_sequence, fit + 1, "the batch waits for the seals' commit");
+    let got = tokio::time::timeout(READ_WAIT, stream.direct_get(fit + 1)).await.expect("DIRECT.GET waited").unwrap();
+    assert_eq!(got.payload, payload(fit + 1));
 
     std::fs::write(&control, "").unwrap();
-    for (seq, ack) in (2..).zip(acks) {
-        assert_eq!(ack_of(ack).await, Ok(seq));
-    }
-    let staged = tokio::time::timeout(READ_WAIT, replies.next()).await.expect("the staged reply").unwrap();
-    assert!(staged.payload.is_empty(), "a staged message gets an empty reply");
-    let committed = tokio::time::timeout(READ_WAIT, replies.next()).await.expect("the commit's reply").unwrap();
-    let committed: serde_json::Value = serde_json::from_slice(&committed.payload).unwrap();
-    assert_eq!((committed["seq"].as_u64(), committed["count"].as_u64()), (Some(first + 1), Some(2)), "{committed}");
-    assert_eq!(stream.info().await.unwrap().state.messages, first + 1);
+    let reply = tokio::time::timeout(READ_WAIT, committed.next()).await.expect("the commit's reply").unwrap();
+    let reply: serde_json::Value = serde_json::from_slice(&reply.payload).unwrap();
+    assert_eq!((reply["seq"].as_u64(), reply["count"].as_u64()), (Some(fit + 1 + count), Some(count)), "{reply}");
+    assert_eq!(stream.info().await.unwrap().state.messages, fit + 1 + count);
+    // Four rolls after the commit aside: four seals pending, none completed in place.
+    assert_eq!(segment_logs(&store, "ATOMROLL").len(), 6);
 }
 
 /// Bound on the appends that fill the pending seals (debug builds, 2 cores shared); below the
