@@ -232,6 +232,9 @@ pub const PRODUCER_SNAPSHOT_LAG_MESSAGES_MAX: u64 = 100_000;
 pub const ATOMIC_BATCH_MESSAGES_MAX: usize = 1000;
 /// Bytes (headers and payloads) one atomic batch may stage before its commit.
 pub const ATOMIC_BATCH_BYTES_MAX: usize = 16 * 1024 * 1024;
+/// Bytes the ingest may add to an atomic batch's message as it stores it (the commit marker,
+/// a producer header), in the estimate of the segment rolls a batch could need.
+pub const ATOMIC_BATCH_ADDED_BYTES_PER_MESSAGE_MAX: usize = 1024;
 /// Atomic batches open at once on one stream (nats-server's per-stream inflight default).
 pub const ATOMIC_BATCHES_PER_STREAM_MAX: usize = 50;
 /// Atomic batches one connection may have open at once on one stream.

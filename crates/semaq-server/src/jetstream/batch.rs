@@ -399,6 +399,17 @@ pub fn commit(
     }
 }
 
+/// Whether the batch's appends could roll into a full queue of pending seals, whose oldest the
+/// store would then complete in place, its fsyncs under the lock: the appends cannot be split,
+/// so the ingest commits aside before the batch (`StreamStore::commit_before_appends`).
+pub fn commit_before(ingest: &Ingest<'_, '_>, commit: &Commit) -> bool {
+    let message_bytes: usize = (commit.messages.iter())
+        .map(|m| m.subject.len() + m.headers.as_ref().map_or(0, Bytes::len) + m.payload.len())
+        .map(|bytes| bytes + limits::ATOMIC_BATCH_ADDED_BYTES_PER_MESSAGE_MAX)
+        .sum();
+    ingest.store.commit_before_appends(commit.messages.len() as u64, message_bytes as u64)
+}
+
 /// The last stored message of a batch says the batch is complete (`eob` commits add it).
 fn mark_committed(message: &mut Inbound) {
     let block = message.headers.as_deref().unwrap_or_default();

@@ -6,7 +6,9 @@
 //! - `sync-delay-ms:<n>`: each commit's fsyncs start `n` ms late, the store's lock free, as on
 //!   a slow disk; so do an L3 producer snapshot's (under the store's lock when written in place);
 //! - `disk-faults:<control file>`: the streams' stores run on the real disk with fsync and
-//!   write faults switched by that file (`semaq_store::storage::faults`).
+//!   write faults switched by that file (`semaq_store::storage::faults`);
+//! - `disk-faults-segment-bytes:<n>:<control file>`: the same, and the file stores roll their
+//!   segments at `n` bytes, so that a test reaches many rolls with little data.
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -24,8 +26,14 @@ pub enum Failpoint {
     StoreError(usize),
     /// `sync-delay-ms:<n>`.
     SyncDelay(Duration),
-    /// `disk-faults:<control file>`.
-    DiskFaults(PathBuf),
+    /// `disk-faults:<control file>` (no segment size) or
+    /// `disk-faults-segment-bytes:<n>:<control file>`.
+    DiskFaults {
+        /// The control file that switches the faults.
+        control: PathBuf,
+        /// The segment size the file stores roll at, instead of the default.
+        segment_bytes: Option<u64>,
+    },
 }
 
 /// The failure point this process runs with, if any.
@@ -41,7 +49,20 @@ fn parse(text: &str) -> Option<Failpoint> {
         "batch-append" => argument.parse().ok().map(Failpoint::ExitAfterAppend),
         "batch-store-error" => argument.parse().ok().map(Failpoint::StoreError),
         "sync-delay-ms" => argument.parse().ok().map(Duration::from_millis).map(Failpoint::SyncDelay),
-        "disk-faults" => Some(Failpoint::DiskFaults(PathBuf::from(argument))),
+        "disk-faults" => Some(Failpoint::DiskFaults { control: PathBuf::from(argument), segment_bytes: None }),
+        "disk-faults-segment-bytes" => {
+            let (bytes, control) = argument.split_once(':')?;
+            let segment_bytes = bytes.trim().parse().ok()?;
+            Some(Failpoint::DiskFaults { control: PathBuf::from(control.trim()), segment_bytes: Some(segment_bytes) })
+        }
+        _ => None,
+    }
+}
+
+/// The segment size the file stores roll at under `disk-faults-segment-bytes`, if it is set.
+pub fn segment_bytes() -> Option<u64> {
+    match get() {
+        Some(Failpoint::DiskFaults { segment_bytes, .. }) => *segment_bytes,
         _ => None,
     }
 }
@@ -62,7 +83,12 @@ mod tests {
         assert_eq!(parse("batch-append:3"), Some(Failpoint::ExitAfterAppend(3)));
         assert_eq!(parse("batch-store-error:2"), Some(Failpoint::StoreError(2)));
         assert_eq!(parse("sync-delay-ms:1500"), Some(Failpoint::SyncDelay(Duration::from_millis(1500))));
-        assert_eq!(parse("disk-faults:/tmp/x"), Some(Failpoint::DiskFaults(PathBuf::from("/tmp/x"))));
+        let control = PathBuf::from("/tmp/x");
+        let faults = Failpoint::DiskFaults { control: control.clone(), segment_bytes: None };
+        assert_eq!(parse("disk-faults:/tmp/x"), Some(faults));
+        let small = Failpoint::DiskFaults { control, segment_bytes: Some(65536) };
+        assert_eq!(parse("disk-faults-segment-bytes:65536:/tmp/x"), Some(small));
+        assert_eq!(parse("disk-faults-segment-bytes:/tmp/x"), None);
         assert_eq!(parse("sync-delay-ms:soon"), None);
         assert_eq!(parse("unknown:1"), None);
         assert_eq!(parse("batch-append"), None);

@@ -268,6 +268,9 @@ impl JetStream {
             Storage::File => {
                 let mut store_config = FileStoreConfig::new(self.stream_dir(&config.name).join("msgs"));
                 store_config.limits = store_limits(&config);
+                if let Some(segment_bytes) = failpoint::segment_bytes() {
+                    store_config.segment_size_bytes = segment_bytes;
+                }
                 let store = FileStore::open_on(store_config, stream_storage()).map_err(ApiError::stream_create)?;
                 let report = store.recovery_report();
                 if report.torn_bytes_truncated > 0 || report.indexes_rebuilt_count > 0 {
@@ -553,7 +556,7 @@ fn check_update(old: &StreamConfig, new: &StreamConfig) -> Result<(), ApiError> 
 /// point the real one with fsync and write faults switched by its control file.
 fn stream_storage() -> semaq_store::SharedStorage {
     match failpoint::get() {
-        Some(failpoint::Failpoint::DiskFaults(control)) => {
+        Some(failpoint::Failpoint::DiskFaults { control, .. }) => {
             semaq_store::storage::faults::FaultSwitch::shared(control.clone())
         }
         _ => semaq_store::StdDisk::shared(),

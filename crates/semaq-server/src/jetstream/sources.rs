@@ -639,13 +639,16 @@ impl Run {
     /// Mirrors keep origin sequences: a jump in them (the origin deleted or expired messages,
     /// or the mirror is empty and the origin starts later) is skipped over in the mirror's
     /// store, the skipped sequences counting as deleted there, as nats-server's `skipMsgs`.
+    /// Unsynced: the skip is durable with the copy appended behind it, at that copy's commit,
+    /// so no fsync runs under the store's lock (a crash before it loses both, and the mirror
+    /// copies again from the last durable sequence).
     fn align_mirror(&self, stream: &Stream, origin_seq: u64) -> bool {
         let mut store = stream.store();
         let next = store.state().last_seq + 1;
         if origin_seq <= next {
             return true;
         }
-        match store.skip_msgs(origin_seq) {
+        match store.skip_msgs_unsynced(origin_seq) {
             Ok(true) => {}
             Ok(false) => {
                 tracing::warn!(stream = %stream.name, from = next, to = origin_seq, "mirror: a gap this large in the origin's sequences is not kept");

@@ -912,7 +912,13 @@ impl Stream {
         let config = ingest.config;
         loop {
             let (mut message, resumed) = match part.resume.take() {
-                Some(message) => (message, true),
+                Some(Resume::Message(message)) => (message, true),
+                Some(Resume::Commit(commit)) => {
+                    if self.store_commit(ingest, commit, batches, acks, part) {
+                        return true;
+                    }
+                    continue;
+                }
                 None => {
                     let Some((index, mut message)) = messages.next() else { return false };
                     self.ingest_budget.give_back(message.size());
@@ -929,15 +935,8 @@ impl Stream {
                             acks.push((reply, Err(error), None));
                             continue;
                         }
-                        Route::Commit(mut commit) => {
-                            let spanned: Vec<_> = (commit.messages.iter_mut())
-                                .filter_map(|m| m.trace.take().map(|carried| (carried, m.subject.clone())))
-                                .collect();
-                            let stored = batch::commit(self, ingest, commit, batches, acks);
-                            part.traced.committed(&self.name, spanned, stored);
-                            part.stored_any |= stored;
-                            part.must_sync |= stored;
-                            if ingest.held.as_ref().is_some_and(|held| !held.is_empty()) {
+                        Route::Commit(commit) => {
+                            if self.store_commit(ingest, commit, batches, acks, part) {
                                 return true;
                             }
                             continue;
@@ -948,11 +947,11 @@ impl Stream {
             let committed = std::mem::take(&mut part.committed);
             if !resumed || committed {
                 if !committed && commit_before_append(ingest, &message) {
-                    (part.resume, part.commit_first) = (Some(message), true);
+                    (part.resume, part.commit_first) = (Some(Resume::Message(message)), true);
                     return true;
                 }
                 if append_needs_snapshot(ingest, &message) {
-                    part.resume = Some(message);
+                    part.resume = Some(Resume::Message(message));
                     return true;
                 }
             }
@@ -973,6 +972,33 @@ impl Stream {
                 return true;
             }
         }
+    }
+
+    /// Stores an atomic batch at its commit. Returns whether the part ends here: before the
+    /// batch, for a commit aside (its rolls could otherwise complete a pending seal under the
+    /// lock, and its appends cannot be split; it is resumed after), or after it, for a removal
+    /// held for an L3 snapshot.
+    fn store_commit(
+        &self,
+        ingest: &mut Ingest<'_, '_>,
+        mut commit: batch::Commit,
+        batches: &mut Batches,
+        acks: &mut Vec<PendingAck>,
+        part: &mut Part,
+    ) -> bool {
+        let committed = std::mem::take(&mut part.committed);
+        if !committed && batch::commit_before(ingest, &commit) {
+            (part.resume, part.commit_first) = (Some(Resume::Commit(commit)), true);
+            return true;
+        }
+        let spanned: Vec<_> = (commit.messages.iter_mut())
+            .filter_map(|m| m.trace.take().map(|carried| (carried, m.subject.clone())))
+            .collect();
+        let stored = batch::commit(self, ingest, commit, batches, acks);
+        part.traced.committed(&self.name, spanned, stored);
+        part.stored_any |= stored;
+        part.must_sync |= stored;
+        ingest.held.as_ref().is_some_and(|held| !held.is_empty())
     }
 
     /// Makes the store's changes durable with its lock let go for the fsyncs (the three steps
@@ -1219,10 +1245,10 @@ impl Stream {
 struct Part {
     /// The account's and the server's byte limits, handed from part to part.
     quota: Option<Quota>,
-    /// The message to go on with: the split came before its append.
-    resume: Option<Inbound>,
-    /// The split is for a commit aside before `resume`'s append (its roll would otherwise
-    /// complete a pending seal under the lock; `StreamStore::commit_before_append`).
+    /// What to go on with: the split came before its appends.
+    resume: Option<Resume>,
+    /// The split is for a commit aside before `resume`'s appends (a roll would otherwise
+    /// complete a pending seal under the lock; `StreamStore::commit_before_append(s)`).
     commit_first: bool,
     /// That commit was made: `resume` is appended without asking again.
     committed: bool,
@@ -1230,6 +1256,14 @@ struct Part {
     /// Whether something stored needs its own fsync before its ack (see `defers_sync`).
     must_sync: bool,
     traced: crate::trace::Stores,
+}
+
+/// What a part of a batch split before its appends goes on with.
+enum Resume {
+    /// A message on its own.
+    Message(Inbound),
+    /// An atomic batch, stored whole.
+    Commit(batch::Commit),
 }
 
 /// Whether `message`'s append would roll into a full queue of pending seals, whose oldest the

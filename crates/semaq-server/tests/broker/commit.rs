@@ -1027,13 +1027,7 @@ async fn readers_of_a_bucket_are_answered_while_an_object_of_three_segments_is_p
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_are_answered_while_appends_that_roll_past_the_pending_seals_bound_commit_them_aside() {
-    use super::disk_faults::{ack_of, broker_on_faulty_disk, wait_for_control};
-    /// Messages published before waiting for them to be appended: the ingest queue's bytes
-    /// stay far below its bound while every ack waits behind the held commit.
-    const PUBLISHED_AHEAD_COUNT: u64 = 8;
-    /// Bound on the appends of the whole run (debug builds, 2 cores shared); below the fault
-    /// switch's bound on a hold (`FAULT_HOLD_WAIT_MAX`), past which the held commit would run.
-    const APPEND_WAIT: Duration = Duration::from_secs(240);
+    use super::disk_faults::{ack_of, broker_on_faulty_disk};
     let dir = tempfile::tempdir().unwrap();
     let (store, control) = (dir.path().join("data"), dir.path().join("disk-faults"));
     let broker = broker_on_faulty_disk(&store, &control);
@@ -1047,35 +1041,12 @@ async fn readers_are_answered_while_appends_that_roll_past_the_pending_seals_bou
     };
     let mut stream = js.create_stream(config).await.unwrap();
     let subject = "rolling.frame";
-    let fit = big_payloads_per_segment(subject);
-    assert_eq!(ack_of(js.publish(subject, body(1)).await.unwrap()).await, Ok(1));
+    let last = big_payloads_per_segment(subject) * (semaq_store::SEALS_PENDING_MAX_COUNT as u64 + 1) + 1;
+    let mut acks = fill_the_pending_seals(&js, &mut stream, &control, subject, last).await;
+    // The last one waits for the seals' commit before its append.
+    acks.push(js.publish(subject, body(last)).await.unwrap());
+    wait_for_seals_commit(&control, Instant::now() + SEALS_COMMIT_START_WAIT).await;
 
-    // The next commit's fsync is held: every later append is pipelined behind it, and each
-    // roll begins a seal that no commit completes meanwhile.
-    std::fs::write(&control, "hold-one").unwrap();
-    let mut acks = vec![js.publish(subject, body(2)).await.unwrap()];
-    wait_for_control(&control, |text| text.trim() == "holding", "the commit's fsync to be held").await;
-    let started = Instant::now();
-    // The next fsync is held too: the one that completes the pending seals.
-    std::fs::write(&control, "holding hold-one").unwrap();
-    // Four rolls fill the queue of pending seals; the fifth would complete the oldest.
-    let last = fit * (semaq_store::SEALS_PENDING_MAX_COUNT as u64 + 1) + 1;
-    let deadline = Instant::now() + APPEND_WAIT;
-    for seq in 3..=last {
-        acks.push(js.publish(subject, body(seq)).await.unwrap());
-        // The last one waits for the seals' commit before its append.
-        if seq < last && (seq % PUBLISHED_AHEAD_COUNT == 0 || seq == last - 1) {
-            while stream.info().await.unwrap().state.last_sequence < seq {
-                assert!(Instant::now() < deadline, "message {seq} was never appended");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        }
-    }
-    assert!(deadline < started + semaq_store::FAULT_HOLD_WAIT_MAX, "the first hold outlasts the appends");
-    while std::fs::read_to_string(&control).unwrap_or_default().trim() != "holding holding" {
-        assert!(Instant::now() < deadline, "the seals' commit never started");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
     // The seals' fsyncs are held: the lock is free, so readers are answered.
     let info = tokio::time::timeout(READ_WAIT, stream.info()).await.expect("stream info waited for the fsync").unwrap();
     assert_eq!(info.state.last_sequence, last - 1, "the roll waits for the seals' commit");
@@ -1089,6 +1060,122 @@ async fn readers_are_answered_while_appends_that_roll_past_the_pending_seals_bou
     }
     assert_eq!(stream.info().await.unwrap().state.messages, last);
     assert_eq!(segment_logs(&store, "ROLLING").len(), semaq_store::SEALS_PENDING_MAX_COUNT + 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_are_answered_while_an_atomic_batch_that_would_roll_into_full_pending_seals_commits_them_aside() {
+    use super::disk_faults::{ack_of, wait_for_control};
+    /// Small segments: the batch rolls four times with little data.
+    const SEGMENT_BYTES: u64 = 64 * 1024;
+    /// Payloads several of which fill a segment, with room for a batch message's headers.
+    const PAYLOAD_BYTES: usize = 9_000;
+    let dir = tempfile::tempdir().unwrap();
+    let (store, control) = (dir.path().join("data"), dir.path().join("disk-faults"));
+    let failpoint = format!("disk-faults-segment-bytes:{SEGMENT_BYTES}:{}", control.display());
+    let broker = super::exactly_once::start_with_env(&store, &[("SEMAQ_FAILPOINT", &failpoint)]);
+    let client = broker.client().await;
+    let js = jetstream::new(client.clone());
+    // Not pipelined (an atomic batch would first wait for the commit in flight, which completes
+    // every seal): no commit per publish, so the seals that rolls begin stay pending.
+    let config = serde_json::json!({"name": "ATOMROLL", "subjects": ["atomroll.>"], "allow_atomic": true,
+        "allow_direct": true, "metadata": {"semaq.sync": "never"}});
+    let created = super::exactly_once::create_stream(&client, config).await;
+    assert!(created["config"].is_object(), "{created}");
+    let mut stream = js.get_stream("ATOMROLL").await.unwrap();
+    let subject = "atomroll.frame";
+    let payload = |seq: u64| {
+        let mut payload = vec![b'.'; PAYLOAD_BYTES];
+        payload[..20].copy_from_slice(format!("{seq:020}").as_bytes());
+        bytes::Bytes::from(payload)
+    };
+    let fit =
+        (SEGMENT_BYTES - SEGMENT_HEADER_BYTES) / (RECORD_HEADER_BYTES + subject.len() as u64 + PAYLOAD_BYTES as u64);
+    // One roll: one seal pending (a tick commits them aside only from three on).
+    for seq in 1..=fit + 1 {
+        assert_eq!(ack_of(js.publish(subject, payload(seq)).await.unwrap()).await, Ok(seq));
+    }
+    assert_eq!(segment_logs(&store, "ATOMROLL").len(), 2);
+
+    // A batch filling four more segments: its fourth roll would find the bound of pending seals
+    // and complete the oldest in place, its fsyncs under the lock. The next fsync is held.
+    std::fs::write(&control, "hold-one").unwrap();
+    let mut committed = client.subscribe("batch.committed").await.unwrap();
+    let count = 4 * fit;
+    for n in 1..=count {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("Nats-Batch-Id", "rolls");
+        headers.insert("Nats-Batch-Sequence", n.to_string().as_str());
+        let reply = if n == count { "batch.committed" } else { "batch.staged" };
+        if n == count {
+            headers.insert("Nats-Batch-Commit", "1");
+        }
+        client.publish_with_reply_and_headers(subject, reply, headers, payload(fit + 1 + n)).await.unwrap();
+    }
+    client.flush().await.unwrap();
+    wait_for_control(&control, |text| text.trim() == "holding", "the seals' commit to be held").await;
+
+    // The seals' fsync is held before the batch's appends: the lock is free, readers are answered.
+    let info = tokio::time::timeout(READ_WAIT, stream.info()).await.expect("stream info waited for the fsync").unwrap();
+    assert_eq!(info.state.last_sequence, fit + 1, "the batch waits for the seals' commit");
+    let got = tokio::time::timeout(READ_WAIT, stream.direct_get(fit + 1)).await.expect("DIRECT.GET waited").unwrap();
+    assert_eq!(got.payload, payload(fit + 1));
+
+    std::fs::write(&control, "").unwrap();
+    let reply = tokio::time::timeout(READ_WAIT, committed.next()).await.expect("the commit's reply").unwrap();
+    let reply: serde_json::Value = serde_json::from_slice(&reply.payload).unwrap();
+    assert_eq!((reply["seq"].as_u64(), reply["count"].as_u64()), (Some(fit + 1 + count), Some(count)), "{reply}");
+    assert_eq!(stream.info().await.unwrap().state.messages, fit + 1 + count);
+    // Four rolls after the commit aside: four seals pending, none completed in place.
+    assert_eq!(segment_logs(&store, "ATOMROLL").len(), 6);
+}
+
+/// Bound on the appends that fill the pending seals (debug builds, 2 cores shared); below the
+/// fault switch's bound on a hold (`FAULT_HOLD_WAIT_MAX`), past which the held commit would run.
+const SEALS_COMMIT_WAIT: Duration = Duration::from_secs(240);
+/// Bound on the start of the seals' commit once the roll that needs it is published.
+const SEALS_COMMIT_START_WAIT: Duration = Duration::from_secs(30);
+
+/// Publishes big payloads numbered 1 to `last - 1` to `subject` on a broker on the fault switch
+/// `control`: 1 is committed, the commit of 2 is held, and the others are appended behind it,
+/// each roll beginning a seal that no commit completes; the next fsync (the one that completes
+/// the pending seals) is held too. Returns the acks of 2 to `last - 1`.
+async fn fill_the_pending_seals(
+    js: &jetstream::Context,
+    stream: &mut stream::Stream,
+    control: &std::path::Path,
+    subject: &'static str,
+    last: u64,
+) -> Vec<jetstream::context::PublishAckFuture> {
+    use super::disk_faults::{ack_of, wait_for_control};
+    /// Messages published before waiting for them to be appended: the ingest queue's bytes
+    /// stay far below its bound while every ack waits behind the held commit.
+    const PUBLISHED_AHEAD_COUNT: u64 = 8;
+    assert_eq!(ack_of(js.publish(subject, body(1)).await.unwrap()).await, Ok(1));
+    std::fs::write(control, "hold-one").unwrap();
+    let mut acks = vec![js.publish(subject, body(2)).await.unwrap()];
+    wait_for_control(control, |text| text.trim() == "holding", "the commit's fsync to be held").await;
+    let started = Instant::now();
+    std::fs::write(control, "holding hold-one").unwrap();
+    let deadline = Instant::now() + SEALS_COMMIT_WAIT;
+    for seq in 3..last {
+        acks.push(js.publish(subject, body(seq)).await.unwrap());
+        if seq % PUBLISHED_AHEAD_COUNT == 0 || seq == last - 1 {
+            while stream.info().await.unwrap().state.last_sequence < seq {
+                assert!(Instant::now() < deadline, "message {seq} was never appended");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+    assert!(deadline < started + semaq_store::FAULT_HOLD_WAIT_MAX, "the first hold outlasts the appends");
+    acks
+}
+
+/// Waits until the fsync that completes the pending seals is held (by `deadline`).
+async fn wait_for_seals_commit(control: &std::path::Path, deadline: Instant) {
+    while std::fs::read_to_string(control).unwrap_or_default().trim() != "holding holding" {
+        assert!(Instant::now() < deadline, "the seals' commit never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// How many big payloads published to `subject` fill a segment of the default size.
