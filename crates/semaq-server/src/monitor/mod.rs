@@ -244,6 +244,9 @@ fn connection_json(client: &Client, now: SystemTime, closed: Option<(&str, Syste
         "version": options.and_then(|o| o.version.clone()).unwrap_or_default(),
         "tls": client.tls,
     });
+    if let Some(rtt) = client.rtt() {
+        entry["rtt"] = json!(clock::go_duration(rtt));
+    }
     if let Some(user) = details.and_then(|d| d.user.clone()) {
         entry["authorized_user"] = json!(user);
     }
