@@ -370,3 +370,17 @@ async fn a_jwt_exports_latency_claim_measures_as_the_config_form_does() {
     let (traced_result, _) = measured_between(&a, &b, &url, "hdr", traced(SAMPLED)).await;
     assert_eq!(traced_result["header"], json!({ "Traceparent": [SAMPLED] }));
 }
+
+#[tokio::test]
+async fn connz_shows_each_clients_rtt_estimated_at_connect() {
+    let semaq = SemaqServer::with_config(CONFIG, &[]);
+    let _clients = [login(&semaq.url(), "a").await, login(&semaq.url(), "b").await];
+    let connz = semaq.http_json("/connz");
+    let connections = connz["connections"].as_array().expect("connections");
+    assert_eq!(connections.len(), 2);
+    for connection in connections {
+        // A Go duration, as nats-server's `rtt`: "1.234ms", "950µs".
+        let rtt = connection["rtt"].as_str().unwrap_or_default();
+        assert!(rtt.ends_with('s') && rtt != "0s", "{connection}");
+    }
+}
