@@ -307,7 +307,8 @@ pub struct Request {
     /// The exporting account's router.
     pub exporter: Weak<Router<SubscriberRef>>,
     /// Where the response goes: the requester's reply subject and the importing account's
-    /// router, whose interest in it the request needs (`408` once it goes).
+    /// router, whose interest in it the request needs (`408` once it goes); `None` when nobody
+    /// listened there when the request came.
     pub requester: Option<(Box<str>, Weak<Router<SubscriberRef>>)>,
     /// When it is reported `504` unless answered (the export's response threshold).
     pub deadline: Instant,
@@ -335,8 +336,11 @@ impl Request {
         }
     }
 
-    /// The same, its response going to `reply` in `importer`.
+    /// The same, its response going to `reply` in `importer`. Only a requester listening
+    /// there now can lose interest: nats-server looks for the loss when a subscription goes, so
+    /// a reply subject nobody listens on is never reported `408`.
     pub fn replying_to(self, reply: Option<&str>, importer: Weak<Router<SubscriberRef>>) -> Self {
+        let reply = reply.filter(|reply| listens(reply, &importer));
         Self { requester: reply.map(|reply| (reply.into(), importer)), ..self }
     }
 

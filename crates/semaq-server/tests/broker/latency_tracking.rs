@@ -267,6 +267,20 @@ async fn a_requester_that_stops_listening_before_the_response_is_reported_408_an
 }
 
 #[tokio::test]
+async fn a_response_to_a_reply_subject_nobody_listened_on_is_reported_200_not_408() {
+    let semaq = SemaqServer::with_config(CONFIG, &[]);
+    let (nats, _dir) = nats_server_with(CONFIG);
+    for url in [semaq.url(), nats.url()] {
+        let (a, b) = (login(&url, "a").await, login(&url, "b").await);
+        let mut results = a.subscribe("latency.svc").await.unwrap();
+        let _info = serve(&a, "svc").await;
+        b.publish_with_reply("svc", "inbox.nobody", "q".into()).await.unwrap();
+        let result: Value = serde_json::from_slice(&next(&mut results).await.payload).unwrap();
+        assert_eq!(result["status"], 200, "{url}: {result}");
+    }
+}
+
+#[tokio::test]
 async fn a_request_unanswered_past_the_response_threshold_is_reported_504_on_time() {
     let semaq = SemaqServer::with_config(CONFIG, &[]);
     let (nats, _dir) = nats_server_with(CONFIG);

@@ -155,11 +155,14 @@ fn a_request_whose_requester_stops_listening_is_given_up() {
     let listener = listener.expect("subscribed");
     tracked.insert("_R_.x.T", request().replying_to(Some("inbox.b"), std::sync::Arc::downgrade(&importer)));
     tracked.insert("_R_.y.T", request());
-    assert!(tracked.interest_lost().is_empty(), "the requester listens; a request without one is kept");
+    let unheard = request().replying_to(Some("inbox.nobody"), std::sync::Arc::downgrade(&importer));
+    assert!(unheard.requester.is_none(), "nobody listened, so no interest can be lost");
+    tracked.insert("_R_.z.T", unheard);
+    assert!(tracked.interest_lost().is_empty(), "the requester listens; requests without one are kept");
     importer.remove("inbox.b", None, &SubscriberRef(listener));
     let lost = tracked.interest_lost();
     assert_eq!(lost.iter().map(|(key, _)| &**key).collect::<Vec<_>>(), ["_R_.x.T"]);
-    assert_eq!(tracked.len(), 1);
+    assert_eq!(tracked.len(), 2);
 }
 
 /// A sink that takes everything and keeps nothing.
