@@ -58,6 +58,8 @@ pub struct Client {
     pub replies_owed: AtomicUsize,
     /// Set once at CONNECT.
     details: OnceLock<ClientDetails>,
+    /// The round trip estimated at CONNECT, in nanoseconds; 0 before it.
+    rtt_nanos: AtomicU64,
     /// Copied out of `details` for the per-message checks.
     echo: AtomicBool,
     headers: AtomicBool,
@@ -94,6 +96,7 @@ impl Client {
             subscriptions: AtomicUsize::new(0),
             replies_owed: AtomicUsize::new(0),
             details: OnceLock::new(),
+            rtt_nanos: AtomicU64::new(0),
             echo: AtomicBool::new(true),
             headers: AtomicBool::new(false),
             filters_deliveries: AtomicBool::new(false),
@@ -107,6 +110,20 @@ impl Client {
     /// CONNECT details, once received.
     pub fn details(&self) -> Option<&ClientDetails> {
         self.details.get()
+    }
+
+    /// Estimates the round trip as nats-server does at CONNECT: the time since the connection
+    /// was accepted (the INFO out and the CONNECT back), at least a nanosecond.
+    pub fn estimate_rtt(&self) {
+        let since = self.started.elapsed().unwrap_or_default();
+        let nanos = u64::try_from(since.as_nanos()).unwrap_or(u64::MAX).max(1);
+        self.rtt_nanos.store(nanos, Ordering::Relaxed);
+    }
+
+    /// The round trip estimated at CONNECT, if it came.
+    pub fn rtt(&self) -> Option<std::time::Duration> {
+        let nanos = self.rtt_nanos.load(Ordering::Relaxed);
+        (nanos > 0).then(|| std::time::Duration::from_nanos(nanos))
     }
 
     /// Whether routed requests await replies from this connection.

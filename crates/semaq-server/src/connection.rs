@@ -424,6 +424,7 @@ impl Connection {
         }
         let verbose = options.verbose;
         let expires = self.limits.expires;
+        self.client.estimate_rtt();
         self.client.accept_details(ClientDetails { options, user, permissions, account, expires });
         self.connected = true;
         if let Some(events) = &self.context.events {

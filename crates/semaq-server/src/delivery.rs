@@ -261,6 +261,7 @@ fn trace_delivery(client: &Client, subscription: &Subscription, message: &Messag
     let recipient = crate::trace::Recipient {
         cid: client.id,
         name: client.details().and_then(|d| d.options.name.as_deref()),
+        account: client.details().and_then(|d| d.account.as_deref()).unwrap_or(crate::options::GLOBAL_ACCOUNT),
         subscription: &subscription.subject,
         queue: subscription.queue.as_deref(),
         headers: client.headers(),

@@ -9,6 +9,7 @@
 pub mod mapping;
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use semaq_wire::subject;
 
@@ -86,6 +87,11 @@ pub struct Export {
     pub revocations: HashMap<String, i64>,
     /// For services, latency tracking of requests through imports.
     pub latency: Option<Latency>,
+    /// For services, how long a request waits for its response (`response_threshold`);
+    /// `None` for nats-server's default, 2 minutes.
+    pub response_threshold: Option<Duration>,
+    /// For services, whether a `Nats-Trace-Dest` trace goes on into this account (`allow_trace`).
+    pub allow_trace: bool,
 }
 
 impl Export {
@@ -100,6 +106,8 @@ impl Export {
             account_token_position: 0,
             revocations: HashMap::new(),
             latency: None,
+            response_threshold: None,
+            allow_trace: false,
         }
     }
 }
@@ -130,6 +138,8 @@ pub struct Import {
     pub activation: Option<Activation>,
     /// For services, whether the requester's details go to the exporter (`share`).
     pub share: bool,
+    /// For streams, whether a `Nats-Trace-Dest` trace goes on into this account (`allow_trace`).
+    pub allow_trace: bool,
 }
 
 /// One account's name and its exports and imports.
@@ -160,6 +170,11 @@ pub struct Link {
     pub latency: Option<Latency>,
     /// For services, whether the import shares the requester's details.
     pub share: bool,
+    /// For services, how long a request waits for its response.
+    pub response_threshold: Duration,
+    /// Whether a `Nats-Trace-Dest` trace crosses it: the export's `allow_trace` for a service,
+    /// the import's for a stream.
+    pub allow_trace: bool,
 }
 
 /// Why an import cannot be put in place; the texts are nats-server's.
@@ -322,6 +337,11 @@ fn check_import(
         // An export whose tracking does not hold was reported and serves untracked.
         latency: export.latency.clone().filter(|_| check_latency(exporter, export).is_ok()),
         share: import.share && import.kind == Kind::Service,
+        response_threshold: export.response_threshold.unwrap_or(limits::SERVICE_RESPONSE_TIMEOUT),
+        allow_trace: match import.kind {
+            Kind::Stream => import.allow_trace,
+            Kind::Service => export.allow_trace,
+        },
     };
     if forms_cycle(&link, added) {
         return Err(refused("import forms a cycle"));

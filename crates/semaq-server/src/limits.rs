@@ -441,14 +441,16 @@ pub const IMPORT_CYCLE_SEARCH_STEPS_MAX: usize = 10_000;
 /// responders that never answer cannot grow the table.
 pub const SERVICE_RESPONSES_PENDING_MAX: usize = 20_000;
 /// How long a service import's reply mapping waits for responses (nats-server's default
-/// response threshold, 2 minutes); stream and chunked responses keep it this long.
+/// response threshold, 2 minutes) unless the export sets `response_threshold`; stream and
+/// chunked responses keep it this long.
 pub const SERVICE_RESPONSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 /// Service-import requests measured for latency tracking and awaiting their response; past it
 /// further requests go unmeasured until responses or the response timeout free room.
 pub const TRACKED_REQUESTS_MAX: usize = 10_000;
-/// How often at most the measured requests are searched for those past the response timeout
-/// (each reported `504`); the search is linear, so it stays off most requests' path.
-pub const TRACKED_SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+/// How often the timer looks for measured requests past their response threshold (`504`) or
+/// whose requester stopped listening (`408`, a linear search of at most
+/// `TRACKED_REQUESTS_MAX`); a result comes at most this late.
+pub const TRACKED_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
 /// `$SYS` server requests (`nats server ping`, ...) queued for the task that answers them;
 /// past it further requests get no answer.
 pub const SYSTEM_REQUESTS_QUEUED_MAX: usize = 256;

@@ -18,6 +18,7 @@
 use std::cell::Cell;
 use std::collections::HashSet;
 use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
 use super::responses::Responses;
 use super::tracking::{self, ClientInfo, Request, ServiceLatency, Tracked, REQUEST_INFO};
@@ -27,6 +28,8 @@ use crate::delivery::{self, FlushSet, InternalSink, Message, SubscriberRef};
 use crate::imports::{Kind, Latency, Link, Mapping, ResponseType, REPLY_PREFIX};
 use crate::limits;
 use crate::router::{Router, RouterError};
+use crate::trace::msgtrace::{TRACE_DEST, TRACE_DISABLED};
+use crate::trace::{self, Crossing};
 
 type AccountRouter = Router<SubscriberRef>;
 
@@ -47,11 +50,12 @@ pub enum InstallError {
 }
 
 /// What every service import of a server shares: who its clients are, the server's name (in
-/// client details) and the requests being measured.
+/// client details), the reply mappings and the requests being measured.
 #[derive(Debug)]
 struct Services {
     clients: Arc<Clients>,
     server: String,
+    responses: Arc<Responses>,
     tracked: Tracked,
 }
 
@@ -70,38 +74,79 @@ impl Services {
         publish_hop(&exporter, &message, flush);
     }
 
-    /// Reports requests whose response did not come in time.
-    fn report_timeouts(&self, expired: Vec<Request>, flush: &mut FlushSet) {
-        for request in expired {
-            self.report(&request, &ServiceLatency::timed_out(&request), flush);
+    /// Reports the measured requests past their deadline (`504`) or whose requester stopped
+    /// listening (`408`), forgetting their reply mappings so a late response goes nowhere, as
+    /// nats-server drops them.
+    fn check_tracked(&self, now: Instant) {
+        let mut flush = FlushSet::default();
+        for (key, request) in self.tracked.expired(now) {
+            self.responses.forget(&key);
+            self.report(&request, &ServiceLatency::timed_out(&request), &mut flush);
         }
+        for (key, request) in self.tracked.interest_lost() {
+            self.responses.forget(&key);
+            self.report(&request, &ServiceLatency::interest_lost(&request), &mut flush);
+        }
+        flush.flush();
     }
+}
+
+/// Checks `services`' measured requests every `TRACKED_CHECK_INTERVAL` until the server (its
+/// imports) goes; nothing without a runtime (unit tests that send nothing).
+fn start_timer(services: Weak<Services>) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+    runtime.spawn(async move {
+        let mut ticks = tokio::time::interval(limits::TRACKED_CHECK_INTERVAL);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            let Some(services) = services.upgrade() else { return };
+            if !services.tracked.is_empty() {
+                services.check_tracked(Instant::now());
+            }
+        }
+    });
 }
 
 /// Puts `links` in place on `bus`, naming the server `server` in client details; returns the
 /// response table of its service imports.
 pub fn install(bus: &Bus, links: &[Link], server: &str) -> Result<Arc<Responses>, InstallError> {
-    let responses = Arc::new(Responses::new(limits::SERVICE_RESPONSES_PENDING_MAX, limits::SERVICE_RESPONSE_TIMEOUT));
+    // Mappings live at least as long as the longest response threshold.
+    let thresholds = links.iter().map(|link| link.response_threshold);
+    let timeout = thresholds.fold(limits::SERVICE_RESPONSE_TIMEOUT, Duration::max);
+    let responses = Arc::new(Responses::new(limits::SERVICE_RESPONSES_PENDING_MAX, timeout));
     let services = Arc::new(Services {
         clients: bus.clients.clone(),
         server: server.to_string(),
-        tracked: Tracked::new(limits::TRACKED_REQUESTS_MAX, limits::SERVICE_RESPONSE_TIMEOUT),
+        responses: responses.clone(),
+        tracked: Tracked::new(limits::TRACKED_REQUESTS_MAX),
     });
+    if links.iter().any(|link| link.latency.is_some()) {
+        start_timer(Arc::downgrade(&services));
+    }
     let router = |name: &str| bus.account_router(name).ok_or_else(|| InstallError::NoAccount(name.to_string()));
     let mut answering: HashSet<&str> = HashSet::new();
     for link in links {
         let (exporter, importer) = (router(&link.exporter)?, router(&link.importer)?);
         match link.kind {
             Kind::Stream => {
-                let sink = Arc::new(StreamImport { target: Arc::downgrade(importer), mapping: link.mapping.clone() });
+                let sink = Arc::new(StreamImport {
+                    target: Arc::downgrade(importer),
+                    importer: link.importer.clone(),
+                    mapping: link.mapping.clone(),
+                    allow_trace: link.allow_trace,
+                });
                 Bus::subscribe_internal_in(exporter, link.mapping.from(), None, sink)?;
             }
             Kind::Service => {
                 let sink = Arc::new(ServiceImport {
                     target: Arc::downgrade(exporter),
+                    exporter: link.exporter.clone(),
                     source: Arc::downgrade(importer),
+                    allow_trace: link.allow_trace,
                     mapping: link.mapping.clone(),
                     singleton: link.response == ResponseType::Singleton,
+                    threshold: link.response_threshold,
                     responses: responses.clone(),
                     latency: link.latency.clone(),
                     share: link.share,
@@ -138,7 +183,9 @@ fn publish_hop(router: &AccountRouter, message: &Message<'_>, flush: &mut FlushS
 #[derive(Debug)]
 struct StreamImport {
     target: Weak<AccountRouter>,
+    importer: String,
     mapping: Mapping,
+    allow_trace: bool,
 }
 
 impl InternalSink for StreamImport {
@@ -149,6 +196,12 @@ impl InternalSink for StreamImport {
     fn receive_batched(&self, message: &Message<'_>, flush: &mut FlushSet) -> bool {
         let Some(target) = self.target.upgrade() else { return false };
         let subject = self.mapping.apply(message.subject);
+        let crossing = trace::Import::Stream { account: &self.importer, to: &subject };
+        let _set_aside = match trace::cross_import(crossing, self.allow_trace) {
+            // nats-server counts the skipped delivery as made.
+            Crossing::Skip => return true,
+            Crossing::Go(set_aside) => set_aside,
+        };
         let mapped = Message { subject: &subject, publisher: None, ..*message };
         // Not delivered when nobody in the importing account listens, so a request in the
         // exporting account still learns it has no responders.
@@ -160,9 +213,12 @@ impl InternalSink for StreamImport {
 #[derive(Debug)]
 struct ServiceImport {
     target: Weak<AccountRouter>,
+    exporter: String,
     source: Weak<AccountRouter>,
+    allow_trace: bool,
     mapping: Mapping,
     singleton: bool,
+    threshold: Duration,
     responses: Arc<Responses>,
     latency: Option<Latency>,
     share: bool,
@@ -171,12 +227,11 @@ struct ServiceImport {
 
 impl ServiceImport {
     /// The measurement `message` gets, if sampled and there is room for it.
-    fn measure(&self, message: &Message<'_>, requestor: Option<&ClientInfo>, flush: &mut FlushSet) -> Option<Request> {
+    fn measure(&self, message: &Message<'_>, requestor: Option<&ClientInfo>) -> Option<Request> {
         let (latency, requestor) = (self.latency.as_ref()?, requestor?);
         let header = tracking::sample(latency.sampling, message.headers)?;
-        let (room, expired) = self.services.tracked.room();
-        self.services.report_timeouts(expired, flush);
-        room.then(|| Request::new(requestor.clone(), header, &latency.subject, self.target.clone()))
+        let request = Request::new(requestor.clone(), header, &latency.subject, self.target.clone(), self.threshold);
+        self.services.tracked.has_room().then(|| request.replying_to(message.reply, self.source.clone()))
     }
 }
 
@@ -188,15 +243,25 @@ impl InternalSink for ServiceImport {
     fn receive_batched(&self, message: &Message<'_>, flush: &mut FlushSet) -> bool {
         let Some(target) = self.target.upgrade() else { return false };
         let subject = self.mapping.apply(message.subject);
+        let crossing = trace::Import::Service { account: &self.exporter, from: message.subject, to: &subject };
+        let set_aside = match trace::cross_import(crossing, self.allow_trace) {
+            Crossing::Skip => return true,
+            Crossing::Go(set_aside) => set_aside,
+        };
         // A client's own request gets its details; one forwarded by another import keeps those
         // it carries, as nats-server does not let a client speak for another.
         let requestor = self.services.client_info(message.publisher, self.share);
-        let headers =
+        let mut headers =
             requestor.as_ref().map(|info| tracking::with_header(message.headers, REQUEST_INFO, &info.to_json()));
-        let measured = self.measure(message, requestor.as_ref(), flush);
-        let reply = message
-            .reply
-            .map(|reply| self.responses.register(reply, self.source.clone(), self.singleton, measured.is_some()));
+        if set_aside.is_some() {
+            // As nats-server, so a responder's own forwarding of it starts no trace either.
+            let current = headers.as_deref().or(message.headers);
+            headers = Some(tracking::with_header(current, TRACE_DEST, TRACE_DISABLED));
+        }
+        let measured = self.measure(message, requestor.as_ref());
+        let reply = message.reply.map(|reply| {
+            self.responses.register(reply, self.source.clone(), self.singleton, measured.is_some(), self.threshold)
+        });
         match (&reply, measured) {
             (Some(reply), Some(request)) => self.services.tracked.insert(reply, request),
             (None, Some(request)) => self.services.report(&request, &ServiceLatency::bad_request(&request), flush),
@@ -207,7 +272,7 @@ impl InternalSink for ServiceImport {
         let delivered = publish_hop(&target, &request, flush);
         if let (0, Some(reply)) = (delivered, &reply) {
             self.responses.forget(reply);
-            if let (Some(request), _) = self.services.tracked.take(reply) {
+            if let Some(request) = self.services.tracked.take(reply) {
                 self.services.report(&request, &ServiceLatency::unavailable(&request), flush);
             }
         }
@@ -216,7 +281,9 @@ impl InternalSink for ServiceImport {
 }
 
 /// Sends responders' answers on `_R_.` subjects back to the requesters, reporting the latency
-/// of measured requests first, as nats-server does.
+/// of measured requests first, as nats-server does; a measured request whose requester no
+/// longer listens is reported `408` and its response dropped, as nats-server has dropped its
+/// mapping by then.
 #[derive(Debug)]
 struct ServiceResponses {
     responses: Arc<Responses>,
@@ -230,13 +297,15 @@ impl InternalSink for ServiceResponses {
 
     fn receive_batched(&self, message: &Message<'_>, flush: &mut FlushSet) -> bool {
         let Some(pending) = self.responses.take(message.subject) else { return false };
-        if message.subject.ends_with(".T") {
-            let (measured, expired) = self.services.tracked.take(message.subject);
-            self.services.report_timeouts(expired, flush);
-            if let Some(request) = measured {
-                let responder = self.services.client_info(message.publisher, true);
-                self.services.report(&request, &ServiceLatency::answered(&request, responder), flush);
+        let measured = message.subject.ends_with(".T").then(|| self.services.tracked.take(message.subject)).flatten();
+        if let Some(request) = measured {
+            if !request.requester_listens() {
+                self.responses.forget(message.subject);
+                self.services.report(&request, &ServiceLatency::interest_lost(&request), flush);
+                return false;
             }
+            let responder = self.services.client_info(message.publisher, true);
+            self.services.report(&request, &ServiceLatency::answered(&request, responder), flush);
         }
         let Some(target) = pending.target.upgrade() else { return false };
         let response = Message { subject: &pending.reply, publisher: None, ..*message };
@@ -270,6 +339,8 @@ mod tests {
             response: ResponseType::Singleton,
             latency: None,
             share: false,
+            response_threshold: limits::SERVICE_RESPONSE_TIMEOUT,
+            allow_trace: false,
         }
     }
 

@@ -27,7 +27,8 @@ pub struct Pending {
     pub target: Weak<Router<SubscriberRef>>,
     /// Whether the mapping ends with the first response.
     singleton: bool,
-    created: Instant,
+    /// Past it, responses go nowhere (the export's response threshold).
+    expires: Instant,
 }
 
 /// The mappings from `_R_.` subjects to requesters' reply subjects.
@@ -58,10 +59,17 @@ impl Responses {
         Self { table: Mutex::new(table), prefix, next: AtomicU64::new(0), entries_max, timeout }
     }
 
-    /// Records where the responses to a request replying to `reply` go; returns the `_R_.`
-    /// subject the request carries instead (ending `.T` when its latency is measured, as in
-    /// nats-server).
-    pub fn register(&self, reply: &str, target: Weak<Router<SubscriberRef>>, singleton: bool, tracked: bool) -> String {
+    /// Records where the responses to a request replying to `reply` go, for at most
+    /// `threshold` (and the table's timeout); returns the `_R_.` subject the request carries
+    /// instead (ending `.T` when its latency is measured, as in nats-server).
+    pub fn register(
+        &self,
+        reply: &str,
+        target: Weak<Router<SubscriberRef>>,
+        singleton: bool,
+        tracked: bool,
+        threshold: Duration,
+    ) -> String {
         let now = Instant::now();
         let mut table = lock(&self.table);
         table.rotate(now, self.timeout);
@@ -72,7 +80,8 @@ impl Responses {
         let sequence = self.next.fetch_add(1, Ordering::Relaxed);
         let tail = if tracked { ".T" } else { "" };
         let subject = format!("{REPLY_PREFIX}{}.{sequence:x}{tail}", self.prefix);
-        let pending = Pending { reply: reply.into(), target, singleton, created: now };
+        let expires = now.checked_add(threshold.min(self.timeout)).unwrap_or(now);
+        let pending = Pending { reply: reply.into(), target, singleton, expires };
         table.current.insert(subject.as_str().into(), pending);
         subject
     }
@@ -88,7 +97,7 @@ impl Responses {
             false => &mut table.previous,
         };
         let pending = generation.get(subject)?;
-        if now.duration_since(pending.created) > self.timeout {
+        if now > pending.expires {
             generation.remove(subject);
             return None;
         }
@@ -104,7 +113,7 @@ impl Responses {
     pub fn requester(&self, subject: &str) -> Option<Weak<Router<SubscriberRef>>> {
         let table = lock(&self.table);
         let pending = table.current.get(subject).or_else(|| table.previous.get(subject))?;
-        (pending.created.elapsed() <= self.timeout).then(|| pending.target.clone())
+        (Instant::now() <= pending.expires).then(|| pending.target.clone())
     }
 
     /// Forgets the mapping of `subject` (its request reached no responder).
@@ -149,7 +158,7 @@ mod tests {
     fn the_requester_of_a_mapping_is_known_until_its_response_is_taken() {
         let responses = Responses::new(10, Duration::from_secs(60));
         let router = Arc::new(Router::<SubscriberRef>::default());
-        let subject = responses.register("_INBOX.a", Arc::downgrade(&router), true, false);
+        let subject = responses.register("_INBOX.a", Arc::downgrade(&router), true, false, Duration::from_secs(60));
         let requester = responses.requester(&subject).and_then(|target| target.upgrade());
         assert!(requester.is_some_and(|target| Arc::ptr_eq(&target, &router)));
         assert!(responses.take(&subject).is_some(), "peeking left the mapping in place");
@@ -159,8 +168,8 @@ mod tests {
     #[test]
     fn a_singleton_mapping_serves_one_response_and_a_stream_mapping_serves_many() {
         let responses = Responses::new(10, Duration::from_secs(60));
-        let once = responses.register("_INBOX.a", Weak::new(), true, false);
-        let many = responses.register("_INBOX.b", Weak::new(), false, false);
+        let once = responses.register("_INBOX.a", Weak::new(), true, false, Duration::from_secs(60));
+        let many = responses.register("_INBOX.b", Weak::new(), false, false, Duration::from_secs(60));
         assert!(once.starts_with(REPLY_PREFIX) && once != many);
         assert_eq!(responses.take(&once).map(|p| p.reply), Some("_INBOX.a".into()));
         assert!(responses.take(&once).is_none());
@@ -173,7 +182,9 @@ mod tests {
     #[test]
     fn the_table_stays_within_its_bound_dropping_the_oldest_and_mappings_expire() {
         let responses = Responses::new(4, Duration::from_millis(200));
-        let subjects: Vec<_> = (0..100).map(|_| responses.register("_INBOX.x", Weak::new(), true, false)).collect();
+        let subjects: Vec<_> = (0..100)
+            .map(|_| responses.register("_INBOX.x", Weak::new(), true, false, Duration::from_secs(60)))
+            .collect();
         assert!(responses.len() <= 4);
         assert!(responses.take(&subjects[0]).is_none(), "dropped for newer ones");
         assert!(responses.take(&subjects[98]).is_some(), "the newest stay");

@@ -2,13 +2,15 @@
 //! service import whose export has `latency` is sampled ([`sample`]); when its response passes,
 //! a [`ServiceLatency`] result is published in the exporting account on the export's results
 //! subject. A request that reaches no responder is reported `503`, one without a reply subject
-//! `400`, one whose response does not come within the response timeout `504`.
+//! `400`, one whose response does not come within the export's response threshold `504`, one
+//! whose requester stops listening on its reply subject before the response `408`.
 //!
-//! The requests awaiting their response are held in [`Tracked`], bounded in number and in time.
+//! The requests awaiting their response are held in [`Tracked`], bounded in number and in time;
+//! one timer per server reports those past their deadline or their requester's interest.
 //! The requester's details (`requestor`) are its account and RTT unless the import shares them
 //! (`share: true`); the same [`ClientInfo`] goes to the responder in `Nats-Request-Info`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -19,7 +21,6 @@ use serde::Serialize;
 use crate::client::Client;
 use crate::delivery::SubscriberRef;
 use crate::imports::Sampling;
-use crate::limits::TRACKED_SWEEP_INTERVAL;
 use crate::router::Router;
 use crate::sync::lock;
 
@@ -98,8 +99,8 @@ fn sample_by_headers(h: &TriggerHeaders) -> Option<TriggerHeaders> {
     sampled.then(|| pick(&["Traceparent", "Tracestate"]))
 }
 
-/// nats-server's `ClientInfo` of a connection: its account (and RTT, which SemaQ does not
-/// measure) always, the rest only when `detailed`.
+/// nats-server's `ClientInfo` of a connection: its account and RTT always, the rest only when
+/// `detailed`.
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
 pub struct ClientInfo {
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -118,6 +119,9 @@ pub struct ClientInfo {
     lang: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     ver: Option<String>,
+    /// The connection's round trip, in nanoseconds, as nats-server's `time.Duration`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rtt: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     server: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -136,8 +140,9 @@ impl ClientInfo {
         let details = client.details();
         let account = details.and_then(|d| d.account.as_deref());
         let acc = account.unwrap_or(crate::options::GLOBAL_ACCOUNT).to_string();
+        let rtt = client.rtt().map(nanos);
         if !detailed {
-            return Self { acc, ..Self::default() };
+            return Self { acc, rtt, ..Self::default() };
         }
         let nonempty = |text: &Option<String>| text.clone().filter(|t| !t.is_empty());
         let jwt = details.and_then(|d| nonempty(&d.options.jwt));
@@ -152,6 +157,7 @@ impl ClientInfo {
             name: details.and_then(|d| nonempty(&d.options.name)),
             lang: details.and_then(|d| nonempty(&d.options.lang)),
             ver: details.and_then(|d| nonempty(&d.options.version)),
+            rtt,
             server: Some(server.to_string()),
             jwt,
             issuer_key,
@@ -213,12 +219,25 @@ pub struct ServiceLatency {
 }
 
 impl ServiceLatency {
-    /// A result of `status` (`description` for errors) about `request`.
+    /// A result of `status` (`description` for errors) about `request`, with nats-server's
+    /// arithmetic: the requester's RTT starts it earlier and adds to the total; the responder's
+    /// comes out of the service time.
     fn new(status: u16, error: Option<&'static str>, request: &Request, responder: Option<ClientInfo>) -> Self {
-        let service = match responder {
-            Some(_) => nanos(request.started.elapsed()),
-            None => 0,
+        let requestor_rtt = request.requestor.rtt.unwrap_or(0);
+        let (service, system, total) = match &responder {
+            Some(responder) => {
+                let answered = Instant::now();
+                let elapsed = nanos(answered.duration_since(request.started));
+                let responder_rtt = responder.rtt.unwrap_or(0);
+                // nats-server counts the time from the response to now as the system's only
+                // when it knows the responder's RTT.
+                let system = if responder_rtt > 0 { nanos(answered.elapsed()) } else { 0 };
+                let total = requestor_rtt.saturating_add(elapsed).saturating_add(system);
+                ((elapsed - responder_rtt).max(0), system, total)
+            }
+            None => (0, 0, 0),
         };
+        let start = unix_nanos(request.started_at).saturating_sub(requestor_rtt);
         Self {
             kind: SERVICE_LATENCY_TYPE,
             id: event_id(),
@@ -228,11 +247,10 @@ impl ServiceLatency {
             requestor: Some(request.requestor.clone()),
             responder,
             header: request.header.clone(),
-            start: clock::rfc3339_nanos(unix_nanos(request.started_at)),
-            // Without client RTTs, the service's time is all of it and the system's none.
+            start: clock::rfc3339_nanos(start),
             service,
-            system: 0,
-            total: service,
+            system,
+            total,
         }
     }
 
@@ -246,9 +264,14 @@ impl ServiceLatency {
         Self::new(503, Some("Service Unavailable"), request, None)
     }
 
-    /// No response within the response timeout.
+    /// No response within the response threshold.
     pub fn timed_out(request: &Request) -> Self {
         Self::new(504, Some("Service Timeout"), request, None)
+    }
+
+    /// The requester stopped listening on the reply subject before the response.
+    pub fn interest_lost(request: &Request) -> Self {
+        Self::new(408, Some("Request Timeout"), request, None)
     }
 
     /// The request had no reply subject.
@@ -283,71 +306,126 @@ pub struct Request {
     pub results: String,
     /// The exporting account's router.
     pub exporter: Weak<Router<SubscriberRef>>,
+    /// Where the response goes: the requester's reply subject and the importing account's
+    /// router, whose interest in it the request needs (`408` once it goes); `None` when nobody
+    /// listened there when the request came.
+    pub requester: Option<(Box<str>, Weak<Router<SubscriberRef>>)>,
+    /// When it is reported `504` unless answered (the export's response threshold).
+    pub deadline: Instant,
 }
 
 impl Request {
-    /// A request measured from now.
+    /// A request measured from now, waiting at most `threshold` for its response.
     pub fn new(
         requestor: ClientInfo,
         header: TriggerHeaders,
         results: &str,
         exporter: Weak<Router<SubscriberRef>>,
+        threshold: Duration,
     ) -> Self {
+        let started = Instant::now();
         Self {
-            started: Instant::now(),
+            started,
             started_at: SystemTime::now(),
             requestor,
             header,
             results: results.to_string(),
             exporter,
+            requester: None,
+            deadline: started.checked_add(threshold).unwrap_or(started),
         }
+    }
+
+    /// The same, its response going to `reply` in `importer`. Only a requester listening
+    /// there now can lose interest: nats-server looks for the loss when a subscription goes, so
+    /// a reply subject nobody listens on is never reported `408`.
+    pub fn replying_to(self, reply: Option<&str>, importer: Weak<Router<SubscriberRef>>) -> Self {
+        let reply = reply.filter(|reply| listens(reply, &importer));
+        Self { requester: reply.map(|reply| (reply.into(), importer)), ..self }
+    }
+
+    /// Whether the importing account still listens on the reply subject (true when unknown).
+    pub fn requester_listens(&self) -> bool {
+        self.requester.as_ref().is_none_or(|(reply, importer)| listens(reply, importer))
     }
 }
 
-/// The measured requests awaiting their response, by `_R_.` reply subject: at most
-/// `entries_max`, each at most `expiry`; past the bound new requests go unmeasured. Expired
-/// requests are looked for at most once per `TRACKED_SWEEP_INTERVAL`, so the scan stays off
-/// most requests' path.
+/// Whether `importer` has a subscription matching `reply`.
+fn listens(reply: &str, importer: &Weak<Router<SubscriberRef>>) -> bool {
+    importer.upgrade().is_some_and(|router| !router.matches(reply).is_empty())
+}
+
+/// The measured requests awaiting their response, by `_R_.` reply subject, at most
+/// `entries_max` (past it new requests go unmeasured), with their deadlines in order so the
+/// timer finds those past theirs without a scan.
 #[derive(Debug)]
 pub struct Tracked {
     table: Mutex<Table>,
     entries_max: usize,
-    expiry: Duration,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Table {
     requests: HashMap<Box<str>, Request>,
-    swept_at: Instant,
+    deadlines: BTreeSet<(Instant, Box<str>)>,
 }
 
 impl Tracked {
     /// An empty table.
-    pub fn new(entries_max: usize, expiry: Duration) -> Self {
-        Self { table: Mutex::new(Table { requests: HashMap::new(), swept_at: Instant::now() }), entries_max, expiry }
+    pub fn new(entries_max: usize) -> Self {
+        Self { table: Mutex::new(Table::default()), entries_max }
     }
 
-    /// Whether a request may be measured now (the table has room); with the expired ones.
-    pub fn room(&self) -> (bool, Vec<Request>) {
-        let mut table = lock(&self.table);
-        let expired = self.expire(&mut table);
-        (table.requests.len() < self.entries_max, expired)
+    /// Whether a request may be measured now.
+    pub fn has_room(&self) -> bool {
+        lock(&self.table).requests.len() < self.entries_max
     }
 
-    /// Holds `request` until its response on `reply` (dropped when the table is full).
-    pub fn insert(&self, reply: &str, request: Request) {
+    /// Holds `request` until its response on `key` (dropped when the table is full).
+    pub fn insert(&self, key: &str, request: Request) {
         let mut table = lock(&self.table);
+        if let Some(earlier) = table.requests.remove(key) {
+            table.deadlines.remove(&(earlier.deadline, Box::<str>::from(key)));
+        }
         if table.requests.len() < self.entries_max {
-            table.requests.insert(reply.into(), request);
+            table.deadlines.insert((request.deadline, key.into()));
+            table.requests.insert(key.into(), request);
         }
     }
 
-    /// The request whose response is on `reply`, if measured; with the expired ones.
-    pub fn take(&self, reply: &str) -> (Option<Request>, Vec<Request>) {
+    /// The request whose response is on `key`, if measured.
+    pub fn take(&self, key: &str) -> Option<Request> {
         let mut table = lock(&self.table);
-        let expired = self.expire(&mut table);
-        let request = table.requests.remove(reply).filter(|r| r.started.elapsed() <= self.expiry);
-        (request, expired)
+        let request = table.requests.remove(key)?;
+        table.deadlines.remove(&(request.deadline, Box::<str>::from(key)));
+        Some(request)
+    }
+
+    /// The requests past their deadline at `now`, by key, taken out.
+    pub fn expired(&self, now: Instant) -> Vec<(Box<str>, Request)> {
+        let mut table = lock(&self.table);
+        let mut expired = Vec::new();
+        while table.deadlines.first().is_some_and(|(deadline, _)| *deadline <= now) {
+            let Some((_, key)) = table.deadlines.pop_first() else { break };
+            if let Some(request) = table.requests.remove(&key) {
+                expired.push((key, request));
+            }
+        }
+        expired
+    }
+
+    /// The requests whose requester no longer listens on their reply subject, by key, taken
+    /// out. The routers are asked outside the table's lock.
+    pub fn interest_lost(&self) -> Vec<(Box<str>, Request)> {
+        type Held = (Box<str>, (Box<str>, Weak<Router<SubscriberRef>>));
+        let held: Vec<Held> = {
+            let table = lock(&self.table);
+            let requesters = table.requests.iter().filter_map(|(k, r)| Some((k.clone(), r.requester.clone()?)));
+            requesters.collect()
+        };
+        let lost: Vec<Box<str>> =
+            held.into_iter().filter(|(_, (reply, importer))| !listens(reply, importer)).map(|(key, _)| key).collect();
+        lost.iter().filter_map(|key| Some((key.clone(), self.take(key)?))).collect()
     }
 
     /// Requests held.
@@ -358,16 +436,6 @@ impl Tracked {
     /// Whether none is held.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-
-    fn expire(&self, table: &mut Table) -> Vec<Request> {
-        if table.requests.is_empty() || table.swept_at.elapsed() < TRACKED_SWEEP_INTERVAL.min(self.expiry) {
-            return Vec::new();
-        }
-        table.swept_at = Instant::now();
-        let expired: Vec<Box<str>> =
-            table.requests.iter().filter(|(_, r)| r.started.elapsed() > self.expiry).map(|(k, _)| k.clone()).collect();
-        expired.iter().filter_map(|key| table.requests.remove(key)).collect()
     }
 }
 

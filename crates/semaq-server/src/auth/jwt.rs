@@ -356,6 +356,12 @@ pub struct ExportClaim {
     /// Service latency tracking, for services.
     #[serde(default)]
     pub latency: Option<LatencyClaim>,
+    /// How long a service request waits for its response, in nanoseconds; 0 for the default.
+    #[serde(default)]
+    pub response_threshold: i64,
+    /// For services, whether `Nats-Trace-Dest` traces go on into the exporter.
+    #[serde(default)]
+    pub allow_trace: bool,
 }
 
 /// An export's `latency`: `sampling` a percentage or `"headers"`, `results` the subject.
@@ -393,6 +399,9 @@ pub struct ImportClaim {
     /// Whether the requester's details go to the exporter.
     #[serde(default)]
     pub share: bool,
+    /// For streams, whether `Nats-Trace-Dest` traces go on into the importer.
+    #[serde(default)]
+    pub allow_trace: bool,
 }
 
 impl Kind for AccountNats {

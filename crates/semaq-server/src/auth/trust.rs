@@ -402,6 +402,8 @@ fn export(claim: &ExportClaim) -> Option<Export> {
         account_token_position: usize::try_from(claim.account_token_position).unwrap_or(usize::MAX),
         revocations: claim.revocations.clone().unwrap_or_default(),
         latency: claim.latency.as_ref().map(latency),
+        response_threshold: u64::try_from(claim.response_threshold).ok().filter(|ns| *ns > 0).map(Duration::from_nanos),
+        allow_trace: claim.allow_trace,
         ..Export::new(link_kind(&claim.kind)?, claim.subject.clone(), Vec::new(), response)
     })
 }
@@ -432,7 +434,8 @@ fn import(claim: &ImportClaim) -> Option<Import> {
             None => (claim.subject.clone(), None, None),
         },
     };
-    Some(Import { kind, account: claim.account.clone(), subject, to, prefix, activation: None, share: claim.share })
+    let (share, allow_trace) = (claim.share, claim.allow_trace);
+    Some(Import { kind, account: claim.account.clone(), subject, to, prefix, activation: None, share, allow_trace })
 }
 
 fn link_kind(text: &str) -> Option<LinkKind> {
@@ -572,6 +575,7 @@ mod tests {
             prefix: None,
             activation: None,
             share: false,
+            allow_trace: false,
         };
         let keys = HashSet::from([scope.public_key()]);
         let me = importer.public_key();

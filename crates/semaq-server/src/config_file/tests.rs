@@ -944,6 +944,7 @@ fn exports_and_imports_are_read_in_nats_server_syntax() {
         prefix: prefix.map(Into::into),
         activation: None,
         share: false,
+        allow_trace: false,
     };
     assert_eq!(
         options.accounts[1].imports,

@@ -13,6 +13,7 @@ fn import(kind: Kind, account: &str, subject: &str, to: Option<&str>, prefix: Op
         prefix: prefix.map(Into::into),
         activation: None,
         share: false,
+        allow_trace: false,
     }
 }
 

@@ -244,6 +244,11 @@ fn connection_json(client: &Client, now: SystemTime, closed: Option<(&str, Syste
         "version": options.and_then(|o| o.version.clone()).unwrap_or_default(),
         "tls": client.tls,
     });
+    if let Some(rtt) = client.rtt() {
+        // Go's `Duration.String`, as nats-server prints it: "1.234567ms".
+        let nanos = i64::try_from(rtt.as_nanos()).unwrap_or(i64::MAX);
+        entry["rtt"] = json!(clock::go_duration_text(nanos));
+    }
     if let Some(user) = details.and_then(|d| d.user.clone()) {
         entry["authorized_user"] = json!(user);
     }

@@ -205,6 +205,8 @@ pub struct Recipient<'a> {
     pub cid: u64,
     /// Its name.
     pub name: Option<&'a str>,
+    /// Its account (`$G` for the server's own users).
+    pub account: &'a str,
     /// The subscription's subject filter.
     pub subscription: &'a str,
     /// Its queue group.
@@ -230,7 +232,7 @@ pub fn deliver(to: &Recipient<'_>, subject: &str, headers: Option<&[u8]>) -> Del
         let Some(current) = current.as_mut() else { return Delivery::default() };
         let mut skip = false;
         if let Some(msg) = current.msg.as_mut() {
-            msg.egress(to.cid, to.name, to.subscription, to.queue);
+            msg.egress(to.cid, to.name, to.account, to.subscription, to.queue);
             skip = msg.trace_only;
         }
         let span = match (tracer(), current.span.as_ref()) {
@@ -251,6 +253,77 @@ pub fn deliver(to: &Recipient<'_>, subject: &str, headers: Option<&[u8]>) -> Del
         }
         let headers = to.headers.then(|| with_traceparent(headers, &span.context().format()));
         Delivery { headers, skip, _span: Some(span) }
+    })
+}
+
+/// An import a traced message crosses into another account.
+#[derive(Debug, Clone, Copy)]
+pub enum Import<'a> {
+    /// A stream import, into `account` as subject `to`.
+    Stream {
+        /// The importing account.
+        account: &'a str,
+        /// The subject there.
+        to: &'a str,
+    },
+    /// A service import, from the importer's subject `from` to the exporting `account`'s `to`.
+    Service {
+        /// The exporting account.
+        account: &'a str,
+        /// The importer's subject.
+        from: &'a str,
+        /// The exporter's subject.
+        to: &'a str,
+    },
+}
+
+/// What crossing an import makes of the `Nats-Trace-Dest` trace of the publish on this thread.
+#[derive(Debug)]
+pub enum Crossing {
+    /// Deliver across; with the trace set aside (and put back when dropped) when the import
+    /// does not allow it.
+    Go(Option<SetAside>),
+    /// Traced only, and the import does not allow the trace: deliver nothing across.
+    Skip,
+}
+
+/// A `Nats-Trace-Dest` trace set aside while its message crosses an import that does not allow
+/// tracing, so deliveries beyond record nothing; put back when dropped.
+#[derive(Debug)]
+pub struct SetAside(Option<MsgTrace>);
+
+impl Drop for SetAside {
+    fn drop(&mut self) {
+        let msg = self.0.take();
+        CURRENT.with(|current| {
+            if let Some(current) = current.borrow_mut().as_mut() {
+                current.msg = msg;
+            }
+        });
+    }
+}
+
+/// Records the publish on this thread crossing `import` in its `Nats-Trace-Dest` trace (an `se`
+/// or `si` event, as nats-server's `addStreamExportEvent` and `addServiceImportEvent`) and says
+/// how to go on: past an import that does not `allow` tracing, nats-server traces no further
+/// and delivers a traced-only message no further.
+pub fn cross_import(import: Import<'_>, allow: bool) -> Crossing {
+    if !in_traced_publish() {
+        return Crossing::Go(None);
+    }
+    CURRENT.with(|current| {
+        let mut current = current.borrow_mut();
+        let Some(current) = current.as_mut() else { return Crossing::Go(None) };
+        let Some(msg) = current.msg.as_mut() else { return Crossing::Go(None) };
+        match import {
+            Import::Stream { account, to } => msg.stream_export(account, to),
+            Import::Service { account, from, to } => msg.service_import(account, from, to),
+        }
+        match (allow, msg.trace_only) {
+            (true, _) => Crossing::Go(None),
+            (false, true) => Crossing::Skip,
+            (false, false) => Crossing::Go(Some(SetAside(current.msg.take()))),
+        }
     })
 }
 

@@ -1,7 +1,8 @@
 //! nats-server 2.11's message tracing: a message with `Nats-Trace-Dest: <subject>` has a
 //! `MsgTraceEvent` published to that subject, in nats-server's JSON (`server/msgtrace.go`):
 //! `server`, `request` (`header`, `msgsize`), `events` with `type` codes `in` (ingress), `eg`
-//! (egress, one per client delivery) and `js` (a stream stored it).
+//! (egress, one per client delivery), `se` and `si` (it crossed a stream or service import into
+//! another account) and `js` (a stream stored it).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -12,6 +13,9 @@ use serde_json::{json, Map, Value};
 
 /// The header naming where trace events go.
 pub const TRACE_DEST: &str = semaq_wire::headers::names::TRACE_DEST;
+/// `Nats-Trace-Dest`'s value past an import that does not allow tracing (not a subject, so
+/// nothing further traces it).
+pub const TRACE_DISABLED: &str = "trace disabled";
 /// `1`, `true` or `on`: trace the message but deliver and store it nowhere.
 pub const TRACE_ONLY: &str = "Nats-Trace-Only";
 /// nats-server's kind code for a client connection.
@@ -40,6 +44,8 @@ pub struct MsgTrace {
     pub dest: String,
     /// Whether the message is traced only, not delivered.
     pub trace_only: bool,
+    /// The account the message was published in; egress to another one names that one.
+    account: String,
     server: Value,
     request: Value,
     events: Vec<Value>,
@@ -82,22 +88,37 @@ impl MsgTrace {
         Some(Self {
             dest: dest.to_string(),
             trace_only,
+            account: ingress.account.to_string(),
             server,
             request: json!({ "header": header, "msgsize": msg_size }),
             events: vec![ingress_event],
         })
     }
 
-    /// A delivery (or, traced only, a delivery it would have been) to client `cid`.
-    pub fn egress(&mut self, cid: u64, name: Option<&str>, subscription: &str, queue: Option<&str>) {
+    /// A delivery (or, traced only, a delivery it would have been) to client `cid` of `account`.
+    pub fn egress(&mut self, cid: u64, name: Option<&str>, account: &str, subscription: &str, queue: Option<&str>) {
         let mut event = json!({ "type": "eg", "ts": now(), "kind": KIND_CLIENT, "cid": cid, "sub": subscription });
         if let Some(name) = name.filter(|n| !n.is_empty()) {
             event["name"] = json!(name);
+        }
+        // Reached through an import: nats-server names the other account.
+        if account != self.account {
+            event["acc"] = json!(account);
         }
         if let Some(queue) = queue {
             event["queue"] = json!(queue);
         }
         self.events.push(event);
+    }
+
+    /// The message crossed a stream import into `account`, as `to` there.
+    pub fn stream_export(&mut self, account: &str, to: &str) {
+        self.events.push(json!({ "type": "se", "ts": now(), "acc": account, "to": to }));
+    }
+
+    /// The message crossed a service import from `from` to `to` in the exporting `account`.
+    pub fn service_import(&mut self, account: &str, from: &str, to: &str) {
+        self.events.push(json!({ "type": "si", "ts": now(), "acc": account, "from": from, "to": to }));
     }
 
     /// Stream `stream` captured the message (published on `subject`).

@@ -327,7 +327,7 @@ fn jwt_config(dir: &Path) -> (String, KeyPair, KeyPair) {
     (config, x, y)
 }
 
-async fn jwt_user(dir: &Path, url: &str, account: &KeyPair, name: &str) -> Client {
+pub(crate) async fn jwt_user(dir: &Path, url: &str, account: &KeyPair, name: &str) -> Client {
     let user = KeyPair::new_user();
     let jwt = mint(account, &user.public_key(), unlimited_user(json!({})), json!({}));
     let path = creds(dir, name, &jwt, &user.seed().unwrap());

@@ -296,3 +296,121 @@ async fn spans_are_exported_over_otlp_http_including_an_atomic_batchs_store_span
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A exports two streams and two services, one of each letting traces in; B imports them all,
+/// letting in the trace of `feed.open` only.
+const ACCOUNTS: &str = r#"
+accounts {
+  A {
+    users: [{ user: a, password: a }]
+    exports: [
+      { stream: "feed.>" }
+      { service: "svc.open", allow_trace: true }
+      { service: "svc.shut" }
+    ]
+  }
+  B {
+    users: [{ user: b, password: b }]
+    imports: [
+      { stream: { account: A, subject: "feed.open" }, allow_trace: true }
+      { stream: { account: A, subject: "feed.shut" } }
+      { service: { account: A, subject: "svc.open" } }
+      { service: { account: A, subject: "svc.shut" } }
+    ]
+  }
+}
+"#;
+
+async fn login(server: &SemaqServer, user: &str) -> async_nats::Client {
+    let options = async_nats::ConnectOptions::with_user_and_password(user.into(), user.into()).name(user);
+    options.connect(server.url()).await.expect("connect")
+}
+
+/// What `from` publishing traced on `subject` (and `received` by `to`) reports to `from`'s
+/// `trace.events`: the event and the message `to` got, if any.
+async fn crossing(
+    from: &async_nats::Client,
+    to: &async_nats::Client,
+    subject: &str,
+    only: bool,
+) -> (Value, Option<async_nats::Message>) {
+    let mut events = from.subscribe("trace.events").await.expect("subscribe");
+    let mut received = to.subscribe(subject.to_string()).await.expect("subscribe");
+    sync(from).await;
+    sync(to).await;
+    let mut headers = traced("trace.events");
+    if only {
+        headers.insert("Nats-Trace-Only", "true");
+    }
+    from.publish_with_headers(subject.to_string(), headers, "x".into()).await.expect("publish");
+    let event = next_event(&mut events).await;
+    let got = tokio::time::timeout(Duration::from_millis(300), received.next()).await.ok().flatten();
+    (event, got)
+}
+
+#[tokio::test]
+async fn a_trace_crosses_a_stream_import_only_when_the_import_allows_it() {
+    let server = SemaqServer::with_config(ACCOUNTS, &[]);
+    let (a, b) = (login(&server, "a").await, login(&server, "b").await);
+    let (event, got) = crossing(&a, &b, "feed.open", false).await;
+    let exported = of_type(&event, "se");
+    assert_eq!((exported.len(), &exported[0]["acc"], &exported[0]["to"]), (1, &"B".into(), &"feed.open".into()));
+    let egress = of_type(&event, "eg");
+    assert_eq!((egress.len(), &egress[0]["acc"]), (1, &"B".into()), "the egress names the other account: {event}");
+    assert!(got.is_some(), "delivered");
+
+    let (event, got) = crossing(&a, &b, "feed.shut", false).await;
+    assert_eq!(of_type(&event, "se").len(), 1, "{event}");
+    assert!(of_type(&event, "eg").is_empty(), "the trace stops at the import: {event}");
+    assert!(got.is_some(), "delivered all the same");
+
+    let (event, got) = crossing(&a, &b, "feed.shut", true).await;
+    assert_eq!(of_type(&event, "se").len(), 1, "{event}");
+    assert!(got.is_none(), "traced only: nothing goes past the import");
+}
+
+#[tokio::test]
+async fn a_trace_crosses_a_service_import_only_when_the_export_allows_it() {
+    let server = SemaqServer::with_config(ACCOUNTS, &[]);
+    let (a, b) = (login(&server, "a").await, login(&server, "b").await);
+    let (event, got) = crossing(&b, &a, "svc.open", false).await;
+    let imported = of_type(&event, "si");
+    assert_eq!(imported.len(), 1, "{event}");
+    assert_eq!(
+        (&imported[0]["acc"], &imported[0]["from"], &imported[0]["to"]),
+        (&"A".into(), &"svc.open".into(), &"svc.open".into())
+    );
+    let egress = of_type(&event, "eg");
+    assert_eq!((egress.len(), &egress[0]["acc"]), (1, &"A".into()), "{event}");
+    let headers = got.expect("delivered").headers.expect("headers");
+    assert_eq!(headers.get("Nats-Trace-Dest").map(|v| v.as_str()), Some("trace.events"));
+
+    let (event, got) = crossing(&b, &a, "svc.shut", false).await;
+    assert_eq!(of_type(&event, "si").len(), 1, "{event}");
+    assert!(of_type(&event, "eg").is_empty(), "the trace stops at the import: {event}");
+    let headers = got.expect("delivered all the same").headers.expect("headers");
+    assert_eq!(headers.get("Nats-Trace-Dest").map(|v| v.as_str()), Some("trace disabled"), "as nats-server marks it");
+
+    let (_, got) = crossing(&b, &a, "svc.shut", true).await;
+    assert!(got.is_none(), "traced only: nothing goes past the import");
+}
+
+#[test]
+fn allow_trace_on_the_wrong_side_stops_startup_with_nats_servers_message() {
+    let cases = [
+        (
+            "{ stream: \"feed.>\" }",
+            "{ stream: \"feed.>\", allow_trace: true }",
+            "Detected allow_trace directive on non-service",
+        ),
+        (
+            "{ service: { account: A, subject: \"svc.shut\" } }",
+            "{ service: { account: A, subject: \"svc.shut\" }, allow_trace: true }",
+            "Detected allow_trace directive on a non-stream",
+        ),
+    ];
+    for (from, to, message) in cases {
+        let stderr = crate::imports::refusal(&ACCOUNTS.replace(from, to));
+        assert!(stderr.contains(message), "{to}: {stderr}");
+    }
+}

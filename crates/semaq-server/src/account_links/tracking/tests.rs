@@ -79,8 +79,12 @@ fn the_request_info_header_replaces_a_forged_one_and_keeps_the_rest() {
 }
 
 fn request() -> Request {
+    request_within(Duration::from_secs(60))
+}
+
+fn request_within(threshold: Duration) -> Request {
     let requestor = ClientInfo { acc: "B".into(), ..ClientInfo::default() };
-    Request::new(requestor, TriggerHeaders::new(), "latency.svc", Weak::new())
+    Request::new(requestor, TriggerHeaders::new(), "latency.svc", Weak::new(), threshold)
 }
 
 fn json(result: &ServiceLatency) -> serde_json::Value {
@@ -115,6 +119,7 @@ fn errors_carry_nats_servers_status_and_description_and_no_responder() {
     for (result, status, description) in [
         (ServiceLatency::unavailable(&request), 503, "Service Unavailable"),
         (ServiceLatency::timed_out(&request), 504, "Service Timeout"),
+        (ServiceLatency::interest_lost(&request), 408, "Request Timeout"),
         (ServiceLatency::bad_request(&request), 400, "Bad Request"),
     ] {
         let result = json(&result);
@@ -125,17 +130,47 @@ fn errors_carry_nats_servers_status_and_description_and_no_responder() {
 }
 
 #[test]
-fn the_tracked_table_is_bounded_and_reports_what_expired() {
-    let tracked = Tracked::new(2, Duration::from_millis(50));
-    for reply in ["a", "b", "c"] {
-        tracked.insert(reply, request());
-    }
+fn the_tracked_table_is_bounded_and_gives_up_requests_past_their_deadline_in_order() {
+    let tracked = Tracked::new(2);
+    let start = Instant::now();
+    tracked.insert("late", request_within(Duration::from_millis(200)));
+    tracked.insert("soon", request_within(Duration::from_millis(100)));
+    tracked.insert("over", request());
     assert_eq!(tracked.len(), 2, "past the bound new requests go unmeasured");
-    assert!(!tracked.room().0);
-    assert!(tracked.take("a").0.is_some() && tracked.take("a").0.is_none());
-    std::thread::sleep(Duration::from_millis(80));
-    let (measured, expired) = tracked.take("b");
-    assert!(measured.is_none(), "too late to be answered");
-    assert_eq!(expired.len(), 1);
+    assert!(!tracked.has_room());
+    assert!(tracked.expired(start).is_empty(), "none is past its deadline yet");
+    let expired = tracked.expired(start + Duration::from_millis(150));
+    assert_eq!(expired.iter().map(|(key, _)| &**key).collect::<Vec<_>>(), ["soon"]);
+    assert!(tracked.take("soon").is_none(), "an expired request is answered no more");
+    assert!(tracked.take("late").is_some() && tracked.take("late").is_none());
+    assert!(tracked.expired(start + Duration::from_secs(1)).is_empty(), "a taken request has no deadline left");
     assert!(tracked.is_empty());
+}
+
+#[test]
+fn a_request_whose_requester_stops_listening_is_given_up() {
+    let tracked = Tracked::new(10);
+    let importer = std::sync::Arc::new(Router::<SubscriberRef>::default());
+    let listener = crate::bus::Bus::subscribe_internal_in(&importer, "inbox.b", None, std::sync::Arc::new(Nothing));
+    let listener = listener.expect("subscribed");
+    tracked.insert("_R_.x.T", request().replying_to(Some("inbox.b"), std::sync::Arc::downgrade(&importer)));
+    tracked.insert("_R_.y.T", request());
+    let unheard = request().replying_to(Some("inbox.nobody"), std::sync::Arc::downgrade(&importer));
+    assert!(unheard.requester.is_none(), "nobody listened, so no interest can be lost");
+    tracked.insert("_R_.z.T", unheard);
+    assert!(tracked.interest_lost().is_empty(), "the requester listens; requests without one are kept");
+    importer.remove("inbox.b", None, &SubscriberRef(listener));
+    let lost = tracked.interest_lost();
+    assert_eq!(lost.iter().map(|(key, _)| &**key).collect::<Vec<_>>(), ["_R_.x.T"]);
+    assert_eq!(tracked.len(), 2);
+}
+
+/// A sink that takes everything and keeps nothing.
+#[derive(Debug)]
+struct Nothing;
+
+impl crate::delivery::InternalSink for Nothing {
+    fn receive(&self, _: &crate::delivery::Message<'_>) -> bool {
+        true
+    }
 }

@@ -10,7 +10,7 @@
 //! Each entry is checked against the others once the whole file is read, as nats-server does
 //! when it adds them to its accounts.
 
-use super::{block, boolean, integer, invalid, string, wrong_type, Mapper};
+use super::{block, boolean, integer, invalid, parse_go_duration, string, wrong_type, Mapper};
 use crate::config_file::syntax::{Kind as ValueKind, Map, Value};
 use crate::config_file::{ConfigError, Location};
 use crate::imports::{self, AccountLinks, Export, Import, Kind, Latency, ResponseType, Sampling};
@@ -50,7 +50,7 @@ impl Mapper<'_> {
         let map = entry_block(path, "Export", item)?;
         let (mut kind, mut subject, mut accounts, mut response) = (None, None, Vec::new(), None);
         let mut position = 0;
-        let mut latency = None;
+        let (mut latency, mut threshold, mut allow_trace) = (None, None, None);
         for entry in &map.entries {
             let v = &entry.value;
             match entry.key.to_ascii_lowercase().as_str() {
@@ -73,12 +73,25 @@ impl Mapper<'_> {
                     position = usize::try_from(at).unwrap_or(usize::MAX);
                 }
                 "latency" => latency = Some((service_latency(v)?, entry.at.clone())),
+                "threshold" | "response_threshold" | "response_max_time" | "response_time" => {
+                    if threshold.is_some() {
+                        return Err(invalid(&entry.at, "Duplicate response threshold detected".to_string()));
+                    }
+                    threshold = Some((response_threshold(v)?, entry.at.clone()));
+                }
+                "allow_trace" => allow_trace = Some((boolean(&format!("{path}.allow_trace"), v)?, entry.at.clone())),
                 _ => self.unknown(entry, path),
             }
         }
         let (Some(kind), Some(subject)) = (kind, subject) else {
             return Err(invalid(&item.at, "Export entry needs a stream or a service".to_string()));
         };
+        if let (Kind::Stream, Some((_, at))) = (kind, &threshold) {
+            return Err(invalid(at, "Detected response directive on non-service".to_string()));
+        }
+        if let (Kind::Stream, Some((_, at))) = (kind, &allow_trace) {
+            return Err(invalid(at, "Detected allow_trace directive on non-service".to_string()));
+        }
         if let (Kind::Stream, Some((_, at))) = (kind, &response) {
             return Err(invalid(at, "Detected response directive on non-service".to_string()));
         }
@@ -87,12 +100,16 @@ impl Mapper<'_> {
         }
         let response = response.map(|(response, _)| response).unwrap_or_default();
         let latency = latency.map(|(latency, _)| latency);
-        Ok(Export { account_token_position: position, latency, ..Export::new(kind, subject, accounts, response) })
+        let response_threshold = threshold.map(|(threshold, _)| threshold);
+        let export = Export::new(kind, subject, accounts, response);
+        let allow_trace = allow_trace.is_some_and(|(allow, _)| allow);
+        Ok(Export { account_token_position: position, latency, response_threshold, allow_trace, ..export })
     }
 
     fn import(&mut self, path: &str, item: &Value) -> Result<Import, ConfigError> {
         let map = entry_block(path, "Import", item)?;
         let (mut source, mut prefix, mut to, mut share) = (None, None, None, false);
+        let mut allow_trace = None;
         for entry in &map.entries {
             let v = &entry.value;
             match entry.key.to_ascii_lowercase().as_str() {
@@ -108,6 +125,7 @@ impl Mapper<'_> {
                 "prefix" => prefix = Some((string(&format!("{path}.prefix"), v)?, entry.at.clone())),
                 "to" => to = Some(string(&format!("{path}.to"), v)?),
                 "share" => share = boolean(&format!("{path}.share"), v)?,
+                "allow_trace" => allow_trace = Some((boolean(&format!("{path}.allow_trace"), v)?, entry.at.clone())),
                 _ => self.unknown(entry, path),
             }
         }
@@ -117,8 +135,12 @@ impl Mapper<'_> {
         if let (Kind::Service, Some((_, at))) = (kind, &prefix) {
             return Err(invalid(at, "Detected prefix on a service import; use 'to'".to_string()));
         }
+        if let (Kind::Service, Some((_, at))) = (kind, &allow_trace) {
+            return Err(invalid(at, "Detected allow_trace directive on a non-stream".to_string()));
+        }
         let prefix = prefix.map(|(prefix, _)| prefix);
-        Ok(Import { kind, account, subject, to, prefix, activation: None, share })
+        let allow_trace = allow_trace.is_some_and(|(allow, _)| allow);
+        Ok(Import { kind, account, subject, to, prefix, activation: None, share, allow_trace })
     }
 
     /// Checks every account's exports and imports against each other; the first that does not
@@ -174,6 +196,17 @@ fn response_type(value: &Value) -> Result<ResponseType, ConfigError> {
         "chunk" | "chunked" => Ok(ResponseType::Chunked),
         _ => Err(invalid(&value.at, format!("Unknown response type: {text:?}"))),
     }
+}
+
+/// A service export's `response_threshold`: a Go duration string, as nats-server reads it.
+fn response_threshold(value: &Value) -> Result<std::time::Duration, ConfigError> {
+    let ValueKind::String(text) = &value.kind else {
+        let text = format!("Expected response threshold to be a parseable time duration, got {}", go_type(value));
+        return Err(invalid(&value.at, text));
+    };
+    parse_go_duration(text).ok_or_else(|| {
+        invalid(&value.at, format!("Expected response threshold to be a parseable time duration, got {text:?}"))
+    })
 }
 
 /// A service export's `latency`: its results subject alone (every request measured), or
