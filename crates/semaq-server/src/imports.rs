@@ -110,6 +110,8 @@ impl Export {
 pub struct Activation {
     /// When it was issued, seconds since the epoch (what the export's `revocations` compare).
     pub issued_at: i64,
+    /// When it expires, seconds since the epoch; `None` for never.
+    pub expires: Option<i64>,
 }
 
 /// A subject an account takes from another account's exports.
@@ -160,6 +162,9 @@ pub struct Link {
     pub latency: Option<Latency>,
     /// For services, whether the import shares the requester's details.
     pub share: bool,
+    /// When the activation that admits it expires (an export requiring one), seconds since
+    /// the epoch: the import ends then, as nats-server's activation timer ends it.
+    pub expires: Option<i64>,
 }
 
 /// Why an import cannot be put in place; the texts are nats-server's.
@@ -322,6 +327,7 @@ fn check_import(
         // An export whose tracking does not hold was reported and serves untracked.
         latency: export.latency.clone().filter(|_| check_latency(exporter, export).is_ok()),
         share: import.share && import.kind == Kind::Service,
+        expires: import.activation.filter(|_| export.token_required).and_then(|activation| activation.expires),
     };
     if forms_cycle(&link, added) {
         return Err(refused("import forms a cycle"));
