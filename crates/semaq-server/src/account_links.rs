@@ -1,7 +1,9 @@
 //! Imports at work: the checked [`crate::imports`] of every account put in place on the bus as
 //! internal subscriptions ([`forward`]), with the reply mappings of service imports
-//! ([`responses`]) and their latency tracking ([`tracking`]).
+//! ([`responses`]) and their latency tracking ([`tracking`]); imports whose activation expires
+//! end then ([`expiry`]).
 
+pub mod expiry;
 pub mod forward;
 pub mod responses;
 pub mod tracking;
@@ -26,6 +28,9 @@ pub enum StartError {
     /// The imports could not be put in place.
     #[error(transparent)]
     Install(#[from] forward::InstallError),
+    /// Imports' activations expire but there is no runtime to end them on.
+    #[error("import activations expire but no runtime is running to end them")]
+    NoRuntime,
 }
 
 /// Checks the imports of the config's accounts (an error stops the server, as in nats-server)
@@ -52,5 +57,9 @@ pub fn start(
         }
         tracing::warn!(%account, %error, "Account import not added");
     }
-    forward::install(bus, &links, server).map(Some).map_err(StartError::from)
+    let (responses, expiries) = forward::install(bus, &links, server)?;
+    if !expiries.start() {
+        return Err(StartError::NoRuntime);
+    }
+    Ok(Some(responses))
 }

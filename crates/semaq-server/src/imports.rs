@@ -118,6 +118,8 @@ impl Export {
 pub struct Activation {
     /// When it was issued, seconds since the epoch (what the export's `revocations` compare).
     pub issued_at: i64,
+    /// When it expires, seconds since the epoch; `None` for never.
+    pub expires: Option<i64>,
 }
 
 /// A subject an account takes from another account's exports.
@@ -175,6 +177,9 @@ pub struct Link {
     /// Whether a `Nats-Trace-Dest` trace crosses it: the export's `allow_trace` for a service,
     /// the import's for a stream.
     pub allow_trace: bool,
+    /// When the activation that admits it expires (an export requiring one), seconds since
+    /// the epoch: the import ends then, as nats-server's activation timer ends it.
+    pub expires: Option<i64>,
 }
 
 /// Why an import cannot be put in place; the texts are nats-server's.
@@ -342,6 +347,7 @@ fn check_import(
             Kind::Stream => import.allow_trace,
             Kind::Service => export.allow_trace,
         },
+        expires: import.activation.filter(|_| export.token_required).and_then(|activation| activation.expires),
     };
     if forms_cycle(&link, added) {
         return Err(refused("import forms a cycle"));

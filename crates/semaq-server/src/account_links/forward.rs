@@ -14,12 +14,16 @@
 //! A service request carries its requester's details to the responder in `Nats-Request-Info`
 //! (detailed when the import shares them), and is measured when its export tracks latency
 //! ([`super::tracking`]).
+//!
+//! An import admitted by an activation token that expires ends then ([`super::expiry`]): it
+//! stays subscribed but forwards nothing, as nats-server keeps an import it marks invalid.
 
 use std::cell::Cell;
 use std::collections::HashSet;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use super::expiry::{Expiries, Validity};
 use super::responses::Responses;
 use super::tracking::{self, ClientInfo, Request, ServiceLatency, Tracked, REQUEST_INFO};
 use crate::bus::Bus;
@@ -109,8 +113,9 @@ fn start_timer(services: Weak<Services>) {
 }
 
 /// Puts `links` in place on `bus`, naming the server `server` in client details; returns the
-/// response table of its service imports.
-pub fn install(bus: &Bus, links: &[Link], server: &str) -> Result<Arc<Responses>, InstallError> {
+/// response table of its service imports and the imports that end when their activation
+/// expires.
+pub fn install(bus: &Bus, links: &[Link], server: &str) -> Result<(Arc<Responses>, Expiries), InstallError> {
     // Mappings live at least as long as the longest response threshold.
     let thresholds = links.iter().map(|link| link.response_threshold);
     let timeout = thresholds.fold(limits::SERVICE_RESPONSE_TIMEOUT, Duration::max);
@@ -126,8 +131,13 @@ pub fn install(bus: &Bus, links: &[Link], server: &str) -> Result<Arc<Responses>
     }
     let router = |name: &str| bus.account_router(name).ok_or_else(|| InstallError::NoAccount(name.to_string()));
     let mut answering: HashSet<&str> = HashSet::new();
+    let mut expiries = Expiries::default();
     for link in links {
         let (exporter, importer) = (router(&link.exporter)?, router(&link.importer)?);
+        let validity = match link.expires {
+            Some(at) => expiries.add(at, format!("{} {} of {}", link.kind.word(), link.mapping.from(), link.importer)),
+            None => Arc::new(Validity::default()),
+        };
         match link.kind {
             Kind::Stream => {
                 let sink = Arc::new(StreamImport {
@@ -135,6 +145,7 @@ pub fn install(bus: &Bus, links: &[Link], server: &str) -> Result<Arc<Responses>
                     importer: link.importer.clone(),
                     mapping: link.mapping.clone(),
                     allow_trace: link.allow_trace,
+                    validity,
                 });
                 Bus::subscribe_internal_in(exporter, link.mapping.from(), None, sink)?;
             }
@@ -151,6 +162,7 @@ pub fn install(bus: &Bus, links: &[Link], server: &str) -> Result<Arc<Responses>
                     latency: link.latency.clone(),
                     share: link.share,
                     services: services.clone(),
+                    validity,
                 });
                 Bus::subscribe_internal_in(importer, link.mapping.from(), None, sink)?;
                 if answering.insert(&link.exporter) {
@@ -161,7 +173,7 @@ pub fn install(bus: &Bus, links: &[Link], server: &str) -> Result<Arc<Responses>
         }
         tracing::debug!(kind = link.kind.word(), from = %link.importer, to = %link.exporter, "import in place");
     }
-    Ok(responses)
+    Ok((responses, expiries))
 }
 
 /// Publishes `message` in `router`'s account as one more hop; returns the deliveries, 0 once
@@ -186,6 +198,7 @@ struct StreamImport {
     importer: String,
     mapping: Mapping,
     allow_trace: bool,
+    validity: Arc<Validity>,
 }
 
 impl InternalSink for StreamImport {
@@ -194,7 +207,7 @@ impl InternalSink for StreamImport {
     }
 
     fn receive_batched(&self, message: &Message<'_>, flush: &mut FlushSet) -> bool {
-        let Some(target) = self.target.upgrade() else { return false };
+        let Some(target) = self.target.upgrade().filter(|_| !self.validity.ended()) else { return false };
         let subject = self.mapping.apply(message.subject);
         let crossing = trace::Import::Stream { account: &self.importer, to: &subject };
         let _set_aside = match trace::cross_import(crossing, self.allow_trace) {
@@ -223,6 +236,7 @@ struct ServiceImport {
     latency: Option<Latency>,
     share: bool,
     services: Arc<Services>,
+    validity: Arc<Validity>,
 }
 
 impl ServiceImport {
@@ -241,6 +255,10 @@ impl InternalSink for ServiceImport {
     }
 
     fn receive_batched(&self, message: &Message<'_>, flush: &mut FlushSet) -> bool {
+        if self.validity.ended() {
+            // nats-server's invalid import takes the request and drops it: no "no responders".
+            return true;
+        }
         let Some(target) = self.target.upgrade() else { return false };
         let subject = self.mapping.apply(message.subject);
         let crossing = trace::Import::Service { account: &self.exporter, from: message.subject, to: &subject };
@@ -341,7 +359,34 @@ mod tests {
             share: false,
             response_threshold: limits::SERVICE_RESPONSE_TIMEOUT,
             allow_trace: false,
+            expires: None,
         }
+    }
+
+    #[test]
+    fn an_import_whose_activation_expired_forwards_nothing() {
+        let bus = Bus::with_accounts("A", ["A", "B"]);
+        let service = Link {
+            kind: Kind::Service,
+            exporter: "A".into(),
+            importer: "B".into(),
+            mapping: Mapping::new("help", "help").unwrap(),
+            ..stream("A", "B")
+        };
+        let links = [Link { expires: Some(1_000), ..stream("A", "B") }, Link { expires: Some(1_000), ..service }];
+        let (_, mut expiries) = install(&bus, &links, "test").unwrap();
+        let (in_b, in_a) = (Arc::new(Count::default()), Arc::new(Count::default()));
+        Bus::subscribe_internal_in(bus.account_router("B").unwrap(), "foo.>", None, in_b.clone()).unwrap();
+        Bus::subscribe_internal_in(bus.account_router("A").unwrap(), "help", None, in_a.clone()).unwrap();
+        let (a, b) = (bus.account_router("A").unwrap(), bus.account_router("B").unwrap());
+        let message = |subject| Message { subject, reply: None, headers: None, payload: b"x", publisher: None };
+        let publish =
+            |router: &AccountRouter, subject| publish_hop(router, &message(subject), &mut FlushSet::default());
+        assert_eq!((publish(a, "foo.x"), publish(b, "help")), (1, 1), "in force before");
+        assert_eq!(expiries.end_due(1_000), None);
+        assert_eq!(publish(a, "foo.x"), 0, "the stream import delivers nothing");
+        assert_eq!(publish(b, "help"), 1, "the service import takes the request, as nats-server's invalid one does");
+        assert_eq!((in_b.0.load(Ordering::Relaxed), in_a.0.load(Ordering::Relaxed)), (1, 1), "nothing after the end");
     }
 
     #[test]

@@ -3,7 +3,14 @@
 //! alternative names, then the subject as a distinguished name, then the subject in Go's
 //! RFC 2253 text with and without its domain components.
 
-use super::der::{self, Attribute};
+use x509_parser::asn1_rs::{Any, Tag};
+use x509_parser::certificate::X509Certificate;
+use x509_parser::extensions::GeneralName;
+use x509_parser::prelude::FromDer;
+
+/// One subject attribute: its type as a dotted OID and its value, when it is a string type Go
+/// reads as a string.
+type Attribute = (String, Option<String>);
 
 /// What a client certificate can be mapped to a user by.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -23,13 +30,14 @@ pub struct CertificateNames {
 impl CertificateNames {
     /// The names of the DER certificate `der`; `None` when it does not parse.
     pub fn from_der(der: &[u8]) -> Option<Self> {
-        let names = der::names(der)?;
-        let subject = &names.subject;
+        let (_, certificate) = X509Certificate::from_der(der).ok()?;
+        let subject = subject_attributes(&certificate);
+        let subject = subject.as_slice();
         let dcs: Vec<String> =
             strings(subject).filter(|(oid, _)| *oid == DC_OID).map(|(_, value)| format!("DC={value}")).collect();
         let go_subject = go_subject_text(subject);
         Some(Self {
-            alt_names: names.emails.into_iter().chain(names.dns).chain(names.uris).collect(),
+            alt_names: alt_names(&certificate)?,
             dn: Dn::from_subject(subject),
             subject_with_dcs: (!dcs.is_empty()).then(|| format!("{go_subject},{}", dcs.join(","))),
             subject: go_subject,
@@ -54,6 +62,59 @@ impl CertificateNames {
         texts.into_iter().find(|text| is_user(text)).cloned()
     }
 }
+
+/// The subject's RDNs in certificate order, each its attributes, bounded by
+/// [`crate::limits::CERTIFICATE_NAMES_MAX`] per level.
+fn subject_attributes(certificate: &X509Certificate<'_>) -> Vec<Vec<Attribute>> {
+    let max = crate::limits::CERTIFICATE_NAMES_MAX;
+    let attributes = |rdn: &x509_parser::x509::RelativeDistinguishedName<'_>| -> Vec<Attribute> {
+        let pairs = rdn.iter().take(max);
+        pairs.map(|pair| (pair.attr_type().to_id_string(), go_string(pair.attr_value()))).collect()
+    };
+    certificate.subject().iter_rdn().take(max).map(attributes).collect()
+}
+
+/// A string value as Go's `crypto/x509` reads one: UTF8String, PrintableString, IA5String,
+/// NumericString, T61String (as Latin-1) and BMPString (UTF-16).
+fn go_string(value: &Any<'_>) -> Option<String> {
+    let bytes = value.data;
+    match value.tag() {
+        Tag::Utf8String | Tag::NumericString | Tag::PrintableString | Tag::Ia5String => {
+            String::from_utf8(bytes.to_vec()).ok()
+        }
+        Tag::T61String => Some(bytes.iter().map(|byte| char::from(*byte)).collect()),
+        Tag::BmpString if bytes.len().is_multiple_of(2) => {
+            let units: Vec<u16> = bytes.chunks_exact(2).map(|pair| u16::from_be_bytes([pair[0], pair[1]])).collect();
+            String::from_utf16(&units).ok()
+        }
+        _ => None,
+    }
+}
+
+/// The e-mail, then DNS, then URI alternative names, each kind in certificate order; `None`
+/// when the extension does not parse or one of those names is not UTF-8 (Go refuses such a
+/// certificate).
+fn alt_names(certificate: &X509Certificate<'_>) -> Option<Vec<String>> {
+    let Some(extension) = certificate.subject_alternative_name().ok()? else {
+        return Some(Vec::new());
+    };
+    let (mut emails, mut dns, mut uris) = (Vec::new(), Vec::new(), Vec::new());
+    for name in extension.value.general_names.iter().take(crate::limits::CERTIFICATE_NAMES_MAX) {
+        match name {
+            GeneralName::RFC822Name(email) => emails.push(email.to_string()),
+            GeneralName::DNSName(host) => dns.push(host.to_string()),
+            GeneralName::URI(uri) => uris.push(uri.to_string()),
+            GeneralName::Invalid(tag, _) if [RFC822_NAME, DNS_NAME, URI].contains(tag) => return None,
+            _ => {}
+        }
+    }
+    Some(emails.into_iter().chain(dns).chain(uris).collect())
+}
+
+/// The context-specific tags of the alternative names `verify_and_map` reads.
+const RFC822_NAME: Tag = Tag(1);
+const DNS_NAME: Tag = Tag(2);
+const URI: Tag = Tag(6);
 
 /// The domain component attribute (`DC`), 0.9.2342.19200300.100.1.25.
 const DC_OID: &str = "0.9.2342.19200300.100.1.25";
@@ -301,6 +362,36 @@ mod tests {
         assert!(dn("CN=a,O=b").rdns_match(&dn("O=b,CN=a")));
         assert!(!dn("CN=a,O=b").rdns_match(&dn("CN=a,O=B")));
         assert!(!dn("CN=a,CN=a").rdns_match(&dn("CN=a,O=b")));
+    }
+
+    #[test]
+    fn garbage_bytes_are_no_certificate() {
+        let truncated = [0x30, 0x05, 0x01];
+        let overlong = [0x30, 0x85, 1, 1, 1, 1, 1];
+        let noise: Vec<u8> = (0u8..=255).cycle().skip(7).take(600).collect();
+        for garbage in [&[][..], &[0x30, 0x00], &truncated, &overlong, &noise] {
+            assert_eq!(CertificateNames::from_der(garbage), None, "{garbage:?}");
+        }
+    }
+
+    #[test]
+    fn alternative_names_map_before_the_subject_emails_first() {
+        let mut params = rcgen::CertificateParams::new(vec!["host.example.com".to_string()]).unwrap();
+        params.subject_alt_names.push(rcgen::SanType::URI("nats://uri".try_into().unwrap()));
+        params.subject_alt_names.push(rcgen::SanType::Rfc822Name("a@example.com".try_into().unwrap()));
+        params.distinguished_name.push(rcgen::DnType::CommonName, "alice");
+        params.distinguished_name.push(rcgen::DnType::OrganizationName, "Acme, Inc");
+        let key = rcgen::KeyPair::generate().unwrap();
+        let certificate = params.self_signed(&key).unwrap();
+        let names = CertificateNames::from_der(certificate.der()).unwrap();
+        assert_eq!(names.alt_names, ["a@example.com", "host.example.com", "nats://uri"]);
+        assert_eq!(names.subject, "CN=alice,O=Acme\\, Inc");
+        let anyone = |_: &str| true;
+        assert_eq!(names.find_user(anyone, &[]).as_deref(), Some("a@example.com"));
+        let subject_only = |name: &str| name.starts_with("CN=");
+        assert_eq!(names.find_user(subject_only, &[]).as_deref(), Some("CN=alice,O=Acme\\, Inc"));
+        let by_dn = [("user".to_string(), dn("O=Acme\\, Inc,CN=alice"))];
+        assert_eq!(names.find_user(|_| false, &by_dn).as_deref(), Some("user"));
     }
 
     #[test]

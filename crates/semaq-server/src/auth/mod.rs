@@ -2,7 +2,6 @@
 //! what each user may publish and subscribe to.
 
 pub mod certificate;
-mod der;
 pub mod jwt;
 pub mod nkey;
 pub mod responses;

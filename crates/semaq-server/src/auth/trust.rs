@@ -34,6 +34,22 @@ pub enum TrustError {
     TooManyAccounts(usize),
 }
 
+/// Why a preloaded account is left out (its users are refused).
+#[derive(Debug, thiserror::Error)]
+enum AccountError {
+    /// Its JWT does not decode, verify, or come from a trusted operator.
+    #[error(transparent)]
+    Jwt(#[from] JwtError),
+    /// An import's activation token fails the checks nats-server validates the account with.
+    #[error("import {subject:?}: {error}")]
+    Import {
+        /// The imported subject.
+        subject: String,
+        /// What is wrong with the token.
+        error: ActivationError,
+    },
+}
+
 /// The operators' keys and the accounts they signed.
 #[derive(Debug, Default)]
 pub struct Trust {
@@ -130,13 +146,13 @@ impl Trust {
     }
 
     /// The account in `text`, with the activation token of each of its imports (empty for none).
-    fn account(&self, key: &str, text: &str) -> Result<(JwtAccount, Vec<String>), JwtError> {
+    fn account(&self, key: &str, text: &str) -> Result<(JwtAccount, Vec<String>), AccountError> {
         let claims: Claims<AccountNats> = jwt::decode(jwt::undecorate(text), limits::ACCOUNT_JWT_BYTES_MAX)?;
         if claims.sub != key {
-            return Err(JwtError::Key("subject (not the preload's key)"));
+            return Err(JwtError::Key("subject (not the preload's key)").into());
         }
         if !self.operator_keys.contains(&claims.iss) {
-            return Err(JwtError::Key("issuer (not a trusted operator)"));
+            return Err(JwtError::Key("issuer (not a trusted operator)").into());
         }
         if claims.check_times(now()).is_err() {
             tracing::warn!(account = %key, "Account has validation issues: expired or not yet valid");
@@ -159,6 +175,10 @@ impl Trust {
             .take(limits::ACCOUNT_IMPORTS_MAX)
             .filter_map(|claim| Some((import(&claim)?, claim.token)))
             .unzip();
+        for (import, token) in imports.iter().zip(&tokens).filter(|(_, token)| !token.is_empty()) {
+            activation_claims(token, &claims.sub, import)
+                .map_err(|error| AccountError::Import { subject: import.subject.clone(), error })?;
+        }
         let account = JwtAccount {
             public_key: claims.sub,
             name: claims.name,
@@ -351,9 +371,9 @@ pub enum ActivationError {
     Subject(String),
 }
 
-/// The grant of `token` for `importer`'s `import`, checked as nats-server checks it: signed by
-/// the exporter (or, naming it in `issuer_account`, one of its `exporter_keys`), issued to the
-/// importer, of the import's kind, for a subject containing the import's, within its times.
+/// The grant of `token` for `importer`'s `import`, checked as nats-server checks it: the checks
+/// of [`activation_claims`], then, naming the exporter in `issuer_account`, a signer among its
+/// `exporter_keys`, a subject a service may import, and its times.
 pub fn activation(
     token: &str,
     importer: &str,
@@ -361,12 +381,37 @@ pub fn activation(
     exporter_keys: Option<&HashSet<String>>,
     now: i64,
 ) -> Result<Activation, ActivationError> {
+    let claims = activation_claims(token, importer, import)?;
+    let on_behalf = claims.nats.issuer_account.as_str();
+    let exporters_key = on_behalf == import.account && exporter_keys.is_some_and(|keys| keys.contains(&claims.iss));
+    if !on_behalf.is_empty() && !exporters_key {
+        return Err(ActivationError::Issuer);
+    }
+    let granted = &claims.nats.subject;
+    if (import.kind == LinkKind::Service && subject::has_wildcard(granted)) || !subject::is_valid_filter(granted) {
+        return Err(ActivationError::Subject(granted.clone()));
+    }
+    if claims.exp > 0 && claims.exp <= now {
+        return Err(JwtError::Expired.into());
+    }
+    if claims.nbf > 0 && now < claims.nbf {
+        return Err(JwtError::NotYetValid.into());
+    }
+    Ok(Activation { issued_at: claims.iat, expires: (claims.exp > 0).then_some(claims.exp) })
+}
+
+/// The claims of `token` when it passes the checks nats-server's JWT library makes of an
+/// account's import as it validates the account (`Import.Validate`): a token that verifies,
+/// from the exporter (or naming it in `issuer_account`), issued to the importer, of the
+/// import's kind, for a subject containing the imported one. nats-server refuses the whole
+/// account over a token failing these; times and revocations only leave the import out.
+pub fn activation_claims(
+    token: &str,
+    importer: &str,
+    import: &Import,
+) -> Result<Claims<ActivationNats>, ActivationError> {
     let claims: Claims<ActivationNats> = jwt::decode(token.trim(), limits::ACTIVATION_JWT_BYTES_MAX)?;
-    let issued_by_exporter = match claims.nats.issuer_account.as_str() {
-        "" => claims.iss == import.account,
-        on_behalf => on_behalf == import.account && exporter_keys.is_some_and(|keys| keys.contains(&claims.iss)),
-    };
-    if !issued_by_exporter {
+    if claims.iss != import.account && claims.nats.issuer_account != import.account {
         return Err(ActivationError::Issuer);
     }
     if claims.sub != importer {
@@ -376,18 +421,11 @@ pub fn activation(
         return Err(ActivationError::Kind);
     }
     let granted = &claims.nats.subject;
-    let service_wildcard = import.kind == LinkKind::Service && subject::has_wildcard(granted);
     let contains = *granted == import.subject || subject::is_subset(&import.subject, granted);
-    if service_wildcard || !subject::is_valid_filter(granted) || !contains {
+    if granted.is_empty() || granted.contains(' ') || !contains {
         return Err(ActivationError::Subject(granted.clone()));
     }
-    if claims.exp > 0 && claims.exp <= now {
-        return Err(JwtError::Expired.into());
-    }
-    if claims.nbf > 0 && now < claims.nbf {
-        return Err(JwtError::NotYetValid.into());
-    }
-    Ok(Activation { issued_at: claims.iat })
+    Ok(claims)
 }
 
 /// A JWT export claim as an export; `None` for an unknown type.
@@ -581,7 +619,8 @@ mod tests {
         let me = importer.public_key();
         let check = |token: &str| activation(token, &me, &import, Some(&keys), 1_000);
         let stream = r#""subject":"orders.>","kind":"stream""#;
-        assert_eq!(check(&token(&exporter, &me, r#""iat":7,"#, stream)), Ok(Activation { issued_at: 7 }));
+        let granted = check(&token(&exporter, &me, r#""iat":7,"exp":2000,"#, stream));
+        assert_eq!(granted, Ok(Activation { issued_at: 7, expires: Some(2_000) }));
         let on_behalf = format!(r#"{stream},"issuer_account":"{}""#, exporter.public_key());
         assert!(check(&token(&scope, &me, "", &on_behalf)).is_ok(), "a signing key on the exporter's behalf");
         assert_eq!(check(&token(&scope, &me, "", stream)), Err(ActivationError::Issuer));
@@ -600,6 +639,31 @@ mod tests {
         let mut forged = token(&exporter, &me, "", stream);
         forged.push('A');
         assert!(matches!(check(&forged), Err(ActivationError::Token(_))));
+    }
+
+    #[test]
+    fn a_token_out_of_time_or_from_an_unknown_signing_key_passes_the_account_checks_others_fail_them() {
+        let (exporter, importer) = (KeyPair::new_account(), KeyPair::new_account());
+        let import = Import {
+            kind: LinkKind::Stream,
+            account: exporter.public_key(),
+            subject: "orders.>".into(),
+            to: None,
+            prefix: None,
+            activation: None,
+            share: false,
+        };
+        let me = importer.public_key();
+        let passes = |token: &str| activation_claims(token, &me, &import).is_ok();
+        let stream = r#""subject":"orders.>","kind":"stream""#;
+        assert!(passes(&token(&exporter, &me, r#""exp":1000,"#, stream)), "expired: only the import is left out");
+        let claimed = format!(r#"{stream},"issuer_account":"{}""#, exporter.public_key());
+        assert!(passes(&token(&KeyPair::new_account(), &me, "", &claimed)), "the signing key is the server's check");
+        assert!(!passes(&token(&KeyPair::new_account(), &me, "", stream)), "another issuer");
+        assert!(!passes(&token(&exporter, &KeyPair::new_account().public_key(), "", stream)), "another importer");
+        assert!(!passes(&token(&exporter, &me, "", r#""subject":"orders.>","kind":"service""#)), "another kind");
+        assert!(!passes(&token(&exporter, &me, "", r#""subject":"orders.eu.>","kind":"stream""#)), "narrower");
+        assert!(!passes("not a token"));
     }
 
     #[test]

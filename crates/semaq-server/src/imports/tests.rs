@@ -107,7 +107,7 @@ fn a_token_required_export_admits_only_imports_with_an_activation_not_revoked() 
         ..export(Kind::Stream, "orders.>", &[])
     }];
     let activated = |issued_at| Import {
-        activation: Some(Activation { issued_at }),
+        activation: Some(Activation { issued_at, expires: None }),
         ..import(Kind::Stream, "A", "orders.>", None, None)
     };
     let a = AccountLinks { name: "A", exports: &exports, imports: &[] };
@@ -121,6 +121,23 @@ fn a_token_required_export_admits_only_imports_with_an_activation_not_revoked() 
     ];
     let admitted: Vec<bool> = importers.iter().map(|b| errors(&[a, *b]).is_empty()).collect();
     assert_eq!(admitted, [true, false, false, true], "revoked when issued at or before the revocation");
+}
+
+#[test]
+fn a_link_ends_when_the_activation_a_token_required_export_took_expires() {
+    let required = [Export { token_required: true, ..export(Kind::Stream, "orders.>", &[]) }];
+    let public = [export(Kind::Stream, "orders.>", &[])];
+    let expiring = [Import {
+        activation: Some(Activation { issued_at: 1, expires: Some(2_000) }),
+        ..import(Kind::Stream, "A", "orders.>", None, None)
+    }];
+    let expires = |exports: &[Export]| {
+        let a = AccountLinks { name: "A", exports, imports: &[] };
+        let (links, _) = resolve(&[a, AccountLinks { name: "B", exports: &[], imports: &expiring }]);
+        links.first().map(|link| link.expires)
+    };
+    assert_eq!(expires(&required), Some(Some(2_000)));
+    assert_eq!(expires(&public), Some(None), "an export not asking for the token does not time the import");
 }
 
 #[test]

@@ -14,6 +14,15 @@ use crate::auth_nkeys::{account_claims, jwt_login, mint, operator_jwt_naming, ra
 /// How long a client that must not get a message waits for it.
 const SILENCE: Duration = Duration::from_millis(400);
 
+/// How far ahead of the test's start the expiry test's activations expire: room for both servers
+/// to start and every check before it, on a loaded machine.
+const ACTIVATION_LIFE_SECS: i64 = 8;
+
+fn now() -> i64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock");
+    i64::try_from(since.as_secs()).expect("seconds")
+}
+
 /// An operator, its system account, and the config trusting the accounts added to it.
 struct Trusted {
     operator: KeyPair,
@@ -212,6 +221,131 @@ fn delivered(
     let mut publisher = login(addr, exporter, exporter, unlimited(), json!({}));
     assert_eq!(publishes(&mut publisher, &[subject]), "", "{addr}");
     listeners.iter_mut().map(|raw| raw.drain(SILENCE).contains(&format!("MSG {subject} 1 1\r\nx\r\n"))).collect()
+}
+
+/// The logins of each of `accounts` on `addr`: the first line answered and whether it closed.
+fn logins(addr: std::net::SocketAddr, accounts: &[&KeyPair]) -> Vec<(String, bool)> {
+    let attempt = |account: &KeyPair| {
+        let user = KeyPair::new_user();
+        let claims = json!({ "type": "user", "version": 2, "subs": -1, "data": -1, "payload": -1 });
+        let jwt = mint(account, &user.public_key(), claims, json!({}));
+        raw_connect(addr, &|nonce: &str| json!({ "jwt": jwt, "sig": sign(&user, nonce) }))
+    };
+    accounts.iter().copied().map(attempt).collect()
+}
+
+#[test]
+fn an_import_token_failing_validation_refuses_its_account_and_one_out_of_time_or_revoked_only_the_import() {
+    let (exporter, scope) = (KeyPair::new_account(), KeyPair::new_account());
+    let importers: [KeyPair; 9] = std::array::from_fn(|_| KeyPair::new_account());
+    let [valid, by_key, missing, expired, revoked, forged, other_importer, narrower, service_kind] = &importers;
+    let none = || json!({});
+    let mut trusted = Trusted::new();
+    trusted.add(
+        &exporter,
+        json!({
+            "signing_keys": [scope.public_key()],
+            "exports": [{ "name": "o", "subject": "orders.>", "type": "stream", "token_req": true,
+                          "revocations": { (revoked.public_key()): now() + 3600 } }],
+        }),
+        json!({}),
+    );
+    let token = |signer: &KeyPair, to: &KeyPair, subject: &str, kind: &str, nats: Value, top: Value| {
+        Some(activation(signer, to, subject, kind, nats, top))
+    };
+    let on_behalf = json!({ "issuer_account": exporter.public_key() });
+    let tokens = [
+        (valid, token(&exporter, valid, "orders.>", "stream", none(), none())),
+        (by_key, token(&scope, by_key, "orders.>", "stream", on_behalf, none())),
+        (missing, None),
+        (expired, token(&exporter, expired, "orders.>", "stream", none(), json!({ "exp": now() - 1 }))),
+        (revoked, token(&exporter, revoked, "orders.>", "stream", none(), none())),
+        (forged, token(&KeyPair::new_account(), forged, "orders.>", "stream", none(), none())),
+        (other_importer, token(&exporter, valid, "orders.>", "stream", none(), none())),
+        (narrower, token(&exporter, narrower, "orders.eu.>", "stream", none(), none())),
+        (service_kind, token(&exporter, service_kind, "orders.>", "service", none(), none())),
+    ];
+    for (importer, token) in tokens {
+        trusted.add(importer, stream_import(&exporter, "orders.>", token), json!({}));
+    }
+    let (semaq, (nats, _dir)) = trusted.servers();
+    let refused = (String::from("-ERR 'Authorization Violation'"), true);
+    for addr in [semaq.addr(), nats.addr()] {
+        let seen = delivered(addr, &exporter, &[valid, by_key, missing, expired, revoked], "orders.>", "orders.new");
+        assert_eq!(seen, [true, true, false, false, false], "{addr}");
+        let answers = logins(addr, &[forged, other_importer, narrower, service_kind]);
+        assert_eq!(answers, vec![refused.clone(); 4], "{addr}: the whole account is not valid");
+    }
+}
+
+/// A client of each side of an exporter's stream `ticks` and service `help` and of an
+/// importer's imports of them.
+struct ImportSides {
+    addr: std::net::SocketAddr,
+    listener: Raw,
+    publisher: Raw,
+    responder: Raw,
+    requester: Raw,
+}
+
+impl ImportSides {
+    fn open(addr: std::net::SocketAddr, exporter: &KeyPair, importer: &KeyPair) -> Self {
+        let mut listener = login(addr, importer, importer, unlimited(), json!({}));
+        let mut responder = login(addr, exporter, exporter, unlimited(), json!({}));
+        assert_eq!(round(&mut listener, "SUB ticks 1\r\n"), "", "{addr}");
+        assert_eq!(round(&mut responder, "SUB help 1\r\n"), "", "{addr}");
+        let user = KeyPair::new_user();
+        let claims = json!({ "type": "user", "version": 2, "subs": -1, "data": -1, "payload": -1 });
+        let jwt = mint(importer, &user.public_key(), claims, json!({}));
+        let (mut requester, info) = Raw::connect_with_info(addr);
+        let nonce = info["nonce"].as_str().expect("a nonce").to_string();
+        let connect = json!({ "jwt": jwt, "sig": sign(&user, &nonce), "verbose": false, "pedantic": false,
+                              "headers": true, "no_responders": true });
+        assert_eq!(round(&mut requester, &format!("CONNECT {connect}\r\nSUB re.> 9\r\n")), "", "{addr}");
+        let publisher = login(addr, exporter, exporter, unlimited(), json!({}));
+        Self { addr, listener, publisher, responder, requester }
+    }
+
+    /// Publishes a tick and sends a request; returns whether the importer's listener got the
+    /// tick, whether the exporter's responder got the request, and what the requester got.
+    fn exchange(&mut self) -> (bool, bool, String) {
+        // The wait for the expiry may leave a server's keepalive PING unread here.
+        let published = round(&mut self.publisher, "PUB ticks 1\r\nt\r\n").replace("PING\r\n", "");
+        assert_eq!(published, "", "{}", self.addr);
+        let answered = round(&mut self.requester, "PUB help re.1 1\r\n?\r\n");
+        let ticked = self.listener.drain(SILENCE).contains("MSG ticks 1 1\r\nt\r\n");
+        let asked = self.responder.drain(SILENCE).contains("\r\n?\r\n");
+        (ticked, asked, answered + &round(&mut self.requester, ""))
+    }
+}
+
+#[test]
+fn imports_end_when_their_activation_expires_while_the_server_runs_as_in_nats_server() {
+    let (exporter, importer) = (KeyPair::new_account(), KeyPair::new_account());
+    let mut trusted = Trusted::new();
+    let exports = json!({ "exports": [
+        { "name": "t", "subject": "ticks", "type": "stream", "token_req": true },
+        { "name": "h", "subject": "help", "type": "service", "token_req": true },
+    ] });
+    trusted.add(&exporter, exports, json!({}));
+    let expires_at = now() + ACTIVATION_LIFE_SECS;
+    let import = |subject: &str, kind: &str| {
+        let token = activation(&exporter, &importer, subject, kind, json!({}), json!({ "exp": expires_at }));
+        json!({ "name": subject, "subject": subject, "account": exporter.public_key(), "type": kind, "token": token })
+    };
+    trusted.add(&importer, json!({ "imports": [import("ticks", "stream"), import("help", "service")] }), json!({}));
+    let (semaq, (nats, _dir)) = trusted.servers();
+    let mut sides = [semaq.addr(), nats.addr()].map(|addr| ImportSides::open(addr, &exporter, &importer));
+    for side in &mut sides {
+        assert_eq!(side.exchange(), (true, true, String::new()), "{}: in force before", side.addr);
+    }
+    assert!(now() < expires_at, "the checks meant to run before the expiry ran after it");
+    // nats-server's timer counts whole seconds from its check, so it fires within a second after.
+    let past = u64::try_from(expires_at + 2 - now()).unwrap_or(0);
+    std::thread::sleep(Duration::from_secs(past));
+    for side in &mut sides {
+        assert_eq!(side.exchange(), (false, false, String::new()), "{}: ended, with no 503 either", side.addr);
+    }
 }
 
 #[test]
