@@ -652,6 +652,7 @@ mod tests {
             prefix: None,
             activation: None,
             share: false,
+            allow_trace: false,
         };
         let me = importer.public_key();
         let passes = |token: &str| activation_claims(token, &me, &import).is_ok();
