@@ -778,7 +778,7 @@ fn segment_logs(store: &std::path::Path, stream: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_are_answered_while_a_publish_whose_limit_drops_a_segment_is_fsynced_and_its_ack_comes_after() {
-    use super::disk_faults::{ack_of, broker_on_faulty_disk, wait_for_control};
+    use super::disk_faults::{ack_of, broker_on_faulty_disk, set_control, wait_for_control};
     let dir = tempfile::tempdir().unwrap();
     let (store, control) = (dir.path().join("data"), dir.path().join("disk-faults"));
     let broker = broker_on_faulty_disk(&store, &control);
@@ -801,7 +801,7 @@ async fn readers_are_answered_while_a_publish_whose_limit_drops_a_segment_is_fsy
     }
     assert_eq!(segment_logs(&store, "BOUNDED"), vec![format!("{:020}.log", 1)], "one segment so far");
 
-    std::fs::write(&control, "hold-one").unwrap();
+    set_control(&control, "hold-one");
     let dropping = fit + 1;
     let ack = js.publish(subject, body(dropping)).await.unwrap();
     wait_for_control(&control, |text| text.trim() == "holding", "the publish's commit to be fsyncing").await;
@@ -817,7 +817,7 @@ async fn readers_are_answered_while_a_publish_whose_limit_drops_a_segment_is_fsy
     assert_eq!(direct.payload, body(dropping));
     assert!(!acked.is_finished(), "acknowledged before its commit's fsync ran");
 
-    std::fs::write(&control, "").unwrap();
+    set_control(&control, "");
     assert_eq!(acked.await.unwrap(), Ok(dropping));
     // The commit gave the emptied segment back before the ack.
     assert_eq!(segment_logs(&store, "BOUNDED"), vec![format!("{dropping:020}.log")]);
@@ -854,7 +854,7 @@ async fn a_bounded_stream_that_never_syncs_still_gives_the_segments_its_limit_em
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lowered_limit_is_answered_at_once_and_readers_are_answered_while_its_segments_are_given_back() {
-    use super::disk_faults::{ack_of, broker_on_faulty_disk, wait_for_control};
+    use super::disk_faults::{ack_of, broker_on_faulty_disk, set_control, wait_for_control};
     let dir = tempfile::tempdir().unwrap();
     let (store, control) = (dir.path().join("data"), dir.path().join("disk-faults"));
     let broker = broker_on_faulty_disk(&store, &control);
@@ -875,7 +875,7 @@ async fn a_lowered_limit_is_answered_at_once_and_readers_are_answered_while_its_
     assert_eq!(segment_logs(&store, "LOWERED").len(), 2);
 
     // The next fsync is the commit that makes the lowered limit's floor durable.
-    std::fs::write(&control, "hold-one").unwrap();
+    set_control(&control, "hold-one");
     config.max_messages = 1;
     let updated = tokio::time::timeout(READ_WAIT, js.update_stream(config)).await.expect("the update waited").unwrap();
     assert_eq!(updated.state.messages, 1);
@@ -886,7 +886,7 @@ async fn a_lowered_limit_is_answered_at_once_and_readers_are_answered_while_its_
     assert_eq!(got.payload.len(), BIG_PAYLOAD_BYTES);
     assert_eq!(segment_logs(&store, "LOWERED").len(), 2, "given back only once the floor is durable");
 
-    std::fs::write(&control, "").unwrap();
+    set_control(&control, "");
     let deadline = Instant::now() + READ_WAIT;
     while segment_logs(&store, "LOWERED") != vec![format!("{last:020}.log")] {
         assert!(Instant::now() < deadline, "the emptied segment stayed: {:?}", segment_logs(&store, "LOWERED"));
@@ -935,7 +935,7 @@ impl tokio::io::AsyncRead for GeneratedObject {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_of_a_bucket_are_answered_while_an_object_of_three_segments_is_put_and_fsynced() {
-    use super::disk_faults::broker_on_faulty_disk;
+    use super::disk_faults::{broker_on_faulty_disk, set_control};
     use async_nats::jetstream::object_store;
     use tokio::io::AsyncReadExt;
 
@@ -981,7 +981,7 @@ async fn readers_of_a_bucket_are_answered_while_an_object_of_three_segments_is_p
 
     // The first fsync on the stream's disk is held: with the rolls' seals queued, it is the
     // meta message's commit, run without the stream's lock.
-    std::fs::write(&control, "hold-one").unwrap();
+    set_control(&control, "hold-one");
     let put = tokio::spawn({
         let bucket = bucket.clone();
         async move { bucket.put("video.mp4", &mut GeneratedObject::new(OBJECT_BYTES, SEED)).await }
@@ -1002,7 +1002,7 @@ async fn readers_of_a_bucket_are_answered_while_an_object_of_three_segments_is_p
     assert_eq!(segment_logs(&store, "OBJ_BIG").len(), 3, "the chunks filled two segments and started a third");
     assert!(!put.is_finished(), "the object was acknowledged before its fsync");
 
-    std::fs::write(&control, "").unwrap();
+    set_control(&control, "");
     let put = tokio::time::timeout(PUT_WAIT, put).await.expect("the put never finished").unwrap().expect("put");
     reading.store(false, std::sync::atomic::Ordering::Relaxed);
     assert!(tokio::time::timeout(READ_WAIT, reader).await.expect("the reader hung").unwrap() > 0);
@@ -1027,7 +1027,7 @@ async fn readers_of_a_bucket_are_answered_while_an_object_of_three_segments_is_p
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_are_answered_while_appends_that_roll_past_the_pending_seals_bound_commit_them_aside() {
-    use super::disk_faults::{ack_of, broker_on_faulty_disk};
+    use super::disk_faults::{ack_of, broker_on_faulty_disk, set_control};
     let dir = tempfile::tempdir().unwrap();
     let (store, control) = (dir.path().join("data"), dir.path().join("disk-faults"));
     let broker = broker_on_faulty_disk(&store, &control);
@@ -1054,7 +1054,7 @@ async fn readers_are_answered_while_appends_that_roll_past_the_pending_seals_bou
     assert_eq!(got.payload, body(last - 1));
     assert_eq!(segment_logs(&store, "ROLLING").len(), semaq_store::SEALS_PENDING_MAX_COUNT + 1);
 
-    std::fs::write(&control, "").unwrap();
+    set_control(&control, "");
     for (seq, ack) in (1..).zip(acks) {
         assert_eq!(ack_of(ack).await, Ok(seq + 1));
     }
@@ -1064,7 +1064,7 @@ async fn readers_are_answered_while_appends_that_roll_past_the_pending_seals_bou
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_are_answered_while_an_atomic_batch_that_would_roll_into_full_pending_seals_commits_them_aside() {
-    use super::disk_faults::{ack_of, wait_for_control};
+    use super::disk_faults::{ack_of, set_control, wait_for_control};
     /// Small segments: the batch rolls four times with little data.
     const SEGMENT_BYTES: u64 = 64 * 1024;
     /// Payloads several of which fill a segment, with room for a batch message's headers.
@@ -1098,7 +1098,7 @@ async fn readers_are_answered_while_an_atomic_batch_that_would_roll_into_full_pe
 
     // A batch filling four more segments: its fourth roll would find the bound of pending seals
     // and complete the oldest in place, its fsyncs under the lock. The next fsync is held.
-    std::fs::write(&control, "hold-one").unwrap();
+    set_control(&control, "hold-one");
     let mut committed = client.subscribe("batch.committed").await.unwrap();
     let count = 4 * fit;
     for n in 1..=count {
@@ -1120,7 +1120,7 @@ async fn readers_are_answered_while_an_atomic_batch_that_would_roll_into_full_pe
     let got = tokio::time::timeout(READ_WAIT, stream.direct_get(fit + 1)).await.expect("DIRECT.GET waited").unwrap();
     assert_eq!(got.payload, payload(fit + 1));
 
-    std::fs::write(&control, "").unwrap();
+    set_control(&control, "");
     let reply = tokio::time::timeout(READ_WAIT, committed.next()).await.expect("the commit's reply").unwrap();
     let reply: serde_json::Value = serde_json::from_slice(&reply.payload).unwrap();
     assert_eq!((reply["seq"].as_u64(), reply["count"].as_u64()), (Some(fit + 1 + count), Some(count)), "{reply}");
@@ -1146,16 +1146,16 @@ async fn fill_the_pending_seals(
     subject: &'static str,
     last: u64,
 ) -> Vec<jetstream::context::PublishAckFuture> {
-    use super::disk_faults::{ack_of, wait_for_control};
+    use super::disk_faults::{ack_of, set_control, wait_for_control};
     /// Messages published before waiting for them to be appended: the ingest queue's bytes
     /// stay far below its bound while every ack waits behind the held commit.
     const PUBLISHED_AHEAD_COUNT: u64 = 8;
     assert_eq!(ack_of(js.publish(subject, body(1)).await.unwrap()).await, Ok(1));
-    std::fs::write(control, "hold-one").unwrap();
+    set_control(control, "hold-one");
     let mut acks = vec![js.publish(subject, body(2)).await.unwrap()];
     wait_for_control(control, |text| text.trim() == "holding", "the commit's fsync to be held").await;
     let started = Instant::now();
-    std::fs::write(control, "holding hold-one").unwrap();
+    set_control(control, "holding hold-one");
     let deadline = Instant::now() + SEALS_COMMIT_WAIT;
     for seq in 3..last {
         acks.push(js.publish(subject, body(seq)).await.unwrap());

@@ -83,7 +83,7 @@ async fn a_failed_fsync_stops_acks_reports_the_error_and_keeps_serving_reads() {
         assert_eq!(publish(&js, "orders.new", &format!("order-{n}")).await, Ok(n));
     }
 
-    std::fs::write(&control, "eio").unwrap();
+    set_control(&control, "eio");
     let refused = publish(&js, "orders.new", "order-6").await;
     assert!(refused.is_err(), "a publish whose fsync failed was acknowledged: {refused:?}");
     let info = stream.info().await.unwrap().clone();
@@ -128,7 +128,7 @@ async fn a_full_disk_refuses_publishes_with_10047_and_service_resumes_when_space
         assert_eq!(publish(&js, "events.new", &format!("event-{n}")).await, Ok(n));
     }
 
-    std::fs::write(&control, "enospc").unwrap();
+    set_control(&control, "enospc");
     for n in 4..=5 {
         let refused = publish(&js, "events.new", &format!("event-{n}")).await.unwrap_err();
         assert!(refused.contains("insufficient storage"), "refused with nats-server's 10047: {refused}");
@@ -178,6 +178,14 @@ impl Shape {
     }
 }
 
+/// Replaces the control file's text at once: a server polling it mid-write would read it
+/// empty and release a held fsync.
+pub(super) fn set_control(control: &Path, text: &str) {
+    let next = control.with_extension("set");
+    std::fs::write(&next, text).unwrap();
+    std::fs::rename(&next, control).unwrap();
+}
+
 /// Waits (bounded) until the control file's text passes `done`.
 pub(super) async fn wait_for_control(control: &Path, done: impl Fn(&str) -> bool, what: &str) {
     let deadline = Instant::now() + ACK_WAIT;
@@ -214,7 +222,7 @@ async fn pipeline_two(
     shape: Shape,
 ) -> (async_nats::jetstream::context::PublishAckFuture, async_nats::jetstream::context::PublishAckFuture) {
     assert_eq!(ack_of(shape.publish(js, subject, ("p", 1), "kept").await).await, Ok(1));
-    std::fs::write(control, "hold-one").unwrap();
+    set_control(control, "hold-one");
     let in_flight = shape.publish(js, subject, ("p", 2), "in-flight").await;
     wait_for_control(control, |text| text.trim() == "holding", "the commit's fsync to be held").await;
     let behind = shape.publish(js, subject, ("p", 3), "behind").await;
@@ -233,7 +241,7 @@ async fn full_disk_aside<F: std::future::Future<Output = bool>>(
     aside: impl FnOnce() -> F,
 ) -> (Vec<String>, Result<u64, String>) {
     let (in_flight, behind) = pipeline_two(js, stream, (control, subject), shape).await;
-    std::fs::write(control, "holding enospc-once").unwrap();
+    set_control(control, "holding enospc-once");
     assert!(!aside().await, "the work aside met the full disk");
     wait_for_control(control, |text| !text.contains("enospc-once"), "the full disk to be met").await;
     std::fs::remove_file(control).unwrap();
@@ -301,7 +309,7 @@ async fn a_publish_whose_own_write_meets_the_full_disk_gets_10047_and_the_next_i
 
     // Larger than the store's write buffer: written to the OS by the append itself, which
     // meets the full disk with nothing waiting for a commit behind it.
-    std::fs::write(&control, "enospc-once").unwrap();
+    set_control(&control, "enospc-once");
     let large = "x".repeat(300 * 1024);
     let refused = publish(&js, "large.new", &large).await.unwrap_err();
     assert!(refused.contains("insufficient storage"), "refused with 10047: {refused}");

@@ -55,7 +55,10 @@ fn take_word(control: &Path, word: &str, instead: Option<&str>) -> io::Result<bo
         Some(instead) => instead.clone_into(&mut words[position]),
         None => drop(words.remove(position)),
     }
-    std::fs::write(control, words.join(" "))?;
+    // Replaced at once: a held fsync polling the file mid-write would read it empty and go.
+    let next = control.with_extension("next");
+    std::fs::write(&next, words.join(" "))?;
+    std::fs::rename(&next, control)?;
     Ok(true)
 }
 
