@@ -477,6 +477,10 @@ pub const CONSUMER_INFO_HAND_OFF_WAIT: std::time::Duration = std::time::Duration
 /// committed by the next fsync; past it (checked before each ingest batch) the ingest task
 /// takes no more messages until the fsync ends.
 pub const STREAM_COMMIT_WAITING_MESSAGES_MAX: usize = 4 * STREAM_INGEST_BATCH_MESSAGES_MAX;
+/// Appends acknowledged before their fsync (an object's chunks) that a `sync: always` stream
+/// lets pile up before it commits them aside, with no ack waiting: the fsync before the
+/// object's meta message is acknowledged then has at most about this much left to write.
+pub const STREAM_SYNC_AHEAD_BYTES: u64 = 8 * 1024 * 1024;
 /// Sequences from a work queue's or interest stream's first that a start looks at for messages
 /// its consumers had acknowledged but a crash kept (their removal was not yet synced).
 pub const RETENTION_RECHECK_MESSAGES_MAX: u64 = 100_000;

@@ -649,8 +649,9 @@ impl Stream {
                     if !pipelined {
                         self.drain(&mut pipeline, &mut dedup).await;
                     }
-                    let busy = pipelined.then(|| pipeline.busy());
-                    let mut store_batch = || self.store_batch(&mut batch, (&mut dedup, &mut batches), &mut acks, busy);
+                    let commits = pipelined.then_some(&pipeline);
+                    let batch_bytes: usize = batch.iter().map(Inbound::size).sum();
+                    let mut store_batch = || self.store_batch(&mut batch, (&mut dedup, &mut batches), &mut acks, commits);
                     // Unpipelined, the batch's fsync runs in there: the runtime moves this worker's
                     // other tasks off meanwhile. Pipelined, the batch is only appended and handed to
                     // the OS (its fsync runs on a blocking thread), and moving the worker would cost
@@ -660,6 +661,10 @@ impl Stream {
                         pipeline.defer(&mut acks, &mut captured_at, last_seq);
                         self.start_commit(&mut pipeline, &mut dedup);
                         continue;
+                    }
+                    if pipelined {
+                        pipeline.appended_unsynced(batch_bytes as u64);
+                        self.sync_ahead(&mut pipeline, &mut dedup);
                     }
                     self.send_acks(&mut acks);
                     batches.send_replies(&self);
@@ -750,14 +755,14 @@ impl Stream {
     }
 
     /// Checks and appends a batch, then commits it, leaving its acks in `acks`. Pipelined
-    /// (`busy`: whether a commit is in flight), the commit is left to the caller when it needs
-    /// an fsync or must wait behind the one in flight: returns the last sequence it must cover.
+    /// (`commits`: the stream's pipeline), the commit is left to the caller when it needs an
+    /// fsync or must wait behind acks waiting for one: returns the last sequence it must cover.
     fn store_batch(
         &self,
         batch: &mut Vec<Inbound>,
         (dedup, batches): (&mut Dedup, &mut Batches),
         acks: &mut Vec<PendingAck>,
-        busy: Option<bool>,
+        commits: Option<&Pipeline>,
     ) -> Option<u64> {
         let config = self.config();
         // L4 lineage, before the store lock: resolving a parent's Msg-Id reads other streams.
@@ -768,7 +773,7 @@ impl Stream {
         // L3: a snapshot the batch's appends could need, before the lock is taken for it.
         self.snapshot_before_batch(&config, batch, batches);
         let mut store = self.store();
-        if busy != Some(true) {
+        if !commits.is_some_and(Pipeline::busy) {
             self.take_drop_report(store.as_mut(), dedup);
         }
         let now = clock::unix_nanos_now();
@@ -829,7 +834,7 @@ impl Stream {
         let mut written_ok = true;
         // Acks behind a commit in flight wait for it, duplicates' and refusals' too (a
         // duplicate may name a sequence whose fsync is still running).
-        let deferred = busy.is_some_and(|busy| busy || (stored_any && must_sync));
+        let deferred = commits.is_some_and(|commits| commits.acks_waiting() || (stored_any && must_sync));
         if deferred {
             traced.written(None::<&StoreError>);
         } else if stored_any {

@@ -979,8 +979,9 @@ async fn readers_of_a_bucket_are_answered_while_an_object_of_three_segments_is_p
         }
     });
 
-    // The first fsync on the stream's disk is held: with the rolls' seals queued, it is the
-    // meta message's commit, run without the stream's lock.
+    // The first fsync on the stream's disk is held: the chunks' first commit aside (no ack waits
+    // for it), run without the stream's lock. The chunks go on being acknowledged and rolling
+    // the segment; the meta message's commit, with the rolls' seals, waits behind it.
     set_control(&control, "hold-one");
     let put = tokio::spawn({
         let bucket = bucket.clone();
@@ -994,8 +995,17 @@ async fn readers_of_a_bucket_are_answered_while_an_object_of_three_segments_is_p
     }
     let chunks = OBJECT_BYTES.div_ceil(CHUNK_BYTES) as u64;
     let mut stream = js.get_stream("OBJ_BIG").await.unwrap();
-    let info = tokio::time::timeout(READ_WAIT, stream.info()).await.expect("stream info waited for the fsync").unwrap();
-    assert_eq!(info.state.messages, chunks + 1, "every chunk and the meta message are stored");
+    let info = tokio::time::timeout(READ_WAIT, stream.info()).await.expect("stream info waited for the fsync");
+    // Held after the first `STREAM_SYNC_AHEAD_BYTES` (8 MiB) of a 160 MiB object.
+    assert!(info.unwrap().state.messages < chunks, "the chunks' commit aside starts while they stream");
+    loop {
+        let info = tokio::time::timeout(READ_WAIT, stream.info()).await.expect("stream info waited for the fsync");
+        if info.unwrap().state.messages == chunks + 1 {
+            break; // every chunk and the meta message are stored
+        }
+        assert!(Instant::now() < deadline, "the object's messages were never all stored");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let last =
         tokio::time::timeout(READ_WAIT, stream.direct_get(chunks + 1)).await.expect("DIRECT.GET waited").unwrap();
     assert!(last.subject.starts_with("$O.BIG.M."), "the meta message is last: {}", last.subject);

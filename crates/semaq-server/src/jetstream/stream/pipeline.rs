@@ -11,6 +11,10 @@
 //!   group and of the group waiting behind it: those were appended after the failure's cause
 //!   and never synced. A full disk also drops what was derived from the appends (msg-ids, L3
 //!   producers), as an unpipelined commit does.
+//! - Appends acknowledged before their fsync (an Object Store's chunks, `defers_sync`) are
+//!   committed aside every `STREAM_SYNC_AHEAD_BYTES`, in a commit no ack waits for: the
+//!   chunks keep being acknowledged meanwhile, and the object's meta message, whose ack needs
+//!   every chunk on disk, finds most of them synced.
 //! - Batches that are not pipelined (atomic batches, scheduled copies, L4, other sync
 //!   policies) first wait for the pipeline to empty, then commit as before.
 
@@ -46,12 +50,26 @@ struct InFlight {
 pub(super) struct Pipeline {
     in_flight: Option<InFlight>,
     waiting: Group,
+    /// Bytes appended and acknowledged unsynced since the last commit was taken.
+    unsynced_bytes: u64,
 }
 
 impl Pipeline {
-    /// Whether an fsync is in flight (then every batch's acks wait behind it).
+    /// Whether an fsync is in flight.
     pub(super) fn busy(&self) -> bool {
         self.in_flight.is_some()
+    }
+
+    /// Whether acks wait for a commit (then every batch's acks wait behind them, in order). A
+    /// commit aside that carries none lets unsynced appends be acknowledged meanwhile.
+    pub(super) fn acks_waiting(&self) -> bool {
+        self.in_flight.as_ref().is_some_and(|in_flight| !in_flight.group.acks.is_empty())
+            || !self.waiting.acks.is_empty()
+    }
+
+    /// Counts `bytes` appended and acknowledged before their fsync.
+    pub(super) fn appended_unsynced(&mut self, bytes: u64) {
+        self.unsynced_bytes = self.unsynced_bytes.saturating_add(bytes);
     }
 
     /// Whether the group waiting behind the fsync is as large as it may grow.
@@ -91,6 +109,22 @@ impl Stream {
             return;
         }
         let group = std::mem::take(&mut pipeline.waiting);
+        self.launch(pipeline, group, dedup);
+    }
+
+    /// Commits the appends acknowledged unsynced aside, with no ack waiting, once
+    /// `STREAM_SYNC_AHEAD_BYTES` of them piled up and nothing else is to commit.
+    pub(super) fn sync_ahead(&self, pipeline: &mut Pipeline, dedup: &mut Dedup) {
+        if pipeline.busy() || pipeline.unsynced_bytes < limits::STREAM_SYNC_AHEAD_BYTES {
+            return;
+        }
+        let last_seq = self.store().state().last_seq;
+        self.launch(pipeline, Group { last_seq, ..Group::default() }, dedup);
+    }
+
+    /// Takes a ticket for everything appended so far and starts its fsyncs for `group`.
+    fn launch(&self, pipeline: &mut Pipeline, group: Group, dedup: &mut Dedup) {
+        pipeline.unsynced_bytes = 0;
         let started = Instant::now();
         // No `block_in_place`: taking a ticket hands the group to the OS and runs no fsync.
         let ticket = self.store().sync_begin();
@@ -125,7 +159,8 @@ impl Stream {
             self.refuse(vec![group, waiting], error, dedup);
             return;
         }
-        self.committed_seq.store(group.last_seq, std::sync::atomic::Ordering::Release);
+        // A commit aside may end after unsynced appends behind it moved the sequence on.
+        self.committed_seq.fetch_max(group.last_seq, std::sync::atomic::Ordering::Release);
         let last_seq = store.state().last_seq;
         drop(store);
         // Consumers deliver up to `committed_seq`, which just moved.
