@@ -783,6 +783,28 @@ fn a_power_cut_anywhere_around_a_lazy_rollback_never_brings_the_refused_batch_ba
 }
 
 #[test]
+fn a_full_disk_after_a_rollback_reloads_without_the_refused_batch() {
+    let disk = SimDisk::new();
+    let mut store = open(&disk);
+    append_keys(&mut store, 1..=10).unwrap();
+    commit(&mut store).unwrap();
+    append_keys(&mut store, 11..=13).unwrap();
+    // The batch's records reached the OS before its refusal (a full write buffer).
+    store.flush().unwrap();
+    store.remove_refused(11, 13).unwrap();
+    disk.set_free_bytes(Some(0));
+    append_keys(&mut store, 14..=14).unwrap();
+    assert!(matches!(commit(&mut store), Err(StoreError::OutOfSpace(_))));
+    // The reload kept what the OS held: the marker was handed over with the rollback.
+    assert_eq!(held(&store), (1..=10).collect::<Vec<_>>());
+    disk.set_free_bytes(None);
+    append_keys(&mut store, 14..=14).unwrap();
+    commit(&mut store).unwrap();
+    let reopened = reopened_after_power_loss(&disk, store, Tear::LoseUnsynced);
+    assert_eq!(held(&reopened), [(1..=10).collect::<Vec<_>>(), vec![14]].concat());
+}
+
+#[test]
 fn a_rollback_behind_a_roll_falls_back_to_synced_deletes() {
     let disk = SimDisk::new();
     let mut store = open(&disk);
