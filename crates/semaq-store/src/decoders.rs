@@ -69,6 +69,8 @@ pub struct Scan {
     pub lost: u64,
     /// Sequences a skip marker covered.
     pub skipped: u64,
+    /// Ranges `(first, last)` rollback markers removed, in log order.
+    pub rolled_back: Vec<(u64, u64)>,
     /// Offset just past the last record accepted.
     pub valid_end: u64,
     /// Whether an unreadable tail ended the scan.
@@ -85,6 +87,7 @@ pub fn scan_log(bytes: &[u8], first_seq: u64) -> Scan {
         }
         recovery::Scanned::Lost => scan.lost += 1,
         recovery::Scanned::Skipped { .. } => scan.skipped += 1,
+        recovery::Scanned::RolledBack { first, last } => scan.rolled_back.push((first, last)),
     });
     scan.valid_end = end.valid_end;
     scan.bad_tail = end.bad_tail.is_some();

@@ -13,8 +13,9 @@ use crate::commit::{SealWork, SyncTicket, Synced};
 use crate::error::{io_error, StoreError, StoreResult};
 use crate::ledger::{Ledger, SlotState};
 use crate::limits::{
-    record_header, segment_header, CORRUPTION_REPORTS_MAX_COUNT, RECORD_SIZE_MAX_BYTES, SEALS_PENDING_MAX_COUNT,
-    SEGMENT_SIZE_DEFAULT_BYTES, SEGMENT_SIZE_MAX_BYTES, SEGMENT_SIZE_MIN_BYTES, SKIP_COUNT_MAX,
+    record_header, segment_header, CORRUPTION_REPORTS_MAX_COUNT, RECORD_SIZE_MAX_BYTES, ROLLBACK_COUNT_MAX,
+    SEALS_PENDING_MAX_COUNT, SEGMENT_SIZE_DEFAULT_BYTES, SEGMENT_SIZE_MAX_BYTES, SEGMENT_SIZE_MIN_BYTES,
+    SKIP_COUNT_MAX,
 };
 use crate::meta::MetaFile;
 use crate::record::{self, record_size};
@@ -831,6 +832,35 @@ impl StreamStore for FileStore {
         self.guarded(|store| {
             let removed = store.ledger.remove(seq);
             // Segments it empties at the front go at the commit that makes the floor durable.
+            store.settle_lazy();
+            Ok(removed)
+        })
+    }
+
+    fn remove_refused(&mut self, first: u64, last: u64) -> StoreResult<u64> {
+        let in_active = self.segments.last().is_some_and(|active| active.first_seq <= first);
+        let marked = in_active
+            && first <= last
+            && last < self.ledger.next_seq()
+            && last - first < ROLLBACK_COUNT_MAX
+            && !self.skip_pending;
+        if !marked {
+            // Behind a roll (the marker could not name sequences of an earlier log), or larger
+            // than a marker may cover: synced deletes, under the caller's lock.
+            let mut removed = 0;
+            for seq in first..=last {
+                removed += u64::from(self.delete(seq)?);
+            }
+            return Ok(removed);
+        }
+        let last_ts = self.ledger.state().last_ts;
+        self.guarded(|store| {
+            // The marker follows the records in the same log, so any commit that makes a later
+            // record durable makes it durable first; a crash before that loses it with no
+            // later record, and start-up removes the batch left without its commit marker.
+            store.active().append_rollback((first, last), last_ts)?;
+            let removed = store.ledger.remove_unlogged(first..=last);
+            // The front may have moved: the floor goes with the next commit, after the log.
             store.settle_lazy();
             Ok(removed)
         })

@@ -330,6 +330,16 @@ impl<B: Default> Ledger<B> {
         true
     }
 
+    /// Removes every live message in `seqs` as [`Ledger::remove`] does, but queues no delete
+    /// record: a rollback marker in the log records them (and recovery replays it). Returns how
+    /// many went.
+    pub(crate) fn remove_unlogged(&mut self, seqs: std::ops::RangeInclusive<u64>) -> u64 {
+        let logged = self.removed.len();
+        let removed = seqs.filter(|&seq| self.remove(seq)).count() as u64;
+        self.removed.truncate(logged);
+        removed
+    }
+
     /// Moves `first_seq` to the oldest live message and lets go of everything below it.
     fn trim_front(&mut self) {
         self.first_seq = self.next_live(self.first_seq, self.next_seq).unwrap_or(self.next_seq);

@@ -88,6 +88,17 @@ pub trait StreamStore: Send {
     fn remove(&mut self, seq: u64) -> StoreResult<bool> {
         self.delete(seq)
     }
+    /// Removes a refused atomic batch's messages, `first..=last`, all appended since the last
+    /// commit and nothing after them, and returns how many went. Readers see them gone at once;
+    /// durable at the next sync or commit, which cannot make anything appended later durable
+    /// without the removal. This default deletes them one by one, oldest first, each synced.
+    fn remove_refused(&mut self, first: u64, last: u64) -> StoreResult<u64> {
+        let mut removed = 0;
+        for seq in first..=last {
+            removed += u64::from(self.delete(seq)?);
+        }
+        Ok(removed)
+    }
     /// Removes what the request names and returns how many messages went. Durable when it returns.
     fn purge(&mut self, request: &PurgeRequest) -> StoreResult<u64>;
     /// Removes what the request names as [`purge`](Self::purge) does (readers see it gone at

@@ -105,6 +105,10 @@ pub mod record_header {
     /// Flag: a skip marker, not a message: every sequence from the one expected up to and
     /// including the record's own was never stored (a mirror keeping its origin's gaps).
     pub const FLAG_SKIP: u16 = 2;
+    /// Flag: a rollback marker, not a message: the sequences from its 8-byte payload's (first)
+    /// up to and including the record's own (last), stored just before it, are removed (a
+    /// refused atomic batch). A store written before the flag existed has none.
+    pub const FLAG_ROLLBACK: u16 = 4;
 }
 
 /// Index file header; entries follow it, then the segment's subject table.
@@ -235,6 +239,10 @@ const _: () = assert!(INDEX_PAGE_BYTES.is_multiple_of(index_entry::SIZE_BYTES));
 /// Most sequences one skip marker covers behind stored messages (each costs a ledger slot and,
 /// once sealed, an index entry): a mirror's origin gap beyond it is not kept.
 pub const SKIP_COUNT_MAX: u64 = 1 << 20;
+
+/// Most sequences one rollback marker removes (each a ledger slot recovery revisits): a larger
+/// refusal is removed with synced deletes. Far above the server's 1,000 messages per atomic batch.
+pub const ROLLBACK_COUNT_MAX: u64 = 1 << 16;
 
 /// Longest an fsync waits at the fault switch's `hold` (`storage::faults`) before it runs
 /// anyway: a test that never releases the hold slows the server down but does not hang it.

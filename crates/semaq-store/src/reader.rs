@@ -5,7 +5,8 @@
 //! store's exclusive lock excludes, so a reader never sees files a server is changing, and a
 //! server cannot start on them while they are read. Messages come out in sequence order
 //! straight from the segment logs (one segment in memory at a time); sequences below the floor
-//! (raised, as open raises it, to a segment started behind a skip) or in a delete log are left out, and records that cannot be read are reported as such.
+//! (raised, as open raises it, to a segment started behind a skip), in a delete log or removed by a
+//! rollback marker are left out, and records that cannot be read are reported as such.
 
 use std::collections::HashSet;
 use std::ops::ControlFlow;
@@ -132,7 +133,14 @@ impl SegmentRead<'_> {
     ) -> StoreResult<SegmentEnd> {
         let path = segment_path(self.dir, self.first_seq, LOG_EXTENSION);
         let bytes = self.storage.read(&path).map_err(io_error("read", &path))?;
-        let deleted = self.deleted()?;
+        let mut deleted = self.deleted()?;
+        // A rollback marker follows the records it removes: collected first, so that they are
+        // left out as deleted ones are.
+        scan_log(&bytes, self.first_seq, |event| {
+            if let Scanned::RolledBack { first, last } = event {
+                deleted.extend(first..=last);
+            }
+        });
         let mut stopped = false;
         let mut step = |item: ReadItem<'_>| {
             if !stopped {
@@ -145,6 +153,9 @@ impl SegmentRead<'_> {
         }
         let mut next = self.first_seq;
         let scan = scan_log(&bytes, self.first_seq, |event| {
+            if matches!(event, Scanned::RolledBack { .. }) {
+                return; // takes no sequence; its range was collected above
+            }
             let seq = next;
             next += 1;
             if seq < self.start || deleted.contains(&seq) {
@@ -157,7 +168,7 @@ impl SegmentRead<'_> {
                 }
                 Scanned::Lost => step(ReadItem::Unreadable { seq, detail: "damaged record".into() }),
                 // Never stored: nothing to read, as for a deleted message.
-                Scanned::Skipped { .. } => {}
+                Scanned::Skipped { .. } | Scanned::RolledBack { .. } => {}
             }
         });
         *expected = (*expected).max(next);
@@ -282,6 +293,24 @@ mod tests {
         let seqs: Vec<Result<u64, u64>> =
             items.iter().map(|item| item.as_ref().map(|m| m.0).map_err(|seq| *seq)).collect();
         assert_eq!(seqs, vec![Ok(1), Ok(2), Err(3), Ok(4), Ok(5)]);
+    }
+
+    #[test]
+    fn a_refused_batch_rolled_back_by_a_marker_is_left_out_as_open_leaves_it_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = FileStore::open(FileStoreConfig::new(dir.path())).unwrap();
+        for n in 0..6u8 {
+            store.append("s", None, &[n; 8], 0).unwrap();
+        }
+        assert_eq!(store.remove_refused(3, 5).unwrap(), 3);
+        store.append("s", None, b"after", 0).unwrap();
+        store.sync().unwrap();
+        drop(store);
+        let items = collect(&LogReader::open(dir.path()).unwrap(), 0);
+        let seqs: Vec<u64> = items.iter().map(|item| item.as_ref().map_or(0, |m| m.0)).collect();
+        assert_eq!(seqs, vec![1, 2, 6, 7]);
+        let reopened = FileStore::open(FileStoreConfig::new(dir.path())).unwrap();
+        assert_eq!((reopened.state().msgs, reopened.state().last_seq), (4, 7), "open agrees");
     }
 
     #[test]

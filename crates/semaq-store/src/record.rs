@@ -74,6 +74,28 @@ pub(crate) fn encode_skip(out: &mut Vec<u8>, last_skipped: u64, timestamp_ns: i6
     encode_flagged(out, (last_skipped, timestamp_ns, rh::FLAG_SKIP), SKIP_SUBJECT, &[], &[])
 }
 
+/// The subject a rollback marker carries (framing wants one; no message is stored under it).
+pub(crate) const ROLLBACK_SUBJECT: &str = "$ROLLBACK";
+
+/// Appends a rollback marker: the sequences `first..=last`, written just before it in the same
+/// log, are removed. It takes no sequence of its own; `first` is its payload.
+pub(crate) fn encode_rollback(out: &mut Vec<u8>, (first, last): (u64, u64), timestamp_ns: i64) -> StoreResult<()> {
+    let payload = first.to_le_bytes();
+    encode_flagged(out, (last, timestamp_ns, rh::FLAG_ROLLBACK), ROLLBACK_SUBJECT, &[], &payload)
+}
+
+/// The range `first..=last` a record validated by `check` removes, if it is a rollback marker
+/// (the flag, and the 8-byte payload naming `first`).
+pub(crate) fn rollback_range(record: &[u8], header: &RecordHeader) -> Option<(u64, u64)> {
+    if header.flags & rh::FLAG_ROLLBACK == 0 {
+        return None;
+    }
+    let payload_start = rh::SIZE_BYTES + header.subject_length as usize + header.headers_length as usize;
+    let payload = record.get(payload_start..header.length as usize)?;
+    let first = u64::from_le_bytes(payload.try_into().ok()?);
+    Some((first, header.seq))
+}
+
 fn encode_flagged(
     out: &mut Vec<u8>,
     (seq, timestamp_ns, flags): (u64, i64, u16),
@@ -246,6 +268,21 @@ mod tests {
         let mut out = Vec::new();
         encode(&mut out, seq, 42, "orders.eu", headers, b"payload").unwrap();
         out
+    }
+
+    #[test]
+    fn a_rollback_marker_names_the_range_it_removes_and_a_message_names_none() {
+        let mut out = Vec::new();
+        encode_rollback(&mut out, (5, 9), 42).unwrap();
+        let header = check(&out).unwrap();
+        assert_eq!(header.seq, 9);
+        assert_eq!(rollback_range(&out, &header), Some((5, 9)));
+        let message = encoded(9, None);
+        assert_eq!(rollback_range(&message, &check(&message).unwrap()), None);
+        // The flag without an 8-byte payload names nothing.
+        let mut short = Vec::new();
+        encode_flagged(&mut short, (9, 0, rh::FLAG_ROLLBACK), ROLLBACK_SUBJECT, &[], b"1234").unwrap();
+        assert_eq!(rollback_range(&short, &check(&short).unwrap()), None);
     }
 
     #[test]

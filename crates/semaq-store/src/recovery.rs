@@ -14,8 +14,8 @@ use crate::error::{io_error, StoreError, StoreResult};
 use crate::index::IndexFile;
 use crate::ledger::{Ledger, SlotState};
 use crate::limits::{
-    index_entry as ie, record_header as rh, segment_header as sh, GAP_FILL_MAX_COUNT, SEALS_PENDING_MAX_COUNT,
-    SKIP_COUNT_MAX,
+    index_entry as ie, record_header as rh, segment_header as sh, GAP_FILL_MAX_COUNT, ROLLBACK_COUNT_MAX,
+    SEALS_PENDING_MAX_COUNT, SKIP_COUNT_MAX,
 };
 use crate::meta::MetaFile;
 use crate::record;
@@ -494,6 +494,10 @@ fn scan_into(
         }
         Scanned::Lost => ledger.push_dead(SlotState::Lost, 0),
         Scanned::Skipped { timestamp_ns } => ledger.push_dead(SlotState::Deleted, timestamp_ns),
+        // The marker is the removal's durable record: nothing goes to a delete log for it.
+        Scanned::RolledBack { first, last } => {
+            ledger.remove_unlogged(first..=last);
+        }
     });
     refused?;
     report.corruption.extend(scan.damage.iter().map(|damage| format!("segment {first_seq}: {damage}")));
@@ -519,6 +523,8 @@ pub(crate) enum Scanned<'a> {
     Lost,
     /// The next sequence was skipped (a skip marker covers it): never stored, counted deleted.
     Skipped { timestamp_ns: i64 },
+    /// A rollback marker: `first..=last`, already reported by this scan, are removed.
+    RolledBack { first: u64, last: u64 },
 }
 
 /// How a scan ended.
@@ -547,6 +553,16 @@ pub(crate) fn scan_log<'a>(bytes: &'a [u8], first_seq: u64, mut emit: impl FnMut
                 offset += header.length as usize;
                 expected = header.seq + 1;
                 continue;
+            }
+            Ok(header) if header.flags & rh::FLAG_ROLLBACK != 0 => {
+                match rollback_behind(&bytes[offset..], &header, first_seq, expected) {
+                    Some((first, last)) => {
+                        emit(Scanned::RolledBack { first, last });
+                        offset += header.length as usize;
+                        continue;
+                    }
+                    None => "rollback marker naming sequences not behind it",
+                }
             }
             Ok(header) if header.seq == expected && header.flags & rh::FLAG_SKIP == 0 => {
                 // Offsets are `u32` in the index and the ledger: a record past that cannot be
@@ -593,6 +609,14 @@ pub(crate) fn scan_log<'a>(bytes: &'a [u8], first_seq: u64, mut emit: impl FnMut
 /// marker is ever written to cover).
 fn is_skip_from(header: &record::RecordHeader, expected: u64) -> bool {
     header.flags & rh::FLAG_SKIP != 0 && header.seq >= expected && header.seq - expected < SKIP_COUNT_MAX
+}
+
+/// The range an intact rollback marker removes, if every sequence of it lies in this log
+/// before the marker (and it covers no more than a marker is ever written to cover).
+fn rollback_behind(record: &[u8], header: &record::RecordHeader, first_seq: u64, expected: u64) -> Option<(u64, u64)> {
+    let (first, last) = record::rollback_range(record, header)?;
+    let behind = first_seq <= first && first <= last && last < expected && last - first < ROLLBACK_COUNT_MAX;
+    behind.then_some((first, last))
 }
 
 /// The next offset after `damage_start` holding an intact record whose sequence could follow
@@ -669,6 +693,7 @@ mod tests {
                 Scanned::Record { seq, .. } => Some(seq),
                 Scanned::Lost => None,
                 Scanned::Skipped { .. } => Some(0),
+                Scanned::RolledBack { first, last } => Some(u64::MAX - (last - first + 1)),
             })
         });
         (events, end)
@@ -697,6 +722,24 @@ mod tests {
         let mut too_wide = log_of(&[1]);
         record::encode_skip(&mut too_wide, 2 + SKIP_COUNT_MAX, 0).unwrap();
         assert!(scan_events(&too_wide).1.bad_tail.is_some());
+    }
+
+    #[test]
+    fn a_rollback_marker_removes_the_records_behind_it_and_takes_no_sequence() {
+        let removed_two = Some(u64::MAX - 2);
+        let mut bytes = log_of(&[1, 2, 3]);
+        record::encode_rollback(&mut bytes, (2, 3), 0).unwrap();
+        record::encode(&mut bytes, 4, 0, "s", None, b"0123456789").unwrap();
+        let (events, end) = scan_events(&bytes);
+        assert_eq!(events, vec![Some(1), Some(2), Some(3), removed_two, Some(4)]);
+        assert_eq!(end, ScanEnd { valid_end: bytes.len() as u64, ..ScanEnd::default() });
+        // A marker naming a sequence not yet in the log, before the log's first, or backwards,
+        // is damage.
+        for range in [(3, 4), (0, 2), (3, 2)] {
+            let mut ahead = log_of(&[1, 2, 3]);
+            record::encode_rollback(&mut ahead, range, 0).unwrap();
+            assert!(scan_events(&ahead).1.bad_tail.is_some(), "{range:?}");
+        }
     }
 
     #[test]

@@ -203,6 +203,15 @@ impl Segment {
         Ok(offset)
     }
 
+    /// Appends a rollback marker (`record::encode_rollback`) and hands the buffer to the OS, so
+    /// that no cut back to what the OS holds (a full disk's reload) keeps the records it removes
+    /// without it.
+    pub(crate) fn append_rollback(&mut self, range: (u64, u64), timestamp_ns: i64) -> StoreResult<()> {
+        debug_assert!(!self.sealed);
+        record::encode_rollback(&mut self.pending, range, timestamp_ns)?;
+        self.flush()
+    }
+
     /// Appends a skip marker (`record::encode_skip`): sequences up to `last_skipped` hold nothing.
     pub(crate) fn append_skip(&mut self, last_skipped: u64, timestamp_ns: i64) -> StoreResult<()> {
         debug_assert!(!self.sealed);

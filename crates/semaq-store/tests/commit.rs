@@ -712,6 +712,118 @@ fn a_power_cut_anywhere_around_a_lazy_skip_over_a_gap_keeps_it_with_the_copy_beh
 }
 
 #[test]
+fn a_refused_batchs_rollback_fsyncs_nothing_and_readers_see_it_gone_at_once() {
+    let disk = SimDisk::new();
+    let mut store = open(&disk);
+    append_keys(&mut store, 1..=10).unwrap();
+    commit(&mut store).unwrap();
+    append_keys(&mut store, 11..=13).unwrap();
+    let syncs = disk.counts().syncs;
+    assert_eq!(store.remove_refused(11, 13).unwrap(), 3);
+    assert_eq!(disk.counts().syncs, syncs, "the rollback waits for the next commit");
+    assert_eq!(held(&store), (1..=10).collect::<Vec<_>>());
+    assert_eq!(store.subjects_state(None).values().sum::<u64>(), 10, "per-subject counts follow");
+    let state = store.state();
+    assert_eq!((state.msgs, state.last_seq), (10, 13), "the refused sequences stay used");
+    append_keys(&mut store, 14..=14).unwrap();
+    commit(&mut store).unwrap();
+    let reopened = reopened_after_power_loss(&disk, store, Tear::LoseUnsynced);
+    assert_eq!(held(&reopened), [(1..=10).collect::<Vec<_>>(), vec![14]].concat());
+    assert_eq!(reopened.subjects_state(None).values().sum::<u64>(), 11);
+}
+
+/// Cuts the power after every number of disk changes around a refused batch rolled back with
+/// no fsync and the publishes after it (enough to roll a segment, so that the marker's segment
+/// is sealed and its index, or a rebuild from its log, carries the removal): every committed
+/// message survives, and the refused ones only ever as the stream's tail (which the server's
+/// start-up removes as a batch without its commit marker), never behind a later one.
+#[test]
+fn a_power_cut_anywhere_around_a_lazy_rollback_never_brings_the_refused_batch_back_mid_stream() {
+    const LATER_COUNT: u64 = 100;
+    for committed in [0, 10] {
+        for tear in [Tear::LoseUnsynced, Tear::Sectors { seed: 11 }, Tear::Sectors { seed: 31_337 }] {
+            for changes in 0..PURGE_CHANGES_MAX_COUNT {
+                let disk = SimDisk::new();
+                let mut store = open(&disk);
+                append_keys(&mut store, 1..=committed).unwrap();
+                commit(&mut store).unwrap();
+                let refused = committed + 1..=committed + 3;
+                let later = committed + 4..=committed + 3 + LATER_COUNT;
+                let mut answered = false;
+                disk.freeze_after(changes, tear);
+                let result = (|| {
+                    append_keys(&mut store, refused.clone())?;
+                    store.remove_refused(*refused.start(), *refused.end())?;
+                    append_keys(&mut store, later.clone())?;
+                    commit(&mut store)?;
+                    answered = true;
+                    Ok::<(), StoreError>(())
+                })();
+                let completed = result.is_ok() && !disk.is_frozen();
+                let reopened = reopened_after_power_loss(&disk, store, tear);
+                let survived = held(&reopened);
+                let context = format!("{committed} committed, {tear:?}, power cut after {changes} changes");
+                assert_eq!(reopened.recovery_report().corruption, Vec::<String>::new(), "{context}");
+                let kept: Vec<u64> = survived.iter().copied().filter(|&seq| seq <= committed).collect();
+                assert_eq!(kept, (1..=committed).collect::<Vec<_>>(), "{context}: committed messages lost");
+                let came_back = survived.iter().any(|seq| refused.contains(seq));
+                let after = survived.iter().any(|seq| later.contains(seq));
+                assert!(!(came_back && after), "{context}: refused messages behind later ones: {survived:?}");
+                if answered {
+                    let expected: Vec<u64> = (1..=committed).chain(later.clone()).collect();
+                    assert_eq!(survived, expected, "{context}");
+                }
+                if completed {
+                    break;
+                }
+                assert!(changes + 1 < PURGE_CHANGES_MAX_COUNT, "{context}: never got through");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_full_disk_after_a_rollback_reloads_without_the_refused_batch() {
+    let disk = SimDisk::new();
+    let mut store = open(&disk);
+    append_keys(&mut store, 1..=10).unwrap();
+    commit(&mut store).unwrap();
+    append_keys(&mut store, 11..=13).unwrap();
+    // The batch's records reached the OS before its refusal (a full write buffer).
+    store.flush().unwrap();
+    store.remove_refused(11, 13).unwrap();
+    disk.set_free_bytes(Some(0));
+    append_keys(&mut store, 14..=14).unwrap();
+    assert!(matches!(commit(&mut store), Err(StoreError::OutOfSpace(_))));
+    // The reload kept what the OS held: the marker was handed over with the rollback.
+    assert_eq!(held(&store), (1..=10).collect::<Vec<_>>());
+    disk.set_free_bytes(None);
+    append_keys(&mut store, 14..=14).unwrap();
+    commit(&mut store).unwrap();
+    let reopened = reopened_after_power_loss(&disk, store, Tear::LoseUnsynced);
+    assert_eq!(held(&reopened), [(1..=10).collect::<Vec<_>>(), vec![14]].concat());
+}
+
+#[test]
+fn a_rollback_behind_a_roll_falls_back_to_synced_deletes() {
+    let disk = SimDisk::new();
+    let mut store = open(&disk);
+    append_keys(&mut store, 1..=10).unwrap();
+    commit(&mut store).unwrap();
+    let segments = store.segment_count();
+    let mut last = 10;
+    while store.segment_count() == segments {
+        last += 1;
+        append_keys(&mut store, last..=last).unwrap();
+    }
+    let syncs = disk.counts().syncs;
+    assert_eq!(store.remove_refused(11, last).unwrap(), last - 10);
+    assert!(disk.counts().syncs > syncs, "a marker names sequences of its own log only");
+    let reopened = reopened_after_power_loss(&disk, store, Tear::LoseUnsynced);
+    assert_eq!(held(&reopened), (1..=10).collect::<Vec<_>>());
+}
+
+#[test]
 fn appends_that_cannot_be_split_ask_for_a_commit_when_their_rolls_could_fill_the_pending_seals() {
     const RECORD_PAYLOAD_BYTES: usize = 1000;
     let disk = SimDisk::new();

@@ -294,6 +294,27 @@ for_both_stores! {
 }
 
 for_both_stores! {
+    fn a_refused_batch_is_removed_whole_and_its_sequences_stay_used(fresh: unlimited()) {
+        let store = &mut *fresh.store;
+        for subject in ["a", "b", "c", "c"] {
+            store.append(subject, None, b"x", 1).unwrap();
+        }
+        assert_eq!(store.remove_refused(3, 4).unwrap(), 2);
+        let state = store.state();
+        assert_eq!((state.msgs, state.first_seq, state.last_seq), (2, 1, 4));
+        assert_eq!(store.subjects_state(None).get("c"), None, "its subjects go with it");
+        assert_eq!((store.get(3).unwrap(), store.get(4).unwrap()), (None, None));
+        assert_eq!(store.append("d", None, b"y", 2).unwrap().0, 5);
+        // At the front: the stream starts after it.
+        assert_eq!(store.remove_refused(5, 5).unwrap(), 1);
+        store.purge(&purge(None, None, None)).unwrap();
+        store.append("e", None, b"z", 3).unwrap();
+        store.append("e", None, b"z", 4).unwrap();
+        assert_eq!(store.remove_refused(6, 7).unwrap(), 2);
+        let state = store.state();
+        assert_eq!((state.msgs, state.first_seq, state.last_seq), (0, 8, 7));
+    }
+
     fn skip_to_moves_an_empty_store_to_a_later_sequence(fresh: unlimited()) {
         let store = &mut *fresh.store;
         assert!(store.skip_to(10).unwrap());

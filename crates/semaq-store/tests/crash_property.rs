@@ -6,7 +6,9 @@
 //!   is there, byte for byte, unless a delete or purge removed it, or the stream's `max_msgs`
 //!   (discard old, in some cases) let newer messages push it out;
 //! - nothing a successful delete or purge removed came back, nor what the limit removed before
-//!   a successful sync;
+//!   a successful sync, nor a refused batch rolled back (no fsync) before a successful sync; a
+//!   refused batch not yet synced comes back only as the stream's tail, never behind a later
+//!   message (the server's start-up removes such a tail);
 //! - of the appends never synced, what survived is a prefix (no holes) and holds what was sent;
 //! - sequences are never reused, and nothing is reported as damage;
 //! - the consumer state saved last with success (`storage::write_atomic`, as the server saves
@@ -53,6 +55,11 @@ enum Op {
         keep: Option<u64>,
     },
     Compact,
+    /// Appends `count` messages, then rolls them back as a refused atomic batch (lazily).
+    RefusedBatch {
+        count: usize,
+        filler: usize,
+    },
     SaveAck,
     /// The disk fills up, leaving this many bytes free.
     Fill {
@@ -73,6 +80,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..SUBJECTS.len(), proptest::option::of(0..3u64))
             .prop_map(|(subject, keep)| Op::PurgeSubject { subject, keep }),
         1 => Just(Op::Compact),
+        2 => (1..4usize, 0..300usize).prop_map(|(count, filler)| Op::RefusedBatch { count, filler }),
         2 => Just(Op::SaveAck),
         1 => (0..600u64).prop_map(|free_bytes| Op::Fill { free_bytes }),
         1 => Just(Op::Free),
@@ -150,6 +158,8 @@ struct Model {
     maybe_removed: BTreeSet<u64>,
     /// Removed by `max_msgs` on append, not yet synced: may be back or not.
     limit_removed: BTreeSet<u64>,
+    /// Rolled back as a refused batch, not yet synced: back only as the tail, if at all.
+    refused: BTreeSet<u64>,
     max_msgs: Option<u64>,
     /// Consumer ack floors saved (attempted), and the last save that returned Ok.
     acks_attempted: BTreeSet<u64>,
@@ -166,6 +176,7 @@ impl Model {
         if ok {
             self.synced_upto = self.last_sent();
             self.removed.append(&mut self.limit_removed);
+            self.removed.append(&mut self.refused);
         }
     }
 
@@ -178,14 +189,15 @@ impl Model {
 fn run(store: &mut FileStore, disk: &SimDisk, model: &mut Model, op: &Op) {
     match *op {
         Op::Append { subject, filler } => {
-            let seq_hint = store.state().last_seq + 1;
-            let bytes = payload(seq_hint, filler);
-            let before = held(store);
-            if let Ok((seq, _)) = store.append(SUBJECTS[subject], None, &bytes, 1) {
-                assert_eq!(seq, seq_hint);
-                model.sent.insert(seq, (SUBJECTS[subject], bytes));
-                let after = held(store);
-                model.limit_removed.extend(before.difference(&after));
+            append(store, model, subject, filler);
+        }
+        Op::RefusedBatch { count, filler } => {
+            let appended: Vec<u64> = (0..count).map_while(|index| append(store, model, index % 3, filler)).collect();
+            let (Some(&first), Some(&last)) = (appended.first(), appended.last()) else { return };
+            if store.remove_refused(first, last).is_ok() {
+                model.refused.extend(first..=last);
+            } else {
+                model.maybe_removed.extend(first..=last);
             }
         }
         Op::Sync => {
@@ -240,6 +252,19 @@ fn run(store: &mut FileStore, disk: &SimDisk, model: &mut Model, op: &Op) {
     }
 }
 
+/// Appends one message and records it (and what the limit removed for it); its sequence.
+fn append(store: &mut FileStore, model: &mut Model, subject: usize, filler: usize) -> Option<u64> {
+    let seq_hint = store.state().last_seq + 1;
+    let bytes = payload(seq_hint, filler);
+    let before = held(store);
+    let (seq, _) = store.append(SUBJECTS[subject], None, &bytes, 1).ok()?;
+    assert_eq!(seq, seq_hint);
+    model.sent.insert(seq, (SUBJECTS[subject], bytes));
+    let after = held(store);
+    model.limit_removed.extend(before.difference(&after));
+    Some(seq)
+}
+
 /// Runs a delete or purge and records what it removed, as confirmed or not.
 fn removing(
     store: &mut FileStore,
@@ -273,6 +298,10 @@ fn check(store: &mut FileStore, disk: &SimDisk, model: &Model) -> Result<(), Tes
         if model.removed.contains(&seq) {
             prop_assert!(!present.contains(&seq), "removed seq {} came back", seq);
         }
+        if model.refused.contains(&seq) && present.contains(&seq) {
+            let behind = present.range(seq + 1..).find(|later| !model.refused.contains(later));
+            prop_assert!(behind.is_none(), "refused seq {} came back behind {:?}", seq, behind);
+        }
         if present.contains(&seq) {
             let message = store.get(seq).expect("readable").expect("present");
             prop_assert_eq!(message.subject.as_str(), *subject);
@@ -286,7 +315,8 @@ fn check(store: &mut FileStore, disk: &SimDisk, model: &Model) -> Result<(), Tes
     let mut hole = false;
     for &seq in model.sent.keys().filter(|&&seq| seq > model.synced_upto) {
         let removable = model.limit_removed.contains(&seq) || model.limit_may_remove(seq, &present);
-        if model.maybe_removed.contains(&seq) || model.removed.contains(&seq) || removable {
+        let refused = model.refused.contains(&seq);
+        if model.maybe_removed.contains(&seq) || model.removed.contains(&seq) || removable || refused {
             continue;
         }
         if present.contains(&seq) {
@@ -340,7 +370,7 @@ proptest! {
             // given again, so what was sent under them no longer counts.
             let last_seq = store.state().last_seq;
             model.sent.retain(|&seq, _| seq <= last_seq);
-            for seqs in [&mut model.removed, &mut model.maybe_removed, &mut model.limit_removed] {
+            for seqs in [&mut model.removed, &mut model.maybe_removed, &mut model.limit_removed, &mut model.refused] {
                 seqs.retain(|&seq| seq <= last_seq);
             }
             // The undoing also undoes what the limit removed for the undone appends.

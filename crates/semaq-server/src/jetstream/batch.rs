@@ -9,10 +9,11 @@
 //! - Commit: every message is checked first (the checks below plus the stream's own: L4 context
 //!   and event times, schema, producer sequences, dedup ids, expected headers, limits), then all
 //!   are appended under the store lock, which consumers need to read, and the fsync that follows
-//!   covers them together. A failure while appending (a store error) deletes what the batch
-//!   appended and undoes its producer and dedup records, and on L4 its links: the chain head goes
-//!   back to before the batch and the next message links over the removed sequences. The
-//!   commit's PubAck carries `batch` and `count`.
+//!   covers them together. A failure while appending (a store error) removes what the batch
+//!   appended (with no fsync under the lock: a rollback marker in the log, durable before
+//!   anything appended after it) and undoes its producer and dedup records, and on L4 its links:
+//!   the chain head goes back to before the batch and the next message links over the removed
+//!   sequences. The commit's PubAck carries `batch` and `count`.
 //! - Crash: the last stored message of a batch carries `Nats-Batch-Commit: 1`. One task appends,
 //!   so only the stream's tail can hold a batch cut short; start-up removes such a tail
 //!   ([`remove_incomplete_tail`]) before an L4 stream's chain head is rebuilt. No checkpoint
@@ -565,21 +566,33 @@ fn append_all(stream: &Stream, ingest: &mut Ingest<'_, '_>, messages: Vec<Inboun
         }
         return Ok(appended.last().copied().unwrap_or_default());
     };
-    // Oldest first: if this is cut short, the batch's last message is still there, without a
-    // commit marker, and start-up removes the rest.
-    for seq in &appended {
-        if let Err(delete_error) = ingest.store.delete(*seq) {
-            // The batch has no commit marker: start-up removes what is left of it if it is
-            // still the tail (on L4 the chain shows a break at what is left until then).
-            tracing::error!(stream = %stream.name, seq, %delete_error, "cannot remove a refused batch's message");
-        }
-    }
+    remove_refused(stream, ingest.store, &appended);
     ingest.producers.rollback_batch();
     ingest.dedup_rollback(undo_dedup);
     if let (Some(chain), Some(mark)) = (ingest.chain.as_deref_mut(), undo_chain) {
         chain.rollback(mark, &*ingest.store);
     }
     Err(error)
+}
+
+/// Removes a refused batch's appended messages. When they are the stream's tail, one after
+/// another, the store removes them at once with no fsync (a rollback marker the next commit
+/// makes durable before anything appended later); otherwise one by one, oldest first, each
+/// synced: if this is cut short, the batch's last message is still there, without a commit
+/// marker, and start-up removes the rest.
+fn remove_refused(stream: &Stream, store: &mut dyn StreamStore, appended: &[u64]) {
+    let (Some(&first), Some(&last)) = (appended.first(), appended.last()) else { return };
+    let contiguous = last - first + 1 == appended.len() as u64;
+    let result = if contiguous && store.state().last_seq == last {
+        store.remove_refused(first, last).map(drop)
+    } else {
+        appended.iter().try_for_each(|&seq| store.delete(seq).map(drop))
+    };
+    if let Err(error) = result {
+        // The batch has no commit marker: start-up removes what is left of it if it is still
+        // the tail (on L4 the chain shows a break at what is left until then).
+        tracing::error!(stream = %stream.name, first, last, %error, "cannot remove a refused batch's messages");
+    }
 }
 
 /// The test-only store refusal of a batch's `nth` message.
@@ -627,14 +640,16 @@ pub fn remove_incomplete_tail(store: &mut dyn StreamStore) -> u64 {
             break;
         }
     }
-    let mut removed = 0;
-    for seq in doomed {
-        match store.delete(seq) {
-            Ok(true) => removed += 1,
-            Ok(false) => {}
-            Err(error) => tracing::error!(seq, %error, "cannot remove an uncommitted batch message"),
-        }
-    }
+    // `doomed` runs from the tail down, and what lies between its ends that is still there is
+    // the batch's: one rollback, made durable by the next commit (a crash before it leaves the
+    // same tail for the next start-up).
+    let removed = match (doomed.last(), doomed.first()) {
+        (Some(&first), Some(&last)) => store.remove_refused(first, last).unwrap_or_else(|error| {
+            tracing::error!(first, last, %error, "cannot remove an uncommitted batch");
+            0
+        }),
+        _ => 0,
+    };
     if let Some(id) = tail.filter(|_| removed > 0) {
         tracing::warn!(batch = %id, removed, "removed an atomic batch a crash left uncommitted");
     }

@@ -533,6 +533,36 @@ async fn a_crash_before_the_commit_or_between_appends_leaves_no_part_of_the_batc
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_the_store_refuses_leaves_nothing_for_readers_nor_after_a_sigkill_behind_later_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    // The store refuses the 3rd message of every batch: two are appended by then, and removed
+    // with no fsync of their own (a rollback marker the next publish's commit carries).
+    let mut broker = start_with_env(&store, &[("SEMAQ_FAILPOINT", "batch-store-error:3")]);
+    let client = broker.client().await;
+    register_schema(&client).await;
+    create_stream(&client, l3_config("UNDONE", &["undone.>"], json!({"allow_direct": true}))).await;
+    assert_eq!(publish_seq(&client, "undone.a", "p", 1, 1).await["seq"], 1);
+    let refused = publish_batch(&client, "undone.a", "r", &[event(20), event(21), event(22)], "1").await;
+    assert_eq!(refused["error"]["err_code"], 10077, "{refused}");
+    let info = stream_info(&client, "UNDONE").await;
+    assert_eq!((info["state"]["messages"].as_u64(), info["state"]["last_seq"].as_u64()), (Some(1), Some(3)), "{info}");
+    let got = client.request("$JS.API.DIRECT.GET.UNDONE", json!({"seq": 2}).to_string().into()).await.unwrap();
+    assert_eq!(got.status.map(u16::from), Some(404), "direct get answers: no message");
+    assert_eq!(publish_seq(&client, "undone.a", "p", 2, 2).await["seq"], 4);
+    broker.kill();
+    drop(broker);
+
+    // The in-memory removal died with the process: what is on disk says the batch is gone,
+    // though it is no longer the stream's tail (start-up only looks there).
+    let broker = start_on(&store);
+    let client = broker.client().await;
+    let info = stream_info(&client, "UNDONE").await;
+    assert_eq!((info["state"]["messages"].as_u64(), info["state"]["last_seq"].as_u64()), (Some(2), Some(4)), "{info}");
+    assert_eq!(numbers(&stored(&client, "UNDONE").await), vec![1, 2]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_committed_batch_whose_last_message_was_consumed_survives_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
