@@ -353,8 +353,8 @@ pub struct ExportClaim {
     /// Importer key (or `*`) → activations issued to it at or before this time are revoked.
     #[serde(default)]
     pub revocations: Option<HashMap<String, i64>>,
-    /// Service latency tracking, for services.
-    #[serde(default)]
+    /// Service latency tracking, for services (the library's `service_latency`; `latency` read too).
+    #[serde(default, rename = "service_latency", alias = "latency")]
     pub latency: Option<LatencyClaim>,
     /// How long a service request waits for its response, in nanoseconds; 0 for the default.
     #[serde(default)]

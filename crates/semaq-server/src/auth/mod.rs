@@ -8,6 +8,7 @@ pub mod responses;
 pub mod restrictions;
 pub mod templates;
 pub mod trust;
+pub mod validation;
 
 use std::collections::HashMap;
 use std::net::IpAddr;

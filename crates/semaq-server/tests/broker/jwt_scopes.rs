@@ -278,6 +278,108 @@ fn an_import_token_failing_validation_refuses_its_account_and_one_out_of_time_or
     }
 }
 
+/// Imports (first) and exports (second) that nats-server 2.9's JWT library finds blocking: each
+/// account listing one is refused whole, as the ones listing only sound links are not.
+fn blocking_links(exporter: &str) -> (Vec<(Value, bool)>, Vec<(Value, bool)>) {
+    let import = |extra: Value| {
+        let mut import = json!({ "name": "i", "subject": "orders.*", "account": exporter, "type": "stream" });
+        if let (Some(import), Some(extra)) = (import.as_object_mut(), extra.as_object()) {
+            import.extend(extra.clone());
+        }
+        import
+    };
+    let service = |subject: &str| json!({ "subject": subject, "type": "service" });
+    let imports = vec![
+        (json!([import(json!({ "local_subject": "o.$1" }))]), true),
+        (json!([import(json!({ "account": "not-a-key" }))]), true),
+        (json!([{ "subject": "orders.*", "account": exporter }]), false),
+        (json!([import(json!({ "type": "service", "local_subject": "o.*", "to": "p.*" }))]), false),
+        (json!([import(json!({ "account": "" }))]), false),
+        (json!([import(json!({ "share": true }))]), false),
+        (json!([import(json!({ "subject": "orders new" }))]), false),
+        (json!([import(json!({ "local_subject": "o.$2" }))]), false),
+        (json!([import(json!({ "local_subject": "o.>" }))]), false),
+        (json!([import(service("help.>")), import(service("help.me"))]), false),
+        (json!([import(json!({ "type": "service" })), import(json!({ "type": "service", "subject": "other" }))]), true),
+    ];
+    let exports = vec![
+        (json!([json!({ "subject": "a.*", "type": "service", "response_type": "Stream" })]), true),
+        (json!([json!({ "subject": "a", "type": "service", "response_type": "stream" })]), false),
+        (json!([json!({ "subject": "a", "type": "stream", "response_type": "Singleton" })]), false),
+        (
+            json!([json!({ "subject": "a", "type": "stream", "service_latency": { "sampling": 5, "results": "l" } })]),
+            false,
+        ),
+        (
+            json!([
+                json!({ "subject": "a", "type": "service", "service_latency": { "sampling": 101, "results": "l" } })
+            ]),
+            false,
+        ),
+        (
+            json!([
+                json!({ "subject": "a", "type": "service", "service_latency": { "sampling": 5, "results": "l.*" } })
+            ]),
+            false,
+        ),
+        (json!([json!({ "subject": "a", "type": "service", "response_threshold": -1 })]), false),
+        (json!([json!({ "subject": "a.b", "type": "service", "account_token_position": 2 })]), false),
+        (json!([service("a.>"), service("a.b")]), false),
+        (json!([json!({ "subject": "a.>", "type": "stream" }), service("a.b")]), true),
+    ];
+    (imports, exports)
+}
+
+#[test]
+fn a_preloaded_account_jwt_the_jwt_library_cannot_decode_stops_the_server_as_in_nats_server() {
+    let exporter = KeyPair::new_account();
+    let import = json!({ "subject": "o", "account": exporter.public_key(), "type": "Stream" });
+    let sampling =
+        json!({ "subject": "a", "type": "service", "service_latency": { "sampling": "50%", "results": "l" } });
+    for links in [json!({ "imports": [import] }), json!({ "exports": [sampling] })] {
+        let mut trusted = Trusted::new();
+        trusted.add(&exporter, json!({}), json!({}));
+        trusted.add(&KeyPair::new_account(), links.clone(), json!({}));
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("bad.conf");
+        std::fs::write(&path, trusted.config()).expect("write config");
+        let nats = std::process::Command::new("nats-server").arg("-c").arg(&path).output().expect("run nats-server");
+        let semaq = SemaqServer::builder().bare().arg("-c").arg(&path).output();
+        for (server, output) in [("semaq", semaq), ("nats-server", nats)] {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert!(!output.status.success(), "{server} started with {links}");
+            assert!(stderr.contains("invalid account JWT"), "{server}, {links}: {stderr}");
+        }
+    }
+}
+
+#[test]
+fn an_import_or_export_failing_the_jwt_librarys_blocking_checks_refuses_its_account_as_nats_server_does() {
+    let exporter = KeyPair::new_account();
+    let mut trusted = Trusted::new();
+    let exports = json!([{ "subject": "orders.>", "type": "stream" }, { "subject": "help.>", "type": "service" }]);
+    trusted.add(&exporter, json!({ "exports": exports }), json!({}));
+    let (imports, exports) = blocking_links(&exporter.public_key());
+    let mut accounts = Vec::new();
+    for (links, admitted) in imports
+        .into_iter()
+        .map(|(l, a)| (json!({ "imports": l }), a))
+        .chain(exports.into_iter().map(|(l, a)| (json!({ "exports": l }), a)))
+    {
+        let account = KeyPair::new_account();
+        trusted.add(&account, links.clone(), json!({}));
+        accounts.push((account, links, admitted));
+    }
+    let (semaq, (nats, _dir)) = trusted.servers();
+    for addr in [semaq.addr(), nats.addr()] {
+        let answers = logins(addr, &accounts.iter().map(|(account, ..)| account).collect::<Vec<_>>());
+        for ((line, closed), (_, links, admitted)) in answers.iter().zip(&accounts) {
+            let refused = line == "-ERR 'Authorization Violation'" && *closed;
+            assert_eq!(refused, !admitted, "{addr}: {links} got {line}");
+        }
+    }
+}
+
 /// A client of each side of an exporter's stream `ticks` and service `help` and of an
 /// importer's imports of them.
 struct ImportSides {
