@@ -154,6 +154,7 @@ pub fn install(bus: &Bus, links: &[Link], server: &str) -> Result<(Arc<Responses
                     target: Arc::downgrade(exporter),
                     exporter: link.exporter.clone(),
                     source: Arc::downgrade(importer),
+                    importer: link.importer.as_str().into(),
                     allow_trace: link.allow_trace,
                     mapping: link.mapping.clone(),
                     singleton: link.response == ResponseType::Singleton,
@@ -213,6 +214,7 @@ impl InternalSink for StreamImport {
         let _set_aside = match trace::cross_import(crossing, self.allow_trace) {
             // nats-server counts the skipped delivery as made.
             Crossing::Skip => return true,
+            Crossing::Traced => None,
             Crossing::Go(set_aside) => set_aside,
         };
         let mapped = Message { subject: &subject, publisher: None, ..*message };
@@ -228,6 +230,7 @@ struct ServiceImport {
     target: Weak<AccountRouter>,
     exporter: String,
     source: Weak<AccountRouter>,
+    importer: Arc<str>,
     allow_trace: bool,
     mapping: Mapping,
     singleton: bool,
@@ -262,23 +265,32 @@ impl InternalSink for ServiceImport {
         let Some(target) = self.target.upgrade() else { return false };
         let subject = self.mapping.apply(message.subject);
         let crossing = trace::Import::Service { account: &self.exporter, from: message.subject, to: &subject };
-        let set_aside = match trace::cross_import(crossing, self.allow_trace) {
+        let crossed = trace::cross_import(crossing, self.allow_trace);
+        let (set_aside, traced) = match crossed {
             Crossing::Skip => return true,
-            Crossing::Go(set_aside) => set_aside,
+            Crossing::Traced => (None, true),
+            Crossing::Go(set_aside) => (set_aside, false),
         };
         // A client's own request gets its details; one forwarded by another import keeps those
         // it carries, as nats-server does not let a client speak for another.
         let requestor = self.services.client_info(message.publisher, self.share);
         let mut headers =
             requestor.as_ref().map(|info| tracking::with_header(message.headers, REQUEST_INFO, &info.to_json()));
-        if set_aside.is_some() {
+        let trace_dest = match (&set_aside, traced) {
             // As nats-server, so a responder's own forwarding of it starts no trace either.
+            (Some(_), _) => Some(TRACE_DISABLED.to_string()),
+            // The requester's destination means nothing in the exporter's subject space.
+            (None, true) => Some(self.responses.unmapped()),
+            (None, false) => None,
+        };
+        if let Some(dest) = trace_dest {
             let current = headers.as_deref().or(message.headers);
-            headers = Some(tracking::with_header(current, TRACE_DEST, TRACE_DISABLED));
+            headers = Some(tracking::with_header(current, TRACE_DEST, &dest));
         }
         let measured = self.measure(message, requestor.as_ref());
         let reply = message.reply.map(|reply| {
-            self.responses.register(reply, self.source.clone(), self.singleton, measured.is_some(), self.threshold)
+            let requester = (self.source.clone(), self.importer.clone());
+            self.responses.register(reply, requester, self.singleton, measured.is_some(), self.threshold)
         });
         match (&reply, measured) {
             (Some(reply), Some(request)) => self.services.tracked.insert(reply, request),
@@ -326,7 +338,20 @@ impl InternalSink for ServiceResponses {
             self.services.report(&request, &ServiceLatency::answered(&request, responder), flush);
         }
         let Some(target) = pending.target.upgrade() else { return false };
-        let response = Message { subject: &pending.reply, publisher: None, ..*message };
+        // nats-server's response import never allows a trace back across it.
+        let crossing = trace::Import::Service { account: &pending.importer, from: message.subject, to: &pending.reply };
+        let (_set_aside, headers) = match trace::cross_import(crossing, false) {
+            Crossing::Skip => {
+                self.responses.forget(message.subject);
+                return true;
+            }
+            Crossing::Go(Some(set_aside)) => {
+                (Some(set_aside), Some(tracking::with_header(message.headers, TRACE_DEST, TRACE_DISABLED)))
+            }
+            Crossing::Go(None) | Crossing::Traced => (None, None),
+        };
+        let headers = headers.as_deref().or(message.headers);
+        let response = Message { subject: &pending.reply, headers, publisher: None, ..*message };
         publish_hop(&target, &response, flush) > 0
     }
 }
