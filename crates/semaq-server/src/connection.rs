@@ -318,6 +318,7 @@ impl Connection {
             return Some(CloseReason::StaleConnection);
         }
         self.pings_outstanding += 1;
+        self.client.ping_sent();
         self.client.outbound.send(encode::PING);
         None
     }
@@ -363,6 +364,7 @@ impl Connection {
             }
             ClientOp::Pong => {
                 self.pings_outstanding = 0;
+                self.client.pong_received();
                 return Ok(());
             }
         }

@@ -398,3 +398,51 @@ async fn connz_shows_each_clients_rtt_estimated_at_connect() {
         assert!(rtt.ends_with('s') && rtt != "0s", "{connection}");
     }
 }
+
+/// A Go duration's text (`"150.2ms"`, `"950µs"`, `"1.2s"`) in milliseconds.
+fn go_millis(text: &str) -> f64 {
+    let units = [("ns", 1e-6), ("µs", 1e-3), ("us", 1e-3), ("ms", 1.0), ("s", 1e3)];
+    let (number, scale) = units
+        .iter()
+        .find_map(|(unit, scale)| text.strip_suffix(unit).and_then(|n| n.parse::<f64>().ok()).map(|n| (n, *scale)))
+        .unwrap_or_else(|| panic!("a Go duration: {text:?}"));
+    number * scale
+}
+
+/// The one client connection's `rtt` in `connz`, in milliseconds.
+fn rtt_millis(connz: &Value) -> f64 {
+    go_millis(connz["connections"][0]["rtt"].as_str().unwrap_or_else(|| panic!("an rtt: {connz}")))
+}
+
+/// How long the raw client holds its PONG back.
+const PONG_DELAY: Duration = Duration::from_millis(200);
+
+#[test]
+fn a_pong_to_the_servers_ping_measures_the_rtt_again_as_in_nats_server() {
+    let semaq = SemaqServer::with_config("ping_interval: \"1s\"\n", &[]);
+    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
+    let (nats, _dir) = nats_server_with(&format!("ping_interval: \"1s\"\nhttp_port: {port}\n"));
+    let nats_monitor = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let connz = |semaq_side: bool| {
+        if semaq_side {
+            semaq.http_json("/connz")
+        } else {
+            semaq_testkit::http_get_json(nats_monitor, "/connz")
+        }
+    };
+    for (addr, semaq_side) in [(semaq.addr(), true), (nats.addr(), false)] {
+        let mut raw = semaq_testkit::Raw::connect(addr);
+        raw.send(b"CONNECT {\"verbose\":false,\"pedantic\":false}\r\nPING\r\n");
+        raw.expect("PONG\r\n");
+        let delay_millis = PONG_DELAY.as_secs_f64() * 1e3;
+        let at_connect = rtt_millis(&connz(semaq_side));
+        assert!(at_connect < delay_millis / 2.0, "{addr}: {at_connect} ms at CONNECT");
+        raw.expect("PING\r\n");
+        // The delay is what the server measures, not a wait for something to happen.
+        std::thread::sleep(PONG_DELAY);
+        raw.send(b"PONG\r\nPING\r\n");
+        raw.expect("PONG\r\n");
+        let measured = rtt_millis(&connz(semaq_side));
+        assert!(measured >= delay_millis, "{addr}: {measured} ms after a delayed PONG");
+    }
+}
