@@ -610,6 +610,7 @@ impl Connection {
             _ => {
                 self.subscriptions.remove(sid);
                 self.remove_from_router(&subscription);
+                self.context.bus.interest_dropped.notify_one();
             }
         }
         self.client.subscriptions.store(self.subscriptions.len(), Ordering::Relaxed);
@@ -622,8 +623,12 @@ impl Connection {
     }
 
     fn remove_subscriptions(&mut self) {
-        for (_, subscription) in std::mem::take(&mut self.subscriptions) {
-            self.remove_from_router(&subscription);
+        let subscriptions = std::mem::take(&mut self.subscriptions);
+        for subscription in subscriptions.values() {
+            self.remove_from_router(subscription);
+        }
+        if !subscriptions.is_empty() {
+            self.context.bus.interest_dropped.notify_one();
         }
         self.client.subscriptions.store(0, Ordering::Relaxed);
     }

@@ -61,6 +61,8 @@ struct Services {
     server: String,
     responses: Arc<Responses>,
     tracked: Tracked,
+    /// Wakes the timer when a new request's deadline comes first.
+    rearm: Arc<tokio::sync::Notify>,
 }
 
 impl Services {
@@ -78,16 +80,17 @@ impl Services {
         publish_hop(&exporter, &message, flush);
     }
 
-    /// Reports the measured requests past their deadline (`504`) or whose requester stopped
-    /// listening (`408`), forgetting their reply mappings so a late response goes nowhere, as
-    /// nats-server drops them.
-    fn check_tracked(&self, now: Instant) {
+    /// Reports the measured requests past their deadline (`504`) and, when `interest`, those
+    /// whose requester stopped listening (`408`), forgetting their reply mappings so a late
+    /// response goes nowhere, as nats-server drops them.
+    fn check_tracked(&self, now: Instant, interest: bool) {
         let mut flush = FlushSet::default();
         for (key, request) in self.tracked.expired(now) {
             self.responses.forget(&key);
             self.report(&request, &ServiceLatency::timed_out(&request), &mut flush);
         }
-        for (key, request) in self.tracked.interest_lost() {
+        let lost = if interest { self.tracked.interest_lost() } else { Vec::new() };
+        for (key, request) in lost {
             self.responses.forget(&key);
             self.report(&request, &ServiceLatency::interest_lost(&request), &mut flush);
         }
@@ -95,18 +98,34 @@ impl Services {
     }
 }
 
-/// Checks `services`' measured requests every `TRACKED_CHECK_INTERVAL` until the server (its
-/// imports) goes; nothing without a runtime (unit tests that send nothing).
-fn start_timer(services: Weak<Services>) {
+/// Checks `services`' measured requests until the server (its imports) goes: at the first
+/// deadline, when a client unsubscribes or disconnects (`interest_dropped`, as nats-server
+/// notices an unsubscribe at once), and every `TRACKED_RECHECK_INTERVAL` for interest lost
+/// otherwise; nothing without a runtime (unit tests that send nothing).
+fn start_timer(services: Weak<Services>, interest_dropped: Arc<tokio::sync::Notify>) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
     runtime.spawn(async move {
-        let mut ticks = tokio::time::interval(limits::TRACKED_CHECK_INTERVAL);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let Some(rearm) = services.upgrade().map(|held| held.rearm.clone()) else { return };
+        let mut recheck = tokio::time::Instant::now() + limits::TRACKED_RECHECK_INTERVAL;
         loop {
-            ticks.tick().await;
-            let Some(services) = services.upgrade() else { return };
-            if !services.tracked.is_empty() {
-                services.check_tracked(Instant::now());
+            let Some(deadline) = services.upgrade().map(|held| held.tracked.next_deadline()) else { return };
+            let wake_at = deadline.map_or(recheck, |d| tokio::time::Instant::from_std(d).min(recheck));
+            let (interest, dropped) = tokio::select! {
+                _ = tokio::time::sleep_until(wake_at) => (tokio::time::Instant::now() >= recheck, false),
+                _ = interest_dropped.notified() => (true, true),
+                _ = rearm.notified() => (false, false),
+            };
+            if interest {
+                recheck = tokio::time::Instant::now() + limits::TRACKED_RECHECK_INTERVAL;
+            }
+            let Some(held) = services.upgrade() else { return };
+            if !held.tracked.is_empty() {
+                held.check_tracked(Instant::now(), interest);
+            }
+            drop(held);
+            if dropped {
+                // Under a storm of unsubscribes, one linear search per spacing, not per unsubscribe.
+                tokio::time::sleep(limits::TRACKED_INTEREST_CHECK_SPACING).await;
             }
         }
     });
@@ -125,9 +144,10 @@ pub fn install(bus: &Bus, links: &[Link], server: &str) -> Result<(Arc<Responses
         server: server.to_string(),
         responses: responses.clone(),
         tracked: Tracked::new(limits::TRACKED_REQUESTS_MAX),
+        rearm: Arc::default(),
     });
     if links.iter().any(|link| link.latency.is_some()) {
-        start_timer(Arc::downgrade(&services));
+        start_timer(Arc::downgrade(&services), bus.interest_dropped.clone());
     }
     let router = |name: &str| bus.account_router(name).ok_or_else(|| InstallError::NoAccount(name.to_string()));
     let mut answering: HashSet<&str> = HashSet::new();
@@ -293,7 +313,11 @@ impl InternalSink for ServiceImport {
             self.responses.register(reply, requester, self.singleton, measured.is_some(), self.threshold)
         });
         match (&reply, measured) {
-            (Some(reply), Some(request)) => self.services.tracked.insert(reply, request),
+            (Some(reply), Some(request)) => {
+                if self.services.tracked.insert(reply, request) {
+                    self.services.rearm.notify_one();
+                }
+            }
             (None, Some(request)) => self.services.report(&request, &ServiceLatency::bad_request(&request), flush),
             _ => {}
         }

@@ -266,6 +266,33 @@ async fn a_requester_that_stops_listening_before_the_response_is_reported_408_an
     assert_eq!(shapes[0], shapes[1]);
 }
 
+/// Well under `TRACKED_RECHECK_INTERVAL` (1 s): only a wake by the unsubscribe itself is this quick.
+const AT_ONCE: Duration = Duration::from_millis(200);
+
+#[tokio::test]
+async fn a_requester_unsubscribing_or_disconnecting_is_reported_408_at_once_as_in_nats_server() {
+    let semaq = SemaqServer::with_config(CONFIG, &[]);
+    let (nats, _dir) = nats_server_with(CONFIG);
+    for url in [semaq.url(), nats.url()] {
+        for round in 0..3 {
+            let Unanswered { a: _a, b, request: _request, inbox, mut results } = unanswered(&url, "svc").await;
+            let started = std::time::Instant::now();
+            if round == 2 {
+                drop(inbox);
+                b.drain().await.expect("disconnect");
+            } else {
+                let mut inbox = inbox;
+                inbox.unsubscribe().await.expect("unsubscribe");
+                sync(&b).await;
+            }
+            let result: Value = serde_json::from_slice(&next(&mut results).await.payload).expect("a result");
+            let waited = started.elapsed();
+            assert_eq!(result["status"], 408, "{url}: {result}");
+            assert!(waited < AT_ONCE, "{url}, round {round}: {waited:?}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_response_to_a_reply_subject_nobody_listened_on_is_reported_200_not_408() {
     let semaq = SemaqServer::with_config(CONFIG, &[]);
