@@ -71,6 +71,14 @@ impl Services {
         self.clients.get(id?).map(|client| ClientInfo::of(&client, &self.server, detailed))
     }
 
+    /// Measures `request`, whose response comes on `reply`, waking the timer when its deadline
+    /// comes first.
+    fn track(&self, reply: &str, request: Request) {
+        if self.tracked.insert(reply, request) {
+            self.rearm.notify_one();
+        }
+    }
+
     /// Publishes `result` of `request` on its results subject in the exporting account.
     fn report(&self, request: &Request, result: &ServiceLatency, flush: &mut FlushSet) {
         let Some(exporter) = request.exporter.upgrade() else { return };
@@ -313,11 +321,7 @@ impl InternalSink for ServiceImport {
             self.responses.register(reply, requester, self.singleton, measured.is_some(), self.threshold)
         });
         match (&reply, measured) {
-            (Some(reply), Some(request)) => {
-                if self.services.tracked.insert(reply, request) {
-                    self.services.rearm.notify_one();
-                }
-            }
+            (Some(reply), Some(request)) => self.services.track(reply, request),
             (None, Some(request)) => self.services.report(&request, &ServiceLatency::bad_request(&request), flush),
             _ => {}
         }

@@ -287,7 +287,7 @@ mod tests {
             ImportClaim { share: true, ..import("stream", "a", "", "") },
         ];
         for claim in wrong {
-            assert!(check_imports(&[claim.clone()]).is_err(), "{claim:?}");
+            assert!(check_imports(std::slice::from_ref(&claim)).is_err(), "{claim:?}");
         }
     }
 

@@ -280,7 +280,10 @@ fn an_import_token_failing_validation_refuses_its_account_and_one_out_of_time_or
 
 /// Imports (first) and exports (second) that nats-server 2.9's JWT library finds blocking: each
 /// account listing one is refused whole, as the ones listing only sound links are not.
-fn blocking_links(exporter: &str) -> (Vec<(Value, bool)>, Vec<(Value, bool)>) {
+/// A list of links (an account's `imports` or `exports`) and whether its account is admitted.
+type Case = (Value, bool);
+
+fn blocking_links(exporter: &str) -> (Vec<Case>, Vec<Case>) {
     let import = |extra: Value| {
         let mut import = json!({ "name": "i", "subject": "orders.*", "account": exporter, "type": "stream" });
         if let (Some(import), Some(extra)) = (import.as_object_mut(), extra.as_object()) {
