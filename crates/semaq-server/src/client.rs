@@ -31,6 +31,8 @@ pub struct ClientDetails {
     pub account: Option<String>,
     /// When the user's credentials expire (a user JWT's `exp`), seconds since the epoch.
     pub expires: Option<i64>,
+    /// A JWT user's `name` and `tags`.
+    pub jwt_tags: (String, Vec<String>),
 }
 
 /// The shared half of a connection: what publishers and monitoring need to reach.

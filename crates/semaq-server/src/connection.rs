@@ -398,7 +398,7 @@ impl Connection {
             return Ok(());
         }
         self.entry.cookies.fill(&mut options);
-        let Grant { user, permissions, limits, slot, account } = match self.context.auth.authenticate_on(
+        let Grant { user, permissions, limits, slot, account, jwt_tags } = match self.context.auth.authenticate_on(
             &options,
             self.nonce.as_deref(),
             self.entry.transport,
@@ -427,7 +427,7 @@ impl Connection {
         let verbose = options.verbose;
         let expires = self.limits.expires;
         self.client.estimate_rtt();
-        self.client.accept_details(ClientDetails { options, user, permissions, account, expires });
+        self.client.accept_details(ClientDetails { options, user, permissions, account, expires, jwt_tags });
         self.connected = true;
         if let Some(events) = &self.context.events {
             events.connected(&self.client);

@@ -129,6 +129,10 @@ pub struct ClientInfo {
     #[serde(skip_serializing_if = "Option::is_none")]
     issuer_key: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    tags: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name_tag: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     kind: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     client_type: Option<&'static str>,
@@ -161,6 +165,8 @@ impl ClientInfo {
             server: Some(server.to_string()),
             jwt,
             issuer_key,
+            tags: details.map(|d| d.jwt_tags.1.clone()).filter(|tags| !tags.is_empty()),
+            name_tag: details.map(|d| d.jwt_tags.0.clone()).filter(|name| !name.is_empty()),
             kind: Some("Client"),
             client_type: Some("nats"),
         }

@@ -109,6 +109,10 @@ pub struct JwtGrant {
     pub expires: Option<i64>,
     /// The connection's place in its account's connection limit.
     pub slot: AccountSlot,
+    /// The user JWT's `name`.
+    pub name_tag: String,
+    /// The user JWT's `tags`.
+    pub tags: Vec<String>,
 }
 
 /// Holds one of an account's connections; dropping it frees the place.
@@ -284,6 +288,8 @@ impl Trust {
             permissions,
             expires: expiry(user.exp, window, checked_at),
             slot: account.take_slot()?,
+            name_tag: user.name,
+            tags: user.nats.tags.unwrap_or_default(),
             user: user.sub,
             account: account.public_key.clone(),
         })
