@@ -492,8 +492,9 @@ fn import(claim: &ImportClaim) -> Option<Import> {
     Some(Import { kind, account: claim.account.clone(), subject, to, prefix, activation: None, share, allow_trace })
 }
 
+/// A JWT's link kind, spelled exactly as the jwt library decodes it (it fails on any other).
 fn link_kind(text: &str) -> Option<LinkKind> {
-    match text.to_ascii_lowercase().as_str() {
+    match text {
         "stream" => Some(LinkKind::Stream),
         "service" => Some(LinkKind::Service),
         _ => None,

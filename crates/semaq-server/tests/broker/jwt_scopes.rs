@@ -237,8 +237,9 @@ fn logins(addr: std::net::SocketAddr, accounts: &[&KeyPair]) -> Vec<(String, boo
 #[test]
 fn an_import_token_failing_validation_refuses_its_account_and_one_out_of_time_or_revoked_only_the_import() {
     let (exporter, scope) = (KeyPair::new_account(), KeyPair::new_account());
-    let importers: [KeyPair; 9] = std::array::from_fn(|_| KeyPair::new_account());
-    let [valid, by_key, missing, expired, revoked, forged, other_importer, narrower, service_kind] = &importers;
+    let importers: [KeyPair; 10] = std::array::from_fn(|_| KeyPair::new_account());
+    let [valid, by_key, missing, expired, revoked, forged, other_importer, narrower, service_kind, capitalised] =
+        &importers;
     let none = || json!({});
     let mut trusted = Trusted::new();
     trusted.add(
@@ -264,6 +265,7 @@ fn an_import_token_failing_validation_refuses_its_account_and_one_out_of_time_or
         (other_importer, token(&exporter, valid, "orders.>", "stream", none(), none())),
         (narrower, token(&exporter, narrower, "orders.eu.>", "stream", none(), none())),
         (service_kind, token(&exporter, service_kind, "orders.>", "service", none(), none())),
+        (capitalised, token(&exporter, capitalised, "orders.>", "Stream", none(), none())),
     ];
     for (importer, token) in tokens {
         trusted.add(importer, stream_import(&exporter, "orders.>", token), json!({}));
@@ -273,8 +275,8 @@ fn an_import_token_failing_validation_refuses_its_account_and_one_out_of_time_or
     for addr in [semaq.addr(), nats.addr()] {
         let seen = delivered(addr, &exporter, &[valid, by_key, missing, expired, revoked], "orders.>", "orders.new");
         assert_eq!(seen, [true, true, false, false, false], "{addr}");
-        let answers = logins(addr, &[forged, other_importer, narrower, service_kind]);
-        assert_eq!(answers, vec![refused.clone(); 4], "{addr}: the whole account is not valid");
+        let answers = logins(addr, &[forged, other_importer, narrower, service_kind, capitalised]);
+        assert_eq!(answers, vec![refused.clone(); 5], "{addr}: the whole account is not valid");
     }
 }
 
