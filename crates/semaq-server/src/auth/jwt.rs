@@ -210,6 +210,12 @@ pub struct AccountLimits {
     pub payload: i64,
     /// Client connections at once.
     pub conn: i64,
+    /// Imports the account may list; -1 any.
+    pub imports: i64,
+    /// Exports the account may list; -1 any.
+    pub exports: i64,
+    /// Whether its exports may have wildcards (checked only when `exports` is bounded).
+    pub wildcards: bool,
     /// The account's JetStream limits, when not tiered.
     #[serde(flatten)]
     pub jetstream: JetStreamLimits,

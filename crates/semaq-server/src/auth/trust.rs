@@ -15,7 +15,7 @@ use super::jwt::{AccountJetStreamLimits, ActivationNats, ExportClaim, ImportClai
 use super::jwt::{ResponsePermission as JwtResponses, UserPermissionLimits};
 use super::restrictions::{self, Window};
 use super::templates::{self, TemplateValues};
-use super::validation::{self, LinkError};
+use super::validation::{self, ClaimError};
 use super::{nkey, AuthError, ClientPermissions};
 use crate::imports::{AccountLinks, Activation, Export, Import, Kind as LinkKind, Latency, ResponseType, Sampling};
 use crate::limits;
@@ -56,9 +56,9 @@ enum AccountError {
         /// What is wrong with the token.
         error: ActivationError,
     },
-    /// An import or export fails a check nats-server's JWT library counts as blocking.
+    /// An import, export or limit fails a check nats-server's JWT library counts as blocking.
     #[error(transparent)]
-    Link(#[from] LinkError),
+    Claim(#[from] ClaimError),
 }
 
 /// The operators' keys and the accounts they signed.
@@ -151,7 +151,7 @@ impl Trust {
             match trust.account(key, text) {
                 Ok(account) => loaded.push(account),
                 Err(AccountError::Undecodable(_)) => return Err(TrustError::InvalidAccount(key.clone())),
-                Err(AccountError::Link(error)) if error.is_undecodable() => {
+                Err(AccountError::Claim(error)) if error.is_undecodable() => {
                     return Err(TrustError::InvalidAccount(key.clone()))
                 }
                 Err(error) => tracing::error!(account = %key, %error, "Preloaded account not valid"),
@@ -189,6 +189,7 @@ impl Trust {
             .map(|p| Arc::new(ClientPermissions::new(&p)));
         let import_claims = claims.nats.imports.unwrap_or_default();
         let export_claims = claims.nats.exports.unwrap_or_default();
+        validation::check_limits(&claims.nats.limits, &import_claims, &export_claims)?;
         validation::check_imports(import_claims.get(..limits::ACCOUNT_IMPORTS_MAX).unwrap_or(&import_claims))?;
         validation::check_exports(export_claims.get(..limits::ACCOUNT_IMPORTS_MAX).unwrap_or(&export_claims))?;
         let (imports, tokens): (Vec<Import>, Vec<String>) = import_claims

@@ -1,14 +1,15 @@
-//! The checks of an account JWT's imports and exports that nats-io/jwt (v2.3, nats-server 2.9's)
-//! counts as blocking: nats-server refuses a whole account failing one (its users get
-//! `Authorization Violation`), where a check the library does not make only leaves the link out.
+//! The checks of an account JWT's imports, exports and JetStream limits that nats-io/jwt (v2.3,
+//! nats-server 2.9's) counts as blocking: nats-server refuses a whole account failing one (its
+//! users get `Authorization Violation`), where a check the library does not make only leaves the
+//! link out.
 //! Activation tokens are checked apart ([`super::trust::activation_claims`]), as they need the
 //! decoded import.
 
-use super::jwt::{ExportClaim, ImportClaim, LatencyClaim};
+use super::jwt::{AccountLimits, ExportClaim, ImportClaim, LatencyClaim};
 
-/// A blocking issue of an account's links; the texts are the jwt library's.
+/// A blocking issue of an account's links or limits; the texts are the jwt library's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum LinkError {
+pub enum ClaimError {
     /// A `type` other than `stream` or `service` (nats-server fails to even decode most).
     #[error("invalid {0} type: {1:?}")]
     Kind(&'static str, String),
@@ -48,16 +49,51 @@ pub enum LinkError {
     /// Two exports of one kind, one containing the other.
     #[error("{0} export subject {1:?} already exports {2:?}")]
     Exported(&'static str, String, String),
+    /// More imports or exports than the account's limits allow.
+    #[error("the account contains more {0} than allowed by the operator")]
+    TooMany(&'static str),
+    /// A wildcard export where the limits allow none.
+    #[error("the account contains wildcard exports that are not allowed by the operator")]
+    Wildcards,
+    /// A tier named "".
+    #[error("Tiered JetStream Limits can not contain a blank \"\" tier name")]
+    BlankTier,
 }
 
-impl LinkError {
+/// Checks an account's `limits`, and its imports and exports against them, as the jwt library
+/// does: a missing `imports` or `exports` limit is 0 there, so it allows none. (Its check that
+/// plain JetStream limits and tiers exclude each other never fires: decoding drops the plain
+/// ones beside tiers.)
+pub fn check_limits(
+    limits: &AccountLimits,
+    imports: &[ImportClaim],
+    exports: &[ExportClaim],
+) -> Result<(), ClaimError> {
+    let too_many = |count: usize, allowed: i64| allowed != -1 && i64::try_from(count).unwrap_or(i64::MAX) > allowed;
+    if too_many(imports.len(), limits.imports) {
+        return Err(ClaimError::TooMany("imports"));
+    }
+    if too_many(exports.len(), limits.exports) {
+        return Err(ClaimError::TooMany("exports"));
+    }
+    if limits.exports != -1 && !limits.wildcards && exports.iter().any(|export| has_wildcards(&export.subject)) {
+        return Err(ClaimError::Wildcards);
+    }
+    let blank_tier = limits.tiered_limits.as_ref().is_some_and(|tiers| tiers.contains_key(""));
+    if blank_tier {
+        return Err(ClaimError::BlankTier);
+    }
+    Ok(())
+}
+
+impl ClaimError {
     /// Whether the library fails to even decode the account JWT over it (nats-server then stops
     /// at start): a `type` spelled otherwise than `stream` or `service`, or a `sampling` neither
     /// `"headers"` nor a whole number.
     pub fn is_undecodable(&self) -> bool {
         match self {
-            LinkError::Kind(_, kind) => !kind.is_empty(),
-            LinkError::Latency(why) => *why == UNDECODABLE_SAMPLING,
+            ClaimError::Kind(_, kind) => !kind.is_empty(),
+            ClaimError::Latency(why) => *why == UNDECODABLE_SAMPLING,
             _ => false,
         }
     }
@@ -66,13 +102,13 @@ impl LinkError {
 const UNDECODABLE_SAMPLING: &str = "sampling must be \"headers\" or a whole number";
 
 /// Checks `imports` as the jwt library does before nats-server admits their account.
-pub fn check_imports(imports: &[ImportClaim]) -> Result<(), LinkError> {
+pub fn check_imports(imports: &[ImportClaim]) -> Result<(), ClaimError> {
     let mut locals: Vec<String> = Vec::new();
     for import in imports {
         if import.kind == "service" {
             let local = service_local_subject(import);
             if let Some(taken) = locals.iter().find(|k| contained_in(&local, k) || contained_in(k, &local)) {
-                return Err(LinkError::Overlap(local, taken.clone()));
+                return Err(ClaimError::Overlap(local, taken.clone()));
             }
             locals.push(local);
         }
@@ -81,20 +117,20 @@ pub fn check_imports(imports: &[ImportClaim]) -> Result<(), LinkError> {
     Ok(())
 }
 
-fn check_import(import: &ImportClaim) -> Result<(), LinkError> {
+fn check_import(import: &ImportClaim) -> Result<(), ClaimError> {
     check_kind("import", &import.kind)?;
     if import.account.is_empty() {
-        return Err(LinkError::NoAccount);
+        return Err(ClaimError::NoAccount);
     }
     check_subject(&import.subject)?;
     if !import.local_subject.is_empty() {
         check_renaming(&import.local_subject, &import.subject)?;
         if !import.to.is_empty() {
-            return Err(LinkError::LocalAndTo);
+            return Err(ClaimError::LocalAndTo);
         }
     }
     if import.share && import.kind != "service" {
-        return Err(LinkError::Share(import.subject.clone()));
+        return Err(ClaimError::Share(import.subject.clone()));
     }
     Ok(())
 }
@@ -112,7 +148,7 @@ fn service_local_subject(import: &ImportClaim) -> String {
 }
 
 /// Checks `exports` as the jwt library does before nats-server admits their account.
-pub fn check_exports(exports: &[ExportClaim]) -> Result<(), LinkError> {
+pub fn check_exports(exports: &[ExportClaim]) -> Result<(), ClaimError> {
     for export in exports {
         check_export(export)?;
     }
@@ -122,87 +158,87 @@ pub fn check_exports(exports: &[ExportClaim]) -> Result<(), LinkError> {
         for (i, inner) in subjects.iter().enumerate() {
             let outer = subjects.iter().enumerate().find(|(j, outer)| *j != i && contained_in(inner, outer));
             if let Some((_, outer)) = outer {
-                return Err(LinkError::Exported(kind, (*outer).to_string(), (*inner).to_string()));
+                return Err(ClaimError::Exported(kind, (*outer).to_string(), (*inner).to_string()));
             }
         }
     }
     Ok(())
 }
 
-fn check_export(export: &ExportClaim) -> Result<(), LinkError> {
+fn check_export(export: &ExportClaim) -> Result<(), ClaimError> {
     check_kind("export", &export.kind)?;
     let service = export.kind == "service";
     let response = export.response_type.as_str();
     if service && !matches!(response, "" | "Singleton" | "Stream" | "Chunked") {
-        return Err(LinkError::ResponseType("service", response.to_string()));
+        return Err(ClaimError::ResponseType("service", response.to_string()));
     }
     if !service && !response.is_empty() {
-        return Err(LinkError::ResponseType("stream", response.to_string()));
+        return Err(ClaimError::ResponseType("stream", response.to_string()));
     }
     if let Some(latency) = &export.latency {
         check_latency(latency, service)?;
     }
     if export.response_threshold < 0 || (export.response_threshold > 0 && !service) {
-        return Err(LinkError::Threshold);
+        return Err(ClaimError::Threshold);
     }
     check_subject(&export.subject)?;
     check_token_position(export.account_token_position, &export.subject)
 }
 
-fn check_latency(latency: &LatencyClaim, service: bool) -> Result<(), LinkError> {
+fn check_latency(latency: &LatencyClaim, service: bool) -> Result<(), ClaimError> {
     if !service {
-        return Err(LinkError::Latency("latency tracking only permitted for services"));
+        return Err(ClaimError::Latency("latency tracking only permitted for services"));
     }
     let percent = match &latency.sampling {
         serde_json::Value::Null => 0,
         serde_json::Value::String(text) if text.eq_ignore_ascii_case("headers") => 0,
-        serde_json::Value::Number(n) => n.as_i64().ok_or(LinkError::Latency(UNDECODABLE_SAMPLING))?,
-        _ => return Err(LinkError::Latency(UNDECODABLE_SAMPLING)),
+        serde_json::Value::Number(n) => n.as_i64().ok_or(ClaimError::Latency(UNDECODABLE_SAMPLING))?,
+        _ => return Err(ClaimError::Latency(UNDECODABLE_SAMPLING)),
     };
     if !(0..=100).contains(&percent) {
-        return Err(LinkError::Latency("sampling percentage needs to be between 1-100"));
+        return Err(ClaimError::Latency("sampling percentage needs to be between 1-100"));
     }
     check_subject(&latency.results)?;
     if has_wildcards(&latency.results) {
-        return Err(LinkError::Latency("results subject can not contain wildcards"));
+        return Err(ClaimError::Latency("results subject can not contain wildcards"));
     }
     Ok(())
 }
 
-fn check_token_position(position: u32, subject: &str) -> Result<(), LinkError> {
+fn check_token_position(position: u32, subject: &str) -> Result<(), ClaimError> {
     if position == 0 {
         return Ok(());
     }
     let index = usize::try_from(position - 1).unwrap_or(usize::MAX);
     if !has_wildcards(subject) || subject.split('.').nth(index) != Some("*") {
-        return Err(LinkError::TokenPosition(position, subject.to_string()));
+        return Err(ClaimError::TokenPosition(position, subject.to_string()));
     }
     Ok(())
 }
 
-fn check_kind(what: &'static str, kind: &str) -> Result<(), LinkError> {
+fn check_kind(what: &'static str, kind: &str) -> Result<(), ClaimError> {
     // Case matters: the library decodes only these two spellings.
     match kind {
         "stream" | "service" => Ok(()),
-        _ => Err(LinkError::Kind(what, kind.to_string())),
+        _ => Err(ClaimError::Kind(what, kind.to_string())),
     }
 }
 
-fn check_subject(subject: &str) -> Result<(), LinkError> {
+fn check_subject(subject: &str) -> Result<(), ClaimError> {
     if subject.is_empty() {
-        return Err(LinkError::EmptySubject);
+        return Err(ClaimError::EmptySubject);
     }
     if subject.contains(' ') {
-        return Err(LinkError::Spaces(subject.to_string()));
+        return Err(ClaimError::Spaces(subject.to_string()));
     }
     Ok(())
 }
 
 /// A `local_subject` must keep its subject's trailing `>` and map each `*` once, by `*` or by a
 /// `$N` reference to an existing one.
-fn check_renaming(local: &str, from: &str) -> Result<(), LinkError> {
+fn check_renaming(local: &str, from: &str) -> Result<(), ClaimError> {
     check_subject(local)?;
-    let wrong = || LinkError::Renaming(local.to_string(), from.to_string());
+    let wrong = || ClaimError::Renaming(local.to_string(), from.to_string());
     let full = |s: &str| s == ">" || s.ends_with(".>");
     if full(local) != full(from) {
         return Err(wrong());
@@ -294,10 +330,23 @@ mod tests {
     #[test]
     fn service_imports_may_not_overlap_where_they_take_requests_but_stream_imports_may() {
         let (a, b) = (import("service", "x.>", "", ""), import("service", "x.y", "", ""));
-        assert_eq!(check_imports(&[a, b]), Err(LinkError::Overlap("x.y".into(), "x.>".into())));
+        assert_eq!(check_imports(&[a, b]), Err(ClaimError::Overlap("x.y".into(), "x.>".into())));
         let renamed = [import("service", "x.*", "z.$1", ""), import("service", "z.q", "", "")];
         assert!(check_imports(&renamed).is_err());
         assert_eq!(check_imports(&[import("stream", "x.>", "", ""), import("stream", "x.y", "", "")]), Ok(()));
+    }
+
+    #[test]
+    fn limits_bound_imports_and_exports_a_missing_limit_allowing_none() {
+        let limits = |json: &str| serde_json::from_str::<AccountLimits>(json).expect("limits");
+        let (imports, exports) = ([import("stream", "a", "", "")], [export("stream", "a.>")]);
+        let any = limits(r#"{"imports":-1,"exports":-1}"#);
+        assert_eq!(check_limits(&any, &imports, &exports), Ok(()));
+        assert_eq!(check_limits(&limits("{}"), &imports, &[]), Err(ClaimError::TooMany("imports")));
+        assert_eq!(check_limits(&limits(r#"{"exports":1}"#), &[], &exports), Err(ClaimError::Wildcards));
+        assert_eq!(check_limits(&limits(r#"{"exports":1,"wildcards":true}"#), &[], &exports), Ok(()));
+        let blank = limits(r#"{"tiered_limits":{"":{}}}"#);
+        assert_eq!(check_limits(&blank, &[], &[]), Err(ClaimError::BlankTier));
     }
 
     #[test]

@@ -335,6 +335,61 @@ fn blocking_links(exporter: &str) -> (Vec<Case>, Vec<Case>) {
     (imports, exports)
 }
 
+/// nats-server 2.9's JWT library refuses an account listing more imports or exports than its
+/// limits allow (a missing limit is 0), wildcard exports where `wildcards` is off, or a blank tier
+/// name; plain JetStream limits beside tiers it drops as it decodes, so its check that they
+/// exclude each other never refuses one.
+#[test]
+fn limits_refuse_an_account_with_too_many_links_or_a_blank_tier_as_in_nats_server() {
+    let limits = |extra: Value| {
+        let mut limits = json!({ "subs": -1, "data": -1, "payload": -1, "conn": -1 });
+        if let (Some(limits), Some(extra)) = (limits.as_object_mut(), extra.as_object()) {
+            limits.extend(extra.clone());
+        }
+        json!({ "limits": limits })
+    };
+    let tier = json!({ "mem_storage": 1_048_576, "disk_storage": 1_048_576, "streams": -1, "consumer": -1 });
+    let with = |mut claims: Value, links: Value| {
+        if let (Some(claims), Some(links)) = (claims.as_object_mut(), links.as_object()) {
+            claims.extend(links.clone());
+        }
+        claims
+    };
+    let import =
+        |subject: &str| json!({ "subject": subject, "account": KeyPair::new_account().public_key(), "type": "stream" });
+    let two_imports = json!({ "imports": [import("a"), import("b")] });
+    let wild_export = json!({ "exports": [{ "subject": "a.>", "type": "stream" }] });
+    let cases = [
+        (with(limits(json!({ "imports": 2 })), two_imports.clone()), true),
+        (with(limits(json!({ "imports": 1 })), two_imports.clone()), false),
+        (with(limits(json!({})), two_imports), false),
+        (with(limits(json!({ "exports": -1 })), wild_export.clone()), true),
+        (with(limits(json!({ "exports": 1, "wildcards": true })), wild_export.clone()), true),
+        (with(limits(json!({ "exports": 1 })), wild_export), false),
+        (limits(json!({ "tiered_limits": { "R1": tier } })), true),
+        (limits(json!({ "mem_storage": 1_048_576 })), true),
+        (limits(json!({ "streams": 3, "tiered_limits": { "R1": tier } })), true),
+        (limits(json!({ "tiered_limits": { "": tier } })), false),
+    ];
+    let mut trusted = Trusted::new();
+    let accounts: Vec<(KeyPair, Value, bool)> = cases
+        .into_iter()
+        .map(|(claims, admitted)| {
+            let account = KeyPair::new_account();
+            trusted.add(&account, claims.clone(), json!({}));
+            (account, claims, admitted)
+        })
+        .collect();
+    let (semaq, (nats, _dir)) = trusted.servers();
+    for addr in [semaq.addr(), nats.addr()] {
+        let answers = logins(addr, &accounts.iter().map(|(account, ..)| account).collect::<Vec<_>>());
+        for ((line, _), (_, claims, admitted)) in answers.iter().zip(&accounts) {
+            let side = if addr == semaq.addr() { "semaq" } else { "nats-server" };
+            assert_eq!(line != "-ERR 'Authorization Violation'", *admitted, "{side}: {claims} got {line}");
+        }
+    }
+}
+
 #[test]
 fn a_preloaded_account_jwt_the_jwt_library_cannot_decode_stops_the_server_as_in_nats_server() {
     let exporter = KeyPair::new_account();
