@@ -177,7 +177,12 @@ impl Trust {
         if claims.check_times(now()).is_err() {
             tracing::warn!(account = %key, "Account has validation issues: expired or not yet valid");
         }
-        let signing_keys = claims.nats.signing_keys.unwrap_or_default().into_iter().map(|key| match key {
+        let signing_keys = claims.nats.signing_keys.unwrap_or_default();
+        validation::check_signing_keys(&signing_keys)?;
+        if let Some(defaults) = &claims.nats.default_permissions {
+            validation::check_default_permissions(defaults)?;
+        }
+        let signing_keys = signing_keys.into_iter().map(|key| match key {
             jwt::SigningKey::Plain(key) => (key, None),
             jwt::SigningKey::Scoped { key, template } => (key, Some(*template)),
         });

@@ -5,7 +5,8 @@
 //! Activation tokens are checked apart ([`super::trust::activation_claims`]), as they need the
 //! decoded import.
 
-use super::jwt::{AccountLimits, ExportClaim, ImportClaim, LatencyClaim};
+use super::jwt::{AccountLimits, DefaultPermissions, ExportClaim, ImportClaim, LatencyClaim, SigningKey, SubjectList};
+use super::nkey::{self, Role};
 
 /// A blocking issue of an account's links or limits; the texts are the jwt library's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -55,9 +56,46 @@ pub enum ClaimError {
     /// A wildcard export where the limits allow none.
     #[error("the account contains wildcard exports that are not allowed by the operator")]
     Wildcards,
+    /// A signing key that is not an account public key.
+    #[error("{0:?} is not a valid account signing key")]
+    SigningKey(String),
+    /// A default permission subject that is empty, has a queue where none may be, or more spaces.
+    #[error("Permission Subject {0:?} is not valid")]
+    Permission(String),
     /// A tier named "".
     #[error("Tiered JetStream Limits can not contain a blank \"\" tier name")]
     BlankTier,
+}
+
+/// Checks that each of an account's signing keys, plain or scoped, is an account public key.
+pub fn check_signing_keys(keys: &[SigningKey]) -> Result<(), ClaimError> {
+    for key in keys {
+        let (SigningKey::Plain(key) | SigningKey::Scoped { key, .. }) = key;
+        if !nkey::is_public_key(key, Role::Account) {
+            return Err(ClaimError::SigningKey(key.clone()));
+        }
+    }
+    Ok(())
+}
+
+/// Checks an account's default permissions' subjects as the library does: each a subject, or for
+/// subscriptions a subject and a queue.
+pub fn check_default_permissions(defaults: &DefaultPermissions) -> Result<(), ClaimError> {
+    let subjects = |list: &SubjectList| {
+        let (allow, deny) = (list.allow.clone().unwrap_or_default(), list.deny.clone().unwrap_or_default());
+        allow.into_iter().chain(deny)
+    };
+    let valid = |subject: &str, queue_allowed: bool| match subject.split(' ').collect::<Vec<_>>().as_slice() {
+        [one] => !one.is_empty(),
+        [one, queue] => queue_allowed && !one.is_empty() && !queue.is_empty(),
+        _ => false,
+    };
+    let publish = subjects(&defaults.publish).map(|subject| (subject, false));
+    let subscribe = subjects(&defaults.subscribe).map(|subject| (subject, true));
+    match publish.chain(subscribe).find(|(subject, queue_allowed)| !valid(subject, *queue_allowed)) {
+        Some((subject, _)) => Err(ClaimError::Permission(subject)),
+        None => Ok(()),
+    }
 }
 
 /// Checks an account's `limits`, and its imports and exports against them, as the jwt library
@@ -334,6 +372,21 @@ mod tests {
         let renamed = [import("service", "x.*", "z.$1", ""), import("service", "z.q", "", "")];
         assert!(check_imports(&renamed).is_err());
         assert_eq!(check_imports(&[import("stream", "x.>", "", ""), import("stream", "x.y", "", "")]), Ok(()));
+    }
+
+    #[test]
+    fn signing_keys_must_be_account_keys_and_default_permissions_subjects() {
+        let account = nkeys::KeyPair::new_account().public_key();
+        assert_eq!(check_signing_keys(&[SigningKey::Plain(account)]), Ok(()));
+        let user = nkeys::KeyPair::new_user().public_key();
+        assert!(check_signing_keys(&[SigningKey::Plain(user)]).is_err());
+        let list = |subject: &str| SubjectList { allow: Some(vec![subject.to_string()]), deny: None };
+        let subscribe = |subject| DefaultPermissions { subscribe: list(subject), ..DefaultPermissions::default() };
+        let publish = |subject| DefaultPermissions { publish: list(subject), ..DefaultPermissions::default() };
+        assert_eq!(check_default_permissions(&subscribe("a q")), Ok(()));
+        for wrong in [publish("a q"), subscribe("a q r"), publish(""), subscribe("a ")] {
+            assert!(check_default_permissions(&wrong).is_err(), "{wrong:?}");
+        }
     }
 
     #[test]

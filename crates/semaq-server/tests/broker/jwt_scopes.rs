@@ -336,11 +336,12 @@ fn blocking_links(exporter: &str) -> (Vec<Case>, Vec<Case>) {
 }
 
 /// nats-server 2.9's JWT library refuses an account listing more imports or exports than its
-/// limits allow (a missing limit is 0), wildcard exports where `wildcards` is off, or a blank tier
-/// name; plain JetStream limits beside tiers it drops as it decodes, so its check that they
+/// limits allow (a missing limit is 0), wildcard exports where `wildcards` is off, a blank tier
+/// name, a signing key not an account's, or a default permission that is no subject (a queue only
+/// where subscribing); plain JetStream limits beside tiers it drops as it decodes, so its check that they
 /// exclude each other never refuses one.
 #[test]
-fn limits_refuse_an_account_with_too_many_links_or_a_blank_tier_as_in_nats_server() {
+fn limits_signing_keys_and_default_permissions_the_jwt_library_blocks_refuse_the_account_as_in_nats_server() {
     let limits = |extra: Value| {
         let mut limits = json!({ "subs": -1, "data": -1, "payload": -1, "conn": -1 });
         if let (Some(limits), Some(extra)) = (limits.as_object_mut(), extra.as_object()) {
@@ -366,6 +367,12 @@ fn limits_refuse_an_account_with_too_many_links_or_a_blank_tier_as_in_nats_serve
         (with(limits(json!({ "exports": -1 })), wild_export.clone()), true),
         (with(limits(json!({ "exports": 1, "wildcards": true })), wild_export.clone()), true),
         (with(limits(json!({ "exports": 1 })), wild_export), false),
+        (with(limits(json!({})), json!({ "signing_keys": [KeyPair::new_account().public_key()] })), true),
+        (with(limits(json!({})), json!({ "signing_keys": [KeyPair::new_user().public_key()] })), false),
+        (with(limits(json!({})), json!({ "default_permissions": { "sub": { "allow": ["a q"] } } })), true),
+        (with(limits(json!({})), json!({ "default_permissions": { "pub": { "allow": ["a q"] } } })), false),
+        (with(limits(json!({})), json!({ "default_permissions": { "sub": { "deny": ["a q r"] } } })), false),
+        (with(limits(json!({})), json!({ "default_permissions": { "pub": { "deny": [""] } } })), false),
         (limits(json!({ "tiered_limits": { "R1": tier } })), true),
         (limits(json!({ "mem_storage": 1_048_576 })), true),
         (limits(json!({ "streams": 3, "tiered_limits": { "R1": tier } })), true),
