@@ -27,6 +27,9 @@ pub struct Bus {
     pub clients: Arc<Clients>,
     /// Server-wide counters (shared with the account views).
     pub stats: Arc<ServerStats>,
+    /// Signalled when a client unsubscribes or disconnects, so the latency timer looks at once
+    /// for requesters that stopped listening (shared with the account views).
+    pub interest_dropped: Arc<tokio::sync::Notify>,
     /// The name of the account [`Bus::router`] routes: the home account, or a view's.
     home: Arc<str>,
     /// Every account's router by name, the home account's and `$G`'s included; fixed at start.
@@ -53,7 +56,9 @@ impl Bus {
         let router = accounts.get(home).cloned().unwrap_or_else(new_router);
         let (clients, stats) = (Arc::default(), Arc::default());
         let closed_totals = Arc::new(accounts.keys().map(|name| (name.clone(), AccountTotals::default())).collect());
-        Self { router, clients, stats, home: Arc::from(home), accounts: Arc::new(accounts), closed_totals }
+        let interest_dropped = Arc::default();
+        let (home, accounts) = (Arc::from(home), Arc::new(accounts));
+        Self { router, clients, stats, interest_dropped, home, accounts, closed_totals }
     }
 
     /// This bus as seen from `account`: the same connections, counters and accounts, with
@@ -66,6 +71,7 @@ impl Bus {
             router: router.clone(),
             clients: self.clients.clone(),
             stats: self.stats.clone(),
+            interest_dropped: self.interest_dropped.clone(),
             home: name.clone(),
             accounts: self.accounts.clone(),
             closed_totals: self.closed_totals.clone(),

@@ -31,6 +31,8 @@ pub struct ClientDetails {
     pub account: Option<String>,
     /// When the user's credentials expire (a user JWT's `exp`), seconds since the epoch.
     pub expires: Option<i64>,
+    /// A JWT user's `name` and `tags`.
+    pub jwt_tags: (String, Vec<String>),
 }
 
 /// The shared half of a connection: what publishers and monitoring need to reach.
@@ -58,8 +60,13 @@ pub struct Client {
     pub replies_owed: AtomicUsize,
     /// Set once at CONNECT.
     details: OnceLock<ClientDetails>,
-    /// The round trip estimated at CONNECT, in nanoseconds; 0 before it.
+    /// The round trip estimated at CONNECT, then measured by each PONG to the server's PING, in
+    /// nanoseconds; 0 before CONNECT.
     rtt_nanos: AtomicU64,
+    /// When the connection was accepted, the origin of `ping_sent_nanos`.
+    accepted: Instant,
+    /// When the server last sent a PING, in nanoseconds since `accepted`; 0 before the first.
+    ping_sent_nanos: AtomicU64,
     /// Copied out of `details` for the per-message checks.
     echo: AtomicBool,
     headers: AtomicBool,
@@ -72,6 +79,11 @@ pub struct Client {
     pub tls: bool,
     /// The connection's place in its account's connection limit, freed before the socket closes.
     account_slot: Mutex<Option<Arc<AccountSlot>>>,
+}
+
+/// Nanoseconds since `origin`, at least 1 so that 0 can mean "never".
+fn nanos_since(origin: Instant) -> u64 {
+    u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX).max(1)
 }
 
 impl Client {
@@ -97,6 +109,8 @@ impl Client {
             replies_owed: AtomicUsize::new(0),
             details: OnceLock::new(),
             rtt_nanos: AtomicU64::new(0),
+            accepted: Instant::now(),
+            ping_sent_nanos: AtomicU64::new(0),
             echo: AtomicBool::new(true),
             headers: AtomicBool::new(false),
             filters_deliveries: AtomicBool::new(false),
@@ -120,7 +134,22 @@ impl Client {
         self.rtt_nanos.store(nanos, Ordering::Relaxed);
     }
 
-    /// The round trip estimated at CONNECT, if it came.
+    /// Notes the server sending a PING, which the next PONG measures the round trip from.
+    pub fn ping_sent(&self) {
+        self.ping_sent_nanos.store(nanos_since(self.accepted), Ordering::Relaxed);
+    }
+
+    /// Measures the round trip from the last PING, as nats-server's `processPong` does (from the
+    /// latest PING when several are out); a PONG before any PING measures nothing.
+    pub fn pong_received(&self) {
+        let sent = self.ping_sent_nanos.load(Ordering::Relaxed);
+        if sent > 0 {
+            let rtt = nanos_since(self.accepted).saturating_sub(sent).max(1);
+            self.rtt_nanos.store(rtt, Ordering::Relaxed);
+        }
+    }
+
+    /// The round trip estimated at CONNECT or measured by the last PONG, if CONNECT came.
     pub fn rtt(&self) -> Option<std::time::Duration> {
         let nanos = self.rtt_nanos.load(Ordering::Relaxed);
         (nanos > 0).then(|| std::time::Duration::from_nanos(nanos))

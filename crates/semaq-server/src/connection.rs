@@ -318,6 +318,7 @@ impl Connection {
             return Some(CloseReason::StaleConnection);
         }
         self.pings_outstanding += 1;
+        self.client.ping_sent();
         self.client.outbound.send(encode::PING);
         None
     }
@@ -363,6 +364,7 @@ impl Connection {
             }
             ClientOp::Pong => {
                 self.pings_outstanding = 0;
+                self.client.pong_received();
                 return Ok(());
             }
         }
@@ -396,7 +398,7 @@ impl Connection {
             return Ok(());
         }
         self.entry.cookies.fill(&mut options);
-        let Grant { user, permissions, limits, slot, account } = match self.context.auth.authenticate_on(
+        let Grant { user, permissions, limits, slot, account, jwt_tags } = match self.context.auth.authenticate_on(
             &options,
             self.nonce.as_deref(),
             self.entry.transport,
@@ -425,7 +427,7 @@ impl Connection {
         let verbose = options.verbose;
         let expires = self.limits.expires;
         self.client.estimate_rtt();
-        self.client.accept_details(ClientDetails { options, user, permissions, account, expires });
+        self.client.accept_details(ClientDetails { options, user, permissions, account, expires, jwt_tags });
         self.connected = true;
         if let Some(events) = &self.context.events {
             events.connected(&self.client);
@@ -608,6 +610,7 @@ impl Connection {
             _ => {
                 self.subscriptions.remove(sid);
                 self.remove_from_router(&subscription);
+                self.context.bus.interest_dropped.notify_one();
             }
         }
         self.client.subscriptions.store(self.subscriptions.len(), Ordering::Relaxed);
@@ -620,8 +623,12 @@ impl Connection {
     }
 
     fn remove_subscriptions(&mut self) {
-        for (_, subscription) in std::mem::take(&mut self.subscriptions) {
-            self.remove_from_router(&subscription);
+        let subscriptions = std::mem::take(&mut self.subscriptions);
+        for subscription in subscriptions.values() {
+            self.remove_from_router(subscription);
+        }
+        if !subscriptions.is_empty() {
+            self.context.bus.interest_dropped.notify_one();
         }
         self.client.subscriptions.store(0, Ordering::Relaxed);
     }

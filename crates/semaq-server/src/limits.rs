@@ -447,10 +447,14 @@ pub const SERVICE_RESPONSE_TIMEOUT: std::time::Duration = std::time::Duration::f
 /// Service-import requests measured for latency tracking and awaiting their response; past it
 /// further requests go unmeasured until responses or the response timeout free room.
 pub const TRACKED_REQUESTS_MAX: usize = 10_000;
-/// How often the timer looks for measured requests past their response threshold (`504`) or
-/// whose requester stopped listening (`408`, a linear search of at most
-/// `TRACKED_REQUESTS_MAX`); a result comes at most this late.
-pub const TRACKED_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+/// How often the timer looks for measured requests whose requester stopped listening (`408`, a
+/// linear search of at most `TRACKED_REQUESTS_MAX`) without being woken: a client's unsubscribe
+/// or disconnect wakes it at once, so this bounds only the other ways interest goes (an
+/// auto-unsubscribe reached). Deadlines (`504`) wake it on time.
+pub const TRACKED_RECHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+/// The least time between two searches for lost interest woken by unsubscribes, so a storm of
+/// them costs one search per spacing; a `408` comes at most this late.
+pub const TRACKED_INTEREST_CHECK_SPACING: std::time::Duration = std::time::Duration::from_millis(10);
 /// `$SYS` server requests (`nats server ping`, ...) queued for the task that answers them;
 /// past it further requests get no answer.
 pub const SYSTEM_REQUESTS_QUEUED_MAX: usize = 256;

@@ -61,12 +61,22 @@ struct Services {
     server: String,
     responses: Arc<Responses>,
     tracked: Tracked,
+    /// Wakes the timer when a new request's deadline comes first.
+    rearm: Arc<tokio::sync::Notify>,
 }
 
 impl Services {
     /// The details of client `id`, detailed or not; `None` for the server's own messages.
     fn client_info(&self, id: Option<u64>, detailed: bool) -> Option<ClientInfo> {
         self.clients.get(id?).map(|client| ClientInfo::of(&client, &self.server, detailed))
+    }
+
+    /// Measures `request`, whose response comes on `reply`, waking the timer when its deadline
+    /// comes first.
+    fn track(&self, reply: &str, request: Request) {
+        if self.tracked.insert(reply, request) {
+            self.rearm.notify_one();
+        }
     }
 
     /// Publishes `result` of `request` on its results subject in the exporting account.
@@ -78,16 +88,17 @@ impl Services {
         publish_hop(&exporter, &message, flush);
     }
 
-    /// Reports the measured requests past their deadline (`504`) or whose requester stopped
-    /// listening (`408`), forgetting their reply mappings so a late response goes nowhere, as
-    /// nats-server drops them.
-    fn check_tracked(&self, now: Instant) {
+    /// Reports the measured requests past their deadline (`504`) and, when `interest`, those
+    /// whose requester stopped listening (`408`), forgetting their reply mappings so a late
+    /// response goes nowhere, as nats-server drops them.
+    fn check_tracked(&self, now: Instant, interest: bool) {
         let mut flush = FlushSet::default();
         for (key, request) in self.tracked.expired(now) {
             self.responses.forget(&key);
             self.report(&request, &ServiceLatency::timed_out(&request), &mut flush);
         }
-        for (key, request) in self.tracked.interest_lost() {
+        let lost = if interest { self.tracked.interest_lost() } else { Vec::new() };
+        for (key, request) in lost {
             self.responses.forget(&key);
             self.report(&request, &ServiceLatency::interest_lost(&request), &mut flush);
         }
@@ -95,18 +106,34 @@ impl Services {
     }
 }
 
-/// Checks `services`' measured requests every `TRACKED_CHECK_INTERVAL` until the server (its
-/// imports) goes; nothing without a runtime (unit tests that send nothing).
-fn start_timer(services: Weak<Services>) {
+/// Checks `services`' measured requests until the server (its imports) goes: at the first
+/// deadline, when a client unsubscribes or disconnects (`interest_dropped`, as nats-server
+/// notices an unsubscribe at once), and every `TRACKED_RECHECK_INTERVAL` for interest lost
+/// otherwise; nothing without a runtime (unit tests that send nothing).
+fn start_timer(services: Weak<Services>, interest_dropped: Arc<tokio::sync::Notify>) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
     runtime.spawn(async move {
-        let mut ticks = tokio::time::interval(limits::TRACKED_CHECK_INTERVAL);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let Some(rearm) = services.upgrade().map(|held| held.rearm.clone()) else { return };
+        let mut recheck = tokio::time::Instant::now() + limits::TRACKED_RECHECK_INTERVAL;
         loop {
-            ticks.tick().await;
-            let Some(services) = services.upgrade() else { return };
-            if !services.tracked.is_empty() {
-                services.check_tracked(Instant::now());
+            let Some(deadline) = services.upgrade().map(|held| held.tracked.next_deadline()) else { return };
+            let wake_at = deadline.map_or(recheck, |d| tokio::time::Instant::from_std(d).min(recheck));
+            let (interest, dropped) = tokio::select! {
+                _ = tokio::time::sleep_until(wake_at) => (tokio::time::Instant::now() >= recheck, false),
+                _ = interest_dropped.notified() => (true, true),
+                _ = rearm.notified() => (false, false),
+            };
+            if interest {
+                recheck = tokio::time::Instant::now() + limits::TRACKED_RECHECK_INTERVAL;
+            }
+            let Some(held) = services.upgrade() else { return };
+            if !held.tracked.is_empty() {
+                held.check_tracked(Instant::now(), interest);
+            }
+            drop(held);
+            if dropped {
+                // Under a storm of unsubscribes, one linear search per spacing, not per unsubscribe.
+                tokio::time::sleep(limits::TRACKED_INTEREST_CHECK_SPACING).await;
             }
         }
     });
@@ -125,9 +152,10 @@ pub fn install(bus: &Bus, links: &[Link], server: &str) -> Result<(Arc<Responses
         server: server.to_string(),
         responses: responses.clone(),
         tracked: Tracked::new(limits::TRACKED_REQUESTS_MAX),
+        rearm: Arc::default(),
     });
     if links.iter().any(|link| link.latency.is_some()) {
-        start_timer(Arc::downgrade(&services));
+        start_timer(Arc::downgrade(&services), bus.interest_dropped.clone());
     }
     let router = |name: &str| bus.account_router(name).ok_or_else(|| InstallError::NoAccount(name.to_string()));
     let mut answering: HashSet<&str> = HashSet::new();
@@ -154,6 +182,7 @@ pub fn install(bus: &Bus, links: &[Link], server: &str) -> Result<(Arc<Responses
                     target: Arc::downgrade(exporter),
                     exporter: link.exporter.clone(),
                     source: Arc::downgrade(importer),
+                    importer: link.importer.as_str().into(),
                     allow_trace: link.allow_trace,
                     mapping: link.mapping.clone(),
                     singleton: link.response == ResponseType::Singleton,
@@ -213,6 +242,7 @@ impl InternalSink for StreamImport {
         let _set_aside = match trace::cross_import(crossing, self.allow_trace) {
             // nats-server counts the skipped delivery as made.
             Crossing::Skip => return true,
+            Crossing::Traced => None,
             Crossing::Go(set_aside) => set_aside,
         };
         let mapped = Message { subject: &subject, publisher: None, ..*message };
@@ -228,6 +258,7 @@ struct ServiceImport {
     target: Weak<AccountRouter>,
     exporter: String,
     source: Weak<AccountRouter>,
+    importer: Arc<str>,
     allow_trace: bool,
     mapping: Mapping,
     singleton: bool,
@@ -262,26 +293,35 @@ impl InternalSink for ServiceImport {
         let Some(target) = self.target.upgrade() else { return false };
         let subject = self.mapping.apply(message.subject);
         let crossing = trace::Import::Service { account: &self.exporter, from: message.subject, to: &subject };
-        let set_aside = match trace::cross_import(crossing, self.allow_trace) {
+        let crossed = trace::cross_import(crossing, self.allow_trace);
+        let (set_aside, traced) = match crossed {
             Crossing::Skip => return true,
-            Crossing::Go(set_aside) => set_aside,
+            Crossing::Traced => (None, true),
+            Crossing::Go(set_aside) => (set_aside, false),
         };
         // A client's own request gets its details; one forwarded by another import keeps those
         // it carries, as nats-server does not let a client speak for another.
         let requestor = self.services.client_info(message.publisher, self.share);
         let mut headers =
             requestor.as_ref().map(|info| tracking::with_header(message.headers, REQUEST_INFO, &info.to_json()));
-        if set_aside.is_some() {
+        let trace_dest = match (&set_aside, traced) {
             // As nats-server, so a responder's own forwarding of it starts no trace either.
+            (Some(_), _) => Some(TRACE_DISABLED.to_string()),
+            // The requester's destination means nothing in the exporter's subject space.
+            (None, true) => Some(self.responses.unmapped()),
+            (None, false) => None,
+        };
+        if let Some(dest) = trace_dest {
             let current = headers.as_deref().or(message.headers);
-            headers = Some(tracking::with_header(current, TRACE_DEST, TRACE_DISABLED));
+            headers = Some(tracking::with_header(current, TRACE_DEST, &dest));
         }
         let measured = self.measure(message, requestor.as_ref());
         let reply = message.reply.map(|reply| {
-            self.responses.register(reply, self.source.clone(), self.singleton, measured.is_some(), self.threshold)
+            let requester = (self.source.clone(), self.importer.clone());
+            self.responses.register(reply, requester, self.singleton, measured.is_some(), self.threshold)
         });
         match (&reply, measured) {
-            (Some(reply), Some(request)) => self.services.tracked.insert(reply, request),
+            (Some(reply), Some(request)) => self.services.track(reply, request),
             (None, Some(request)) => self.services.report(&request, &ServiceLatency::bad_request(&request), flush),
             _ => {}
         }
@@ -326,7 +366,20 @@ impl InternalSink for ServiceResponses {
             self.services.report(&request, &ServiceLatency::answered(&request, responder), flush);
         }
         let Some(target) = pending.target.upgrade() else { return false };
-        let response = Message { subject: &pending.reply, publisher: None, ..*message };
+        // nats-server's response import never allows a trace back across it.
+        let crossing = trace::Import::Service { account: &pending.importer, from: message.subject, to: &pending.reply };
+        let (_set_aside, headers) = match trace::cross_import(crossing, false) {
+            Crossing::Skip => {
+                self.responses.forget(message.subject);
+                return true;
+            }
+            Crossing::Go(Some(set_aside)) => {
+                (Some(set_aside), Some(tracking::with_header(message.headers, TRACE_DEST, TRACE_DISABLED)))
+            }
+            Crossing::Go(None) | Crossing::Traced => (None, None),
+        };
+        let headers = headers.as_deref().or(message.headers);
+        let response = Message { subject: &pending.reply, headers, publisher: None, ..*message };
         publish_hop(&target, &response, flush) > 0
     }
 }

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use crate::delivery::SubscriberRef;
@@ -25,6 +25,8 @@ pub struct Pending {
     pub reply: Box<str>,
     /// The importing account's router.
     pub target: Weak<Router<SubscriberRef>>,
+    /// The importing account's name, for the trace of a response crossing back.
+    pub importer: Arc<str>,
     /// Whether the mapping ends with the first response.
     singleton: bool,
     /// Past it, responses go nowhere (the export's response threshold).
@@ -65,7 +67,7 @@ impl Responses {
     pub fn register(
         &self,
         reply: &str,
-        target: Weak<Router<SubscriberRef>>,
+        (target, importer): (Weak<Router<SubscriberRef>>, Arc<str>),
         singleton: bool,
         tracked: bool,
         threshold: Duration,
@@ -77,13 +79,24 @@ impl Responses {
             table.previous = std::mem::take(&mut table.current);
             table.rotated_at = now;
         }
-        let sequence = self.next.fetch_add(1, Ordering::Relaxed);
-        let tail = if tracked { ".T" } else { "" };
-        let subject = format!("{REPLY_PREFIX}{}.{sequence:x}{tail}", self.prefix);
+        let subject = self.fresh(if tracked { ".T" } else { "" });
         let expires = now.checked_add(threshold.min(self.timeout)).unwrap_or(now);
-        let pending = Pending { reply: reply.into(), target, singleton, expires };
+        let pending = Pending { reply: reply.into(), target, importer, singleton, expires };
         table.current.insert(subject.as_str().into(), pending);
         subject
+    }
+
+    /// A fresh `_R_.` subject mapped to nothing: what nats-server rewrites a trace's
+    /// `Nats-Trace-Dest` to as it crosses into a service that allows tracing. Its mapping back to
+    /// the requester's destination lives there only while the message is routed to other servers
+    /// (whose events come back on it), so on one server it goes nowhere once delivered.
+    pub fn unmapped(&self) -> String {
+        self.fresh("")
+    }
+
+    fn fresh(&self, tail: &str) -> String {
+        let sequence = self.next.fetch_add(1, Ordering::Relaxed);
+        format!("{REPLY_PREFIX}{}.{sequence:x}{tail}", self.prefix)
     }
 
     /// Where a response on `subject` goes, forgetting the mapping after a singleton's response;
@@ -158,7 +171,8 @@ mod tests {
     fn the_requester_of_a_mapping_is_known_until_its_response_is_taken() {
         let responses = Responses::new(10, Duration::from_secs(60));
         let router = Arc::new(Router::<SubscriberRef>::default());
-        let subject = responses.register("_INBOX.a", Arc::downgrade(&router), true, false, Duration::from_secs(60));
+        let subject =
+            responses.register("_INBOX.a", (Arc::downgrade(&router), "B".into()), true, false, Duration::from_secs(60));
         let requester = responses.requester(&subject).and_then(|target| target.upgrade());
         assert!(requester.is_some_and(|target| Arc::ptr_eq(&target, &router)));
         assert!(responses.take(&subject).is_some(), "peeking left the mapping in place");
@@ -168,8 +182,8 @@ mod tests {
     #[test]
     fn a_singleton_mapping_serves_one_response_and_a_stream_mapping_serves_many() {
         let responses = Responses::new(10, Duration::from_secs(60));
-        let once = responses.register("_INBOX.a", Weak::new(), true, false, Duration::from_secs(60));
-        let many = responses.register("_INBOX.b", Weak::new(), false, false, Duration::from_secs(60));
+        let once = responses.register("_INBOX.a", (Weak::new(), "B".into()), true, false, Duration::from_secs(60));
+        let many = responses.register("_INBOX.b", (Weak::new(), "B".into()), false, false, Duration::from_secs(60));
         assert!(once.starts_with(REPLY_PREFIX) && once != many);
         assert_eq!(responses.take(&once).map(|p| p.reply), Some("_INBOX.a".into()));
         assert!(responses.take(&once).is_none());
@@ -183,7 +197,7 @@ mod tests {
     fn the_table_stays_within_its_bound_dropping_the_oldest_and_mappings_expire() {
         let responses = Responses::new(4, Duration::from_millis(200));
         let subjects: Vec<_> = (0..100)
-            .map(|_| responses.register("_INBOX.x", Weak::new(), true, false, Duration::from_secs(60)))
+            .map(|_| responses.register("_INBOX.x", (Weak::new(), "B".into()), true, false, Duration::from_secs(60)))
             .collect();
         assert!(responses.len() <= 4);
         assert!(responses.take(&subjects[0]).is_none(), "dropped for newer ones");

@@ -129,6 +129,10 @@ pub struct ClientInfo {
     #[serde(skip_serializing_if = "Option::is_none")]
     issuer_key: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    tags: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name_tag: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     kind: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     client_type: Option<&'static str>,
@@ -161,6 +165,8 @@ impl ClientInfo {
             server: Some(server.to_string()),
             jwt,
             issuer_key,
+            tags: details.map(|d| d.jwt_tags.1.clone()).filter(|tags| !tags.is_empty()),
+            name_tag: details.map(|d| d.jwt_tags.0.clone()).filter(|name| !name.is_empty()),
             kind: Some("Client"),
             client_type: Some("nats"),
         }
@@ -381,16 +387,25 @@ impl Tracked {
         lock(&self.table).requests.len() < self.entries_max
     }
 
-    /// Holds `request` until its response on `key` (dropped when the table is full).
-    pub fn insert(&self, key: &str, request: Request) {
+    /// Holds `request` until its response on `key` (dropped when the table is full); returns
+    /// whether its deadline is now the first, so the timer must wake earlier.
+    pub fn insert(&self, key: &str, request: Request) -> bool {
         let mut table = lock(&self.table);
         if let Some(earlier) = table.requests.remove(key) {
             table.deadlines.remove(&(earlier.deadline, Box::<str>::from(key)));
         }
-        if table.requests.len() < self.entries_max {
-            table.deadlines.insert((request.deadline, key.into()));
-            table.requests.insert(key.into(), request);
+        if table.requests.len() >= self.entries_max {
+            return false;
         }
+        let first = table.deadlines.first().is_none_or(|(deadline, _)| request.deadline < *deadline);
+        table.deadlines.insert((request.deadline, key.into()));
+        table.requests.insert(key.into(), request);
+        first
+    }
+
+    /// The first deadline of the requests held.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        lock(&self.table).deadlines.first().map(|(deadline, _)| *deadline)
     }
 
     /// The request whose response is on `key`, if measured.

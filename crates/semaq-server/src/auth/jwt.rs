@@ -210,6 +210,12 @@ pub struct AccountLimits {
     pub payload: i64,
     /// Client connections at once.
     pub conn: i64,
+    /// Imports the account may list; -1 any.
+    pub imports: i64,
+    /// Exports the account may list; -1 any.
+    pub exports: i64,
+    /// Whether its exports may have wildcards (checked only when `exports` is bounded).
+    pub wildcards: bool,
     /// The account's JetStream limits, when not tiered.
     #[serde(flatten)]
     pub jetstream: JetStreamLimits,
@@ -218,19 +224,15 @@ pub struct AccountLimits {
 }
 
 impl AccountLimits {
-    /// The JetStream limits in force, nats-server's way: when tiers are listed JetStream is on
-    /// if one of them has storage, else if the plain limits have it; the plain limits win over
-    /// the tiers when they have storage. `None`: no JetStream.
+    /// The JetStream limits in force, nats-server's way: when tiers are listed only they count
+    /// (its JWT library drops the plain limits beside them as it decodes), JetStream on if one
+    /// has storage; else the plain limits, on if they have storage. `None`: no JetStream.
     pub fn jetstream(&self) -> Option<AccountJetStreamLimits<'_>> {
-        let tiers = self.tiered_limits.as_ref().filter(|tiers| !tiers.is_empty());
-        let enabled = match tiers {
-            Some(tiers) => tiers.values().any(JetStreamLimits::has_storage),
-            None => self.jetstream.has_storage(),
-        };
-        match (enabled, tiers) {
-            (false, _) => None,
-            (true, Some(tiers)) if !self.jetstream.has_storage() => Some(AccountJetStreamLimits::Tiered(tiers)),
-            (true, _) => Some(AccountJetStreamLimits::Plain(&self.jetstream)),
+        match self.tiered_limits.as_ref().filter(|tiers| !tiers.is_empty()) {
+            Some(tiers) => {
+                tiers.values().any(JetStreamLimits::has_storage).then_some(AccountJetStreamLimits::Tiered(tiers))
+            }
+            None => self.jetstream.has_storage().then_some(AccountJetStreamLimits::Plain(&self.jetstream)),
         }
     }
 }
@@ -353,8 +355,8 @@ pub struct ExportClaim {
     /// Importer key (or `*`) → activations issued to it at or before this time are revoked.
     #[serde(default)]
     pub revocations: Option<HashMap<String, i64>>,
-    /// Service latency tracking, for services.
-    #[serde(default)]
+    /// Service latency tracking, for services (the library's `service_latency`; `latency` read too).
+    #[serde(default, rename = "service_latency", alias = "latency")]
     pub latency: Option<LatencyClaim>,
     /// How long a service request waits for its response, in nanoseconds; 0 for the default.
     #[serde(default)]
@@ -561,14 +563,14 @@ mod tests {
     }
 
     #[test]
-    fn tiered_limits_give_jetstream_when_a_tier_has_storage_and_plain_storage_wins() {
+    fn tiered_limits_give_jetstream_when_a_tier_has_storage_and_plain_ones_beside_them_count_for_nothing() {
         let limits = |json: &str| serde_json::from_str::<AccountLimits>(json).expect("limits");
         let tiered = limits(r#"{"tiered_limits":{"R1":{"disk_storage":-1,"streams":2}}}"#);
         let Some(AccountJetStreamLimits::Tiered(tiers)) = tiered.jetstream() else { panic!("tiered: {tiered:?}") };
         assert_eq!(tiers.get("R1").map(|tier| tier.streams), Some(2));
         assert_eq!(limits(r#"{"tiered_limits":{"R1":{"streams":2}}}"#).jetstream(), None, "no tier has storage");
         let both = limits(r#"{"mem_storage":5,"tiered_limits":{"R1":{"disk_storage":-1}}}"#);
-        assert!(matches!(both.jetstream(), Some(AccountJetStreamLimits::Plain(plain)) if plain.mem_storage == 5));
+        assert!(matches!(both.jetstream(), Some(AccountJetStreamLimits::Tiered(_))), "the tiers hold");
         let plain_ignored = limits(r#"{"mem_storage":5,"tiered_limits":{"R1":{"streams":1}}}"#);
         assert_eq!(plain_ignored.jetstream(), None, "tiers listed: only they can turn JetStream on");
         assert_eq!(limits(r#"{"tiered_limits":{}}"#).jetstream(), None, "no tiers: the plain limits decide");

@@ -8,6 +8,7 @@ pub mod responses;
 pub mod restrictions;
 pub mod templates;
 pub mod trust;
+pub mod validation;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -45,6 +46,8 @@ pub struct Grant {
     pub account: Option<String>,
     /// Holds the connection's place in its account's connection limit while the grant lives.
     pub slot: Option<Arc<AccountSlot>>,
+    /// A JWT user's `name` and `tags`, which nats-server shows in its client details.
+    pub jwt_tags: (String, Vec<String>),
 }
 
 /// Bounds on one connection beyond the server's own.
@@ -293,6 +296,7 @@ impl Authenticator {
                 limits,
                 account: Some(granted.account),
                 slot: Some(Arc::new(granted.slot)),
+                jwt_tags: (granted.name_tag, granted.tags),
             });
         }
         if let Some(grant) = self.nkey_user(connect, nonce, simple) {

@@ -15,6 +15,7 @@ use super::jwt::{AccountJetStreamLimits, ActivationNats, ExportClaim, ImportClai
 use super::jwt::{ResponsePermission as JwtResponses, UserPermissionLimits};
 use super::restrictions::{self, Window};
 use super::templates::{self, TemplateValues};
+use super::validation::{self, ClaimError};
 use super::{nkey, AuthError, ClientPermissions};
 use crate::imports::{AccountLinks, Activation, Export, Import, Kind as LinkKind, Latency, ResponseType, Sampling};
 use crate::limits;
@@ -29,6 +30,10 @@ pub enum TrustError {
     /// An operator JWT signed by a key that is neither the operator's nor one of its signing keys.
     #[error("operator JWT for {0} is not signed by the operator")]
     NotSelfSigned(String),
+    /// A preloaded account JWT that nats-server's JWT library does not decode (a config error
+    /// there, which stops it).
+    #[error("resolver_preload {0}: invalid account JWT")]
+    InvalidAccount(String),
     /// More preloaded accounts than the bound.
     #[error("resolver_preload lists more than {0} accounts")]
     TooManyAccounts(usize),
@@ -37,7 +42,10 @@ pub enum TrustError {
 /// Why a preloaded account is left out (its users are refused).
 #[derive(Debug, thiserror::Error)]
 enum AccountError {
-    /// Its JWT does not decode, verify, or come from a trusted operator.
+    /// Its JWT does not decode or verify.
+    #[error(transparent)]
+    Undecodable(JwtError),
+    /// Its JWT names another account or does not come from a trusted operator.
     #[error(transparent)]
     Jwt(#[from] JwtError),
     /// An import's activation token fails the checks nats-server validates the account with.
@@ -48,6 +56,9 @@ enum AccountError {
         /// What is wrong with the token.
         error: ActivationError,
     },
+    /// An import, export or limit fails a check nats-server's JWT library counts as blocking.
+    #[error(transparent)]
+    Claim(#[from] ClaimError),
 }
 
 /// The operators' keys and the accounts they signed.
@@ -98,6 +109,10 @@ pub struct JwtGrant {
     pub expires: Option<i64>,
     /// The connection's place in its account's connection limit.
     pub slot: AccountSlot,
+    /// The user JWT's `name`.
+    pub name_tag: String,
+    /// The user JWT's `tags`.
+    pub tags: Vec<String>,
 }
 
 /// Holds one of an account's connections; dropping it frees the place.
@@ -135,6 +150,10 @@ impl Trust {
         for (key, text) in &options.preload {
             match trust.account(key, text) {
                 Ok(account) => loaded.push(account),
+                Err(AccountError::Undecodable(_)) => return Err(TrustError::InvalidAccount(key.clone())),
+                Err(AccountError::Claim(error)) if error.is_undecodable() => {
+                    return Err(TrustError::InvalidAccount(key.clone()))
+                }
                 Err(error) => tracing::error!(account = %key, %error, "Preloaded account not valid"),
             }
         }
@@ -147,7 +166,8 @@ impl Trust {
 
     /// The account in `text`, with the activation token of each of its imports (empty for none).
     fn account(&self, key: &str, text: &str) -> Result<(JwtAccount, Vec<String>), AccountError> {
-        let claims: Claims<AccountNats> = jwt::decode(jwt::undecorate(text), limits::ACCOUNT_JWT_BYTES_MAX)?;
+        let claims: Claims<AccountNats> =
+            jwt::decode(jwt::undecorate(text), limits::ACCOUNT_JWT_BYTES_MAX).map_err(AccountError::Undecodable)?;
         if claims.sub != key {
             return Err(JwtError::Key("subject (not the preload's key)").into());
         }
@@ -157,7 +177,12 @@ impl Trust {
         if claims.check_times(now()).is_err() {
             tracing::warn!(account = %key, "Account has validation issues: expired or not yet valid");
         }
-        let signing_keys = claims.nats.signing_keys.unwrap_or_default().into_iter().map(|key| match key {
+        let signing_keys = claims.nats.signing_keys.unwrap_or_default();
+        validation::check_signing_keys(&signing_keys)?;
+        if let Some(defaults) = &claims.nats.default_permissions {
+            validation::check_default_permissions(defaults)?;
+        }
+        let signing_keys = signing_keys.into_iter().map(|key| match key {
             jwt::SigningKey::Plain(key) => (key, None),
             jwt::SigningKey::Scoped { key, template } => (key, Some(*template)),
         });
@@ -167,10 +192,12 @@ impl Trust {
             .map(|defaults| permissions(&defaults.publish, &defaults.subscribe, defaults.resp.as_ref()))
             .filter(|p| p.publish.is_some() || p.subscribe.is_some() || p.responses.is_some())
             .map(|p| Arc::new(ClientPermissions::new(&p)));
-        let (imports, tokens): (Vec<Import>, Vec<String>) = claims
-            .nats
-            .imports
-            .unwrap_or_default()
+        let import_claims = claims.nats.imports.unwrap_or_default();
+        let export_claims = claims.nats.exports.unwrap_or_default();
+        validation::check_limits(&claims.nats.limits, &import_claims, &export_claims)?;
+        validation::check_imports(import_claims.get(..limits::ACCOUNT_IMPORTS_MAX).unwrap_or(&import_claims))?;
+        validation::check_exports(export_claims.get(..limits::ACCOUNT_IMPORTS_MAX).unwrap_or(&export_claims))?;
+        let (imports, tokens): (Vec<Import>, Vec<String>) = import_claims
             .into_iter()
             .take(limits::ACCOUNT_IMPORTS_MAX)
             .filter_map(|claim| Some((import(&claim)?, claim.token)))
@@ -189,14 +216,7 @@ impl Trust {
             revocations: claims.nats.revocations.unwrap_or_default(),
             default_permissions,
             limits: claims.nats.limits,
-            exports: claims
-                .nats
-                .exports
-                .unwrap_or_default()
-                .iter()
-                .take(limits::ACCOUNT_IMPORTS_MAX)
-                .filter_map(export)
-                .collect(),
+            exports: export_claims.iter().take(limits::ACCOUNT_IMPORTS_MAX).filter_map(export).collect(),
             imports,
             connections: AtomicI64::new(0),
         };
@@ -274,6 +294,8 @@ impl Trust {
             permissions,
             expires: expiry(user.exp, window, checked_at),
             slot: account.take_slot()?,
+            name_tag: user.name,
+            tags: user.nats.tags.unwrap_or_default(),
             user: user.sub,
             account: account.public_key.clone(),
         })
@@ -476,8 +498,9 @@ fn import(claim: &ImportClaim) -> Option<Import> {
     Some(Import { kind, account: claim.account.clone(), subject, to, prefix, activation: None, share, allow_trace })
 }
 
+/// A JWT's link kind, spelled exactly as the jwt library decodes it (it fails on any other).
 fn link_kind(text: &str) -> Option<LinkKind> {
-    match text.to_ascii_lowercase().as_str() {
+    match text {
         "stream" => Some(LinkKind::Stream),
         "service" => Some(LinkKind::Service),
         _ => None,

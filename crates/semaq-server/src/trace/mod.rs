@@ -283,6 +283,8 @@ pub enum Crossing {
     /// Deliver across; with the trace set aside (and put back when dropped) when the import
     /// does not allow it.
     Go(Option<SetAside>),
+    /// The import allows the trace, which goes on across.
+    Traced,
     /// Traced only, and the import does not allow the trace: deliver nothing across.
     Skip,
 }
@@ -320,7 +322,7 @@ pub fn cross_import(import: Import<'_>, allow: bool) -> Crossing {
             Import::Service { account, from, to } => msg.service_import(account, from, to),
         }
         match (allow, msg.trace_only) {
-            (true, _) => Crossing::Go(None),
+            (true, _) => Crossing::Traced,
             (false, true) => Crossing::Skip,
             (false, false) => Crossing::Go(Some(SetAside(current.msg.take()))),
         }

@@ -289,3 +289,20 @@ async fn a_stream_of_an_account_whose_tiers_lost_r1_is_not_restored_as_in_nats_s
     assert_eq!(theirs.1["error"]["err_code"], 10059, "nats-server 2.9: {}", theirs.1);
     assert_eq!(ours, theirs);
 }
+
+/// nats-server 2.9's JWT library drops plain JetStream limits beside tiers as it decodes the
+/// account: only the tiers hold, whatever storage the plain ones give.
+#[tokio::test]
+async fn plain_limits_beside_tiers_are_ignored_as_in_nats_server() {
+    let steps = [
+        step("$JS.API.STREAM.CREATE.m", memory("m", None), None),
+        step("$JS.API.STREAM.CREATE.m2", memory("m2", None), Some(10027)),
+        step("$JS.API.INFO", json!(null), None),
+    ];
+    let limits = json!({
+        "mem_storage": 1_048_576, "disk_storage": 1_048_576, "streams": -1, "consumer": -1,
+        "tiered_limits": { "R1": { "mem_storage": -1, "disk_storage": -1, "streams": 1, "consumer": -1 } },
+    });
+    let replies = side_by_side(Operator::with_limits(limits), &steps).await;
+    assert_eq!(replies[2]["tiers"]["R1"]["limits"]["max_streams"], 1, "{}", replies[2]);
+}

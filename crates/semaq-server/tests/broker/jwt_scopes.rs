@@ -237,8 +237,9 @@ fn logins(addr: std::net::SocketAddr, accounts: &[&KeyPair]) -> Vec<(String, boo
 #[test]
 fn an_import_token_failing_validation_refuses_its_account_and_one_out_of_time_or_revoked_only_the_import() {
     let (exporter, scope) = (KeyPair::new_account(), KeyPair::new_account());
-    let importers: [KeyPair; 9] = std::array::from_fn(|_| KeyPair::new_account());
-    let [valid, by_key, missing, expired, revoked, forged, other_importer, narrower, service_kind] = &importers;
+    let importers: [KeyPair; 10] = std::array::from_fn(|_| KeyPair::new_account());
+    let [valid, by_key, missing, expired, revoked, forged, other_importer, narrower, service_kind, capitalised] =
+        &importers;
     let none = || json!({});
     let mut trusted = Trusted::new();
     trusted.add(
@@ -264,6 +265,7 @@ fn an_import_token_failing_validation_refuses_its_account_and_one_out_of_time_or
         (other_importer, token(&exporter, valid, "orders.>", "stream", none(), none())),
         (narrower, token(&exporter, narrower, "orders.eu.>", "stream", none(), none())),
         (service_kind, token(&exporter, service_kind, "orders.>", "service", none(), none())),
+        (capitalised, token(&exporter, capitalised, "orders.>", "Stream", none(), none())),
     ];
     for (importer, token) in tokens {
         trusted.add(importer, stream_import(&exporter, "orders.>", token), json!({}));
@@ -273,8 +275,175 @@ fn an_import_token_failing_validation_refuses_its_account_and_one_out_of_time_or
     for addr in [semaq.addr(), nats.addr()] {
         let seen = delivered(addr, &exporter, &[valid, by_key, missing, expired, revoked], "orders.>", "orders.new");
         assert_eq!(seen, [true, true, false, false, false], "{addr}");
-        let answers = logins(addr, &[forged, other_importer, narrower, service_kind]);
-        assert_eq!(answers, vec![refused.clone(); 4], "{addr}: the whole account is not valid");
+        let answers = logins(addr, &[forged, other_importer, narrower, service_kind, capitalised]);
+        assert_eq!(answers, vec![refused.clone(); 5], "{addr}: the whole account is not valid");
+    }
+}
+
+/// Imports (first) and exports (second) that nats-server 2.9's JWT library finds blocking: each
+/// account listing one is refused whole, as the ones listing only sound links are not.
+/// A list of links (an account's `imports` or `exports`) and whether its account is admitted.
+type Case = (Value, bool);
+
+fn blocking_links(exporter: &str) -> (Vec<Case>, Vec<Case>) {
+    let import = |extra: Value| {
+        let mut import = json!({ "name": "i", "subject": "orders.*", "account": exporter, "type": "stream" });
+        if let (Some(import), Some(extra)) = (import.as_object_mut(), extra.as_object()) {
+            import.extend(extra.clone());
+        }
+        import
+    };
+    let service = |subject: &str| json!({ "subject": subject, "type": "service" });
+    let imports = vec![
+        (json!([import(json!({ "local_subject": "o.$1" }))]), true),
+        (json!([import(json!({ "account": "not-a-key" }))]), true),
+        (json!([{ "subject": "orders.*", "account": exporter }]), false),
+        (json!([import(json!({ "type": "service", "local_subject": "o.*", "to": "p.*" }))]), false),
+        (json!([import(json!({ "account": "" }))]), false),
+        (json!([import(json!({ "share": true }))]), false),
+        (json!([import(json!({ "subject": "orders new" }))]), false),
+        (json!([import(json!({ "local_subject": "o.$2" }))]), false),
+        (json!([import(json!({ "local_subject": "o.>" }))]), false),
+        (json!([import(service("help.>")), import(service("help.me"))]), false),
+        (json!([import(json!({ "type": "service" })), import(json!({ "type": "service", "subject": "other" }))]), true),
+    ];
+    let exports = vec![
+        (json!([json!({ "subject": "a.*", "type": "service", "response_type": "Stream" })]), true),
+        (json!([json!({ "subject": "a", "type": "service", "response_type": "stream" })]), false),
+        (json!([json!({ "subject": "a", "type": "stream", "response_type": "Singleton" })]), false),
+        (
+            json!([json!({ "subject": "a", "type": "stream", "service_latency": { "sampling": 5, "results": "l" } })]),
+            false,
+        ),
+        (
+            json!([
+                json!({ "subject": "a", "type": "service", "service_latency": { "sampling": 101, "results": "l" } })
+            ]),
+            false,
+        ),
+        (
+            json!([
+                json!({ "subject": "a", "type": "service", "service_latency": { "sampling": 5, "results": "l.*" } })
+            ]),
+            false,
+        ),
+        (json!([json!({ "subject": "a", "type": "service", "response_threshold": -1 })]), false),
+        (json!([json!({ "subject": "a.b", "type": "service", "account_token_position": 2 })]), false),
+        (json!([service("a.>"), service("a.b")]), false),
+        (json!([json!({ "subject": "a.>", "type": "stream" }), service("a.b")]), true),
+    ];
+    (imports, exports)
+}
+
+/// nats-server 2.9's JWT library refuses an account listing more imports or exports than its
+/// limits allow (a missing limit is 0), wildcard exports where `wildcards` is off, a blank tier
+/// name, a signing key not an account's, or a default permission that is no subject (a queue only
+/// where subscribing); plain JetStream limits beside tiers it drops as it decodes, so its check that they
+/// exclude each other never refuses one.
+#[test]
+fn limits_signing_keys_and_default_permissions_the_jwt_library_blocks_refuse_the_account_as_in_nats_server() {
+    let limits = |extra: Value| {
+        let mut limits = json!({ "subs": -1, "data": -1, "payload": -1, "conn": -1 });
+        if let (Some(limits), Some(extra)) = (limits.as_object_mut(), extra.as_object()) {
+            limits.extend(extra.clone());
+        }
+        json!({ "limits": limits })
+    };
+    let tier = json!({ "mem_storage": 1_048_576, "disk_storage": 1_048_576, "streams": -1, "consumer": -1 });
+    let with = |mut claims: Value, links: Value| {
+        if let (Some(claims), Some(links)) = (claims.as_object_mut(), links.as_object()) {
+            claims.extend(links.clone());
+        }
+        claims
+    };
+    let import =
+        |subject: &str| json!({ "subject": subject, "account": KeyPair::new_account().public_key(), "type": "stream" });
+    let two_imports = json!({ "imports": [import("a"), import("b")] });
+    let wild_export = json!({ "exports": [{ "subject": "a.>", "type": "stream" }] });
+    let cases = [
+        (with(limits(json!({ "imports": 2 })), two_imports.clone()), true),
+        (with(limits(json!({ "imports": 1 })), two_imports.clone()), false),
+        (with(limits(json!({})), two_imports), false),
+        (with(limits(json!({ "exports": -1 })), wild_export.clone()), true),
+        (with(limits(json!({ "exports": 1, "wildcards": true })), wild_export.clone()), true),
+        (with(limits(json!({ "exports": 1 })), wild_export), false),
+        (with(limits(json!({})), json!({ "signing_keys": [KeyPair::new_account().public_key()] })), true),
+        (with(limits(json!({})), json!({ "signing_keys": [KeyPair::new_user().public_key()] })), false),
+        (with(limits(json!({})), json!({ "default_permissions": { "sub": { "allow": ["a q"] } } })), true),
+        (with(limits(json!({})), json!({ "default_permissions": { "pub": { "allow": ["a q"] } } })), false),
+        (with(limits(json!({})), json!({ "default_permissions": { "sub": { "deny": ["a q r"] } } })), false),
+        (with(limits(json!({})), json!({ "default_permissions": { "pub": { "deny": [""] } } })), false),
+        (limits(json!({ "tiered_limits": { "R1": tier } })), true),
+        (limits(json!({ "mem_storage": 1_048_576 })), true),
+        (limits(json!({ "streams": 3, "tiered_limits": { "R1": tier } })), true),
+        (limits(json!({ "tiered_limits": { "": tier } })), false),
+    ];
+    let mut trusted = Trusted::new();
+    let accounts: Vec<(KeyPair, Value, bool)> = cases
+        .into_iter()
+        .map(|(claims, admitted)| {
+            let account = KeyPair::new_account();
+            trusted.add(&account, claims.clone(), json!({}));
+            (account, claims, admitted)
+        })
+        .collect();
+    let (semaq, (nats, _dir)) = trusted.servers();
+    for addr in [semaq.addr(), nats.addr()] {
+        let answers = logins(addr, &accounts.iter().map(|(account, ..)| account).collect::<Vec<_>>());
+        for ((line, _), (_, claims, admitted)) in answers.iter().zip(&accounts) {
+            let side = if addr == semaq.addr() { "semaq" } else { "nats-server" };
+            assert_eq!(line != "-ERR 'Authorization Violation'", *admitted, "{side}: {claims} got {line}");
+        }
+    }
+}
+
+#[test]
+fn a_preloaded_account_jwt_the_jwt_library_cannot_decode_stops_the_server_as_in_nats_server() {
+    let exporter = KeyPair::new_account();
+    let import = json!({ "subject": "o", "account": exporter.public_key(), "type": "Stream" });
+    let sampling =
+        json!({ "subject": "a", "type": "service", "service_latency": { "sampling": "50%", "results": "l" } });
+    for links in [json!({ "imports": [import] }), json!({ "exports": [sampling] })] {
+        let mut trusted = Trusted::new();
+        trusted.add(&exporter, json!({}), json!({}));
+        trusted.add(&KeyPair::new_account(), links.clone(), json!({}));
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("bad.conf");
+        std::fs::write(&path, trusted.config()).expect("write config");
+        let nats = std::process::Command::new("nats-server").arg("-c").arg(&path).output().expect("run nats-server");
+        let semaq = SemaqServer::builder().bare().arg("-c").arg(&path).output();
+        for (server, output) in [("semaq", semaq), ("nats-server", nats)] {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert!(!output.status.success(), "{server} started with {links}");
+            assert!(stderr.contains("invalid account JWT"), "{server}, {links}: {stderr}");
+        }
+    }
+}
+
+#[test]
+fn an_import_or_export_failing_the_jwt_librarys_blocking_checks_refuses_its_account_as_nats_server_does() {
+    let exporter = KeyPair::new_account();
+    let mut trusted = Trusted::new();
+    let exports = json!([{ "subject": "orders.>", "type": "stream" }, { "subject": "help.>", "type": "service" }]);
+    trusted.add(&exporter, json!({ "exports": exports }), json!({}));
+    let (imports, exports) = blocking_links(&exporter.public_key());
+    let mut accounts = Vec::new();
+    for (links, admitted) in imports
+        .into_iter()
+        .map(|(l, a)| (json!({ "imports": l }), a))
+        .chain(exports.into_iter().map(|(l, a)| (json!({ "exports": l }), a)))
+    {
+        let account = KeyPair::new_account();
+        trusted.add(&account, links.clone(), json!({}));
+        accounts.push((account, links, admitted));
+    }
+    let (semaq, (nats, _dir)) = trusted.servers();
+    for addr in [semaq.addr(), nats.addr()] {
+        let answers = logins(addr, &accounts.iter().map(|(account, ..)| account).collect::<Vec<_>>());
+        for ((line, closed), (_, links, admitted)) in answers.iter().zip(&accounts) {
+            let refused = line == "-ERR 'Authorization Violation'" && *closed;
+            assert_eq!(refused, !admitted, "{addr}: {links} got {line}");
+        }
     }
 }
 

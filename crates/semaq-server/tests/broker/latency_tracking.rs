@@ -266,6 +266,33 @@ async fn a_requester_that_stops_listening_before_the_response_is_reported_408_an
     assert_eq!(shapes[0], shapes[1]);
 }
 
+/// Well under `TRACKED_RECHECK_INTERVAL` (1 s): only a wake by the unsubscribe itself is this quick.
+const AT_ONCE: Duration = Duration::from_millis(200);
+
+#[tokio::test]
+async fn a_requester_unsubscribing_or_disconnecting_is_reported_408_at_once_as_in_nats_server() {
+    let semaq = SemaqServer::with_config(CONFIG, &[]);
+    let (nats, _dir) = nats_server_with(CONFIG);
+    for url in [semaq.url(), nats.url()] {
+        for round in 0..3 {
+            let Unanswered { a: _a, b, request: _request, inbox, mut results } = unanswered(&url, "svc").await;
+            let started = std::time::Instant::now();
+            if round == 2 {
+                drop(inbox);
+                b.drain().await.expect("disconnect");
+            } else {
+                let mut inbox = inbox;
+                inbox.unsubscribe().await.expect("unsubscribe");
+                sync(&b).await;
+            }
+            let result: Value = serde_json::from_slice(&next(&mut results).await.payload).expect("a result");
+            let waited = started.elapsed();
+            assert_eq!(result["status"], 408, "{url}: {result}");
+            assert!(waited < AT_ONCE, "{url}, round {round}: {waited:?}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_response_to_a_reply_subject_nobody_listened_on_is_reported_200_not_408() {
     let semaq = SemaqServer::with_config(CONFIG, &[]);
@@ -341,8 +368,8 @@ fn jwt_config() -> (String, KeyPair, KeyPair) {
     let operator = KeyPair::new_operator();
     let (system, x, y) = (KeyPair::new_account(), KeyPair::new_account(), KeyPair::new_account());
     let exports = json!({ "exports": [
-        { "name": "svc", "subject": "svc", "type": "service", "latency": { "sampling": 100, "results": "latency.svc" } },
-        { "name": "hdr", "subject": "hdr", "type": "service", "latency": { "sampling": "headers", "results": "latency.hdr" } },
+        { "name": "svc", "subject": "svc", "type": "service", "service_latency": { "sampling": 100, "results": "latency.svc" } },
+        { "name": "hdr", "subject": "hdr", "type": "service", "service_latency": { "sampling": "headers", "results": "latency.hdr" } },
     ]});
     let imports = json!({ "imports": [
         { "name": "svc", "subject": "svc", "account": x.public_key(), "type": "service", "share": true },
@@ -363,26 +390,26 @@ fn jwt_config() -> (String, KeyPair, KeyPair) {
     (config, x, y)
 }
 
-/// nats-server 2.9 publishes no result with this operator setup (its latency tracking in JWT
-/// accounts needs more than the config form), so SemaQ's JWT results are held to the config
-/// form's, which the tests above compare with nats-server's.
+/// A JWT export's `service_latency` (the jwt library's name for it) measures as nats-server's.
 #[tokio::test]
-async fn a_jwt_exports_latency_claim_measures_as_the_config_form_does() {
+async fn a_jwt_exports_service_latency_claim_measures_as_in_nats_server() {
     let dir = tempfile::tempdir().unwrap();
     let (config, x, y) = jwt_config();
     let semaq = SemaqServer::with_config(&config, &[]);
-    let url = semaq.url();
-    let (a, b) = (jwt_user(dir.path(), &url, &x, "x").await, jwt_user(dir.path(), &url, &y, "y").await);
-    let (result, info) = measured_between(&a, &b, &url, "svc", HeaderMap::new()).await;
-    assert_eq!(result["status"], 200);
-    assert_eq!(result["requestor"]["acc"], Value::from(y.public_key()));
-    assert_eq!(info["acc"], Value::from(y.public_key()));
-    assert!(result["requestor"]["jwt"].is_string(), "the import shares the requester's details");
-    let config_form = SemaqServer::with_config(CONFIG, &[]);
-    let (config_result, _) = measured(&config_form.url(), "svc", HeaderMap::new()).await;
-    assert_eq!(keys(&result), keys(&config_result));
-    let (traced_result, _) = measured_between(&a, &b, &url, "hdr", traced(SAMPLED)).await;
-    assert_eq!(traced_result["header"], json!({ "Traceparent": [SAMPLED] }));
+    let (nats, _nats_dir) = nats_server_with(&config);
+    let mut shapes = Vec::new();
+    for url in [semaq.url(), nats.url()] {
+        let (a, b) = (jwt_user(dir.path(), &url, &x, "x").await, jwt_user(dir.path(), &url, &y, "y").await);
+        let (result, info) = measured_between(&a, &b, &url, "svc", HeaderMap::new()).await;
+        assert_eq!(result["status"], 200, "{url}");
+        assert_eq!(result["requestor"]["acc"], Value::from(y.public_key()), "{url}");
+        assert_eq!(info["acc"], Value::from(y.public_key()), "{url}");
+        assert!(result["requestor"]["jwt"].is_string(), "{url}: the import shares the requester's details");
+        let (traced_result, _) = measured_between(&a, &b, &url, "hdr", traced(SAMPLED)).await;
+        assert_eq!(traced_result["header"], json!({ "Traceparent": [SAMPLED] }), "{url}");
+        shapes.push(shape(&result));
+    }
+    assert_eq!(shapes[0], shapes[1]);
 }
 
 #[tokio::test]
@@ -396,5 +423,53 @@ async fn connz_shows_each_clients_rtt_estimated_at_connect() {
         // A Go duration, as nats-server's `rtt`: "1.234ms", "950µs".
         let rtt = connection["rtt"].as_str().unwrap_or_default();
         assert!(rtt.ends_with('s') && rtt != "0s", "{connection}");
+    }
+}
+
+/// A Go duration's text (`"150.2ms"`, `"950µs"`, `"1.2s"`) in milliseconds.
+fn go_millis(text: &str) -> f64 {
+    let units = [("ns", 1e-6), ("µs", 1e-3), ("us", 1e-3), ("ms", 1.0), ("s", 1e3)];
+    let (number, scale) = units
+        .iter()
+        .find_map(|(unit, scale)| text.strip_suffix(unit).and_then(|n| n.parse::<f64>().ok()).map(|n| (n, *scale)))
+        .unwrap_or_else(|| panic!("a Go duration: {text:?}"));
+    number * scale
+}
+
+/// The one client connection's `rtt` in `connz`, in milliseconds.
+fn rtt_millis(connz: &Value) -> f64 {
+    go_millis(connz["connections"][0]["rtt"].as_str().unwrap_or_else(|| panic!("an rtt: {connz}")))
+}
+
+/// How long the raw client holds its PONG back.
+const PONG_DELAY: Duration = Duration::from_millis(200);
+
+#[test]
+fn a_pong_to_the_servers_ping_measures_the_rtt_again_as_in_nats_server() {
+    let semaq = SemaqServer::with_config("ping_interval: \"1s\"\n", &[]);
+    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
+    let (nats, _dir) = nats_server_with(&format!("ping_interval: \"1s\"\nhttp_port: {port}\n"));
+    let nats_monitor = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let connz = |semaq_side: bool| {
+        if semaq_side {
+            semaq.http_json("/connz")
+        } else {
+            semaq_testkit::http_get_json(nats_monitor, "/connz")
+        }
+    };
+    for (addr, semaq_side) in [(semaq.addr(), true), (nats.addr(), false)] {
+        let mut raw = semaq_testkit::Raw::connect(addr);
+        raw.send(b"CONNECT {\"verbose\":false,\"pedantic\":false}\r\nPING\r\n");
+        raw.expect("PONG\r\n");
+        let delay_millis = PONG_DELAY.as_secs_f64() * 1e3;
+        let at_connect = rtt_millis(&connz(semaq_side));
+        assert!(at_connect < delay_millis / 2.0, "{addr}: {at_connect} ms at CONNECT");
+        raw.expect("PING\r\n");
+        // The delay is what the server measures, not a wait for something to happen.
+        std::thread::sleep(PONG_DELAY);
+        raw.send(b"PONG\r\nPING\r\n");
+        raw.expect("PONG\r\n");
+        let measured = rtt_millis(&connz(semaq_side));
+        assert!(measured >= delay_millis, "{addr}: {measured} ms after a delayed PONG");
     }
 }

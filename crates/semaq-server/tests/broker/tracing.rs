@@ -383,7 +383,8 @@ async fn a_trace_crosses_a_service_import_only_when_the_export_allows_it() {
     let egress = of_type(&event, "eg");
     assert_eq!((egress.len(), &egress[0]["acc"]), (1, &"A".into()), "{event}");
     let headers = got.expect("delivered").headers.expect("headers");
-    assert_eq!(headers.get("Nats-Trace-Dest").map(|v| v.as_str()), Some("trace.events"));
+    let dest = headers.get("Nats-Trace-Dest").map(|v| v.to_string()).unwrap_or_default();
+    assert!(dest.starts_with("_R_."), "a reply subject of the exporter, as nats-server 2.11 sets it: {dest}");
 
     let (event, got) = crossing(&b, &a, "svc.shut", false).await;
     assert_eq!(of_type(&event, "si").len(), 1, "{event}");
@@ -393,6 +394,59 @@ async fn a_trace_crosses_a_service_import_only_when_the_export_allows_it() {
 
     let (_, got) = crossing(&b, &a, "svc.shut", true).await;
     assert!(got.is_none(), "traced only: nothing goes past the import");
+}
+
+/// As nats-server 2.11+ (`msgTrace.setupResponseServiceImport`): past an `allow_trace` export the
+/// request's `Nats-Trace-Dest` is a fresh `_R_.` subject of the exporter, whose mapping back to
+/// the requester's destination serves only events of other servers the message was routed to
+/// (none here), and the response import never lets a trace back across it.
+#[tokio::test]
+async fn a_response_carrying_the_trace_back_is_traced_in_the_exporter_and_stops_at_the_response_import() {
+    let server = SemaqServer::with_config(ACCOUNTS, &[]);
+    let (a, b) = (login(&server, "a").await, login(&server, "b").await);
+    let mut events = b.subscribe("trace.events").await.expect("subscribe");
+    let mut inbox = b.subscribe("re.1").await.expect("subscribe");
+    let mut requests = a.subscribe("svc.open").await.expect("subscribe");
+    let mut replies_in_a = a.subscribe("_R_.>").await.expect("subscribe");
+    sync(&a).await;
+    sync(&b).await;
+    b.publish_with_reply_and_headers("svc.open", "re.1", traced("trace.events"), "?".into()).await.expect("request");
+    let request = next(&mut requests).await;
+    let request_event = next_event(&mut events).await;
+    assert_eq!(of_type(&request_event, "eg").len(), 1, "{request_event}");
+    let headers = request.headers.clone().expect("headers");
+    let dest = headers.get("Nats-Trace-Dest").map(|v| v.to_string()).unwrap_or_default();
+    let reply = request.reply.clone().expect("a reply subject").to_string();
+    assert!(dest.starts_with("_R_.") && dest != reply, "{dest}, {reply}");
+
+    // A responder passing the request's headers on with its response.
+    a.publish_with_headers(reply.clone(), headers, "!".into()).await.expect("respond");
+    let response = next(&mut inbox).await;
+    let response_dest = response.headers.expect("headers").get("Nats-Trace-Dest").map(|v| v.to_string());
+    assert_eq!(response_dest.as_deref(), Some("trace disabled"), "as nats-server marks it past the import");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let response_event = loop {
+        let message = tokio::time::timeout_at(deadline, replies_in_a.next()).await.ok().flatten().expect("the event");
+        if message.subject.as_str() == dest {
+            break serde_json::from_slice::<Value>(&message.payload).expect("a JSON trace event");
+        }
+    };
+    assert_eq!(of_type(&response_event, "in")[0]["acc"], "A", "{response_event}");
+    let crossed = of_type(&response_event, "si");
+    assert_eq!(crossed.len(), 1, "{response_event}");
+    assert_eq!(
+        (&crossed[0]["acc"], &crossed[0]["from"], &crossed[0]["to"]),
+        (&"B".into(), &reply.into(), &"re.1".into())
+    );
+    let egress = of_type(&response_event, "eg");
+    // Only this test's own `_R_.>` subscriber in A: none past the response import, in B.
+    assert_eq!(
+        (egress.len(), &egress[0]["sub"], &egress[0]["acc"]),
+        (1, &"_R_.>".into(), &Value::Null),
+        "{response_event}"
+    );
+    let more = tokio::time::timeout(Duration::from_millis(300), events.next()).await;
+    assert!(more.is_err(), "the requester's destination gets only the request's event");
 }
 
 #[test]

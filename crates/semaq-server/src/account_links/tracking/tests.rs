@@ -133,9 +133,11 @@ fn errors_carry_nats_servers_status_and_description_and_no_responder() {
 fn the_tracked_table_is_bounded_and_gives_up_requests_past_their_deadline_in_order() {
     let tracked = Tracked::new(2);
     let start = Instant::now();
-    tracked.insert("late", request_within(Duration::from_millis(200)));
-    tracked.insert("soon", request_within(Duration::from_millis(100)));
-    tracked.insert("over", request());
+    assert!(tracked.insert("late", request_within(Duration::from_millis(200))), "the first deadline wakes the timer");
+    assert!(tracked.insert("soon", request_within(Duration::from_millis(100))), "an earlier one wakes it again");
+    let first = tracked.next_deadline().expect("a deadline");
+    assert!(first >= start + Duration::from_millis(100) && first < start + Duration::from_millis(200), "soon's");
+    assert!(!tracked.insert("over", request()));
     assert_eq!(tracked.len(), 2, "past the bound new requests go unmeasured");
     assert!(!tracked.has_room());
     assert!(tracked.expired(start).is_empty(), "none is past its deadline yet");
