@@ -847,11 +847,7 @@ impl StreamStore for FileStore {
         if !marked {
             // Behind a roll (the marker could not name sequences of an earlier log), or larger
             // than a marker may cover: synced deletes, under the caller's lock.
-            let mut removed = 0;
-            for seq in first..=last {
-                removed += u64::from(self.delete(seq)?);
-            }
-            return Ok(removed);
+            return crate::delete_each(self, first, last);
         }
         let last_ts = self.ledger.state().last_ts;
         self.guarded(|store| {

@@ -93,11 +93,7 @@ pub trait StreamStore: Send {
     /// durable at the next sync or commit, which cannot make anything appended later durable
     /// without the removal. This default deletes them one by one, oldest first, each synced.
     fn remove_refused(&mut self, first: u64, last: u64) -> StoreResult<u64> {
-        let mut removed = 0;
-        for seq in first..=last {
-            removed += u64::from(self.delete(seq)?);
-        }
-        Ok(removed)
+        delete_each(self, first, last)
     }
     /// Removes what the request names and returns how many messages went. Durable when it returns.
     fn purge(&mut self, request: &PurgeRequest) -> StoreResult<u64>;
@@ -216,4 +212,13 @@ pub trait StreamStore: Send {
     fn poisoned(&self) -> Option<String> {
         None
     }
+}
+
+/// Deletes `first..=last` one by one, oldest first, each synced; returns how many went.
+pub(crate) fn delete_each<S: StreamStore + ?Sized>(store: &mut S, first: u64, last: u64) -> StoreResult<u64> {
+    let mut removed = 0;
+    for seq in first..=last {
+        removed += u64::from(store.delete(seq)?);
+    }
+    Ok(removed)
 }

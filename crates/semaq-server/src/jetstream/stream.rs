@@ -650,7 +650,7 @@ impl Stream {
                         self.drain(&mut pipeline, &mut dedup).await;
                     }
                     let commits = pipelined.then_some(&pipeline);
-                    let batch_bytes: usize = batch.iter().map(Inbound::size).sum();
+                    let batch_bytes: usize = if pipelined { batch.iter().map(Inbound::size).sum() } else { 0 };
                     let mut store_batch = || self.store_batch(&mut batch, (&mut dedup, &mut batches), &mut acks, commits);
                     // Unpipelined, the batch's fsync runs in there: the runtime moves this worker's
                     // other tasks off meanwhile. Pipelined, the batch is only appended and handed to
