@@ -81,6 +81,58 @@ fn named_types(schema: &Schema, names: &mut HashMap<String, Schema>, depth: usiz
     }
 }
 
+/// Parses with `apache-avro`, turning its panics into errors: its parser `unwrap`s some
+/// validations (a record's or alias's name, a type name) on input, so a schema such as
+/// `{"type":"record","name":"a&b"}` would otherwise take the serving thread down.
+fn parse_guarded(text: &str, references: &[&str]) -> Result<(Schema, Vec<Schema>), String> {
+    let outcome = quiet_panics::catch(|| {
+        if references.is_empty() {
+            Schema::parse_str(text).map(|schema| (schema, Vec::new()))
+        } else {
+            Schema::parse_str_with_list(text, references)
+        }
+    });
+    match outcome {
+        Ok(parsed) => parsed.map_err(|e| e.to_string()),
+        Err(message) => Err(message.replace("called `Result::unwrap()` on an `Err` value: ", "")),
+    }
+}
+
+/// Catching a third-party panic without the default hook printing it as if the server had
+/// crashed: the hook stays silent on this thread while `catch` runs.
+mod quiet_panics {
+    use std::cell::Cell;
+    use std::panic::{self, AssertUnwindSafe};
+    use std::sync::Once;
+
+    thread_local! {
+        static CATCHING: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// Runs `work`; a panic in it comes back as its message.
+    pub fn catch<T>(work: impl FnOnce() -> T) -> Result<T, String> {
+        static HOOK: Once = Once::new();
+        HOOK.call_once(|| {
+            let previous = panic::take_hook();
+            panic::set_hook(Box::new(move |info| {
+                if !CATCHING.with(Cell::get) {
+                    previous(info);
+                }
+            }));
+        });
+        let was = CATCHING.with(|catching| catching.replace(true));
+        let outcome = panic::catch_unwind(AssertUnwindSafe(work));
+        CATCHING.with(|catching| catching.set(was));
+        outcome.map_err(|payload| {
+            payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|text| text.to_string()))
+                .unwrap_or_else(|| "the Avro parser failed".to_string())
+        })
+    }
+}
+
 /// A parsed Avro schema, the named types its references define, and all named types by full
 /// name (collected once, for following `Ref`s).
 #[derive(Debug)]
@@ -97,12 +149,8 @@ pub struct AvroSchema {
 
 impl AvroSchema {
     /// Parses Avro schema text, with the texts of the named types its references define.
-    pub fn parse(text: &str, references: &[&str]) -> Result<Self, apache_avro::Error> {
-        let (schema, schemata) = if references.is_empty() {
-            (Schema::parse_str(text)?, Vec::new())
-        } else {
-            Schema::parse_str_with_list(text, references)?
-        };
+    pub fn parse(text: &str, references: &[&str]) -> Result<Self, String> {
+        let (schema, schemata) = parse_guarded(text, references)?;
         let mut names = HashMap::new();
         for named in schemata.iter().chain(std::iter::once(&schema)) {
             named_types(named, &mut names, 0);

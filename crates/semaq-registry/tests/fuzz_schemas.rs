@@ -199,3 +199,21 @@ fn a_forged_avro_count_is_refused_without_reserving_it() {
     assert!(decode::decode_body(&parsed, 1, &body).is_err());
     assert!(parsed.validate_binary(&body).is_err());
 }
+
+/// `apache-avro` unwraps some name checks while parsing; each such schema must come back as
+/// Confluent's invalid-schema error, not a panic, and leave nothing registered.
+#[test]
+fn avro_names_the_parser_would_panic_on_are_refused_as_invalid_schemas() {
+    let registry = seeded();
+    for text in [
+        r#"{"type":"record","name":"O&%Ifrder","fields":[]}"#,
+        r#"{"type":"enum","name":"a b","symbols":["A"]}"#,
+        r#"{"type":"fixed","name":"ok","aliases":["not ok"],"size":4}"#,
+        r#"{"type":"record","name":"R","fields":[{"name":"f","type":{"type":"record","name":"-x","fields":[]}}]}"#,
+    ] {
+        let request = SchemaRequest { schema: text.to_string(), schema_type: None, references: vec![] };
+        let error = registry.register("names", &request).expect_err(text);
+        assert_eq!(error.to_json()["error_code"], 42201, "{text}: {}", error.to_json());
+        assert!(registry.lookup("names", &request, false).is_err(), "{text}");
+    }
+}
