@@ -36,6 +36,10 @@ pub const WRITEBACK_START_BYTES: u64 = 4 * 1024 * 1024;
 /// bytes written over blocks the file already has needs no metadata write, and costs about
 /// half as much as one that extends the file (BENCHMARKS.md, "fsync latency").
 pub const PREALLOCATE_CHUNK_BYTES: u64 = 8 * 1024 * 1024;
+/// Records appended since the last commit averaging this size or more skip the growth: for
+/// them the zeros would double the bytes written (each written twice: zeros, then records)
+/// to spare a metadata write that is small beside them (an Object Store's 128 KiB chunks).
+pub const PREALLOCATE_RECORD_BYTES_MAX: u64 = 64 * 1024;
 /// Zeros written per `write` while preallocating.
 pub const PREALLOCATE_WRITE_BYTES: usize = 256 * 1024;
 /// Bytes buffered while an index file is written (it is streamed, never held whole), and the

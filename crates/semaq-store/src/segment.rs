@@ -14,8 +14,8 @@ use crate::error::{fit, io_error, StoreResult};
 use crate::index;
 use crate::ledger::Ledger;
 use crate::limits::{
-    INDEX_WRITE_BUFFER_BYTES, PREALLOCATE_CHUNK_BYTES, PREALLOCATE_WRITE_BYTES, WRITEBACK_START_BYTES,
-    WRITE_BUFFER_BYTES, WRITE_BUFFER_KEPT_MAX_BYTES,
+    INDEX_WRITE_BUFFER_BYTES, PREALLOCATE_CHUNK_BYTES, PREALLOCATE_RECORD_BYTES_MAX, PREALLOCATE_WRITE_BYTES,
+    WRITEBACK_START_BYTES, WRITE_BUFFER_BYTES, WRITE_BUFFER_KEPT_MAX_BYTES,
 };
 use crate::record;
 use crate::storage::{OpenMode, Storage, StorageFile};
@@ -64,6 +64,10 @@ pub(crate) struct Segment {
     allocated_bytes: u64,
     /// Preallocation failed (a full disk): this segment grows by its appends only.
     allocation_failed: bool,
+    /// Records appended since the last commit began, and `written_bytes` then: their mean
+    /// size decides whether the commit grows the log (`growth`).
+    records_since_commit: u64,
+    written_at_commit: u64,
     /// Appended bytes not yet handed to the OS (active segment only).
     pending: Vec<u8>,
     /// Size of the index file, once sealed.
@@ -150,6 +154,8 @@ impl Segment {
             writeback_bytes: length,
             allocated_bytes: length,
             allocation_failed: false,
+            records_since_commit: 0,
+            written_at_commit: length,
             pending: Vec::new(),
             index_bytes: 0,
             delete_bytes: 0,
@@ -197,6 +203,7 @@ impl Segment {
         // Segment sizes are capped so that offsets fit (see limits.rs); checked all the same.
         let offset: u32 = fit("segment offset", self.len())?;
         record::encode(&mut self.pending, seq, timestamp_ns, subject, headers, payload)?;
+        self.records_since_commit += 1;
         if self.pending.len() >= WRITE_BUFFER_BYTES {
             self.flush()?;
         }
@@ -318,6 +325,8 @@ impl Segment {
         // pipelined caller appends (and hands to the OS) the next batch while the ticket runs,
         // and zeros written then could land on those appends.
         let grown = self.grow_log(size_bytes);
+        self.records_since_commit = 0;
+        self.written_at_commit = self.written_bytes;
         if log_unsynced || grown {
             ticket.file(self.log.clone(), self.log_path.clone());
         }
@@ -339,8 +348,15 @@ impl Segment {
 
     /// The zeros to write ahead of the appends, when what is left of the preallocation is
     /// less than half a chunk: up to a chunk past the appends, never past the segment's size.
+    /// None when the records since the last commit are large (`PREALLOCATE_RECORD_BYTES_MAX`):
+    /// their commit is bound by the bytes it writes, which the zeros would double, not by the
+    /// metadata write they spare.
     fn growth(&self, size_bytes: u64) -> Option<std::ops::Range<u64>> {
         if self.sealed || self.allocation_failed {
+            return None;
+        }
+        let appended_bytes = self.written_bytes.saturating_sub(self.written_at_commit);
+        if appended_bytes >= PREALLOCATE_RECORD_BYTES_MAX.saturating_mul(self.records_since_commit.max(1)) {
             return None;
         }
         let chunk = PREALLOCATE_CHUNK_BYTES.min(size_bytes / 4);

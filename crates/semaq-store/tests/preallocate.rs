@@ -136,3 +136,29 @@ fn a_full_disk_while_growing_costs_the_growth_not_the_commit() {
     let reopened = reopen_after_power_loss(&disk, store, Tear::LoseUnsynced);
     assert_eq!(held(&reopened), vec![1, 2]);
 }
+
+#[test]
+fn commits_of_large_records_write_no_zeros_ahead_and_small_ones_still_do() {
+    let disk = SimDisk::new();
+    let mut store = open(&disk);
+    // An Object Store's chunks: zeros ahead would double the bytes written.
+    for seq in 1..=4 {
+        append(&mut store, seq, 128 * 1024);
+        commit(&mut store);
+        let on_disk = disk.contents(&log(1)).unwrap();
+        assert!(!on_disk.ends_with(&[0; 1024]), "after record {seq}: {} bytes, zeros ahead", on_disk.len());
+    }
+    // A meta message after them still counts among large records since the last commit.
+    append(&mut store, 5, 128 * 1024);
+    append(&mut store, 6, 200);
+    commit(&mut store);
+    assert!(!disk.contents(&log(1)).unwrap().ends_with(&[0; 1024]), "the meta's commit wrote zeros ahead");
+    // Small records: their fsyncs are bound by the metadata write the zeros spare.
+    for seq in 7..=100 {
+        append(&mut store, seq, 100);
+    }
+    commit(&mut store);
+    assert!(disk.contents(&log(1)).unwrap().ends_with(&[0; 4096]), "small records' commit grows the log");
+    let reopened = reopen_after_power_loss(&disk, store, Tear::LoseUnsynced);
+    assert_eq!(held(&reopened), (1..=100).collect::<Vec<_>>());
+}
