@@ -139,6 +139,14 @@ impl Client {
         self.ping_sent_nanos.store(nanos_since(self.accepted), Ordering::Relaxed);
     }
 
+    /// Whether the keepalive PING is due to measure the round trip anew: none was sent yet, or
+    /// the last one is older than `RTT_MEASUREMENT_INTERVAL` (nats-server's `needRTT`).
+    pub fn needs_rtt_ping(&self) -> bool {
+        let sent = self.ping_sent_nanos.load(Ordering::Relaxed);
+        let interval = crate::limits::RTT_MEASUREMENT_INTERVAL.as_nanos();
+        sent == 0 || u128::from(nanos_since(self.accepted).saturating_sub(sent)) > interval
+    }
+
     /// Measures the round trip from the last PING, as nats-server's `processPong` does (from the
     /// latest PING when several are out); a PONG before any PING measures nothing.
     pub fn pong_received(&self) {

@@ -225,6 +225,8 @@ struct Connection {
     flush: FlushSet,
     publish_allowed: HashMap<ByteString, bool>,
     pings_outstanding: u32,
+    /// When the client last sent anything: a keepalive PING is skipped while it is active.
+    last_in: tokio::time::Instant,
     connected: bool,
     /// The nonce sent in INFO, which nkey and JWT users sign.
     nonce: Option<String>,
@@ -254,6 +256,7 @@ impl Connection {
             flush: FlushSet::default(),
             publish_allowed: HashMap::new(),
             pings_outstanding: 0,
+            last_in: tokio::time::Instant::now(),
             connected: false,
             nonce,
             entry,
@@ -282,6 +285,7 @@ impl Connection {
                 read = reader.read_buf(&mut buffer) => match read {
                     Ok(0) => return CloseReason::ClientClosed,
                     Ok(_) => {
+                        self.last_in = tokio::time::Instant::now();
                         let outcome = self.process(&mut buffer);
                         self.flush.flush();
                         if let Err(reason) = outcome {
@@ -304,7 +308,7 @@ impl Connection {
                     return CloseReason::AuthenticationFailure;
                 }
                 _ = ping_timer.tick() => {
-                    if let Some(reason) = self.ping() {
+                    if let Some(reason) = self.ping(ping_interval) {
                         return reason;
                     }
                 }
@@ -312,7 +316,13 @@ impl Connection {
         }
     }
 
-    fn ping(&mut self) -> Option<CloseReason> {
+    /// The keepalive PING, skipped as nats-server skips it for a client that sent something
+    /// within the interval (its data or its own PING show it is alive), unless the round trip
+    /// is due to be measured.
+    fn ping(&mut self, interval: std::time::Duration) -> Option<CloseReason> {
+        if self.last_in.elapsed() < interval && !self.client.needs_rtt_ping() {
+            return None;
+        }
         if self.pings_outstanding >= self.context.options.pings_outstanding_max {
             self.client.outbound.close_with_error(CloseReason::StaleConnection, "Stale Connection");
             return Some(CloseReason::StaleConnection);

@@ -61,6 +61,9 @@ pub const CERTIFICATE_NAMES_MAX: usize = 256;
 
 /// Extra headers `websocket { headers { } }` may add to every upgrade response.
 pub const WEBSOCKET_HEADERS_MAX: usize = 64;
+/// Age of the last measured round trip after which a keepalive PING goes out even to an
+/// active client (nats-server's `DEFAULT_RTT_MEASUREMENT_INTERVAL`).
+pub const RTT_MEASUREMENT_INTERVAL: Duration = Duration::from_secs(3600);
 /// Time a single socket write may block before the client counts as slow (configurable: `write_deadline`).
 pub const WRITE_DEADLINE: Duration = Duration::from_secs(10);
 /// Time shutdown waits for connections to flush what they have queued.

@@ -115,3 +115,36 @@ async fn sigterm_flushes_pending_messages_and_exits_zero() {
     let messages = received.matches("MSG bye 1 1\r\nx\r\n").count();
     assert_eq!(messages, 1000, "every accepted message was flushed before exit");
 }
+
+/// Keepalive PINGs `raw` receives over `phase`, answered with PONGs; when `active`, it publishes
+/// every 40 ms meanwhile.
+fn pings_received(raw: &mut semaq_testkit::Raw, phase: Duration, active: bool) -> usize {
+    let deadline = Instant::now() + phase;
+    let mut pings = 0;
+    while Instant::now() < deadline {
+        if active {
+            raw.send(b"PUB nobody.listens 0\r\n\r\n");
+        }
+        let arrived = raw.drain(Duration::from_millis(40)).matches("PING\r\n").count();
+        raw.send(&b"PONG\r\n".repeat(arrived));
+        pings += arrived;
+    }
+    pings
+}
+
+#[test]
+fn an_active_client_gets_only_the_first_keepalive_ping_as_from_nats_server() {
+    let config = "ping_interval: \"200ms\"\nping_max: 2\n";
+    let semaq = SemaqServer::with_config(config, &[]);
+    let (nats, _dir) = crate::account_limits::nats_server_with(config);
+    for addr in [semaq.addr(), nats.addr()] {
+        let mut raw = semaq_testkit::Raw::connect(addr);
+        raw.send(b"CONNECT {\"verbose\":false}\r\nPING\r\n");
+        raw.expect("PONG\r\n");
+        // The first PING measures the round trip; later ones are skipped while data flows.
+        let while_active = pings_received(&mut raw, Duration::from_millis(1500), true);
+        assert_eq!(while_active, 1, "{addr}: PINGs while the client published");
+        let while_idle = pings_received(&mut raw, Duration::from_millis(1000), false);
+        assert!(while_idle >= 2, "{addr}: {while_idle} PINGs while the client was idle");
+    }
+}
