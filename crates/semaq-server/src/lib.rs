@@ -10,7 +10,8 @@
 //! it in its own layer), so no import cycle spans two modules. `architecture.rs` tests this.
 //!
 //! 1. **Basics:** [`limits`] (every default bound), [`sync`] (lock helpers, byte
-//!    budgets), [`imports`] (accounts' exports and imports, checked), [`stats`], [`identity`], [`options`], [`auth`]
+//!    budgets), [`transform`] (nats-server's subject transforms), [`mappings`] (accounts' subject
+//!    mappings, applied to what clients publish before routing), [`imports`] (accounts' exports and imports, checked), [`stats`], [`identity`], [`options`], [`auth`]
 //!    (credentials and permissions), [`config_file`] (nats-server's format, filling the options;
 //!    it reads an operator's JWT with [`auth`]) and [`flags`] (its command line), [`tls`], [`priority`]
 //!    (`Semaq-Priority`'s shares), [`latency`] (publish-to-delivery histograms), [`trace`]
@@ -51,6 +52,7 @@ pub mod jetstream;
 pub mod lame_duck;
 pub mod latency;
 pub mod limits;
+pub mod mappings;
 pub mod monitor;
 pub mod options;
 pub mod outbound;
@@ -65,6 +67,7 @@ pub mod system;
 pub mod tls;
 pub mod tokens;
 pub mod trace;
+pub mod transform;
 pub mod websocket;
 
 #[cfg(test)]

@@ -31,7 +31,7 @@ use tokio::task::JoinHandle;
 use super::config::{StreamConfig, StreamSource};
 use super::errors::ApiError;
 use super::stream::Stream;
-use super::transform::{self, Transform};
+use crate::transform::{self, Transform};
 use super::JetStream;
 use crate::delivery::{InternalSink, Message};
 use crate::limits;
