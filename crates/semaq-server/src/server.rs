@@ -3,6 +3,7 @@
 //! registry, filters, JetStream), accepts connections up to the limit, and on shutdown stops
 //! accepting, lets every connection flush, and returns.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -23,7 +24,8 @@ pub use crate::lame_duck::Control;
 use crate::latency::Latency;
 use crate::limits;
 use crate::monitor::Monitor;
-use crate::options::Options;
+use crate::mappings::SubjectMappings;
+use crate::options::{Options, GLOBAL_ACCOUNT};
 use crate::outbound::CloseReason;
 use crate::registry::Registry;
 use crate::stats::bump;
@@ -143,7 +145,8 @@ impl Server {
             websocket_addr: websocket.as_ref().map(websocket::Listener::local_addr),
         });
         let events = crate::system::start(&monitor, service_responses);
-        let context = Arc::new(Context { bus, options, auth, tls, info, filters, agents, tokens, events });
+        let mappings = account_mappings(&options, &auth);
+        let context = Arc::new(Context { bus, options, auth, tls, info, filters, agents, tokens, events, mappings });
         Ok(Self { context, monitor, listener, http_listener, websocket })
     }
 
@@ -326,6 +329,27 @@ fn start_jetstream(
     let jetstreams = JetStreams::start(&services)?;
     crate::jetstream::not_enabled::start(bus, &jetstreams);
     Ok(jetstreams)
+}
+
+/// Each account's subject mappings (top-level ones are `$G`'s), for the accounts that have any.
+/// The config's were checked as it was read, so one that fails here cannot happen; it would be
+/// left out with an error.
+fn account_mappings(options: &Options, auth: &Authenticator) -> HashMap<String, Arc<SubjectMappings>> {
+    let configured = std::iter::once((GLOBAL_ACCOUNT, &options.mappings))
+        .chain(options.accounts.iter().map(|account| (account.name.as_str(), &account.mappings)))
+        .filter(|(_, mappings)| !mappings.is_empty());
+    let mut tables = HashMap::new();
+    for (account, mappings) in configured {
+        match SubjectMappings::build(mappings) {
+            Ok(table) => drop(tables.insert(account.to_string(), Arc::new(table))),
+            Err((source, error)) => tracing::error!(%account, %source, %error, "subject mappings left out"),
+        }
+    }
+    let from_jwts = auth.trust().into_iter().flat_map(|trust| trust.account_mappings());
+    for (account, table) in from_jwts.filter(|(_, table)| !table.is_empty()) {
+        tables.insert(account.to_string(), Arc::new(table.clone()));
+    }
+    tables
 }
 
 /// Lists the JWT accounts that have JetStream among the options' accounts, with their limits,
