@@ -7,8 +7,8 @@
 
 use std::collections::BTreeMap;
 
-use super::jwt::{AccountLimits, DefaultPermissions, ExportClaim, ImportClaim, LatencyClaim, SigningKey, SubjectList};
 use super::jwt::WeightedMapping;
+use super::jwt::{AccountLimits, DefaultPermissions, ExportClaim, ImportClaim, LatencyClaim, SigningKey, SubjectList};
 use super::nkey::{self, Role};
 
 /// A blocking issue of an account's links or limits; the texts are the jwt library's.

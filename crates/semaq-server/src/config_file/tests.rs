@@ -1033,7 +1033,10 @@ fn mappings_top_level_and_per_account_fill_the_options() {
         options.mappings,
         [
             SubjectMapping { source: "foo".into(), destinations: vec![whole("bar")] },
-            SubjectMapping { source: "a.*".into(), destinations: vec![weighted("b.$1", 40, ""), weighted("c", 60, "x")] },
+            SubjectMapping {
+                source: "a.*".into(),
+                destinations: vec![weighted("b.$1", 40, ""), weighted("c", 60, "x")]
+            },
         ]
     );
     assert_eq!(options.accounts[0].mappings, [SubjectMapping { source: "x".into(), destinations: vec![whole("y")] }]);

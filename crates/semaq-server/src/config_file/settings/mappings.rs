@@ -55,7 +55,6 @@ impl Mapper<'_> {
         }
         Ok(mappings)
     }
-
 }
 
 fn add_weighted(
@@ -102,9 +101,9 @@ fn weight(value: &Value) -> Result<u8, ConfigError> {
         Kind::Integer(number) => *number,
         Kind::String(text) => {
             let digits = text.strip_suffix('%').unwrap_or(text);
-            digits.parse::<i64>().map_err(|_| {
-                invalid(&value.at, format!("Invalid weight {digits:?} for mapping destination"))
-            })?
+            digits
+                .parse::<i64>()
+                .map_err(|_| invalid(&value.at, format!("Invalid weight {digits:?} for mapping destination")))?
         }
         _ => return Err(invalid(&value.at, format!("Unknown entry type for weight of {}", value.text))),
     };
