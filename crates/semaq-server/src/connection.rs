@@ -29,7 +29,7 @@ use crate::delivery::{self, FlushSet, Message, Sink, SubscriberRef, Subscription
 use crate::filter::Filters;
 use crate::identity::random_nonce;
 use crate::limits;
-use crate::mappings::SubjectMappings;
+use crate::mappings::{AccountMappings, SubjectMappings};
 use crate::options::{Options, GLOBAL_ACCOUNT};
 use crate::outbound::CloseReason;
 use crate::router::Router;
@@ -57,7 +57,7 @@ pub struct Context {
     /// The system account's connect and disconnect events, when there is a system account.
     pub events: Option<Arc<crate::sys_events::Events>>,
     /// Each account's subject mappings, for the accounts that have any; fixed at start.
-    pub mappings: HashMap<String, Arc<SubjectMappings>>,
+    pub mappings: AccountMappings,
 }
 
 impl std::fmt::Debug for Context {

@@ -11,6 +11,9 @@
 //!
 //! Pure: no I/O, no locks; the table is built once at start and shared read-only.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use semaq_wire::subject;
 
 use crate::limits;
@@ -85,6 +88,9 @@ struct Mapping {
     wildcard: bool,
     destinations: Vec<Destination>,
 }
+
+/// Each account's subject mappings by account name, for the accounts that have any.
+pub type AccountMappings = HashMap<String, Arc<SubjectMappings>>;
 
 /// An account's subject mappings, in the order they were added.
 #[derive(Debug, Clone, Default)]

@@ -3,7 +3,6 @@
 //! registry, filters, JetStream), accepts connections up to the limit, and on shutdown stops
 //! accepting, lets every connection flush, and returns.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -23,7 +22,7 @@ use crate::jetstream::Services;
 pub use crate::lame_duck::Control;
 use crate::latency::Latency;
 use crate::limits;
-use crate::mappings::SubjectMappings;
+use crate::mappings::{AccountMappings, SubjectMappings};
 use crate::monitor::Monitor;
 use crate::options::{Options, GLOBAL_ACCOUNT};
 use crate::outbound::CloseReason;
@@ -111,7 +110,9 @@ impl Server {
         let http_addr = http_listener.as_ref().and_then(|http| http.local_addr().ok());
         let identity = Identity::new(options.server_name.clone());
         let bus = Arc::new(account_bus(&options, &auth));
-        let service_responses = crate::account_links::start(&bus, &options, auth.trust(), &identity.server_name)?;
+        let mappings = account_mappings(&options, &auth);
+        let service_responses =
+            crate::account_links::start(&bus, &options, auth.trust(), &identity.server_name, &mappings)?;
         if options.metrics.detail {
             bus.stats.subjects.enable(options.metrics.subject_depth);
         }
@@ -145,7 +146,6 @@ impl Server {
             websocket_addr: websocket.as_ref().map(websocket::Listener::local_addr),
         });
         let events = crate::system::start(&monitor, service_responses);
-        let mappings = account_mappings(&options, &auth);
         let context = Arc::new(Context { bus, options, auth, tls, info, filters, agents, tokens, events, mappings });
         Ok(Self { context, monitor, listener, http_listener, websocket })
     }
@@ -334,11 +334,11 @@ fn start_jetstream(
 /// Each account's subject mappings (top-level ones are `$G`'s), for the accounts that have any.
 /// The config's were checked as it was read, so one that fails here cannot happen; it would be
 /// left out with an error.
-fn account_mappings(options: &Options, auth: &Authenticator) -> HashMap<String, Arc<SubjectMappings>> {
+fn account_mappings(options: &Options, auth: &Authenticator) -> AccountMappings {
     let configured = std::iter::once((GLOBAL_ACCOUNT, &options.mappings))
         .chain(options.accounts.iter().map(|account| (account.name.as_str(), &account.mappings)))
         .filter(|(_, mappings)| !mappings.is_empty());
-    let mut tables = HashMap::new();
+    let mut tables = AccountMappings::new();
     for (account, mappings) in configured {
         match SubjectMappings::build(mappings) {
             Ok(table) => drop(tables.insert(account.to_string(), Arc::new(table))),

@@ -13,8 +13,8 @@ use semaq_server::jetstream::config::{ConsumerConfig, StreamConfig};
 use semaq_server::jetstream::consumer::validate;
 use semaq_server::jetstream::consumers::CreateRequest;
 use semaq_server::jetstream::errors::ApiError;
-use semaq_server::jetstream::transform::Transform;
 use semaq_server::options::Options;
+use semaq_server::transform::Transform;
 use serde_json::{json, Value};
 
 const CONFIG: &str = r#"
@@ -315,7 +315,7 @@ proptest! {
         destination in prop_oneof![transform_subject(), "[ -~]{0,16}"],
         subjects in prop::collection::vec("[a-z0-9]{1,6}(\\.[a-z0-9]{0,6}){0,5}", 1..4),
     ) {
-        let _ = semaq_server::jetstream::transform::validate_mapping(&source, &destination);
+        let _ = semaq_server::transform::validate_mapping(&source, &destination);
         if let Ok(Some(transform)) = Transform::new(&source, &destination) {
             for subject in &subjects {
                 let _ = transform.apply(subject);

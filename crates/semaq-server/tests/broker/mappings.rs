@@ -336,3 +336,26 @@ async fn a_stream_on_a_mapped_destination_stores_the_mapped_subject() {
         assert_eq!(stream.info().await.expect("info").state.messages, 1, "{url}");
     }
 }
+
+const SERVICE: &str = r#"
+accounts {
+  A { users: [{user: a, password: a}], exports: [{service: req}], mappings { req: "req.v2" } }
+  B { users: [{user: b, password: b}], imports: [{service: {account: A, subject: req}}], mappings { ask: req } }
+}
+"#;
+
+#[test]
+fn a_service_request_takes_the_exporting_accounts_mappings_as_in_nats_server() {
+    let (semaq, (nats, _dir)) = servers(SERVICE);
+    for addr in [semaq.addr(), nats.addr()] {
+        let mut responder = connect(addr, Some("a"));
+        assert_eq!(round(&mut responder, "SUB req.v2 1\r\nSUB req 2\r\n"), "", "{addr}");
+        let mut requester = connect(addr, Some("b"));
+        assert_eq!(round(&mut requester, "SUB _INBOX.x 1\r\nPUB ask _INBOX.x 1\r\n?\r\n"), "", "{addr}");
+        let request = round(&mut responder, "");
+        assert!(request.starts_with("MSG req.v2 1 _R_."), "{addr}: {request:?}");
+        let reply = request.split(' ').nth(3).unwrap_or_default().to_string();
+        assert_eq!(round(&mut responder, &format!("PUB {reply} 1\r\n!\r\n")), "", "{addr}");
+        assert_eq!(round(&mut requester, ""), "MSG _INBOX.x 1 1\r\n!\r\n", "{addr}");
+    }
+}
