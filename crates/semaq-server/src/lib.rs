@@ -1,7 +1,8 @@
 //! The SemaQ broker.
 //!
 //! Follow one message through the rooms in this order: [`server`] accepts a socket;
-//! [`connection`] reads it, parses ops with `semaq_wire` and authorizes them ([`auth`]);
+//! [`connection`] reads it, parses ops with `semaq_wire`, maps a publish's subject with its
+//! account's [`mappings`] and authorizes them ([`auth`]);
 //! [`router`] maps the subject to subscriptions; [`delivery`] fans the message out to clients'
 //! [`outbound`] buffers and to internal sinks, such as a stream of [`jetstream`] capturing its
 //! subjects (checks, store append, PubAck), whose consumers deliver back through the same path.

@@ -359,3 +359,21 @@ fn a_service_request_takes_the_exporting_accounts_mappings_as_in_nats_server() {
         assert_eq!(round(&mut requester, ""), "MSG _INBOX.x 1 1\r\n!\r\n", "{addr}");
     }
 }
+
+#[test]
+fn a_jwt_mapping_weight_that_is_no_byte_stops_the_server_as_in_nats_server() {
+    let mut trusted = Trusted::new();
+    trusted.add(&KeyPair::new_account(), json!({ "foo": [{ "subject": "bar", "weight": 300 }] }));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("bad.conf");
+    std::fs::write(&path, trusted.config()).expect("write config");
+    let mut command = std::process::Command::new("nats-server");
+    command.arg("-c").arg(&path);
+    let nats = semaq_testkit::output_within(command, Duration::from_secs(10));
+    let semaq = SemaqServer::builder().bare().arg("-c").arg(&path).output();
+    for (server, output) in [("semaq", semaq), ("nats-server", nats)] {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{server} started");
+        assert!(stderr.contains("invalid account JWT"), "{server}: {stderr}");
+    }
+}
