@@ -500,9 +500,10 @@ impl Connection {
     fn publish(&mut self, mut publish: Publish) {
         // As nats-server, the mapped subject is the message's from here on: permissions,
         // routing and what subscribers see.
-        if let Some(mapped) = self.mappings.as_ref().and_then(|mappings| mappings.select(&publish.subject)) {
-            publish.subject = ByteString::from(mapped);
-        }
+        let published = match self.mappings.as_ref().and_then(|mappings| mappings.select(&publish.subject)) {
+            Some(mapped) => Some(std::mem::replace(&mut publish.subject, ByteString::from(mapped))),
+            None => None,
+        };
         let size = publish.headers.as_ref().map_or(0, |h| h.len()) + publish.payload.len();
         self.client.inbound.record(size);
         self.client.server_subjects.record_in(&publish.subject, size);
@@ -534,7 +535,8 @@ impl Connection {
             publisher: Some(self.client.id),
         };
         let traced = crate::trace::Publish::begin(&crate::trace::Arrival {
-            subject: &publish.subject,
+            subject: published.as_deref().unwrap_or(&publish.subject),
+            mapped_to: published.is_some().then_some(&*publish.subject),
             headers: message.headers,
             body_size: message.payload.len(),
             client_id: self.client.id,

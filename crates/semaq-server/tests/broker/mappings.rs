@@ -251,6 +251,8 @@ fn account_jwt_mappings_the_jwt_library_blocks_refuse_the_account_as_in_nats_ser
         (json!({ "foo": [{ "subject": "" }] }), false),
         (json!({ "foo": [{ "subject": "a b" }] }), false),
         (json!({ "foo.*": [{ "subject": "bar.$2" }] }), true),
+        // The library sums the weights in a byte: 200 + 100 wraps to 44 and passes.
+        (json!({ "foo": [{ "subject": "bar", "weight": 200 }, { "subject": "baz", "weight": 100 }] }), true),
     ];
     let mut trusted = Trusted::new();
     let accounts: Vec<(KeyPair, Value, bool)> = cases
@@ -376,4 +378,31 @@ fn a_jwt_mapping_weight_that_is_no_byte_stops_the_server_as_in_nats_server() {
         assert!(!output.status.success(), "{server} started");
         assert!(stderr.contains("invalid account JWT"), "{server}: {stderr}");
     }
+}
+
+/// nats-server 2.11's message trace (2.9 has none): the ingress event names the published
+/// subject, an `sm` event the mapped one, and the delivery follows it.
+#[tokio::test]
+async fn a_traced_publish_reports_its_mapping_as_nats_server_2_11_does() {
+    use futures::StreamExt;
+
+    let server = SemaqServer::with_config("mappings { \"orders.*\": \"by.$1\" }\n", &[]);
+    let client = async_nats::connect(server.url()).await.expect("connect");
+    let mut events = client.subscribe("trace.events").await.expect("subscribe");
+    let mut mapped = client.subscribe("by.*").await.expect("subscribe");
+    semaq_testkit::sync(&client).await;
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Nats-Trace-Dest", "trace.events");
+    client.publish_with_headers("orders.eu", headers, "x".into()).await.expect("publish");
+    let within = Duration::from_secs(10);
+    let delivered = tokio::time::timeout(within, mapped.next()).await.expect("in time").expect("a message");
+    assert_eq!(delivered.subject.as_str(), "by.eu");
+    let event = tokio::time::timeout(within, events.next()).await.expect("in time").expect("an event");
+    let event: Value = serde_json::from_slice(&event.payload).expect("JSON");
+    let types: Vec<&str> =
+        event["events"].as_array().expect("events").iter().filter_map(|e| e["type"].as_str()).collect();
+    assert_eq!(types, ["in", "sm", "eg"], "{event}");
+    assert_eq!(event["events"][0]["subj"], "orders.eu", "{event}");
+    assert_eq!(event["events"][1]["to"], "by.eu", "{event}");
+    assert_eq!(event["events"][2]["sub"], "by.*", "{event}");
 }
