@@ -498,12 +498,13 @@ impl Connection {
     }
 
     fn publish(&mut self, mut publish: Publish) {
-        // As nats-server, the mapped subject is the message's from here on: permissions,
-        // routing and what subscribers see.
-        let published = match self.mappings.as_ref().and_then(|mappings| mappings.select(&publish.subject)) {
-            Some(mapped) => Some(std::mem::replace(&mut publish.subject, ByteString::from(mapped))),
-            None => None,
-        };
+        // Like nats-server, the mapped subject is the message's from here on (permissions,
+        // routing, what subscribers see); the published one is kept for the trace.
+        let published = self
+            .mappings
+            .as_ref()
+            .and_then(|mappings| mappings.select(&publish.subject))
+            .map(|mapped| std::mem::replace(&mut publish.subject, ByteString::from(mapped)));
         let size = publish.headers.as_ref().map_or(0, |h| h.len()) + publish.payload.len();
         self.client.inbound.record(size);
         self.client.server_subjects.record_in(&publish.subject, size);

@@ -87,6 +87,9 @@ struct Mapping {
     source: String,
     wildcard: bool,
     destinations: Vec<Destination>,
+    /// Destinations scoped to a cluster, by cluster: never drawn here (SemaQ is in none), only
+    /// shown, as nats-server's `/accountz` shows them.
+    scoped: Vec<(String, Vec<Destination>)>,
 }
 
 /// Each account's subject mappings by account name, for the accounts that have any.
@@ -126,6 +129,7 @@ impl SubjectMappings {
         let mut seen: Vec<&str> = Vec::with_capacity(destinations.len());
         let mut totals: Vec<(&str, u32)> = Vec::new();
         let mut unscoped = Vec::new();
+        let mut scoped: Vec<(String, Vec<(Option<Transform>, u8)>)> = Vec::new();
         for destination in destinations {
             if seen.contains(&destination.subject.as_str()) {
                 return Err(MappingError::Duplicate(destination.subject.clone()));
@@ -139,14 +143,18 @@ impl SubjectMappings {
             }
             transform::validate_mapping(source, &destination.subject)?;
             let transform = Transform::new(source, &destination.subject)?;
-            if destination.cluster.is_empty() {
-                unscoped.push((transform, destination.weight));
+            match scoped.iter_mut().find(|(cluster, _)| *cluster == destination.cluster) {
+                _ if destination.cluster.is_empty() => unscoped.push((transform, destination.weight)),
+                Some((_, list)) => list.push((transform, destination.weight)),
+                None => scoped.push((destination.cluster.clone(), vec![(transform, destination.weight)])),
             }
         }
+        let source_listed = seen.contains(&source);
         let mapping = Mapping {
             source: source.to_string(),
             wildcard: subject::has_wildcard(source),
-            destinations: weighted(unscoped, seen.contains(&source)),
+            destinations: weighted(unscoped, source_listed),
+            scoped: scoped.into_iter().map(|(cluster, list)| (cluster, weighted(list, source_listed))).collect(),
         };
         let full = self.mappings.len() >= limits::ACCOUNT_MAPPINGS_MAX;
         match self.mappings.iter_mut().find(|existing| existing.source == source) {
@@ -174,6 +182,42 @@ impl SubjectMappings {
         };
         Some(chosen.map_or_else(String::new, |destination| destination.apply(published)))
     }
+
+    /// Each mapping's source with its destinations as nats-server's `/accountz` shows them:
+    /// ordered by weight, each weight the running sum up to it, the published subject itself
+    /// (wildcards as `$N`) for what the weights leave, cluster-scoped ones after the others.
+    pub fn describe(&self) -> Vec<(&str, Vec<MapDest>)> {
+        let shown = |mapping: &Mapping, destinations: &[Destination], cluster: &str| {
+            let subject = |d: &Destination| {
+                d.transform.as_ref().map_or_else(|| tokenize(&mapping.source), |t| t.destination().to_string())
+            };
+            let describe = |d: &Destination| MapDest { subject: subject(d), weight: d.below, cluster: cluster.into() };
+            destinations.iter().map(describe).collect::<Vec<_>>()
+        };
+        self.mappings
+            .iter()
+            .map(|mapping| {
+                let mut destinations = shown(mapping, &mapping.destinations, "");
+                for (cluster, scoped) in &mapping.scoped {
+                    destinations.extend(shown(mapping, scoped, cluster));
+                }
+                (mapping.source.as_str(), destinations)
+            })
+            .collect()
+    }
+}
+
+/// nats-server's `transformTokenize`: each `*` of `source` as `$1`, `$2`...
+fn tokenize(source: &str) -> String {
+    let mut star = 0;
+    let tokens = source.split('.').map(|token| match token {
+        "*" => {
+            star += 1;
+            format!("${star}")
+        }
+        _ => token.to_string(),
+    });
+    tokens.collect::<Vec<_>>().join(".")
 }
 
 impl Destination {
@@ -300,6 +344,17 @@ mod tests {
             error("foo.*", &[MapDest::whole("bar.{{nope(1)}}")]),
             "invalid mapping destination: unknown function in {{nope(1)}}"
         );
+    }
+
+    #[test]
+    fn the_description_shows_running_weights_and_the_rest_as_nats_server_does() {
+        let east = MapDest { cluster: "east".into(), ..dest("only.$2", 100) };
+        let table = table("a.*.*", &[dest("b.$1", 70), dest("c.$2", 20), east]);
+        let shown = table.describe();
+        let weights: Vec<(&str, u8, &str)> =
+            shown[0].1.iter().map(|d| (d.subject.as_str(), d.weight, d.cluster.as_str())).collect();
+        assert_eq!(shown[0].0, "a.*.*");
+        assert_eq!(weights, [("a.$1.$2", 10, ""), ("c.$2", 30, ""), ("b.$1", 100, ""), ("only.$2", 100, "east")]);
     }
 
     #[test]

@@ -144,6 +144,7 @@ impl Server {
             latency,
             jetstream,
             websocket_addr: websocket.as_ref().map(websocket::Listener::local_addr),
+            mappings: mappings.clone(),
         });
         let events = crate::system::start(&monitor, service_responses);
         let context = Arc::new(Context { bus, options, auth, tls, info, filters, agents, tokens, events, mappings });

@@ -406,3 +406,24 @@ async fn a_traced_publish_reports_its_mapping_as_nats_server_2_11_does() {
     assert_eq!(event["events"][1]["to"], "by.eu", "{event}");
     assert_eq!(event["events"][2]["sub"], "by.*", "{event}");
 }
+
+#[test]
+fn accountz_shows_an_accounts_mappings_as_nats_server_does() {
+    let config = r#"
+mappings {
+  ab: [ {destination: a, weight: 30%}, {destination: b, weight: 70%} ]
+  "x.*.*": [ {destination: "y.$2.$1", weight: 60}, {destination: "z.$1.$2", weight: 30, cluster: east} ]
+  plain: other
+}
+"#;
+    let semaq = SemaqServer::with_config(config, &[]);
+    let nats = NatsServer::with_config(&format!("{config}http_port: -1\n"));
+    let log = nats.log_text();
+    let http = log.split("Starting http monitor on ").nth(1).and_then(|rest| rest.lines().next());
+    let http: SocketAddr = http.and_then(|addr| addr.trim().parse().ok()).expect("nats-server's monitor address");
+    let nats_detail = semaq_testkit::http_get_json(http, "/accountz?acc=$G");
+    let semaq_detail = semaq.http_json("/accountz?acc=$G");
+    let mappings = |detail: &Value| detail["account_detail"]["mappings"].clone();
+    assert!(mappings(&nats_detail).is_object(), "{nats_detail}");
+    assert_eq!(mappings(&semaq_detail), mappings(&nats_detail));
+}
