@@ -72,6 +72,10 @@ pub enum MappingError {
     TooManyMappings(usize),
 }
 
+/// A destination's transform (`None`: the subject as published) with its weight, before the
+/// running sums.
+type Weighted = (Option<Transform>, u8);
+
 /// Where a share of a mapping's messages goes.
 #[derive(Debug, Clone)]
 struct Destination {
@@ -129,7 +133,7 @@ impl SubjectMappings {
         let mut seen: Vec<&str> = Vec::with_capacity(destinations.len());
         let mut totals: Vec<(&str, u32)> = Vec::new();
         let mut unscoped = Vec::new();
-        let mut scoped: Vec<(String, Vec<(Option<Transform>, u8)>)> = Vec::new();
+        let mut scoped: Vec<(String, Vec<Weighted>)> = Vec::new();
         for destination in destinations {
             if seen.contains(&destination.subject.as_str()) {
                 return Err(MappingError::Duplicate(destination.subject.clone()));
@@ -243,7 +247,7 @@ fn add_weight<'a>(totals: &mut Vec<(&'a str, u32)>, cluster: &'a str, weight: u8
 
 /// The destinations ordered by weight with running sums, plus the published subject itself for
 /// what the weights leave, unless the source is listed (then the rest is lost).
-fn weighted(destinations: Vec<(Option<Transform>, u8)>, source_listed: bool) -> Vec<Destination> {
+fn weighted(destinations: Vec<Weighted>, source_listed: bool) -> Vec<Destination> {
     let mut destinations = destinations;
     let total: u32 = destinations.iter().map(|(_, weight)| u32::from(*weight)).sum();
     if total != 100 && !source_listed {
