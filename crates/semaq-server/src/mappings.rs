@@ -145,6 +145,10 @@ impl SubjectMappings {
             if add_weight(&mut totals, &destination.cluster, destination.weight) > 100 {
                 return Err(MappingError::TotalWeight);
             }
+            if destination.subject.is_empty() {
+                // nats-server takes it and then fails on the first message it maps.
+                return Err(TransformError::InvalidDestination(String::new()).into());
+            }
             transform::validate_mapping(source, &destination.subject)?;
             let transform = Transform::new(source, &destination.subject)?;
             match scoped.iter_mut().find(|(cluster, _)| *cluster == destination.cluster) {
@@ -339,6 +343,7 @@ mod tests {
         assert_eq!(error("foo.>", &[MapDest::whole("bar")]), "invalid subject");
         assert_eq!(error("foo", &[dest("a", 50), dest("a", 10)]), "duplicate entry for \"a\"");
         assert_eq!(error("foo", &[dest("a", 101)]), "individual weights need to be <= 100");
+        assert_eq!(error("foo", &[MapDest::whole("")]), "invalid mapping destination: invalid transform");
         assert_eq!(error("foo", &[dest("a", 60), dest("b", 50)]), "total weight needs to be <= 100");
         assert_eq!(
             error("foo.*", &[MapDest::whole("bar.$2")]),
