@@ -427,3 +427,20 @@ mappings {
     assert!(mappings(&nats_detail).is_object(), "{nats_detail}");
     assert_eq!(mappings(&semaq_detail), mappings(&nats_detail));
 }
+
+#[tokio::test]
+async fn a_websocket_clients_publish_is_mapped_like_any_clients() {
+    use futures::StreamExt;
+
+    let config = "mappings { \"ws.*\": \"mapped.$1\" }\nwebsocket { host: \"127.0.0.1\", port: -1, no_tls: true }\n";
+    let server = SemaqServer::with_config(config, &[]);
+    let tcp = async_nats::connect(server.url()).await.expect("connect over TCP");
+    let mut mapped = tcp.subscribe("mapped.*").await.expect("subscribe");
+    semaq_testkit::sync(&tcp).await;
+    let ws = async_nats::connect(crate::websocket::ws_url(&server)).await.expect("connect over ws://");
+    ws.publish("ws.a", "x".into()).await.expect("publish");
+    ws.flush().await.expect("flush");
+    let within = Duration::from_secs(10);
+    let message = tokio::time::timeout(within, mapped.next()).await.expect("in time").expect("a message");
+    assert_eq!(message.subject.as_str(), "mapped.a");
+}
