@@ -1,7 +1,9 @@
 //! Subject mappings (`mappings` in the config, top level and per account, and the account JWT
 //! claim), side by side with nats-server 2.9 given the same config: raw clients see the same
 //! subjects delivered, the same share of weighted destinations, the same losses, the same
-//! refusals; a stream on a mapped destination stores the mapped subject.
+//! refusals, the same `/accountz` mappings; service requests take the exporter's mappings; a
+//! stream on a mapped destination stores the mapped subject. SemaQ alone (2.9 has neither
+//! here): the `sm` message-trace event of 2.11, and WebSocket clients.
 
 use std::net::SocketAddr;
 use std::time::Duration;
