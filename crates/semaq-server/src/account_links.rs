@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use crate::bus::Bus;
 use crate::imports::{resolve, AccountLinks, ImportError};
+use crate::mappings::AccountMappings;
 use responses::Responses;
 
 /// Why the server cannot start with the accounts' imports.
@@ -35,13 +36,16 @@ pub enum StartError {
 
 /// Checks the imports of the config's accounts (an error stops the server, as in nats-server)
 /// and of the JWT accounts (an error leaves that import out, logged, as nats-server does with a
-/// JWT), then puts them in place on `bus`, naming the server `server` in client details. Returns the response table of service imports, or
-/// `None` when no account imports anything (nothing is put in place).
+/// JWT), then puts them in place on `bus`, naming the server `server` in client details; a
+/// service request takes the exporting account's `mappings` as it enters it. Returns the
+/// response table of service imports, or `None` when no account imports anything (nothing is
+/// put in place).
 pub fn start(
     bus: &Bus,
     options: &crate::options::Options,
     trust: Option<&crate::auth::Trust>,
     server: &str,
+    mappings: &AccountMappings,
 ) -> Result<Option<Arc<Responses>>, StartError> {
     let config =
         options.accounts.iter().map(|a| AccountLinks { name: &a.name, exports: &a.exports, imports: &a.imports });
@@ -57,7 +61,7 @@ pub fn start(
         }
         tracing::warn!(%account, %error, "Account import not added");
     }
-    let (responses, expiries) = forward::install(bus, &links, server)?;
+    let (responses, expiries) = forward::install(bus, &links, server, mappings)?;
     if !expiries.start() {
         return Err(StartError::NoRuntime);
     }

@@ -14,6 +14,8 @@ const LAYERS: &[(&str, &[&str])] = &[
         &[
             "limits",
             "sync",
+            "transform",
+            "mappings",
             "imports",
             "stats",
             "identity",

@@ -29,6 +29,7 @@ use crate::delivery::{self, FlushSet, Message, Sink, SubscriberRef, Subscription
 use crate::filter::Filters;
 use crate::identity::random_nonce;
 use crate::limits;
+use crate::mappings::{AccountMappings, SubjectMappings};
 use crate::options::{Options, GLOBAL_ACCOUNT};
 use crate::outbound::CloseReason;
 use crate::router::Router;
@@ -55,6 +56,8 @@ pub struct Context {
     pub tokens: Arc<Tokens>,
     /// The system account's connect and disconnect events, when there is a system account.
     pub events: Option<Arc<crate::sys_events::Events>>,
+    /// Each account's subject mappings, for the accounts that have any; fixed at start.
+    pub mappings: AccountMappings,
 }
 
 impl std::fmt::Debug for Context {
@@ -221,6 +224,8 @@ struct Connection {
     parser: Parser,
     /// The subject space of the connection's account, resolved once when it authenticates.
     router: Arc<Router<SubscriberRef>>,
+    /// The subject mappings of the connection's account, when it has any.
+    mappings: Option<Arc<SubjectMappings>>,
     subscriptions: HashMap<ByteString, Arc<Subscription>>,
     flush: FlushSet,
     publish_allowed: HashMap<ByteString, bool>,
@@ -247,11 +252,13 @@ impl Connection {
         };
         // Until CONNECT says otherwise (and without auth, always) a client is in `$G`.
         let router = context.bus.account_router(GLOBAL_ACCOUNT).unwrap_or(&context.bus.router).clone();
+        let mappings = context.mappings.get(GLOBAL_ACCOUNT).cloned();
         Self {
             context,
             client,
             parser: Parser::new(limits),
             router,
+            mappings,
             subscriptions: HashMap::new(),
             flush: FlushSet::default(),
             publish_allowed: HashMap::new(),
@@ -427,6 +434,7 @@ impl Connection {
         if self.subscriptions.is_empty() {
             self.router = router.clone();
         }
+        self.mappings = self.context.mappings.get(account.as_deref().unwrap_or(GLOBAL_ACCOUNT)).cloned();
         self.limits = limits;
         self.client.hold_account_slot(slot);
         if self.limits.subscriptions_max == Some(0) {
@@ -499,7 +507,14 @@ impl Connection {
         Ok(())
     }
 
-    fn publish(&mut self, publish: Publish) {
+    fn publish(&mut self, mut publish: Publish) {
+        // Like nats-server, the mapped subject is the message's from here on (permissions,
+        // routing, what subscribers see); the published one is kept for the trace.
+        let published = self
+            .mappings
+            .as_ref()
+            .and_then(|mappings| mappings.select(&publish.subject))
+            .map(|mapped| std::mem::replace(&mut publish.subject, ByteString::from(mapped)));
         let size = publish.headers.as_ref().map_or(0, |h| h.len()) + publish.payload.len();
         self.client.inbound.record(size);
         self.client.server_subjects.record_in(&publish.subject, size);
@@ -531,7 +546,8 @@ impl Connection {
             publisher: Some(self.client.id),
         };
         let traced = crate::trace::Publish::begin(&crate::trace::Arrival {
-            subject: &publish.subject,
+            subject: published.as_deref().unwrap_or(&publish.subject),
+            mapped_to: published.is_some().then_some(&*publish.subject),
             headers: message.headers,
             body_size: message.payload.len(),
             client_id: self.client.id,

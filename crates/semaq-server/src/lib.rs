@@ -1,7 +1,8 @@
 //! The SemaQ broker.
 //!
 //! Follow one message through the rooms in this order: [`server`] accepts a socket;
-//! [`connection`] reads it, parses ops with `semaq_wire` and authorizes them ([`auth`]);
+//! [`connection`] reads it, parses ops with `semaq_wire`, maps a publish's subject with its
+//! account's [`mappings`] and authorizes them ([`auth`]);
 //! [`router`] maps the subject to subscriptions; [`delivery`] fans the message out to clients'
 //! [`outbound`] buffers and to internal sinks, such as a stream of [`jetstream`] capturing its
 //! subjects (checks, store append, PubAck), whose consumers deliver back through the same path.
@@ -10,7 +11,8 @@
 //! it in its own layer), so no import cycle spans two modules. `architecture.rs` tests this.
 //!
 //! 1. **Basics:** [`limits`] (every default bound), [`sync`] (lock helpers, byte
-//!    budgets), [`imports`] (accounts' exports and imports, checked), [`stats`], [`identity`], [`options`], [`auth`]
+//!    budgets), [`transform`] (nats-server's subject transforms), [`mappings`] (accounts' subject
+//!    mappings, applied to what clients publish before routing), [`imports`] (accounts' exports and imports, checked), [`stats`], [`identity`], [`options`], [`auth`]
 //!    (credentials and permissions), [`config_file`] (nats-server's format, filling the options;
 //!    it reads an operator's JWT with [`auth`]) and [`flags`] (its command line), [`tls`], [`priority`]
 //!    (`Semaq-Priority`'s shares), [`latency`] (publish-to-delivery histograms), [`trace`]
@@ -51,6 +53,7 @@ pub mod jetstream;
 pub mod lame_duck;
 pub mod latency;
 pub mod limits;
+pub mod mappings;
 pub mod monitor;
 pub mod options;
 pub mod outbound;
@@ -65,6 +68,7 @@ pub mod system;
 pub mod tls;
 pub mod tokens;
 pub mod trace;
+pub mod transform;
 pub mod websocket;
 
 #[cfg(test)]

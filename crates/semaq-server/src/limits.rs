@@ -432,6 +432,11 @@ pub const ACCOUNTS_MAX: usize = 10_000;
 pub const JETSTREAM_ACCOUNTS_MAX: usize = 1_000;
 /// Exports and imports an account may list, each (config `exports`/`imports`, JWT claims).
 pub const ACCOUNT_IMPORTS_MAX: usize = 1_000;
+/// Subject mappings an account may have (config `mappings`, JWT claim): each publish tries
+/// them in order, so they bound the work a publish does looking for its mapping.
+pub const ACCOUNT_MAPPINGS_MAX: usize = 1_000;
+/// Destinations one subject mapping may list (weights of 0 would otherwise allow any number).
+pub const MAPPING_DESTINATIONS_MAX: usize = 100;
 /// Imports one publish may cross from account to account (a stream import delivering into an
 /// account that re-exports it, chained service imports); a loop the load-time cycle check
 /// missed ends here.

@@ -65,6 +65,8 @@ pub struct Options {
     pub trace: bool,
     /// Named accounts with their users.
     pub accounts: Vec<Account>,
+    /// Subject mappings of the default account `$G` (top-level `mappings`).
+    pub mappings: Vec<crate::mappings::SubjectMapping>,
     /// The account named by `system_account` outside operator mode.
     pub system_account: Option<String>,
     /// `no_system_account`: no implicit `$SYS` account (unless JetStream needs one).
@@ -178,6 +180,7 @@ impl Default for Options {
             lame_duck_duration: limits::LAME_DUCK_DURATION,
             lame_duck_grace_period: limits::LAME_DUCK_GRACE_PERIOD,
             websocket: None,
+            mappings: Vec::new(),
         }
     }
 }
@@ -314,6 +317,8 @@ pub struct Account {
     pub exports: Vec<crate::imports::Export>,
     /// Streams and services it takes from other accounts (`imports`).
     pub imports: Vec<crate::imports::Import>,
+    /// Subject mappings applied to what its clients publish (`mappings`).
+    pub mappings: Vec<crate::mappings::SubjectMapping>,
 }
 
 /// JetStream limits of an account.

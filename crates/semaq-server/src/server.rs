@@ -22,8 +22,9 @@ use crate::jetstream::Services;
 pub use crate::lame_duck::Control;
 use crate::latency::Latency;
 use crate::limits;
+use crate::mappings::{AccountMappings, SubjectMappings};
 use crate::monitor::Monitor;
-use crate::options::Options;
+use crate::options::{Options, GLOBAL_ACCOUNT};
 use crate::outbound::CloseReason;
 use crate::registry::Registry;
 use crate::stats::bump;
@@ -109,7 +110,9 @@ impl Server {
         let http_addr = http_listener.as_ref().and_then(|http| http.local_addr().ok());
         let identity = Identity::new(options.server_name.clone());
         let bus = Arc::new(account_bus(&options, &auth));
-        let service_responses = crate::account_links::start(&bus, &options, auth.trust(), &identity.server_name)?;
+        let mappings = account_mappings(&options, &auth);
+        let service_responses =
+            crate::account_links::start(&bus, &options, auth.trust(), &identity.server_name, &mappings)?;
         if options.metrics.detail {
             bus.stats.subjects.enable(options.metrics.subject_depth);
         }
@@ -141,9 +144,10 @@ impl Server {
             latency,
             jetstream,
             websocket_addr: websocket.as_ref().map(websocket::Listener::local_addr),
+            mappings: mappings.clone(),
         });
         let events = crate::system::start(&monitor, service_responses);
-        let context = Arc::new(Context { bus, options, auth, tls, info, filters, agents, tokens, events });
+        let context = Arc::new(Context { bus, options, auth, tls, info, filters, agents, tokens, events, mappings });
         Ok(Self { context, monitor, listener, http_listener, websocket })
     }
 
@@ -326,6 +330,27 @@ fn start_jetstream(
     let jetstreams = JetStreams::start(&services)?;
     crate::jetstream::not_enabled::start(bus, &jetstreams);
     Ok(jetstreams)
+}
+
+/// Each account's subject mappings (top-level ones are `$G`'s), for the accounts that have any.
+/// The config's were checked as it was read, so one that fails here cannot happen; it would be
+/// left out with an error.
+fn account_mappings(options: &Options, auth: &Authenticator) -> AccountMappings {
+    let configured = std::iter::once((GLOBAL_ACCOUNT, &options.mappings))
+        .chain(options.accounts.iter().map(|account| (account.name.as_str(), &account.mappings)))
+        .filter(|(_, mappings)| !mappings.is_empty());
+    let mut tables = AccountMappings::new();
+    for (account, mappings) in configured {
+        match SubjectMappings::build(mappings) {
+            Ok(table) => drop(tables.insert(account.to_string(), Arc::new(table))),
+            Err((source, error)) => tracing::error!(%account, %source, %error, "subject mappings left out"),
+        }
+    }
+    let from_jwts = auth.trust().into_iter().flat_map(|trust| trust.account_mappings());
+    for (account, table) in from_jwts.filter(|(_, table)| !table.is_empty()) {
+        tables.insert(account.to_string(), Arc::new(table.clone()));
+    }
+    tables
 }
 
 /// Lists the JWT accounts that have JetStream among the options' accounts, with their limits,

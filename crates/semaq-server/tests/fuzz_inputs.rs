@@ -13,8 +13,9 @@ use semaq_server::jetstream::config::{ConsumerConfig, StreamConfig};
 use semaq_server::jetstream::consumer::validate;
 use semaq_server::jetstream::consumers::CreateRequest;
 use semaq_server::jetstream::errors::ApiError;
-use semaq_server::jetstream::transform::Transform;
+use semaq_server::mappings::{MapDest, SubjectMappings};
 use semaq_server::options::Options;
+use semaq_server::transform::Transform;
 use serde_json::{json, Value};
 
 const CONFIG: &str = r#"
@@ -315,10 +316,32 @@ proptest! {
         destination in prop_oneof![transform_subject(), "[ -~]{0,16}"],
         subjects in prop::collection::vec("[a-z0-9]{1,6}(\\.[a-z0-9]{0,6}){0,5}", 1..4),
     ) {
-        let _ = semaq_server::jetstream::transform::validate_mapping(&source, &destination);
+        let _ = semaq_server::transform::validate_mapping(&source, &destination);
         if let Ok(Some(transform)) = Transform::new(&source, &destination) {
             for subject in &subjects {
                 let _ = transform.apply(subject);
+            }
+        }
+    }
+
+    #[test]
+    fn any_subject_mapping_is_added_or_refused_and_maps_any_subject(
+        source in prop_oneof![transform_subject(), "[a-z.*>]{0,12}"],
+        destinations in prop::collection::vec(
+            (prop_oneof![transform_subject(), "[ -~]{0,16}"], 0u8..=120, prop_oneof![Just(""), Just("east")]),
+            0..5,
+        ),
+        subjects in prop::collection::vec("[a-z0-9*>]{1,6}(\\.[a-z0-9*>]{0,6}){0,5}", 1..4),
+    ) {
+        let destinations: Vec<MapDest> = destinations
+            .into_iter()
+            .map(|(subject, weight, cluster)| MapDest { subject, weight, cluster: cluster.to_string() })
+            .collect();
+        let mut table = SubjectMappings::default();
+        if table.add(&source, &destinations).is_ok() {
+            let _ = table.describe();
+            for subject in &subjects {
+                let _ = table.select(subject);
             }
         }
     }

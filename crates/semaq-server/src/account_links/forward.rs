@@ -31,6 +31,7 @@ use crate::client::Clients;
 use crate::delivery::{self, FlushSet, InternalSink, Message, SubscriberRef};
 use crate::imports::{Kind, Latency, Link, Mapping, ResponseType, REPLY_PREFIX};
 use crate::limits;
+use crate::mappings::{AccountMappings, SubjectMappings};
 use crate::router::{Router, RouterError};
 use crate::trace::msgtrace::{TRACE_DEST, TRACE_DISABLED};
 use crate::trace::{self, Crossing};
@@ -141,8 +142,13 @@ fn start_timer(services: Weak<Services>, interest_dropped: Arc<tokio::sync::Noti
 
 /// Puts `links` in place on `bus`, naming the server `server` in client details; returns the
 /// response table of its service imports and the imports that end when their activation
-/// expires.
-pub fn install(bus: &Bus, links: &[Link], server: &str) -> Result<(Arc<Responses>, Expiries), InstallError> {
+/// expires. Service requests take the exporting account's `mappings`, as in nats-server.
+pub fn install(
+    bus: &Bus,
+    links: &[Link],
+    server: &str,
+    mappings: &AccountMappings,
+) -> Result<(Arc<Responses>, Expiries), InstallError> {
     // Mappings live at least as long as the longest response threshold.
     let thresholds = links.iter().map(|link| link.response_threshold);
     let timeout = thresholds.fold(limits::SERVICE_RESPONSE_TIMEOUT, Duration::max);
@@ -181,6 +187,7 @@ pub fn install(bus: &Bus, links: &[Link], server: &str) -> Result<(Arc<Responses
                 let sink = Arc::new(ServiceImport {
                     target: Arc::downgrade(exporter),
                     exporter: link.exporter.clone(),
+                    exporter_mappings: mappings.get(&link.exporter).cloned(),
                     source: Arc::downgrade(importer),
                     importer: link.importer.as_str().into(),
                     allow_trace: link.allow_trace,
@@ -257,6 +264,8 @@ impl InternalSink for StreamImport {
 struct ServiceImport {
     target: Weak<AccountRouter>,
     exporter: String,
+    /// The exporting account's subject mappings, which a request takes on entering it.
+    exporter_mappings: Option<Arc<SubjectMappings>>,
     source: Weak<AccountRouter>,
     importer: Arc<str>,
     allow_trace: bool,
@@ -292,6 +301,8 @@ impl InternalSink for ServiceImport {
         }
         let Some(target) = self.target.upgrade() else { return false };
         let subject = self.mapping.apply(message.subject);
+        let mapped = self.exporter_mappings.as_ref().and_then(|mappings| mappings.select(&subject));
+        let subject = mapped.map_or(subject, std::borrow::Cow::Owned);
         let crossing = trace::Import::Service { account: &self.exporter, from: message.subject, to: &subject };
         let crossed = trace::cross_import(crossing, self.allow_trace);
         let (set_aside, traced) = match crossed {
@@ -427,7 +438,7 @@ mod tests {
             ..stream("A", "B")
         };
         let links = [Link { expires: Some(1_000), ..stream("A", "B") }, Link { expires: Some(1_000), ..service }];
-        let (_, mut expiries) = install(&bus, &links, "test").unwrap();
+        let (_, mut expiries) = install(&bus, &links, "test", &AccountMappings::default()).unwrap();
         let (in_b, in_a) = (Arc::new(Count::default()), Arc::new(Count::default()));
         Bus::subscribe_internal_in(bus.account_router("B").unwrap(), "foo.>", None, in_b.clone()).unwrap();
         Bus::subscribe_internal_in(bus.account_router("A").unwrap(), "help", None, in_a.clone()).unwrap();
@@ -446,7 +457,7 @@ mod tests {
     fn a_loop_the_load_time_check_did_not_catch_ends_at_the_hop_bound() {
         let bus = Bus::with_accounts("A", ["A", "B"]);
         // A → B and B → A on the same subjects: the loop `resolve` refuses.
-        install(&bus, &[stream("A", "B"), stream("B", "A")], "test").unwrap();
+        install(&bus, &[stream("A", "B"), stream("B", "A")], "test", &AccountMappings::default()).unwrap();
         let (in_a, in_b) = (Arc::new(Count::default()), Arc::new(Count::default()));
         Bus::subscribe_internal_in(bus.account_router("A").unwrap(), "foo.>", None, in_a.clone()).unwrap();
         Bus::subscribe_internal_in(bus.account_router("B").unwrap(), "foo.>", None, in_b.clone()).unwrap();

@@ -332,6 +332,33 @@ pub struct AccountNats {
     /// `name:value` tags, which scope templates' `{{account-tag(name)}}` read.
     #[serde(default)]
     pub tags: Option<Vec<String>>,
+    /// Subject mappings: published subject → its weighted destinations.
+    #[serde(default)]
+    pub mappings: Option<BTreeMap<String, Vec<WeightedMapping>>>,
+}
+
+/// One destination of an account JWT's subject mapping.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct WeightedMapping {
+    /// The destination subject.
+    pub subject: String,
+    /// Per cent of the messages; 0 (or none) means 100, as in the jwt library. A number that is
+    /// no `u8` fails to decode there too.
+    pub weight: u8,
+    /// The cluster the destination applies in.
+    pub cluster: String,
+}
+
+impl WeightedMapping {
+    /// The weight as the jwt library reads it (`GetWeight`).
+    pub fn weight(&self) -> u8 {
+        if self.weight == 0 {
+            100
+        } else {
+            self.weight
+        }
+    }
 }
 
 /// One of an account JWT's `exports`.

@@ -1,7 +1,7 @@
 //! Decentralized auth: the trusted operators, the accounts they signed (`resolver: MEMORY` with
 //! `resolver_preload`), and the users those accounts, or their signing keys, sign.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -19,6 +19,7 @@ use super::validation::{self, ClaimError};
 use super::{nkey, AuthError, ClientPermissions};
 use crate::imports::{AccountLinks, Activation, Export, Import, Kind as LinkKind, Latency, ResponseType, Sampling};
 use crate::limits;
+use crate::mappings::{MapDest, SubjectMappings};
 use crate::options::{AccountJetStream, OperatorOptions, Permissions, ResponsePermission, SubjectPermission};
 
 /// Why the operator configuration cannot be used.
@@ -89,6 +90,8 @@ pub struct JwtAccount {
     pub exports: Vec<Export>,
     /// The streams and services it takes.
     pub imports: Vec<Import>,
+    /// Its subject mappings.
+    pub mappings: SubjectMappings,
     connections: AtomicI64,
 }
 
@@ -195,6 +198,8 @@ impl Trust {
         let import_claims = claims.nats.imports.unwrap_or_default();
         let export_claims = claims.nats.exports.unwrap_or_default();
         validation::check_limits(&claims.nats.limits, &import_claims, &export_claims)?;
+        let mapping_claims = claims.nats.mappings.unwrap_or_default();
+        validation::check_mappings(&mapping_claims)?;
         validation::check_imports(import_claims.get(..limits::ACCOUNT_IMPORTS_MAX).unwrap_or(&import_claims))?;
         validation::check_exports(export_claims.get(..limits::ACCOUNT_IMPORTS_MAX).unwrap_or(&export_claims))?;
         let (imports, tokens): (Vec<Import>, Vec<String>) = import_claims
@@ -218,9 +223,15 @@ impl Trust {
             limits: claims.nats.limits,
             exports: export_claims.iter().take(limits::ACCOUNT_IMPORTS_MAX).filter_map(export).collect(),
             imports,
+            mappings: mappings(key, &mapping_claims),
             connections: AtomicI64::new(0),
         };
         Ok((account, tokens))
+    }
+
+    /// Each account's subject mappings.
+    pub fn account_mappings(&self) -> impl Iterator<Item = (&str, &SubjectMappings)> + '_ {
+        self.accounts.values().map(|account| (account.public_key.as_str(), &account.mappings))
     }
 
     /// The public keys of the trusted accounts, each its own subject space.
@@ -451,6 +462,22 @@ pub fn activation_claims(
 }
 
 /// A JWT export claim as an export; `None` for an unknown type.
+/// The table of an account JWT's `mappings`. One nats-server cannot add (a destination that is
+/// no transform of its source, say) is left out with a warning, as nats-server leaves it out.
+fn mappings(account: &str, claims: &BTreeMap<String, Vec<jwt::WeightedMapping>>) -> SubjectMappings {
+    let mut table = SubjectMappings::default();
+    for (source, destinations) in claims {
+        let destinations: Vec<MapDest> = destinations
+            .iter()
+            .map(|d| MapDest { subject: d.subject.clone(), weight: d.weight(), cluster: d.cluster.clone() })
+            .collect();
+        if let Err(error) = table.add(source, &destinations) {
+            tracing::warn!(%account, %source, %error, "Account subject mapping left out");
+        }
+    }
+    table
+}
+
 fn export(claim: &ExportClaim) -> Option<Export> {
     let response = match claim.response_type.to_ascii_lowercase().as_str() {
         "stream" => ResponseType::Stream,

@@ -5,6 +5,9 @@
 //! Activation tokens are checked apart ([`super::trust::activation_claims`]), as they need the
 //! decoded import.
 
+use std::collections::BTreeMap;
+
+use super::jwt::WeightedMapping;
 use super::jwt::{AccountLimits, DefaultPermissions, ExportClaim, ImportClaim, LatencyClaim, SigningKey, SubjectList};
 use super::nkey::{self, Role};
 
@@ -65,6 +68,12 @@ pub enum ClaimError {
     /// A tier named "".
     #[error("Tiered JetStream Limits can not contain a blank \"\" tier name")]
     BlankTier,
+    /// A subject mapping to a subject with wildcards.
+    #[error("Subject {0:?} in weighted mapping {1:?} is not allowed to contains wildcard")]
+    MappingWildcard(String, String),
+    /// A subject mapping whose weights sum over 100.
+    #[error("Mapping {0:?} exceeds 100% among all of it's weighted to mappings")]
+    MappingWeight(String),
 }
 
 /// Checks that each of an account's signing keys, plain or scoped, is an account public key.
@@ -138,6 +147,27 @@ impl ClaimError {
 }
 
 const UNDECODABLE_SAMPLING: &str = "sampling must be \"headers\" or a whole number";
+
+/// Checks an account's subject `mappings` as the jwt library v2.3 does: subjects neither empty
+/// nor with spaces, destinations without wildcards, and the weights of each mapping (of every
+/// cluster together) summed in a byte, wrapping as it does, at most 100.
+pub fn check_mappings(mappings: &BTreeMap<String, Vec<WeightedMapping>>) -> Result<(), ClaimError> {
+    for (source, destinations) in mappings {
+        check_subject(source)?;
+        let mut total = 0u8;
+        for destination in destinations {
+            check_subject(&destination.subject)?;
+            if has_wildcards(&destination.subject) {
+                return Err(ClaimError::MappingWildcard(destination.subject.clone(), source.clone()));
+            }
+            total = total.wrapping_add(destination.weight());
+        }
+        if total > 100 {
+            return Err(ClaimError::MappingWeight(source.clone()));
+        }
+    }
+    Ok(())
+}
 
 /// Checks `imports` as the jwt library does before nats-server admits their account.
 pub fn check_imports(imports: &[ImportClaim]) -> Result<(), ClaimError> {

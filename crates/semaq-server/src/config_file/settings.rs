@@ -28,6 +28,7 @@ use crate::options::{
 };
 
 mod imports;
+mod mappings;
 mod operator;
 mod websocket;
 
@@ -69,8 +70,6 @@ const NATS_ONLY_KEYS: &[&str] = &[
     "no_sublist_cache",
     "connect_error_reports",
     "reconnect_error_reports",
-    "mappings",
-    "maps",
     "default_js_domain",
     "max_sub_tokens",
     "max_subscription_tokens",
@@ -206,6 +205,7 @@ impl Mapper<'_> {
             "metrics" => self.metrics(value)?,
             "tracing" => self.tracing(value)?,
             "accounts" => self.accounts(value)?,
+            "mappings" | "maps" => self.options.mappings = self.mappings(key, value)?,
             "operator" | "operators" | "trusted_operators" => self.operator(key, value)?,
             "resolver" => self.resolver(value)?,
             "resolver_preload" => self.resolver_preload(value)?,
@@ -655,6 +655,7 @@ impl Mapper<'_> {
                 "default_permissions" => defaults = Some(self.permissions(&format!("{path}.default_permissions"), v)?),
                 "exports" => account.exports = self.exports(&entry.key, &format!("{path}.exports"), v)?,
                 "imports" => account.imports = self.imports(&entry.key, &format!("{path}.imports"), v)?,
+                "mappings" | "maps" => account.mappings = self.mappings(&format!("{path}.mappings"), v)?,
                 _ => self.unknown(inner, &path),
             }
         }

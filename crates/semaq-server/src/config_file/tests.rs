@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::limits;
+use crate::mappings::{MapDest, SubjectMapping};
 use crate::options::{Account, AccountJetStream, Permissions, ResponsePermission, SubjectPermission, TlsOptions, User};
 
 fn env(name: &str) -> Option<String> {
@@ -394,13 +395,13 @@ fn unknown_keys_are_warnings_naming_key_and_line() {
 fn unknown_keys_in_users_and_accounts_are_warnings() {
     let (_, warnings) = load_text(
         "authorization { users: [{user: a, password: b, allowed_connection_types: [STANDARD]}] }\n\
-         accounts { A { mappings: {} } }\n",
+         accounts { A { colour: red } }\n",
     );
     assert_eq!(
         warnings,
         [
             "unknown config key \"authorization.users.allowed_connection_types\" at line 1, ignored",
-            "unknown config key \"accounts.A.mappings\" at line 2, ignored",
+            "unknown config key \"accounts.A.colour\" at line 2, ignored",
         ]
     );
 }
@@ -1014,4 +1015,50 @@ fn service_latency_and_share_are_read_as_nats_server_reads_them() {
     assert!(bad("{sampling: \"x%\", subject: l}").contains("Failed to parse latency sample"));
     assert!(bad("{sampling: 10}").contains("Latency subject required, but missing"));
     assert!(bad("[l]").contains("Expected latency entry to be a map/struct or string"));
+}
+
+#[test]
+fn mappings_top_level_and_per_account_fill_the_options() {
+    let options = loaded(
+        "mappings { foo: bar, \"a.*\": [ {destination: \"b.$1\", weight: 40%}, {dest: c, weight: 60, cluster: x} ] }\n\
+         accounts { A { maps { x: y } } }\n",
+    );
+    let whole = |subject: &str| MapDest::whole(subject);
+    let weighted = |subject: &str, weight: u8, cluster: &str| MapDest {
+        subject: subject.to_string(),
+        weight,
+        cluster: cluster.to_string(),
+    };
+    assert_eq!(
+        options.mappings,
+        [
+            SubjectMapping { source: "foo".into(), destinations: vec![whole("bar")] },
+            SubjectMapping {
+                source: "a.*".into(),
+                destinations: vec![weighted("b.$1", 40, ""), weighted("c", 60, "x")]
+            },
+        ]
+    );
+    assert_eq!(options.accounts[0].mappings, [SubjectMapping { source: "x".into(), destinations: vec![whole("y")] }]);
+}
+
+#[test]
+fn bad_mappings_stop_the_config_with_nats_server_texts() {
+    let cases = [
+        ("\"foo.*\": \"bar.$2\"", "Error adding mapping for \"foo.*\" to \"bar.$2\" : invalid mapping destination: wildcard index out of range in $2: [2]"),
+        ("\"foo.*\": \"bar.{{nope(1)}}\"", "Error adding mapping for \"foo.*\" to \"bar.{{nope(1)}}\" : invalid mapping destination: unknown function in {{nope(1)}}"),
+        ("\"foo..x\": bar", "Subject \"foo..x\" is not a valid subject"),
+        ("\"foo.>\": bar", "Error adding mapping for \"foo.>\" to \"bar\" : invalid subject"),
+        ("foo: [{destination: a, weight: 160%}]", "Invalid weight 160 for mapping destination"),
+        ("foo: [{destination: a, weight: x%}]", "Invalid weight \"x\" for mapping destination"),
+        ("foo: [{destination: a}]", "Missing weight for mapping destination \"a\""),
+        ("foo: [{destination: a, weight: 10, colour: x}]", "Unknown field \"colour\" for mapping destination"),
+        ("foo: 5", "Expected an entry for the mapping destination"),
+        ("foo: [{destination: a, weight: 60}, {destination: b, weight: 50}]", "Error adding mapping for \"foo\" : total weight needs to be <= 100"),
+        ("foo: [{destination: a, weight: 50}, {destination: a, weight: 10}]", "Error adding mapping for \"foo\" : duplicate entry for \"a\""),
+    ];
+    for (mapping, expected) in cases {
+        let message = error(&format!("mappings {{ {mapping} }}\n"));
+        assert!(message.ends_with(expected), "{mapping}: {message}");
+    }
 }

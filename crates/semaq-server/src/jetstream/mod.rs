@@ -13,7 +13,6 @@
 //! - [`provenance`]: level 4 streams: event time, context headers, hash chain, checkpoints.
 //! - [`schema`]: the `semaq.*` level keys, and L2 streams bound to a registry subject.
 //! - [`sources`]: mirrors and sources: followers copying other streams, their config checks.
-//! - [`transform`]: subject transforms (stream `subject_transform`, source `subject_transforms`).
 //! - [`kv`]: Key-Value at publish: rollups, per-message TTL, delete markers, republish.
 //! - [`direct`]: `DIRECT.GET`: by sequence, subject, batches and multi-last.
 //!
@@ -45,7 +44,6 @@ pub mod schedules;
 pub mod schema;
 pub mod sources;
 pub mod stream;
-pub mod transform;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -31,11 +31,11 @@ use tokio::task::JoinHandle;
 use super::config::{StreamConfig, StreamSource};
 use super::errors::ApiError;
 use super::stream::Stream;
-use super::transform::{self, Transform};
 use super::JetStream;
 use crate::delivery::{InternalSink, Message};
 use crate::limits;
 use crate::sync::lock;
+use crate::transform::{self, Transform};
 
 /// The header a sourced message carries: `<origin> <seq> <filter> <destination> <subject>`.
 pub const STREAM_SOURCE_HEADER: &str = "Nats-Stream-Source";

@@ -480,7 +480,7 @@ impl Stream {
     pub fn capture(self: &Arc<Self>) {
         let config = self.config();
         let transform = (config.subject_transform.as_ref())
-            .and_then(|t| super::transform::Transform::new(&t.source, &t.destination).ok().flatten());
+            .and_then(|t| crate::transform::Transform::new(&t.source, &t.destination).ok().flatten());
         let sink: Arc<dyn InternalSink> = Arc::new(Capture { stream: Arc::downgrade(self), transform });
         let mut subscriptions = lock(&self.subscriptions);
         for subject in &config.subjects {
@@ -789,7 +789,7 @@ pub fn store_error(error: StoreError) -> ApiError {
 struct Capture {
     stream: Weak<Stream>,
     /// The stream's `subject_transform`: a matching subject is stored as rewritten.
-    transform: Option<super::transform::Transform>,
+    transform: Option<crate::transform::Transform>,
 }
 
 impl InternalSink for Capture {

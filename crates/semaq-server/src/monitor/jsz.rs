@@ -26,6 +26,7 @@ use crate::jetstream::api::stream_info;
 use crate::jetstream::config::Storage;
 use crate::jetstream::JetStream;
 use crate::limits;
+use crate::mappings::SubjectMappings;
 use crate::options::SyncPolicy;
 
 pub use crate::options::GLOBAL_ACCOUNT;
@@ -332,7 +333,25 @@ pub fn account_detail_json(monitor: &Monitor, name: &str) -> Option<Value> {
     if monitor.options.system_account() == Some(name) {
         detail["is_system"] = json!(true);
     }
+    if let Some(mappings) = monitor.mappings.get(name) {
+        detail["mappings"] = mappings_json(mappings);
+    }
     Some(detail)
+}
+
+/// nats-server's `ExtMap`: source → its destinations (`subject`, running `weight`, `cluster`).
+fn mappings_json(mappings: &SubjectMappings) -> Value {
+    let entries = mappings.describe().into_iter().map(|(source, destinations)| {
+        let shown = destinations.into_iter().map(|d| {
+            let mut entry = json!({ "subject": d.subject, "weight": d.weight });
+            if !d.cluster.is_empty() {
+                entry["cluster"] = json!(d.cluster);
+            }
+            entry
+        });
+        (source.to_string(), Value::Array(shown.collect()))
+    });
+    Value::Object(entries.collect())
 }
 
 /// The account a connection uses (`$G` until it has authenticated).

@@ -60,6 +60,8 @@ pub struct Monitor {
     pub jetstream: Option<Arc<JetStreams>>,
     /// Bound WebSocket address, when the WebSocket listener is on.
     pub websocket_addr: Option<SocketAddr>,
+    /// Each account's subject mappings, shown in `/accountz`.
+    pub mappings: crate::mappings::AccountMappings,
 }
 
 /// Serves the monitoring endpoints on `listener` until the task is aborted.

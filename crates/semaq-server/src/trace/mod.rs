@@ -100,6 +100,8 @@ pub fn in_traced_publish() -> bool {
 pub struct Arrival<'a> {
     /// The subject published to.
     pub subject: &'a str,
+    /// The subject the account's mappings made of it, when one applied.
+    pub mapped_to: Option<&'a str>,
     /// Its header block.
     pub headers: Option<&'a [u8]>,
     /// Its body's length.
@@ -137,7 +139,10 @@ impl Publish {
             subject: arrival.subject,
             account: arrival.account,
         };
-        let msg = headers.and_then(|h| MsgTrace::start(h, arrival.server, msg_size, ingress));
+        let mut msg = headers.and_then(|h| MsgTrace::start(h, arrival.server, msg_size, ingress));
+        if let (Some(msg), Some(to)) = (msg.as_mut(), arrival.mapped_to) {
+            msg.subject_mapping(to);
+        }
         if tracer.is_none() && msg.is_none() {
             return None;
         }

@@ -1,6 +1,7 @@
 //! nats-server 2.11's message tracing: a message with `Nats-Trace-Dest: <subject>` has a
 //! `MsgTraceEvent` published to that subject, in nats-server's JSON (`server/msgtrace.go`):
-//! `server`, `request` (`header`, `msgsize`), `events` with `type` codes `in` (ingress), `eg`
+//! `server`, `request` (`header`, `msgsize`), `events` with `type` codes `in` (ingress), `sm`
+//! (the account's subject mapping changed its subject), `eg`
 //! (egress, one per client delivery), `se` and `si` (it crossed a stream or service import into
 //! another account) and `js` (a stream stored it).
 
@@ -109,6 +110,11 @@ impl MsgTrace {
             event["queue"] = json!(queue);
         }
         self.events.push(event);
+    }
+
+    /// The account's subject mappings sent the message to `to` instead.
+    pub fn subject_mapping(&mut self, to: &str) {
+        self.events.push(json!({ "type": "sm", "ts": now(), "to": to }));
     }
 
     /// The message crossed a stream import into `account`, as `to` there.

@@ -35,6 +35,7 @@ mod latency;
 mod latency_tracking;
 mod lineage;
 mod lossy;
+mod mappings;
 mod metrics;
 mod object_store;
 mod priority;

@@ -5,8 +5,9 @@
 //! `{{left(1,2)}}`, `{{right(1,2)}}` and `{{random(n)}}`.
 //!
 //! Pure: no I/O, no locks. Streams apply one to what they capture (`subject_transform`), mirrors
-//! and sources to what they copy (`subject_transforms`). The error texts are nats-server's, so
-//! the API errors that embed them read the same.
+//! and sources to what they copy (`subject_transforms`), and accounts' subject mappings
+//! (`mappings.rs`) to what clients publish. The error texts are nats-server's, so the API
+//! errors and config errors that embed them read the same.
 
 use semaq_wire::subject;
 
