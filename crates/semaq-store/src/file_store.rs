@@ -741,6 +741,32 @@ impl FileStore {
         })
     }
 
+    /// Whether a rollback marker in the active log may remove sequences from `first` on: they
+    /// lie in the active segment, or in segments whose seals are pending and held by no ticket,
+    /// so that their indexes, written by the next commit after the marker's log is fsynced, can
+    /// be built again without them (recovery replays a marker into earlier logs only while their
+    /// seals are unfinished; a finished index must already say).
+    fn rollback_can_name(&self, first: u64) -> bool {
+        let Some(active) = self.segments.last() else { return false };
+        if active.first_seq <= first {
+            return true;
+        }
+        let mut covering = self.sealing.iter().filter(|seal| seal.end_seq > first).peekable();
+        covering.peek().is_some_and(|oldest| oldest.first_seq <= first)
+            && covering.all(|seal| std::sync::Arc::strong_count(&seal.bytes) == 1)
+    }
+
+    /// Builds again the in-memory indexes of the pending seals holding sequences from `first`
+    /// on, after a rollback removed some of them.
+    fn rebuild_seals_from(&mut self, first: u64) -> StoreResult<()> {
+        for seal in self.sealing.iter_mut().filter(|seal| seal.end_seq > first) {
+            if let Some(segment) = self.segments.iter_mut().find(|segment| segment.first_seq == seal.first_seq) {
+                segment.rebuild_seal(seal, &self.ledger)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Seals begun at rolls and not yet completed by a commit (at most `SEALS_PENDING_MAX_COUNT`).
     pub fn seals_pending_count(&self) -> usize {
         self.sealing.len()
@@ -838,15 +864,15 @@ impl StreamStore for FileStore {
     }
 
     fn remove_refused(&mut self, first: u64, last: u64) -> StoreResult<u64> {
-        let in_active = self.segments.last().is_some_and(|active| active.first_seq <= first);
-        let marked = in_active
+        let marked = self.rollback_can_name(first)
             && first <= last
             && last < self.ledger.next_seq()
             && last - first < ROLLBACK_COUNT_MAX
             && !self.skip_pending;
         if !marked {
-            // Behind a roll (the marker could not name sequences of an earlier log), or larger
-            // than a marker may cover: synced deletes, under the caller's lock.
+            // Behind a finished seal (its index is written, and a marker replayed from a later
+            // log would not reach it once that log is sealed too), or larger than a marker may
+            // cover: synced deletes, under the caller's lock.
             return crate::delete_each(self, first, last);
         }
         let last_ts = self.ledger.state().last_ts;
@@ -856,6 +882,7 @@ impl StreamStore for FileStore {
             // later record, and start-up removes the batch left without its commit marker.
             store.active().append_rollback((first, last), last_ts)?;
             let removed = store.ledger.remove_unlogged(first..=last);
+            store.rebuild_seals_from(first)?;
             // The front may have moved: the floor goes with the next commit, after the log.
             store.settle_lazy();
             Ok(removed)

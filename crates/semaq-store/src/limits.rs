@@ -106,8 +106,9 @@ pub mod record_header {
     /// including the record's own was never stored (a mirror keeping its origin's gaps).
     pub const FLAG_SKIP: u16 = 2;
     /// Flag: a rollback marker, not a message: the sequences from its 8-byte payload's (first)
-    /// up to and including the record's own (last), stored just before it, are removed (a
-    /// refused atomic batch). A store written before the flag existed has none.
+    /// up to and including the record's own (last), stored just before it (the last in the
+    /// same log), are removed (a refused atomic batch). A store written before the flag existed
+    /// has none.
     pub const FLAG_ROLLBACK: u16 = 4;
 }
 

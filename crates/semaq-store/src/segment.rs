@@ -488,6 +488,17 @@ impl Segment {
         })
     }
 
+    /// Builds this segment's pending seal's index again from the ledger (a refused batch's
+    /// rollback removed some of its records since the roll), into the same index file, which
+    /// no ticket has written yet.
+    pub(crate) fn rebuild_seal(&mut self, seal: &mut SealWork, ledger: &Ledger<u32>) -> StoreResult<()> {
+        let bytes = index_bytes(ledger, seal.first_seq, seal.end_seq, self.len(), &seal.index_path)?;
+        self.index_bytes = bytes.len() as u64;
+        seal.bytes = Arc::new(bytes);
+        seal.subjects = Arc::from(ledger.index_subjects(seal.first_seq, seal.end_seq));
+        Ok(())
+    }
+
     /// The write buffer of a segment just sealed, emptied, for the next active segment: one
     /// buffer serves every segment, where one allocated per segment and freed at its seal was
     /// a block past glibc's mmap threshold freed at every roll, which raised the threshold and
