@@ -345,7 +345,9 @@ fn sealed_log_torn(storage: &dyn Storage, dir: &Path, (first_seq, end_seq): (u64
     }
     let bytes = storage.read(&log_path).map_err(io_error("read", &log_path))?;
     let mut scanned_count = 0u64;
-    let scan = scan_log(&bytes, first_seq, |_| scanned_count += 1);
+    // A rollback marker takes no sequence.
+    let scan =
+        scan_log(&bytes, first_seq, |event| scanned_count += u64::from(!matches!(event, Scanned::RolledBack { .. })));
     Ok(scan.bad_tail.is_some() || first_seq.saturating_add(scanned_count) < end_seq)
 }
 

@@ -534,6 +534,14 @@ impl Segment {
         Ok(())
     }
 
+    /// Cuts the log back to `length`, or to what was handed to the OS if that is shorter, with
+    /// no fsync (a reload after a full disk: the recovery that follows makes what is left
+    /// durable).
+    pub(crate) fn cut_to(&mut self, length: u64) -> StoreResult<()> {
+        self.written_bytes = self.written_bytes.min(length);
+        self.cut_unwritten()
+    }
+
     /// Cuts the log back to `length` (a torn tail) and makes that durable.
     pub(crate) fn truncate(&mut self, length: u64) -> StoreResult<()> {
         self.log.set_len(length).map_err(io_error("truncate", &self.log_path))?;

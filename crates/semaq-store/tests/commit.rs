@@ -865,6 +865,36 @@ fn a_full_disk_after_a_rollback_reloads_without_the_refused_batch() {
     assert_eq!(held(&reopened), [(1..=10).collect::<Vec<_>>(), vec![14]].concat());
 }
 
+/// A full disk met writing the rollback marker, with the batch's records already with the OS
+/// (they filled the write buffer, or rolled a segment): the reload cuts them off with the
+/// marker, so they are never visible again, and their sequences are given again.
+#[test]
+fn a_full_disk_met_writing_the_rollback_marker_never_shows_the_refused_batch_again() {
+    for refused_count in [3, ROLLING_BATCH_COUNT] {
+        let disk = SimDisk::new();
+        let mut store = open(&disk);
+        append_keys(&mut store, 1..=10).unwrap();
+        commit(&mut store).unwrap();
+        let last = 10 + refused_count;
+        append_keys(&mut store, 11..=last).unwrap();
+        store.flush().unwrap();
+        disk.set_free_bytes(Some(0));
+        let refused = store.remove_refused(11, last);
+        assert!(matches!(refused, Err(StoreError::OutOfSpace(_))), "{refused_count}: {refused:?}");
+        assert_eq!(held(&store), (1..=10).collect::<Vec<_>>(), "{refused_count}: after the reload");
+        // Whatever the next commit hears, nothing comes back after it.
+        let _ = commit(&mut store);
+        assert_eq!(held(&store), (1..=10).collect::<Vec<_>>(), "{refused_count}: after a commit");
+        disk.set_free_bytes(None);
+        assert_eq!(store.state().last_seq, 10, "{refused_count}: the refused sequences are given again");
+        append_keys(&mut store, 11..=11).unwrap();
+        commit(&mut store).unwrap();
+        let reopened = reopened_after_power_loss(&disk, store, Tear::LoseUnsynced);
+        assert_eq!(held(&reopened), (1..=11).collect::<Vec<_>>(), "{refused_count}");
+        assert_eq!(reopened.recovery_report().corruption, Vec::<String>::new(), "{refused_count}");
+    }
+}
+
 #[test]
 fn a_rollback_reaching_a_finished_seal_falls_back_to_synced_deletes() {
     let disk = SimDisk::new();
