@@ -18,7 +18,7 @@ use crate::index::IndexFile;
 use crate::limits::{index_entry as ie, record_header as rh, SEALS_PENDING_MAX_COUNT};
 use crate::meta;
 use crate::record;
-use crate::recovery::{floor_after_skip, scan_log, Scanned};
+use crate::recovery::{floor_after_skip, scan_active_log, scan_log, Scanned};
 use crate::segment::{parse_segment_name, segment_path, DELETE_EXTENSION, INDEX_EXTENSION, LOG_EXTENSION};
 use crate::storage::{self, SharedStorage, StdDisk, StorageFile};
 use crate::types::MessageRef;
@@ -143,7 +143,9 @@ impl SegmentRead<'_> {
         self.rolled_back_later(bytes.len() as u64, &mut deleted)?;
         // A rollback marker follows the records it removes: collected first, so that they are
         // left out as deleted ones are.
-        scan_log(&bytes, self.first_seq, |event| {
+        // The active log ends at its first unreadable stretch, as open cuts it there.
+        let scan = if self.end_seq.is_some() { scan_log } else { scan_active_log };
+        scan(&bytes, self.first_seq, |event| {
             if let Scanned::RolledBack { first, last } = event {
                 deleted.extend(first..=last);
             }
@@ -159,7 +161,8 @@ impl SegmentRead<'_> {
             step(ReadItem::Unreadable { seq: self.first_seq.max(self.start), detail });
         }
         let mut next = self.first_seq;
-        let scan = scan_log(&bytes, self.first_seq, |event| {
+        let scan = if self.end_seq.is_some() { scan_log } else { scan_active_log };
+        let scan = scan(&bytes, self.first_seq, |event| {
             if matches!(event, Scanned::RolledBack { .. }) {
                 return; // takes no sequence; its range was collected above
             }

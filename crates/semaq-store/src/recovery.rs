@@ -14,8 +14,8 @@ use crate::error::{io_error, StoreError, StoreResult};
 use crate::index::IndexFile;
 use crate::ledger::{Ledger, SlotState};
 use crate::limits::{
-    index_entry as ie, record_header as rh, segment_header as sh, GAP_FILL_MAX_COUNT, ROLLBACK_COUNT_MAX,
-    SEALS_PENDING_MAX_COUNT, SKIP_COUNT_MAX,
+    index_entry as ie, record_header as rh, segment_header as sh, DISK_SECTOR_BYTES, GAP_FILL_MAX_COUNT,
+    LOST_WRITE_ZEROS_MIN_BYTES, ROLLBACK_COUNT_MAX, SEALS_PENDING_MAX_COUNT, SKIP_COUNT_MAX,
 };
 use crate::meta::MetaFile;
 use crate::record;
@@ -348,7 +348,10 @@ fn sealed_log_torn(storage: &dyn Storage, dir: &Path, (first_seq, end_seq): (u64
     // A rollback marker takes no sequence.
     let scan =
         scan_log(&bytes, first_seq, |event| scanned_count += u64::from(!matches!(event, Scanned::RolledBack { .. })));
-    Ok(scan.bad_tail.is_some() || first_seq.saturating_add(scanned_count) < end_seq)
+    // A lost write is as torn as a short tail: the log was never fsynced whole, and a drive
+    // writing out of order may have kept what follows it.
+    let holed = scan.lost_write;
+    Ok(holed || scan.bad_tail.is_some() || first_seq.saturating_add(scanned_count) < end_seq)
 }
 
 /// Deletes segments that end below the floor (a purge or segment drop that crashed midway).
@@ -512,7 +515,8 @@ fn scan_into(
         report.corruption.push(format!("segment {first_seq}: file header damaged or names another sequence"));
     }
     let mut refused = Ok(());
-    let scan = scan_log(&bytes, first_seq, |event| match event {
+    let scan = if end_seq.is_some() { scan_log } else { scan_active_log };
+    let scan = scan(&bytes, first_seq, |event| match event {
         Scanned::Record { timestamp_ns, offset, length, subject, headers, .. } => {
             if refused.is_ok() {
                 refused = ledger.push(subject, (length, headers), timestamp_ns, offset).map(drop);
@@ -565,11 +569,28 @@ pub(crate) struct ScanEnd {
     pub damage: Vec<String>,
     /// Where an unreadable stretch with no readable record after it starts, and why.
     pub bad_tail: Option<(u64, &'static str)>,
+    /// Whether a hole (`damage`) looks like a write that never reached the disk rather than
+    /// rot: zeros up to a sector boundary (`lost_write_in`).
+    pub lost_write: bool,
 }
 
 /// Walks the records of a whole log file, reporting each one, and steps over damage when a
 /// readable record with a plausible sequence can be found after it.
-pub(crate) fn scan_log<'a>(bytes: &'a [u8], first_seq: u64, mut emit: impl FnMut(Scanned<'a>)) -> ScanEnd {
+pub(crate) fn scan_log<'a>(bytes: &'a [u8], first_seq: u64, emit: impl FnMut(Scanned<'a>)) -> ScanEnd {
+    scan_log_with(bytes, first_seq, true, emit)
+}
+
+/// Walks the records of the active log: the first unreadable stretch that looks like a lost
+/// write (`lost_write_in`) ends it, whatever follows. A write is lost only where no fsync
+/// covered it (synced bytes survive), so nothing after it was acknowledged, and a drive writing
+/// out of order may have kept later records while losing it: a rollback marker lost there must
+/// not leave the records it removed in the middle of the stream, behind later ones. Other
+/// damage (rot in synced records) is stepped over and reported, as in a sealed log.
+pub(crate) fn scan_active_log<'a>(bytes: &'a [u8], first_seq: u64, emit: impl FnMut(Scanned<'a>)) -> ScanEnd {
+    scan_log_with(bytes, first_seq, false, emit)
+}
+
+fn scan_log_with<'a>(bytes: &'a [u8], first_seq: u64, resyncs: bool, mut emit: impl FnMut(Scanned<'a>)) -> ScanEnd {
     let mut end = ScanEnd::default();
     let mut offset = sh::SIZE_BYTES.min(bytes.len());
     let mut expected = first_seq;
@@ -617,10 +638,13 @@ pub(crate) fn scan_log<'a>(bytes: &'a [u8], first_seq: u64, mut emit: impl FnMut
             Ok(_) => "unexpected sequence",
             Err(error) => error.describe(),
         };
-        let Some((next_offset, next_seq)) = resync(bytes, offset, expected) else {
+        let found = resync(bytes, offset, expected);
+        let lost_write = lost_write_in(bytes, offset, found.map_or(bytes.len(), |(next_offset, _)| next_offset));
+        let Some((next_offset, next_seq)) = found.filter(|_| resyncs || !lost_write) else {
             end.bad_tail = Some((offset as u64, reason));
             break;
         };
+        end.lost_write |= lost_write;
         end.damage.push(format!(
             "bytes {offset}..{next_offset} unreadable ({reason}); seqs {expected}..{next_seq} (exclusive) lost"
         ));
@@ -632,6 +656,18 @@ pub(crate) fn scan_log<'a>(bytes: &'a [u8], first_seq: u64, mut emit: impl FnMut
     }
     end.valid_end = offset as u64;
     end
+}
+
+/// Whether the unreadable stretch `start..end` holds what a lost write leaves (the zeros of a
+/// preallocated or extended file, read back for a sector the drive never wrote): at least
+/// `LOST_WRITE_ZEROS_MIN_BYTES` zeros right before a sector boundary. Rot flips bits; it does
+/// not zero a sector's end.
+fn lost_write_in(bytes: &[u8], start: usize, end: usize) -> bool {
+    let end = end.min(bytes.len());
+    let first_boundary = (start + LOST_WRITE_ZEROS_MIN_BYTES).next_multiple_of(DISK_SECTOR_BYTES);
+    (first_boundary..=end)
+        .step_by(DISK_SECTOR_BYTES)
+        .any(|boundary| bytes[boundary - LOST_WRITE_ZEROS_MIN_BYTES..boundary].iter().all(|&byte| byte == 0))
 }
 
 /// Whether an intact record is a skip marker covering `expected` onwards (and no more than a
