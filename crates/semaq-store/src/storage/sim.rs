@@ -400,8 +400,8 @@ fn one_sector_lost(file: &Inode, nth: usize) -> Vec<u8> {
     let lost = dirty[nth % dirty.len()];
     let start = lost * SECTOR_BYTES;
     let end = ((lost + 1) * SECTOR_BYTES).min(out.len());
-    for position in start..end {
-        out[position] = file.durable.get(position).copied().unwrap_or(0);
+    for (position, byte) in out.iter_mut().enumerate().take(end).skip(start) {
+        *byte = file.durable.get(position).copied().unwrap_or(0);
     }
     out
 }
