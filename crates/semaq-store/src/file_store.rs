@@ -105,6 +105,9 @@ pub struct FileStore {
     /// A reload after a full medium failed for lack of space too: the in-memory state still
     /// serves reads; the next change tries the reload again.
     reload_pending: bool,
+    /// While a refused batch's rollback marker is written: the log holding the batch's first
+    /// record and its offset, where a reload after a full disk cuts (`remove_refused`).
+    refused_cut: Option<(u64, u64)>,
     /// The sealed segments changed since the checkpoint was written: the next `sync` writes one.
     checkpoint_due: bool,
     /// False when open found damage: a full open then reports it again every time.
@@ -153,6 +156,7 @@ impl FileStore {
             out_of_space: None,
             appends_unreported: false,
             reload_pending: false,
+            refused_cut: None,
             checkpoint_due: false,
             checkpoints_enabled: false,
             epoch: 0,
@@ -326,8 +330,22 @@ impl FileStore {
     /// stays visible and the store takes writes again once space returns. The directory lock
     /// is held throughout.
     fn reload_after_full(&mut self) -> StoreResult<()> {
-        if let Some(active) = self.segments.last_mut() {
-            active.cut_unwritten()?;
+        match self.refused_cut.take() {
+            // A refused batch whose marker found no space: its records go too, from the log
+            // holding its first on (recovery takes a sealing log cut short for the active one
+            // and drops the logs after it), and their sequences are given again.
+            Some((segment_first, offset)) => {
+                for segment in self.segments.iter_mut().filter(|segment| segment.first_seq >= segment_first) {
+                    let length =
+                        if segment.first_seq == segment_first { offset } else { segment_header::SIZE_BYTES as u64 };
+                    segment.cut_to(length)?;
+                }
+            }
+            None => {
+                if let Some(active) = self.segments.last_mut() {
+                    active.cut_unwritten()?;
+                }
+            }
         }
         let meta = self.meta.take().ok_or_else(|| StoreError::Poisoned("the meta file is gone".into()))?;
         let limits = self.ledger.limits().clone();
@@ -741,6 +759,32 @@ impl FileStore {
         })
     }
 
+    /// Whether a rollback marker in the active log may remove sequences from `first` on: they
+    /// lie in the active segment, or in segments whose seals are pending and held by no ticket,
+    /// so that their indexes, written by the next commit after the marker's log is fsynced, can
+    /// be built again without them (recovery replays a marker into earlier logs only while their
+    /// seals are unfinished; a finished index must already say).
+    fn rollback_can_name(&self, first: u64) -> bool {
+        let Some(active) = self.segments.last() else { return false };
+        if active.first_seq <= first {
+            return true;
+        }
+        let mut covering = self.sealing.iter().filter(|seal| seal.end_seq > first).peekable();
+        covering.peek().is_some_and(|oldest| oldest.first_seq <= first)
+            && covering.all(|seal| std::sync::Arc::strong_count(&seal.bytes) == 1)
+    }
+
+    /// Builds again the in-memory indexes of the pending seals holding sequences from `first`
+    /// on, after a rollback removed some of them.
+    fn rebuild_seals_from(&mut self, first: u64) -> StoreResult<()> {
+        for seal in self.sealing.iter_mut().filter(|seal| seal.end_seq > first) {
+            if let Some(segment) = self.segments.iter_mut().find(|segment| segment.first_seq == seal.first_seq) {
+                segment.rebuild_seal(seal, &self.ledger)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Seals begun at rolls and not yet completed by a commit (at most `SEALS_PENDING_MAX_COUNT`).
     pub fn seals_pending_count(&self) -> usize {
         self.sealing.len()
@@ -838,28 +882,38 @@ impl StreamStore for FileStore {
     }
 
     fn remove_refused(&mut self, first: u64, last: u64) -> StoreResult<u64> {
-        let in_active = self.segments.last().is_some_and(|active| active.first_seq <= first);
-        let marked = in_active
+        let marked = self.rollback_can_name(first)
             && first <= last
             && last < self.ledger.next_seq()
             && last - first < ROLLBACK_COUNT_MAX
             && !self.skip_pending;
         if !marked {
-            // Behind a roll (the marker could not name sequences of an earlier log), or larger
-            // than a marker may cover: synced deletes, under the caller's lock.
+            // Behind a finished seal (its index is written, and a marker replayed from a later
+            // log would not reach it once that log is sealed too), or larger than a marker may
+            // cover: synced deletes, under the caller's lock.
             return crate::delete_each(self, first, last);
         }
         let last_ts = self.ledger.state().last_ts;
-        self.guarded(|store| {
+        // Where the batch's records begin: a full disk met writing the marker cuts the logs
+        // back to there, so the reload cannot bring back records the OS already held.
+        self.refused_cut = (first..=last).find_map(|seq| {
+            let (offset, _) = self.ledger.live_record(seq)?;
+            Some((self.segment_for(seq)?.first_seq, u64::from(offset)))
+        });
+        let result = self.guarded(|store| {
+            // Gone for readers first: a reload that finds no space keeps this state serving.
+            let removed = store.ledger.remove_unlogged(first..=last);
+            store.rebuild_seals_from(first)?;
             // The marker follows the records in the same log, so any commit that makes a later
             // record durable makes it durable first; a crash before that loses it with no
             // later record, and start-up removes the batch left without its commit marker.
             store.active().append_rollback((first, last), last_ts)?;
-            let removed = store.ledger.remove_unlogged(first..=last);
             // The front may have moved: the floor goes with the next commit, after the log.
             store.settle_lazy();
             Ok(removed)
-        })
+        });
+        self.refused_cut = None;
+        result
     }
 
     fn purge(&mut self, request: &PurgeRequest) -> StoreResult<u64> {

@@ -110,8 +110,9 @@ pub mod record_header {
     /// including the record's own was never stored (a mirror keeping its origin's gaps).
     pub const FLAG_SKIP: u16 = 2;
     /// Flag: a rollback marker, not a message: the sequences from its 8-byte payload's (first)
-    /// up to and including the record's own (last), stored just before it, are removed (a
-    /// refused atomic batch). A store written before the flag existed has none.
+    /// up to and including the record's own (last), stored just before it (the last in the
+    /// same log), are removed (a refused atomic batch). A store written before the flag existed
+    /// has none.
     pub const FLAG_ROLLBACK: u16 = 4;
 }
 
@@ -255,3 +256,12 @@ pub const ROLLBACK_COUNT_MAX: u64 = 1 << 16;
 pub const FAULT_HOLD_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(300);
 /// How often a held fsync reads the control file again.
 pub const FAULT_HOLD_POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// The unit a drive writes whole or not at all: a write lost in a crash leaves whole sectors
+/// as they were (zeros, in a log's preallocated or extended tail).
+pub const DISK_SECTOR_BYTES: usize = 512;
+
+/// Zeros right before a sector boundary, inside an unreadable stretch of a log, that make it a
+/// lost write rather than rot (recovery cuts the active log at a lost write, and steps over
+/// rot): a sector's unsynced end is at least this long unless the sector was nearly all synced.
+pub const LOST_WRITE_ZEROS_MIN_BYTES: usize = 16;

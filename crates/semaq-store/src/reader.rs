@@ -14,11 +14,12 @@ use std::path::{Path, PathBuf};
 
 use crate::delete_log;
 use crate::error::{io_error, StoreResult};
-use crate::limits::record_header as rh;
+use crate::index::IndexFile;
+use crate::limits::{index_entry as ie, record_header as rh, SEALS_PENDING_MAX_COUNT};
 use crate::meta;
 use crate::record;
-use crate::recovery::{floor_after_skip, scan_log, Scanned};
-use crate::segment::{parse_segment_name, segment_path, DELETE_EXTENSION, LOG_EXTENSION};
+use crate::recovery::{floor_after_skip, scan_active_log, scan_log, Scanned};
+use crate::segment::{parse_segment_name, segment_path, DELETE_EXTENSION, INDEX_EXTENSION, LOG_EXTENSION};
 use crate::storage::{self, SharedStorage, StdDisk, StorageFile};
 use crate::types::MessageRef;
 
@@ -100,7 +101,9 @@ impl LogReader {
                     return Ok(summary);
                 }
             }
-            let segment = SegmentRead { storage: &*self.storage, dir: &self.dir, first_seq, end_seq, start };
+            let later = &self.segments[(position + 1).min(self.segments.len())..];
+            let later = &later[..later.len().min(SEALS_PENDING_MAX_COUNT)];
+            let segment = SegmentRead { storage: &*self.storage, dir: &self.dir, first_seq, end_seq, start, later };
             match segment.read(&mut expected, &mut visit)? {
                 SegmentEnd::Stopped => return Ok(summary),
                 SegmentEnd::Done { torn_tail_bytes } => summary.torn_tail_bytes += torn_tail_bytes,
@@ -123,6 +126,9 @@ struct SegmentRead<'a> {
     first_seq: u64,
     end_seq: Option<u64>,
     start: u64,
+    /// The next logs' first sequences, as many as seals may be pending: a rollback marker in
+    /// one of them may remove this segment's records while its index is not written.
+    later: &'a [u64],
 }
 
 impl SegmentRead<'_> {
@@ -134,9 +140,12 @@ impl SegmentRead<'_> {
         let path = segment_path(self.dir, self.first_seq, LOG_EXTENSION);
         let bytes = self.storage.read(&path).map_err(io_error("read", &path))?;
         let mut deleted = self.deleted()?;
+        self.rolled_back_later(bytes.len() as u64, &mut deleted)?;
         // A rollback marker follows the records it removes: collected first, so that they are
         // left out as deleted ones are.
-        scan_log(&bytes, self.first_seq, |event| {
+        // The active log ends at its first unreadable stretch, as open cuts it there.
+        let scan = if self.end_seq.is_some() { scan_log } else { scan_active_log };
+        scan(&bytes, self.first_seq, |event| {
             if let Scanned::RolledBack { first, last } = event {
                 deleted.extend(first..=last);
             }
@@ -152,7 +161,8 @@ impl SegmentRead<'_> {
             step(ReadItem::Unreadable { seq: self.first_seq.max(self.start), detail });
         }
         let mut next = self.first_seq;
-        let scan = scan_log(&bytes, self.first_seq, |event| {
+        let scan = if self.end_seq.is_some() { scan_log } else { scan_active_log };
+        let scan = scan(&bytes, self.first_seq, |event| {
             if matches!(event, Scanned::RolledBack { .. }) {
                 return; // takes no sequence; its range was collected above
             }
@@ -187,6 +197,31 @@ impl SegmentRead<'_> {
             *expected = self.end_seq.unwrap_or(next).max(*expected);
         }
         Ok(if stopped { SegmentEnd::Stopped } else { SegmentEnd::Done { torn_tail_bytes } })
+    }
+
+    /// Adds this sealed segment's sequences that rollback markers in later logs removed: its
+    /// index marks them deleted once written (it is written after such a marker), and before
+    /// that the marker lies in one of the next logs.
+    fn rolled_back_later(&self, log_length: u64, deleted: &mut HashSet<u64>) -> StoreResult<()> {
+        let Some(end_seq) = self.end_seq else { return Ok(()) };
+        let index_path = segment_path(self.dir, self.first_seq, INDEX_EXTENSION);
+        let index = storage::read_if_present(self.storage, &index_path).map_err(io_error("read", &index_path))?;
+        if let Some(Ok(index)) = index.as_deref().map(|bytes| IndexFile::parse(bytes, self.first_seq, log_length)) {
+            deleted.extend(index.entries().filter(|entry| entry.flags & ie::FLAG_DELETED != 0).map(|entry| entry.seq));
+            return Ok(());
+        }
+        for &later in self.later {
+            let path = segment_path(self.dir, later, LOG_EXTENSION);
+            let Some(bytes) = storage::read_if_present(self.storage, &path).map_err(io_error("read", &path))? else {
+                continue;
+            };
+            scan_log(&bytes, later, |event| {
+                if let Scanned::RolledBack { first, last } = event {
+                    deleted.extend(first.max(self.first_seq)..=last.min(end_seq.saturating_sub(1)));
+                }
+            });
+        }
+        Ok(())
     }
 
     fn deleted(&self) -> StoreResult<HashSet<u64>> {
@@ -311,6 +346,31 @@ mod tests {
         assert_eq!(seqs, vec![1, 2, 6, 7]);
         let reopened = FileStore::open(FileStoreConfig::new(dir.path())).unwrap();
         assert_eq!((reopened.state().msgs, reopened.state().last_seq), (4, 7), "open agrees");
+    }
+
+    #[test]
+    fn a_refused_batch_that_rolled_a_segment_is_left_out_before_and_after_its_seal_commits() {
+        for committed in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let config = FileStoreConfig { segment_size_bytes: 4096, ..FileStoreConfig::new(dir.path()) };
+            let mut store = FileStore::open(config).unwrap();
+            for n in 0..150u8 {
+                store.append("s", None, &[n; 8], 0).unwrap();
+                if n == 9 {
+                    store.sync().unwrap();
+                }
+            }
+            assert!(store.segment_count() > 1, "the batch rolled a segment");
+            assert_eq!(store.remove_refused(11, 150).unwrap(), 140);
+            store.append("s", None, b"after", 0).unwrap();
+            if committed {
+                store.sync().unwrap();
+            }
+            drop(store);
+            let items = collect(&LogReader::open(dir.path()).unwrap(), 0);
+            let seqs: Vec<u64> = items.iter().map(|item| item.as_ref().map_or(0, |m| m.0)).collect();
+            assert_eq!(seqs, [(1..=10).collect::<Vec<_>>(), vec![151]].concat(), "seal committed: {committed}");
+        }
     }
 
     #[test]

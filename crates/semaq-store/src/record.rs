@@ -77,8 +77,9 @@ pub(crate) fn encode_skip(out: &mut Vec<u8>, last_skipped: u64, timestamp_ns: i6
 /// The subject a rollback marker carries (framing wants one; no message is stored under it).
 pub(crate) const ROLLBACK_SUBJECT: &str = "$ROLLBACK";
 
-/// Appends a rollback marker: the sequences `first..=last`, written just before it in the same
-/// log, are removed. It takes no sequence of its own; `first` is its payload.
+/// Appends a rollback marker: the sequences `first..=last`, written just before it (`last` in
+/// the same log, `first` possibly in earlier ones), are removed. It takes no sequence of its
+/// own; `first` is its payload.
 pub(crate) fn encode_rollback(out: &mut Vec<u8>, (first, last): (u64, u64), timestamp_ns: i64) -> StoreResult<()> {
     let payload = first.to_le_bytes();
     encode_flagged(out, (last, timestamp_ns, rh::FLAG_ROLLBACK), ROLLBACK_SUBJECT, &[], &payload)

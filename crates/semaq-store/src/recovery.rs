@@ -14,8 +14,8 @@ use crate::error::{io_error, StoreError, StoreResult};
 use crate::index::IndexFile;
 use crate::ledger::{Ledger, SlotState};
 use crate::limits::{
-    index_entry as ie, record_header as rh, segment_header as sh, GAP_FILL_MAX_COUNT, ROLLBACK_COUNT_MAX,
-    SEALS_PENDING_MAX_COUNT, SKIP_COUNT_MAX,
+    index_entry as ie, record_header as rh, segment_header as sh, DISK_SECTOR_BYTES, GAP_FILL_MAX_COUNT,
+    LOST_WRITE_ZEROS_MIN_BYTES, ROLLBACK_COUNT_MAX, SEALS_PENDING_MAX_COUNT, SKIP_COUNT_MAX,
 };
 use crate::meta::MetaFile;
 use crate::record;
@@ -171,6 +171,9 @@ fn recover_files(storage: &dyn Storage, dir: &Path, limits: StoreLimits, floor_s
             None => (Ledger::new(start_seq, limits, SizeModel::File), Vec::with_capacity(firsts.len()), Vec::new()),
         };
     let mut sealing = VecDeque::new();
+    // The lowest sequence a rollback marker removed below its own log: a refused batch that
+    // rolled a segment, whose unfinished seals were built before the marker was read.
+    let mut rolled_back_below = None;
     for (position, &first_seq) in firsts.iter().enumerate().skip(segments.len()) {
         let end_seq = firsts.get(position + 1).copied();
         if first_seq < ledger.next_seq() {
@@ -182,11 +185,15 @@ fn recover_files(storage: &dyn Storage, dir: &Path, limits: StoreLimits, floor_s
             Some(end_seq) => {
                 // Only the newest sealed segments can be in the middle of their seals.
                 let unfinished = (position + 1 + SEALS_PENDING_MAX_COUNT >= firsts.len()).then_some(&mut sealing);
-                load_sealed(storage, dir, (first_seq, end_seq), (&mut ledger, &mut report), unfinished)?
+                let found = (&mut ledger, &mut report, &mut rolled_back_below);
+                load_sealed(storage, dir, (first_seq, end_seq), found, unfinished)?
             }
-            None => load_active(storage, dir, first_seq, &mut ledger, &mut report)?,
+            None => load_active(storage, dir, first_seq, (&mut ledger, &mut report, &mut rolled_back_below))?,
         };
         segments.push(segment);
+    }
+    if let Some(below) = rolled_back_below {
+        rebuild_rolled_back_seals(storage, dir, (&mut segments, &mut sealing), &ledger, below)?;
     }
     if segments.is_empty() {
         segments.push(Segment::create(storage, dir, ledger.next_seq().max(floor_seq))?);
@@ -338,8 +345,13 @@ fn sealed_log_torn(storage: &dyn Storage, dir: &Path, (first_seq, end_seq): (u64
     }
     let bytes = storage.read(&log_path).map_err(io_error("read", &log_path))?;
     let mut scanned_count = 0u64;
-    let scan = scan_log(&bytes, first_seq, |_| scanned_count += 1);
-    Ok(scan.bad_tail.is_some() || first_seq.saturating_add(scanned_count) < end_seq)
+    // A rollback marker takes no sequence.
+    let scan =
+        scan_log(&bytes, first_seq, |event| scanned_count += u64::from(!matches!(event, Scanned::RolledBack { .. })));
+    // A lost write is as torn as a short tail: the log was never fsynced whole, and a drive
+    // writing out of order may have kept what follows it.
+    let holed = scan.lost_write;
+    Ok(holed || scan.bad_tail.is_some() || first_seq.saturating_add(scanned_count) < end_seq)
 }
 
 /// Deletes segments that end below the floor (a purge or segment drop that crashed midway).
@@ -365,7 +377,7 @@ fn load_sealed(
     storage: &dyn Storage,
     dir: &Path,
     (first_seq, end_seq): (u64, u64),
-    (ledger, report): (&mut Ledger<u32>, &mut RecoveryReport),
+    (ledger, report, rolled_back_below): (&mut Ledger<u32>, &mut RecoveryReport, &mut Option<u64>),
     unfinished: Option<&mut VecDeque<SealWork>>,
 ) -> StoreResult<Segment> {
     let mut segment = Segment::open(storage, dir, first_seq, true)?;
@@ -390,7 +402,7 @@ fn load_sealed(
             return Ok(segment);
         }
     }
-    scan_into(storage, dir, &segment, ledger, report, Some(end_seq))?;
+    scan_into(storage, dir, &segment, (ledger, report, rolled_back_below), Some(end_seq))?;
     report.indexes_rebuilt_count += 1;
     if let Some(sealing) = unfinished {
         sealing.push_back(segment.seal_work(storage, dir, ledger, ledger.next_seq())?);
@@ -404,6 +416,25 @@ fn load_sealed(
     ledger.seal_tail((first_seq, ledger.next_seq()), None, (file, index_path));
     segment.set_index_bytes(rebuilt_bytes);
     Ok(segment)
+}
+
+/// Builds again the indexes of the unfinished seals holding sequences a later log's rollback
+/// marker removed (from `below` on): they were built when their own logs were scanned, before
+/// the marker was read. A finished seal's index was written after the marker (`remove_refused`
+/// names earlier logs only while their seals are pending), so it already marks them deleted.
+fn rebuild_rolled_back_seals(
+    storage: &dyn Storage,
+    dir: &Path,
+    (segments, sealing): (&mut [Segment], &mut VecDeque<SealWork>),
+    ledger: &Ledger<u32>,
+    below: u64,
+) -> StoreResult<()> {
+    for seal in sealing.iter_mut().filter(|seal| seal.end_seq > below) {
+        if let Some(segment) = segments.iter_mut().find(|segment| segment.first_seq == seal.first_seq) {
+            *seal = segment.seal_work(storage, dir, ledger, seal.end_seq)?;
+        }
+    }
+    Ok(())
 }
 
 /// Writes the indexes of seals found unfinished before a segment whose index is valid, and
@@ -444,8 +475,7 @@ fn load_active(
     storage: &dyn Storage,
     dir: &Path,
     first_seq: u64,
-    ledger: &mut Ledger<u32>,
-    report: &mut RecoveryReport,
+    (ledger, report, rolled_back_below): (&mut Ledger<u32>, &mut RecoveryReport, &mut Option<u64>),
 ) -> StoreResult<Segment> {
     let mut segment = Segment::open(storage, dir, first_seq, false)?;
     // An index left from a seal whose successor segment never became durable: the log is
@@ -456,7 +486,7 @@ fn load_active(
         drop(segment);
         return Segment::create(storage, dir, first_seq);
     }
-    let valid_end = scan_into(storage, dir, &segment, ledger, report, None)?;
+    let valid_end = scan_into(storage, dir, &segment, (ledger, report, rolled_back_below), None)?;
     if valid_end < segment.len() {
         // Zeros alone were written ahead of the appends (preallocation), not torn.
         if !segment.zeros_from(valid_end)? {
@@ -474,8 +504,7 @@ fn scan_into(
     storage: &dyn Storage,
     dir: &Path,
     segment: &Segment,
-    ledger: &mut Ledger<u32>,
-    report: &mut RecoveryReport,
+    (ledger, report, rolled_back_below): (&mut Ledger<u32>, &mut RecoveryReport, &mut Option<u64>),
     end_seq: Option<u64>,
 ) -> StoreResult<u64> {
     let path = segment.path(dir, LOG_EXTENSION);
@@ -486,7 +515,8 @@ fn scan_into(
         report.corruption.push(format!("segment {first_seq}: file header damaged or names another sequence"));
     }
     let mut refused = Ok(());
-    let scan = scan_log(&bytes, first_seq, |event| match event {
+    let scan = if end_seq.is_some() { scan_log } else { scan_active_log };
+    let scan = scan(&bytes, first_seq, |event| match event {
         Scanned::Record { timestamp_ns, offset, length, subject, headers, .. } => {
             if refused.is_ok() {
                 refused = ledger.push(subject, (length, headers), timestamp_ns, offset).map(drop);
@@ -497,6 +527,9 @@ fn scan_into(
         // The marker is the removal's durable record: nothing goes to a delete log for it.
         Scanned::RolledBack { first, last } => {
             ledger.remove_unlogged(first..=last);
+            if first < first_seq {
+                *rolled_back_below = Some(rolled_back_below.map_or(first, |below: u64| below.min(first)));
+            }
         }
     });
     refused?;
@@ -536,11 +569,28 @@ pub(crate) struct ScanEnd {
     pub damage: Vec<String>,
     /// Where an unreadable stretch with no readable record after it starts, and why.
     pub bad_tail: Option<(u64, &'static str)>,
+    /// Whether a hole (`damage`) looks like a write that never reached the disk rather than
+    /// rot: zeros up to a sector boundary (`lost_write_in`).
+    pub lost_write: bool,
 }
 
 /// Walks the records of a whole log file, reporting each one, and steps over damage when a
 /// readable record with a plausible sequence can be found after it.
-pub(crate) fn scan_log<'a>(bytes: &'a [u8], first_seq: u64, mut emit: impl FnMut(Scanned<'a>)) -> ScanEnd {
+pub(crate) fn scan_log<'a>(bytes: &'a [u8], first_seq: u64, emit: impl FnMut(Scanned<'a>)) -> ScanEnd {
+    scan_log_with(bytes, first_seq, true, emit)
+}
+
+/// Walks the records of the active log: the first unreadable stretch that looks like a lost
+/// write (`lost_write_in`) ends it, whatever follows. A write is lost only where no fsync
+/// covered it (synced bytes survive), so nothing after it was acknowledged, and a drive writing
+/// out of order may have kept later records while losing it: a rollback marker lost there must
+/// not leave the records it removed in the middle of the stream, behind later ones. Other
+/// damage (rot in synced records) is stepped over and reported, as in a sealed log.
+pub(crate) fn scan_active_log<'a>(bytes: &'a [u8], first_seq: u64, emit: impl FnMut(Scanned<'a>)) -> ScanEnd {
+    scan_log_with(bytes, first_seq, false, emit)
+}
+
+fn scan_log_with<'a>(bytes: &'a [u8], first_seq: u64, resyncs: bool, mut emit: impl FnMut(Scanned<'a>)) -> ScanEnd {
     let mut end = ScanEnd::default();
     let mut offset = sh::SIZE_BYTES.min(bytes.len());
     let mut expected = first_seq;
@@ -588,10 +638,13 @@ pub(crate) fn scan_log<'a>(bytes: &'a [u8], first_seq: u64, mut emit: impl FnMut
             Ok(_) => "unexpected sequence",
             Err(error) => error.describe(),
         };
-        let Some((next_offset, next_seq)) = resync(bytes, offset, expected) else {
+        let found = resync(bytes, offset, expected);
+        let lost_write = lost_write_in(bytes, offset, found.map_or(bytes.len(), |(next_offset, _)| next_offset));
+        let Some((next_offset, next_seq)) = found.filter(|_| resyncs || !lost_write) else {
             end.bad_tail = Some((offset as u64, reason));
             break;
         };
+        end.lost_write |= lost_write;
         end.damage.push(format!(
             "bytes {offset}..{next_offset} unreadable ({reason}); seqs {expected}..{next_seq} (exclusive) lost"
         ));
@@ -605,17 +658,30 @@ pub(crate) fn scan_log<'a>(bytes: &'a [u8], first_seq: u64, mut emit: impl FnMut
     end
 }
 
+/// Whether the unreadable stretch `start..end` holds what a lost write leaves (the zeros of a
+/// preallocated or extended file, read back for a sector the drive never wrote): at least
+/// `LOST_WRITE_ZEROS_MIN_BYTES` zeros right before a sector boundary. Rot flips bits; it does
+/// not zero a sector's end.
+fn lost_write_in(bytes: &[u8], start: usize, end: usize) -> bool {
+    let end = end.min(bytes.len());
+    let first_boundary = (start + LOST_WRITE_ZEROS_MIN_BYTES).next_multiple_of(DISK_SECTOR_BYTES);
+    (first_boundary..=end)
+        .step_by(DISK_SECTOR_BYTES)
+        .any(|boundary| bytes[boundary - LOST_WRITE_ZEROS_MIN_BYTES..boundary].iter().all(|&byte| byte == 0))
+}
+
 /// Whether an intact record is a skip marker covering `expected` onwards (and no more than a
 /// marker is ever written to cover).
 fn is_skip_from(header: &record::RecordHeader, expected: u64) -> bool {
     header.flags & rh::FLAG_SKIP != 0 && header.seq >= expected && header.seq - expected < SKIP_COUNT_MAX
 }
 
-/// The range an intact rollback marker removes, if every sequence of it lies in this log
-/// before the marker (and it covers no more than a marker is ever written to cover).
+/// The range an intact rollback marker removes, if it ends in this log before the marker (its
+/// start may lie in earlier logs: a refused batch that rolled a segment) and it covers no more
+/// than a marker is ever written to cover.
 fn rollback_behind(record: &[u8], header: &record::RecordHeader, first_seq: u64, expected: u64) -> Option<(u64, u64)> {
     let (first, last) = record::rollback_range(record, header)?;
-    let behind = first_seq <= first && first <= last && last < expected && last - first < ROLLBACK_COUNT_MAX;
+    let behind = first_seq <= last && first <= last && last < expected && last - first < ROLLBACK_COUNT_MAX;
     behind.then_some((first, last))
 }
 
@@ -733,9 +799,14 @@ mod tests {
         let (events, end) = scan_events(&bytes);
         assert_eq!(events, vec![Some(1), Some(2), Some(3), removed_two, Some(4)]);
         assert_eq!(end, ScanEnd { valid_end: bytes.len() as u64, ..ScanEnd::default() });
-        // A marker naming a sequence not yet in the log, before the log's first, or backwards,
-        // is damage.
-        for range in [(3, 4), (0, 2), (3, 2)] {
+        // One starting in an earlier log (a refused batch that rolled one) ends in this one.
+        let mut across = log_of(&[1, 2, 3]);
+        record::encode_rollback(&mut across, (0, 2), 0).unwrap();
+        let (events, end) = scan_events(&across);
+        assert_eq!((events.last(), end.bad_tail), (Some(&Some(u64::MAX - 3)), None));
+        // A marker naming a sequence not yet in the log, ending before the log's first, or
+        // backwards, is damage.
+        for range in [(3, 4), (0, 0), (3, 2)] {
             let mut ahead = log_of(&[1, 2, 3]);
             record::encode_rollback(&mut ahead, range, 0).unwrap();
             assert!(scan_events(&ahead).1.bad_tail.is_some(), "{range:?}");

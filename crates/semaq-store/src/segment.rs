@@ -504,6 +504,17 @@ impl Segment {
         })
     }
 
+    /// Builds this segment's pending seal's index again from the ledger (a refused batch's
+    /// rollback removed some of its records since the roll), into the same index file, which
+    /// no ticket has written yet.
+    pub(crate) fn rebuild_seal(&mut self, seal: &mut SealWork, ledger: &Ledger<u32>) -> StoreResult<()> {
+        let bytes = index_bytes(ledger, seal.first_seq, seal.end_seq, self.len(), &seal.index_path)?;
+        self.index_bytes = bytes.len() as u64;
+        seal.bytes = Arc::new(bytes);
+        seal.subjects = Arc::from(ledger.index_subjects(seal.first_seq, seal.end_seq));
+        Ok(())
+    }
+
     /// The write buffer of a segment just sealed, emptied, for the next active segment: one
     /// buffer serves every segment, where one allocated per segment and freed at its seal was
     /// a block past glibc's mmap threshold freed at every roll, which raised the threshold and
@@ -537,6 +548,14 @@ impl Segment {
         self.log.set_len(self.written_bytes).map_err(io_error("truncate", &self.log_path))?;
         self.allocated_bytes = self.written_bytes;
         Ok(())
+    }
+
+    /// Cuts the log back to `length`, or to what was handed to the OS if that is shorter, with
+    /// no fsync (a reload after a full disk: the recovery that follows makes what is left
+    /// durable).
+    pub(crate) fn cut_to(&mut self, length: u64) -> StoreResult<()> {
+        self.written_bytes = self.written_bytes.min(length);
+        self.cut_unwritten()
     }
 
     /// Cuts the log back to `length` (a torn tail) and makes that durable.

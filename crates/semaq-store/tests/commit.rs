@@ -736,19 +736,20 @@ fn a_refused_batchs_rollback_fsyncs_nothing_and_readers_see_it_gone_at_once() {
 /// no fsync and the publishes after it (enough to roll a segment, so that the marker's segment
 /// is sealed and its index, or a rebuild from its log, carries the removal): every committed
 /// message survives, and the refused ones only ever as the stream's tail (which the server's
-/// start-up removes as a batch without its commit marker), never behind a later one.
+/// start-up removes as a batch without its commit marker), never behind a later one. The large
+/// batch rolls a segment itself, so its marker names sequences of the log before its own.
 #[test]
 fn a_power_cut_anywhere_around_a_lazy_rollback_never_brings_the_refused_batch_back_mid_stream() {
     const LATER_COUNT: u64 = 100;
-    for committed in [0, 10] {
-        for tear in [Tear::LoseUnsynced, Tear::Sectors { seed: 11 }, Tear::Sectors { seed: 31_337 }] {
+    for (committed, refused_count) in [(0, 3), (10, 3), (10, ROLLING_BATCH_COUNT)] {
+        for tear in TEARS {
             for changes in 0..PURGE_CHANGES_MAX_COUNT {
                 let disk = SimDisk::new();
                 let mut store = open(&disk);
                 append_keys(&mut store, 1..=committed).unwrap();
                 commit(&mut store).unwrap();
-                let refused = committed + 1..=committed + 3;
-                let later = committed + 4..=committed + 3 + LATER_COUNT;
+                let refused = committed + 1..=committed + refused_count;
+                let later = committed + refused_count + 1..=committed + refused_count + LATER_COUNT;
                 let mut answered = false;
                 disk.freeze_after(changes, tear);
                 let result = (|| {
@@ -762,7 +763,9 @@ fn a_power_cut_anywhere_around_a_lazy_rollback_never_brings_the_refused_batch_ba
                 let completed = result.is_ok() && !disk.is_frozen();
                 let reopened = reopened_after_power_loss(&disk, store, tear);
                 let survived = held(&reopened);
-                let context = format!("{committed} committed, {tear:?}, power cut after {changes} changes");
+                let context = format!(
+                    "{committed} committed, {refused_count} refused, {tear:?}, power cut after {changes} changes"
+                );
                 assert_eq!(reopened.recovery_report().corruption, Vec::<String>::new(), "{context}");
                 let kept: Vec<u64> = survived.iter().copied().filter(|&seq| seq <= committed).collect();
                 assert_eq!(kept, (1..=committed).collect::<Vec<_>>(), "{context}: committed messages lost");
@@ -780,6 +783,104 @@ fn a_power_cut_anywhere_around_a_lazy_rollback_never_brings_the_refused_batch_ba
             }
         }
     }
+}
+
+/// Reopens after a power cut from the sealed indexes themselves: the checkpoint, which holds
+/// the ledger's own live bits, would hide what they say.
+fn reopened_without_checkpoint_after_power_loss(disk: &SimDisk, store: FileStore) -> FileStore {
+    disk.crash(Tear::LoseUnsynced);
+    drop(store);
+    semaq_store::storage::Storage::remove_file(disk, &dir().join("stream.ckpt")).unwrap();
+    open(disk)
+}
+
+/// Crashes that keep nothing unsynced, a prefix of it, or all of it but one sector (a drive
+/// that wrote out of order: the marker may be lost while later records are kept).
+const TEARS: [Tear; 5] = [
+    Tear::LoseUnsynced,
+    Tear::Sectors { seed: 11 },
+    Tear::Sectors { seed: 31_337 },
+    Tear::LoseOneSector { nth: 0 },
+    Tear::LoseOneSector { nth: 3 },
+];
+
+/// A drive writing out of order loses each unsynced sector in turn, the rollback marker's
+/// among them, and keeps every later one: recovery cuts the active log at the first hole, so
+/// the refused records before the marker never come back behind the later records.
+#[test]
+fn a_rollback_marker_lost_while_later_unsynced_records_are_kept_never_brings_the_batch_back() {
+    // About 10 unsynced sectors per log: the batch's, the marker's, the later records'. The
+    // larger batch rolls a segment, whose log (never fsynced whole) loses a sector too.
+    let cases = [30, ROLLING_BATCH_COUNT].into_iter().flat_map(|count| (0..16).map(move |nth| (count, nth)));
+    for (refused_count, nth) in cases {
+        let disk = SimDisk::new();
+        let mut store = open(&disk);
+        append_keys(&mut store, 1..=10).unwrap();
+        commit(&mut store).unwrap();
+        let refused = 11..=10 + refused_count;
+        append_keys(&mut store, refused.clone()).unwrap();
+        store.remove_refused(*refused.start(), *refused.end()).unwrap();
+        let later = 11 + refused_count..=40 + refused_count;
+        append_keys(&mut store, later.clone()).unwrap();
+        store.flush().unwrap();
+        let reopened = reopened_after_power_loss(&disk, store, Tear::LoseOneSector { nth });
+        let survived = held(&reopened);
+        let context = format!("{refused_count} refused, unsynced sector {nth} lost: {survived:?}");
+        eprintln!("DEBUG {context} {:?}", reopened.recovery_report());
+        assert!(survived.starts_with(&(1..=10).collect::<Vec<_>>()), "{context}");
+        let came_back = survived.iter().any(|seq| refused.contains(seq));
+        assert!(!(came_back && survived.iter().any(|seq| later.contains(seq))), "{context}");
+        assert_eq!(reopened.recovery_report().corruption, Vec::<String>::new(), "{context}");
+    }
+}
+
+/// Keys enough to roll a `SEGMENT_BYTES` segment (about 80 fit).
+const ROLLING_BATCH_COUNT: u64 = 120;
+
+#[test]
+fn a_rollback_across_a_roll_fsyncs_nothing_and_survives_the_seals_after_it() {
+    let disk = SimDisk::new();
+    let mut store = open(&disk);
+    append_keys(&mut store, 1..=10).unwrap();
+    commit(&mut store).unwrap();
+    let segments = store.segment_count();
+    let last = 10 + ROLLING_BATCH_COUNT;
+    append_keys(&mut store, 11..=last).unwrap();
+    assert!(store.segment_count() > segments, "the batch rolled a segment");
+    let syncs = disk.counts().syncs;
+    assert_eq!(store.remove_refused(11, last).unwrap(), ROLLING_BATCH_COUNT);
+    assert_eq!(disk.counts().syncs, syncs, "the rollback waits for the next commit");
+    assert_eq!(held(&store), (1..=10).collect::<Vec<_>>());
+    // Enough after it to seal the marker's own log too: the earlier index must carry the removal.
+    let later = last + 1..=last + 2 * ROLLING_BATCH_COUNT;
+    append_keys(&mut store, later.clone()).unwrap();
+    commit(&mut store).unwrap();
+    let expected: Vec<u64> = (1..=10).chain(later).collect();
+    assert_eq!(held(&store), expected);
+    let reopened = reopened_without_checkpoint_after_power_loss(&disk, store);
+    assert_eq!(reopened.recovery_report().indexes_rebuilt_count, 0, "read from the indexes");
+    assert_eq!(held(&reopened), expected);
+}
+
+#[test]
+fn a_crash_before_the_seal_after_a_rollback_across_a_roll_rebuilds_the_index_without_the_batch() {
+    let disk = SimDisk::new();
+    let mut store = open(&disk);
+    append_keys(&mut store, 1..=10).unwrap();
+    commit(&mut store).unwrap();
+    let last = 10 + ROLLING_BATCH_COUNT;
+    append_keys(&mut store, 11..=last).unwrap();
+    store.remove_refused(11, last).unwrap();
+    append_keys(&mut store, last + 1..=last + 1).unwrap();
+    // A process crash: everything handed to the OS is kept, but the seal never committed.
+    drop(store);
+    let mut reopened = open(&disk);
+    assert_eq!(held(&reopened), [(1..=10).collect::<Vec<_>>(), vec![last + 1]].concat());
+    append_keys(&mut reopened, last + 2..=last + 2 * ROLLING_BATCH_COUNT).unwrap();
+    commit(&mut reopened).unwrap();
+    let again = reopened_without_checkpoint_after_power_loss(&disk, reopened);
+    let expected: Vec<u64> = (1..=10).chain(last + 1..=last + 2 * ROLLING_BATCH_COUNT).collect();
+    assert_eq!(held(&again), expected);
 }
 
 #[test]
@@ -804,21 +905,67 @@ fn a_full_disk_after_a_rollback_reloads_without_the_refused_batch() {
     assert_eq!(held(&reopened), [(1..=10).collect::<Vec<_>>(), vec![14]].concat());
 }
 
+/// A full disk met writing the rollback marker, with the batch's records already with the OS
+/// (they filled the write buffer, or rolled a segment): the reload cuts them off with the
+/// marker, so they are never visible again, and their sequences are given again.
 #[test]
-fn a_rollback_behind_a_roll_falls_back_to_synced_deletes() {
+fn a_full_disk_met_writing_the_rollback_marker_never_shows_the_refused_batch_again() {
+    for refused_count in [3, ROLLING_BATCH_COUNT] {
+        let disk = SimDisk::new();
+        let mut store = open(&disk);
+        append_keys(&mut store, 1..=10).unwrap();
+        commit(&mut store).unwrap();
+        let last = 10 + refused_count;
+        append_keys(&mut store, 11..=last).unwrap();
+        store.flush().unwrap();
+        disk.set_free_bytes(Some(0));
+        let refused = store.remove_refused(11, last);
+        assert!(matches!(refused, Err(StoreError::OutOfSpace(_))), "{refused_count}: {refused:?}");
+        assert_eq!(held(&store), (1..=10).collect::<Vec<_>>(), "{refused_count}: after the reload");
+        // Whatever the next commit hears, nothing comes back after it.
+        let _ = commit(&mut store);
+        assert_eq!(held(&store), (1..=10).collect::<Vec<_>>(), "{refused_count}: after a commit");
+        disk.set_free_bytes(None);
+        assert_eq!(store.state().last_seq, 10, "{refused_count}: the refused sequences are given again");
+        append_keys(&mut store, 11..=11).unwrap();
+        commit(&mut store).unwrap();
+        let reopened = reopened_after_power_loss(&disk, store, Tear::LoseUnsynced);
+        assert_eq!(held(&reopened), (1..=11).collect::<Vec<_>>(), "{refused_count}");
+        assert_eq!(reopened.recovery_report().corruption, Vec::<String>::new(), "{refused_count}");
+    }
+}
+
+#[test]
+fn a_rollback_reaching_a_finished_seal_falls_back_to_synced_deletes() {
     let disk = SimDisk::new();
     let mut store = open(&disk);
     append_keys(&mut store, 1..=10).unwrap();
     commit(&mut store).unwrap();
-    let segments = store.segment_count();
-    let mut last = 10;
-    while store.segment_count() == segments {
-        last += 1;
-        append_keys(&mut store, last..=last).unwrap();
-    }
+    let last = 10 + ROLLING_BATCH_COUNT;
+    append_keys(&mut store, 11..=last).unwrap();
+    // A commit between the appends and the refusal wrote the earlier segment's index.
+    commit(&mut store).unwrap();
     let syncs = disk.counts().syncs;
-    assert_eq!(store.remove_refused(11, last).unwrap(), last - 10);
-    assert!(disk.counts().syncs > syncs, "a marker names sequences of its own log only");
+    assert_eq!(store.remove_refused(11, last).unwrap(), ROLLING_BATCH_COUNT);
+    assert!(disk.counts().syncs > syncs, "a marker cannot reach an index already written");
+    let reopened = reopened_after_power_loss(&disk, store, Tear::LoseUnsynced);
+    assert_eq!(held(&reopened), (1..=10).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_rollback_reaching_a_seal_a_ticket_holds_falls_back_to_synced_deletes() {
+    let disk = SimDisk::new();
+    let mut store = open(&disk);
+    append_keys(&mut store, 1..=10).unwrap();
+    commit(&mut store).unwrap();
+    let last = 10 + ROLLING_BATCH_COUNT;
+    append_keys(&mut store, 11..=last).unwrap();
+    // Taken, not yet run: it would write the index as built at the roll.
+    let ticket = store.sync_begin().unwrap();
+    let syncs = disk.counts().syncs;
+    assert_eq!(store.remove_refused(11, last).unwrap(), ROLLING_BATCH_COUNT);
+    assert!(disk.counts().syncs > syncs, "the held seal's index is not built again");
+    store.sync_finish(ticket.run()).unwrap();
     let reopened = reopened_after_power_loss(&disk, store, Tear::LoseUnsynced);
     assert_eq!(held(&reopened), (1..=10).collect::<Vec<_>>());
 }

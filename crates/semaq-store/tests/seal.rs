@@ -246,6 +246,39 @@ fn run_with_dir_sync_held<T>(disk: &SimDisk, ticket: SyncTicket, meanwhile: impl
     })
 }
 
+/// A drive writing out of order: a ticket synced the active log, then a refused batch filled
+/// it and rolled (its marker in the next log, whose entry the ticket's directory fsync made
+/// durable), and the crash lost one unsynced sector of each log while keeping the rest. The
+/// sealing log with a lost write is taken for a torn one (the logs after it go) and cut at
+/// the hole: the refused records come back only as the tail, and no damage is reported.
+#[test]
+fn a_sealing_log_that_lost_an_unsynced_sector_is_cut_there_and_the_logs_after_it_go() {
+    for nth in 0..12 {
+        let disk = SimDisk::new();
+        let mut store = open(&disk);
+        let next = append_past_a_roll(&mut store, 1, 3).unwrap();
+        let ticket = store.sync_begin().unwrap();
+        let (_, during) = run_with_dir_sync_held(&disk, ticket, || {
+            let later = append_past_a_roll(&mut store, next, 2).unwrap();
+            store.remove_refused(next, later - 1).unwrap();
+            let end = (later..later + 5).try_fold(later, |_, seq| append(&mut store, seq).map(|seq| seq + 1)).unwrap();
+            store.flush().unwrap();
+            (later, end)
+        });
+        let (later, _) = during.expect("the ticket reached its directory fsync");
+        disk.crash(Tear::LoseOneSector { nth });
+        drop(store);
+        let reopened = open(&disk);
+        let survived = held(&reopened);
+        let context = format!("unsynced sector {nth} lost: {survived:?}");
+        assert_eq!(reopened.recovery_report().corruption, Vec::<String>::new(), "{context}");
+        let synced: Vec<u64> = survived.iter().copied().filter(|&seq| seq < next).collect();
+        assert_eq!(synced, (1..next).collect::<Vec<_>>(), "{context}: synced records lost");
+        let came_back = survived.iter().any(|&seq| (next..later).contains(&seq));
+        assert!(!(came_back && survived.iter().any(|&seq| seq >= later)), "{context}: refused behind later ones");
+    }
+}
+
 #[test]
 fn power_loss_after_a_ticket_synced_the_directory_of_segments_rolled_while_it_ran_gives_back_the_synced_prefix() {
     for tear in [Tear::LoseUnsynced, Tear::Sectors { seed: 5 }, Tear::Sectors { seed: 424_242 }] {

@@ -247,6 +247,10 @@ pub struct Ingest<'a, 'c> {
     /// written it with the store's lock let go (`stream/split.rs`); `None` where they are made
     /// at once, after a snapshot in place (inside an atomic batch's appends).
     pub(in crate::jetstream) held: Option<Vec<split::Held>>,
+    /// L3: why the last producer snapshot written for this ingest batch with the store's lock
+    /// let go failed, if it did: one it still needs is then refused rather than written in
+    /// place, its fsyncs under the lock.
+    pub(in crate::jetstream) snapshot_failed: Option<String>,
 }
 
 impl Ingest<'_, '_> {
@@ -284,8 +288,20 @@ impl Ingest<'_, '_> {
             held.push(split::Held { removal, ack: None });
             return Ok(true);
         }
-        self.producers.write_snapshot(self.store, self.now).map_err(ApiError::storage)?;
+        self.snapshot_in_place()?;
         Ok(false)
+    }
+
+    /// L3: the producer snapshot written in place, under the store's lock, where nothing can be
+    /// held (an atomic batch's appends), unless the unlocked attempt before failed: then
+    /// refused with its failure (`snapshot_failed`), as a held removal whose snapshot failed is.
+    pub(in crate::jetstream) fn snapshot_in_place(&mut self) -> Result<(), ApiError> {
+        if let Some(reason) = &self.snapshot_failed {
+            return Err(ApiError::storage(format!("cannot write the producer snapshot: {reason}")));
+        }
+        self.producers
+            .write_snapshot(self.store, self.now)
+            .map_err(|error| ApiError::storage(format!("cannot write the producer snapshot: {error}")))
     }
 
     /// Whether `id` is in the dedup window (rebuilding the window first if needed).
@@ -829,5 +845,41 @@ mod tests {
         let failed = store_error(StoreError::Poisoned("fsync x: Input/output error (os error 5)".into()));
         assert_eq!(failed.err_code, 10077);
         assert!(failed.description.contains("fsync"), "the reason reaches the client: {}", failed.description);
+    }
+
+    /// An ingest over a file store in `dir`, its producer snapshot there too.
+    fn snapshot_in_place_after(dir: &std::path::Path, failed: Option<&str>) -> Result<(), ApiError> {
+        let config = StreamConfig::default();
+        let mut store = semaq_store::FileStore::open(semaq_store::FileStoreConfig::new(dir.join("msgs"))).unwrap();
+        store.append("orders", None, b"one", 1).unwrap();
+        let (mut dedup, mut producers) = (Dedup::default(), Producers::new(Some(dir)));
+        let mut ingest = Ingest {
+            config: &config,
+            store: &mut store,
+            dedup: &mut dedup,
+            producers: &mut producers,
+            schema: None,
+            chain: None,
+            interest: None,
+            now: 1,
+            window_ns: 0,
+            deferred_deletes: None,
+            quota: None,
+            held: None,
+            snapshot_failed: failed.map(str::to_owned),
+        };
+        ingest.snapshot_in_place()
+    }
+
+    #[test]
+    fn a_snapshot_needed_after_the_unlocked_attempt_failed_refuses_rather_than_write_under_the_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let refused = snapshot_in_place_after(dir.path(), Some("No space left on device")).unwrap_err();
+        assert_eq!(refused.err_code, 10077);
+        assert!(refused.description.contains("No space left on device"), "{}", refused.description);
+        assert!(!dir.path().join(super::super::producers::SNAPSHOT_FILE).exists(), "nothing written in place");
+        let dir = tempfile::tempdir().unwrap();
+        snapshot_in_place_after(dir.path(), None).unwrap();
+        assert!(dir.path().join(super::super::producers::SNAPSHOT_FILE).exists(), "written in place otherwise");
     }
 }

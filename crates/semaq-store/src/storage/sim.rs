@@ -9,6 +9,8 @@
 //!   rename not synced reverts, a removal not synced is undone.
 //! - [`Tear::Sectors`]: on a crash, a prefix (in offset order, 512-byte sectors) of each file's
 //!   unsynced changes survives, as when a drive completed some of the writes in flight.
+//!   [`Tear::LoseOneSector`]: one unsynced sector of each file is lost and every other kept,
+//!   later ones included, as when a drive wrote out of order.
 //! - [`SimDisk::fail_syncs`]: fsyncs fail with `EIO`; the unsynced data is then not durable
 //!   (`fail_syncs_of`: only those of one file, to fail a step in the middle of a commit)
 //!   (Linux marks the pages clean anyway, so a later fsync does not bring it back).
@@ -48,6 +50,12 @@ pub enum Tear {
     Sectors {
         /// Seed of the choice (the same seed, the same crash).
         seed: u64,
+    },
+    /// Per file, one unsynced sector is lost and every other one, later ones included,
+    /// survives: a drive that wrote out of order.
+    LoseOneSector {
+        /// Which: the `nth` of the file's unsynced sectors in offset order (modulo their count).
+        nth: usize,
     },
 }
 
@@ -318,15 +326,16 @@ impl State {
     /// What a crash now would leave.
     fn image(&self, tear: Tear) -> Image {
         let mut random = match tear {
-            Tear::LoseUnsynced => None,
             Tear::Sectors { seed } => Some(SplitMix(seed)),
+            Tear::LoseUnsynced | Tear::LoseOneSector { .. } => None,
         };
         let mut inodes = HashMap::new();
         for &inode in self.durable_names.values() {
             let Some(file) = self.inodes.get(&inode) else { continue };
-            let kept = match random.as_mut() {
-                Some(random) => torn(file, random),
-                None => file.durable.clone(),
+            let kept = match (tear, random.as_mut()) {
+                (Tear::LoseOneSector { nth }, _) => one_sector_lost(file, nth),
+                (_, Some(random)) => torn(file, random),
+                (_, None) => file.durable.clone(),
             };
             inodes.insert(inode, Inode { current: kept.clone(), durable: kept });
         }
@@ -349,13 +358,7 @@ impl State {
 
 /// A file after a crash that kept a prefix of its unsynced sectors.
 fn torn(file: &Inode, random: &mut SplitMix) -> Vec<u8> {
-    let longest = file.current.len().max(file.durable.len());
-    let dirty: Vec<usize> = (0..longest.div_ceil(SECTOR_BYTES))
-        .filter(|&sector| {
-            let range = sector * SECTOR_BYTES..((sector + 1) * SECTOR_BYTES).min(longest);
-            file.current.get(range.clone()) != file.durable.get(range)
-        })
-        .collect();
+    let dirty = dirty_sectors(file);
     let keep = usize::try_from(random.next() % (dirty.len() as u64 + 1)).unwrap_or(0);
     if keep == dirty.len() {
         return file.current.clone();
@@ -371,6 +374,34 @@ fn torn(file: &Inode, random: &mut SplitMix) -> Vec<u8> {
             out.resize(end, 0);
         }
         out[start..end].copy_from_slice(&file.current[start..end]);
+    }
+    out
+}
+
+/// The sectors where a file's contents differ from what is durable (its unsynced writes).
+fn dirty_sectors(file: &Inode) -> Vec<usize> {
+    let longest = file.current.len().max(file.durable.len());
+    (0..longest.div_ceil(SECTOR_BYTES))
+        .filter(|&sector| {
+            let range = sector * SECTOR_BYTES..((sector + 1) * SECTOR_BYTES).min(longest);
+            file.current.get(range.clone()) != file.durable.get(range)
+        })
+        .collect()
+}
+
+/// A file after a crash that lost one of its unsynced sectors (zeros where nothing durable
+/// was) and kept the rest of what the OS held.
+fn one_sector_lost(file: &Inode, nth: usize) -> Vec<u8> {
+    let dirty = dirty_sectors(file);
+    let mut out = file.current.clone();
+    if dirty.is_empty() {
+        return out;
+    }
+    let lost = dirty[nth % dirty.len()];
+    let start = lost * SECTOR_BYTES;
+    let end = ((lost + 1) * SECTOR_BYTES).min(out.len());
+    for (position, byte) in out.iter_mut().enumerate().take(end).skip(start) {
+        *byte = file.durable.get(position).copied().unwrap_or(0);
     }
     out
 }

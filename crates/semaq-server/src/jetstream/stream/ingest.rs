@@ -22,7 +22,7 @@ impl Stream {
         // Before this stream's store lock: the quota reads the other streams' usage.
         let quota = self.jetstream().and_then(|jetstream| Quota::for_stream(&jetstream, self, config.storage));
         // L3: a snapshot the batch's appends could need, before the lock is taken for it.
-        self.snapshot_before_batch(&config, batch, batches);
+        let mut snapshot_failed = self.snapshot_before_batch(&config, batch, batches);
         let mut store = self.store();
         if !commits.is_some_and(Pipeline::busy) {
             self.take_drop_report(store.as_mut(), dedup);
@@ -60,6 +60,7 @@ impl Stream {
                 deferred_deletes: None,
                 quota: part.quota.take(),
                 held: Some(Vec::new()),
+                snapshot_failed: snapshot_failed.clone(),
             };
             let split = self.store_part(&mut ingest, &mut messages, (&mut parents, &mut *batches), acks, &mut part);
             part.quota = ingest.quota.take();
@@ -79,7 +80,9 @@ impl Stream {
                     continue;
                 }
             }
-            store = self.make_held(store, held, acks);
+            let failed;
+            (store, failed) = self.make_held(store, held, acks);
+            snapshot_failed = failed.or(snapshot_failed);
         }
         let Part { stored_any, must_sync, traced, .. } = part;
         let mut written_ok = true;
@@ -446,18 +449,15 @@ impl Stream {
     }
 
     /// L3: before an append that the store's limits could answer by removing a message the
-    /// producer snapshot does not cover yet, brings the snapshot up to date, in place. Only
-    /// after the unlocked snapshot failed: elsewhere the batch was split before the message, or
-    /// (an atomic batch) the snapshot written before its commit, without the lock
-    /// (`stream/split.rs`, `snapshot_before_batch`), so it is fresh here.
+    /// producer snapshot does not cover yet, brings the snapshot up to date. The batch was split
+    /// before the message, or (an atomic batch) the snapshot written before its commit, without
+    /// the lock (`stream/split.rs`, `snapshot_before_batch`), so it is fresh here, unless that
+    /// failed: then the message is refused, with no fsync under the lock (`snapshot_in_place`).
     fn before_append(&self, ingest: &mut Ingest<'_, '_>, message: &Inbound) -> Result<(), ApiError> {
         let model = ingest.store.size_model();
         let stored = model.message_bytes(&message.subject, message.headers.as_deref(), &message.payload);
         if ingest.producers.append_needs_snapshot(ingest.store.limits(), stored) {
-            ingest
-                .producers
-                .write_snapshot(ingest.store, ingest.now)
-                .map_err(|error| ApiError::storage(format!("cannot write the producer snapshot: {error}")))?;
+            ingest.snapshot_in_place()?;
         }
         Ok(())
     }

@@ -24,9 +24,10 @@
 //! around them (`split.rs`): the removal is held, the snapshot written this way, then the
 //! removal made and the batch continued. An atomic batch's commit, inside whose appends nothing
 //! can be held, gets its snapshot before the batch too, when one of its messages may purge (a
-//! rollup, a one-shot schedule's copy) or its appends may evict; only if that failed (or a
-//! plain message of the same ingest batch recorded an entry first) is one still written in
-//! place. The periodic snapshot (every `PRODUCER_SNAPSHOT_INTERVAL`, without the
+//! rollup, a one-shot schedule's copy) or its appends may evict; only if a plain message of
+//! the same ingest batch recorded an entry first is one still written in place. If an unlocked
+//! snapshot of the batch failed, a message that still needs one is refused with the failure
+//! (`Ingest::snapshot_in_place`): no retry with its fsyncs under the lock. The periodic snapshot (every `PRODUCER_SNAPSHOT_INTERVAL`, without the
 //! lock) and the one before a batch keep splits rare.
 
 use super::{StoreGuard, Stream};
@@ -77,14 +78,16 @@ impl Stream {
     /// messages may purge (a rollup, a one-shot schedule's copy) needs the snapshot as any
     /// removal does: inside its appends nothing can be held, so it is written here rather
     /// than in place, under the lock.
+    /// Returns why the snapshot failed, if it did: the batch then refuses a message that still
+    /// needs one rather than write it in place.
     pub(super) fn snapshot_before_batch(
         &self,
         config: &crate::jetstream::config::StreamConfig,
         batch: &[super::Inbound],
         batches: &crate::jetstream::batch::Batches,
-    ) {
+    ) -> Option<String> {
         if !config.exactly_once() || self.dir.is_none() {
-            return;
+            return None;
         }
         let (staged, arriving) = batches.committed_by(batch);
         let purges = staged.iter().chain(&arriving).any(|message| may_purge(message));
@@ -99,10 +102,10 @@ impl Stream {
         };
         let (written, store) = self.snapshot_if(store, needed, false);
         drop(store);
-        if let Err(error) = written {
-            // The batch's own check writes it in place, or refuses the message.
-            tracing::warn!(stream = %self.name, %error, "producer snapshot before a batch failed");
-        }
+        let error = written.err()?;
+        // A message of the batch that still needs it is refused (no retry under the lock).
+        tracing::warn!(stream = %self.name, %error, "producer snapshot before a batch failed");
+        Some(error.to_string())
     }
 
     /// L3: the periodic (and final) producer snapshot, when producers changed since the last;

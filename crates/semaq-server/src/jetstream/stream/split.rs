@@ -24,9 +24,9 @@
 //! and its messages must not be read half-stored): the ingest task writes the snapshot a
 //! rollup or a limit eviction there may need before it takes the lock for the commit
 //! ([`Stream::snapshot_before_batch`]), and during the appends only entries from before the
-//! batch count (a snapshot then leaves the batch out), so none is written in place unless
-//! that failed; the drops of the batch's unwanted messages, made once all of it is in, are
-//! held as above.
+//! batch count (a snapshot then leaves the batch out), so none is written in place (if that
+//! failed, a message that still needs one is refused); the drops of the batch's unwanted
+//! messages, made once all of it is in, are held as above.
 
 use semaq_store::PurgeRequest;
 
@@ -56,13 +56,14 @@ impl Stream {
     /// Writes the producer snapshot with the store's lock let go, then makes the removals held
     /// for it under the lock, taken again (returned). A removal that fails, or whose snapshot
     /// could not be written (then it is not made: its message stays), turns its message's
-    /// PubAck into the error, as the removal made in place did.
+    /// PubAck into the error, as the removal made in place did. Also returns why the snapshot
+    /// failed, if it did: the batch then writes none in place (`Ingest::snapshot_in_place`).
     pub(super) fn make_held<'s>(
         &'s self,
         store: StoreGuard<'s>,
         held: Vec<Held>,
         acks: &mut [PendingAck],
-    ) -> StoreGuard<'s> {
+    ) -> (StoreGuard<'s>, Option<String>) {
         let (written, mut store) = self.before_removal(store, u64::MAX);
         for Held { removal, ack } in held {
             let made = match &written {
@@ -77,7 +78,7 @@ impl Stream {
                 }
             }
         }
-        store
+        (store, written.err().map(|error| error.to_string()))
     }
 
     fn remove_held(&self, store: &mut dyn semaq_store::StreamStore, removal: &Removal) -> Result<(), ApiError> {
