@@ -55,6 +55,9 @@ pub struct Client {
     pub server_subjects: Arc<SubjectTraffic>,
     /// Subscriptions currently held.
     pub subscriptions: AtomicUsize,
+    /// The server's signal that a subscription went (`Bus::interest_dropped`), for one that
+    /// ends by reaching its auto-unsubscribe count.
+    pub interest_dropped: Arc<tokio::sync::Notify>,
     /// Routed requests this connection has been handed and not yet answered: while above zero,
     /// its publishes are shown to the agent network, which watches for the replies.
     pub replies_owed: AtomicUsize,
@@ -96,6 +99,7 @@ impl Client {
         tls: bool,
         server_shed: Arc<Shed>,
         server_subjects: Arc<SubjectTraffic>,
+        interest_dropped: Arc<tokio::sync::Notify>,
     ) -> Self {
         Self {
             id,
@@ -106,6 +110,7 @@ impl Client {
             server_shed,
             server_subjects,
             subscriptions: AtomicUsize::new(0),
+            interest_dropped,
             replies_owed: AtomicUsize::new(0),
             details: OnceLock::new(),
             rtt_nanos: AtomicU64::new(0),

@@ -84,7 +84,8 @@ pub async fn serve(context: Arc<Context>, socket: TcpStream, addr: SocketAddr) {
     let id = context.bus.clients.next_id();
     let tls = context.tls.clone();
     let (shed, subjects) = (context.bus.stats.shed.clone(), context.bus.stats.subjects.clone());
-    let client = Arc::new(Client::new(id, addr, context.options.pending_bytes_max, tls.is_some(), shed, subjects));
+    let (pending, dropped) = (context.options.pending_bytes_max, context.bus.interest_dropped.clone());
+    let client = Arc::new(Client::new(id, addr, pending, tls.is_some(), shed, subjects, dropped));
     let info = context.client_info(id, addr);
     let mut hello = BytesMut::new();
     encode::info(&mut hello, &info);
@@ -159,7 +160,8 @@ where
     let id = context.bus.clients.next_id();
     let (shed, subjects) = (context.bus.stats.shed.clone(), context.bus.stats.subjects.clone());
     let pending = context.options.pending_bytes_max;
-    let client = Arc::new(Client::new(id, addr, pending, via.tls_required, shed, subjects));
+    let dropped = context.bus.interest_dropped.clone();
+    let client = Arc::new(Client::new(id, addr, pending, via.tls_required, shed, subjects, dropped));
     let mut info = context.client_info(id, addr);
     // The WebSocket override may ask for credentials the client port does not.
     info.auth_required = context.auth.is_required_on(Transport::Websocket);

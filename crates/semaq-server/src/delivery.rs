@@ -215,6 +215,10 @@ pub fn deliver(
     }
     if subscription.is_exhausted() {
         router.remove(&subscription.subject, subscription.queue.as_deref(), &SubscriberRef(subscription.clone()));
+        if let Some(client) = subscription.client() {
+            // A requester measured for latency may have stopped listening (`408`).
+            client.interest_dropped.notify_one();
+        }
     }
     let client = match &subscription.sink {
         Sink::Client(client) => client,

@@ -456,9 +456,9 @@ pub const SERVICE_RESPONSE_TIMEOUT: std::time::Duration = std::time::Duration::f
 /// further requests go unmeasured until responses or the response timeout free room.
 pub const TRACKED_REQUESTS_MAX: usize = 10_000;
 /// How often the timer looks for measured requests whose requester stopped listening (`408`, a
-/// linear search of at most `TRACKED_REQUESTS_MAX`) without being woken: a client's unsubscribe
-/// or disconnect wakes it at once, so this bounds only the other ways interest goes (an
-/// auto-unsubscribe reached). Deadlines (`504`) wake it on time.
+/// linear search of at most `TRACKED_REQUESTS_MAX`) without being woken: a client's unsubscribe,
+/// auto-unsubscribe or disconnect wakes it at once, so this is a backstop. Deadlines (`504`)
+/// wake it on time.
 pub const TRACKED_RECHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 /// The least time between two searches for lost interest woken by unsubscribes, so a storm of
 /// them costs one search per spacing; a `408` comes at most this late.

@@ -186,7 +186,15 @@ mod tests {
 
     fn client(id: u64) -> Arc<Client> {
         let addr = "127.0.0.1:4222".parse().expect("address");
-        Arc::new(Client::new(id, addr, 1 << 20, false, Arc::new(Shed::default()), Arc::new(SubjectTraffic::new(0))))
+        Arc::new(Client::new(
+            id,
+            addr,
+            1 << 20,
+            false,
+            Arc::new(Shed::default()),
+            Arc::new(SubjectTraffic::new(0)),
+            Arc::default(),
+        ))
     }
 
     fn pending(client: &Arc<Client>, agent: &str, deadline_us: u64) -> Pending {
