@@ -24,14 +24,14 @@ fn now() -> i64 {
 }
 
 /// An operator, its system account, and the config trusting the accounts added to it.
-struct Trusted {
+pub(crate) struct Trusted {
     operator: KeyPair,
     system: KeyPair,
     preload: String,
 }
 
 impl Trusted {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let (operator, system) = (KeyPair::new_operator(), KeyPair::new_account());
         let jwt = mint(&operator, &system.public_key(), account_claims(json!({}), json!({})), json!({}));
         let preload = format!("  {}: {jwt}\n", system.public_key());
@@ -39,12 +39,12 @@ impl Trusted {
     }
 
     /// Adds `account` with the `nats` claims in `extra` and the top-level claims in `top`.
-    fn add(&mut self, account: &KeyPair, extra: Value, top: Value) {
+    pub(crate) fn add(&mut self, account: &KeyPair, extra: Value, top: Value) {
         let jwt = mint(&self.operator, &account.public_key(), account_claims(json!({}), extra), top);
         self.preload.push_str(&format!("  {}: {jwt}\n", account.public_key()));
     }
 
-    fn config(&self) -> String {
+    pub(crate) fn config(&self) -> String {
         format!(
             "operator: {}\nsystem_account: {}\nresolver: MEMORY\nresolver_preload {{\n{}}}\n",
             operator_jwt_naming(&self.operator, &self.system),

@@ -14,7 +14,8 @@ use semaq_testkit::{NatsServer, Raw, SemaqServer};
 use serde_json::{json, Value};
 
 use crate::account_limits::nats_server_with;
-use crate::auth_nkeys::{account_claims, jwt_login, mint, operator_jwt_naming, raw_connect, round, sign};
+use crate::auth_nkeys::{jwt_login, mint, raw_connect, round, sign};
+use crate::jwt_scopes::Trusted;
 
 /// Messages published to measure a weighted mapping's shares.
 const DRAWS: usize = 2_000;
@@ -175,37 +176,6 @@ fn each_account_maps_with_its_own_mappings_and_permissions_apply_to_the_mapped_s
     }
 }
 
-/// An operator with its system account and the accounts added, preloaded.
-struct Trusted {
-    operator: KeyPair,
-    system: KeyPair,
-    preload: String,
-}
-
-impl Trusted {
-    fn new() -> Self {
-        let (operator, system) = (KeyPair::new_operator(), KeyPair::new_account());
-        let jwt = mint(&operator, &system.public_key(), account_claims(json!({}), json!({})), json!({}));
-        let preload = format!("  {}: {jwt}\n", system.public_key());
-        Self { operator, system, preload }
-    }
-
-    fn add(&mut self, account: &KeyPair, mappings: Value) {
-        let claims = account_claims(json!({}), json!({ "mappings": mappings }));
-        let jwt = mint(&self.operator, &account.public_key(), claims, json!({}));
-        self.preload.push_str(&format!("  {}: {jwt}\n", account.public_key()));
-    }
-
-    fn config(&self) -> String {
-        format!(
-            "operator: {}\nsystem_account: {}\nresolver: MEMORY\nresolver_preload {{\n{}}}\n",
-            operator_jwt_naming(&self.operator, &self.system),
-            self.system.public_key(),
-            self.preload
-        )
-    }
-}
-
 /// A user of `account`, logged in raw.
 fn jwt_user(addr: SocketAddr, account: &KeyPair) -> Raw {
     let user = KeyPair::new_user();
@@ -217,16 +187,14 @@ fn jwt_user(addr: SocketAddr, account: &KeyPair) -> Raw {
 fn an_account_jwts_mappings_apply_to_its_publishes_as_in_nats_server() {
     let (mapped, plain) = (KeyPair::new_account(), KeyPair::new_account());
     let mut trusted = Trusted::new();
-    trusted.add(
-        &mapped,
-        json!({
-            "foo": [{ "subject": "bar" }],
-            "orders.*": [{ "subject": "by.$1" }],
-            "ab": [{ "subject": "a", "weight": 30 }, { "subject": "b", "weight": 70 }],
-            "east": [{ "subject": "only.east", "cluster": "east" }],
-        }),
-    );
-    trusted.add(&plain, json!({}));
+    let mappings = json!({
+        "foo": [{ "subject": "bar" }],
+        "orders.*": [{ "subject": "by.$1" }],
+        "ab": [{ "subject": "a", "weight": 30 }, { "subject": "b", "weight": 70 }],
+        "east": [{ "subject": "only.east", "cluster": "east" }],
+    });
+    trusted.add(&mapped, json!({ "mappings": mappings }), json!({}));
+    trusted.add(&plain, json!({}), json!({}));
     let (semaq, (nats, _dir)) = servers(&trusted.config());
     for addr in [semaq.addr(), nats.addr()] {
         let (mut listener, mut publisher) = (jwt_user(addr, &mapped), jwt_user(addr, &mapped));
@@ -261,7 +229,7 @@ fn account_jwt_mappings_the_jwt_library_blocks_refuse_the_account_as_in_nats_ser
         .into_iter()
         .map(|(mappings, admitted)| {
             let account = KeyPair::new_account();
-            trusted.add(&account, mappings.clone());
+            trusted.add(&account, json!({ "mappings": mappings.clone() }), json!({}));
             (account, mappings, admitted)
         })
         .collect();
@@ -367,7 +335,11 @@ fn a_service_request_takes_the_exporting_accounts_mappings_as_in_nats_server() {
 #[test]
 fn a_jwt_mapping_weight_that_is_no_byte_stops_the_server_as_in_nats_server() {
     let mut trusted = Trusted::new();
-    trusted.add(&KeyPair::new_account(), json!({ "foo": [{ "subject": "bar", "weight": 300 }] }));
+    trusted.add(
+        &KeyPair::new_account(),
+        json!({ "mappings": { "foo": [{ "subject": "bar", "weight": 300 }] } }),
+        json!({}),
+    );
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("bad.conf");
     std::fs::write(&path, trusted.config()).expect("write config");
