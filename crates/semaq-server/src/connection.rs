@@ -458,6 +458,29 @@ impl Connection {
         Ok(())
     }
 
+    /// The connection as nats-server 2.9 names a client in its log lines: its address and id,
+    /// then, once CONNECT gave any, `"v<version>:<lang>:<name>"` of those given.
+    fn log_name(&self) -> String {
+        let kind = match self.entry.transport {
+            Transport::Tcp => "cid",
+            Transport::Websocket => "wid",
+        };
+        let mut name = format!("{} - {kind}:{}", self.client.addr, self.client.id);
+        let parts: Vec<String> = self
+            .client
+            .details()
+            .map(|details| {
+                let given = |field: &Option<String>| field.clone().filter(|text| !text.is_empty());
+                let version = given(&details.options.version).map(|version| format!("v{version}"));
+                [version, given(&details.options.lang), given(&details.options.name)].into_iter().flatten().collect()
+            })
+            .unwrap_or_default();
+        if !parts.is_empty() {
+            name.push_str(&format!(" - {:?}", parts.join(":")));
+        }
+        name
+    }
+
     fn verbose(&self) -> bool {
         self.client.details().is_some_and(|details| details.options.verbose)
     }
@@ -517,6 +540,9 @@ impl Connection {
             .as_ref()
             .and_then(|mappings| mappings.select(&publish.subject))
             .map(|mapped| std::mem::replace(&mut publish.subject, ByteString::from(mapped)));
+        if let Some(published) = &published {
+            tracing::trace!("{} - <<- [MAPPING {published} -> {}]", self.log_name(), publish.subject);
+        }
         let size = publish.headers.as_ref().map_or(0, |h| h.len()) + publish.payload.len();
         self.client.inbound.record(size);
         self.client.server_subjects.record_in(&publish.subject, size);

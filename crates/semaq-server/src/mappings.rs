@@ -175,10 +175,14 @@ impl SubjectMappings {
 
     /// The subject a message published to `published` goes to instead, drawn by weight for
     /// each message; `None` when no mapping applies. The first mapping (in order added) whose
-    /// source matches decides; an empty subject when the weights leave the message nowhere.
+    /// source takes the subject decides; an empty subject when the weights leave the message
+    /// nowhere. As in nats-server, a non-pedantic client's `*` or `>` token is taken where the
+    /// source has a `*` (or a `>` covering it) and passes into the destination as it is.
     pub fn select(&self, published: &str) -> Option<String> {
         let mapping = self.mappings.iter().find(|mapping| match mapping.wildcard {
-            true => subject::matches(&mapping.source, published),
+            // Neither server delivers a subject with an empty token; mapping none keeps a
+            // destination that drops that token from delivering it (nats-server maps none).
+            true => subject::is_routable(published) && subject::is_subset(published, &mapping.source),
             false => mapping.source == published,
         })?;
         let chosen = match mapping.destinations.as_slice() {
@@ -230,9 +234,7 @@ fn tokenize(source: &str) -> String {
 
 impl Destination {
     fn apply(&self, published: &str) -> String {
-        // A subject the transform does not take (a non-pedantic client's `*` token) stays.
-        let transformed = self.transform.as_ref().and_then(|transform| transform.apply(published));
-        transformed.unwrap_or_else(|| published.to_string())
+        self.transform.as_ref().map_or_else(|| published.to_string(), |transform| transform.rewrite_taken(published))
     }
 }
 
@@ -300,6 +302,21 @@ mod tests {
     fn a_wildcard_mapping_moves_tokens() {
         let table = table("orders.*.*", &[MapDest::whole("by.{{wildcard(2)}}.$1")]);
         assert_eq!(table.select("orders.eu.7").as_deref(), Some("by.7.eu"));
+    }
+
+    #[test]
+    fn a_published_wildcard_token_is_taken_by_a_wildcard_source_and_passes_through() {
+        let table = table("a.*.*", &[MapDest::whole("b.$2.$1")]);
+        assert_eq!(table.select("a.*.x").as_deref(), Some("b.x.*"));
+        assert_eq!(table.select("a.>"), None);
+        assert_eq!(table.select("a..x"), None);
+        let tail = table_of("t.>", "u.>");
+        assert_eq!(tail.select("t.*.>").as_deref(), Some("u.*.>"));
+        assert_eq!(table_of("foo", "bar").select("*"), None);
+    }
+
+    fn table_of(source: &str, destination: &str) -> SubjectMappings {
+        table(source, &[MapDest::whole(destination)])
     }
 
     #[test]

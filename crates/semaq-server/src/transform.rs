@@ -191,6 +191,14 @@ impl Transform {
         Some(self.rewrite(&tokens))
     }
 
+    /// The rewritten subject for one the caller found the source takes (nats-server's
+    /// `TransformTokenizedSubject`): unlike [`Transform::apply`], a `*` or `>` token a
+    /// non-pedantic client published goes through like any other.
+    pub fn rewrite_taken(&self, subject: &str) -> String {
+        let tokens: Vec<&str> = subject.split('.').collect();
+        self.rewrite(&tokens)
+    }
+
     fn rewrite(&self, tokens: &[&str]) -> String {
         let mut out: Vec<u8> = Vec::with_capacity(64);
         let last = self.parts.len().saturating_sub(1);

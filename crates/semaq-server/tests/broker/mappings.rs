@@ -1,7 +1,8 @@
 //! Subject mappings (`mappings` in the config, top level and per account, and the account JWT
 //! claim), side by side with nats-server 2.9 given the same config: raw clients see the same
 //! subjects delivered, the same share of weighted destinations, the same losses, the same
-//! refusals, the same `/accountz` mappings; service requests take the exporter's mappings; a
+//! refusals, the same `/accountz` mappings, the same `*` and `>` tokens of non-pedantic clients
+//! mapped, the same `MAPPING` trace line; service requests take the exporter's mappings; a
 //! stream on a mapped destination stores the mapped subject. SemaQ alone (2.9 has neither
 //! here): the `sm` message-trace event of 2.11, and WebSocket clients.
 
@@ -104,6 +105,71 @@ fn partition_puts_each_key_in_the_same_bucket_every_time_and_as_nats_server_does
         per_server.push(received);
     }
     assert_eq!(per_server[0], per_server[1], "SemaQ's buckets differ from nats-server's");
+}
+
+const WILDCARD_TOKENS: &str = r#"
+mappings {
+  "foo.*": "bar.$1"
+  "a.*.*": "b.$2.$1"
+  "t.>": "u.>"
+  "p.*": "p.{{partition(3,1)}}.$1"
+}
+"#;
+
+/// A client that is not pedantic may publish a `*` or `>` token: nats-server maps it where the
+/// source has a `*` there (or a `>` covering it), the token passing into the destination as it
+/// is, and leaves it alone where the source has a literal.
+#[test]
+fn a_published_wildcard_token_is_mapped_where_the_source_has_a_wildcard_as_in_nats_server() {
+    let (semaq, (nats, _dir)) = servers(WILDCARD_TOKENS);
+    let subjects = ["foo.*", "foo.>", "a.*.x", "a.x.*", "a.*.*", "a.>", "t.*", "t.>", "p.*", ">", "foo.x"];
+    for addr in [semaq.addr(), nats.addr()] {
+        let (mut listener, mut publisher) = pair(addr, None);
+        let (received, answered) = deliveries(&mut listener, &mut publisher, &subjects);
+        assert_eq!(answered, "", "{addr}");
+        let expected = ["bar.*", "foo.>", "b.x.*", "b.*.x", "b.*.*", "a.>", "u.*", "u.>", "p.0.*", ">", "bar.x"];
+        assert_eq!(received, expected, "{addr}");
+    }
+}
+
+/// The text of each of `log`'s trace lines from a client, past the client's address and id
+/// (which it checks are there, as nats-server writes them: `127.0.0.1:port - cid:N - `).
+fn client_trace_lines(log: &str) -> Vec<String> {
+    let traced = log.lines().filter_map(|line| line.split_once(" [TRC] ").map(|(_, rest)| rest));
+    let from_client = traced.filter_map(|rest| {
+        let (addr, rest) = rest.split_once(" - ")?;
+        let (id, text) = rest.split_once(" - ")?;
+        let numbered = id.strip_prefix("cid:").is_some_and(|n| n.parse::<u64>().is_ok());
+        (addr.parse::<SocketAddr>().is_ok() && numbered).then(|| text.to_string())
+    });
+    from_client.collect()
+}
+
+#[test]
+fn with_trace_on_a_mapped_publish_writes_nats_servers_mapping_line() {
+    let config = format!("trace: true\n{WILDCARD_TOKENS}");
+    let (semaq, (nats, _dir)) = servers(&config);
+    let logs: [(SocketAddr, &dyn Fn() -> String); 2] =
+        [(semaq.addr(), &|| semaq.log_text()), (nats.addr(), &|| nats.log_text())];
+    let expected = [
+        "<<- [MAPPING foo.x -> bar.x]",
+        "<<- [MAPPING a.*.y -> b.y.*]",
+        "\"v1.2:raw:mapper\" - <<- [MAPPING foo.y -> bar.y]",
+    ];
+    for (addr, log) in logs {
+        let mut anonymous = connect(addr, None);
+        assert_eq!(round(&mut anonymous, "PUB foo.x 1\r\nx\r\nPUB other 1\r\nx\r\nPUB a.*.y 1\r\nx\r\n"), "", "{addr}");
+        let mut named = Raw::connect(addr);
+        let hello = r#"CONNECT {"verbose":false,"pedantic":false,"name":"mapper","lang":"raw","version":"1.2"}"#;
+        assert_eq!(round(&mut named, &format!("{hello}\r\nPUB foo.y 1\r\nx\r\n")), "", "{addr}");
+        let mapped = |log: &str| -> Vec<String> {
+            client_trace_lines(log).into_iter().filter(|line| line.contains("MAPPING")).collect()
+        };
+        // The log is written apart from the replies: wait for the lines, then compare them.
+        let enough = || mapped(&log()).len() >= expected.len();
+        semaq_testkit::wait_until("the MAPPING lines", Duration::from_secs(10), enough);
+        assert_eq!(mapped(&log()), expected, "{addr}");
+    }
 }
 
 const WEIGHTED: &str = r#"
