@@ -363,6 +363,9 @@ pub const SIGNALS_QUEUED_MAX: usize = 4;
 pub const USER_JWT_BYTES_MAX: usize = 16 * 1024;
 /// Auth: longest operator or account JWT read from the config (accounts with many exports are big).
 pub const ACCOUNT_JWT_BYTES_MAX: usize = 1024 * 1024;
+/// Auth: longest `description` or `info_url` of an account JWT or one of its exports (the jwt
+/// library's `MaxInfoLength`; nats-server refuses an account over it).
+pub const JWT_INFO_BYTES_MAX: usize = 8 * 1024;
 /// Auth: longest nonce signature, as text (an Ed25519 signature is 86 base64url characters).
 pub const NKEY_SIGNATURE_TEXT_BYTES_MAX: usize = 256;
 /// Auth: subjects a scoped signing key's template may expand to, per permission list

@@ -335,6 +335,12 @@ pub struct AccountNats {
     /// Subject mappings: published subject → its weighted destinations.
     #[serde(default)]
     pub mappings: Option<BTreeMap<String, Vec<WeightedMapping>>>,
+    /// What the account is for.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Where to read more about it: an absolute URL.
+    #[serde(default)]
+    pub info_url: Option<String>,
 }
 
 /// One destination of an account JWT's subject mapping.
@@ -367,8 +373,8 @@ pub struct ExportClaim {
     /// The exported subject.
     #[serde(default)]
     pub subject: String,
-    /// `stream` or `service`.
-    #[serde(rename = "type", default)]
+    /// `stream` or `service`; empty when the claim has none.
+    #[serde(rename = "type", default, deserialize_with = "link_type")]
     pub kind: String,
     /// Importers need an activation token.
     #[serde(default)]
@@ -391,6 +397,12 @@ pub struct ExportClaim {
     /// For services, whether `Nats-Trace-Dest` traces go on into the exporter.
     #[serde(default)]
     pub allow_trace: bool,
+    /// What the export offers.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Where to read more about it: an absolute URL.
+    #[serde(default)]
+    pub info_url: Option<String>,
 }
 
 /// An export's `latency`: `sampling` a percentage or `"headers"`, `results` the subject.
@@ -419,8 +431,8 @@ pub struct ImportClaim {
     /// The subject in the importing account.
     #[serde(default)]
     pub local_subject: String,
-    /// `stream` or `service`.
-    #[serde(rename = "type", default)]
+    /// `stream` or `service`; empty when the claim has none.
+    #[serde(rename = "type", default, deserialize_with = "link_type")]
     pub kind: String,
     /// An activation token, for exports that require one.
     #[serde(default)]
@@ -431,6 +443,16 @@ pub struct ImportClaim {
     /// For streams, whether `Nats-Trace-Dest` traces go on into the importer.
     #[serde(default)]
     pub allow_trace: bool,
+}
+
+/// An import's or export's `type` as the jwt library decodes it (`ExportType`): only `stream`
+/// and `service`, spelled so. Anything else given, `""` and `null` too, fails the whole account
+/// JWT, which stops nats-server at start; a missing `type` decodes (and is refused later).
+fn link_type<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    match Option::<String>::deserialize(deserializer)?.as_deref() {
+        Some(kind @ ("stream" | "service")) => Ok(kind.to_string()),
+        other => Err(serde::de::Error::custom(format!("unknown export type {:?}", other.unwrap_or_default()))),
+    }
 }
 
 impl Kind for AccountNats {

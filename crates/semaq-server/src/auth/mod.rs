@@ -2,6 +2,7 @@
 //! what each user may publish and subscribe to.
 
 pub mod certificate;
+pub mod go_url;
 pub mod jwt;
 pub mod nkey;
 pub mod responses;

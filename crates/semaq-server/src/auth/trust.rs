@@ -182,6 +182,7 @@ impl Trust {
         }
         let signing_keys = claims.nats.signing_keys.unwrap_or_default();
         validation::check_signing_keys(&signing_keys)?;
+        validation::check_info(claims.nats.description.as_deref(), claims.nats.info_url.as_deref())?;
         if let Some(defaults) = &claims.nats.default_permissions {
             validation::check_default_permissions(defaults)?;
         }

@@ -7,14 +7,16 @@
 
 use std::collections::BTreeMap;
 
+use super::go_url;
 use super::jwt::WeightedMapping;
 use super::jwt::{AccountLimits, DefaultPermissions, ExportClaim, ImportClaim, LatencyClaim, SigningKey, SubjectList};
 use super::nkey::{self, Role};
+use crate::limits;
 
 /// A blocking issue of an account's links or limits; the texts are the jwt library's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ClaimError {
-    /// A `type` other than `stream` or `service` (nats-server fails to even decode most).
+    /// No `type` (the library decodes no `type` given but `stream` or `service`).
     #[error("invalid {0} type: {1:?}")]
     Kind(&'static str, String),
     /// An import naming no account to import from.
@@ -74,6 +76,34 @@ pub enum ClaimError {
     /// A subject mapping whose weights sum over 100.
     #[error("Mapping {0:?} exceeds 100% among all of it's weighted to mappings")]
     MappingWeight(String),
+    /// A `description` or `info_url` longer than [`limits::JWT_INFO_BYTES_MAX`].
+    #[error("{0} is too long")]
+    InfoTooLong(&'static str),
+    /// An `info_url` that is not an absolute URL as Go parses one.
+    #[error("error parsing info url: {0}")]
+    InfoUrl(String),
+}
+
+/// Checks a `description` and `info_url` (an account's or an export's) as the jwt library's
+/// `Info` does: each at most [`limits::JWT_INFO_BYTES_MAX`] bytes, the URL one Go parses with a
+/// scheme and a host name.
+pub fn check_info(description: Option<&str>, info_url: Option<&str>) -> Result<(), ClaimError> {
+    if description.is_some_and(|text| text.len() > limits::JWT_INFO_BYTES_MAX) {
+        return Err(ClaimError::InfoTooLong("Description"));
+    }
+    let Some(url) = info_url.filter(|url| !url.is_empty()) else {
+        return Ok(());
+    };
+    if url.len() > limits::JWT_INFO_BYTES_MAX {
+        return Err(ClaimError::InfoTooLong("Info URL"));
+    }
+    match go_url::scheme_and_host_name(url) {
+        Ok((scheme, host)) if scheme.is_empty() || host.is_empty() => {
+            Err(ClaimError::InfoUrl("no hostname or scheme".to_string()))
+        }
+        Ok(_) => Ok(()),
+        Err(error) => Err(ClaimError::InfoUrl(format!("parse {url:?}: {error}"))),
+    }
 }
 
 /// Checks that each of an account's signing keys, plain or scoped, is an account public key.
@@ -135,14 +165,10 @@ pub fn check_limits(
 
 impl ClaimError {
     /// Whether the library fails to even decode the account JWT over it (nats-server then stops
-    /// at start): a `type` spelled otherwise than `stream` or `service`, or a `sampling` neither
-    /// `"headers"` nor a whole number.
+    /// at start): a `sampling` neither `"headers"` nor a whole number. (A `type` it cannot decode
+    /// already fails SemaQ's decoding.)
     pub fn is_undecodable(&self) -> bool {
-        match self {
-            ClaimError::Kind(_, kind) => !kind.is_empty(),
-            ClaimError::Latency(why) => *why == UNDECODABLE_SAMPLING,
-            _ => false,
-        }
+        matches!(self, ClaimError::Latency(why) if *why == UNDECODABLE_SAMPLING)
     }
 }
 
@@ -250,7 +276,8 @@ fn check_export(export: &ExportClaim) -> Result<(), ClaimError> {
         return Err(ClaimError::Threshold);
     }
     check_subject(&export.subject)?;
-    check_token_position(export.account_token_position, &export.subject)
+    check_token_position(export.account_token_position, &export.subject)?;
+    check_info(export.description.as_deref(), export.info_url.as_deref())
 }
 
 fn check_latency(latency: &LatencyClaim, service: bool) -> Result<(), ClaimError> {
@@ -430,6 +457,19 @@ mod tests {
         assert_eq!(check_limits(&limits(r#"{"exports":1,"wildcards":true}"#), &[], &exports), Ok(()));
         let blank = limits(r#"{"tiered_limits":{"":{}}}"#);
         assert_eq!(check_limits(&blank, &[], &[]), Err(ClaimError::BlankTier));
+    }
+
+    #[test]
+    fn descriptions_and_info_urls_pass_only_within_the_librarys_bounds() {
+        let long = "x".repeat(limits::JWT_INFO_BYTES_MAX + 1);
+        assert_eq!(check_info(Some("what it is"), Some("https://example.com/about")), Ok(()));
+        assert_eq!(check_info(None, Some("")), Ok(()));
+        assert_eq!(check_info(Some(&long), None), Err(ClaimError::InfoTooLong("Description")));
+        let long_url = format!("https://example.com/{long}");
+        assert_eq!(check_info(None, Some(&long_url)), Err(ClaimError::InfoTooLong("Info URL")));
+        for wrong in ["example.com", "http:example.com", "/about", "http://a b/", ":x"] {
+            assert!(matches!(check_info(None, Some(wrong)), Err(ClaimError::InfoUrl(_))), "{wrong}");
+        }
     }
 
     #[test]

@@ -404,18 +404,94 @@ fn a_preloaded_account_jwt_the_jwt_library_cannot_decode_stops_the_server_as_in_
     let sampling =
         json!({ "subject": "a", "type": "service", "service_latency": { "sampling": "50%", "results": "l" } });
     for links in [json!({ "imports": [import] }), json!({ "exports": [sampling] })] {
-        let mut trusted = Trusted::new();
-        trusted.add(&exporter, json!({}), json!({}));
-        trusted.add(&KeyPair::new_account(), links.clone(), json!({}));
-        let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("bad.conf");
-        std::fs::write(&path, trusted.config()).expect("write config");
-        let nats = std::process::Command::new("nats-server").arg("-c").arg(&path).output().expect("run nats-server");
-        let semaq = SemaqServer::builder().bare().arg("-c").arg(&path).output();
-        for (server, output) in [("semaq", semaq), ("nats-server", nats)] {
-            let stderr = String::from_utf8_lossy(&output.stderr);
-            assert!(!output.status.success(), "{server} started with {links}");
-            assert!(stderr.contains("invalid account JWT"), "{server}, {links}: {stderr}");
+        assert_both_refuse_to_start(&exporter, links);
+    }
+}
+
+/// Starts SemaQ and nats-server with an operator config preloading `exporter` and an account
+/// with the `nats` claims `claims`; asserts that both stop over an invalid account JWT.
+fn assert_both_refuse_to_start(exporter: &KeyPair, claims: Value) {
+    let mut trusted = Trusted::new();
+    trusted.add(exporter, json!({}), json!({}));
+    trusted.add(&KeyPair::new_account(), claims.clone(), json!({}));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("bad.conf");
+    std::fs::write(&path, trusted.config()).expect("write config");
+    let nats = std::process::Command::new("nats-server").arg("-c").arg(&path).output().expect("run nats-server");
+    let semaq = SemaqServer::builder().bare().arg("-c").arg(&path).output();
+    for (server, output) in [("semaq", semaq), ("nats-server", nats)] {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{server} started with {claims}");
+        assert!(stderr.contains("invalid account JWT"), "{server}, {claims}: {stderr}");
+    }
+}
+
+/// The jwt library decodes an import's or export's `type` only when it is `stream` or
+/// `service`: one given as `""` or `null` fails the account JWT (nats-server stops), where a
+/// missing one only refuses the account (see `blocking_links`). An account JWT whose own `type`
+/// is `""` fails too, its signature then checked as a v1 JWT's.
+#[test]
+fn an_empty_or_null_type_in_an_account_jwt_stops_the_server_as_in_nats_server() {
+    let exporter = KeyPair::new_account();
+    let import = |kind: Value| json!({ "subject": "o", "account": exporter.public_key(), "type": kind });
+    let export = |kind: Value| json!({ "subject": "a", "type": kind });
+    let cases = [
+        json!({ "imports": [import(json!(""))] }),
+        json!({ "imports": [import(Value::Null)] }),
+        json!({ "exports": [export(json!(""))] }),
+        json!({ "exports": [export(Value::Null)] }),
+        json!({ "type": "" }),
+    ];
+    for claims in cases {
+        assert_both_refuse_to_start(&exporter, claims);
+    }
+}
+
+/// The jwt library's `Info` check of an account and of each export: a `description` or an
+/// `info_url` over 8 KiB, or an `info_url` that Go's `url.Parse` refuses or finds without a
+/// scheme or a host, refuses the account.
+#[test]
+fn a_description_or_info_url_the_jwt_library_blocks_refuses_the_account_as_in_nats_server() {
+    let bound = 8 * 1024;
+    let export = |info: Value| {
+        let mut export = json!({ "subject": "a", "type": "stream" });
+        if let (Some(export), Some(info)) = (export.as_object_mut(), info.as_object()) {
+            export.extend(info.clone());
+        }
+        json!({ "exports": [export] })
+    };
+    let cases = [
+        (json!({ "description": "what it is", "info_url": "https://example.com/about?x#y" }), true),
+        (json!({ "description": "d".repeat(bound), "info_url": "" }), true),
+        (json!({ "info_url": "http://user@[::1]:8080/%41" }), true),
+        (json!({ "description": "d".repeat(bound + 1) }), false),
+        (json!({ "info_url": format!("https://example.com/{}", "u".repeat(bound)) }), false),
+        (json!({ "info_url": "example.com" }), false),
+        (json!({ "info_url": "http:example.com" }), false),
+        (json!({ "info_url": "//example.com/about" }), false),
+        (json!({ "info_url": "http:///about" }), false),
+        (json!({ "info_url": "http://exa mple.com" }), false),
+        (json!({ "info_url": "http://example.com:80x" }), false),
+        (json!({ "info_url": "http://example.com/%zz" }), false),
+        (export(json!({ "description": "d", "info_url": "https://example.com" })), true),
+        (export(json!({ "info_url": "example.com" })), false),
+        (export(json!({ "description": "d".repeat(bound + 1) })), false),
+    ];
+    let mut trusted = Trusted::new();
+    let accounts: Vec<(KeyPair, Value, bool)> = cases
+        .into_iter()
+        .map(|(claims, admitted)| {
+            let account = KeyPair::new_account();
+            trusted.add(&account, claims.clone(), json!({}));
+            (account, claims, admitted)
+        })
+        .collect();
+    let (semaq, (nats, _dir)) = trusted.servers();
+    for (addr, side) in [(semaq.addr(), "semaq"), (nats.addr(), "nats-server")] {
+        let answers = logins(addr, &accounts.iter().map(|(account, ..)| account).collect::<Vec<_>>());
+        for ((line, _), (_, claims, admitted)) in answers.iter().zip(&accounts) {
+            let shown: String = claims.to_string().chars().take(120).collect();
+            assert_eq!(line != "-ERR 'Authorization Violation'", *admitted, "{side}: {shown} got {line}");
         }
     }
 }
