@@ -856,7 +856,7 @@ mod tests {
         let mut store = semaq_store::FileStore::open(semaq_store::FileStoreConfig::new(dir.join("msgs"))).unwrap();
         store.append("orders", None, b"one", 1).unwrap();
         let (mut dedup, mut producers) = (Dedup::default(), Producers::new(Some(dir)));
-        let mut ingest = Ingest {
+        let ingest = Ingest {
             config: &config,
             store: &mut store,
             dedup: &mut dedup,
