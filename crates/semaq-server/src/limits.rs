@@ -228,6 +228,9 @@ pub const PRODUCER_RECENT_SEQS_PER_STREAM_MAX: usize = 64 * 1024;
 pub const PRODUCER_ID_BYTES_MAX: usize = 256;
 /// How often an L3 stream writes its producer snapshot when producers changed.
 pub const PRODUCER_SNAPSHOT_INTERVAL: Duration = Duration::from_secs(1);
+/// Unlocked rounds of an L3 producer snapshot a removal outside ingest needs before it holds
+/// the ingest task back for one last round (steady ingest can leave every round stale).
+pub const PRODUCER_SNAPSHOT_ROUNDS_MAX: usize = 3;
 /// Messages stored past an L3 stream's producer snapshot before it is rewritten even though no
 /// producer changed: bounds what a restart re-reads to rebuild the producer table.
 pub const PRODUCER_SNAPSHOT_LAG_MESSAGES_MAX: u64 = 100_000;

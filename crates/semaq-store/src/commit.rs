@@ -45,6 +45,8 @@ pub struct SyncTicket {
     /// The store's reload count when the ticket was taken: a ticket of an older one is stale.
     pub(crate) epoch: u64,
     storage: Option<SharedStorage>,
+    /// What a reload after a full disk left unsynced, fsynced before everything else.
+    owed: Owed,
     /// Files whose written bytes must reach the disk, with their paths for errors; `true`
     /// asks for `fsync` (a length cut too), `false` for `fdatasync`.
     files: Vec<(Arc<dyn StorageFile>, PathBuf, bool)>,
@@ -241,6 +243,8 @@ pub struct Synced {
     pub(crate) marks: Vec<SyncMark>,
     /// The logs of the segments whose seals the ticket completed, oldest first.
     pub(crate) sealed: Vec<Arc<dyn StorageFile>>,
+    /// Whether the ticket ran what a reload owed (`Owed`), successfully.
+    pub(crate) owed_paid: bool,
     pub(crate) failure: Option<StoreError>,
 }
 
@@ -256,7 +260,8 @@ impl SyncTicket {
 
     /// Whether the ticket has no fsync to run.
     pub fn is_empty(&self) -> bool {
-        self.files.is_empty()
+        self.owed.is_empty()
+            && self.files.is_empty()
             && self.seals.is_empty()
             && self.dirs.is_empty()
             && self.floor.is_none()
@@ -305,14 +310,22 @@ impl SyncTicket {
         self.floor = Some((meta, floor_seq));
     }
 
-    /// Step 2: the fsyncs, files first, then the seals' indexes (each written and fsynced,
-    /// oldest first), then directories, then the floor. Blocks for the disk's time; call
-    /// without holding the store's lock. Stops at the first failure.
+    /// What a reload left unsynced (`Owed`): run first, its files then its directories.
+    pub(crate) fn owed(&mut self, owed: &Owed) {
+        self.owed = owed.clone();
+    }
+
+    /// Step 2: the fsyncs, what a reload owed first, then files, then the seals' indexes (each
+    /// written and fsynced, oldest first), then directories, then the floor. Blocks for the
+    /// disk's time; call without holding the store's lock. Stops at the first failure.
     pub fn run(self) -> Synced {
-        let SyncTicket { epoch, storage, files, seals, dirs, floor, marks } = self;
-        let failure = Self::fsync(storage.as_deref(), &files, &seals, &dirs, floor.as_ref()).err();
+        let SyncTicket { epoch, storage, owed, files, seals, dirs, floor, marks } = self;
+        let storage = storage.as_deref();
+        let failure =
+            owed.run(storage).and_then(|()| Self::fsync(storage, &files, &seals, &dirs, floor.as_ref())).err();
         let sealed = if failure.is_none() { seals.into_iter().map(|seal| seal.log).collect() } else { Vec::new() };
-        Synced { epoch, marks, sealed, failure }
+        let owed_paid = failure.is_none() && !owed.is_empty();
+        Synced { epoch, marks, sealed, owed_paid, failure }
     }
 
     fn fsync(
@@ -341,10 +354,59 @@ impl SyncTicket {
     }
 }
 
+/// The fsyncs a reload after a full disk owes (recovery's, which would otherwise run under the
+/// store's lock): the newest sealed logs and the files it cut (whole fsyncs), then the
+/// directories whose entries it changed, in recovery's order. Every ticket runs them first
+/// until one of the store's current epoch has succeeded, so nothing a later commit
+/// acknowledges is durable without them. The active log is not among them: a reloaded active
+/// log counts as unsynced, so the ticket fsyncs it after these directories, and appends made
+/// since the reload never become durable before the removals those directories record.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Owed {
+    files: Vec<(Arc<dyn StorageFile>, PathBuf)>,
+    dirs: Vec<PathBuf>,
+}
+
+impl Owed {
+    /// Whether nothing is owed.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.files.is_empty() && self.dirs.is_empty()
+    }
+
+    /// A file whose contents and length must become durable.
+    pub(crate) fn file(&mut self, file: Arc<dyn StorageFile>, path: PathBuf) {
+        self.files.push((file, path));
+    }
+
+    /// A directory whose entries must become durable, after the files owed before it.
+    pub(crate) fn dir(&mut self, dir: &std::path::Path) {
+        if !self.dirs.iter().any(|known| known == dir) {
+            self.dirs.push(dir.to_path_buf());
+        }
+    }
+
+    /// Drops the file at `path` (the log that is the active one: the ticket fsyncs it later).
+    pub(crate) fn forget(&mut self, path: &std::path::Path) {
+        self.files.retain(|(_, known)| known != path);
+    }
+
+    fn run(&self, storage: Option<&dyn crate::storage::Storage>) -> StoreResult<()> {
+        for (file, path) in &self.files {
+            file.sync_all().map_err(io_error("fsync", path))?;
+        }
+        if let Some(storage) = storage {
+            for dir in &self.dirs {
+                crate::segment::sync_dir(storage, dir)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Synced {
     /// The outcome of a ticket that had nothing to do, or of a store that synced in step 1.
     pub fn done() -> Self {
-        Synced { epoch: 0, marks: Vec::new(), sealed: Vec::new(), failure: None }
+        Synced { epoch: 0, marks: Vec::new(), sealed: Vec::new(), owed_paid: false, failure: None }
     }
 
     /// Whether every fsync succeeded (the store may still refuse at `sync_finish`: poisoned meanwhile).

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use crate::checkpoint;
-use crate::commit::{SealWork, SyncTicket, Synced};
+use crate::commit::{Owed, SealWork, SyncTicket, Synced};
 use crate::error::{io_error, StoreError, StoreResult};
 use crate::ledger::{Ledger, SlotState};
 use crate::limits::{
@@ -20,7 +20,7 @@ use crate::limits::{
 use crate::meta::MetaFile;
 use crate::record::{self, record_size};
 pub use crate::recovery::RecoveryReport;
-use crate::recovery::{recover, recover_locked, Recovered};
+use crate::recovery::{recover, recover_locked, Recovered, Syncs};
 use crate::segment::Segment;
 use crate::storage::{self, OpenMode, SharedStorage, StdDisk};
 use crate::types::{PurgeRequest, SizeModel, StoreLimits, StoredMessage, StreamState};
@@ -114,6 +114,9 @@ pub struct FileStore {
     checkpoints_enabled: bool,
     /// Reloads so far: a sync ticket taken before a reload has nothing left to record.
     epoch: u64,
+    /// The fsyncs the last reload's recovery owes (it runs none under the caller's lock): in
+    /// every ticket, first, until one of this epoch has run them.
+    owed: Owed,
     /// The seals begun at rolls since the last commit's ticket completed them, oldest first:
     /// the segments before the active one, whose slots the ledger still holds (see `roll`).
     /// At most `SEALS_PENDING_MAX_COUNT`.
@@ -160,6 +163,7 @@ impl FileStore {
             checkpoint_due: false,
             checkpoints_enabled: false,
             epoch: 0,
+            owed: Owed::default(),
             sealing,
             release_due: false,
             skip_pending: false,
@@ -203,11 +207,25 @@ impl FileStore {
     /// the floor computed from them.
     fn all_durable(&self) -> bool {
         let floor_durable = self.meta.as_ref().is_some_and(|meta| meta.floor_seq() >= self.ledger.first_seq());
-        floor_durable && self.sealing.is_empty() && self.segments.iter().all(Segment::is_durable)
+        floor_durable
+            && self.owed.is_empty()
+            && self.sealing.is_empty()
+            && self.segments.iter().all(Segment::is_durable)
     }
 
     /// The last steps of opening, on what recovery found.
     fn settle_opened(&mut self, active_next_seq: u64) -> StoreResult<()> {
+        self.settle_recovered(active_next_seq)?;
+        self.settle()?;
+        // Unfinished seals are left to the next commit: opening must not need the space their
+        // indexes take.
+        let ticket = self.prepare_step(false)?;
+        self.finish_step(ticket.run())
+    }
+
+    /// What opening and a reload do first on what recovery found: a segment to continue in,
+    /// the limits applied again.
+    fn settle_recovered(&mut self, active_next_seq: u64) -> StoreResult<()> {
         if self.ledger.next_seq() != active_next_seq {
             // A purge moved the floor past the active segment's records but crashed before the
             // fresh segment existed: appends must not continue there with a sequence gap.
@@ -219,11 +237,7 @@ impl FileStore {
         }
         // Limits may have been lowered, or removals lost with unsynced writes: apply them again.
         self.ledger.enforce_count_limits();
-        self.settle()?;
-        // Unfinished seals are left to the next commit: opening, or reloading after a full
-        // disk, must not need the space their indexes take.
-        let ticket = self.prepare_step(false)?;
-        self.finish_step(ticket.run())
+        Ok(())
     }
 
     /// Makes everything durable: records first, then the floor computed from them. The three
@@ -233,10 +247,18 @@ impl FileStore {
         self.finish_step(ticket.run())
     }
 
+    /// A ticket of this epoch with what a reload owes in front: like a seal, that goes in every
+    /// ticket until one ran it.
+    fn new_ticket(&self) -> SyncTicket {
+        let mut ticket = SyncTicket::new(self.epoch, self.storage.clone());
+        ticket.owed(&self.owed);
+        ticket
+    }
+
     /// Step 1 of a commit: every change handed to the OS, and a ticket for what to fsync
     /// (with the pending seals' work when `seal`).
     fn prepare_step(&mut self, seal: bool) -> StoreResult<SyncTicket> {
-        let mut ticket = SyncTicket::new(self.epoch, self.storage.clone());
+        let mut ticket = self.new_ticket();
         // A seal begun at a roll goes in every ticket until one completed it (a ticket still
         // running writes the same bytes through the same handles, so doing it twice is harmless).
         if seal && !self.sealing.is_empty() {
@@ -264,8 +286,12 @@ impl FileStore {
             return Err(failure);
         }
         if synced.epoch != self.epoch {
-            // A reload came in between, and its own sync made everything there durable.
+            // A reload came in between: it kept what the ticket covered, and its own fsyncs
+            // are owed to the tickets taken since.
             return Ok(());
+        }
+        if synced.owed_paid {
+            self.owed = Owed::default();
         }
         for mark in &synced.marks {
             if let Some(segment) = self.segments.iter_mut().find(|segment| segment.owns(mark)) {
@@ -308,7 +334,7 @@ impl FileStore {
         if self.sealing.is_empty() {
             return Ok(());
         }
-        let mut ticket = SyncTicket::new(self.epoch, self.storage.clone());
+        let mut ticket = self.new_ticket();
         ticket.seals(self.sealing.make_contiguous(), Some(self.dir.clone()));
         self.finish_step(ticket.run())
     }
@@ -320,7 +346,7 @@ impl FileStore {
     /// that finds the seal unfinished, as if it had stayed pending.
     fn complete_oldest_seal(&mut self) -> StoreResult<()> {
         let Some(oldest) = self.sealing.front().cloned() else { return Ok(()) };
-        let mut ticket = SyncTicket::new(self.epoch, self.storage.clone());
+        let mut ticket = self.new_ticket();
         ticket.seals(std::slice::from_ref(&oldest), None);
         self.finish_step(ticket.run())
     }
@@ -328,7 +354,9 @@ impl FileStore {
     /// After a write found the medium full: cuts the active log back to what was handed to the
     /// OS before the failed write and rebuilds the store from disk, so nothing half-written
     /// stays visible and the store takes writes again once space returns. The directory lock
-    /// is held throughout.
+    /// is held throughout. No fsync runs here, under the caller's lock: what recovery would
+    /// sync is owed to the next commit's ticket (`Owed`), which runs it before its own
+    /// fsyncs, so nothing acknowledged after the reload is durable before the cuts.
     fn reload_after_full(&mut self) -> StoreResult<()> {
         match self.refused_cut.take() {
             // A refused batch whose marker found no space: its records go too, from the log
@@ -349,7 +377,12 @@ impl FileStore {
         }
         let meta = self.meta.take().ok_or_else(|| StoreError::Poisoned("the meta file is gone".into()))?;
         let limits = self.ledger.limits().clone();
-        let recovered = recover_locked(&*self.storage, &self.dir, limits, meta);
+        // Owed on top of what an earlier reload still owes, which the disk may not have yet.
+        let mut syncs = Syncs::Later(std::mem::take(&mut self.owed));
+        let recovered = recover_locked(&*self.storage, &self.dir, limits, meta, &mut syncs);
+        if let Syncs::Later(owed) = syncs {
+            self.owed = owed;
+        }
         let Recovered { segments, ledger, meta, report, active_next_seq, sealing } = match recovered {
             Ok(recovered) => recovered,
             Err((error, meta)) => {
@@ -370,7 +403,10 @@ impl FileStore {
         for report in report.corruption {
             self.report_corruption(report);
         }
-        self.settle_opened(active_next_seq)
+        self.settle_recovered(active_next_seq)?;
+        // Lazily: the front the limits emptied goes once the next commit made the floor durable.
+        self.settle_lazy();
+        Ok(())
     }
 
     /// What opening the store found: scans, rebuilt indexes, torn bytes cut, damage.

@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::path::Path;
 
 use crate::checkpoint::{self, Restored};
-use crate::commit::SealWork;
+use crate::commit::{Owed, SealWork};
 use crate::delete_log;
 use crate::error::{io_error, StoreError, StoreResult};
 use crate::index::IndexFile;
@@ -23,7 +23,7 @@ use crate::segment::{
     self, parse_segment_name, remove_if_present, segment_path, Segment, DELETE_EXTENSION, INDEX_EXTENSION,
     LOG_EXTENSION,
 };
-use crate::storage::{self, OpenMode, Storage};
+use crate::storage::{self, OpenMode, Storage, StorageFile};
 use crate::types::{SizeModel, StoreLimits};
 
 /// What opening a file store found and did; worth a log line.
@@ -62,26 +62,77 @@ pub(crate) struct Recovered {
     pub sealing: VecDeque<SealWork>,
 }
 
+/// Recovery's fsyncs: run where they come (an open), or owed to the next commit's ticket (a
+/// store reloading itself after a full disk, under its lock, where readers would wait on them).
+pub(crate) enum Syncs {
+    /// Each fsync runs at once.
+    Now,
+    /// Each fsync is added to what the next commit's ticket runs first.
+    Later(Owed),
+}
+
+impl Syncs {
+    /// The cut or written `file` must be durable (a whole fsync: its length may have changed).
+    fn file(&mut self, file: std::sync::Arc<dyn StorageFile>, path: &Path) -> StoreResult<()> {
+        match self {
+            Syncs::Now => file.sync_all().map_err(io_error("fsync", path)),
+            Syncs::Later(owed) => {
+                owed.file(file, path.to_path_buf());
+                Ok(())
+            }
+        }
+    }
+
+    /// The entries of `dir` must be durable, after the files before them.
+    fn dir(&mut self, storage: &dyn Storage, dir: &Path) -> StoreResult<()> {
+        match self {
+            Syncs::Now => segment::sync_dir(storage, dir),
+            Syncs::Later(owed) => {
+                owed.dir(dir);
+                Ok(())
+            }
+        }
+    }
+
+    /// A new, empty active segment: durable at once, or left to the next commit as at a roll.
+    fn create_segment(&self, storage: &dyn Storage, dir: &Path, first_seq: u64) -> StoreResult<Segment> {
+        match self {
+            Syncs::Now => Segment::create(storage, dir, first_seq),
+            Syncs::Later(_) => Segment::create_unsynced(storage, dir, first_seq),
+        }
+    }
+
+    /// Cuts the active log's torn tail at `valid_end`: durable at once, or left to the next
+    /// commit's fsync of the active log (a reloaded active log counts as unsynced).
+    fn cut_active(&self, segment: &mut Segment, valid_end: u64) -> StoreResult<()> {
+        match self {
+            Syncs::Now => segment.truncate(valid_end),
+            Syncs::Later(_) => segment.cut_to(valid_end),
+        }
+    }
+}
+
 /// Opens (creating if needed) the stream in `dir`.
 pub(crate) fn recover(storage: &dyn Storage, dir: &Path, limits: StoreLimits) -> StoreResult<Recovered> {
     storage.create_dir_all(dir).map_err(io_error("create", dir))?;
     let meta = MetaFile::open(storage, dir)?;
-    recover_locked(storage, dir, limits, meta).map_err(|(error, _)| error)
+    recover_locked(storage, dir, limits, meta, &mut Syncs::Now).map_err(|(error, _)| error)
 }
 
 /// [`recover`] with the directory's meta file (and so its lock) already open: a store
 /// reloading itself from disk keeps its lock throughout, also when this fails (the meta file
-/// comes back with the error).
+/// comes back with the error). `syncs` says whether its fsyncs run or are owed.
 pub(crate) fn recover_locked(
     storage: &dyn Storage,
     dir: &Path,
     limits: StoreLimits,
     mut meta: MetaFile,
+    syncs: &mut Syncs,
 ) -> Result<Recovered, (StoreError, MetaFile)> {
     if let Err(error) = raise_floor_after_skip(storage, dir, &mut meta) {
         return Err((error, meta));
     }
-    match recover_files(storage, dir, limits, meta.floor_seq()) {
+    match recover_files(storage, dir, limits, meta.floor_seq(), syncs) {
         Ok(Found { segments, ledger, report, active_next_seq, sealing }) => {
             Ok(Recovered { segments, ledger, meta, report, active_next_seq, sealing })
         }
@@ -144,14 +195,20 @@ struct Found {
 }
 
 /// Recovery's work on everything but the meta file.
-fn recover_files(storage: &dyn Storage, dir: &Path, limits: StoreLimits, floor_seq: u64) -> StoreResult<Found> {
-    sync_newest_sealed_logs(storage, dir)?;
-    segment::sync_dir(storage, dir)?;
+fn recover_files(
+    storage: &dyn Storage,
+    dir: &Path,
+    limits: StoreLimits,
+    floor_seq: u64,
+    syncs: &mut Syncs,
+) -> StoreResult<Found> {
+    sync_newest_sealed_logs(storage, dir, syncs)?;
+    syncs.dir(storage, dir)?;
     let mut report = RecoveryReport::default();
     let mut firsts = list_segments(storage, dir)?;
     report.segments_removed_count = remove_below_floor(storage, dir, &mut firsts, floor_seq)?;
-    undo_unfinished_roll(storage, dir, &mut firsts)?;
-    undo_rolls_after_a_torn_log(storage, dir, &mut firsts)?;
+    undo_unfinished_roll(storage, dir, &mut firsts, syncs)?;
+    undo_rolls_after_a_torn_log(storage, dir, &mut firsts, syncs)?;
     let start_seq = firsts.first().copied().unwrap_or(floor_seq).max(1);
     if floor_seq > 0 && start_seq > floor_seq {
         // Front segments are removed only after the floor passed them.
@@ -188,7 +245,10 @@ fn recover_files(storage: &dyn Storage, dir: &Path, limits: StoreLimits, floor_s
                 let found = (&mut ledger, &mut report, &mut rolled_back_below);
                 load_sealed(storage, dir, (first_seq, end_seq), found, unfinished)?
             }
-            None => load_active(storage, dir, first_seq, (&mut ledger, &mut report, &mut rolled_back_below))?,
+            None => {
+                let found = (&mut ledger, &mut report, &mut rolled_back_below);
+                load_active(storage, dir, first_seq, found, &*syncs)?
+            }
         };
         segments.push(segment);
     }
@@ -196,13 +256,18 @@ fn recover_files(storage: &dyn Storage, dir: &Path, limits: StoreLimits, floor_s
         rebuild_rolled_back_seals(storage, dir, (&mut segments, &mut sealing), &ledger, below)?;
     }
     if segments.is_empty() {
-        segments.push(Segment::create(storage, dir, ledger.next_seq().max(floor_seq))?);
+        segments.push(syncs.create_segment(storage, dir, ledger.next_seq().max(floor_seq))?);
+    }
+    if let (Syncs::Later(owed), Some(active)) = (&mut *syncs, segments.last()) {
+        // A log the reload made the active one again (a rolled-back batch's): its appends
+        // since must not become durable before the directory drops the segments after it.
+        owed.forget(&active.path(dir, LOG_EXTENSION));
     }
     let active_next_seq = ledger.next_seq();
     ledger.settle_front();
     for (position, segment) in segments.iter().enumerate() {
         let applied_bytes = delete_offsets.get(position).copied().unwrap_or(0);
-        apply_deletes(storage, dir, (segment, applied_bytes, active_next_seq), &mut ledger, &mut report)?;
+        apply_deletes(storage, dir, (segment, applied_bytes, active_next_seq), (&mut ledger, &mut report), syncs)?;
     }
     // Deletions read back are already durable: nothing to write again.
     ledger.take_removed();
@@ -217,14 +282,14 @@ fn recover_files(storage: &dyn Storage, dir: &Path, limits: StoreLimits, floor_s
 /// the roll that created the next log, so a process that crashed, or this store reloading, may
 /// have left their records in the page cache only, and the next logs' directory entries must
 /// not become durable before them.
-fn sync_newest_sealed_logs(storage: &dyn Storage, dir: &Path) -> StoreResult<()> {
+fn sync_newest_sealed_logs(storage: &dyn Storage, dir: &Path, syncs: &mut Syncs) -> StoreResult<()> {
     let logs = log_firsts(storage, dir)?;
     let sealed = &logs[..logs.len().saturating_sub(1)];
     for &first_seq in &sealed[sealed.len().saturating_sub(SEALS_PENDING_MAX_COUNT)..] {
         let path = segment_path(dir, first_seq, LOG_EXTENSION);
         let log = storage.open(&path, OpenMode::ReadWrite, 0).map_err(io_error("open", &path))?;
         // A full fsync: the seal's cut of the zeros written ahead changed the length.
-        log.sync_all().map_err(io_error("fsync", &path))?;
+        syncs.file(log.into(), &path)?;
     }
     Ok(())
 }
@@ -277,7 +342,12 @@ fn list_segments(storage: &dyn Storage, dir: &Path) -> StoreResult<Vec<u64>> {
 /// valid) and whose new segment holds no record: the new segment goes, durably, and the full
 /// one is the active one again, scanned as such. Rebuilding its index instead would need disk
 /// space, which a store reloading after a full disk may not have.
-fn undo_unfinished_roll(storage: &dyn Storage, dir: &Path, firsts: &mut Vec<u64>) -> StoreResult<()> {
+fn undo_unfinished_roll(
+    storage: &dyn Storage,
+    dir: &Path,
+    firsts: &mut Vec<u64>,
+    syncs: &mut Syncs,
+) -> StoreResult<()> {
     let [.., sealing, newest] = firsts[..] else { return Ok(()) };
     let newest_path = segment_path(dir, newest, LOG_EXTENSION);
     let newest_length = storage.file_length(&newest_path).map_err(io_error("stat", &newest_path))?;
@@ -295,7 +365,7 @@ fn undo_unfinished_roll(storage: &dyn Storage, dir: &Path, firsts: &mut Vec<u64>
         remove_if_present(storage, &segment_path(dir, newest, extension))?;
     }
     // Before the full segment takes appends again: the removed one must not come back.
-    segment::sync_dir(storage, dir)?;
+    syncs.dir(storage, dir)?;
     firsts.pop();
     Ok(())
 }
@@ -307,7 +377,12 @@ fn undo_unfinished_roll(storage: &dyn Storage, dir: &Path, firsts: &mut Vec<u64>
 /// rolls fsynced the directory: they go, durably, and the torn log is the active one again,
 /// its tail cut as a torn write (`load_active`). Reported as damage, that was a crash the
 /// store made (design.md, "Recovery").
-fn undo_rolls_after_a_torn_log(storage: &dyn Storage, dir: &Path, firsts: &mut Vec<u64>) -> StoreResult<()> {
+fn undo_rolls_after_a_torn_log(
+    storage: &dyn Storage,
+    dir: &Path,
+    firsts: &mut Vec<u64>,
+    syncs: &mut Syncs,
+) -> StoreResult<()> {
     let sealed_count = firsts.len().saturating_sub(1);
     for position in sealed_count.saturating_sub(SEALS_PENDING_MAX_COUNT)..sealed_count {
         if !sealed_log_torn(storage, dir, (firsts[position], firsts[position + 1]))? {
@@ -320,7 +395,7 @@ fn undo_rolls_after_a_torn_log(storage: &dyn Storage, dir: &Path, firsts: &mut V
             }
         }
         // Before the torn log takes appends again: the removed ones must not come back.
-        segment::sync_dir(storage, dir)?;
+        syncs.dir(storage, dir)?;
         firsts.truncate(position + 1);
         return Ok(());
     }
@@ -476,6 +551,7 @@ fn load_active(
     dir: &Path,
     first_seq: u64,
     (ledger, report, rolled_back_below): (&mut Ledger<u32>, &mut RecoveryReport, &mut Option<u64>),
+    syncs: &Syncs,
 ) -> StoreResult<Segment> {
     let mut segment = Segment::open(storage, dir, first_seq, false)?;
     // An index left from a seal whose successor segment never became durable: the log is
@@ -484,7 +560,7 @@ fn load_active(
     if segment.len() < sh::SIZE_BYTES as u64 {
         // Crashed while creating the segment: nothing was ever appended to it.
         drop(segment);
-        return Segment::create(storage, dir, first_seq);
+        return syncs.create_segment(storage, dir, first_seq);
     }
     let valid_end = scan_into(storage, dir, &segment, (ledger, report, rolled_back_below), None)?;
     if valid_end < segment.len() {
@@ -492,7 +568,7 @@ fn load_active(
         if !segment.zeros_from(valid_end)? {
             report.torn_bytes_truncated += segment.len() - valid_end;
         }
-        segment.truncate(valid_end)?;
+        syncs.cut_active(&mut segment, valid_end)?;
     }
     Ok(segment)
 }
@@ -705,8 +781,8 @@ fn apply_deletes(
     storage: &dyn Storage,
     dir: &Path,
     (segment, applied_bytes, end_seq): (&Segment, u64, u64),
-    ledger: &mut Ledger<u32>,
-    report: &mut RecoveryReport,
+    (ledger, report): (&mut Ledger<u32>, &mut RecoveryReport),
+    syncs: &mut Syncs,
 ) -> StoreResult<()> {
     let path = segment.path(dir, DELETE_EXTENSION);
     let Some(mut bytes) = storage::read_if_present(storage, &path).map_err(io_error("read", &path))? else {
@@ -719,8 +795,7 @@ fn apply_deletes(
         // first), nor was anything written after it. Kept, it would delete the message that
         // takes the same sequence next.
         let whole = (applied + stale) as u64;
-        let file = storage.open(&path, OpenMode::ReadWrite, 0).map_err(io_error("open", &path))?;
-        file.set_len(whole).and_then(|()| file.sync_all()).map_err(io_error("truncate", &path))?;
+        cut_deletes(storage, &path, whole, syncs)?;
         bytes.truncate(applied + stale);
     }
     let unapplied = &bytes[applied..];
@@ -733,11 +808,17 @@ fn apply_deletes(
         report.corruption.push(format!("segment {first_seq}: {} delete records damaged", log.damaged_count));
     }
     if log.torn_bytes > 0 {
-        let file = storage.open(&path, OpenMode::ReadWrite, 0).map_err(io_error("open", &path))?;
         let whole = (bytes.len() - log.torn_bytes) as u64;
-        file.set_len(whole).and_then(|()| file.sync_all()).map_err(io_error("truncate", &path))?;
+        cut_deletes(storage, &path, whole, syncs)?;
     }
     Ok(())
+}
+
+/// Cuts the delete log at `path` to `length`, its fsync run or owed (`syncs`).
+fn cut_deletes(storage: &dyn Storage, path: &Path, length: u64, syncs: &mut Syncs) -> StoreResult<()> {
+    let file = storage.open(path, OpenMode::ReadWrite, 0).map_err(io_error("open", path))?;
+    file.set_len(length).map_err(io_error("truncate", path))?;
+    syncs.file(file.into(), path)
 }
 
 #[cfg(test)]

@@ -714,10 +714,7 @@ fn a_power_cut_anywhere_around_a_lazy_skip_over_a_gap_keeps_it_with_the_copy_beh
 #[test]
 fn a_refused_batchs_rollback_fsyncs_nothing_and_readers_see_it_gone_at_once() {
     let disk = SimDisk::new();
-    let mut store = open(&disk);
-    append_keys(&mut store, 1..=10).unwrap();
-    commit(&mut store).unwrap();
-    append_keys(&mut store, 11..=13).unwrap();
+    let (mut store, _) = ten_committed_and_a_batch(&disk, 3);
     let syncs = disk.counts().syncs;
     assert_eq!(store.remove_refused(11, 13).unwrap(), 3);
     assert_eq!(disk.counts().syncs, syncs, "the rollback waits for the next commit");
@@ -814,11 +811,8 @@ fn a_rollback_marker_lost_while_later_unsynced_records_are_kept_never_brings_the
     let cases = [30, ROLLING_BATCH_COUNT].into_iter().flat_map(|count| (0..16).map(move |nth| (count, nth)));
     for (refused_count, nth) in cases {
         let disk = SimDisk::new();
-        let mut store = open(&disk);
-        append_keys(&mut store, 1..=10).unwrap();
-        commit(&mut store).unwrap();
-        let refused = 11..=10 + refused_count;
-        append_keys(&mut store, refused.clone()).unwrap();
+        let (mut store, last) = ten_committed_and_a_batch(&disk, refused_count);
+        let refused = 11..=last;
         store.remove_refused(*refused.start(), *refused.end()).unwrap();
         let later = 11 + refused_count..=40 + refused_count;
         append_keys(&mut store, later.clone()).unwrap();
@@ -826,7 +820,6 @@ fn a_rollback_marker_lost_while_later_unsynced_records_are_kept_never_brings_the
         let reopened = reopened_after_power_loss(&disk, store, Tear::LoseOneSector { nth });
         let survived = held(&reopened);
         let context = format!("{refused_count} refused, unsynced sector {nth} lost: {survived:?}");
-        eprintln!("DEBUG {context} {:?}", reopened.recovery_report());
         assert!(survived.starts_with(&(1..=10).collect::<Vec<_>>()), "{context}");
         let came_back = survived.iter().any(|seq| refused.contains(seq));
         assert!(!(came_back && survived.iter().any(|seq| later.contains(seq))), "{context}");
@@ -837,16 +830,22 @@ fn a_rollback_marker_lost_while_later_unsynced_records_are_kept_never_brings_the
 /// Keys enough to roll a `SEGMENT_BYTES` segment (about 80 fit).
 const ROLLING_BATCH_COUNT: u64 = 120;
 
+/// A store on `disk` holding 1..=10 committed and a batch of `count` keys appended after them,
+/// not committed (a batch about to be refused); returns it with the batch's last sequence.
+fn ten_committed_and_a_batch(disk: &SimDisk, count: u64) -> (FileStore, u64) {
+    let mut store = open(disk);
+    append_keys(&mut store, 1..=10).unwrap();
+    commit(&mut store).unwrap();
+    let last = 10 + count;
+    append_keys(&mut store, 11..=last).unwrap();
+    (store, last)
+}
+
 #[test]
 fn a_rollback_across_a_roll_fsyncs_nothing_and_survives_the_seals_after_it() {
     let disk = SimDisk::new();
-    let mut store = open(&disk);
-    append_keys(&mut store, 1..=10).unwrap();
-    commit(&mut store).unwrap();
-    let segments = store.segment_count();
-    let last = 10 + ROLLING_BATCH_COUNT;
-    append_keys(&mut store, 11..=last).unwrap();
-    assert!(store.segment_count() > segments, "the batch rolled a segment");
+    let (mut store, last) = ten_committed_and_a_batch(&disk, ROLLING_BATCH_COUNT);
+    assert!(store.segment_count() > 1, "the batch rolled a segment");
     let syncs = disk.counts().syncs;
     assert_eq!(store.remove_refused(11, last).unwrap(), ROLLING_BATCH_COUNT);
     assert_eq!(disk.counts().syncs, syncs, "the rollback waits for the next commit");
@@ -865,11 +864,7 @@ fn a_rollback_across_a_roll_fsyncs_nothing_and_survives_the_seals_after_it() {
 #[test]
 fn a_crash_before_the_seal_after_a_rollback_across_a_roll_rebuilds_the_index_without_the_batch() {
     let disk = SimDisk::new();
-    let mut store = open(&disk);
-    append_keys(&mut store, 1..=10).unwrap();
-    commit(&mut store).unwrap();
-    let last = 10 + ROLLING_BATCH_COUNT;
-    append_keys(&mut store, 11..=last).unwrap();
+    let (mut store, last) = ten_committed_and_a_batch(&disk, ROLLING_BATCH_COUNT);
     store.remove_refused(11, last).unwrap();
     append_keys(&mut store, last + 1..=last + 1).unwrap();
     // A process crash: everything handed to the OS is kept, but the seal never committed.
@@ -886,10 +881,7 @@ fn a_crash_before_the_seal_after_a_rollback_across_a_roll_rebuilds_the_index_wit
 #[test]
 fn a_full_disk_after_a_rollback_reloads_without_the_refused_batch() {
     let disk = SimDisk::new();
-    let mut store = open(&disk);
-    append_keys(&mut store, 1..=10).unwrap();
-    commit(&mut store).unwrap();
-    append_keys(&mut store, 11..=13).unwrap();
+    let (mut store, _) = ten_committed_and_a_batch(&disk, 3);
     // The batch's records reached the OS before its refusal (a full write buffer).
     store.flush().unwrap();
     store.remove_refused(11, 13).unwrap();
@@ -912,11 +904,7 @@ fn a_full_disk_after_a_rollback_reloads_without_the_refused_batch() {
 fn a_full_disk_met_writing_the_rollback_marker_never_shows_the_refused_batch_again() {
     for refused_count in [3, ROLLING_BATCH_COUNT] {
         let disk = SimDisk::new();
-        let mut store = open(&disk);
-        append_keys(&mut store, 1..=10).unwrap();
-        commit(&mut store).unwrap();
-        let last = 10 + refused_count;
-        append_keys(&mut store, 11..=last).unwrap();
+        let (mut store, last) = ten_committed_and_a_batch(&disk, refused_count);
         store.flush().unwrap();
         disk.set_free_bytes(Some(0));
         let refused = store.remove_refused(11, last);
@@ -935,14 +923,69 @@ fn a_full_disk_met_writing_the_rollback_marker_never_shows_the_refused_batch_aga
     }
 }
 
+/// A store holding 1..=10 committed and a batch across a roll handed to the OS, its records
+/// uncommitted, on a disk just filled; then a write meets the full disk and the store reloads:
+/// the append of one more record (its commit hands it over) or, when `marker`, the batch's
+/// rollback marker. Returns the store, the sequences it then holds, and whether that reload
+/// ran an fsync.
+fn reloaded_after_a_full_disk(disk: &SimDisk, marker: bool) -> (FileStore, Vec<u64>, bool) {
+    let (mut store, last) = ten_committed_and_a_batch(disk, ROLLING_BATCH_COUNT);
+    store.flush().unwrap();
+    disk.set_free_bytes(Some(0));
+    let syncs = disk.counts().syncs;
+    let met = if marker {
+        store.remove_refused(11, last).map(drop)
+    } else {
+        append_keys(&mut store, last + 1..=last + 1).and_then(|()| commit(&mut store))
+    };
+    assert!(matches!(met, Err(StoreError::OutOfSpace(_))), "marker {marker}: {met:?}");
+    let synced_under_the_lock = disk.counts().syncs > syncs;
+    disk.set_free_bytes(None);
+    let kept = if marker { (1..=10).collect() } else { (1..=last).collect() };
+    (store, kept, synced_under_the_lock)
+}
+
+/// The reload after a full disk runs under the store's lock, so it fsyncs nothing: what its
+/// recovery would make durable (the cut logs, the newest sealed ones, the directory that lost
+/// the segments after a cut) goes first in the next commit's ticket. A power cut anywhere in
+/// that commit keeps what was acknowledged before, never brings the refused batch back behind
+/// the new record, and once the commit answered, the new record is there.
+#[test]
+fn a_reload_after_a_full_disk_fsyncs_nothing_and_the_next_commit_makes_it_durable_first() {
+    for marker in [false, true] {
+        for tear in TEARS {
+            for changes in 0..PURGE_CHANGES_MAX_COUNT {
+                let disk = SimDisk::new();
+                let (mut store, kept, synced) = reloaded_after_a_full_disk(&disk, marker);
+                let context = format!("marker {marker}, {tear:?}, power cut after {changes} changes");
+                assert!(!synced, "{context}: the reload ran an fsync under the lock");
+                assert_eq!(held(&store), kept, "{context}");
+                let next = kept.last().copied().unwrap_or(0) + 1;
+                disk.freeze_after(changes, tear);
+                let answered = store.append("orders.after", None, &payload(next), 7).is_ok()
+                    && commit(&mut store).is_ok()
+                    && !disk.is_frozen();
+                let reopened = reopened_after_power_loss(&disk, store, tear);
+                let survived = held(&reopened);
+                assert!(survived.starts_with(&kept[..10]), "{context}: committed messages lost: {survived:?}");
+                let after = reopened.get(next).unwrap().is_some_and(|message| message.subject == "orders.after");
+                if after {
+                    assert_eq!(survived, [kept.clone(), vec![next]].concat(), "{context}");
+                }
+                if answered {
+                    assert!(after, "{context}: the acknowledged record is lost: {survived:?}");
+                    break;
+                }
+                assert!(changes + 1 < PURGE_CHANGES_MAX_COUNT, "{context}: never got through");
+            }
+        }
+    }
+}
+
 #[test]
 fn a_rollback_reaching_a_finished_seal_falls_back_to_synced_deletes() {
     let disk = SimDisk::new();
-    let mut store = open(&disk);
-    append_keys(&mut store, 1..=10).unwrap();
-    commit(&mut store).unwrap();
-    let last = 10 + ROLLING_BATCH_COUNT;
-    append_keys(&mut store, 11..=last).unwrap();
+    let (mut store, last) = ten_committed_and_a_batch(&disk, ROLLING_BATCH_COUNT);
     // A commit between the appends and the refusal wrote the earlier segment's index.
     commit(&mut store).unwrap();
     let syncs = disk.counts().syncs;
@@ -955,11 +998,7 @@ fn a_rollback_reaching_a_finished_seal_falls_back_to_synced_deletes() {
 #[test]
 fn a_rollback_reaching_a_seal_a_ticket_holds_falls_back_to_synced_deletes() {
     let disk = SimDisk::new();
-    let mut store = open(&disk);
-    append_keys(&mut store, 1..=10).unwrap();
-    commit(&mut store).unwrap();
-    let last = 10 + ROLLING_BATCH_COUNT;
-    append_keys(&mut store, 11..=last).unwrap();
+    let (mut store, last) = ten_committed_and_a_batch(&disk, ROLLING_BATCH_COUNT);
     // Taken, not yet run: it would write the index as built at the roll.
     let ticket = store.sync_begin().unwrap();
     let syncs = disk.counts().syncs;

@@ -534,8 +534,8 @@ fn append_all(stream: &Stream, ingest: &mut Ingest<'_, '_>, messages: Vec<Inboun
     ingest.producers.begin_batch(ingest.store.state().last_seq);
     ingest.deferred_deletes = Some(Vec::new());
     // Nothing is held while the batch's messages go in (a rollup's purge, a limit's eviction
-    // find the snapshot written before the batch, or write it in place): a rollback must leave
-    // nothing behind (`stream/split.rs`).
+    // find the snapshot written before the batch, or are refused if that failed): a rollback
+    // must leave nothing behind (`stream/split.rs`).
     let held = ingest.held.take();
     let mut appended = Vec::with_capacity(messages.len());
     let mut failure = None;

@@ -596,7 +596,7 @@ impl Producers {
     /// Step 1 of a snapshot written without the store's lock (the caller holds it now): takes
     /// the table as of the stream's last message and a sync ticket covering that message, for
     /// [`SnapshotJob::run`]. `None` for a stream without a snapshot file, or while an atomic
-    /// batch is being applied (ingest holds the lock throughout: it writes in place).
+    /// batch is being applied (ingest holds the lock throughout; it is written before the batch).
     pub fn take_snapshot(&mut self, store: &mut dyn StreamStore, now_ns: i64) -> std::io::Result<Option<SnapshotJob>> {
         let Some(file) = self.file.clone() else { return Ok(None) };
         if self.batch.is_some() {

@@ -195,6 +195,10 @@ pub struct Stream {
     consumers: Mutex<std::collections::BTreeMap<String, Arc<Consumer>>>,
     /// L3 idempotent producers. Lock order: after `store`.
     producers: Mutex<Producers>,
+    /// Held by the ingest task while it stores a batch, and by a removal whose producer
+    /// snapshot steady ingest kept stale, for one last round (`stream/snapshot.rs`): the only
+    /// way to stop new producer entries without the store's lock. Lock order: before `store`.
+    ingest_gate: Mutex<()>,
     dir: Option<std::path::PathBuf>,
     stop: tokio::sync::Notify,
     services: Arc<super::Services>,
@@ -244,12 +248,12 @@ pub struct Ingest<'a, 'c> {
     /// The account's and the server's byte limits (`None`: unlimited).
     quota: Option<Quota>,
     /// L3: removals that need the producer snapshot first, held until the ingest task has
-    /// written it with the store's lock let go (`stream/split.rs`); `None` where they are made
-    /// at once, after a snapshot in place (inside an atomic batch's appends).
+    /// written it with the store's lock let go (`stream/split.rs`); `None` inside an atomic
+    /// batch's appends, where nothing can be held (one that needs it is refused).
     pub(in crate::jetstream) held: Option<Vec<split::Held>>,
     /// L3: why the last producer snapshot written for this ingest batch with the store's lock
-    /// let go failed, if it did: one it still needs is then refused rather than written in
-    /// place, its fsyncs under the lock.
+    /// let go failed, if it did: one it still needs is then refused, never written in place
+    /// with its fsyncs under the lock.
     pub(in crate::jetstream) snapshot_failed: Option<String>,
 }
 
@@ -279,7 +283,7 @@ impl Ingest<'_, '_> {
 
     /// L3: whether removing `seq` (`u64::MAX`: any) must wait for the producer snapshot and
     /// was held for the ingest task to make after writing it without the lock; where nothing
-    /// is held (an atomic batch's appends) the snapshot is written here, in place.
+    /// is held (an atomic batch's appends) the removal is refused (`snapshot_missing`).
     fn holds(&mut self, seq: u64, removal: split::Removal) -> Result<bool, ApiError> {
         if !self.config.exactly_once() || !self.producers.removal_needs_snapshot(seq) {
             return Ok(false);
@@ -288,20 +292,17 @@ impl Ingest<'_, '_> {
             held.push(split::Held { removal, ack: None });
             return Ok(true);
         }
-        self.snapshot_in_place()?;
-        Ok(false)
+        Err(self.snapshot_missing())
     }
 
-    /// L3: the producer snapshot written in place, under the store's lock, where nothing can be
-    /// held (an atomic batch's appends), unless the unlocked attempt before failed: then
-    /// refused with its failure (`snapshot_failed`), as a held removal whose snapshot failed is.
-    pub(in crate::jetstream) fn snapshot_in_place(&mut self) -> Result<(), ApiError> {
-        if let Some(reason) = &self.snapshot_failed {
-            return Err(ApiError::storage(format!("cannot write the producer snapshot: {reason}")));
-        }
-        self.producers
-            .write_snapshot(self.store, self.now)
-            .map_err(|error| ApiError::storage(format!("cannot write the producer snapshot: {error}")))
+    /// L3: a producer snapshot needed where none can be written without the store's lock (an
+    /// atomic batch's appends, inside which nothing can be held): the message is refused, with
+    /// the unlocked attempt's failure, as a held removal whose snapshot failed is. It is written
+    /// before such a batch (`snapshot_before_batch`, or a split before the atomic batch,
+    /// `commit_needs_snapshot`), so only a failure of that leads here; never written in place.
+    pub(in crate::jetstream) fn snapshot_missing(&self) -> ApiError {
+        let reason = self.snapshot_failed.as_deref().unwrap_or("not written before the atomic batch");
+        ApiError::storage(format!("cannot write the producer snapshot: {reason}"))
     }
 
     /// Whether `id` is in the dedup window (rebuilding the window first if needed).
@@ -361,6 +362,7 @@ impl Stream {
             subscriptions: Mutex::new(Vec::new()),
             consumers: Mutex::new(std::collections::BTreeMap::new()),
             producers: Mutex::new(producers),
+            ingest_gate: Mutex::new(()),
             dir,
             stop: tokio::sync::Notify::new(),
             services,
@@ -847,13 +849,14 @@ mod tests {
         assert!(failed.description.contains("fsync"), "the reason reaches the client: {}", failed.description);
     }
 
-    /// An ingest over a file store in `dir`, its producer snapshot there too.
-    fn snapshot_in_place_after(dir: &std::path::Path, failed: Option<&str>) -> Result<(), ApiError> {
+    /// An ingest over a file store in `dir`, its producer snapshot there too, that needs a
+    /// snapshot inside an atomic batch.
+    fn snapshot_missing_after(dir: &std::path::Path, failed: Option<&str>) -> ApiError {
         let config = StreamConfig::default();
         let mut store = semaq_store::FileStore::open(semaq_store::FileStoreConfig::new(dir.join("msgs"))).unwrap();
         store.append("orders", None, b"one", 1).unwrap();
         let (mut dedup, mut producers) = (Dedup::default(), Producers::new(Some(dir)));
-        let mut ingest = Ingest {
+        let ingest = Ingest {
             config: &config,
             store: &mut store,
             dedup: &mut dedup,
@@ -868,18 +871,18 @@ mod tests {
             held: None,
             snapshot_failed: failed.map(str::to_owned),
         };
-        ingest.snapshot_in_place()
+        ingest.snapshot_missing()
     }
 
     #[test]
-    fn a_snapshot_needed_after_the_unlocked_attempt_failed_refuses_rather_than_write_under_the_lock() {
-        let dir = tempfile::tempdir().unwrap();
-        let refused = snapshot_in_place_after(dir.path(), Some("No space left on device")).unwrap_err();
-        assert_eq!(refused.err_code, 10077);
-        assert!(refused.description.contains("No space left on device"), "{}", refused.description);
-        assert!(!dir.path().join(super::super::producers::SNAPSHOT_FILE).exists(), "nothing written in place");
-        let dir = tempfile::tempdir().unwrap();
-        snapshot_in_place_after(dir.path(), None).unwrap();
-        assert!(dir.path().join(super::super::producers::SNAPSHOT_FILE).exists(), "written in place otherwise");
+    fn a_snapshot_needed_inside_an_atomic_batch_is_refused_with_the_unlocked_failure_never_written_under_the_lock() {
+        for failed in [Some("No space left on device"), None] {
+            let dir = tempfile::tempdir().unwrap();
+            let refused = snapshot_missing_after(dir.path(), failed);
+            assert_eq!(refused.err_code, 10077);
+            let reason = failed.unwrap_or("not written before the atomic batch");
+            assert!(refused.description.contains(reason), "{}", refused.description);
+            assert!(!dir.path().join(super::super::producers::SNAPSHOT_FILE).exists(), "nothing written in place");
+        }
     }
 }

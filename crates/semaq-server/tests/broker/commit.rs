@@ -689,22 +689,8 @@ async fn commit_p_batch(
     (subject, id, count): (&'static str, &'static str, u64),
     last_headers: &[(&'static str, &'static str)],
 ) -> serde_json::Value {
-    let message = move |n: u64, last: bool| {
-        let mut headers = async_nats::HeaderMap::new();
-        headers.insert("Semaq-Producer", "p");
-        headers.insert("Semaq-Producer-Seq", n.to_string().as_str());
-        headers.insert("Nats-Batch-Id", id);
-        headers.insert("Nats-Batch-Sequence", n.to_string().as_str());
-        if last {
-            headers.insert("Nats-Batch-Commit", "1");
-        }
-        headers
-    };
-    for n in 1..count {
-        let event = super::exactly_once::event(n);
-        let staged = client.request_with_headers(subject, message(n, false), event).await.unwrap();
-        assert!(staged.payload.is_empty(), "a staged message gets an empty reply");
-    }
+    let message = |n: u64, last: bool| batch_headers(("p", n), (id, n), last);
+    stage(client, subject, ("p", id), 1..count).await;
     let mut last = message(count, true);
     for (name, value) in last_headers {
         last.insert(*name, *value);
@@ -717,13 +703,153 @@ async fn commit_p_batch(
         }
     });
     // Not a message get: the batch may remove any message meanwhile.
-    while !committed.is_finished() {
+    info_until_finished(stream, &committed).await;
+    committed.await.unwrap()
+}
+
+/// Headers of an L3 atomic batch's message: `producer`'s sequence, batch `id`'s sequence, and
+/// the commit when `last`.
+fn batch_headers((producer, seq): (&str, u64), (id, n): (&str, u64), last: bool) -> async_nats::HeaderMap {
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Semaq-Producer", producer);
+    headers.insert("Semaq-Producer-Seq", seq.to_string().as_str());
+    headers.insert("Nats-Batch-Id", id);
+    headers.insert("Nats-Batch-Sequence", n.to_string().as_str());
+    if last {
+        headers.insert("Nats-Batch-Commit", "1");
+    }
+    headers
+}
+
+/// Stages `producer`'s sequences `seqs` as the first messages of atomic batch `id` on `subject`.
+async fn stage(
+    client: &async_nats::Client,
+    subject: &'static str,
+    (producer, id): (&str, &str),
+    seqs: std::ops::Range<u64>,
+) {
+    for n in seqs {
+        let event = super::exactly_once::event(n);
+        let staged = client.request_with_headers(subject, batch_headers((producer, n), (id, n), false), event).await;
+        assert!(staged.unwrap().payload.is_empty(), "a staged message gets an empty reply");
+    }
+}
+
+/// Polls stream info until `task` is done: each read, which takes the store's lock, is
+/// answered well within an fsync of the slowed disk (none waits for one).
+async fn info_until_finished<T>(stream: &mut stream::Stream, task: &tokio::task::JoinHandle<T>) {
+    while !task.is_finished() {
         let asked = Instant::now();
         assert!(stream.info().await.unwrap().state.last_sequence >= 1);
         assert!(asked.elapsed() < SYNC_DELAY / 3, "a read waited for an fsync: {:?}", asked.elapsed());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    committed.await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_l3_atomic_rollup_behind_a_plain_entry_of_the_same_ingest_batch_gets_its_snapshot_without_the_lock() {
+    use super::exactly_once::{event, publish_seq};
+    use serde_json::json;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let limits = json!({"allow_rollup_hdrs": true, "allow_direct": true});
+    let (mut broker, client, mut stream) = slow_l3_stream_with_q(&store, ("MIXED3", "mixed3"), limits).await;
+    let js = jetstream::new(client.clone());
+    stage(&client, "mixed3.key", ("p", "rollup"), 1..3).await;
+
+    // r's one-message batch keeps the ingest task in its commit's fsync, so that q's plain
+    // message and p's rollup commit, sent in order behind it, are stored as one ingest batch:
+    // q's entry, recorded first, is one no snapshot before the batch could hold, and the
+    // rollup's purge needs it. Nothing can be held inside the atomic batch's appends.
+    let blocker = js.publish_with_headers("mixed3.block", batch_headers(("r", 1), ("block", 1), true), event(1));
+    let blocker = blocker.await.unwrap();
+    tokio::time::sleep(SYNC_DELAY / 4).await;
+    let mut plain = async_nats::HeaderMap::new();
+    plain.insert("Semaq-Producer", "q");
+    plain.insert("Semaq-Producer-Seq", "2");
+    let plain = js.publish_with_headers("mixed3.other", plain, event(2)).await.unwrap();
+    let mut last = batch_headers(("p", 3), ("rollup", 3), true);
+    last.insert("Nats-Rollup", "sub");
+    let committed = js.publish_with_headers("mixed3.key", last, event(3)).await.unwrap();
+    let acked = tokio::spawn(async move {
+        let acks = [blocker.await, plain.await, committed.await];
+        acks.map(|ack| ack.map(|ack| ack.sequence).ok())
+    });
+    info_until_finished(&mut stream, &acked).await;
+    assert_eq!(acked.await.unwrap(), [Some(2), Some(3), Some(6)], "r's batch, q's message, p's batch");
+    let state = stream.info().await.unwrap().state.clone();
+    assert_eq!(state.messages, 4, "the rollup left q's two messages, r's and itself");
+    broker.kill();
+    drop(broker);
+
+    // Every producer sequence, rolled up or not, is still a duplicate after the kill.
+    let broker = super::exactly_once::start_on(&store);
+    let client = broker.client().await;
+    for (subject, producer, seqs) in
+        [("mixed3.other", "q", 1..=2), ("mixed3.block", "r", 1..=1), ("mixed3.key", "p", 1..=3)]
+    {
+        for seq in seqs {
+            let repeat = publish_seq(&client, subject, producer, seq, seq).await;
+            assert_eq!(repeat["duplicate"], true, "{producer}'s sequence {seq} after the restart: {repeat}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_l3_purge_under_steady_ingest_holds_the_ingest_back_for_its_snapshot_and_readers_go_on() {
+    use super::exactly_once::{event, publish_seq, request};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let limits = serde_json::json!({"allow_direct": true});
+    let (mut broker, client, mut stream) = slow_l3_stream_with_q(&store, ("STEADY3", "steady3"), limits).await;
+
+    // p stores a new sequence every 50 ms, each round of the purge's producer snapshot (an
+    // fsync of the slowed disk) finds entries it does not hold: the purge holds the ingest
+    // task back for a last round, rather than write the snapshot under the store's lock.
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let publisher = tokio::spawn({
+        let (js, stop) = (jetstream::new(client.clone()), stop.clone());
+        async move {
+            let mut acks = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let seq = acks.len() as u64 + 1;
+                let mut headers = async_nats::HeaderMap::new();
+                headers.insert("Semaq-Producer", "p");
+                headers.insert("Semaq-Producer-Seq", seq.to_string().as_str());
+                acks.push(js.publish_with_headers("steady3.key", headers, event(seq)).await.unwrap());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let mut acked = Vec::new();
+            for (seq, ack) in (1u64..).zip(acks) {
+                if ack.await.is_ok() {
+                    acked.push(seq);
+                }
+            }
+            acked
+        }
+    });
+    tokio::time::sleep(SYNC_DELAY).await;
+    let purge = tokio::spawn({
+        let client = client.clone();
+        async move { request(&client, "$JS.API.STREAM.PURGE.STEADY3", serde_json::Value::Null).await }
+    });
+    info_until_finished(&mut stream, &purge).await;
+    let answer = purge.await.unwrap();
+    assert_eq!(answer["success"], true, "{answer}");
+    stop.store(true, Ordering::Relaxed);
+    let acked = publisher.await.unwrap();
+    assert!(acked.len() > 10, "steady ingest: {} acknowledged", acked.len());
+    broker.kill();
+    drop(broker);
+
+    // Every acknowledged producer sequence is still known, though the purge took its message.
+    let broker = super::exactly_once::start_on(&store);
+    let client = broker.client().await;
+    for seq in acked {
+        let repeat = publish_seq(&client, "steady3.key", "p", seq, seq).await;
+        assert_eq!(repeat["duplicate"], true, "sequence {seq} after the restart: {repeat}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

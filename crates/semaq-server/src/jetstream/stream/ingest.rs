@@ -21,6 +21,9 @@ impl Stream {
         let window_ns = self.duplicate_window_ns();
         // Before this stream's store lock: the quota reads the other streams' usage.
         let quota = self.jetstream().and_then(|jetstream| Quota::for_stream(&jetstream, self, config.storage));
+        // L3: no producer entry is recorded while a removal's last snapshot round holds this
+        // back (`stream/snapshot.rs`); taken before the store's lock (lock order).
+        let _ingest = self.hold_ingest();
         // L3: a snapshot the batch's appends could need, before the lock is taken for it.
         let mut snapshot_failed = self.snapshot_before_batch(&config, batch, batches);
         let mut store = self.store();
@@ -250,6 +253,11 @@ impl Stream {
             (part.resume, part.commit_first) = (Some(Resume::Commit(commit)), true);
             return true;
         }
+        if commit_needs_snapshot(ingest, &commit) {
+            // Written with the lock let go before the batch is resumed (`stream/split.rs`).
+            part.resume = Some(Resume::Commit(commit));
+            return true;
+        }
         let spanned: Vec<_> = (commit.messages.iter_mut())
             .filter_map(|m| m.trace.take().map(|carried| (carried, m.subject.clone())))
             .collect();
@@ -452,12 +460,12 @@ impl Stream {
     /// producer snapshot does not cover yet, brings the snapshot up to date. The batch was split
     /// before the message, or (an atomic batch) the snapshot written before its commit, without
     /// the lock (`stream/split.rs`, `snapshot_before_batch`), so it is fresh here, unless that
-    /// failed: then the message is refused, with no fsync under the lock (`snapshot_in_place`).
+    /// failed: then the message is refused, with no fsync under the lock (`snapshot_missing`).
     fn before_append(&self, ingest: &mut Ingest<'_, '_>, message: &Inbound) -> Result<(), ApiError> {
         let model = ingest.store.size_model();
         let stored = model.message_bytes(&message.subject, message.headers.as_deref(), &message.payload);
         if ingest.producers.append_needs_snapshot(ingest.store.limits(), stored) {
-            ingest.snapshot_in_place()?;
+            return Err(ingest.snapshot_missing());
         }
         Ok(())
     }
@@ -530,6 +538,25 @@ enum Resume {
 /// store would then complete in place, its fsyncs under the lock (`Stream::commit_before_roll`).
 fn commit_before_append(ingest: &Ingest<'_, '_>, message: &Inbound) -> bool {
     ingest.store.commit_before_append(&message.subject, message.headers.as_deref(), &message.payload)
+}
+
+/// L3: whether the atomic batch `commit` may purge (a rollup, a one-shot schedule's copy) or
+/// its appends evict past the producer snapshot, which a plain message stored before it in
+/// this ingest batch left stale: inside its appends nothing can be held, so the ingest batch is
+/// split before it, for the snapshot to be written without the lock. Not after that failed
+/// (`snapshot_failed`): the message that needs it is refused instead.
+fn commit_needs_snapshot(ingest: &Ingest<'_, '_>, commit: &batch::Commit) -> bool {
+    if !ingest.config.exactly_once() || ingest.held.is_none() || ingest.snapshot_failed.is_some() {
+        return false;
+    }
+    let purges = commit.messages.iter().any(super::snapshot::may_purge);
+    let model = ingest.store.size_model();
+    let stored: u64 = (commit.messages.iter())
+        .map(|message| model.message_bytes(&message.subject, message.headers.as_deref(), &message.payload))
+        .sum();
+    let count = commit.messages.len() as u64;
+    ingest.producers.appends_need_snapshot(ingest.store.limits(), count, stored)
+        || (purges && ingest.producers.removal_needs_snapshot(u64::MAX))
 }
 
 /// L3: whether the store's limits could answer `message`'s append by removing a message the

@@ -11,7 +11,10 @@
 //! was written make it needed again); a removal made before the snapshot was durable could
 //! reach the disk with any other commit taken meanwhile (the ingest task's, for one). Under
 //! steady L3 ingest every round can find new entries: after `PRODUCER_SNAPSHOT_ROUNDS_MAX`
-//! rounds the snapshot is written in place, under the lock, as before.
+//! rounds the removal holds the ingest task back (the stream's ingest gate, which the task
+//! holds while it stores a batch) for one last unlocked round, which is then fresh: only that
+//! task records entries. Readers never take the gate, so they go on throughout; no snapshot is
+//! written in place, under the store's lock.
 //!
 //! Before an ingest batch whose appends limits could answer with a removal past the snapshot
 //! (`max_msgs`, `max_bytes`, per subject, discard old), the ingest task writes it the same way
@@ -24,23 +27,34 @@
 //! around them (`split.rs`): the removal is held, the snapshot written this way, then the
 //! removal made and the batch continued. An atomic batch's commit, inside whose appends nothing
 //! can be held, gets its snapshot before the batch too, when one of its messages may purge (a
-//! rollup, a one-shot schedule's copy) or its appends may evict; only if a plain message of
-//! the same ingest batch recorded an entry first is one still written in place. If an unlocked
+//! rollup, a one-shot schedule's copy) or its appends may evict; if a plain message of the
+//! same ingest batch recorded an entry first, the ingest batch is split before the atomic
+//! batch for it (`Stream::commit_needs_snapshot`). If an unlocked
 //! snapshot of the batch failed, a message that still needs one is refused with the failure
-//! (`Ingest::snapshot_in_place`): no retry with its fsyncs under the lock. The periodic snapshot (every `PRODUCER_SNAPSHOT_INTERVAL`, without the
+//! (`Ingest::snapshot_missing`): no retry with its fsyncs under the lock. The periodic snapshot (every `PRODUCER_SNAPSHOT_INTERVAL`, without the
 //! lock) and the one before a batch keep splits rare.
 
 use super::{StoreGuard, Stream};
 use crate::jetstream::producers::Producers;
+use crate::limits::PRODUCER_SNAPSHOT_ROUNDS_MAX;
 use crate::sync::lock;
 use semaq_wire::clock;
 
-/// Rounds of an unlocked snapshot before a removal's snapshot is written under the lock.
-const PRODUCER_SNAPSHOT_ROUNDS_MAX: usize = 3;
+/// What a snapshot whose rounds all found new entries does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Starved {
+    /// Nothing waits on it (the periodic snapshot, the one before a batch): the next tick tries.
+    GiveUp,
+    /// A removal outside ingest waits: the ingest task is held back for one last round.
+    HoldIngest,
+    /// The ingest task's own removal: it records every entry, so a round never starves; one
+    /// that did is refused rather than written in place.
+    Refuse,
+}
 
 /// Whether storing `message` may purge other messages: a KV rollup, or a one-shot schedule's
 /// copy (which removes its schedule).
-fn may_purge(message: &super::Inbound) -> bool {
+pub(super) fn may_purge(message: &super::Inbound) -> bool {
     let block = message.headers.as_deref().unwrap_or_default();
     let headers = semaq_wire::Headers::new(block);
     let [rollup, scheduler] =
@@ -53,12 +67,20 @@ impl Stream {
     /// snapshot hold every entry the removal could lose, its fsyncs run with the store's lock
     /// let go; returns the outcome and the lock, taken again. Remove only on success, before
     /// letting the lock go.
+    /// Not from the ingest task while it stores a batch (it holds the ingest gate): see
+    /// [`Stream::before_held_removal`].
     pub(super) fn before_removal<'s>(
         &'s self,
         store: StoreGuard<'s>,
         seq: u64,
     ) -> (std::io::Result<()>, StoreGuard<'s>) {
-        self.snapshot_if(store, |producers, _| producers.removal_needs_snapshot(seq), true)
+        self.snapshot_if(store, |producers, _| producers.removal_needs_snapshot(seq), Starved::HoldIngest)
+    }
+
+    /// [`Stream::before_removal`] for the removals an ingest batch held (`split.rs`), made by
+    /// the ingest task itself between two parts of the batch.
+    pub(super) fn before_held_removal<'s>(&'s self, store: StoreGuard<'s>) -> (std::io::Result<()>, StoreGuard<'s>) {
+        self.snapshot_if(store, |producers, _| producers.removal_needs_snapshot(u64::MAX), Starved::Refuse)
     }
 
     /// L3: before expiring messages older than `max_age_ns` at `now_ns` (see [`Stream::before_removal`]).
@@ -68,7 +90,8 @@ impl Stream {
         max_age_ns: i64,
         now_ns: i64,
     ) -> (std::io::Result<()>, StoreGuard<'s>) {
-        self.snapshot_if(store, |producers, _| producers.expiry_needs_snapshot(max_age_ns, now_ns), true)
+        let needed = |producers: &Producers, _| producers.expiry_needs_snapshot(max_age_ns, now_ns);
+        self.snapshot_if(store, needed, Starved::HoldIngest)
     }
 
     /// L3: before storing `batch`, the snapshot its appends could need (limits removing the
@@ -100,7 +123,7 @@ impl Stream {
                 && (producers.appends_need_snapshot(&limits, count, bytes)
                     || (purges && producers.removal_needs_snapshot(u64::MAX)))
         };
-        let (written, store) = self.snapshot_if(store, needed, false);
+        let (written, store) = self.snapshot_if(store, needed, Starved::GiveUp);
         drop(store);
         let error = written.err()?;
         // A message of the batch that still needs it is refused (no retry under the lock).
@@ -108,11 +131,21 @@ impl Stream {
         Some(error.to_string())
     }
 
+    /// Takes the ingest gate (lock order: before the store's lock). Its holder may be writing a
+    /// producer snapshot: waiting for it, the runtime moves this worker's other tasks off.
+    pub(super) fn hold_ingest(&self) -> std::sync::MutexGuard<'_, ()> {
+        match self.ingest_gate.try_lock() {
+            Ok(guard) => guard,
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => tokio::task::block_in_place(|| lock(&self.ingest_gate)),
+        }
+    }
+
     /// L3: the periodic (and final) producer snapshot, when producers changed since the last;
     /// its fsyncs run with the store's lock let go. Returns the lock, taken again.
     pub(super) fn snapshot_producers<'s>(&'s self, store: StoreGuard<'s>) -> StoreGuard<'s> {
         let due = |producers: &Producers, last_seq| producers.is_loaded() && producers.periodic_due(last_seq);
-        let (written, store) = self.snapshot_if(store, due, false);
+        let (written, store) = self.snapshot_if(store, due, Starved::GiveUp);
         if let Err(error) = written {
             tracing::error!(stream = %self.name, %error, "cannot write the producer snapshot");
         }
@@ -120,32 +153,56 @@ impl Stream {
     }
 
     /// Writes producer snapshots while `needed` (given the table and the stream's last
-    /// sequence) holds, each in three steps; the last round allowed writes in place when
-    /// `in_place_last` (a removal waits on it), else gives up until the next tick.
+    /// sequence) holds, each in three steps with the store's lock let go for the fsyncs; after
+    /// `PRODUCER_SNAPSHOT_ROUNDS_MAX` rounds that all found new entries, does what `starved` says.
     fn snapshot_if<'s>(
         &'s self,
-        mut store: StoreGuard<'s>,
+        store: StoreGuard<'s>,
         needed: impl Fn(&Producers, u64) -> bool,
-        in_place_last: bool,
+        starved: Starved,
     ) -> (std::io::Result<()>, StoreGuard<'s>) {
-        for round in 0..=PRODUCER_SNAPSHOT_ROUNDS_MAX {
+        let (fresh, store) = self.snapshot_rounds(store, &needed, PRODUCER_SNAPSHOT_ROUNDS_MAX);
+        match (fresh, starved) {
+            (Ok(false), Starved::HoldIngest) => {}
+            (Ok(false), Starved::Refuse) => {
+                return (Err(std::io::Error::other("the producer table kept changing")), store)
+            }
+            (Ok(_), _) => return (Ok(()), store),
+            (Err(error), _) => return (Err(error), store),
+        }
+        // Lock order: the ingest gate before the store's lock, so it is let go first.
+        drop(store);
+        let _ingest_held = self.hold_ingest();
+        let (fresh, store) = self.snapshot_rounds(self.store(), &needed, 1);
+        // Only the ingest task records entries, and it waits: the last round left none unsaved.
+        let written = fresh.and_then(|fresh| {
+            let changed = || std::io::Error::other("the producer table changed with the ingest held back");
+            if fresh {
+                Ok(())
+            } else {
+                Err(changed())
+            }
+        });
+        (written, store)
+    }
+
+    /// Up to `rounds` snapshots in three steps while `needed` holds; returns whether it no
+    /// longer does (under the lock, returned with it).
+    fn snapshot_rounds<'s>(
+        &'s self,
+        mut store: StoreGuard<'s>,
+        needed: &impl Fn(&Producers, u64) -> bool,
+        rounds: usize,
+    ) -> (std::io::Result<bool>, StoreGuard<'s>) {
+        for _ in 0..rounds {
             let mut producers = lock(&self.producers);
             if !needed(&producers, store.state().last_seq) {
-                return (Ok(()), store);
+                return (Ok(true), store);
             }
-            let now = clock::unix_nanos_now();
-            if round >= PRODUCER_SNAPSHOT_ROUNDS_MAX {
-                if !in_place_last {
-                    return (Ok(()), store);
-                }
-                let written = producers.write_snapshot(store.as_mut(), now);
-                drop(producers);
-                return (written, store);
-            }
-            let job = match producers.take_snapshot(store.as_mut(), now) {
+            let job = match producers.take_snapshot(store.as_mut(), clock::unix_nanos_now()) {
                 Ok(Some(job)) => job,
                 // No file, or an atomic batch being applied (never here: ingest holds the lock).
-                Ok(None) => return (Ok(()), store),
+                Ok(None) => return (Ok(true), store),
                 Err(error) => return (Err(error), store),
             };
             drop(producers);
@@ -162,6 +219,9 @@ impl Stream {
                 return (Err(error), store);
             }
         }
-        (Ok(()), store)
+        let producers = lock(&self.producers);
+        let fresh = !needed(&producers, store.state().last_seq);
+        drop(producers);
+        (Ok(fresh), store)
     }
 }

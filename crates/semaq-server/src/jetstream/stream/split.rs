@@ -23,10 +23,12 @@
 //! an atomic batch's appends nothing is held (a rolled-back batch must leave nothing behind,
 //! and its messages must not be read half-stored): the ingest task writes the snapshot a
 //! rollup or a limit eviction there may need before it takes the lock for the commit
-//! ([`Stream::snapshot_before_batch`]), and during the appends only entries from before the
-//! batch count (a snapshot then leaves the batch out), so none is written in place (if that
-//! failed, a message that still needs one is refused); the drops of the batch's unwanted
-//! messages, made once all of it is in, are held as above.
+//! ([`Stream::snapshot_before_batch`]), or, when a plain message stored before it in the same
+//! ingest batch recorded an entry since, splits the batch before the atomic batch to write it;
+//! during the appends only entries from before the batch count (a snapshot then leaves the
+//! batch out), so none is written in place (if that failed, a message that still needs one is
+//! refused); the drops of the batch's unwanted messages, made once all of it is in, are held
+//! as above.
 
 use semaq_store::PurgeRequest;
 
@@ -57,14 +59,14 @@ impl Stream {
     /// for it under the lock, taken again (returned). A removal that fails, or whose snapshot
     /// could not be written (then it is not made: its message stays), turns its message's
     /// PubAck into the error, as the removal made in place did. Also returns why the snapshot
-    /// failed, if it did: the batch then writes none in place (`Ingest::snapshot_in_place`).
+    /// failed, if it did: the batch then refuses what still needs one (`Ingest::snapshot_missing`).
     pub(super) fn make_held<'s>(
         &'s self,
         store: StoreGuard<'s>,
         held: Vec<Held>,
         acks: &mut [PendingAck],
     ) -> (StoreGuard<'s>, Option<String>) {
-        let (written, mut store) = self.before_removal(store, u64::MAX);
+        let (written, mut store) = self.before_held_removal(store);
         for Held { removal, ack } in held {
             let made = match &written {
                 Ok(()) => self.remove_held(store.as_mut(), &removal),
