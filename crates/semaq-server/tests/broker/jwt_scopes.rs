@@ -223,6 +223,21 @@ fn delivered(
     listeners.iter_mut().map(|raw| raw.drain(SILENCE).contains(&format!("MSG {subject} 1 1\r\nx\r\n"))).collect()
 }
 
+/// A new account for each case's claims, trusted by one operator: the accounts with their
+/// claims and whether each should be admitted.
+fn trust_each(cases: impl IntoIterator<Item = (Value, bool)>) -> (Trusted, Vec<(KeyPair, Value, bool)>) {
+    let mut trusted = Trusted::new();
+    let accounts = cases
+        .into_iter()
+        .map(|(claims, admitted)| {
+            let account = KeyPair::new_account();
+            trusted.add(&account, claims.clone(), json!({}));
+            (account, claims, admitted)
+        })
+        .collect();
+    (trusted, accounts)
+}
+
 /// The logins of each of `accounts` on `addr`: the first line answered and whether it closed.
 fn logins(addr: std::net::SocketAddr, accounts: &[&KeyPair]) -> Vec<(String, bool)> {
     let attempt = |account: &KeyPair| {
@@ -378,15 +393,7 @@ fn limits_signing_keys_and_default_permissions_the_jwt_library_blocks_refuse_the
         (limits(json!({ "streams": 3, "tiered_limits": { "R1": tier } })), true),
         (limits(json!({ "tiered_limits": { "": tier } })), false),
     ];
-    let mut trusted = Trusted::new();
-    let accounts: Vec<(KeyPair, Value, bool)> = cases
-        .into_iter()
-        .map(|(claims, admitted)| {
-            let account = KeyPair::new_account();
-            trusted.add(&account, claims.clone(), json!({}));
-            (account, claims, admitted)
-        })
-        .collect();
+    let (trusted, accounts) = trust_each(cases);
     let (semaq, (nats, _dir)) = trusted.servers();
     for addr in [semaq.addr(), nats.addr()] {
         let answers = logins(addr, &accounts.iter().map(|(account, ..)| account).collect::<Vec<_>>());
@@ -477,15 +484,7 @@ fn a_description_or_info_url_the_jwt_library_blocks_refuses_the_account_as_in_na
         (export(json!({ "info_url": "example.com" })), false),
         (export(json!({ "description": "d".repeat(bound + 1) })), false),
     ];
-    let mut trusted = Trusted::new();
-    let accounts: Vec<(KeyPair, Value, bool)> = cases
-        .into_iter()
-        .map(|(claims, admitted)| {
-            let account = KeyPair::new_account();
-            trusted.add(&account, claims.clone(), json!({}));
-            (account, claims, admitted)
-        })
-        .collect();
+    let (trusted, accounts) = trust_each(cases);
     let (semaq, (nats, _dir)) = trusted.servers();
     for (addr, side) in [(semaq.addr(), "semaq"), (nats.addr(), "nats-server")] {
         let answers = logins(addr, &accounts.iter().map(|(account, ..)| account).collect::<Vec<_>>());
