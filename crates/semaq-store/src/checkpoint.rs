@@ -11,7 +11,9 @@
 //! Anything else makes open ignore it and read the indexes (a damaged or stale checkpoint
 //! costs time, never state).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::error::{fit, StoreResult};
 use crate::index::parse_subjects;
@@ -20,7 +22,7 @@ use crate::limits::{checkpoint as ck, index_entry as ie, index_header as ih, seg
 use crate::record::{read_u32, read_u64};
 use crate::sealed::{LiveBits, SealedSegment};
 use crate::segment::{segment_path, Segment, DELETE_EXTENSION, INDEX_EXTENSION, LOG_EXTENSION};
-use crate::storage::{self, OpenMode, Storage};
+use crate::storage::{self, OpenMode, SharedStorage, Storage};
 use crate::subjects::SubjectRecord;
 use crate::types::StoreLimits;
 
@@ -285,9 +287,110 @@ fn decode_segment(cursor: &mut Cursor<'_>) -> Result<SegmentRecord, &'static str
 }
 
 /// Writes the checkpoint (temporary file, fsync, rename, directory fsync).
-pub(crate) fn write(storage: &dyn Storage, dir: &Path, checkpoint: &Checkpoint) -> StoreResult<()> {
+fn write(storage: &dyn Storage, dir: &Path, checkpoint: &Checkpoint) -> StoreResult<()> {
     let path = dir.join(CHECKPOINT_FILE_NAME);
     storage::write_atomic(storage, &path, &encode(checkpoint)?, 0).map_err(crate::error::io_error("write", &path))
+}
+
+/// The order of one store's checkpoint writes, shared with its [`CheckpointTicket`]: a write
+/// holds `written` throughout, so a checkpoint captured earlier never replaces a later one;
+/// the flags are read without waiting for a write in progress.
+#[derive(Debug, Default)]
+pub(crate) struct Writes {
+    /// The capture number of the newest checkpoint this store wrote (0: none).
+    written: Mutex<u64>,
+    /// A ticket was taken and has not ended: the store takes no other.
+    ticket_out: AtomicBool,
+    /// A ticket ended without its checkpoint written: the store makes one due again.
+    ticket_failed: AtomicBool,
+    /// Damage was found and the checkpoint removed: nothing is written again, so the next open
+    /// checks every index.
+    retired: AtomicBool,
+}
+
+impl Writes {
+    /// Writes `checkpoint`, capture number `capture`, unless a later one was written or the
+    /// checkpoint retired; waits for a write in progress.
+    pub(crate) fn write(
+        &self,
+        storage: &dyn Storage,
+        dir: &Path,
+        checkpoint: &Checkpoint,
+        capture: u64,
+    ) -> StoreResult<()> {
+        let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.retired.load(Ordering::Acquire) || capture <= *written {
+            return Ok(());
+        }
+        write(storage, dir, checkpoint)?;
+        *written = capture;
+        Ok(())
+    }
+
+    /// Whether a ticket ended without its checkpoint written since the last call.
+    pub(crate) fn take_ticket_failure(&self) -> bool {
+        self.ticket_failed.swap(false, Ordering::AcqRel)
+    }
+
+    /// Whether a ticket is out.
+    pub(crate) fn ticket_out(&self) -> bool {
+        self.ticket_out.load(Ordering::Acquire)
+    }
+
+    /// Removes the checkpoint for good (see `retired`), after a write in progress.
+    pub(crate) fn retire(&self, storage: &dyn Storage, dir: &Path) {
+        let _written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
+        self.retired.store(true, Ordering::Release);
+        let _ = storage.remove_file(&dir.join(CHECKPOINT_FILE_NAME));
+    }
+}
+
+/// A checkpoint captured under the store's lock at the end of a commit, to be written with the
+/// lock let go (a temporary file, two fsyncs and a rename), after the commit's acknowledgements:
+/// it describes what was durable at the capture, so later changes never make it wrong, only
+/// stale (open catches it up or ignores it). Dropped unrun, the store makes one due again.
+#[must_use = "run it, or the store writes the checkpoint at a later commit"]
+pub struct CheckpointTicket {
+    storage: SharedStorage,
+    dir: PathBuf,
+    checkpoint: Checkpoint,
+    capture: u64,
+    writes: Arc<Writes>,
+    written: bool,
+}
+
+impl std::fmt::Debug for CheckpointTicket {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("CheckpointTicket").field("dir", &self.dir).field("capture", &self.capture).finish()
+    }
+}
+
+impl CheckpointTicket {
+    /// A ticket for `checkpoint`, the store's `capture`-th, marked out in `writes`.
+    pub(crate) fn new(
+        storage: SharedStorage,
+        dir: PathBuf,
+        (checkpoint, capture): (Checkpoint, u64),
+        writes: Arc<Writes>,
+    ) -> Self {
+        writes.ticket_out.store(true, Ordering::Release);
+        Self { storage, dir, checkpoint, capture, writes, written: false }
+    }
+
+    /// Writes the checkpoint unless a later one was written meanwhile. A failure leaves the
+    /// older checkpoint, which open finds stale; the store tries again at a later commit.
+    pub fn run(mut self) {
+        self.written = self.writes.write(&*self.storage, &self.dir, &self.checkpoint, self.capture).is_ok();
+    }
+}
+
+impl Drop for CheckpointTicket {
+    fn drop(&mut self) {
+        if !self.written {
+            self.writes.ticket_failed.store(true, Ordering::Release);
+        }
+        self.writes.ticket_out.store(false, Ordering::Release);
+    }
 }
 
 /// What a usable checkpoint gives open: the ledger with the checkpointed sealed segments, those

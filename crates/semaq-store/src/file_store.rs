@@ -6,9 +6,9 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use crate::checkpoint;
+use crate::checkpoint::{self, CheckpointTicket};
 use crate::commit::{Owed, SealWork, SyncTicket, Synced};
 use crate::error::{io_error, StoreError, StoreResult};
 use crate::ledger::{Ledger, SlotState};
@@ -112,6 +112,10 @@ pub struct FileStore {
     checkpoint_due: bool,
     /// False when open found damage: a full open then reports it again every time.
     checkpoints_enabled: bool,
+    /// Checkpoints captured so far: each write's number, so an older one never replaces a newer.
+    checkpoint_captures: u64,
+    /// Orders the writes made in place and by tickets (`checkpoint_ticket`).
+    checkpoint_writes: Arc<checkpoint::Writes>,
     /// Reloads so far: a sync ticket taken before a reload has nothing left to record.
     epoch: u64,
     /// The fsyncs the last reload's recovery owes (it runs none under the caller's lock): in
@@ -162,6 +166,8 @@ impl FileStore {
             refused_cut: None,
             checkpoint_due: false,
             checkpoints_enabled: false,
+            checkpoint_captures: 0,
+            checkpoint_writes: Arc::default(),
             epoch: 0,
             owed: Owed::default(),
             sealing,
@@ -180,27 +186,55 @@ impl FileStore {
         Ok(store)
     }
 
-    /// Writes the checkpoint of the sealed segments; the caller has just made every change
-    /// durable. A failure leaves the older checkpoint, which open then finds stale (the store
-    /// does not depend on it), so it is only tried again later.
-    fn write_checkpoint(&mut self) {
+    /// Captures the checkpoint of the sealed segments, numbered; the caller has just made every
+    /// change durable. `None` when there is nothing to capture, or it cannot be now (it stays due).
+    fn capture_checkpoint(&mut self) -> Option<(checkpoint::Checkpoint, u64)> {
         if !self.checkpoints_enabled || self.poisoned.is_some() {
-            return;
+            return None;
         }
         if !self.sealing.is_empty() {
             // A segment being sealed has no index yet, and its successor's directory entry
             // must not become durable (the checkpoint's rename syncs the directory) before
             // its records: the commit that completes the seal writes the checkpoint.
             self.checkpoint_due = true;
-            return;
+            return None;
         }
         let sealed: Vec<(u64, u64, u64)> =
             self.segments.windows(2).map(|pair| (pair[0].first_seq, pair[1].first_seq, pair[0].len())).collect();
-        let written = checkpoint::capture(&*self.storage, &self.dir, &self.ledger, &sealed).and_then(|captured| {
-            let Some(captured) = captured else { return Ok(()) };
-            checkpoint::write(&*self.storage, &self.dir, &captured)
-        });
-        self.checkpoint_due = written.is_err();
+        let captured = checkpoint::capture(&*self.storage, &self.dir, &self.ledger, &sealed);
+        self.checkpoint_due = captured.is_err();
+        let captured = captured.ok()??;
+        self.checkpoint_captures += 1;
+        Some((captured, self.checkpoint_captures))
+    }
+
+    /// Writes the checkpoint of the sealed segments in place (after a ticket's write in
+    /// progress, if any); the caller has just made every change durable. A failure leaves the
+    /// older checkpoint, which open then finds stale (the store does not depend on it), so it
+    /// is only tried again later.
+    fn write_checkpoint(&mut self) {
+        let Some((captured, capture)) = self.capture_checkpoint() else { return };
+        self.checkpoint_due = self.checkpoint_writes.write(&*self.storage, &self.dir, &captured, capture).is_err();
+    }
+
+    /// The checkpoint a commit made due, captured, for the caller to write with its lock let go;
+    /// `None` while another ticket is out, or while changes made after the commit (a pipelined
+    /// caller's appends) are not durable: they may have removed older messages (limits) that
+    /// the checkpoint would then call gone for good.
+    fn checkpoint_ticket(&mut self) -> Option<CheckpointTicket> {
+        if self.checkpoint_writes.take_ticket_failure() {
+            self.checkpoint_due = true;
+        }
+        if !self.checkpoint_due || !self.all_durable() || self.checkpoint_writes.ticket_out() {
+            return None;
+        }
+        let captured = self.capture_checkpoint()?;
+        Some(CheckpointTicket::new(
+            self.storage.clone(),
+            self.dir.clone(),
+            captured,
+            Arc::clone(&self.checkpoint_writes),
+        ))
     }
 
     /// Whether every change is on stable storage: the segments' records and deletions, and
@@ -429,7 +463,7 @@ impl FileStore {
     fn note_sealed_failure(&self) -> Option<String> {
         let failure = self.ledger.sealed_failure()?;
         self.report_corruption(failure.clone());
-        let _ = self.storage.remove_file(&self.dir.join(checkpoint::CHECKPOINT_FILE_NAME));
+        self.checkpoint_writes.retire(&*self.storage, &self.dir);
         Some(failure)
     }
 
@@ -1045,22 +1079,24 @@ impl StreamStore for FileStore {
     }
 
     fn sync_finish(&mut self, synced: Synced) -> StoreResult<()> {
+        if let Some(checkpoint) = self.sync_finish_deferring(synced)? {
+            checkpoint.run();
+        }
+        Ok(())
+    }
+
+    fn sync_finish_deferring(&mut self, synced: Synced) -> StoreResult<Option<CheckpointTicket>> {
         if synced.failure.is_none() && synced.epoch != self.epoch && self.poisoned.is_none() {
             // A full disk met aside reloaded the store meanwhile. The reload kept what the ticket
             // covers (with the OS before it), which the ticket's fsyncs made durable: its
             // appends are acknowledged, and what the reload dropped is reported to the next commit.
-            return Ok(());
+            return Ok(None);
         }
         // A store poisoned meanwhile (another change's write failed) refuses here too.
         self.guarded(|store| store.finish_step(synced))?;
         self.guarded(Self::settle_durable)?;
-        // What a seal or drop changed is durable now: the checkpoint may describe it, unless
-        // appends made while the ticket ran (a pipelined caller) are not, for they may have
-        // removed older messages (limits) that the checkpoint would then call gone for good.
-        if self.checkpoint_due && self.all_durable() {
-            self.write_checkpoint();
-        }
-        Ok(())
+        // What a seal or drop changed is durable now: the checkpoint may describe it.
+        Ok(self.checkpoint_ticket())
     }
 
     fn sync_aside(&mut self) -> StoreResult<()> {

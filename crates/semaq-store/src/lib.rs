@@ -52,6 +52,7 @@ mod sealed;
 mod segment;
 mod subjects;
 
+pub use checkpoint::CheckpointTicket;
 pub use commit::{SyncTicket, Synced};
 pub use error::{StoreError, StoreResult};
 pub use file_store::{FileStore, FileStoreConfig, RecoveryReport};
@@ -135,6 +136,12 @@ pub trait StreamStore: Send {
             Some(failure) => Err(failure),
             None => Ok(()),
         }
+    }
+    /// [`sync_finish`](Self::sync_finish) that leaves the checkpoint a completed seal made due
+    /// to the caller, to write with its lock let go and after its acknowledgements
+    /// ([`CheckpointTicket::run`]): it costs two fsyncs no publish needs to wait for.
+    fn sync_finish_deferring(&mut self, synced: Synced) -> StoreResult<Option<CheckpointTicket>> {
+        self.sync_finish(synced).map(|()| None)
     }
     /// [`sync`](Self::sync) for a change made aside from the appending task (a purge, a delete,
     /// a producer snapshot, a timer's commit). A full disk met here whose reload dropped the

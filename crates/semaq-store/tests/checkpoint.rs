@@ -126,6 +126,59 @@ fn a_checkpoint_naming_segments_gone_since_is_ignored() {
     assert_eq!(seen(&reopened), before);
 }
 
+/// Appends until a segment rolls, then commits in three steps: the checkpoint the seal made
+/// due comes back unwritten.
+fn roll_and_commit_deferring(store: &mut FileStore, from: u64) -> (u64, semaq_store::CheckpointTicket) {
+    let segments = store.segment_count();
+    let mut n = from;
+    while store.segment_count() == segments {
+        store.append("orders.eu", None, format!("message {n}").as_bytes(), i64::try_from(n).unwrap()).unwrap();
+        n += 1;
+    }
+    let ticket = store.sync_begin().unwrap();
+    let checkpoint = store.sync_finish_deferring(ticket.run()).unwrap().expect("the seal made a checkpoint due");
+    (n, checkpoint)
+}
+
+#[test]
+fn a_checkpoint_ticket_run_after_a_newer_checkpoint_was_written_leaves_the_newer() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open(dir.path());
+    let (n, older) = roll_and_commit_deferring(&mut store, 0);
+    fill(&mut store, n, 1_000);
+    store.close().unwrap();
+    let newer = fs::read(dir.path().join(CHECKPOINT)).unwrap();
+    older.run();
+    assert_eq!(fs::read(dir.path().join(CHECKPOINT)).unwrap(), newer);
+    let before = seen(&store);
+    let segments = store.segment_count();
+    drop(store);
+    let reopened = open(dir.path());
+    assert_eq!(reopened.recovery_report().checkpointed_segments_count, segments - 1);
+    assert_eq!(seen(&reopened), before);
+}
+
+#[test]
+fn a_checkpoint_ticket_dropped_unrun_comes_back_at_the_next_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open(dir.path());
+    let (_, unrun) = roll_and_commit_deferring(&mut store, 0);
+    let ticket = store.sync_begin().unwrap();
+    assert!(store.sync_finish_deferring(ticket.run()).unwrap().is_none(), "one ticket out at a time");
+    drop(unrun);
+    assert!(!dir.path().join(CHECKPOINT).exists());
+    let ticket = store.sync_begin().unwrap();
+    let again = store.sync_finish_deferring(ticket.run()).unwrap().expect("due again");
+    again.run();
+    let ticket = store.sync_begin().unwrap();
+    assert!(store.sync_finish_deferring(ticket.run()).unwrap().is_none(), "written: no longer due");
+    let before = seen(&store);
+    drop(store);
+    let reopened = open(dir.path());
+    assert_eq!(reopened.recovery_report().checkpointed_segments_count, 1);
+    assert_eq!(seen(&reopened), before);
+}
+
 mod power_loss {
     //! On the simulated disk: the power fails at every change from a seal to the checkpoint
     //! written at the next sync (log fsync, index, new segment, its directory entry, the
@@ -215,5 +268,60 @@ mod power_loss {
         // The old checkpoint caught up (one segment from it, the newly sealed one from its
         // index), and the new one (both segments from it).
         assert!(from_checkpoint[1] > 0 && from_checkpoint[2] > 0, "{from_checkpoint:?}");
+    }
+    /// Appends from message `n + 1` until the store has `segments` segments; returns the last.
+    fn append_until(store: &mut FileStore, mut n: u64, segments: usize) -> u64 {
+        while store.segment_count() < segments {
+            n += 1;
+            append(store, n).unwrap();
+        }
+        n
+    }
+
+    #[test]
+    fn a_checkpoint_written_after_its_commit_and_a_later_roll_gives_what_the_indexes_give_at_every_power_cut() {
+        // The server acknowledges a commit before writing the checkpoint it captured, and goes
+        // on appending meanwhile: by the write, another seal may be pending, its successor's
+        // directory entry not yet durable, and the checkpoint's rename syncs the directory.
+        let (mut used, mut crashes_in_the_write) = (0, 0);
+        for changes in 0..20 {
+            let disk = SimDisk::new();
+            let mut store = open(&disk);
+            let mut n = append_until(&mut store, 0, 2);
+            let ticket = store.sync_begin().unwrap();
+            let checkpoint = store.sync_finish_deferring(ticket.run()).unwrap().expect("the seal made one due");
+            let mut synced = n;
+            n = append_until(&mut store, n, 3);
+            disk.freeze_after(changes, Tear::LoseUnsynced);
+            checkpoint.run();
+            crashes_in_the_write += u64::from(disk.is_frozen());
+            while !disk.is_frozen() {
+                if store.sync().is_ok() {
+                    synced = n;
+                }
+                n += 1;
+                let _ = append(&mut store, n);
+            }
+            disk.crash(Tear::LoseUnsynced);
+            drop(store);
+            let reopened = open(&disk);
+            used += reopened.recovery_report().checkpointed_segments_count.min(1);
+            let with_checkpoint = seen(&reopened);
+            let messages: Vec<u64> = with_checkpoint.2.iter().map(|(seq, _, _)| *seq).collect();
+            let held = u64::try_from(messages.len()).unwrap();
+            assert!(held >= synced, "power lost after {changes} changes: {held} held, {synced} acknowledged");
+            assert_eq!(messages, (1..=held).collect::<Vec<_>>(), "power lost after {changes} changes");
+            drop(reopened);
+            let checkpoint = dir().join(CHECKPOINT);
+            if disk.read(&checkpoint).is_ok() {
+                disk.remove_file(&checkpoint).unwrap();
+            }
+            let full = open(&disk);
+            assert_eq!(seen(&full), with_checkpoint, "power lost after {changes} changes");
+        }
+        assert!(
+            crashes_in_the_write > 0 && used > 0,
+            "{crashes_in_the_write} crashes in the write, {used} opens used it"
+        );
     }
 }

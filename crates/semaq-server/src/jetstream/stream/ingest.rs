@@ -299,16 +299,26 @@ impl Stream {
             Ok(ticket) => ticket,
             Err(error) => return (Err(error), store),
         };
-        if ticket.is_empty() {
+        let finished = if ticket.is_empty() {
             latency.observe(started.elapsed());
-            return (store.sync_finish(ticket.run()), store);
+            store.sync_finish_deferring(ticket.run())
+        } else {
+            drop(store);
+            crate::jetstream::failpoint::sync_delay();
+            let synced = ticket.run();
+            latency.observe(started.elapsed());
+            store = self.store();
+            store.sync_finish_deferring(synced)
+        };
+        match finished {
+            Ok(Some(checkpoint)) => {
+                drop(store);
+                checkpoint.run();
+                (Ok(()), self.store())
+            }
+            Ok(None) => (Ok(()), store),
+            Err(error) => (Err(error), store),
         }
-        drop(store);
-        crate::jetstream::failpoint::sync_delay();
-        let synced = ticket.run();
-        latency.observe(started.elapsed());
-        let mut store = self.store();
-        (store.sync_finish(synced), store)
     }
 
     /// Inside a batch, before an append that would roll into a full queue of pending seals: a

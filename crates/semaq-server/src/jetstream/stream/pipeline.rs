@@ -149,16 +149,19 @@ impl Stream {
         self.services.bus.stats.store_sync_latency.observe(started.elapsed());
         let mut store = self.store();
         let finished = match synced {
-            // Records what the ticket synced; no fsync (but at a seal's end, the checkpoint's).
-            Some(synced) => store.sync_finish(synced),
+            // Records what the ticket synced; no fsync.
+            Some(synced) => store.sync_finish_deferring(synced),
             None => Err(StoreError::Poisoned("the fsync task ended without an outcome".into())),
         };
-        if let Err(error) = finished {
-            drop(store);
-            let waiting = std::mem::take(&mut pipeline.waiting);
-            self.refuse(vec![group, waiting], error, dedup);
-            return;
-        }
+        let checkpoint = match finished {
+            Ok(checkpoint) => checkpoint,
+            Err(error) => {
+                drop(store);
+                let waiting = std::mem::take(&mut pipeline.waiting);
+                self.refuse(vec![group, waiting], error, dedup);
+                return;
+            }
+        };
         // A commit aside may end after unsynced appends behind it moved the sequence on.
         self.committed_seq.fetch_max(group.last_seq, std::sync::atomic::Ordering::Release);
         let last_seq = store.state().last_seq;
@@ -167,6 +170,10 @@ impl Stream {
         self.last_seq.send_replace(last_seq);
         self.acknowledge(group);
         self.start_commit(pipeline, dedup);
+        // At a seal's end: written after the acks, beside the next group's fsyncs, the lock let go.
+        if let Some(checkpoint) = checkpoint {
+            tokio::task::block_in_place(|| checkpoint.run());
+        }
     }
 
     /// Waits for the fsyncs in flight and the group behind them to be committed.

@@ -213,7 +213,16 @@ impl Stream {
                 job.run()
             });
             store = self.store();
-            let finished = store.sync_finish(synced).map_err(std::io::Error::other);
+            let finished = match store.sync_finish_deferring(synced) {
+                Ok(Some(checkpoint)) => {
+                    drop(store);
+                    tokio::task::block_in_place(|| checkpoint.run());
+                    store = self.store();
+                    Ok(())
+                }
+                Ok(None) => Ok(()),
+                Err(error) => Err(std::io::Error::other(error)),
+            };
             let applied = lock(&self.producers).finish_snapshot(done);
             if let Err(error) = finished.and(applied) {
                 return (Err(error), store);
