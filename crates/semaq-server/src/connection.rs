@@ -235,6 +235,8 @@ struct Connection {
     /// When the client last sent anything: a keepalive PING is skipped while it is active.
     last_in: tokio::time::Instant,
     connected: bool,
+    /// CONNECT was just accepted: the keepalive starts again, its first PING early.
+    ping_restart: bool,
     /// The nonce sent in INFO, which nkey and JWT users sign.
     nonce: Option<String>,
     /// The listener the client came through, with its cookies and time to authenticate.
@@ -267,6 +269,7 @@ impl Connection {
             pings_outstanding: 0,
             last_in: tokio::time::Instant::now(),
             connected: false,
+            ping_restart: false,
             nonce,
             entry,
             sweep_at: crate::limits::SUBSCRIPTION_SWEEP_MIN,
@@ -297,6 +300,9 @@ impl Connection {
                         self.last_in = tokio::time::Instant::now();
                         let outcome = self.process(&mut buffer);
                         self.flush.flush();
+                        if std::mem::take(&mut self.ping_restart) {
+                            ping_timer = ping_timer_after_connect(ping_interval);
+                        }
                         if let Err(reason) = outcome {
                             return reason;
                         }
@@ -449,6 +455,7 @@ impl Connection {
         self.client.estimate_rtt();
         self.client.accept_details(ClientDetails { options, user, permissions, account, expires, jwt_tags });
         self.connected = true;
+        self.ping_restart = true;
         if let Some(events) = &self.context.events {
             events.connected(&self.client);
         }
@@ -734,4 +741,13 @@ fn instant_of(at: i64) -> tokio::time::Instant {
     let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(u64::try_from(at).unwrap_or(0));
     let left = at.duration_since(std::time::SystemTime::now()).unwrap_or_default();
     tokio::time::Instant::now() + left
+}
+
+/// The keepalive from CONNECT on, as nats-server's `setFirstPingTimer`: the first PING after
+/// at most `FIRST_CLIENT_PING_INTERVAL`, later by up to a fifth of that (random, so clients
+/// that connected together are not pinged together), then one every `interval`.
+fn ping_timer_after_connect(interval: std::time::Duration) -> tokio::time::Interval {
+    let first = interval.min(limits::FIRST_CLIENT_PING_INTERVAL);
+    let jitter = first.mul_f64(rand::random::<f64>() / 5.0);
+    tokio::time::interval_at(tokio::time::Instant::now() + first + jitter, interval)
 }

@@ -48,6 +48,9 @@ pub const PUBLISH_PERMISSION_CACHE_ENTRIES_MAX: usize = 1024;
 pub const SUBSCRIPTIONS_PER_CONNECTION_MAX: usize = 1024 * 1024;
 /// How often an idle client is pinged (configurable: `ping_interval`).
 pub const PING_INTERVAL: Duration = Duration::from_secs(120);
+/// When the first keepalive PING goes after CONNECT at the latest (plus up to a fifth, random),
+/// as nats-server's `firstClientPingInterval`: the round trip is measured early.
+pub const FIRST_CLIENT_PING_INTERVAL: Duration = Duration::from_secs(2);
 /// Unanswered server pings before a client is closed as stale (configurable: `ping_max`).
 pub const PINGS_OUTSTANDING_MAX: u32 = 2;
 /// Time a client has to send CONNECT (configurable: `authorization.timeout`).

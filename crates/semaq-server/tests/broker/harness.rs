@@ -116,6 +116,25 @@ async fn sigterm_flushes_pending_messages_and_exits_zero() {
     assert_eq!(messages, 1000, "every accepted message was flushed before exit");
 }
 
+#[test]
+fn the_first_keepalive_ping_comes_two_seconds_after_connect_as_from_nats_server() {
+    // The default interval is two minutes; nats-server pings a client early (2 s, plus up to a
+    // fifth at random) to measure its round trip soon after it connected.
+    let semaq = SemaqServer::start();
+    let (nats, _dir) = crate::account_limits::nats_server_with("");
+    for addr in [semaq.addr(), nats.addr()] {
+        let mut raw = semaq_testkit::Raw::connect(addr);
+        let connected = Instant::now();
+        raw.send(b"CONNECT {\"verbose\":false}\r\n");
+        raw.expect("PING\r\n");
+        let after = connected.elapsed();
+        assert!(
+            after >= Duration::from_millis(1_900) && after < Duration::from_secs(4),
+            "{addr}: first PING after {after:?}"
+        );
+    }
+}
+
 /// Keepalive PINGs `raw` receives over `phase`, answered with PONGs; when `active`, it publishes
 /// every 40 ms meanwhile.
 fn pings_received(raw: &mut semaq_testkit::Raw, phase: Duration, active: bool) -> usize {
