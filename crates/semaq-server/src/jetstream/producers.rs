@@ -330,9 +330,31 @@ impl Producers {
 
     /// Rebuilds the table once: the snapshot, then every stored message after it. Then writes a
     /// fresh snapshot up to the last message, so the counts of what came since start at zero.
+    /// In place, under the caller's locks: for a stream nobody reads yet (its start).
     pub fn ensure_loaded(&mut self, store: &mut dyn StreamStore, now_ns: i64) {
-        if self.loaded {
+        if !self.load(store) {
             return;
+        }
+        if let Err(error) = self.write_snapshot(store, now_ns) {
+            self.assume_unsaved();
+            tracing::error!(%error, "cannot write the producer snapshot");
+        }
+    }
+
+    /// [`ensure_loaded`](Self::ensure_loaded) without the write, for the ingest, which holds
+    /// the store's lock that readers wait on (the table reloaded after a full disk unloaded it,
+    /// or a stream raised to L3): the table counts as unsaved, so the unlocked paths write the
+    /// snapshot (a batch split around it, a removal's, the periodic one).
+    pub fn ensure_loaded_unwritten(&mut self, store: &mut dyn StreamStore) {
+        if self.load(store) {
+            self.assume_unsaved();
+        }
+    }
+
+    /// Loads the table unless it is loaded; whether a fresh snapshot is then needed.
+    fn load(&mut self, store: &mut dyn StreamStore) -> bool {
+        if self.loaded {
+            return false;
         }
         self.loaded = true;
         if let Some(file) = self.file.clone() {
@@ -343,14 +365,13 @@ impl Producers {
             tracing::warn!("producer snapshot covers sequence {} past the stream's last {last_seq}", self.covered_seq);
         }
         self.dirty |= self.rescan(store, last_seq) > 0;
-        let Some(file) = self.file.clone() else { return };
-        if self.dirty || self.covered_seq != last_seq || !file.exists() {
-            if let Err(error) = self.write_snapshot(store, now_ns) {
-                // The counts since the snapshot are unknown: assume the worst until one is written.
-                (self.dirty, self.since_msgs, self.since_bytes) = (true, u64::MAX / 2, u64::MAX / 2);
-                tracing::error!(%error, "cannot write the producer snapshot");
-            }
-        }
+        let Some(file) = self.file.as_deref() else { return false };
+        self.dirty || self.covered_seq != last_seq || !file.exists()
+    }
+
+    /// The counts since the snapshot are unknown: assume the worst until one is written.
+    fn assume_unsaved(&mut self) {
+        (self.dirty, self.since_msgs, self.since_bytes) = (true, u64::MAX / 2, u64::MAX / 2);
     }
 
     fn read_snapshot(&mut self, file: &Path) {

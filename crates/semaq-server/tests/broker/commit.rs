@@ -735,6 +735,35 @@ async fn stage(
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_raised_to_l3_loads_its_producers_at_the_next_publish_and_readers_go_on() {
+    use super::exactly_once::{create_stream, event, l3_config, publish_seq, register_schema, request};
+    use serde_json::json;
+    let dir = tempfile::tempdir().unwrap();
+    let (_broker, client) = slow_broker(&dir.path().join("store")).await;
+    register_schema(&client).await;
+    let mut config = l3_config("RAISED", &["raised.>"], json!({"metadata": {"semaq.level": "2"}}));
+    assert!(create_stream(&client, config.clone()).await["config"].is_object());
+    let js = jetstream::new(client.clone());
+    for n in 1..=3 {
+        js.publish("raised.a", event(n)).await.unwrap().await.unwrap();
+    }
+    config["metadata"]["semaq.level"] = "3".into();
+    let updated = request(&client, "$JS.API.STREAM.UPDATE.RAISED", config).await;
+    assert_eq!(updated["config"]["metadata"]["semaq.level"], "3", "{updated}");
+    let mut stream = js.get_stream("RAISED").await.unwrap();
+
+    // The first L3 publish loads the producer table under the store's lock; its snapshot is
+    // written by the unlocked paths, so no read waits for a flush meanwhile.
+    let published = tokio::spawn({
+        let client = client.clone();
+        async move { publish_seq(&client, "raised.a", "p", 1, 4).await }
+    });
+    info_until_finished(&mut stream, &published).await;
+    assert_eq!(published.await.unwrap()["seq"], 4);
+    assert_eq!(publish_seq(&client, "raised.a", "p", 1, 4).await["duplicate"], true);
+}
+
 /// Polls stream info until `task` is done: each read, which takes the store's lock, is
 /// answered well within an fsync of the slowed disk (none waits for one).
 async fn info_until_finished<T>(stream: &mut stream::Stream, task: &tokio::task::JoinHandle<T>) {

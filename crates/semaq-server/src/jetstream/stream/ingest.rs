@@ -45,8 +45,9 @@ impl Stream {
         loop {
             let mut producers = lock(&self.producers);
             if config.exactly_once() {
-                // Also after an update raised the stream to L3.
-                producers.ensure_loaded(store.as_mut(), now);
+                // Also after an update raised the stream to L3. Its snapshot is left to the
+                // unlocked paths: readers wait on this lock.
+                producers.ensure_loaded_unwritten(store.as_mut());
             }
             // L4: the hash chain, held for the part (lock order: store, then chain).
             chain = self.provenance.as_deref().map(|provenance| provenance.writer(&config));
