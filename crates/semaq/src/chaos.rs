@@ -44,6 +44,10 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(120);
 const BACKLOG_MESSAGES_MAX: u64 = 5_000;
 /// Rounds of publishing everything still unacknowledged in the calm end.
 const DRAIN_PUBLISH_ROUNDS_MAX: u32 = 20;
+/// The registry subject of the payloads' schema, for a stream of level 2 and up.
+const SCHEMA_SUBJECT: &str = "chaos-events-value";
+/// The payloads (message numbers as text) are JSON integers.
+const SCHEMA: &str = r#"{"type": "integer", "minimum": 0}"#;
 
 /// Arguments of `semaq chaos`.
 #[derive(clap::Args, Debug)]
@@ -70,7 +74,7 @@ pub struct CrashArgs {
     /// Publishes in flight at once (the producer pipelines)
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=4096))]
     window: u64,
-    /// The stream's semantic level (semaq.level; ignored with --nats)
+    /// The stream's semantic level (semaq.level; ignored with --nats); levels 2 and 3 check the payloads against a JSON schema the loop registers
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=3))]
     level: u8,
     /// Run the loop on nats-server instead, for comparison
@@ -164,6 +168,10 @@ async fn create_stream_and_consumer(server: &ServerProcess, args: &CrashArgs) ->
     if !args.nats {
         config["metadata"] = json!({"semaq.level": args.level.to_string()});
     }
+    if !args.nats && args.level >= 2 {
+        register_schema(&client).await?;
+        config["metadata"]["semaq.schema"] = SCHEMA_SUBJECT.into();
+    }
     let created = client.request(format!("$JS.API.STREAM.CREATE.{STREAM}"), config.to_string().into()).await?;
     let answer: serde_json::Value = serde_json::from_slice(&created.payload).context("stream create answer")?;
     if answer.get("error").is_some() {
@@ -177,6 +185,17 @@ async fn create_stream_and_consumer(server: &ServerProcess, args: &CrashArgs) ->
         ..Default::default()
     };
     stream.create_consumer(config).await.context("cannot create the durable consumer")?;
+    Ok(())
+}
+
+/// Registers the payloads' schema, which levels 2 and up check every message against.
+async fn register_schema(client: &async_nats::Client) -> Result<()> {
+    let body = json!({"subject": SCHEMA_SUBJECT, "schema": SCHEMA, "schemaType": "JSON"});
+    let registered = client.request("$SEMAQ.API.SCHEMA.REGISTER", body.to_string().into()).await?;
+    let answer: serde_json::Value = serde_json::from_slice(&registered.payload).context("schema register answer")?;
+    if answer.get("id").is_none() {
+        bail!("cannot register the schema: {answer}");
+    }
     Ok(())
 }
 
