@@ -536,6 +536,12 @@ impl Producers {
         self.appends_need_snapshot(limits, 1, stored_bytes)
     }
 
+    /// Whether storing `count` messages of `stored_bytes` in all, which `purges` (a rollup, a
+    /// one-shot schedule's copy) or not, could remove an entry the snapshot lacks.
+    pub fn batch_needs_snapshot(&self, limits: &StoreLimits, (count, stored_bytes): (u64, u64), purges: bool) -> bool {
+        self.appends_need_snapshot(limits, count, stored_bytes) || (purges && self.removal_needs_snapshot(u64::MAX))
+    }
+
     /// [`Producers::append_needs_snapshot`] for `count` appends of `stored_bytes` in all (an
     /// ingest batch about to be stored, so the snapshot can be written before it, without the lock).
     pub fn appends_need_snapshot(&self, limits: &StoreLimits, count: u64, stored_bytes: u64) -> bool {

@@ -300,18 +300,25 @@ impl Stream {
             Ok(ticket) => ticket,
             Err(error) => return (Err(error), store),
         };
-        let finished = if ticket.is_empty() {
+        if ticket.is_empty() {
             latency.observe(started.elapsed());
-            store.sync_finish_deferring(ticket.run())
-        } else {
-            drop(store);
-            crate::jetstream::failpoint::sync_delay();
-            let synced = ticket.run();
-            latency.observe(started.elapsed());
-            store = self.store();
-            store.sync_finish_deferring(synced)
-        };
-        match finished {
+            return self.finish_sync(store, ticket.run());
+        }
+        drop(store);
+        crate::jetstream::failpoint::sync_delay();
+        let synced = ticket.run();
+        latency.observe(started.elapsed());
+        self.finish_sync(self.store(), synced)
+    }
+
+    /// Step 3 of a commit under the store's lock; the checkpoint it may have made due is then
+    /// written with the lock let go (taken again, returned). Blocks for the disk's time.
+    pub(super) fn finish_sync<'s>(
+        &'s self,
+        mut store: StoreGuard<'s>,
+        synced: semaq_store::Synced,
+    ) -> (semaq_store::StoreResult<()>, StoreGuard<'s>) {
+        match store.sync_finish_deferring(synced) {
             Ok(Some(checkpoint)) => {
                 drop(store);
                 checkpoint.run();
@@ -565,9 +572,7 @@ fn commit_needs_snapshot(ingest: &Ingest<'_, '_>, commit: &batch::Commit) -> boo
     let stored: u64 = (commit.messages.iter())
         .map(|message| model.message_bytes(&message.subject, message.headers.as_deref(), &message.payload))
         .sum();
-    let count = commit.messages.len() as u64;
-    ingest.producers.appends_need_snapshot(ingest.store.limits(), count, stored)
-        || (purges && ingest.producers.removal_needs_snapshot(u64::MAX))
+    ingest.producers.batch_needs_snapshot(ingest.store.limits(), (commit.messages.len() as u64, stored), purges)
 }
 
 /// L3: whether the store's limits could answer `message`'s append by removing a message the

@@ -119,9 +119,7 @@ impl Stream {
         let store = self.store();
         let limits = store.limits().clone();
         let needed = |producers: &Producers, _| {
-            producers.is_loaded()
-                && (producers.appends_need_snapshot(&limits, count, bytes)
-                    || (purges && producers.removal_needs_snapshot(u64::MAX)))
+            producers.is_loaded() && producers.batch_needs_snapshot(&limits, (count, bytes), purges)
         };
         let (written, store) = self.snapshot_if(store, needed, Starved::GiveUp);
         drop(store);
@@ -175,14 +173,8 @@ impl Stream {
         let _ingest_held = self.hold_ingest();
         let (fresh, store) = self.snapshot_rounds(self.store(), &needed, 1);
         // Only the ingest task records entries, and it waits: the last round left none unsaved.
-        let written = fresh.and_then(|fresh| {
-            let changed = || std::io::Error::other("the producer table changed with the ingest held back");
-            if fresh {
-                Ok(())
-            } else {
-                Err(changed())
-            }
-        });
+        let changed = "the producer table changed with the ingest held back";
+        let written = fresh.and_then(|fresh| if fresh { Ok(()) } else { Err(std::io::Error::other(changed)) });
         (written, store)
     }
 
@@ -212,17 +204,9 @@ impl Stream {
                 crate::jetstream::failpoint::sync_delay();
                 job.run()
             });
-            store = self.store();
-            let finished = match store.sync_finish_deferring(synced) {
-                Ok(Some(checkpoint)) => {
-                    drop(store);
-                    tokio::task::block_in_place(|| checkpoint.run());
-                    store = self.store();
-                    Ok(())
-                }
-                Ok(None) => Ok(()),
-                Err(error) => Err(std::io::Error::other(error)),
-            };
+            let (finished, taken) = tokio::task::block_in_place(|| self.finish_sync(self.store(), synced));
+            store = taken;
+            let finished = finished.map_err(std::io::Error::other);
             let applied = lock(&self.producers).finish_snapshot(done);
             if let Err(error) = finished.and(applied) {
                 return (Err(error), store);
