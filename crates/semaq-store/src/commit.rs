@@ -355,10 +355,10 @@ impl SyncTicket {
 }
 
 /// The fsyncs a reload after a full disk owes (recovery's, which would otherwise run under the
-/// store's lock): the newest sealed logs and the files it cut (whole fsyncs), then the
-/// directories whose entries it changed, in recovery's order. Every ticket runs them first
-/// until one of the store's current epoch has succeeded, so nothing a later commit
-/// acknowledges is durable without them. The active log is not among them: a reloaded active
+/// store's lock): the newest sealed logs, the files it cut and the indexes it rebuilt (whole
+/// fsyncs), then the directories whose entries it changed, in recovery's order. Every ticket
+/// runs them first until one of the store's current epoch has succeeded, so nothing a later
+/// commit acknowledges is durable without them. The active log is not among them: a reloaded active
 /// log counts as unsynced, so the ticket fsyncs it after these directories, and appends made
 /// since the reload never become durable before the removals those directories record.
 #[derive(Debug, Clone, Default)]

@@ -758,8 +758,10 @@ impl FileStore {
     /// sequence up to the floor, and a floor far ahead (a purge to any `seq`) made that endless.
     /// The fresh segment is created unsynced, as at a roll: the next commit's ticket makes it
     /// durable, and until then recovery restarts at the floor (persisted by every caller first).
+    /// No seal is completed first (which would fsync under the lock): a seal pending here is
+    /// of a segment below that floor, whose records nothing needs any more.
     fn restart_at_floor(&mut self) -> StoreResult<()> {
-        self.complete_seal()?;
+        self.sealing.clear();
         let fresh = Segment::create_unsynced(&*self.storage, &self.dir, self.ledger.next_seq())?;
         self.segments.push(fresh);
         self.checkpoint_due = true;

@@ -94,6 +94,11 @@ impl Syncs {
         }
     }
 
+    /// Whether fsyncs are owed rather than run.
+    fn later(&self) -> bool {
+        matches!(self, Syncs::Later(_))
+    }
+
     /// A new, empty active segment: durable at once, or left to the next commit as at a roll.
     fn create_segment(&self, storage: &dyn Storage, dir: &Path, first_seq: u64) -> StoreResult<Segment> {
         match self {
@@ -129,10 +134,11 @@ pub(crate) fn recover_locked(
     mut meta: MetaFile,
     syncs: &mut Syncs,
 ) -> Result<Recovered, (StoreError, MetaFile)> {
-    if let Err(error) = raise_floor_after_skip(storage, dir, &mut meta) {
-        return Err((error, meta));
-    }
-    match recover_files(storage, dir, limits, meta.floor_seq(), syncs) {
+    let floor_seq = match raise_floor_after_skip(storage, dir, &mut meta, syncs) {
+        Ok(floor_seq) => floor_seq,
+        Err(error) => return Err((error, meta)),
+    };
+    match recover_files(storage, dir, limits, (meta.floor_seq(), floor_seq), syncs) {
         Ok(Found { segments, ledger, report, active_next_seq, sealing }) => {
             Ok(Recovered { segments, ledger, meta, report, active_next_seq, sealing })
         }
@@ -152,14 +158,17 @@ fn log_firsts(storage: &dyn Storage, dir: &Path) -> StoreResult<Vec<u64>> {
     Ok(logs)
 }
 
-/// Takes the persisted floor up to the newest segment whose header says it was started behind
-/// a skip (`FLAG_AFTER_SKIP`: nothing below it was live then), before anything is removed: its
-/// commit makes the directory entry durable before the floor, and the older segments, kept
-/// until that floor is durable, hold only sequences below it.
-fn raise_floor_after_skip(storage: &dyn Storage, dir: &Path, meta: &mut MetaFile) -> StoreResult<()> {
+/// The floor the stream really has: up to the newest segment whose header says it was started
+/// behind a skip (`FLAG_AFTER_SKIP`: nothing below it was live then), whose commit makes its
+/// directory entry durable before the floor, while the older segments, kept until that floor
+/// is durable, hold only sequences below it. Open persists it before anything is removed. A
+/// reload does not: the header it read may be in the page cache only, so the floor waits for
+/// the next commit, which makes that segment durable first, and the older segments wait too.
+fn raise_floor_after_skip(storage: &dyn Storage, dir: &Path, meta: &mut MetaFile, syncs: &Syncs) -> StoreResult<u64> {
     match floor_after_skip(storage, dir, meta.floor_seq())? {
-        Some(first_seq) => meta.write_floor(first_seq),
-        None => Ok(()),
+        Some(first_seq) if syncs.later() => Ok(first_seq),
+        Some(first_seq) => meta.write_floor(first_seq).map(|()| first_seq),
+        None => Ok(meta.floor_seq()),
     }
 }
 
@@ -194,19 +203,21 @@ struct Found {
     sealing: VecDeque<SealWork>,
 }
 
-/// Recovery's work on everything but the meta file.
+/// Recovery's work on everything but the meta file, with the floor persisted and the floor
+/// the stream has (above it only in a reload behind a skip).
 fn recover_files(
     storage: &dyn Storage,
     dir: &Path,
     limits: StoreLimits,
-    floor_seq: u64,
+    (persisted_floor_seq, floor_seq): (u64, u64),
     syncs: &mut Syncs,
 ) -> StoreResult<Found> {
     sync_newest_sealed_logs(storage, dir, syncs)?;
     syncs.dir(storage, dir)?;
     let mut report = RecoveryReport::default();
     let mut firsts = list_segments(storage, dir)?;
-    report.segments_removed_count = remove_below_floor(storage, dir, &mut firsts, floor_seq)?;
+    report.segments_removed_count = remove_below_floor(storage, dir, &mut firsts, persisted_floor_seq)?;
+    let below_floor = split_below_floor(&mut firsts, floor_seq);
     undo_unfinished_roll(storage, dir, &mut firsts, syncs)?;
     undo_rolls_after_a_torn_log(storage, dir, &mut firsts, syncs)?;
     let start_seq = firsts.first().copied().unwrap_or(floor_seq).max(1);
@@ -243,7 +254,7 @@ fn recover_files(
                 // Only the newest sealed segments can be in the middle of their seals.
                 let unfinished = (position + 1 + SEALS_PENDING_MAX_COUNT >= firsts.len()).then_some(&mut sealing);
                 let found = (&mut ledger, &mut report, &mut rolled_back_below);
-                load_sealed(storage, dir, (first_seq, end_seq), found, unfinished)?
+                load_sealed(storage, dir, (first_seq, end_seq), found, (unfinished, &mut *syncs))?
             }
             None => {
                 let found = (&mut ledger, &mut report, &mut rolled_back_below);
@@ -273,6 +284,9 @@ fn recover_files(
     ledger.take_removed();
     ledger.remove_below(floor_seq);
     ledger.settle_front();
+    // Held by no ledger slot, removed once a commit has made the floor durable (`settle_durable`).
+    let kept_below = below_floor.iter().map(|&first_seq| Segment::open(storage, dir, first_seq, true));
+    segments.splice(0..0, kept_below.collect::<StoreResult<Vec<_>>>()?);
     report.segments_count = segments.len();
     Ok(Found { segments, ledger, report, active_next_seq, sealing })
 }
@@ -429,6 +443,14 @@ fn sealed_log_torn(storage: &dyn Storage, dir: &Path, (first_seq, end_seq): (u64
     Ok(holed || scan.bad_tail.is_some() || first_seq.saturating_add(scanned_count) < end_seq)
 }
 
+/// Takes out of `firsts` the segments that end below `floor_seq`, not yet persisted: they are
+/// neither loaded nor judged (the one just below a skip ends short with no index, which would
+/// pass for a torn roll), and stay on disk until the floor is durable.
+fn split_below_floor(firsts: &mut Vec<u64>, floor_seq: u64) -> Vec<u64> {
+    let below = firsts.windows(2).take_while(|pair| pair[1] <= floor_seq).count();
+    firsts.drain(..below).collect()
+}
+
 /// Deletes segments that end below the floor (a purge or segment drop that crashed midway).
 fn remove_below_floor(storage: &dyn Storage, dir: &Path, firsts: &mut Vec<u64>, floor_seq: u64) -> StoreResult<usize> {
     // Segment i holds sequences below firsts[i + 1]; the last segment is always kept, since
@@ -444,16 +466,16 @@ fn remove_below_floor(storage: &dyn Storage, dir: &Path, firsts: &mut Vec<u64>, 
 }
 
 /// Loads a sealed segment holding `first_seq..end_seq`: from its index when that is valid,
-/// otherwise by scanning its log and writing a fresh index. One of the newest sealed ones
-/// (`unfinished` given) is a seal whose commit never completed: its slots stay and its index
-/// is built in memory for the next commit to write, so that neither open nor a reload after a
-/// full disk needs space for it.
+/// otherwise by scanning its log and writing a fresh index (its fsync as `syncs` says). One of
+/// the newest sealed ones (`unfinished` given) is a seal whose commit never completed: its
+/// slots stay and its index is built in memory for the next commit to write, so that neither
+/// open nor a reload after a full disk needs space for it.
 fn load_sealed(
     storage: &dyn Storage,
     dir: &Path,
     (first_seq, end_seq): (u64, u64),
     (ledger, report, rolled_back_below): (&mut Ledger<u32>, &mut RecoveryReport, &mut Option<u64>),
-    unfinished: Option<&mut VecDeque<SealWork>>,
+    (unfinished, syncs): (Option<&mut VecDeque<SealWork>>, &mut Syncs),
 ) -> StoreResult<Segment> {
     let mut segment = Segment::open(storage, dir, first_seq, true)?;
     let log_length = segment.len();
@@ -461,7 +483,16 @@ fn load_sealed(
     let index_bytes =
         storage::read_if_present(storage, &index_path).map_err(io_error("read", &index_path))?.unwrap_or_default();
     report.index_bytes_read += index_bytes.len() as u64;
-    if let Ok(index) = IndexFile::parse(&index_bytes, first_seq, log_length) {
+    // Seals found unfinished before a valid index are completed here (`complete_found_seals`),
+    // which writes and fsyncs their indexes; a reload cannot fsync, so this segment's seal is
+    // built again from its log and pends with theirs instead.
+    let seals_before = unfinished.as_ref().is_some_and(|pending| !pending.is_empty());
+    let parsed = if seals_before && syncs.later() {
+        Err("pending behind unfinished seals")
+    } else {
+        IndexFile::parse(&index_bytes, first_seq, log_length)
+    };
+    if let Ok(index) = parsed {
         if index_fits(&index, first_seq, end_seq, log_length) {
             if let Some(pending) = unfinished {
                 complete_found_seals(storage, pending, ledger)?;
@@ -486,7 +517,11 @@ fn load_sealed(
     // Written as a new file: a seal's commit still running (this store reloading after a full
     // disk) writes the old one through its handle, and must not mix its bytes into this one.
     remove_if_present(storage, &index_path)?;
-    let rebuilt_bytes = segment::write_index(storage, &index_path, ledger, first_seq, ledger.next_seq(), log_length)?;
+    let (written, rebuilt_bytes) =
+        segment::write_index(storage, &index_path, ledger, first_seq, ledger.next_seq(), log_length)?;
+    // Its log was whole when its seal completed: an unsynced index, torn by a crash before the
+    // fsync owed for it, fails its checksum at the next open and is rebuilt again.
+    syncs.file(written.into(), &index_path)?;
     let file = storage.open(&index_path, OpenMode::Read, 0).map_err(io_error("open", &index_path))?;
     ledger.seal_tail((first_seq, ledger.next_seq()), None, (file, index_path));
     segment.set_index_bytes(rebuilt_bytes);

@@ -578,8 +578,9 @@ impl Segment {
     }
 }
 
-/// Writes the index of `first_seq..end_seq` from the ledger and fsyncs it; returns its length.
-/// The header goes in last, so a crash leaves a file recovery rejects (and rebuilds).
+/// Writes the index of `first_seq..end_seq` from the ledger, for the caller to fsync; returns
+/// the file and its length. The header goes in last, so a crash leaves a file recovery rejects
+/// (and rebuilds).
 pub(crate) fn write_index(
     storage: &dyn Storage,
     path: &Path,
@@ -587,14 +588,13 @@ pub(crate) fn write_index(
     first_seq: u64,
     end_seq: u64,
     log_length: u64,
-) -> StoreResult<u64> {
+) -> StoreResult<(Box<dyn StorageFile>, u64)> {
     let file = storage.open(path, OpenMode::Truncate, 0).map_err(io_error("create", path))?;
     let sink = BufWriter::with_capacity(INDEX_WRITE_BUFFER_BYTES, Appender { file, offset: 0 });
     let index::Finished { sink, header, length } = index::build(ledger, first_seq, end_seq, log_length, sink, path)?;
     let Appender { file, .. } = sink.into_inner().map_err(|error| io_error("write", path)(error.into_error()))?;
     file.write_at(&header, 0).map_err(io_error("write", path))?;
-    file.sync_all().map_err(io_error("fsync", path))?;
-    Ok(length)
+    Ok((file, length))
 }
 
 /// The index of `first_seq..end_seq` from the ledger, whole, its real header at the front.

@@ -1074,3 +1074,166 @@ fn a_power_cut_anywhere_around_a_synced_purge_or_skip_that_creates_a_segment_los
         }
     }
 }
+
+/// Fills the disk and meets it with the append of `next` and its commit, then gives the space
+/// back: the appender hears the failure once (a reload that itself found no space is tried
+/// again at the next change), then changes resume. Returns whether any of it ran an fsync:
+/// all of it runs under the store's lock.
+fn reloaded_with_the_space_back(disk: &SimDisk, store: &mut FileStore, next: u64) -> bool {
+    let syncs = disk.counts().syncs;
+    disk.set_free_bytes(Some(0));
+    let met = append_keys(store, next..=next).and_then(|()| commit(store));
+    assert!(matches!(met, Err(StoreError::OutOfSpace(_))), "{met:?}");
+    disk.set_free_bytes(None);
+    let heard = store.flush();
+    if heard.is_err() {
+        assert!(matches!(heard, Err(StoreError::OutOfSpace(_))), "{heard:?}");
+        store.flush().unwrap();
+    }
+    disk.counts().syncs > syncs
+}
+
+/// A power cut after `changes` changes into the append of `next` and its commit, on a store
+/// that reloaded after a full disk holding `kept` (its acknowledged messages first): nothing
+/// acknowledged is lost, nothing refused comes back, and once the commit answered, `next` is
+/// there. Returns whether the commit got through.
+fn next_commit_survives_a_power_cut(
+    disk: &SimDisk,
+    mut store: FileStore,
+    kept: &[u64],
+    (next, changes, tear): (u64, u64, Tear),
+) -> bool {
+    let context = format!("{tear:?}, power cut after {changes} changes");
+    disk.freeze_after(changes, tear);
+    let answered = append_keys(&mut store, next..=next).is_ok() && commit(&mut store).is_ok() && !disk.is_frozen();
+    let reopened = reopened_after_power_loss(disk, store, tear);
+    let survived = held(&reopened);
+    assert_eq!(reopened.recovery_report().corruption, Vec::<String>::new(), "{context}");
+    let expected = [kept, &[next]].concat();
+    assert!(survived == kept || survived == expected, "{context}: {survived:?}");
+    if answered {
+        assert_eq!(survived, expected, "{context}: the acknowledged record is lost");
+    }
+    answered
+}
+
+/// A store with more sealed segments than seals may be pending, each sealed by a commit;
+/// returns it with its last sequence.
+fn sealed_by_commits(disk: &SimDisk) -> (FileStore, u64) {
+    let mut store = open(disk);
+    let mut next = 1;
+    for _ in 0..semaq_store::SEALS_PENDING_MAX_COUNT + 3 {
+        next = common::append_past_a_roll_with(&mut store, (next, 0), |store, seq| {
+            append_keys(store, seq..=seq).map(|()| seq)
+        })
+        .unwrap();
+        commit(&mut store).unwrap();
+    }
+    assert_eq!(store.seals_pending_count(), 0);
+    // Recovery reads the indexes themselves, not the checkpoint of them.
+    let _ = semaq_store::storage::Storage::remove_file(disk, &dir().join("stream.ckpt"));
+    (store, next - 1)
+}
+
+/// The sealed segments' first sequences, oldest first.
+fn sealed_firsts(disk: &SimDisk) -> Vec<u64> {
+    let names = semaq_store::storage::Storage::list_dir(disk, &dir()).unwrap();
+    let mut firsts: Vec<u64> = names.iter().filter_map(|name| name.strip_suffix(".idx")?.parse().ok()).collect();
+    firsts.sort_unstable();
+    firsts
+}
+
+fn index_path(first_seq: u64) -> PathBuf {
+    dir().join(format!("{first_seq:020}.idx"))
+}
+
+/// A full disk met behind an uncommitted purge and skip, with a record appended behind the
+/// skip: the reload finds the segment started there and raises the floor to it without an
+/// fsync; the next commit makes that floor durable before anything else.
+#[test]
+fn a_reload_behind_an_uncommitted_skip_raises_the_floor_without_an_fsync() {
+    for tear in TEARS {
+        for changes in 0..PURGE_CHANGES_MAX_COUNT {
+            let (disk, mut store) = purged_and_skipped_to_500_without_a_commit();
+            append_keys(&mut store, 500..=500).unwrap();
+            store.flush().unwrap();
+            assert!(!reloaded_with_the_space_back(&disk, &mut store, 501), "the reload ran an fsync under the lock");
+            assert_eq!(held(&store), vec![500], "the reload kept what the OS held");
+            let context = format!("{tear:?}, power cut after {changes} changes");
+            disk.freeze_after(changes, tear);
+            let answered =
+                append_keys(&mut store, 501..=501).is_ok() && commit(&mut store).is_ok() && !disk.is_frozen();
+            let mut reopened = reopened_after_power_loss(&disk, store, tear);
+            let survived = held(&reopened);
+            assert_eq!(reopened.recovery_report().corruption, Vec::<String>::new(), "{context}");
+            // Nothing behind the skip was acknowledged before this commit: the purge and the skip
+            // are either undone whole or stand.
+            let undone = survived == (1..=10).collect::<Vec<_>>();
+            assert!(
+                undone || survived == [500] || survived == [500, 501] || survived.is_empty(),
+                "{context}: {survived:?}"
+            );
+            let seq = reopened.append("kv.a", None, &payload(0), 7).unwrap().0;
+            assert!(seq > survived.last().copied().unwrap_or(0) && (undone || seq >= 500), "{context}: {seq} reused");
+            if answered {
+                assert_eq!(survived, [500, 501], "{context}: the acknowledged record is lost");
+                break;
+            }
+            assert!(changes + 1 < PURGE_CHANGES_MAX_COUNT, "{context}: never got through");
+        }
+    }
+}
+
+/// A full disk met while an old sealed segment's index is damaged: the reload rebuilds that
+/// index from its log without an fsync, owed to the next commit; a crash before that commit
+/// leaves an index the next open rejects and builds again.
+#[test]
+fn a_reload_that_rebuilds_a_damaged_index_fsyncs_nothing() {
+    for tear in TEARS {
+        for changes in 0..PURGE_CHANGES_MAX_COUNT {
+            let disk = SimDisk::new();
+            let (mut store, last) = sealed_by_commits(&disk);
+            let damaged = index_path(sealed_firsts(&disk)[0]);
+            let mut bytes = disk.contents(&damaged).unwrap();
+            let middle = bytes.len() / 2;
+            bytes[middle] ^= 0xff;
+            disk.put(&damaged, &bytes);
+            assert!(
+                !reloaded_with_the_space_back(&disk, &mut store, last + 1),
+                "the reload ran an fsync under the lock"
+            );
+            let kept: Vec<u64> = (1..=last).collect();
+            assert_eq!(held(&store), kept);
+            if next_commit_survives_a_power_cut(&disk, store, &kept, (last + 1, changes, tear)) {
+                break;
+            }
+            assert!(changes + 1 < PURGE_CHANGES_MAX_COUNT, "{tear:?}: never got through");
+        }
+    }
+}
+
+/// A full disk met while a newest sealed segment lost its index (damage: a commit writes them
+/// oldest first) and the one after it kept a valid one: open writes the lost index then, but
+/// the reload cannot fsync, so both seals pend until the next commit completes them.
+#[test]
+fn a_reload_that_finds_a_lost_seal_before_a_valid_index_leaves_both_to_the_next_commit() {
+    for tear in TEARS {
+        for changes in 0..PURGE_CHANGES_MAX_COUNT {
+            let disk = SimDisk::new();
+            let (mut store, last) = sealed_by_commits(&disk);
+            let firsts = sealed_firsts(&disk);
+            semaq_store::storage::Storage::remove_file(&disk, &index_path(firsts[firsts.len() - 2])).unwrap();
+            assert!(
+                !reloaded_with_the_space_back(&disk, &mut store, last + 1),
+                "the reload ran an fsync under the lock"
+            );
+            assert_eq!(store.seals_pending_count(), 2, "the lost seal and the one after it");
+            let kept: Vec<u64> = (1..=last).collect();
+            assert_eq!(held(&store), kept);
+            if next_commit_survives_a_power_cut(&disk, store, &kept, (last + 1, changes, tear)) {
+                break;
+            }
+            assert!(changes + 1 < PURGE_CHANGES_MAX_COUNT, "{tear:?}: never got through");
+        }
+    }
+}
