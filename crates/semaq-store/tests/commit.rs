@@ -1184,24 +1184,18 @@ fn a_reload_behind_an_uncommitted_skip_raises_the_floor_without_an_fsync() {
     }
 }
 
-/// A full disk met while an old sealed segment's index is damaged: the reload rebuilds that
-/// index from its log without an fsync, owed to the next commit; a crash before that commit
-/// leaves an index the next open rejects and builds again.
-#[test]
-fn a_reload_that_rebuilds_a_damaged_index_fsyncs_nothing() {
+/// On a store sealed by commits whose files `damage` changed, a full disk met and the space
+/// given back: the reload fsyncs nothing and leaves `seals_pending`; the next commit survives
+/// a power cut at any of its steps.
+fn a_reload_after_damage_survives_every_power_cut(damage: fn(&SimDisk), seals_pending: usize) {
     for tear in TEARS {
         for changes in 0..PURGE_CHANGES_MAX_COUNT {
             let disk = SimDisk::new();
             let (mut store, last) = sealed_by_commits(&disk);
-            let damaged = index_path(sealed_firsts(&disk)[0]);
-            let mut bytes = disk.contents(&damaged).unwrap();
-            let middle = bytes.len() / 2;
-            bytes[middle] ^= 0xff;
-            disk.put(&damaged, &bytes);
-            assert!(
-                !reloaded_with_the_space_back(&disk, &mut store, last + 1),
-                "the reload ran an fsync under the lock"
-            );
+            damage(&disk);
+            let synced = reloaded_with_the_space_back(&disk, &mut store, last + 1);
+            assert!(!synced, "the reload ran an fsync under the lock");
+            assert_eq!(store.seals_pending_count(), seals_pending);
             let kept: Vec<u64> = (1..=last).collect();
             assert_eq!(held(&store), kept);
             if next_commit_survives_a_power_cut(&disk, store, &kept, (last + 1, changes, tear)) {
@@ -1212,28 +1206,33 @@ fn a_reload_that_rebuilds_a_damaged_index_fsyncs_nothing() {
     }
 }
 
+/// A full disk met while an old sealed segment's index is damaged: the reload rebuilds that
+/// index from its log without an fsync, owed to the next commit; a crash before that commit
+/// leaves an index the next open rejects and builds again.
+#[test]
+fn a_reload_that_rebuilds_a_damaged_index_fsyncs_nothing() {
+    a_reload_after_damage_survives_every_power_cut(
+        |disk| {
+            let damaged = index_path(sealed_firsts(disk)[0]);
+            let mut bytes = disk.contents(&damaged).unwrap();
+            let middle = bytes.len() / 2;
+            bytes[middle] ^= 0xff;
+            disk.put(&damaged, &bytes);
+        },
+        0,
+    );
+}
+
 /// A full disk met while a newest sealed segment lost its index (damage: a commit writes them
 /// oldest first) and the one after it kept a valid one: open writes the lost index then, but
 /// the reload cannot fsync, so both seals pend until the next commit completes them.
 #[test]
 fn a_reload_that_finds_a_lost_seal_before_a_valid_index_leaves_both_to_the_next_commit() {
-    for tear in TEARS {
-        for changes in 0..PURGE_CHANGES_MAX_COUNT {
-            let disk = SimDisk::new();
-            let (mut store, last) = sealed_by_commits(&disk);
-            let firsts = sealed_firsts(&disk);
-            semaq_store::storage::Storage::remove_file(&disk, &index_path(firsts[firsts.len() - 2])).unwrap();
-            assert!(
-                !reloaded_with_the_space_back(&disk, &mut store, last + 1),
-                "the reload ran an fsync under the lock"
-            );
-            assert_eq!(store.seals_pending_count(), 2, "the lost seal and the one after it");
-            let kept: Vec<u64> = (1..=last).collect();
-            assert_eq!(held(&store), kept);
-            if next_commit_survives_a_power_cut(&disk, store, &kept, (last + 1, changes, tear)) {
-                break;
-            }
-            assert!(changes + 1 < PURGE_CHANGES_MAX_COUNT, "{tear:?}: never got through");
-        }
-    }
+    a_reload_after_damage_survives_every_power_cut(
+        |disk| {
+            let firsts = sealed_firsts(disk);
+            semaq_store::storage::Storage::remove_file(disk, &index_path(firsts[firsts.len() - 2])).unwrap();
+        },
+        2,
+    );
 }
