@@ -255,6 +255,9 @@ pub struct Ingest<'a, 'c> {
     /// let go failed, if it did: one it still needs is then refused, never written in place
     /// with its fsyncs under the lock.
     pub(in crate::jetstream) snapshot_failed: Option<String>,
+    /// Whether a stored message purged (`Ingest::purge`): under the policies that acknowledge
+    /// without an fsync, the batch then commits before its acks all the same.
+    pub(in crate::jetstream) purged: bool,
 }
 
 impl Ingest<'_, '_> {
@@ -278,6 +281,7 @@ impl Ingest<'_, '_> {
             return Ok(());
         }
         stream.purge_in_batch(self.store, &request)?;
+        self.purged = true;
         Ok(())
     }
 
@@ -870,6 +874,7 @@ mod tests {
             quota: None,
             held: None,
             snapshot_failed: failed.map(str::to_owned),
+            purged: false,
         };
         ingest.snapshot_missing()
     }

@@ -1355,3 +1355,50 @@ fn body(seq: u64) -> bytes::Bytes {
     body[..20].copy_from_slice(format!("{seq:020}").as_bytes());
     body.into()
 }
+
+/// Under `semaq.sync: never` a KV purge (a rollup) is still durable before its PubAck, so a
+/// crash never brings the purged revisions back, but its fsync runs with the stream's lock let
+/// go: readers are answered while it is held, and the purge is already what they see.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_of_a_never_syncing_bucket_are_answered_while_a_purge_is_fsynced_and_it_survives_a_kill() {
+    use super::disk_faults::{ack_of, broker_on_faulty_disk, set_control, wait_for_control};
+    let dir = tempfile::tempdir().unwrap();
+    let (store, control) = (dir.path().join("data"), dir.path().join("disk-faults"));
+    let mut broker = broker_on_faulty_disk(&store, &control);
+    let js = jetstream::new(broker.client().await);
+    let config = stream::Config {
+        name: "KV_NEVER".to_string(),
+        subjects: vec!["$KV.NEVER.>".to_string()],
+        max_messages_per_subject: 5,
+        allow_rollup: true,
+        allow_direct: true,
+        metadata: [("semaq.sync".to_string(), "never".to_string())].into(),
+        ..Default::default()
+    };
+    let mut stream = js.create_stream(config).await.unwrap();
+    for revision in 1..=3u64 {
+        let value = bytes::Bytes::from(format!("v{revision}"));
+        assert_eq!(ack_of(js.publish("$KV.NEVER.a", value).await.unwrap()).await, Ok(revision));
+    }
+
+    set_control(&control, "hold-one");
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("KV-Operation", "PURGE");
+    headers.insert("Nats-Rollup", "sub");
+    let ack = js.publish_with_headers("$KV.NEVER.a", headers, bytes::Bytes::new()).await.unwrap();
+    wait_for_control(&control, |text| text.trim() == "holding", "the purge's commit to be fsyncing").await;
+    let acked = tokio::spawn(ack_of(ack));
+    let info = tokio::time::timeout(READ_WAIT, stream.info()).await.expect("stream info waited for the fsync").unwrap();
+    assert_eq!((info.state.messages, info.state.first_sequence), (1, 4), "the purge is made, its fsync held");
+    let marker = tokio::time::timeout(READ_WAIT, stream.direct_get(4)).await.expect("DIRECT.GET waited").unwrap();
+    assert_eq!(marker.headers.get("KV-Operation").map(|value| value.as_str()), Some("PURGE"));
+    assert!(!acked.is_finished(), "acknowledged before the purge's fsync ran");
+
+    set_control(&control, "");
+    assert_eq!(acked.await.unwrap(), Ok(4));
+    broker.kill();
+    broker.restart();
+    let js = jetstream::new(broker.client().await);
+    let info = js.get_stream("KV_NEVER").await.unwrap().info().await.unwrap().state.clone();
+    assert_eq!((info.messages, info.first_sequence, info.last_sequence), (1, 4, 4), "the purged revisions came back");
+}

@@ -65,9 +65,11 @@ impl Stream {
                 quota: part.quota.take(),
                 held: Some(Vec::new()),
                 snapshot_failed: snapshot_failed.clone(),
+                purged: false,
             };
             let split = self.store_part(&mut ingest, &mut messages, (&mut parents, &mut *batches), acks, &mut part);
             part.quota = ingest.quota.take();
+            part.purged |= ingest.purged;
             let held = ingest.held.take().unwrap_or_default();
             drop(ingest);
             drop(producers);
@@ -88,7 +90,12 @@ impl Stream {
             (store, failed) = self.make_held(store, held, acks);
             snapshot_failed = failed.or(snapshot_failed);
         }
-        let Part { stored_any, must_sync, traced, .. } = part;
+        let Part { stored_any, must_sync, purged, traced, .. } = part;
+        // A purge is made durable before the ack that reports it, whatever the policy.
+        let commits_now = match self.sync_policy {
+            SyncPolicy::Always => must_sync,
+            SyncPolicy::Interval(_) | SyncPolicy::Never => purged,
+        };
         let mut written_ok = true;
         // Acks behind a commit in flight wait for it, duplicates' and refusals' too (a
         // duplicate may name a sequence whose fsync is still running).
@@ -97,20 +104,19 @@ impl Stream {
             traced.written(None::<&StoreError>);
         } else if stored_any {
             // An ack promises at least "handed to the OS": with `sync: always`, "on disk".
-            let written = match self.sync_policy {
-                SyncPolicy::Always if must_sync => {
-                    // L4: the chain comes after the store in the lock order, so its writer is let
-                    // go with the store and taken again after (nothing else appends to the chain;
-                    // the ticker meanwhile writes only checkpoints up to `committed_seq`).
-                    let chained = chain.take().is_some();
-                    let (synced, relocked) = self.commit(store);
-                    store = relocked;
-                    if chained {
-                        chain = self.provenance.as_deref().map(|provenance| provenance.writer(&config));
-                    }
-                    synced
+            let written = if commits_now {
+                // L4: the chain comes after the store in the lock order, so its writer is let
+                // go with the store and taken again after (nothing else appends to the chain;
+                // the ticker meanwhile writes only checkpoints up to `committed_seq`).
+                let chained = chain.take().is_some();
+                let (synced, relocked) = self.commit(store);
+                store = relocked;
+                if chained {
+                    chain = self.provenance.as_deref().map(|provenance| provenance.writer(&config));
                 }
-                SyncPolicy::Always | SyncPolicy::Interval(_) | SyncPolicy::Never => store.flush(),
+                synced
+            } else {
+                store.flush()
             };
             written_ok = written.is_ok();
             traced.written(written.as_ref().err());
@@ -541,6 +547,8 @@ struct Part {
     stored_any: bool,
     /// Whether something stored needs its own fsync before its ack (see `defers_sync`).
     must_sync: bool,
+    /// Whether a stored message purged (see `Ingest::purged`).
+    purged: bool,
     traced: crate::trace::Stores,
 }
 

@@ -42,20 +42,15 @@ impl Stream {
     }
 
     /// A purge made while an ingest batch is stored (a KV rollup, a one-shot schedule's copy):
-    /// with `sync: always`, left to the batch's commit, which runs its fsyncs without the
-    /// store's lock and sends the PubAck only after them; under the other policies, which
-    /// acknowledge without an fsync, durable at once as before (their removals must not reach
-    /// the disk ahead of the message that caused them).
+    /// lazy, with no fsync under the store's lock. The batch's commit makes it durable with the
+    /// message that caused it, and sends the PubAck after: with `sync: always` the commit it has
+    /// anyway; under the other policies, which acknowledge without an fsync, one made for it
+    /// (`Ingest::purged`), since a purge lost to a crash would bring the purged revisions back.
     pub(in crate::jetstream) fn purge_in_batch(
         &self,
         store: &mut dyn semaq_store::StreamStore,
         request: &PurgeRequest,
     ) -> Result<u64, ApiError> {
-        let purged = if self.sync_policy == crate::options::SyncPolicy::Always {
-            store.purge_unsynced(request)
-        } else {
-            store.purge(request)
-        };
-        purged.map_err(store_error)
+        store.purge_unsynced(request).map_err(store_error)
     }
 }
