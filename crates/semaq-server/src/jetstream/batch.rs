@@ -544,10 +544,19 @@ fn append_all(stream: &Stream, ingest: &mut Ingest<'_, '_>, messages: Vec<Inboun
             failure = Some(error);
             break;
         }
+        let last_before = ingest.store.state().last_seq;
         match stream.ingest_one(ingest, &mut message, true) {
             Ok((seq, false)) => appended.push(seq),
             Ok((_, true)) => failure = Some(ApiError::atomic_publish_duplicate(None)),
-            Err(error) => failure = Some(error),
+            Err(error) => {
+                // Refused once stored (a rollup whose purge needs a producer snapshot that could
+                // not be written): it goes with the rest, the batch's tail in one piece.
+                let last_seq = ingest.store.state().last_seq;
+                if last_seq > last_before {
+                    appended.push(last_seq);
+                }
+                failure = Some(error);
+            }
         }
         if failure.is_some() {
             break;

@@ -761,9 +761,10 @@ fn decode(bytes: &[u8]) -> Result<Snapshot, String> {
 }
 
 /// Replaces `path` so a crash leaves the old or the new file, and the new one survives power
-/// loss once this returns: temporary file, fsync, rename, directory fsync.
+/// loss once this returns: temporary file, fsync, rename, directory fsync. On the streams'
+/// storage, so the disk-faults failpoint reaches the snapshot too.
 pub(crate) fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    semaq_store::storage::write_atomic(&semaq_store::StdDisk, path, bytes, 0)
+    semaq_store::storage::write_atomic(&*super::stream_storage(), path, bytes, 0)
 }
 
 #[cfg(test)]

@@ -318,3 +318,70 @@ async fn a_publish_whose_own_write_meets_the_full_disk_gets_10047_and_the_next_i
     assert_eq!(publish(&js, "large.new", "after").await, Ok(2), "the report of the full disk does not stop the stream");
     assert_eq!(payloads(&stream).await, ["small", "after"]);
 }
+
+/// An L3 atomic batch whose last message rolls up and so needs a producer snapshot, which a
+/// full disk refused: the batch is refused whole, the rollup message with it (it was stored
+/// before its purge found the snapshot missing), and the message it would have purged stays.
+/// The periodic snapshot (every second) may meet the fault first, or have covered q already,
+/// so that the batch's own write meets it: the scenario is then tried again on a fresh stream,
+/// a bounded number of times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_l3_atomic_rollup_whose_snapshot_met_a_full_disk_is_refused_whole_rollup_included() {
+    use super::exactly_once::{create_stream, event, l3_config, publish_seq, register_schema};
+    const TRIES_MAX: usize = 8;
+    let dir = tempfile::tempdir().unwrap();
+    let (store, control) = (dir.path().join("data"), dir.path().join("disk-faults"));
+    let broker = broker_on_faulty_disk(&store, &control);
+    let client = broker.client().await;
+    register_schema(&client).await;
+    let batch_headers = |n: u64, last: bool| {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("Semaq-Producer", "p");
+        headers.insert("Semaq-Producer-Seq", n.to_string().as_str());
+        headers.insert("Nats-Batch-Id", "rollup");
+        headers.insert("Nats-Batch-Sequence", n.to_string().as_str());
+        if last {
+            headers.insert("Nats-Batch-Commit", "1");
+            headers.insert("Nats-Rollup", "all");
+        }
+        headers
+    };
+    for attempt in 1..=TRIES_MAX {
+        let (name, prefix) = (format!("ROLLFULL{attempt}"), format!("rollfull{attempt}"));
+        let extra = serde_json::json!({"allow_rollup_hdrs": true, "allow_direct": true});
+        let created = create_stream(&client, l3_config(&name, &[&format!("{prefix}.>")], extra)).await;
+        assert!(created["config"].is_object(), "{created}");
+        assert_eq!(publish_seq(&client, &format!("{prefix}.other"), "q", 1, 1).await["seq"], 1);
+        let subject = format!("{prefix}.key");
+        for n in 1..=2 {
+            let staged = client.request_with_headers(subject.clone(), batch_headers(n, false), event(n)).await;
+            assert!(staged.unwrap().payload.is_empty(), "a staged message gets an empty reply");
+        }
+        // What q's commit writes after its ack (the checkpoint) is written by now.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        set_control(&control, "enospc-once");
+        let reply = client.request_with_headers(subject.clone(), batch_headers(3, true), event(3)).await.unwrap();
+        let reply: serde_json::Value = serde_json::from_slice(&reply.payload).unwrap();
+        set_control(&control, "");
+        let mut stream = jetstream::new(client.clone()).get_stream(&name).await.unwrap();
+        let state = stream.info().await.unwrap().state.clone();
+        if reply["error"].is_null() {
+            // The periodic snapshot took the fault; the batch rolled the stream up.
+            assert_eq!((reply["seq"].as_u64(), state.messages), (Some(4), 1), "{reply}");
+            continue;
+        }
+        assert_eq!(state.messages, 1, "only q's message stays: {reply}");
+        if reply["error"]["err_code"] == 10047 {
+            // The periodic snapshot had covered q: the batch's own write met the full disk.
+            continue;
+        }
+        assert_eq!(reply["error"]["err_code"], 10077, "{reply}");
+        assert!(reply["error"]["description"].as_str().unwrap_or_default().contains("snapshot"), "{reply}");
+        assert_eq!(stream.direct_get(1).await.unwrap().payload, event(1));
+        for seq in 2..=4 {
+            assert!(stream.direct_get(seq).await.is_err(), "message {seq} of the refused batch stayed: {reply}");
+        }
+        return;
+    }
+    panic!("the batch never met the full disk in {TRIES_MAX} tries");
+}
