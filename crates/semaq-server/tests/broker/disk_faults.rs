@@ -12,6 +12,8 @@
 //!   10047, never a PubAck. The race is lined up with the control file's `hold-one` (the next
 //!   fsync, the ingest's commit, waits while the file says `holding`) and `enospc-once` (the
 //!   next write fails; the word is then gone).
+//! - A full disk met by an L3 producer snapshot an atomic batch's rollup needs: the batch is
+//!   refused whole, the rollup message included.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
