@@ -128,7 +128,7 @@ impl Publish {
         if let Some(rollup) = self.rollup {
             let subject = (rollup == Rollup::Subject).then(|| message.subject.clone());
             let purge = PurgeRequest { subject, keep: None, up_to_seq: Some(seq) };
-            ingest.purge(stream, purge)?;
+            ingest.purge(purge)?;
         }
         if let Some(secs) = self.ttl_secs {
             stream.expiries().record(seq, ingest.now.saturating_add(secs.saturating_mul(NANOS_PER_SECOND)));

@@ -274,13 +274,16 @@ impl Ingest<'_, '_> {
     }
 
     /// A purge made by a stored message (a KV rollup, a one-shot schedule's copy), after the L3
-    /// producer snapshot when it may remove what that does not cover yet (see
-    /// `Stream::purge_in_batch` for when it is durable).
-    pub fn purge(&mut self, stream: &Stream, request: semaq_store::PurgeRequest) -> Result<(), ApiError> {
+    /// producer snapshot when it may remove what that does not cover yet. Lazy, with no fsync
+    /// under the store's lock: the batch's commit makes it durable with the message that caused
+    /// it, before the PubAck (under `sync: always` the commit it has anyway; under the other
+    /// policies one made for it, `purged`, since a purge a crash lost would bring the purged
+    /// revisions back).
+    pub fn purge(&mut self, request: semaq_store::PurgeRequest) -> Result<(), ApiError> {
         if self.holds(u64::MAX, split::Removal::Purge(request.clone()))? {
             return Ok(());
         }
-        stream.purge_in_batch(self.store, &request)?;
+        self.store.purge_unsynced(&request).map_err(store_error)?;
         self.purged = true;
         Ok(())
     }

@@ -456,7 +456,7 @@ impl Stream {
     fn schedule_stored(&self, ingest: &mut Ingest<'_, '_>, message: &Inbound, seq: u64) -> Result<(), ApiError> {
         let purged = lock(&self.schedules).stored(message, seq, ingest.now);
         if let Some(scheduler) = purged {
-            ingest.purge(self, crate::jetstream::schedules::schedule_purge(&scheduler))?;
+            ingest.purge(crate::jetstream::schedules::schedule_purge(&scheduler))?;
         }
         Ok(())
     }

@@ -40,17 +40,4 @@ impl Stream {
         }
         Ok(purged)
     }
-
-    /// A purge made while an ingest batch is stored (a KV rollup, a one-shot schedule's copy):
-    /// lazy, with no fsync under the store's lock. The batch's commit makes it durable with the
-    /// message that caused it, and sends the PubAck after: with `sync: always` the commit it has
-    /// anyway; under the other policies, which acknowledge without an fsync, one made for it
-    /// (`Ingest::purged`), since a purge lost to a crash would bring the purged revisions back.
-    pub(in crate::jetstream) fn purge_in_batch(
-        &self,
-        store: &mut dyn semaq_store::StreamStore,
-        request: &PurgeRequest,
-    ) -> Result<u64, ApiError> {
-        store.purge_unsynced(request).map_err(store_error)
-    }
 }

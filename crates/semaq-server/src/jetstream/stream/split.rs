@@ -86,7 +86,7 @@ impl Stream {
     fn remove_held(&self, store: &mut dyn semaq_store::StreamStore, removal: &Removal) -> Result<(), ApiError> {
         match removal {
             Removal::Drop(seq) => store.remove(*seq).map(drop).map_err(store_error),
-            Removal::Purge(request) => self.purge_in_batch(store, request).map(drop),
+            Removal::Purge(request) => store.purge_unsynced(request).map(drop).map_err(store_error),
         }
     }
 }
