@@ -73,8 +73,13 @@ pub const WRITE_DEADLINE: Duration = Duration::from_secs(10);
 pub const SHUTDOWN_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bytes read from a socket in one call.
 pub const READ_BUFFER_BYTES: usize = 64 * 1024;
-/// Bytes written to a socket in one call; larger batches are split.
-pub const WRITE_BATCH_BYTES_MAX: usize = 1024 * 1024;
+/// Bytes of one block of a client's outbound queue (a larger message gets a block of its own).
+pub const OUTBOUND_BLOCK_BYTES: usize = 64 * 1024;
+/// Capacity of the emptied outbound blocks a client keeps for reuse (beyond it, a burst's
+/// blocks are let go once written).
+pub const OUTBOUND_SPARE_BYTES_MAX: usize = 1024 * 1024;
+/// Outbound blocks handed to the socket in one vectored write.
+pub const WRITE_SLICES_MAX: usize = 64;
 /// Cached subject-match results in the router before the cache is trimmed.
 pub const ROUTER_CACHE_ENTRIES_MAX: usize = 4096;
 /// Closed connections remembered for `/connz?state=closed`.
@@ -129,8 +134,10 @@ pub const FLOW_CONTROL_WINDOW_MAX_BYTES: u64 = 32 * 1024 * 1024;
 /// Sequences scanned to count the messages left after a delivery on a literal filter subject
 /// (the ack reply's pending count); past it the count is a lower bound.
 pub const PENDING_SCAN_SEQS_MAX: u64 = 100_000;
-/// Messages one consumer pump delivers before yielding.
+/// Messages one consumer pump round delivers before yielding.
 pub const PUMP_MESSAGES_MAX: usize = 1024;
+/// Message bytes (headers and payloads) one consumer pump round delivers before yielding.
+pub const PUMP_BYTES_MAX: usize = 1024 * 1024;
 /// Messages a priority-ordered consumer reads ahead of its deliveries (`semaq.priority`): the
 /// window within which lower `Semaq-Priority` numbers go first.
 pub const PRIORITY_READ_AHEAD_MESSAGES_MAX: usize = 1024;

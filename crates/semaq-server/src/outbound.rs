@@ -1,7 +1,10 @@
 //! Each client's bounded outbound buffer, and the task that writes it to the socket.
 //!
 //! Publishers append deliveries straight into the subscriber's buffer (one copy, no channel
-//! hop) and wake its writer once per batch of input. The buffer is bounded by
+//! hop) and wake its writer once per batch of input. The buffer is a queue of blocks of
+//! `OUTBOUND_BLOCK_BYTES` (a larger message gets a block of its own), written with one
+//! vectored write: a burst never moves what is queued to grow one buffer, and emptied blocks
+//! are reused, so a fast stream of deliveries touches no fresh memory. The buffer is bounded by
 //! `pending_bytes_max`, counting bytes still being written: a client that falls that far
 //! behind is a slow consumer, gets `-ERR 'Slow Consumer'` and is closed, so one stuck reader
 //! can never make the server hold unbounded memory or stall its publishers.
@@ -12,6 +15,8 @@
 //! message is shed too when it would reach the bound, so lossy traffic alone never makes a
 //! slow consumer.
 
+use std::collections::VecDeque;
+use std::io::IoSlice;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -65,10 +70,55 @@ impl CloseReason {
 
 #[derive(Debug, Default)]
 struct State {
-    buffer: BytesMut,
+    /// Bytes queued for the writer, in order.
+    blocks: VecDeque<BytesMut>,
+    /// Bytes in `blocks`.
+    queued_bytes: usize,
+    /// Emptied blocks kept for reuse, at most `OUTBOUND_SPARE_BYTES_MAX` of them.
+    spare: Vec<BytesMut>,
     /// Bytes handed to the writer and not yet confirmed written.
     in_flight_bytes: usize,
     close_reason: Option<CloseReason>,
+}
+
+impl State {
+    /// Appends what `write` produces (at most `len` bytes, or the block grows) after the queue.
+    fn write(&mut self, len: usize, write: impl FnOnce(&mut BytesMut)) {
+        let fits = self.blocks.back().is_some_and(|block| block.capacity() - block.len() >= len);
+        if !fits {
+            let spare = self.spare.iter().position(|block| block.capacity() >= len);
+            let block = match spare {
+                Some(at) => self.spare.swap_remove(at),
+                None => BytesMut::with_capacity(len.max(limits::OUTBOUND_BLOCK_BYTES)),
+            };
+            self.blocks.push_back(block);
+        }
+        let Some(block) = self.blocks.back_mut() else { return };
+        let before = block.len();
+        write(block);
+        self.queued_bytes += block.len() - before;
+        if block.is_empty() {
+            // Nothing was written (an empty greeting): the writer is not woken for nothing.
+            self.blocks.pop_back();
+        }
+    }
+
+    fn drop_queued(&mut self) {
+        self.blocks.clear();
+        self.queued_bytes = 0;
+    }
+
+    /// Takes written blocks back for reuse, up to `OUTBOUND_SPARE_BYTES_MAX` of them.
+    fn recycle(&mut self, written: &mut VecDeque<BytesMut>) {
+        let mut kept_bytes: usize = self.spare.iter().map(BytesMut::capacity).sum();
+        for mut block in written.drain(..) {
+            if kept_bytes + block.capacity() <= limits::OUTBOUND_SPARE_BYTES_MAX {
+                kept_bytes += block.capacity();
+                block.clear();
+                self.spare.push(block);
+            }
+        }
+    }
 }
 
 /// A client's queue of bytes to send.
@@ -142,7 +192,7 @@ impl Outbound {
         if state.close_reason.is_some() {
             return Err(SlowConsumer);
         }
-        let pending = state.buffer.len() + state.in_flight_bytes;
+        let pending = state.queued_bytes + state.in_flight_bytes;
         let overflows = pending + len > self.pending_bytes_max;
         if (pending > self.high_water_bytes || overflows) && lossy() {
             return Ok(Appended::Shed);
@@ -150,12 +200,12 @@ impl Outbound {
         if overflows {
             // The client is not reading: what is queued would never arrive, so drop it and
             // leave only the reason, which a client that wakes up may still read.
-            state.buffer.clear();
+            state.drop_queued();
             drop(state);
             self.close_with_error(CloseReason::SlowConsumer, "Slow Consumer");
             return Err(SlowConsumer);
         }
-        write(&mut state.buffer);
+        state.write(len, write);
         Ok(Appended::Queued)
     }
 
@@ -174,7 +224,7 @@ impl Outbound {
     /// Bytes queued or being written.
     pub fn pending_bytes(&self) -> usize {
         let state = self.lock();
-        state.buffer.len() + state.in_flight_bytes
+        state.queued_bytes + state.in_flight_bytes
     }
 
     /// Ends the connection after sending what is queued.
@@ -192,7 +242,8 @@ impl Outbound {
             return;
         }
         state.close_reason = Some(reason);
-        semaq_wire::encode::err(&mut state.buffer, text);
+        let len = text.len() + 10;
+        state.write(len, |buffer| semaq_wire::encode::err(buffer, text));
         drop(state);
         self.signal_closing();
     }
@@ -236,40 +287,39 @@ impl Outbound {
         }
     }
 
-    /// Takes the queued bytes for writing, leaving `spare` (empty) in their place.
-    fn take(&self, spare: BytesMut) -> (BytesMut, Option<CloseReason>) {
+    /// Moves the queued blocks into `batch` (empty) for writing.
+    fn take(&self, batch: &mut VecDeque<BytesMut>) -> Option<CloseReason> {
         let mut state = self.lock();
-        let batch = std::mem::replace(&mut state.buffer, spare);
-        state.in_flight_bytes = batch.len();
-        (batch, state.close_reason)
+        std::mem::swap(&mut state.blocks, batch);
+        state.in_flight_bytes = std::mem::take(&mut state.queued_bytes);
+        state.close_reason
     }
 
-    fn written(&self) {
-        self.lock().in_flight_bytes = 0;
+    /// Confirms `batch` written and keeps its blocks for reuse.
+    fn written(&self, batch: &mut VecDeque<BytesMut>) {
+        let mut state = self.lock();
+        state.in_flight_bytes = 0;
+        state.recycle(batch);
     }
 
     /// Writes queued bytes to `socket` until the connection closes; returns why it closed.
     pub async fn run_writer<W: AsyncWrite + Unpin>(&self, mut socket: W, write_deadline: Duration) -> CloseReason {
-        let mut spare = BytesMut::with_capacity(limits::READ_BUFFER_BYTES);
+        let mut batch = VecDeque::new();
         loop {
             let notified = self.wake_writer.notified();
-            let (mut batch, close_reason) = self.take(spare);
+            let close_reason = self.take(&mut batch);
             if !batch.is_empty() {
                 let deadline = match close_reason {
                     Some(CloseReason::SlowConsumer) => limits::SLOW_CONSUMER_NOTICE_TIMEOUT,
                     _ => write_deadline,
                 };
-                let write = async {
-                    socket.write_all(&batch).await?;
-                    socket.flush().await
-                };
                 let outcome = tokio::select! {
-                    outcome = tokio::time::timeout(deadline, write) => outcome,
+                    outcome = tokio::time::timeout(deadline, write_blocks(&mut socket, &batch)) => outcome,
                     // A slow consumer's queued bytes were dropped; so is the write stuck on them.
                     _ = self.abandoned() => return CloseReason::SlowConsumer,
                 };
                 match outcome {
-                    Ok(Ok(())) => self.written(),
+                    Ok(Ok(())) => self.written(&mut batch),
                     Ok(Err(_)) => {
                         self.close(CloseReason::IoError);
                         return CloseReason::IoError;
@@ -286,11 +336,36 @@ impl Outbound {
                     return reason;
                 }
             }
-            batch.clear();
-            // Keep one buffer's worth of capacity for reuse; give back what a burst grew.
-            spare = if batch.capacity() > limits::WRITE_BATCH_BYTES_MAX { BytesMut::new() } else { batch };
             if close_reason.is_none() && self.pending_bytes() == 0 {
                 notified.await;
+            }
+        }
+    }
+}
+
+/// Writes `blocks` in order, up to `WRITE_SLICES_MAX` of them per call, and flushes.
+async fn write_blocks<W: AsyncWrite + Unpin>(socket: &mut W, blocks: &VecDeque<BytesMut>) -> std::io::Result<()> {
+    // The first block not wholly written, and how much of it was.
+    let (mut index, mut offset) = (0, 0);
+    loop {
+        while blocks.get(index).is_some_and(|block| block.len() == offset) {
+            (index, offset) = (index + 1, 0);
+        }
+        if index == blocks.len() {
+            return socket.flush().await;
+        }
+        let rest = blocks.range(index..).enumerate().take(limits::WRITE_SLICES_MAX);
+        let slices: Vec<IoSlice<'_>> =
+            rest.map(|(at, block)| IoSlice::new(if at == 0 { &block[offset..] } else { block })).collect();
+        let mut written = socket.write_vectored(&slices).await?;
+        if written == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        while let Some(block) = blocks.get(index).filter(|_| written > 0) {
+            let step = written.min(block.len() - offset);
+            (offset, written) = (offset + step, written - step);
+            if offset == block.len() {
+                (index, offset) = (index + 1, 0);
             }
         }
     }
@@ -332,6 +407,98 @@ mod tests {
             "past the bound, a message that must arrive closes the client"
         );
         assert_eq!(outbound.close_reason(), Some(CloseReason::SlowConsumer));
+    }
+
+    /// A socket that takes at most `per_call` bytes per write, spread over the slices given.
+    struct Trickle {
+        written: Vec<u8>,
+        per_call: usize,
+    }
+
+    impl AsyncWrite for Trickle {
+        fn poll_write(
+            self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            self.poll_write_vectored(cx, &[IoSlice::new(buf)])
+        }
+
+        fn poll_write_vectored(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            slices: &[IoSlice<'_>],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            let mut left = self.per_call;
+            for slice in slices {
+                let taken = slice.len().min(left);
+                self.written.extend_from_slice(&slice[..taken]);
+                left -= taken;
+            }
+            std::task::Poll::Ready(Ok(self.per_call - left))
+        }
+
+        fn is_write_vectored(&self) -> bool {
+            true
+        }
+
+        fn poll_flush(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_burst_of_small_and_large_messages_reaches_the_socket_whole_and_in_order() {
+        let block = limits::OUTBOUND_BLOCK_BYTES;
+        let outbound = Outbound::new(64 * block);
+        let mut expected = Vec::new();
+        for (index, len) in [0, 10, block - 3, 0, 7, 3 * block + 1, block, 1, 2 * block, 0].into_iter().enumerate() {
+            let message = vec![b'a' + index as u8; len];
+            expected.extend_from_slice(&message);
+            outbound.append_with(len, |buffer| buffer.extend_from_slice(&message)).expect("room");
+        }
+        outbound.close(CloseReason::ServerShutdown);
+        // Writes that end inside a block, on a block's edge and across several blocks.
+        for per_call in [1000, block, 3 * block + 17] {
+            let again = Outbound::new(64 * block);
+            again.append_with(expected.len(), |buffer| buffer.extend_from_slice(&expected)).expect("room");
+            again.close(CloseReason::ServerShutdown);
+            let mut socket = Trickle { written: Vec::new(), per_call };
+            assert_eq!(again.run_writer(&mut socket, Duration::from_secs(5)).await, CloseReason::ServerShutdown);
+            assert!(socket.written == expected, "{per_call} bytes per write: the bytes differ");
+        }
+        let mut socket = Trickle { written: Vec::new(), per_call: 1000 };
+        assert_eq!(outbound.run_writer(&mut socket, Duration::from_secs(5)).await, CloseReason::ServerShutdown);
+        assert!(socket.written == expected, "message by message: the bytes differ");
+        assert_eq!(outbound.pending_bytes(), 0);
+    }
+
+    #[test]
+    fn written_blocks_are_kept_for_reuse_up_to_the_spare_bound() {
+        let outbound = Outbound::new(usize::MAX);
+        let burst = 4 * limits::OUTBOUND_SPARE_BYTES_MAX;
+        for _ in 0..burst / limits::OUTBOUND_BLOCK_BYTES {
+            fill(&outbound, limits::OUTBOUND_BLOCK_BYTES).expect("room");
+        }
+        let mut batch = VecDeque::new();
+        outbound.take(&mut batch);
+        assert_eq!(outbound.pending_bytes(), burst, "in flight until written");
+        outbound.written(&mut batch);
+        assert_eq!(outbound.pending_bytes(), 0);
+        let state = outbound.lock();
+        let kept: usize = state.spare.iter().map(BytesMut::capacity).sum();
+        assert!(kept > 0 && kept <= limits::OUTBOUND_SPARE_BYTES_MAX, "kept {kept} bytes of blocks");
+        assert!(state.spare.iter().all(BytesMut::is_empty));
     }
 
     #[test]

@@ -38,7 +38,7 @@ pub fn message(
     payload: &[u8],
 ) {
     let header_len = headers.map_or(0, <[u8]>::len);
-    out.reserve(subject.len() + sid.len() + reply.map_or(0, <[u8]>::len) + header_len + payload.len() + 40);
+    out.reserve(message_len(subject, sid, reply, headers, payload));
     out.put_slice(if headers.is_some() { b"HMSG " } else { b"MSG " });
     out.put_slice(subject);
     out.put_u8(b' ');

@@ -939,6 +939,49 @@ async fn push_consumer_with_heartbeat_and_flow_control_consumes_5000_messages() 
     assert!(idle.is_err(), "after the last message: {:?}", idle.map(|m| m.map(|m| m.map(|m| m.subject.to_string()))));
 }
 
+/// Messages in 40 of a consumer's delivery rounds (`PUMP_MESSAGES_MAX`, 1024).
+const FORTY_ROUNDS: usize = 40 * 1024;
+/// Long enough for 40 rounds that each wait for a timer, so a failure says how long they took.
+const ROUNDS_WAIT: Duration = Duration::from_secs(60);
+
+/// Before a round that stopped at its bound woke its task, the next round waited for the
+/// consumer's next timer (the 100 ms state-save tick): these 40 rounds took at least 4 s per
+/// consumer, against ~0.2 s now.
+#[tokio::test]
+async fn push_and_pull_consumers_go_on_past_a_delivery_round_without_waiting_for_a_timer() {
+    let server = SemaqServer::start();
+    let js = context(&server).await;
+    let client = js.client();
+    let stream = js.create_stream(stream_config("ROUNDS", &["rounds"])).await.unwrap();
+    for _ in 0..FORTY_ROUNDS {
+        client.publish("rounds", bytes::Bytes::from_static(b"r")).await.unwrap();
+    }
+    client.flush().await.unwrap();
+    wait_until_async("all stored", WAIT, || async { stream_messages(&js, "ROUNDS").await == FORTY_ROUNDS as u64 })
+        .await;
+    let bound = Duration::from_secs(2);
+
+    let push: PushConsumer = stream
+        .create_consumer(push::Config {
+            deliver_subject: "deliver.rounds".into(),
+            ack_policy: AckPolicy::None,
+            ..Default::default()
+        })
+        .await
+        .expect("create push");
+    let started = Instant::now();
+    let received = push.messages().await.expect("subscribe").take(FORTY_ROUNDS).try_collect::<Vec<_>>();
+    let received = tokio::time::timeout(ROUNDS_WAIT, received).await.expect("all pushed").expect("no error");
+    assert_eq!(received.len(), FORTY_ROUNDS);
+    assert!(started.elapsed() < bound, "pushed in {:?}: rounds waited for a timer", started.elapsed());
+
+    let pull = pull_consumer(&stream, pull::Config { ack_policy: AckPolicy::None, ..Default::default() }).await;
+    let started = Instant::now();
+    let received = receive(&pull, FORTY_ROUNDS, ROUNDS_WAIT).await;
+    assert_eq!(received.len(), FORTY_ROUNDS);
+    assert!(started.elapsed() < bound, "pulled in {:?}: rounds waited for a timer", started.elapsed());
+}
+
 // ---------------------------------------------------------------------------------------------
 // Retention policies.
 

@@ -59,6 +59,27 @@ impl PullRequestBody {
     }
 }
 
+/// What one pump round has delivered. A round stops at `PUMP_MESSAGES_MAX` or `PUMP_BYTES_MAX`
+/// and wakes its task to go on once it is published: the consumer's lock is let go between
+/// rounds, and the messages read for one round (a flow-control window of large Object Store
+/// chunks) stay few enough to be published from memory the allocator has just freed.
+#[derive(Debug, Default)]
+struct Round {
+    messages: usize,
+    bytes: usize,
+}
+
+impl Round {
+    fn is_full(&self) -> bool {
+        self.messages >= limits::PUMP_MESSAGES_MAX || self.bytes >= limits::PUMP_BYTES_MAX
+    }
+
+    fn count(&mut self, delivery: &Outgoing) {
+        self.messages += 1;
+        self.bytes += delivery.headers.as_ref().map_or(0, Bytes::len) + delivery.payload.len();
+    }
+}
+
 /// One message or status to publish once the state lock is released.
 #[derive(Debug)]
 struct Outgoing {
@@ -298,14 +319,14 @@ impl Consumer {
         now: Instant,
         outgoing: &mut Vec<Outgoing>,
     ) {
-        let mut delivered = 0;
+        let mut round = Round::default();
         if super::pause::is_paused(config) {
             return;
         }
         while let Some(index) = self.choose_request(state, config, stream, outgoing) {
             let Some(request) = state.waiting.get(index) else { return };
-            if delivered >= limits::PUMP_MESSAGES_MAX {
-                return;
+            if round.is_full() {
+                return self.wake();
             }
             let (no_wait, bytes_remaining, reply) = (request.no_wait, request.bytes_remaining, request.reply.clone());
             let pin = request.group.id.clone();
@@ -338,8 +359,8 @@ impl Consumer {
             if !pin.is_empty() {
                 delivery.headers = Some(super::groups::with_pin_header(delivery.headers.take(), &pin));
             }
+            round.count(&delivery);
             outgoing.push(delivery);
-            delivered += 1;
             let Some(request) = state.waiting.get_mut(index) else { return };
             request.batch_remaining -= 1;
             request.delivered += 1;
@@ -385,11 +406,15 @@ impl Consumer {
         now: Instant,
         outgoing: &mut Vec<Outgoing>,
     ) {
-        let mut delivered = 0;
+        let mut round = Round::default();
         if state.flow_control_window_bytes == 0 {
             state.flow_control_window_bytes = (limits::FLOW_CONTROL_WINDOW_MAX_BYTES / 16).max(1);
         }
-        while delivered < limits::PUMP_MESSAGES_MAX {
+        loop {
+            if round.is_full() {
+                self.wake();
+                break;
+            }
             if config.flow_control && state.flow_control_pending_bytes > state.flow_control_window_bytes {
                 break;
             }
@@ -400,8 +425,8 @@ impl Consumer {
                 + message.reply.as_ref().map_or(0, String::len)
                 + message.headers.as_ref().map_or(0, Bytes::len)
                 + message.payload.len();
+            round.count(&message);
             outgoing.push(message);
-            delivered += 1;
             state.last_push = Some(now);
             if config.flow_control {
                 self.count_flow_control(state, size as u64, deliver, outgoing);
@@ -413,7 +438,7 @@ impl Consumer {
             // bound, not at once (a client that counts it as a delivery, such as nats-py's KV
             // watch reading an empty bucket, would otherwise miss its "no values" marker).
             let since = *state.last_push.get_or_insert(now);
-            if delivered == 0 && now.duration_since(since) >= every {
+            if round.messages == 0 && now.duration_since(since) >= every {
                 outgoing.push(Outgoing::status(deliver, self.idle_heartbeat(state)));
                 state.last_push = Some(now);
             }
