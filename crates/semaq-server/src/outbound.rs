@@ -98,7 +98,9 @@ impl State {
         write(block);
         self.queued_bytes += block.len() - before;
         if block.is_empty() {
-            // Nothing was written (an empty greeting): the writer is not woken for nothing.
+            // Nothing was written (a TLS connection's greeting: its INFO went out before the
+            // handshake). An empty block would be written as zero bytes, which reads as a
+            // socket that takes nothing.
             self.blocks.pop_back();
         }
     }
@@ -242,8 +244,7 @@ impl Outbound {
             return;
         }
         state.close_reason = Some(reason);
-        let len = text.len() + 10;
-        state.write(len, |buffer| semaq_wire::encode::err(buffer, text));
+        state.write(semaq_wire::encode::err_len(text), |buffer| semaq_wire::encode::err(buffer, text));
         drop(state);
         self.signal_closing();
     }

@@ -28,6 +28,11 @@ pub fn err(out: &mut BytesMut, text: &str) {
     out.put_slice(b"'\r\n");
 }
 
+/// Bytes [`err`] will append.
+pub fn err_len(text: &str) -> usize {
+    "-ERR ''\r\n".len() + text.len()
+}
+
 /// Appends `MSG` (no headers) or `HMSG` (with a header block) for one delivery.
 pub fn message(
     out: &mut BytesMut,
@@ -89,5 +94,6 @@ mod tests {
         let mut out = BytesMut::new();
         err(&mut out, "Unknown Protocol Operation");
         assert_eq!(&out[..], b"-ERR 'Unknown Protocol Operation'\r\n");
+        assert_eq!(err_len("Unknown Protocol Operation"), out.len());
     }
 }
