@@ -2,8 +2,8 @@
 //!
 //! Publishers append deliveries straight into the subscriber's buffer (one copy, no channel
 //! hop) and wake its writer once per batch of input. The buffer is a queue of blocks of
-//! `OUTBOUND_BLOCK_BYTES` (a larger message gets a block of its own), written with one
-//! vectored write: a burst never moves what is queued to grow one buffer, and emptied blocks
+//! `OUTBOUND_BLOCK_BYTES` (a larger message gets a block of its own), written with vectored
+//! writes: a burst never moves what is queued to grow one buffer, and emptied blocks
 //! are reused, so a fast stream of deliveries touches no fresh memory. The buffer is bounded by
 //! `pending_bytes_max`, counting bytes still being written: a client that falls that far
 //! behind is a slow consumer, gets `-ERR 'Slow Consumer'` and is closed, so one stuck reader

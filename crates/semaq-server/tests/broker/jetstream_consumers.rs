@@ -65,6 +65,23 @@ async fn stream_messages(js: &jetstream::Context, name: &str) -> u64 {
     crate::jetstream_api::stream_info(js, name).await.state.messages
 }
 
+/// A stream `name` on `subject` holding `count` copies of `payload`, published without acks.
+async fn filled_stream(
+    js: &jetstream::Context,
+    (name, subject): (&str, &str),
+    count: usize,
+    payload: bytes::Bytes,
+) -> stream::Stream {
+    let stream = js.create_stream(stream_config(name, &[subject])).await.unwrap();
+    let client = js.client();
+    for _ in 0..count {
+        client.publish(subject.to_string(), payload.clone()).await.unwrap();
+    }
+    client.flush().await.unwrap();
+    wait_until_async("all stored", WAIT, || async { stream_messages(js, name).await == count as u64 }).await;
+    stream
+}
+
 // ---------------------------------------------------------------------------------------------
 // Creating, listing and deleting consumers.
 
@@ -903,14 +920,7 @@ async fn push_consumer_with_deliver_group_delivers_each_message_once_across_memb
 async fn push_consumer_with_heartbeat_and_flow_control_consumes_5000_messages() {
     let server = SemaqServer::start();
     let js = context(&server).await;
-    let client = js.client();
-    let stream = js.create_stream(stream_config("FLOW", &["flow"])).await.unwrap();
-    let payload = bytes::Bytes::from(vec![b'f'; 1024]);
-    for _ in 0..5000 {
-        client.publish("flow", payload.clone()).await.unwrap();
-    }
-    client.flush().await.unwrap();
-    wait_until_async("5000 stored", WAIT, || async { stream_messages(&js, "FLOW").await == 5000 }).await;
+    let stream = filled_stream(&js, ("FLOW", "flow"), 5000, bytes::Bytes::from(vec![b'f'; 1024])).await;
     let consumer: PushConsumer = stream
         .create_consumer(push::Config {
             durable_name: Some("fc".into()),
@@ -951,14 +961,7 @@ const ROUNDS_WAIT: Duration = Duration::from_secs(60);
 async fn push_and_pull_consumers_go_on_past_a_delivery_round_without_waiting_for_a_timer() {
     let server = SemaqServer::start();
     let js = context(&server).await;
-    let client = js.client();
-    let stream = js.create_stream(stream_config("ROUNDS", &["rounds"])).await.unwrap();
-    for _ in 0..FORTY_ROUNDS {
-        client.publish("rounds", bytes::Bytes::from_static(b"r")).await.unwrap();
-    }
-    client.flush().await.unwrap();
-    wait_until_async("all stored", WAIT, || async { stream_messages(&js, "ROUNDS").await == FORTY_ROUNDS as u64 })
-        .await;
+    let stream = filled_stream(&js, ("ROUNDS", "rounds"), FORTY_ROUNDS, bytes::Bytes::from_static(b"r")).await;
     let bound = Duration::from_secs(2);
 
     let push: PushConsumer = stream
